@@ -1,0 +1,135 @@
+"""The `caprecon` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from .config import ConfigError, parse_options
+from .models.common import ModelNotFoundError
+from .samples import SampleFormatError
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
+                   help="metric to compute (repeatable); see `caprecon models`")
+    p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
+    p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
+    p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
+                   help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
+    p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE")
+    p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
+    p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--seed-policy", choices=["per-sample", "fixed"])
+    p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
+    p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
+                   help="keep sources smaller than --max-side at their own size")
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+    p.add_argument("--no-cache", action="store_const", const=True,
+                   help="reuse nothing from earlier runs; keep this run's results in OUT/store")
+    p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    keys = ("preset", "generator", "embedder", "clip", "template", "seed", "seed_policy", "max_side", "upscale",
+            "batch_size", "cache_dir", "no_cache")
+    settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if args.generator_opt:
+        settings["generator_options"] = parse_options(args.generator_opt)
+    if args.embedder_opt:
+        settings["embedder_options"] = parse_options(args.embedder_opt)
+    return settings
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from .api import score
+
+    results = score(args.input, metrics=args.metrics or (), config=args.config, out=args.out,
+                    progress=not args.quiet, images_root=args.images_root, annotations=args.annotations,
+                    **_settings(args))
+    if not args.quiet:
+        _report(results)
+    return 0
+
+
+def _report(results) -> None:
+    print(results.table())
+    print()
+    print(results.summary_table())
+    used = results.manifest["models"]
+    for role, info in used.items():
+        print(f"{role}: {info.get('model') or info.get('backend') or info}")
+    if results.out:
+        print(f"run folder: {results.out}")
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from .metrics import METRICS
+    from .models.registry import describe_registry
+
+    table = describe_registry()
+    table["metric"] = {name: about for name, (_, about) in METRICS.items()}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    for role in ("preset", "metric", "generator", "embedder", "matcher"):
+        print(f"{role}s:")
+        for name, about in table[role].items():
+            print(f"  {name:20s} {about}")
+        print()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    run_demo(out=args.out, quiet=args.quiet)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
+    parser.add_argument("--verbose", "-v", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("score", help="score captions")
+    p.add_argument("--input", "-i", required=True,
+                   help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
+    p.add_argument("--images-root", help="folder that relative image paths resolve against")
+    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
+    _add_run_options(p)
+    p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("models", help="list metrics, presets and registered models")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--quiet", "-q", action="store_true")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    if not args.verbose:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    try:
+        return args.func(args)
+    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError) as exc:
+        print(f"caprecon: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""A run's configuration: defaults < preset < config file < explicit arguments.
+
+The same `RunConfig` is built from the CLI, a YAML/TOML file or Python keywords, and is
+written whole into the run manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .models import registry
+from .reconstruct import ReconstructionSpec
+
+
+class ConfigError(ValueError):
+    """The run cannot start: a setting is missing or wrong."""
+
+
+@dataclass
+class RunConfig:
+    metrics: list[str] = field(default_factory=lambda: ["recon"])
+    generator: Any = None
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    embedder: Any = None
+    embedder_options: dict[str, Any] = field(default_factory=dict)
+    clip: Any = "clip-b32"  # the CLIP model of clip-image (and clipscore)
+    template: str = "plain"
+    seed: int = 0
+    seed_policy: str = "per-sample"
+    max_side: int = 1024
+    upscale: bool = True
+    batch_size: int = 16
+    cache_dir: str | None = None
+    no_cache: bool = False
+    preset: str | None = None
+
+    @classmethod
+    def build(cls, *, preset: str | None = None, file: str | Path | None = None, **explicit: Any) -> "RunConfig":
+        values: dict[str, Any] = {}
+        file_values = load_config_file(file) if file else {}
+        preset = explicit.get("preset") or preset or file_values.get("preset")
+        if preset:
+            if preset not in registry.PRESETS:
+                raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(sorted(registry.PRESETS))}")
+            values.update({k: v for k, v in registry.PRESETS[preset].items() if k != "about"})
+            values["preset"] = preset
+        values.update(file_values)
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
+        for key in ("generator_options", "embedder_options"):  # options merge rather than replace
+            merged = {}
+            for layer in (registry.PRESETS.get(preset or "", {}), file_values, explicit):
+                merged.update(layer.get(key) or {})
+            values[key] = merged
+        if isinstance(values.get("metrics"), str):
+            values["metrics"] = [values["metrics"]]
+        return cls(**values)
+
+    @cached_property
+    def spec(self) -> ReconstructionSpec:
+        try:
+            return ReconstructionSpec(template=self.template, seed=self.seed, seed_policy=self.seed_policy,
+                                      max_side=self.max_side, upscale=self.upscale)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("generator", "embedder", "clip"):
+            if out[key] is not None and not isinstance(out[key], (str, int, float)):
+                out[key] = type(out[key]).__name__
+        return json.loads(json.dumps(out, default=str))
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        import tomllib
+
+        data = tomllib.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+class Roles:
+    """The run's models, built on first use from the configuration and shared by metrics."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    def _build(self, role: str, spec: Any, options: dict[str, Any], setting: str) -> Any:
+        if spec is None:
+            raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`) or a --preset")
+        try:
+            return registry.build(role, spec, **options)
+        except TypeError as exc:
+            raise ConfigError(f"bad options for {role} {spec!r}: {exc}") from None
+
+    @cached_property
+    def generator(self):
+        return self._build("generator", self.config.generator, self.config.generator_options, "generator")
+
+    @cached_property
+    def embedder(self):
+        return self._build("embedder", self.config.embedder, self.config.embedder_options, "embedder")
+
+    @cached_property
+    def clip(self):
+        return self._build("embedder", self.config.clip, {}, "clip")
+
+    def describe(self) -> dict[str, Any]:
+        built = {}
+        for name in ("generator", "embedder", "clip"):
+            if name in self.__dict__:
+                model = self.__dict__[name]
+                describe = getattr(model, "describe", None)
+                built[name] = describe() if callable(describe) else {"class": type(model).__name__}
+        return built
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` strings from the CLI; values parsed as YAML (numbers, bools, lists)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"option {pair!r} must look like key=value")
+        out[key.replace("-", "_")] = yaml.safe_load(value)
+    return out
+

@@ -1,0 +1,105 @@
+"""What every metric shares: the `Metric` interface and the run `Context`.
+
+A metric is a small class holding the models it talks to (through their roles, never a
+library directly). `score(items, ctx)` takes a batch of opened samples and returns one
+dict of named fields per item; the executor owns the batch loop, errors and output.
+The `Context` is what metrics of one run share: the store, one `Reconstructor` per
+(generator, spec), and cached embeddings, so one reconstruction serves every metric.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterator, Sequence
+
+import numpy as np
+from PIL import Image
+
+from ..models.embedder import ImageEmbedder
+from ..models.generator import TextToImage
+from ..reconstruct import Reconstructor, ReconstructionSpec
+from ..samples import LoadedSample, Sample, SampleError, open_image
+from ..store import Store, content_key
+
+
+class Context:
+    def __init__(self, store: Store | None = None):
+        self.store = store if store is not None else Store.temporary()
+        self._reconstructors: dict[tuple[int, ReconstructionSpec], Reconstructor] = {}
+        self.embedded = 0  # embeddings actually computed (cache misses)
+        self.model_seconds = 0.0  # wall time inside model calls made through the context
+
+    def reconstructor(self, generator: TextToImage, spec: ReconstructionSpec) -> Reconstructor:
+        slot = (id(generator), spec)
+        if slot not in self._reconstructors:
+            self._reconstructors[slot] = Reconstructor(generator, self.store, spec)
+        return self._reconstructors[slot]
+
+    @contextmanager
+    def model_call(self) -> Iterator[None]:
+        """Wrap every model call a metric makes, so run overhead can be measured."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.model_seconds += time.perf_counter() - started
+
+    def stats(self) -> dict[str, float]:
+        recons = self._reconstructors.values()
+        return {"generated": sum(r.generated for r in recons), "reused": sum(r.reused for r in recons),
+                "embedded": self.embedded,
+                "model_seconds": round(self.model_seconds + sum(r.model_seconds for r in recons), 4)}
+
+    def embed(self, embedder: ImageEmbedder, image_keys: Sequence[str],
+              load: Callable[[int], Image.Image]) -> np.ndarray:
+        """Embeddings of images named by content keys; `load(i)` is called only on misses."""
+        keys = [content_key("embedding", embedder=embedder.fingerprint, image=k) for k in image_keys]
+        known = self.store.get_arrays(list(set(keys)))
+        missing = [i for i, k in enumerate(keys) if k not in known]
+        first_of: dict[str, int] = {}
+        for i in missing:
+            first_of.setdefault(keys[i], i)
+        if first_of:
+            order = list(first_of.values())
+            images = [load(i) for i in order]
+            with self.model_call():
+                vectors = embedder.embed(images)
+            new = {keys[i]: v for i, v in zip(order, vectors)}
+            self.store.put_arrays("embedding", new)
+            known.update(new)
+            self.embedded += len(order)
+        return np.stack([known[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
+
+
+class Metric:
+    """Base class: subclasses set `name` and implement `score`."""
+
+    name: ClassVar[str] = ""
+    #: the field of `score`'s output that is this metric's headline number
+    primary: ClassVar[str] = ""
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name}
+
+    @property
+    def headline(self) -> str:
+        return self.primary or self.name
+
+    def __call__(self, images: Sequence[Image.Image | str | Path], captions: Sequence[str], *,
+                 store: Store | None = None) -> list[float]:
+        """Score (image, caption) pairs directly; any unreadable pair raises `SampleError`."""
+        if len(images) != len(captions):
+            raise ValueError(f"{len(images)} images but {len(captions)} captions")
+        items = []
+        for i, (image, caption) in enumerate(zip(images, captions)):
+            try:
+                items.append(open_image(Sample(id=str(i), image=image, caption=caption)))
+            except SampleError as exc:
+                raise SampleError(f"pair {i}: {exc}") from None
+        rows = self.score(items, Context(store))
+        return [row[self.headline] for row in rows]

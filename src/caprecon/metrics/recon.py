@@ -1,0 +1,57 @@
+"""ReconScore and CLIP-Image-Score: compare the image with its reconstruction.
+
+ReconScore (ReconScore paper): (1 + cos(F(I), F(Î))) / 2, with Î = G(template(caption))
+at a fixed seed and F an image embedder (DreamSim in the paper). It lies in [0, 1].
+CLIP-Image-Score (the VisualFactChecker baseline): the raw cosine in CLIP image space.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..models.embedder import ImageEmbedder
+from ..models.generator import TextToImage
+from ..reconstruct import ReconstructionSpec
+from ..samples import LoadedSample
+from .base import Context, Metric
+
+
+class ReconScore(Metric):
+    name = "recon"
+
+    def __init__(self, generator: TextToImage, embedder: ImageEmbedder, spec: ReconstructionSpec | None = None,
+                 **spec_options: Any):
+        self.generator = generator
+        self.embedder = embedder
+        self.spec = spec or ReconstructionSpec(**spec_options)
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "embedder": _describe(self.embedder), "generator": _describe(self.generator),
+                "reconstruction": self.spec.__dict__}
+
+    def _transform(self, cos: np.ndarray) -> np.ndarray:
+        return (1.0 + cos) / 2.0
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
+        source = ctx.embed(self.embedder, [it.image_key for it in items], lambda i: items[i].image)
+        rebuilt = ctx.embed(self.embedder, [r.key for r in recons], lambda i: recons[i].image())
+        cos = np.clip(np.sum(source * rebuilt, axis=1), -1.0, 1.0)
+        values = self._transform(cos)
+        return [{self.name: float(v), **r.record()} for v, r in zip(values, recons)]
+
+
+class ClipImageScore(ReconScore):
+    """cos(E(I), E(Î)) with E a CLIP image encoder; pass a CLIP `HFVisionEmbedder`."""
+
+    name = "clip-image"
+
+    def _transform(self, cos: np.ndarray) -> np.ndarray:
+        return cos
+
+
+def _describe(model: Any) -> Any:
+    describe = getattr(model, "describe", None)
+    return describe() if callable(describe) else {"class": type(model).__name__, "fingerprint": model.fingerprint}

@@ -1,0 +1,102 @@
+"""What every backend shares: where a model comes from, what identifies it, where it runs.
+
+Backends load weights lazily (on first use), but resolve and fingerprint their source
+at construction: a path that does not exist, or a hub id that is neither cached nor
+downloadable, stops the run before any work is done, and a fully cached re-run never
+loads a model at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A configured model cannot be found: the message says how to provide it."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model's resolved location: a local folder, or a hub id with its revision."""
+
+    name: str  # what the user wrote
+    path: Path | None  # local folder (given directly, or a cached hub snapshot)
+    revision: str | None
+
+    @property
+    def load_target(self) -> str:
+        return str(self.path) if self.path is not None else self.name
+
+    def fingerprint(self, **config: Any) -> str:
+        """Hash of the model's identity (configs and weight-file names and sizes, or the
+        hub id and revision) plus the settings that change its outputs."""
+        ident: dict[str, Any] = {"name": self.name, "revision": self.revision}
+        if self.path is not None:
+            ident["files"] = _folder_signature(self.path)
+        blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def _folder_signature(folder: Path) -> list:
+    """Configs by content, weights by name and size: cheap, and changes when they do."""
+    sig = []
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        rel = p.relative_to(folder).as_posix()
+        if p.suffix in {".json", ".txt", ".yaml", ".model"} and p.stat().st_size < 4_000_000:
+            sig.append([rel, hashlib.sha256(p.read_bytes()).hexdigest()])
+        else:
+            sig.append([rel, p.stat().st_size])
+    return sig
+
+
+def resolve_source(name: str | os.PathLike, revision: str | None = None, *, kind: str = "model") -> ModelSource:
+    """Find a model by local path or hub id, raising `ModelNotFoundError` with advice."""
+    text = str(name)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelNotFoundError(f"{kind} {text!r} is a file; give the folder that holds its config and weights")
+        return ModelSource(text, path.resolve(), revision)
+    if text.startswith((".", "/", "~")) or text.count("/") > 1:
+        raise ModelNotFoundError(f"{kind} folder not found: {text}")
+    try:
+        from huggingface_hub import snapshot_download
+
+        cached = snapshot_download(text, revision=revision, local_files_only=True)
+        return ModelSource(text, Path(cached), revision or Path(cached).name)
+    except Exception:
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in {"", "0", "false", "False"}:
+        raise ModelNotFoundError(
+            f"{kind} {text!r} is not a local folder and is not in the Hugging Face cache, and HF_HUB_OFFLINE is set. "
+            f"Download it where there is network (`hf download {text}`), copy the cache or the folder here, "
+            f"and pass the folder's path or set HF_HOME."
+        )
+    return ModelSource(text, None, revision)
+
+
+def resolve_device(device: str | None) -> str:
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str | None, device: str):
+    import torch
+
+    if dtype in (None, "auto"):
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
+    return table[dtype]

@@ -1,0 +1,272 @@
+"""The text-to-image role: rebuild a scene from a caption.
+
+A generator takes `GenerationRequest`s and returns one `Generated` per request, in
+order. It groups and batches requests itself; callers never loop over samples. Every
+request carries its own seed, and backends honour it per request (one random generator
+per image), so an image never depends on which other requests share its batch.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+from PIL import Image
+
+from .common import ModelSource, resolve_device, resolve_dtype, resolve_source
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    prompt: str
+    seed: int
+    width: int
+    height: int
+    image_id: str = ""  # the source picture, for backends that must know it (retrieval)
+
+
+@dataclass
+class Generated:
+    image: Image.Image
+    tokens_cut: int = 0  # prompt tokens dropped by the most-truncating text encoder
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class TextToImage(Protocol):
+    """Role protocol. `fingerprint` must change whenever outputs could."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generated]: ...
+
+
+# ----------------------------------------------------------------------------- diffusers
+
+
+class DiffusersGenerator:
+    """Any text-to-image pipeline that `diffusers.DiffusionPipeline` loads.
+
+    SD 1.x/2.x, SDXL, SD3/3.5, FLUX, Qwen-Image, Z-Image and others, by hub id or local
+    folder. Options the pipeline's `__call__` does not accept are left out (and logged
+    once) rather than failing, so one configuration style serves every family.
+    """
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        revision: str | None = None,
+        steps: int = 28,
+        guidance: float | None = None,
+        negative_prompt: str | None = None,
+        max_sequence_length: int | None = None,
+        dtype: str | None = "auto",
+        device: str | None = "auto",
+        batch_size: int = 4,
+        cpu_offload: bool = False,
+        call_kwargs: dict[str, Any] | None = None,
+    ):
+        self.source: ModelSource = resolve_source(model, revision, kind="generator")
+        self.steps = int(steps)
+        self.guidance = guidance
+        self.negative_prompt = negative_prompt
+        self.max_sequence_length = max_sequence_length
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.batch_size = max(1, int(batch_size))
+        self.cpu_offload = cpu_offload
+        self.call_kwargs = dict(call_kwargs or {})
+        self._pipe = None
+        self._accepted: set[str] = set()
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint(
+            backend="diffusers", steps=self.steps, guidance=self.guidance, negative_prompt=self.negative_prompt,
+            max_sequence_length=self.max_sequence_length, dtype=str(self.dtype), call_kwargs=self.call_kwargs,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "diffusers", "model": self.source.name, "revision": self.source.revision,
+                "steps": self.steps, "guidance": self.guidance, "dtype": str(self.dtype), "device": self.device,
+                "fingerprint": self.fingerprint}
+
+    @property
+    def pipeline(self):
+        if self._pipe is None:
+            from diffusers import DiffusionPipeline
+
+            from diffusers.utils import logging as diffusers_logging
+
+            diffusers_logging.disable_progress_bar()  # we show one bar for the run, not one per component
+            pipe = DiffusionPipeline.from_pretrained(self.source.load_target, revision=self.source.revision,
+                                                     torch_dtype=self.dtype)
+            if self.cpu_offload:
+                pipe.enable_model_cpu_offload()
+            else:
+                pipe = pipe.to(self.device)
+            pipe.set_progress_bar_config(disable=True)
+            self._accepted = set(inspect.signature(pipe.__call__).parameters)
+            self._pipe = pipe
+        return self._pipe
+
+    def _call_options(self) -> dict[str, Any]:
+        wanted = {"num_inference_steps": self.steps, "guidance_scale": self.guidance,
+                  "negative_prompt": self.negative_prompt, "max_sequence_length": self.max_sequence_length,
+                  **self.call_kwargs}
+        options = {}
+        for name, value in wanted.items():
+            if value is None:
+                continue
+            if name in self._accepted:
+                options[name] = value
+            else:
+                log.warning("%s does not accept %r; ignored", type(self.pipeline).__name__, name)
+        return options
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generated]:
+        import torch
+
+        pipe = self.pipeline
+        options = self._call_options()
+        out: list[Generated | None] = [None] * len(requests)
+        by_size: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for i, r in enumerate(requests):
+            by_size[(r.width, r.height)].append(i)
+        gen_device = "cpu" if self.cpu_offload else self.device
+        for (width, height), indices in by_size.items():
+            for start in range(0, len(indices), self.batch_size):
+                chunk = indices[start : start + self.batch_size]
+                prompts = [requests[i].prompt for i in chunk]
+                generators = [torch.Generator(gen_device).manual_seed(requests[i].seed) for i in chunk]
+                if "negative_prompt" in options:
+                    options["negative_prompt"] = [self.negative_prompt] * len(chunk)
+                with torch.inference_mode():
+                    result = pipe(prompt=prompts, width=width, height=height, generator=generators,
+                                  output_type="pil", **options)
+                for i, image in zip(chunk, result.images):
+                    cut = self.tokens_cut(requests[i].prompt)
+                    out[i] = Generated(image=image.convert("RGB"), tokens_cut=max(cut.values(), default=0),
+                                       detail={"tokens_cut_by_encoder": cut} if any(cut.values()) else {})
+        return out  # type: ignore[return-value]
+
+    def tokens_cut(self, prompt: str) -> dict[str, int]:
+        """Prompt tokens each of the pipeline's text encoders will drop.
+
+        CLIP-style encoders (limit <= 77) cut at their tokenizer's limit; the long-text
+        encoder (T5, Qwen, ...) cuts at the pipeline's `max_sequence_length`.
+        """
+        pipe = self.pipeline
+        params = inspect.signature(pipe.__call__).parameters
+        long_limit = self.max_sequence_length
+        if long_limit is None and "max_sequence_length" in params:
+            default = params["max_sequence_length"].default
+            long_limit = default if isinstance(default, int) else None
+        cut = {}
+        for attr in ("tokenizer", "tokenizer_2", "tokenizer_3"):
+            tok = getattr(pipe, attr, None)
+            if tok is None:
+                continue
+            native = getattr(tok, "model_max_length", None) or 0
+            limit = native if 0 < native <= 77 else long_limit or (native if native < 100_000 else None)
+            if not limit:
+                continue
+            n = len(tok(prompt, add_special_tokens=True, verbose=False)["input_ids"])
+            cut[attr] = max(0, n - limit)
+        return cut
+
+
+# ----------------------------------------------------------------------------- retrieval
+
+
+@runtime_checkable
+class CaptionImageMatcher(Protocol):
+    """Scores how well texts describe images: embeddings of both in one space."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray: ...
+
+
+class RetrievalGenerator:
+    """'Reconstruct' by retrieval: return the gallery image the caption matches best.
+
+    With the source image in the gallery this asks whether the caption singles its own
+    image out; with `exclude_source=True` (the gallery entry whose id equals the request's
+    `image_id` is skipped) it asks how close the nearest *other* scene the caption fits
+    is. The image is returned as stored: retrieval ignores the requested size and seed.
+    A cheap screening mode with CLIP as the matcher, and the offline stand-in behind
+    `make demo` with the ImageNet-label matcher.
+    """
+
+    def __init__(self, gallery: str | Path | Sequence[str | Path], matcher: CaptionImageMatcher, *,
+                 exclude_source: bool = False):
+        paths = _gallery_paths(gallery)
+        if not paths:
+            raise FileNotFoundError(f"retrieval gallery is empty: {gallery}")
+        self.paths = paths
+        self.ids = [p.stem for p in paths]
+        self.matcher = matcher
+        self.exclude_source = exclude_source
+        self._gallery_embeddings: np.ndarray | None = None
+
+    @property
+    def depends_on_image_id(self) -> bool:
+        return self.exclude_source
+
+    @property
+    def fingerprint(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256()
+        for p in self.paths:
+            h.update(p.name.encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+        h.update(f"{self.matcher.fingerprint}|{self.exclude_source}".encode())
+        return h.hexdigest()[:24]
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "retrieval", "gallery": [str(p) for p in self.paths], "exclude_source": self.exclude_source,
+                "matcher": getattr(self.matcher, "describe", lambda: type(self.matcher).__name__)(),
+                "fingerprint": self.fingerprint}
+
+    def _load(self, i: int) -> Image.Image:
+        with Image.open(self.paths[i]) as im:
+            return im.convert("RGB")
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generated]:
+        if self._gallery_embeddings is None:
+            self._gallery_embeddings = self.matcher.embed_images([self._load(i) for i in range(len(self.paths))])
+        sims = self.matcher.embed_texts([r.prompt for r in requests]) @ self._gallery_embeddings.T
+        out = []
+        for r, row in zip(requests, sims):
+            row = row.copy()
+            if self.exclude_source:
+                row[[i for i, gid in enumerate(self.ids) if gid == r.image_id]] = -np.inf
+            best = int(np.argmax(row))
+            out.append(Generated(image=self._load(best),
+                                 detail={"retrieved": self.ids[best], "match": round(float(row[best]), 6)}))
+        return out
+
+
+def _gallery_paths(gallery: str | Path | Sequence[str | Path]) -> list[Path]:
+    from ..samples import IMAGE_SUFFIXES
+
+    if isinstance(gallery, (str, Path)):
+        folder = Path(gallery)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"retrieval gallery folder not found: {folder}")
+        return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    return [Path(p) for p in gallery]

@@ -1,0 +1,142 @@
+"""Names for models and presets, mapped to constructors: one table per role, no if/elif.
+
+A role is built from a *spec* plus keyword options:
+
+- a registry name (`caprecon models` lists them): its defaults, overridden by options;
+- `module:Class` (or `module:function`): imported and called with the options;
+- anything else is a hub id or a local folder, given to the role's default backend
+  (`DiffusersGenerator` for generators, `HFVisionEmbedder` for embedders, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Entry:
+    factory: str  # "module:attr", imported only when used
+    defaults: dict[str, Any] = field(default_factory=dict)
+    about: str = ""
+
+
+def _diffusers(model: str, about: str, **defaults: Any) -> Entry:
+    return Entry("caprecon.models.generator:DiffusersGenerator", {"model": model, **defaults}, about)
+
+
+def _hf_vision(model: str, about: str) -> Entry:
+    return Entry("caprecon.models.embedder:HFVisionEmbedder", {"model": model}, about)
+
+
+GENERATORS: dict[str, Entry] = {
+    "z-image": _diffusers("Tongyi-MAI/Z-Image", "Z-Image (the ReconScore paper's generator)", steps=28, guidance=0.0,
+                          max_sequence_length=512),
+    "z-image-turbo": _diffusers("Tongyi-MAI/Z-Image-Turbo", "Z-Image-Turbo, 8 steps", steps=8, guidance=0.0),
+    "qwen-image": _diffusers("Qwen/Qwen-Image", "Qwen-Image", steps=28),
+    "sd3.5-large": _diffusers("stabilityai/stable-diffusion-3.5-large", "Stable Diffusion 3.5 Large", steps=28,
+                              guidance=3.5),
+    "sd3.5-medium": _diffusers("stabilityai/stable-diffusion-3.5-medium", "Stable Diffusion 3.5 Medium", steps=28,
+                               guidance=4.5),
+    "flux.1-dev": _diffusers("black-forest-labs/FLUX.1-dev", "FLUX.1 [dev]", steps=28, guidance=3.5),
+    "flux.1-schnell": _diffusers("black-forest-labs/FLUX.1-schnell", "FLUX.1 [schnell], 4 steps", steps=4,
+                                 guidance=0.0),
+    "flux.2-klein-4b": _diffusers("black-forest-labs/FLUX.2-klein-4B", "FLUX.2 [klein] 4B", steps=4),
+    "sdxl": _diffusers("stabilityai/stable-diffusion-xl-base-1.0", "SDXL base", steps=30, guidance=5.0),
+    "sdxl-turbo": _diffusers("stabilityai/sdxl-turbo", "SDXL-Turbo, 4 steps, no guidance", steps=4, guidance=0.0),
+    "retrieval": Entry("caprecon.models.registry:build_retrieval", {},
+                       "retrieve the best-matching gallery image (options: gallery, matcher, exclude_source)"),
+}
+
+EMBEDDERS: dict[str, Entry] = {
+    "dreamsim": Entry("caprecon.models.embedder:DreamSimEmbedder", {"variant": "ensemble"},
+                      "DreamSim ensemble (the ReconScore paper's default; extra 'dreamsim')"),
+    "clip": _hf_vision("openai/clip-vit-large-patch14", "CLIP ViT-L/14 image features"),
+    "clip-b32": _hf_vision("openai/clip-vit-base-patch32", "CLIP ViT-B/32 image features"),
+    "siglip2": _hf_vision("google/siglip2-base-patch16-224", "SigLIP 2 base image features"),
+    "dinov2": _hf_vision("facebook/dinov2-base", "DINOv2 base, CLS token"),
+    "dinov2-large": _hf_vision("facebook/dinov2-large", "DINOv2 large, CLS token"),
+    "efficientnet-lite0": Entry("caprecon.models.efficientnet:EfficientNetLite0Embedder", {},
+                                "EfficientNet-Lite0 ImageNet features, shipped on PyPI (offline default)"),
+}
+
+MATCHERS: dict[str, Entry] = {
+    "imagenet-labels": Entry("caprecon.models.matcher:ImageNetLabelMatcher", {},
+                             "caption vs the image's ImageNet labels, in MiniLM sentence space (offline)"),
+    "clip": Entry("caprecon.models.matcher:ClipMatcher", {"model": "openai/clip-vit-large-patch14"},
+                  "CLIP text-image similarity"),
+}
+
+ROLES: dict[str, tuple[dict[str, Entry], str]] = {
+    "generator": (GENERATORS, "caprecon.models.generator:DiffusersGenerator"),
+    "embedder": (EMBEDDERS, "caprecon.models.embedder:HFVisionEmbedder"),
+    "matcher": (MATCHERS, "caprecon.models.matcher:ClipMatcher"),
+}
+
+
+def register(role: str, name: str, factory: str, about: str = "", **defaults: Any) -> None:
+    """Add a name to a role's table (plug-ins call this at import)."""
+    ROLES[role][0][name] = Entry(factory, defaults, about)
+
+
+def _import(target: str) -> Callable[..., Any]:
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot import {target!r}: {exc}") from None
+
+
+def build(role: str, spec: str | Any, **options: Any) -> Any:
+    """Construct a role's backend from a spec (see the module doc); objects pass through."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; roles: {sorted(ROLES)}")
+    if not isinstance(spec, str):
+        return spec
+    table, default_backend = ROLES[role]
+    if spec in table:
+        entry = table[spec]
+        return _import(entry.factory)(**{**entry.defaults, **options})
+    if ":" in spec and not spec.startswith(("/", ".")) and "." in spec.split(":")[0]:
+        return _import(spec)(**options)
+    return _import(default_backend)(spec, **options)
+
+
+def demo_gallery() -> str:
+    return str(resources.files("caprecon") / "demo" / "images")
+
+
+def build_retrieval(gallery: str | None = None, matcher: str | Any = "imagenet-labels",
+                    exclude_source: bool = False, matcher_options: dict[str, Any] | None = None):
+    from .generator import RetrievalGenerator
+
+    return RetrievalGenerator(gallery or demo_gallery(), build("matcher", matcher, **(matcher_options or {})),
+                              exclude_source=exclude_source)
+
+
+# Run presets: defaults for a whole run, overridden by anything the user sets.
+PRESETS: dict[str, dict[str, Any]] = {
+    "paper-recon": {
+        "about": "the ReconScore paper: Z-Image, 28 steps, guidance 0, long side 1024, DreamSim, "
+                 "remote-sensing template, one fixed noise for every caption",
+        "generator": "z-image", "generator_options": {"steps": 28, "guidance": 0.0},
+        "embedder": "dreamsim", "template": "remote-sensing", "max_side": 1024, "seed_policy": "fixed",
+    },
+    "fast": {
+        "about": "screening: SDXL-Turbo in 4 steps at long side 512, DINOv2 features",
+        "generator": "sdxl-turbo", "embedder": "dinov2", "max_side": 512,
+    },
+    "offline": {
+        "about": "the embedded offline stand-in behind `make demo`: retrieval from the bundled gallery by "
+                 "ImageNet labels + MiniLM, EfficientNet-Lite0 features (no text-to-image model)",
+        "generator": "retrieval", "embedder": "efficientnet-lite0", "clip": None,
+    },
+}
+
+
+def describe_registry() -> dict[str, dict[str, str]]:
+    out = {role: {name: e.about for name, e in table.items()} for role, (table, _) in ROLES.items()}
+    out["preset"] = {name: p["about"] for name, p in PRESETS.items()}
+    return out
