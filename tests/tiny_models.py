@@ -73,7 +73,7 @@ def build_tiny_sd(folder: Path) -> Path:
                         down_block_types=["DownEncoderBlock2D"] * 2, up_block_types=["UpDecoderBlock2D"] * 2,
                         latent_channels=4, norm_num_groups=4, sample_size=32)
     scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False,
-                              set_alpha_to_one=False)
+                              set_alpha_to_one=False, steps_offset=1)
     text_encoder = CLIPTextModel(_clip_text_config())
     save_clip_tokenizer(folder / "_tok")
     from transformers import CLIPTokenizer

@@ -70,7 +70,7 @@ def _align(rows: list[list[str]]) -> str:
 
 def score(
     samples: str | Path | Iterable[Sample | dict],
-    metrics: Sequence[str | Metric] | str = ("recon",),
+    metrics: Sequence[str | Metric] | str | None = None,
     *,
     preset: str | None = None,
     config: str | Path | None = None,
@@ -80,16 +80,17 @@ def score(
     annotations: str | Path | None = None,
     **settings: Any,
 ) -> Results:
-    """Score samples with metrics (names or `Metric` objects).
+    """Score samples with metrics (names or `Metric` objects; default: the config's, else recon).
 
     `settings` are `RunConfig` fields (generator, embedder, clip, template, seed,
     seed_policy, max_side, batch_size, cache_dir, no_cache, ...); models may be given as
     registry names, hub ids, local folders or already-built objects.
     """
     started = time.time()
-    metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics)
+    metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
     names = [m for m in metrics if isinstance(m, str)]
     cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+    metrics = metrics or list(cfg.metrics)  # none given: the config's (default: recon)
     rows = load_samples(samples, images_root=images_root, annotations=annotations)
     _check_unique_ids(rows)
 

@@ -52,7 +52,7 @@ def _settings(args: argparse.Namespace) -> dict:
 def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
 
-    results = score(args.input, metrics=args.metrics or (), config=args.config, out=args.out,
+    results = score(args.input, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.images_root, annotations=args.annotations,
                     **_settings(args))
     if not args.quiet:

@@ -108,8 +108,13 @@ class DiffusersGenerator:
             from diffusers.utils import logging as diffusers_logging
 
             diffusers_logging.disable_progress_bar()  # we show one bar for the run, not one per component
+            import diffusers
+            from packaging.version import Version
+
+            # diffusers renamed torch_dtype to dtype in 0.42
+            dtype_arg = "dtype" if Version(diffusers.__version__) >= Version("0.42") else "torch_dtype"
             pipe = DiffusionPipeline.from_pretrained(self.source.load_target, revision=self.source.revision,
-                                                     torch_dtype=self.dtype)
+                                                     **{dtype_arg: self.dtype})
             if self.cpu_offload:
                 pipe.enable_model_cpu_offload()
             else:

@@ -1,0 +1,82 @@
+"""The `caprecon` command: score end to end, list models, fail early on bad configuration."""
+
+import json
+
+import numpy as np
+from PIL import Image
+
+from caprecon.cli import main
+
+
+def _samples(tmp_path, n=3):
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (30, 40, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
+        rows.append({"id": f"r{i}", "image": f"p{i}.png", "caption": f"picture {i}"})
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def test_score_writes_run_folder(tmp_path, tiny_sd, tiny_dinov2, capsys):
+    path = _samples(tmp_path)
+    out = tmp_path / "run"
+    code = main(["score", "--input", str(path), "--metric", "recon", "--generator", str(tiny_sd),
+                 "--generator-opt", "steps=1", "--embedder", str(tiny_dinov2), "--max-side", "32",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(out), "--template", "photo"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "recon" in printed and "r2" in printed
+    records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(records) == 3 and all(0 <= r["recon"] <= 1 for r in records)
+    assert all((tmp_path / "cache" / "images").rglob(f"{r['reconstruction'].split('/')[-1]}") for r in records)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metrics"]["recon"]["n"] == 3
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["template"] == "photo"
+    assert manifest["reconstruction"]["template"].startswith("A photograph.")
+    assert manifest["models"]["generator"]["steps"] == 1
+    assert (out / "summary.csv").read_text().startswith("metric,mean,std,n")
+
+
+def test_bad_model_path_stops_before_work(tmp_path, capsys):
+    path = _samples(tmp_path)
+    code = main(["score", "--input", str(path), "--metric", "recon", "--generator", str(tmp_path / "no-such-model"),
+                 "--embedder", "dinov2", "--out", str(tmp_path / "run")])
+    assert code == 2
+    assert "generator folder not found" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "scores.jsonl").exists()
+
+
+def test_uncached_hub_id_offline_says_what_to_do(tmp_path, capsys):
+    path = _samples(tmp_path)
+    code = main(["score", "--input", str(path), "--generator", "some-org/not-cached-model", "--embedder", "dinov2"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "HF_HUB_OFFLINE" in err and "hf download some-org/not-cached-model" in err
+
+
+def test_unknown_metric_and_preset(tmp_path, capsys):
+    path = _samples(tmp_path)
+    assert main(["score", "--input", str(path), "--metric", "nope", "--generator", "x", "--embedder", "y"]) == 2
+    assert "unknown metric 'nope'" in capsys.readouterr().err
+    assert main(["score", "--input", str(path), "--preset", "nope"]) == 2
+    assert "unknown preset" in capsys.readouterr().err
+
+
+def test_models_lists_registry(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in ("paper-recon", "fast", "z-image", "dreamsim", "recon", "clip-image"):
+        assert name in out
+
+
+def test_dreamsim_without_weights_explains(tmp_path):
+    import pytest
+
+    from caprecon.models.common import ModelNotFoundError
+    from caprecon.models.embedder import DreamSimEmbedder
+
+    with pytest.raises(ModelNotFoundError, match="CAPRECON_DREAMSIM_DIR"):
+        DreamSimEmbedder(weights_dir=tmp_path)
