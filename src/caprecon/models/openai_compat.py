@@ -1,0 +1,366 @@
+"""Judge and text-LLM roles served over an OpenAI-compatible `/v1/chat/completions` API.
+
+Point these at vLLM (`vllm serve MODEL`), SGLang (`python -m sglang.launch_server`) or any
+server that speaks the chat-completions protocol. Each request is one HTTP call; up to
+`max_concurrency` calls are in flight at once, and results come back in request order.
+The server does its own batching, so nothing here groups requests by image.
+
+Probabilities come from the `top_logprobs` of the first generated token. A server
+reports the full-vocabulary log-probability of each of its top-k tokens, so
+P(option) here is that full-vocabulary probability with the tail beyond the top k
+cut off: an option that is not among the top k counts as 0. (Recent vLLM reports the
+raw model distribution by default, before temperature or penalties.) Options are matched
+against tokens as whole strings, after stripping whitespace, so they should be single
+tokens, as letters ("A".."D") and "Yes"/"No" are in the tokenizers of common judge models.
+For models that think before answering, turn thinking off through the server's chat
+template, e.g. `extra_body={"chat_template_kwargs": {"enable_thinking": False}}`, or the
+first token is not the answer.
+
+Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
+exponential backoff; other 4xx answers mean the request itself is wrong and fail at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import logging
+import math
+import os
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+from urllib.parse import urlsplit
+
+from PIL import Image
+
+from .vlm import VLMRequest
+
+log = logging.getLogger(__name__)
+
+_MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is more likely a misconfiguration than advice
+
+
+class OpenAICompatError(RuntimeError):
+    """The server failed, refused, or answered in a shape this client cannot use."""
+
+
+class OpenAICompatTimeout(OpenAICompatError, TimeoutError):
+    """The server did not answer within the configured timeout, on every attempt."""
+
+
+class LogprobsUnavailableError(OpenAICompatError):
+    """The server answered without the log-probabilities that probability scoring needs."""
+
+
+class _ChatBackend:
+    """What the vision and text roles share: settings, HTTP with retries, fan-out, parsing."""
+
+    _backend = "openai-compat"
+
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
+                 timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, max_new_tokens: int = 64,
+                 top_logprobs: int = 20, temperature: float = 0, system_prompt: str | None = None,
+                 extra_body: dict[str, Any] | None = None):
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if max_retries < 0 or backoff < 0 or timeout <= 0:
+            raise ValueError("need max_retries >= 0, backoff >= 0 and timeout > 0")
+        if not 1 <= top_logprobs <= 20:
+            # 20 is the OpenAI API's limit and vLLM's default `--max-logprobs`
+            raise ValueError("top_logprobs must be between 1 and 20")
+        self.model = model
+        self.base_url = _normalise_base_url(base_url)
+        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.max_concurrency = max_concurrency
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_new_tokens = max_new_tokens
+        self.top_logprobs = top_logprobs
+        self.temperature = temperature
+        self.system_prompt = system_prompt
+        # server-specific request fields, e.g. {"chat_template_kwargs": {"enable_thinking": False}}
+        self.extra_body = dict(extra_body or {})
+        self._http = None  # created on first use: constructing a backend never touches the network
+
+    # -- identity
+
+    def _output_settings(self) -> dict[str, Any]:
+        return {"backend": self._backend, "base_url": self.base_url, "model": self.model,
+                "max_new_tokens": self.max_new_tokens, "top_logprobs": self.top_logprobs,
+                "temperature": self.temperature, "system_prompt": self.system_prompt, "extra_body": self.extra_body}
+
+    @property
+    def fingerprint(self) -> str:
+        """Server, model name and the settings that change outputs. The weights behind a served
+        name are invisible from here: serve a new checkpoint under a new name."""
+        blob = json.dumps(self._output_settings(), sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._output_settings(), "max_concurrency": self.max_concurrency, "timeout": self.timeout,
+                "max_retries": self.max_retries, "fingerprint": self.fingerprint}
+
+    def check(self) -> None:
+        """Ask the server's `/models` whether it serves `model`; raise `OpenAICompatError` if not."""
+        listing = self._request("GET", "/models")
+        served = [entry.get("id") for entry in listing.get("data", []) if isinstance(entry, dict)]
+        if self.model not in served:
+            raise OpenAICompatError(
+                f"{self.base_url} does not serve model {self.model!r}; it serves {served or 'nothing'}. "
+                f"Pass one of those names (vLLM: the --served-model-name, or the model path it was started with)."
+            )
+
+    def __getstate__(self) -> dict:
+        # an open HTTP client cannot be pickled; worker processes open their own
+        return {**self.__dict__, "_http": None}
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    # -- transport
+
+    def _client(self):
+        if self._http is None:
+            import httpx
+
+            self._http = httpx.Client(
+                timeout=self.timeout, headers={"Authorization": f"Bearer {self.api_key}"},
+                limits=httpx.Limits(max_connections=self.max_concurrency,
+                                    max_keepalive_connections=self.max_concurrency),
+            )
+        return self._http
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        import httpx
+
+        url = self.base_url + path
+        where = f"{url} (model {self.model!r})"
+        for attempt in range(self.max_retries + 1):
+            retry_after = 0.0
+            try:
+                response = self._client().request(method, url, json=body)
+            except httpx.TimeoutException as exc:
+                error, failure = OpenAICompatTimeout, (
+                    f"{where} gave no answer within timeout={self.timeout:g} s ({type(exc).__name__}); the server "
+                    f"may be overloaded or still loading the model: raise `timeout` or lower `max_concurrency`")
+            except httpx.TransportError as exc:
+                error, failure = OpenAICompatError, f"cannot reach {where}: {type(exc).__name__}: {exc}"
+            else:
+                status = response.status_code
+                if status < 400:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        raise OpenAICompatError(f"{where} answered HTTP {status} with a body that is not JSON: "
+                                                f"{response.text[:200]!r}") from None
+                if status != 429 and status < 500:
+                    raise OpenAICompatError(f"{where} rejected the request with HTTP {status}: "
+                                            f"{_error_detail(response)}")
+                error, failure = OpenAICompatError, f"{where} answered HTTP {status}: {_error_detail(response)}"
+                retry_after = _retry_after(response)
+            if attempt == self.max_retries:
+                break
+            delay = max(self.backoff * 2 ** attempt * (1 + 0.1 * random.random()), retry_after)
+            log.warning("%s; retrying in %.1f s (attempt %d of %d)", failure, delay, attempt + 2,
+                        self.max_retries + 1)
+            time.sleep(delay)
+        raise error(f"{failure} (gave up after {self.max_retries + 1} attempt{'s' if self.max_retries else ''})")
+
+    def _chat_all(self, bodies: list[dict]) -> list[dict]:
+        """POST every body to /chat/completions, `max_concurrency` at a time; results in input order."""
+        bodies = [{**body, **self.extra_body} for body in bodies]
+        if self.max_concurrency == 1 or len(bodies) <= 1:
+            return [self._request("POST", "/chat/completions", body) for body in bodies]
+        self._client()  # one shared client, created before the worker threads race to create it
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(bodies))) as pool:
+            futures = [pool.submit(self._request, "POST", "/chat/completions", body) for body in bodies]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+
+    # -- the role operations, over whatever `_contents` makes of the inputs
+
+    def _contents(self, items: Sequence[Any]) -> list[Any]:
+        """The user-turn content of each input, in the chat-completions message format."""
+        raise NotImplementedError
+
+    def generate(self, items: Sequence[Any], max_new_tokens: int | None = None) -> list[str]:
+        """Greedy (at temperature 0) free-form answer per input."""
+        n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        responses = self._chat_all([self._body(c, n, logprobs=False) for c in self._contents(items)])
+        return [((_first_choice(r, self.base_url).get("message") or {}).get("content") or "").strip()
+                for r in responses]
+
+    def option_probs(self, items: Sequence[Any], options: Sequence[Sequence[str]]) -> list[list[float]]:
+        """Per input, the probability of each option as the first reply token, from the top-k
+        (see the module notes); options missing from the top-k get 0."""
+        if len(options) != len(items):
+            raise ValueError(f"{len(items)} inputs but {len(options)} option lists")
+        responses = self._chat_all([self._body(c, 1, logprobs=True) for c in self._contents(items)])
+        tops = [self._first_token_top(response) for response in responses]
+        return [[_token_prob(top, option) for option in opts] for top, opts in zip(tops, options)]
+
+    def answer_prob(self, items: Sequence[Any], answers: Sequence[str]) -> list[float]:
+        """P(answer) for single-token answers such as "Yes", read like `option_probs`.
+
+        A chat-completions server reports the top-k of the tokens it generates, not the
+        probability of a given string, so longer answers cannot be teacher-forced here. An
+        answer with inner whitespace is several tokens and raises `NotImplementedError`; a
+        single word that the model's tokenizer splits cannot be detected from here and
+        scores 0 (as if outside the top-k), so keep answers to words that are one token.
+        """
+        if len(answers) != len(items):
+            raise ValueError(f"{len(items)} inputs but {len(answers)} answers")
+        for answer in answers:
+            if not answer.strip() or len(answer.split()) > 1:
+                raise NotImplementedError(
+                    f"answer {answer!r}: over a chat-completions API only single-token answers can be scored "
+                    f"(the server reports the top-k of the first generated token, not a given string's "
+                    f"probability). Use a one-word answer such as 'Yes', or a local transformers backend.")
+        return [probs[0] for probs in self.option_probs(items, [[a] for a in answers])]
+
+    # -- request bodies and answers
+
+    def _body(self, content: Any, max_new_tokens: int, logprobs: bool) -> dict:
+        messages = [{"role": "user", "content": content}]
+        if self.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        body = {"model": self.model, "messages": messages, "max_tokens": max_new_tokens,
+                "temperature": self.temperature}
+        if logprobs:
+            body.update(logprobs=True, top_logprobs=self.top_logprobs)
+        return body
+
+    def _first_token_top(self, response: dict) -> list[dict]:
+        """The first generated token's top-k list of {"token", "logprob"} entries."""
+        choice = _first_choice(response, self.base_url)
+        content = (choice.get("logprobs") or {}).get("content")
+        if not content:
+            raise LogprobsUnavailableError(
+                f"{self.base_url} returned no logprobs for model {self.model!r}. Probability scoring needs a server "
+                f"that honours `logprobs`/`top_logprobs` in chat completions: vLLM and SGLang do when asked "
+                f"(vLLM caps top_logprobs at its `--max-logprobs` flag, default 20; start it with "
+                f"`--max-logprobs {self.top_logprobs}` or more if it was lowered). `transformers serve` ignores "
+                f"these fields, so it can serve free-form generation only.")
+        top = content[0].get("top_logprobs")
+        if not top:
+            raise LogprobsUnavailableError(
+                f"{self.base_url} returned the chosen token's logprob but no top_logprobs for model {self.model!r}; "
+                f"the server must support `top_logprobs` (vLLM: `--max-logprobs` of at least {self.top_logprobs}).")
+        return top
+
+
+class OpenAICompatVLM(_ChatBackend):
+    """Vision-language judge (`VisionLanguageModel`) behind an OpenAI-compatible server.
+
+    Each request is one user turn: the image as a base64 data URL (`image_format` "png",
+    lossless, or "jpeg", smaller), then the prompt. Requests sharing an `image_key` reuse
+    one encoding.
+    """
+
+    _backend = "openai-compat-vlm"
+
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
+                 timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
+                 max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
+                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None):
+        super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
+                         max_retries=max_retries, backoff=backoff, max_new_tokens=max_new_tokens,
+                         top_logprobs=top_logprobs, temperature=temperature, system_prompt=system_prompt,
+                         extra_body=extra_body)
+        image_format = image_format.lower()
+        if image_format not in {"png", "jpeg", "jpg"}:
+            raise ValueError(f"image_format must be 'png' or 'jpeg', not {image_format!r}")
+        self.image_format = "jpeg" if image_format == "jpg" else image_format
+
+    def _output_settings(self) -> dict[str, Any]:
+        return {**super()._output_settings(), "image_format": self.image_format}
+
+    def _contents(self, requests: Sequence[VLMRequest]) -> list[list[dict]]:
+        urls: dict[Any, str] = {}
+        contents = []
+        for request in requests:
+            key = request.image_key or id(request.image)  # "" is the default key, not a shared image
+            if key not in urls:
+                urls[key] = encode_image(request.image, self.image_format)
+            contents.append([{"type": "image_url", "image_url": {"url": urls[key]}},
+                             {"type": "text", "text": request.prompt}])
+        return contents
+
+
+class OpenAICompatLLM(_ChatBackend):
+    """Text-only LLM (`TextLLM`: CaptionQA answers, question writing) behind an OpenAI-compatible server."""
+
+    _backend = "openai-compat-llm"
+
+    def _contents(self, prompts: Sequence[str]) -> list[str]:
+        return list(prompts)
+
+
+def encode_image(image: Image.Image, image_format: str = "png") -> str:
+    """A base64 data URL of the image, as chat-completions servers accept in `image_url`."""
+    if image_format == "jpeg" or image.mode not in {"RGB", "RGBA", "L", "LA"}:
+        image = image.convert("RGB")  # JPEG has no alpha; palette and 16-bit modes confuse some decoders
+    buffer = io.BytesIO()
+    image.save(buffer, format=image_format.upper(), **({"quality": 95} if image_format == "jpeg" else {}))
+    return f"data:image/{image_format};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
+
+
+def _token_prob(top: list[dict], option: str) -> float:
+    """Summed probability of the top-k tokens that spell `option`: exact case first, any case
+    only when no token matches exactly, so "Yes" and " Yes" add up but "yes" joins them only
+    as a fallback."""
+    target = option.strip()
+    if not target:
+        raise ValueError("options must not be empty or whitespace")
+    stripped = [(str(entry.get("token", "")).strip(), entry.get("logprob")) for entry in top]
+    matches = [lp for tok, lp in stripped if tok == target]
+    if not matches:
+        matches = [lp for tok, lp in stripped if tok.casefold() == target.casefold()]
+    return min(1.0, sum(math.exp(lp) for lp in matches if lp is not None))
+
+
+def _first_choice(response: dict, base_url: str) -> dict:
+    choices = response.get("choices")
+    if not choices or not isinstance(choices[0], dict):
+        raise OpenAICompatError(f"{base_url} answered without choices: {json.dumps(response)[:300]}")
+    return choices[0]
+
+
+def _normalise_base_url(base_url: str) -> str:
+    """Keep the OpenAI-client convention (".../v1"), adding "/v1" to a bare host:port."""
+    parts = urlsplit(base_url.strip())
+    if parts.scheme not in {"http", "https"} or not parts.netloc:
+        raise ValueError(f"base_url must look like http://HOST:PORT/v1, not {base_url!r}")
+    url = base_url.strip().rstrip("/")
+    return url + "/v1" if parts.path in {"", "/"} else url
+
+
+def _error_detail(response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.text[:300] or response.reason_phrase
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])
+    if isinstance(payload, dict) and payload.get("detail"):
+        return str(payload["detail"])
+    return json.dumps(payload)[:300]
+
+
+def _retry_after(response) -> float:
+    try:
+        return min(float(response.headers.get("retry-after", 0)), _MAX_RETRY_AFTER)
+    except ValueError:  # the HTTP-date form: fall back to our own backoff
+        return 0.0
