@@ -126,6 +126,10 @@ def score(
     }
     if out_dir:
         write_run(out_dir, summary, manifest)
+        if "turing" in metric_names and summary["metrics"]["turing"]["n"]:
+            from .report import write_report
+
+            write_report(records, out_dir, metric="turing")
     return Results(records, summary, manifest, out_dir, metric_names)
 
 

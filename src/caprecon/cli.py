@@ -24,6 +24,16 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
     p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE")
     p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
+    p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
+    p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
+                   help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
+    p.add_argument("--llm", help="text LLM of captionqa: name, hub id or folder")
+    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE")
+    p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
+    p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
+    p.add_argument("--vqa-template", help="VQAScore question with {caption}")
+    p.add_argument("--vqa-normalise", action="store_const", const=True,
+                   help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
     p.add_argument("--seed", type=int)
     p.add_argument("--seed-policy", choices=["per-sample", "fixed"])
@@ -39,13 +49,14 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> dict:
-    keys = ("preset", "generator", "embedder", "clip", "template", "seed", "seed_policy", "max_side", "upscale",
-            "batch_size", "cache_dir", "no_cache")
+    keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
+            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "batch_size", "cache_dir",
+            "no_cache")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    if args.generator_opt:
-        settings["generator_options"] = parse_options(args.generator_opt)
-    if args.embedder_opt:
-        settings["embedder_options"] = parse_options(args.embedder_opt)
+    for role in ("generator", "embedder", "judge", "llm"):
+        pairs = getattr(args, f"{role}_opt")
+        if pairs:
+            settings[f"{role}_options"] = parse_options(pairs)
     return settings
 
 
@@ -67,8 +78,23 @@ def _report(results) -> None:
     used = results.manifest["models"]
     for role, info in used.items():
         print(f"{role}: {info.get('model') or info.get('backend') or info}")
+    if "turing" in results.metric_names and results.summary["metrics"]["turing"]["n"]:
+        from .report import category_table
+
+        print()
+        print(category_table(results.records).to_text())
     if results.out:
         print(f"run folder: {results.out}")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import category_table, write_report
+
+    paths = write_report(args.run, args.out or args.run, metric=args.metric)
+    print(category_table(args.run, metric=args.metric).to_text())
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -80,7 +106,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(table, indent=2))
         return 0
-    for role in ("preset", "metric", "generator", "embedder", "matcher"):
+    for role in ("preset", "metric", "generator", "embedder", "matcher", "judge", "llm"):
         print(f"{role}s:")
         for name, about in table[role].items():
             print(f"  {name:20s} {about}")
@@ -108,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p)
     p.set_defaults(func=cmd_score)
 
+    p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
+    p.add_argument("run", help="run folder (or its scores.jsonl)")
+    p.add_argument("--metric", default="turing", help="turing or captionqa")
+    p.add_argument("--out", help="where to write categories.md/.csv and radar.png (default: the run folder)")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("models", help="list metrics, presets and registered models")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_models)
@@ -124,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     if not args.verbose:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
     try:
         return args.func(args)
     except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError) as exc:

@@ -27,7 +27,15 @@ class RunConfig:
     generator_options: dict[str, Any] = field(default_factory=dict)
     embedder: Any = None
     embedder_options: dict[str, Any] = field(default_factory=dict)
-    clip: Any = "clip-b32"  # the CLIP model of clip-image (and clipscore)
+    clip: Any = "openai/clip-vit-base-patch32"  # the CLIP of clip-image, clipscore and refclipscore
+    judge: Any = None  # the VLM of turing, vqascore and fleur
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    llm: Any = None  # the text LLM of captionqa
+    llm_options: dict[str, Any] = field(default_factory=dict)
+    qa_bank: str | None = None  # the QA bank (JSONL) of turing and captionqa
+    vqa_template: str = "Is the figure showing: {caption}?"
+    vqa_on: str = "image"  # image, reconstruction or both
+    vqa_normalise: bool = False
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"
@@ -54,7 +62,7 @@ class RunConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ConfigError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
-        for key in ("generator_options", "embedder_options"):  # options merge rather than replace
+        for key in ("generator_options", "embedder_options", "judge_options", "llm_options"):  # options merge rather than replace
             merged = {}
             for layer in (registry.PRESETS.get(preset or "", {}), file_values, explicit):
                 merged.update(layer.get(key) or {})
@@ -73,7 +81,7 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for key in ("generator", "embedder", "clip"):
+        for key in ("generator", "embedder", "clip", "judge", "llm"):
             if out[key] is not None and not isinstance(out[key], (str, int, float)):
                 out[key] = type(out[key]).__name__
         return json.loads(json.dumps(out, default=str))
@@ -123,9 +131,32 @@ class Roles:
     def clip(self):
         return self._build("embedder", self.config.clip, {}, "clip")
 
+    @cached_property
+    def clip_matcher(self):
+        spec = self.config.clip
+        if isinstance(spec, str) and spec in registry.EMBEDDERS:  # an embedder name: the same checkpoint
+            spec = registry.EMBEDDERS[spec].defaults.get("model", spec)
+        return self._build("matcher", spec, {}, "clip")
+
+    @cached_property
+    def judge(self):
+        return self._build("judge", self.config.judge, self.config.judge_options, "judge")
+
+    @cached_property
+    def llm(self):
+        return self._build("llm", self.config.llm, self.config.llm_options, "llm")
+
+    @cached_property
+    def qa_bank(self):
+        from .qa import load_qa_bank
+
+        if not self.config.qa_bank:
+            raise ConfigError("this metric needs a QA bank: set --qa-bank FILE (JSONL)")
+        return load_qa_bank(self.config.qa_bank)
+
     def describe(self) -> dict[str, Any]:
         built = {}
-        for name in ("generator", "embedder", "clip"):
+        for name in ("generator", "embedder", "clip", "clip_matcher", "judge", "llm"):
             if name in self.__dict__:
                 model = self.__dict__[name]
                 describe = getattr(model, "describe", None)

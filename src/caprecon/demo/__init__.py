@@ -42,7 +42,11 @@ def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
         for quality, values in by_quality.items():
             print(f"mean recon, {quality:9s} captions: {sum(values) / len(values):.4f}  (n={len(values)})")
         print()
-        for role, info in results.manifest["models"].items():
-            print(f"{role}: {info}")
+        generator, embedder = results.manifest["models"]["generator"], results.manifest["models"]["embedder"]
+        matcher = generator["matcher"]
+        print(f"generator: retrieval over {len(generator['gallery'])} bundled photos; caption-image match by "
+              f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
+              f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
+        print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
         print(f"\n{NOTICE}\nrun folder: {results.out}")
     return results

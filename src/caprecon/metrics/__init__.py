@@ -1,4 +1,8 @@
-"""Metrics by name: each entry builds a metric from the run's shared models (`Roles`)."""
+"""Metrics by name: each entry builds a metric from the run's shared models (`Roles`).
+
+Metric modules are imported when a metric is built, so a run that only needs ReconScore
+never imports the judge or text-LLM code.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +14,65 @@ from .recon import ClipImageScore, ReconScore
 if TYPE_CHECKING:
     from ..config import Roles, RunConfig
 
+
+def _recon(roles: "Roles", cfg: "RunConfig") -> Metric:
+    return ReconScore(roles.generator, roles.embedder, cfg.spec)
+
+
+def _clip_image(roles: "Roles", cfg: "RunConfig") -> Metric:
+    return ClipImageScore(roles.generator, roles.clip, cfg.spec)
+
+
+def _turing(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .turing import CaptionTuringTest
+
+    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec)
+
+
+def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .vqascore import VQAScore
+
+    return VQAScore(roles.judge, template=cfg.vqa_template, on=cfg.vqa_on,
+                    generator=roles.generator if cfg.vqa_on != "image" else None, spec=cfg.spec,
+                    normalise=cfg.vqa_normalise)
+
+
+def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .captionqa import CaptionQA
+
+    return CaptionQA(roles.llm, roles.qa_bank)
+
+
+def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .fleur import Fleur
+
+    return Fleur(roles.judge)
+
+
+def _clipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .clipscore import ClipScore
+
+    return ClipScore(roles.clip_matcher)
+
+
+def _refclipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
+    from .clipscore import RefClipScore
+
+    return RefClipScore(roles.clip_matcher)
+
+
 MetricFactory = Callable[["Roles", "RunConfig"], Metric]
 
 METRICS: dict[str, tuple[MetricFactory, str]] = {
-    "recon": (lambda roles, cfg: ReconScore(roles.generator, roles.embedder, cfg.spec),
-              "ReconScore (1 + cos(F(I), F(Î)))/2, F = --embedder"),
-    "clip-image": (lambda roles, cfg: ClipImageScore(roles.generator, roles.clip, cfg.spec),
-                   "cos(E(I), E(Î)) in CLIP image space, E = --clip"),
+    "recon": (_recon, "ReconScore (1 + cos(F(I), F(Î)))/2, F = --embedder"),
+    "clip-image": (_clip_image, "cos(E(I), E(Î)) in CLIP image space, E = --clip"),
+    "turing": (_turing, "Caption Turing Test: --judge accuracy on --qa-bank questions seen through Î; "
+                        "upper bound on I"),
+    "vqascore": (_vqascore, "P('Yes') of --judge for 'Is the figure showing: {caption}?' on I (and/or Î: --vqa-on)"),
+    "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
+    "fleur": (_fleur, "--judge rates the caption 0-1, smoothed over its rating probabilities"),
+    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
+    "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }
 
 

@@ -30,12 +30,30 @@ class Context:
         self._reconstructors: dict[tuple[int, ReconstructionSpec], Reconstructor] = {}
         self.embedded = 0  # embeddings actually computed (cache misses)
         self.model_seconds = 0.0  # wall time inside model calls made through the context
+        self.computed: dict[str, int] = {}  # other model results computed (not cached), by kind
 
     def reconstructor(self, generator: TextToImage, spec: ReconstructionSpec) -> Reconstructor:
         slot = (id(generator), spec)
         if slot not in self._reconstructors:
             self._reconstructors[slot] = Reconstructor(generator, self.store, spec)
         return self._reconstructors[slot]
+
+    def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], list[Any]]) -> list[Any]:
+        """JSON results by key; `compute(indices)` runs once for the distinct missing keys."""
+        known = self.store.get_json(list(set(keys)))
+        first_of: dict[str, int] = {}
+        for i, k in enumerate(keys):
+            if k not in known:
+                first_of.setdefault(k, i)
+        if first_of:
+            order = list(first_of.values())
+            with self.model_call():
+                values = compute(order)
+            new = {keys[i]: v for i, v in zip(order, values)}
+            self.store.put_json(kind, new)
+            known.update(new)
+            self.computed[kind] = self.computed.get(kind, 0) + len(order)
+        return [known[k] for k in keys]
 
     @contextmanager
     def model_call(self) -> Iterator[None]:
@@ -49,7 +67,7 @@ class Context:
     def stats(self) -> dict[str, float]:
         recons = self._reconstructors.values()
         return {"generated": sum(r.generated for r in recons), "reused": sum(r.reused for r in recons),
-                "embedded": self.embedded,
+                "embedded": self.embedded, **self.computed,
                 "model_seconds": round(self.model_seconds + sum(r.model_seconds for r in recons), 4)}
 
     def embed(self, embedder: ImageEmbedder, image_keys: Sequence[str],

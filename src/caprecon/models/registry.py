@@ -69,11 +69,53 @@ MATCHERS: dict[str, Entry] = {
                   "CLIP text-image similarity"),
 }
 
+def _judge(model: str, about: str) -> Entry:
+    return Entry("caprecon.models.registry:build_judge", {"model": model}, about)
+
+
+JUDGES: dict[str, Entry] = {
+    "qwen3-vl-8b": _judge("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL 8B Instruct (the Caption Turing Test judge)"),
+    "qwen3-vl-32b": _judge("Qwen/Qwen3-VL-32B-Instruct", "Qwen3-VL 32B Instruct"),
+    "qwen2.5-vl-7b": _judge("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B Instruct"),
+    "qwen2.5-vl-72b": _judge("Qwen/Qwen2.5-VL-72B-Instruct", "Qwen2.5-VL 72B Instruct (the paper's grounding judge)"),
+    "llava-1.5-13b": _judge("llava-hf/llava-1.5-13b-hf", "LLaVA-1.5 13B (VQAScore's judge)"),
+    "instructblip-flan-t5-xl": _judge("Salesforce/instructblip-flan-t5-xl", "InstructBLIP Flan-T5-XL (VQAScore)"),
+}
+
+LLMS: dict[str, Entry] = {
+    "qwen3-8b": Entry("caprecon.models.registry:build_llm", {"model": "Qwen/Qwen3-8B"}, "Qwen3 8B (CaptionQA)"),
+    "qwen2.5-7b": Entry("caprecon.models.registry:build_llm", {"model": "Qwen/Qwen2.5-7B-Instruct"},
+                        "Qwen2.5 7B Instruct"),
+}
+
 ROLES: dict[str, tuple[dict[str, Entry], str]] = {
     "generator": (GENERATORS, "caprecon.models.generator:DiffusersGenerator"),
     "embedder": (EMBEDDERS, "caprecon.models.embedder:HFVisionEmbedder"),
     "matcher": (MATCHERS, "caprecon.models.matcher:ClipMatcher"),
+    "judge": (JUDGES, "caprecon.models.registry:build_judge"),
+    "llm": (LLMS, "caprecon.models.registry:build_llm"),
 }
+
+
+def build_judge(model: str, base_url: str | None = None, **options: Any):
+    """A transformers VLM, or with `base_url` a model on an OpenAI-compatible server."""
+    if base_url:
+        from .openai_compat import OpenAICompatVLM
+
+        return OpenAICompatVLM(model, base_url, **options)
+    from .vlm import TransformersVLM
+
+    return TransformersVLM(model, **options)
+
+
+def build_llm(model: str, base_url: str | None = None, **options: Any):
+    if base_url:
+        from .openai_compat import OpenAICompatLLM
+
+        return OpenAICompatLLM(model, base_url, **options)
+    from .llm import TransformersLLM
+
+    return TransformersLLM(model, **options)
 
 
 def register(role: str, name: str, factory: str, about: str = "", **defaults: Any) -> None:

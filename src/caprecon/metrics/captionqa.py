@@ -1,0 +1,77 @@
+"""CaptionQA: a text-only LLM answers the image's QA bank from the caption alone.
+
+S = (1/k) Σ 1[a_i = J(C, q_i)] over the image's k questions. The LLM may answer that the
+caption does not say ("cannot answer"; an extra option for multiple choice), which
+counts as wrong: a caption is rewarded only for what it states.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..models.llm import TextLLM
+from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
+from ..samples import LoadedSample
+from ..store import content_key
+from .base import Context, Metric
+from .recon import _describe
+
+CANNOT = "Cannot answer from the description"
+PREAMBLE = (
+    "You cannot see the image. Here is a description of it:\n\"{caption}\"\n\n"
+    "Answer the question using only what the description states. If it does not give the answer, "
+)
+
+
+def captionqa_prompt(caption: str, item: QAItem) -> str:
+    if item.type == "mc":
+        item = replace(item, choices=[*item.choices, CANNOT])
+        tail = f"choose the option \"{CANNOT}\".\n\n"
+    else:
+        tail = "reply exactly: cannot answer.\n\n"
+    return PREAMBLE.replace("{caption}", caption.strip()) + tail + build_prompt(item)
+
+
+class CaptionQA(Metric):
+    name = "captionqa"
+
+    def __init__(self, llm: TextLLM, bank: str | Path | dict[str, list[QAItem]], *, max_new_tokens: int = 32,
+                 iou_threshold: float = 0.5):
+        self.llm = llm
+        self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
+        self.max_new_tokens = max_new_tokens
+        self.iou_threshold = iou_threshold
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "llm": _describe(self.llm), "questions": sum(len(v) for v in self.bank.values())}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        prompts, owners = [], []
+        for row, item in enumerate(items):
+            questions = self.bank.get(item.sample.image_id)
+            if not questions:
+                raise ValueError(f"no questions in the QA bank for image_id {item.sample.image_id!r}")
+            for q in questions:
+                prompts.append(captionqa_prompt(item.caption, q))
+                owners.append((row, q))
+        keys = [content_key("llm-answer", model=self.llm.fingerprint, prompt=p, max_new_tokens=self.max_new_tokens)
+                for p in prompts]
+        answers = ctx.cached("llm-answer", keys, lambda idx: self.llm.generate(
+            [prompts[i] for i in idx], max_new_tokens=self.max_new_tokens))
+        per_row: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
+        for (row, q), answer in zip(owners, answers):
+            size = items[row].image.size
+            value = score_answer(q, answer, image_size=size, source_size=size)
+            if q.type == "box":
+                value = float(value >= self.iou_threshold)
+            per_row[row][q.category].append(value)
+        rows = []
+        for per_cat in per_row:
+            values = [v for vs in per_cat.values() for v in vs]
+            row = {"captionqa": sum(values) / len(values), "captionqa_n": len(values)}
+            row.update({f"captionqa/{cat}": sum(vs) / len(vs) for cat, vs in per_cat.items()})
+            rows.append(row)
+        return rows

@@ -1,0 +1,102 @@
+"""CLIPScore and RefCLIPScore (Hessel et al., 2021).
+
+    clipscore    = w · max(cos(E_img(I), E_txt("A photo depicts " + c)), 0),   w = 2.5
+    refclipscore = harmonic mean of clipscore and max(max_r cos(E_txt(c), E_txt(r)), 0)
+
+following the paper's definitions (the prompt prefix, w = 2.5, and a reference part
+without w). CLIP's text encoder reads 77 tokens: longer captions are cut, which a
+warning reports and the row records as `clip_tokens_cut`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..models.generator import CaptionImageMatcher
+from ..samples import LoadedSample
+from ..store import content_key
+from .base import Context, Metric
+from .recon import _describe
+
+log = logging.getLogger(__name__)
+
+PREFIX = "A photo depicts "
+WEIGHT = 2.5
+
+
+def text_embeddings(ctx: Context, matcher: CaptionImageMatcher, texts: Sequence[str]) -> np.ndarray:
+    keys = [content_key("text-embedding", model=matcher.fingerprint, text=t) for t in texts]
+    known = ctx.store.get_arrays(list(set(keys)))
+    missing = list(dict.fromkeys(k for k in keys if k not in known))
+    if missing:
+        order = [keys.index(k) for k in missing]
+        with ctx.model_call():
+            vectors = matcher.embed_texts([texts[i] for i in order])
+        new = dict(zip(missing, vectors))
+        ctx.store.put_arrays("text-embedding", new)
+        known.update(new)
+    return np.stack([known[k] for k in keys])
+
+
+class _MatcherAsEmbedder:
+    """Lets `Context.embed` cache a matcher's image side like any image embedder's."""
+
+    def __init__(self, matcher: CaptionImageMatcher):
+        self.matcher = matcher
+
+    @property
+    def fingerprint(self) -> str:
+        return "matcher-image:" + self.matcher.fingerprint
+
+    def embed(self, images):
+        return self.matcher.embed_images(images)
+
+
+class ClipScore(Metric):
+    name = "clipscore"
+
+    def __init__(self, clip: CaptionImageMatcher, *, prefix: str = PREFIX, weight: float = WEIGHT):
+        self.clip, self.prefix, self.weight = clip, prefix, weight
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "clip": _describe(self.clip), "prefix": self.prefix, "w": self.weight}
+
+    def _clip_s(self, items: Sequence[LoadedSample], ctx: Context) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        texts = [self.prefix + it.caption.strip() for it in items]
+        image_vecs = ctx.embed(_MatcherAsEmbedder(self.clip), [it.image_key for it in items], lambda i: items[i].image)
+        text_vecs = text_embeddings(ctx, self.clip, texts)
+        cos = np.sum(image_vecs * text_vecs, axis=1)
+        rows: list[dict[str, Any]] = [{} for _ in items]
+        count_cut = getattr(self.clip, "tokens_cut", None)
+        if callable(count_cut):
+            for row, text, cut in zip(rows, texts, count_cut(texts)):
+                if cut:
+                    row["clip_tokens_cut"] = cut
+                    log.warning("caption cut by %d tokens at CLIP's text limit: %.60s...", cut, text)
+        return self.weight * np.maximum(cos, 0.0), rows
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        values, rows = self._clip_s(items, ctx)
+        for row, v in zip(rows, values):
+            row["clipscore"] = float(v)
+        return rows
+
+
+class RefClipScore(ClipScore):
+    name = "refclipscore"
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        for item in items:
+            if not item.sample.refs:
+                raise ValueError("refclipscore needs reference captions (`refs`)")
+        values, rows = self._clip_s(items, ctx)
+        captions = text_embeddings(ctx, self.clip, [it.caption.strip() for it in items])
+        for row, item, cand, clip_s in zip(rows, items, captions, values):
+            refs = text_embeddings(ctx, self.clip, [r.strip() for r in item.sample.refs])
+            ref_part = max(float(np.max(refs @ cand)), 0.0)
+            row["clipscore"] = float(clip_s)
+            row["refclipscore"] = 2 * clip_s * ref_part / (clip_s + ref_part) if clip_s + ref_part > 0 else 0.0
+        return rows

@@ -1,0 +1,240 @@
+"""The reference-based caption metrics the field still reports, through pycocoevalcap.
+
+BLEU-1..4, METEOR, ROUGE-L, CIDEr and SPICE are computed exactly as the COCO caption
+evaluation computes them: captions and references go through the Stanford PTB tokenizer
+(lower-cased, punctuation dropped) and then through pycocoevalcap's scorers, so per-sample
+numbers match what pycocoevalcap itself reports for the same corpus.
+
+Every sample is its own entry in the corpus, even when several candidates describe one
+image (that is how Flickr8k and Pascal-50S are usually scored). Two metrics are
+corpus-dependent and callers should know it:
+
+- CIDEr's IDF weights come from the references of the whole run, so a sample's CIDEr
+  changes with the company it is scored in (a lone sample always gets 0);
+- corpus BLEU and corpus METEOR are not the mean of their per-sample values (BLEU pools
+  n-gram counts, METEOR pools its alignment statistics).
+
+Both the PTB tokenizer and METEOR are Java programs; `java` must be on PATH. SPICE also
+needs Stanford CoreNLP 3.6.0, which pycocoevalcap fetches from the internet on first use;
+caprecon never lets it, and reports instead which files to put where.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from caprecon.samples import Sample
+
+BLEU = ("bleu-1", "bleu-2", "bleu-3", "bleu-4")
+REFERENCE_METRICS = (*BLEU, "meteor", "rouge", "cider", "spice")
+
+_ALIASES = {
+    "rougel": "rouge",
+    **{f"bleu{n}": f"bleu-{n}" for n in range(1, 5)},
+    **{f"b{n}": f"bleu-{n}" for n in range(1, 5)},
+}
+
+# What pycocoevalcap's spice/get_stanford_models.py would download into spice/lib/.
+SPICE_CORENLP_ARCHIVE = "https://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip"
+SPICE_CORENLP_JARS = ("stanford-corenlp-3.6.0.jar", "stanford-corenlp-3.6.0-models.jar")
+
+
+class ReferenceMetricError(RuntimeError):
+    """The reference metrics cannot run at all (no Java, nothing scorable, bad name)."""
+
+
+class SpiceUnavailable(ReferenceMetricError):
+    """SPICE was asked for but the CoreNLP jars it needs are not installed."""
+
+
+def reference_metric_name(name: str) -> str | None:
+    """The canonical name of a reference metric (`BLEU_4` -> `bleu-4`), else None."""
+    key = name.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key.replace("-", ""), key)
+    return key if key in REFERENCE_METRICS else None
+
+
+def spice_lib_dir() -> Path:
+    """The folder where pycocoevalcap's SPICE looks for its jars."""
+    from pycocoevalcap import spice
+
+    return Path(spice.__file__).resolve().parent / "lib"
+
+
+def spice_missing_files() -> list[Path]:
+    """CoreNLP jars SPICE needs that are not in place; empty when SPICE can run."""
+    lib = spice_lib_dir()
+    return [lib / jar for jar in SPICE_CORENLP_JARS if not (lib / jar).is_file()]
+
+
+def spice_unavailable_message(missing: Sequence[Path]) -> str:
+    lib = missing[0].parent if missing else spice_lib_dir()
+    names = ", ".join(p.name for p in missing)
+    return (
+        f"SPICE unavailable: Stanford CoreNLP 3.6.0 is not installed ({names} missing from {lib}). "
+        f"To enable it, download {SPICE_CORENLP_ARCHIVE}, and copy "
+        f"stanford-corenlp-full-2015-12-09/{SPICE_CORENLP_JARS[0]} and "
+        f"stanford-corenlp-full-2015-12-09/{SPICE_CORENLP_JARS[1]} into {lib}/. "
+        "caprecon never downloads them itself."
+    )
+
+
+@dataclass
+class ReferenceResult:
+    """One corpus run: a record per sample (metric -> score, or `error`) and corpus scores."""
+
+    records: list[dict]
+    corpus: dict[str, float]
+    skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it did not run
+
+
+class ReferenceMetrics:
+    """BLEU-1..4, METEOR, ROUGE-L, CIDEr and SPICE over a list of samples.
+
+    `names` picks the metrics (default: all of them, SPICE only if its jars are present).
+    Asking for SPICE explicitly without the jars raises `SpiceUnavailable`, unless
+    `skip_unavailable=True`, which drops it and records the reason in `result.skipped`.
+
+    A sample with an empty caption or without references cannot be scored; it gets
+    `{"error": ...}` and takes no part in the corpus. The METEOR Java process is started
+    once and reused by later calls; `close()` (or a `with` block) stops it.
+    """
+
+    def __init__(self, names: Sequence[str] | None = None, *, skip_unavailable: bool = False) -> None:
+        if names is None:
+            wanted = [n for n in REFERENCE_METRICS if n != "spice" or not spice_missing_files()]
+        else:
+            wanted = []
+            for name in names:
+                canonical = reference_metric_name(name)
+                if canonical is None:
+                    raise ReferenceMetricError(
+                        f"unknown reference metric {name!r} (known: {', '.join(REFERENCE_METRICS)})"
+                    )
+                if canonical not in wanted:
+                    wanted.append(canonical)
+        self.skipped: dict[str, str] = {}
+        if "spice" in wanted and (missing := spice_missing_files()):
+            if not skip_unavailable:
+                raise SpiceUnavailable(spice_unavailable_message(missing))
+            wanted.remove("spice")
+            self.skipped["spice"] = spice_unavailable_message(missing)
+        if wanted and shutil.which("java") is None:
+            raise ReferenceMetricError("reference metrics need Java for PTB tokenisation: `java` is not on PATH")
+        self.names = tuple(wanted)
+        self._meteor = None
+
+    def __enter__(self) -> ReferenceMetrics:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._meteor is not None:
+            meteor, self._meteor = self._meteor, None
+            # pycocoevalcap's Meteor stops its java child in __del__.
+            del meteor
+
+    def score(self, samples: Sequence[Sample]) -> list[dict]:
+        """Per-sample scores: one dict per sample, aligned with the input."""
+        return self.evaluate(samples).records
+
+    def corpus(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Corpus-level scores, as pycocoevalcap's COCOEvalCap reports them."""
+        return self.evaluate(samples).corpus
+
+    def evaluate(self, samples: Sequence[Sample]) -> ReferenceResult:
+        """Score `samples` as one corpus; both per-sample and corpus numbers."""
+        records: list[dict] = [{"id": s.id} for s in samples]
+        usable: list[int] = []
+        for i, s in enumerate(samples):
+            refs = [r for r in s.refs if r.strip()]
+            if not s.caption.strip():
+                records[i]["error"] = "empty caption"
+            elif not refs:
+                records[i]["error"] = "no reference captions"
+            else:
+                usable.append(i)
+        if not self.names:
+            return ReferenceResult(records, {}, dict(self.skipped))
+        if not usable:
+            raise ReferenceMetricError("no sample has both a caption and reference captions")
+
+        gts, res = self._tokenize([samples[i] for i in usable])
+        corpus: dict[str, float] = {}
+        per_sample: dict[str, list[float]] = {}
+        for name, value, values in self._run_scorers(gts, res):
+            corpus[name] = float(value)
+            per_sample[name] = [float(v) for v in values]
+        for name, values in per_sample.items():
+            for k, i in enumerate(usable):
+                records[i][name] = values[k]
+        return ReferenceResult(records, {n: corpus[n] for n in self.names}, dict(self.skipped))
+
+    # ------------------------------------------------------------------ internals
+
+    def _tokenize(self, samples: Sequence[Sample]) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+        n = len(samples)
+        # One Java start for references and candidates together: the tokenizer keeps lines,
+        # so tokenising them apart (as COCOEvalCap does) gives the same tokens.
+        # Any Unicode line break inside a caption would shift every later line, hence the
+        # whitespace normalisation.
+        batch = {}
+        for k, s in enumerate(samples):
+            batch[k] = [{"caption": _one_line(r)} for r in s.refs if r.strip()]
+            batch[n + k] = [{"caption": _one_line(s.caption)}]
+        tokens = PTBTokenizer().tokenize(batch)
+        for key, given in batch.items():
+            if len(tokens.get(key, [])) != len(given):
+                raise ReferenceMetricError("PTB tokenizer output does not line up with its input (is Java working?)")
+        gts = {k: tokens[k] for k in range(n)}
+        res = {k: tokens[n + k] for k in range(n)}
+        return gts, res
+
+    def _run_scorers(self, gts, res):
+        wanted = set(self.names)
+        if wanted & set(BLEU):
+            from pycocoevalcap.bleu.bleu import Bleu
+
+            value, values = Bleu(4).compute_score(gts, res, verbose=0)
+            for n, name in enumerate(BLEU):
+                if name in wanted:
+                    yield name, value[n], values[n]
+        if "meteor" in wanted:
+            if self._meteor is None:
+                from pycocoevalcap.meteor.meteor import Meteor
+
+                self._meteor = Meteor()
+            yield ("meteor", *self._meteor.compute_score(gts, res))
+        if "rouge" in wanted:
+            from pycocoevalcap.rouge.rouge import Rouge
+
+            yield ("rouge", *Rouge().compute_score(gts, res))
+        if "cider" in wanted:
+            from pycocoevalcap.cider.cider import Cider
+
+            yield ("cider", *Cider().compute_score(gts, res))
+        if "spice" in wanted:
+            yield ("spice", *_spice(gts, res))
+
+
+def _spice(gts, res) -> tuple[float, list[float]]:
+    # Checked again right before constructing Spice: its constructor downloads CoreNLP
+    # whenever the jar is absent, and that must never happen from caprecon.
+    if missing := spice_missing_files():
+        raise SpiceUnavailable(spice_unavailable_message(missing))
+    from pycocoevalcap.spice.spice import Spice
+
+    value, details = Spice().compute_score(gts, res)
+    # A caption SPICE cannot parse has no F-score; pycocoevalcap already turns it into NaN.
+    return value, [d["All"]["f"] for d in details]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

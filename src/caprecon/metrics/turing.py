@@ -1,0 +1,101 @@
+"""The Caption Turing Test: can a judge answer questions about the image from Î alone?
+
+For each sample, the judge answers the QA bank's questions about its image twice: once
+looking at the reconstruction Î (the score) and once at the original I (the upper bound,
+cached once per image however many captions share it). Reported per row:
+
+    turing          accuracy over the row's questions, on Î
+    turing_upper    the same questions on I
+    turing_gap      turing_upper - turing
+    turing_n        questions asked
+    turing/<cat>, turing_upper/<cat>, turing_n/<cat>   the same per question category
+
+Box questions score by IoU >= threshold (the raw IoUs are averaged into `turing_iou`).
+Across rows, `caprecon.report` weights categories by their question counts.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..models.generator import TextToImage
+from ..models.vlm import VisionLanguageModel, VLMRequest
+from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
+from ..reconstruct import ReconstructionSpec
+from ..samples import LoadedSample
+from ..store import content_key
+from .base import Context, Metric
+from .recon import _describe
+
+
+def judge_answers(ctx: Context, judge: VisionLanguageModel, requests: Sequence[VLMRequest],
+                  max_new_tokens: int) -> list[str]:
+    """Greedy answers, cached by (judge, image content, prompt)."""
+    keys = [content_key("judge-answer", judge=judge.fingerprint, image=r.image_key, prompt=r.prompt,
+                        max_new_tokens=max_new_tokens) for r in requests]
+    return ctx.cached("judge-answer", keys,
+                      lambda idx: judge.generate([requests[i] for i in idx], max_new_tokens=max_new_tokens))
+
+
+class CaptionTuringTest(Metric):
+    name = "turing"
+
+    def __init__(self, generator: TextToImage, judge: VisionLanguageModel, bank: str | Path | dict[str, list[QAItem]],
+                 spec: ReconstructionSpec | None = None, *, upper: bool = True, max_new_tokens: int = 32,
+                 iou_threshold: float = 0.5, **spec_options: Any):
+        self.generator = generator
+        self.judge = judge
+        self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
+        self.spec = spec or ReconstructionSpec(**spec_options)
+        self.upper = upper
+        self.max_new_tokens = max_new_tokens
+        self.iou_threshold = iou_threshold
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "judge": _describe(self.judge), "generator": _describe(self.generator),
+                "questions": sum(len(v) for v in self.bank.values()), "images_in_bank": len(self.bank),
+                "iou_threshold": self.iou_threshold, "upper_bound": self.upper}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        for item in items:
+            if not self.bank.get(item.sample.image_id):
+                raise ValueError(f"no questions in the QA bank for image_id {item.sample.image_id!r}")
+        recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
+        rebuilt_images = [r.image() for r in recons]
+        views = {"turing": [(img, r.key) for img, r in zip(rebuilt_images, recons)]}
+        if self.upper:
+            views["turing_upper"] = [(it.image, it.image_key) for it in items]
+
+        rows: list[dict[str, Any]] = [r.record() for r in recons]
+        for field, images in views.items():
+            requests, owners = [], []
+            for row, (item, (image, key)) in enumerate(zip(items, images)):
+                for q in self.bank[item.sample.image_id]:
+                    requests.append(VLMRequest(image=image, prompt=build_prompt(q), image_key=key))
+                    owners.append((row, q, image.size))
+            answers = judge_answers(ctx, self.judge, requests, self.max_new_tokens)
+            correct: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
+            ious: list[list[float]] = [[] for _ in items]
+            for (row, q, size), answer in zip(owners, answers):
+                value = score_answer(q, answer, image_size=size, source_size=items[row].image.size)
+                if q.type == "box":
+                    ious[row].append(value)
+                    value = float(value >= self.iou_threshold)
+                correct[row][q.category].append(value)
+            for row, per_cat in enumerate(correct):
+                everything = [v for values in per_cat.values() for v in values]
+                rows[row][field] = sum(everything) / len(everything)
+                if field == "turing":
+                    rows[row]["turing_n"] = len(everything)
+                    if ious[row]:
+                        rows[row]["turing_iou"] = sum(ious[row]) / len(ious[row])
+                for cat, values in per_cat.items():
+                    rows[row][f"{field}/{cat}"] = sum(values) / len(values)
+                    if field == "turing":
+                        rows[row][f"turing_n/{cat}"] = len(values)
+        if self.upper:
+            for row in rows:
+                row["turing_gap"] = row["turing_upper"] - row["turing"]
+        return rows

