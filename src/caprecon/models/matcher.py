@@ -182,6 +182,12 @@ class ClipMatcher:
             chunks.append(feats.float().cpu().numpy())
         return l2_normalise(np.concatenate(chunks)) if chunks else np.zeros((0, 0), dtype=np.float32)
 
+    def tokens_cut(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text beyond the text encoder's limit (77 for CLIP), which it drops."""
+        self._load()
+        limit = self._tokenizer.model_max_length
+        return [max(0, len(self._tokenizer(t, verbose=False)["input_ids"]) - limit) for t in texts]
+
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         import torch
 

@@ -1,0 +1,49 @@
+"""CLIPScore and RefCLIPScore against the paper's definitions, recomputed by hand."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import caprecon
+from caprecon.metrics.clipscore import ClipScore, RefClipScore
+from caprecon.models.matcher import ClipMatcher
+
+
+@pytest.fixture(scope="module")
+def pictures():
+    rng = np.random.default_rng(3)
+    return [Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
+
+
+def test_clipscore_matches_definition(tiny_clip, pictures):
+    clip = ClipMatcher(tiny_clip)
+    captions = ["a red kite over a beach", "two dogs", "an old tram in the rain"]
+    scores = ClipScore(clip)(pictures, captions)
+    image_vecs = clip.embed_images(pictures)
+    text_vecs = clip.embed_texts(["A photo depicts " + c for c in captions])
+    expected = [2.5 * max(float(i @ t), 0.0) for i, t in zip(image_vecs, text_vecs)]
+    np.testing.assert_allclose(scores, expected, atol=1e-6)
+    assert all(0 <= s <= 2.5 for s in scores)
+
+
+def test_refclipscore_is_harmonic_mean_with_best_reference(tiny_clip, pictures):
+    clip = ClipMatcher(tiny_clip)
+    refs = [["a kite on the sand", "a beach with a kite"], ["dogs playing"], ["a tram", "rain on a street"]]
+    samples = [caprecon.Sample(id=str(i), image=im, caption=c, refs=r)
+               for i, (im, c, r) in enumerate(zip(pictures, ["a red kite", "two dogs", "a tram"], refs))]
+    res = caprecon.score(samples, [RefClipScore(clip)], no_cache=True)
+    for record, sample in zip(res.records, samples):
+        cand = clip.embed_texts([sample.caption])[0]
+        best = max(max(float(cand @ r) for r in clip.embed_texts(sample.refs)), 0.0)
+        clip_s = record["clipscore"]
+        expected = 2 * clip_s * best / (clip_s + best) if clip_s + best else 0.0
+        assert record["refclipscore"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_long_caption_is_flagged(tiny_clip, pictures, caplog):
+    clip = ClipMatcher(tiny_clip)
+    res = caprecon.score([caprecon.Sample(id="long", image=pictures[0], caption="word " * 30)], [ClipScore(clip)],
+                         no_cache=True)
+    # "A photo depicts " + 30 words: 1+5+7 letters + 120 letters + start/end tokens = 135; limit 77
+    assert res.records[0]["clip_tokens_cut"] == 135 - 77
+    assert "cut by 58 tokens" in caplog.text
