@@ -13,9 +13,12 @@ from .models.common import ModelNotFoundError
 from .samples import SampleFormatError
 
 
-def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
-                   help="metric to compute (repeatable); see `caprecon models`")
+def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
+    if not for_meta:  # `meta` has its own --metric, --seed and --out
+        p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
+                       help="metric to compute (repeatable); see `caprecon models`")
+        p.add_argument("--seed", type=int)
+        p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
     p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
     p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
     p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
@@ -35,7 +38,6 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vqa-normalise", action="store_const", const=True,
                    help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
-    p.add_argument("--seed", type=int)
     p.add_argument("--seed-policy", choices=["per-sample", "fixed"])
     p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
@@ -44,7 +46,6 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--no-cache", action="store_const", const=True,
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")
-    p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
 
 
@@ -85,6 +86,21 @@ def _report(results) -> None:
         print(category_table(results.records).to_text())
     if results.out:
         print(f"run folder: {results.out}")
+
+
+def cmd_meta(args: argparse.Namespace) -> int:
+    from .api import score
+    from .meta import scores_from_records
+    from .meta_cli import run_meta_command
+
+    settings = _settings(args)
+    settings.pop("seed", None)  # meta's --seed seeds the bootstrap, not the reconstructions
+
+    def score_metric(name, samples):
+        results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
+        return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
+
+    return run_meta_command(args, score_metric=score_metric)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -133,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
     _add_run_options(p)
     p.set_defaults(func=cmd_score)
+
+    p = sub.add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
+    from .meta_cli import add_meta_arguments
+
+    add_meta_arguments(p)
+    _add_run_options(p, for_meta=True)
+    p.set_defaults(func=cmd_meta)
 
     p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")

@@ -104,6 +104,8 @@ class ReferenceMetrics:
     """
 
     def __init__(self, names: Sequence[str] | None = None, *, skip_unavailable: bool = False) -> None:
+        if names is None or names:
+            _require_pycocoevalcap()
         if names is None:
             wanted = [n for n in REFERENCE_METRICS if n != "spice" or not spice_missing_files()]
         else:
@@ -222,6 +224,13 @@ class ReferenceMetrics:
             yield ("cider", *Cider().compute_score(gts, res))
         if "spice" in wanted:
             yield ("spice", *_spice(gts, res))
+
+
+def _require_pycocoevalcap() -> None:
+    try:
+        import pycocoevalcap.tokenizer.ptbtokenizer  # noqa: F401
+    except ImportError:
+        raise ReferenceMetricError("reference metrics need pycocoevalcap: pip install 'caprecon[eval]'") from None
 
 
 def _spice(gts, res) -> tuple[float, list[float]]:

@@ -1,0 +1,654 @@
+"""Meta-evaluation: how well a caption metric agrees with people, and how it behaves
+under controlled probes.
+
+Everything here works on per-sample scores that were computed elsewhere (any caprecon
+metric, the reference metrics, or numbers from a file), aligned with
+`Judgments.samples()`. A score that is NaN marks a caption the metric could not score;
+that caption is left out of the statistics and counted in `n_failed`.
+
+Agreement statistics
+    Kendall τ_b / τ_c, Spearman and Pearson between metric scores and human scores.
+    Each human judgment is its own observation: a Flickr8k-Expert caption rated by three
+    experts contributes three (score, rating) pairs, all sharing the caption's score.
+Pairwise accuracy
+    How often the metric orders two captions of one image the way people did. A pair
+    that people rated equally has no right answer and is left out; a pair the metric
+    scores equally earns `tie_credit` (0.5 by default, what a coin flip would earn on
+    average), so a metric cannot gain by collapsing scores into ties.
+Confidence intervals
+    Percentile bootstrap resampling whole images (all judgments of an image stay
+    together, since they are not independent of one another). The generator is seeded,
+    and every metric sees the same resampled image sets, so intervals are reproducible
+    and comparable across metrics.
+Probes
+    `paraphrase_delta` (ReconScore's paraphrase-vs-perturbation test): a good metric
+    scores a paraphrase of a correct caption above a minimally perturbed, now wrong,
+    version of it. `Perturber` makes such versions by swapping colours, object nouns,
+    counts or spatial relations. `length_robustness`: the spread of a metric's mean
+    across caption-length buckets, with content held fixed by comparing captions of the
+    same image with one another.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from caprecon.judgments import Judgment, Judgments, PairJudgment, ProbeTriple
+from caprecon.samples import Sample
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def _quiet(fn, *args, **kwargs) -> float:
+    # Constant inputs make scipy warn and return NaN; NaN is the answer we want, silently.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with np.errstate(all="ignore"):
+            value = fn(*args, **kwargs)[0]
+    return float(value)
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> float:
+    """Kendall's τ_b (ties corrected in both variables) or τ_c (Stuart's, for tables
+    whose two variables have different numbers of levels). NaN when undefined."""
+    if variant not in ("b", "c"):
+        raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
+    if len(x) < 2:
+        return math.nan
+    return _quiet(stats.kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    return math.nan if len(x) < 2 else _quiet(stats.spearmanr, np.asarray(x, float), np.asarray(y, float))
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    return math.nan if len(x) < 2 else _quiet(stats.pearsonr, np.asarray(x, float), np.asarray(y, float))
+
+
+@dataclass
+class PairAccuracy:
+    accuracy: float  # NaN when no pair had a human winner
+    n: int  # pairs with a human winner: the denominator
+    metric_ties: int  # of those, pairs the metric scored equally
+    human_ties: int  # pairs left out because people had no preference
+
+
+def pairwise_accuracy(
+    score_a: Sequence[float],
+    score_b: Sequence[float],
+    preference: Sequence[float],
+    *,
+    tie_credit: float = 0.5,
+) -> PairAccuracy:
+    """Agreement of the metric's order of (A, B) with people's.
+
+    `preference` is the fraction of people preferring A: above 0.5 A wins, below B wins,
+    exactly 0.5 is a human tie and the pair is left out. A metric tie on a decided pair
+    counts `tie_credit` of a correct answer.
+    """
+    a, b, p = (np.asarray(v, float) for v in (score_a, score_b, preference))
+    decided = p != 0.5
+    human = np.sign(p[decided] - 0.5)
+    metric = np.sign(a[decided] - b[decided])
+    n = int(decided.sum())
+    ties = int((metric == 0).sum())
+    correct = float((metric == human).sum()) + tie_credit * ties
+    return PairAccuracy(correct / n if n else math.nan, n, ties, int((~decided).sum()))
+
+
+def within_image_pairs(groups: Sequence, human: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All pairs (i, j), i < j, of captions of the same image, with people's preference
+    for i (1, 0, or 0.5 when their human scores are equal)."""
+    by_group: dict = defaultdict(list)
+    for index, g in enumerate(groups):
+        by_group[g].append(index)
+    first, second = [], []
+    for members in by_group.values():
+        m = np.asarray(members)
+        i, j = np.triu_indices(len(m), k=1)
+        first.append(m[i])
+        second.append(m[j])
+    if not first:
+        return np.empty(0, int), np.empty(0, int), np.empty(0)
+    i, j = np.concatenate(first), np.concatenate(second)
+    h = np.asarray(human, float)
+    return i, j, (np.sign(h[i] - h[j]) + 1) / 2
+
+
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], float],
+    groups: Sequence,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic(indices)`, resampling groups.
+
+    Each resample draws as many groups as there are, with replacement, and passes the
+    row indices of every drawn group (repeated as often as it was drawn). Resamples on
+    which the statistic is undefined (NaN) are left out. (NaN, NaN) when n_resamples is 0.
+    """
+    if n_resamples <= 0:
+        return math.nan, math.nan
+    _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    members = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+    rng = np.random.default_rng(seed)
+    values = np.empty(n_resamples)
+    for r in range(n_resamples):
+        picks = rng.integers(0, len(members), len(members))
+        values[r] = statistic(np.concatenate([members[k] for k in picks]))
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return math.nan, math.nan
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
+# ----------------------------------------------------------------------------- agreement
+
+
+@dataclass
+class MetaRow:
+    """Agreement of one metric with one judgments file."""
+
+    judgments: str
+    metric: str
+    statistic: str  # tau_b, tau_c or accuracy
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int  # human judgments (or decided pairs) behind `value`
+    n_images: int
+    n_failed: int  # captions (pairs, for pair judgments) the metric could not score, left out
+    spearman: float = math.nan
+    pearson: float = math.nan
+    pair_accuracy: float = math.nan  # captions of one image ordered as by their mean human score
+    extra: dict[str, float] = field(default_factory=dict)  # e.g. accuracy per Pascal-50S category
+
+    def as_dict(self) -> dict:
+        row = asdict(self)
+        row.update(row.pop("extra"))
+        return row
+
+
+def scores_from_records(records: Sequence[Mapping], field_name: str, ids: Sequence[str]) -> np.ndarray:
+    """One metric field of per-sample records, aligned with `ids` (NaN where missing or failed).
+
+    Records are matched on `id`; a record carrying `error`, or lacking the field, gives NaN.
+    """
+    by_id = {str(r.get("id")): r for r in records}
+    out = np.full(len(ids), math.nan)
+    for k, sample_id in enumerate(ids):
+        record = by_id.get(str(sample_id))
+        if record is None or record.get("error"):
+            continue
+        value = record.get(field_name)
+        try:
+            out[k] = float(value)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def run_meta(
+    judgments: Judgments,
+    scores_by_metric: Mapping[str, Sequence[float]],
+    *,
+    tau_variant: str | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    tie_credit: float = 0.5,
+) -> list[MetaRow]:
+    """One `MetaRow` per metric: its agreement with `judgments`, with a bootstrap CI.
+
+    `scores_by_metric[name]` holds one score per sample of `judgments.samples()`, in that
+    order (NaN for a caption the metric failed on). Rating judgments are summarised by
+    Kendall τ (`tau_variant`, default: the file's protocol, τ_c for Flickr8k-Expert and
+    τ_b otherwise); pair judgments by pairwise accuracy.
+    """
+    expected = len(judgments.items) * (2 if judgments.pairwise else 1)
+    rows = []
+    for name, raw in scores_by_metric.items():
+        scores = np.asarray(raw, float)
+        if scores.shape != (expected,):
+            raise ValueError(f"metric {name!r}: {scores.size} scores for {expected} samples of {judgments.name}")
+        if judgments.pairwise:
+            rows.append(_pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit))
+        else:
+            rows.append(_ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level, tie_credit))
+    return rows
+
+
+def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level, tie_credit) -> MetaRow:
+    variant = tau_variant or judgments.tau_variant
+    items: list[Judgment] = judgments.items
+    # One row per human judgment, all pointing at their caption's score.
+    item_of = np.array([k for k, it in enumerate(items) for _ in it.ratings])
+    human = np.array([r for it in items for r in it.ratings], float)
+    groups = np.array([it.image_id for it in items for _ in it.ratings], dtype=object)
+    x = scores[item_of]
+    ok = np.isfinite(x)
+
+    def tau(idx: np.ndarray) -> float:
+        idx = idx[ok[idx]]
+        return kendall_tau(x[idx], human[idx], variant)
+
+    low, high = bootstrap_ci(tau, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    scored = np.isfinite(scores)
+    item_groups = [it.image_id for k, it in enumerate(items) if scored[k]]
+    item_human = [float(np.mean(it.ratings)) for k, it in enumerate(items) if scored[k]]
+    i, j, pref = within_image_pairs(item_groups, item_human)
+    kept = scores[scored]
+    return MetaRow(
+        judgments=judgments.name,
+        metric=name,
+        statistic=f"tau_{variant}",
+        value=tau(np.arange(len(x))),
+        ci_low=low,
+        ci_high=high,
+        n=int(ok.sum()),
+        n_images=len(set(groups[ok])),
+        n_failed=int((~scored).sum()),
+        spearman=spearman(x[ok], human[ok]),
+        pearson=pearson(x[ok], human[ok]),
+        pair_accuracy=pairwise_accuracy(kept[i], kept[j], pref, tie_credit=tie_credit).accuracy,
+    )
+
+
+def _pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit) -> MetaRow:
+    items: list[PairJudgment] = judgments.items
+    a, b = scores[0::2], scores[1::2]
+    pref = np.array([it.preference for it in items], float)
+    groups = np.array([it.image_id for it in items], dtype=object)
+    ok = np.isfinite(a) & np.isfinite(b)
+
+    def accuracy(idx: np.ndarray) -> float:
+        idx = idx[ok[idx]]
+        return pairwise_accuracy(a[idx], b[idx], pref[idx], tie_credit=tie_credit).accuracy
+
+    overall = pairwise_accuracy(a[ok], b[ok], pref[ok], tie_credit=tie_credit)
+    low, high = bootstrap_ci(accuracy, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    categories = np.array([it.category for it in items], dtype=object)
+    extra = {
+        f"accuracy_{c}": accuracy(np.flatnonzero(categories == c))
+        for c in sorted({it.category for it in items if it.category})
+    }
+    return MetaRow(
+        judgments=judgments.name,
+        metric=name,
+        statistic="accuracy",
+        value=overall.accuracy,
+        ci_low=low,
+        ci_high=high,
+        n=overall.n,
+        n_images=len(set(groups[ok])),
+        n_failed=int((~ok).sum()),
+        extra=extra,
+    )
+
+
+# ----------------------------------------------------------------------------- probes
+
+COLOURS = (
+    "red", "blue", "green", "yellow", "black", "white", "brown", "orange",
+    "pink", "purple", "gray", "grey",
+)  # fmt: skip
+COUNTS = ("two", "three", "four", "five", "six")
+_OBJECT_PAIRS = (
+    ("man", "woman"), ("men", "women"), ("boy", "girl"), ("boys", "girls"),
+    ("dog", "cat"), ("dogs", "cats"), ("horse", "cow"), ("horses", "cows"),
+    ("car", "truck"), ("cars", "trucks"), ("bicycle", "motorcycle"), ("bike", "skateboard"),
+    ("ball", "frisbee"), ("beach", "field"), ("snow", "sand"), ("water", "grass"),
+    ("street", "river"), ("shirt", "jacket"), ("hat", "helmet"), ("bird", "fish"),
+)  # fmt: skip
+_SPATIAL_PAIRS = (
+    ("in front of", "behind"), ("on top of", "underneath"), ("above", "below"),
+    ("left", "right"), ("inside", "outside"), ("under", "over"), ("up", "down"),
+    ("on", "under"), ("into", "out of"),
+)  # fmt: skip
+
+
+def _symmetric(pairs) -> dict[str, str]:
+    table = {}
+    for a, b in pairs:
+        table.setdefault(a, b)
+        table.setdefault(b, a)
+    return table
+
+
+OBJECT_SWAPS = _symmetric(_OBJECT_PAIRS)
+SPATIAL_SWAPS = _symmetric(_SPATIAL_PAIRS)
+PERTURBATION_KINDS = ("colour", "object", "count", "spatial")
+
+
+@dataclass
+class Perturbation:
+    text: str
+    kind: str
+    original: str
+    replacement: str
+
+
+def _alternation(words) -> re.Pattern:
+    # Longest first, so "on top of" wins over "on".
+    ordered = sorted(words, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in ordered) + r")\b", re.I)
+
+
+class Perturber:
+    """Rule-based minimal perturbations that make a correct caption wrong.
+
+    One word or phrase is replaced: a colour by another colour, an object noun by a
+    different object of the same kind (man/woman, dog/cat, ...), a count word by another
+    count, a spatial relation by its opposite. The choice depends only on `seed` and the
+    caption, so results do not depend on call order.
+    """
+
+    def __init__(self, kinds: Sequence[str] = PERTURBATION_KINDS, seed: int = 0) -> None:
+        unknown = set(kinds) - set(PERTURBATION_KINDS)
+        if unknown:
+            raise ValueError(f"unknown perturbation kinds {sorted(unknown)} (known: {', '.join(PERTURBATION_KINDS)})")
+        self.kinds = tuple(kinds)
+        self.seed = seed
+        self._patterns = {
+            "colour": _alternation(COLOURS),
+            "object": _alternation(OBJECT_SWAPS),
+            "count": _alternation(COUNTS),
+            "spatial": _alternation(SPATIAL_SWAPS),
+        }
+
+    def candidates(self, caption: str) -> list[tuple[str, re.Match]]:
+        """Every place in `caption` one of the enabled perturbations could change."""
+        return [(kind, m) for kind in self.kinds for m in self._patterns[kind].finditer(caption)]
+
+    def perturb(self, caption: str) -> Perturbation | None:
+        """One perturbed version of `caption`, or None if nothing in it can be swapped."""
+        found = self.candidates(caption)
+        if not found:
+            return None
+        rng = random.Random(f"{self.seed}\x00{caption}")
+        kind, match = rng.choice(found)
+        original = match.group(0)
+        key = " ".join(original.lower().split())
+        if kind == "colour":
+            same = {"gray", "grey"} if key in ("gray", "grey") else {key}
+            replacement = rng.choice([c for c in COLOURS if c not in same])
+        elif kind == "count":
+            replacement = rng.choice([c for c in COUNTS if c != key])
+        elif kind == "object":
+            replacement = OBJECT_SWAPS[key]
+        else:
+            replacement = SPATIAL_SWAPS[key]
+        if original[:1].isupper():
+            replacement = replacement[:1].upper() + replacement[1:]
+        text = caption[: match.start()] + replacement + caption[match.end():]
+        return Perturbation(text, kind, original, replacement)
+
+
+def probe_triples_from_refs(judgments: Judgments, perturber: Perturber) -> list[ProbeTriple]:
+    """Paraphrase/perturbation triples built from the references of each judged image.
+
+    For each image the first reference the perturber can change becomes the paraphrase,
+    its perturbed copy the wrong caption, and the other references (at least one) the
+    references; images where no reference can be perturbed are skipped.
+    """
+    triples = []
+    for image_id, (image, refs) in _refs_per_image(judgments).items():
+        for k, ref in enumerate(refs):
+            change = perturber.perturb(ref)
+            others = refs[:k] + refs[k + 1:]
+            if change is None or not others:
+                continue
+            triples.append(ProbeTriple(image, others[0], ref, change.text, others, image_id, change.kind))
+            break
+    return triples
+
+
+def _refs_per_image(judgments: Judgments) -> dict[str, tuple[str, list[str]]]:
+    # Flickr8k-CrowdFlower leaves a caption out of its own image's references, so items of
+    # one image can differ; the longest list is the image's full set.
+    best: dict[str, tuple[str, list[str]]] = {}
+    for item in judgments.items:
+        if item.image_id not in best or len(item.refs) > len(best[item.image_id][1]):
+            best[item.image_id] = (item.image, list(item.refs))
+    return best
+
+
+def triple_samples(triples: Sequence[ProbeTriple], images_root: str | Path | None = None) -> list[Sample]:
+    """Samples for the Δ probe: every paraphrase, then every perturbed caption."""
+    def image(t: ProbeTriple):
+        p = Path(t.image)
+        return p if images_root is None or p.is_absolute() else Path(images_root) / p
+
+    paraphrases = [Sample(f"para-{k}", image(t), t.paraphrase, t.refs, t.image_id) for k, t in enumerate(triples)]
+    perturbed = [Sample(f"pert-{k}", image(t), t.perturbed, t.refs, t.image_id) for k, t in enumerate(triples)]
+    return paraphrases + perturbed
+
+
+def length_samples(judgments: Judgments, images_root: str | Path | None = None) -> list[Sample]:
+    """Samples for the length probe: every reference of every image as a caption, scored
+    against the image's other references, so content is fixed within an image."""
+    root = Path(images_root) if images_root is not None else (judgments.path.parent if judgments.path else None)
+    out = []
+    for image_id, (image, refs) in _refs_per_image(judgments).items():
+        path = Path(image) if root is None or Path(image).is_absolute() else root / image
+        for k, ref in enumerate(refs):
+            out.append(Sample(f"len-{image_id}-{k}", path, ref, refs[:k] + refs[k + 1:], image_id, k))
+    return out
+
+
+@dataclass
+class ProbeRow:
+    """One metric under one probe."""
+
+    metric: str
+    probe: str  # paraphrase_delta or length_std
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def paraphrase_delta(
+    metric: str,
+    paraphrase_scores: Sequence[float],
+    perturbed_scores: Sequence[float],
+    groups: Sequence,
+    *,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> ProbeRow:
+    """Δ = mean score(paraphrase) − mean score(perturbed), over triples both scored.
+
+    Positive Δ means the metric notices the perturbation. The detail gives both means and
+    the win rate (share of triples whose paraphrase outscored its perturbation; ties half).
+    """
+    para, pert = np.asarray(paraphrase_scores, float), np.asarray(perturbed_scores, float)
+    ok = np.isfinite(para) & np.isfinite(pert)
+
+    def delta(idx: np.ndarray) -> float:
+        idx = idx[ok[idx]]
+        return float(para[idx].mean() - pert[idx].mean()) if len(idx) else math.nan
+
+    low, high = bootstrap_ci(delta, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    n = int(ok.sum())
+    wins = float(np.mean((para[ok] > pert[ok]) + 0.5 * (para[ok] == pert[ok]))) if n else math.nan
+    detail = (
+        f"paraphrase {para[ok].mean():.4g}, perturbed {pert[ok].mean():.4g}, win rate {wins:.3f}"
+        if n
+        else "no triple scored"
+    )
+    return ProbeRow(metric, "paraphrase_delta", delta(np.arange(len(para))), low, high, n, detail)
+
+
+LENGTH_EDGES = (9, 12, 15)  # word counts starting buckets 2..4: <=8, 9-11, 12-14, >=15
+
+
+def length_robustness(
+    metric: str,
+    captions: Sequence[str],
+    scores: Sequence[float],
+    groups: Sequence,
+    *,
+    edges: Sequence[int] = LENGTH_EDGES,
+    min_bucket: int = 5,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> ProbeRow:
+    """Standard deviation of the metric's mean across caption-length buckets.
+
+    Scores are first centred within each image (group), so what varies across buckets is
+    length, not which pictures happen to get long captions; the image-wide mean is added
+    back so bucket means stay on the metric's scale. Buckets with fewer than `min_bucket`
+    captions are ignored. 0 means the metric is indifferent to length; the detail also
+    gives the spread relative to the metric's overall standard deviation, which compares
+    across metrics with different scales.
+    """
+    s = np.asarray(scores, float)
+    lengths = np.array([len(c.split()) for c in captions])
+    bucket = np.searchsorted(np.asarray(edges), lengths, side="right")
+    g = np.asarray(groups, dtype=object).astype(str)
+    _, image_of = np.unique(g, return_inverse=True)
+    ok = np.isfinite(s)
+
+    def bucket_means(idx: np.ndarray) -> dict[int, tuple[float, int]]:
+        idx = idx[ok[idx]]
+        if not len(idx):
+            return {}
+        _, local = np.unique(image_of[idx], return_inverse=True)
+        centre = np.bincount(local, s[idx]) / np.bincount(local)
+        residual = s[idx] - centre[local] + s[idx].mean()
+        out = {}
+        for b in np.unique(bucket[idx]):
+            members = residual[bucket[idx] == b]
+            if len(members) >= min_bucket:
+                out[int(b)] = (float(members.mean()), len(members))
+        return out
+
+    def spread(idx: np.ndarray) -> float:
+        means = bucket_means(idx)
+        return float(np.std([m for m, _ in means.values()])) if len(means) >= 2 else math.nan
+
+    everything = np.arange(len(s))
+    value = spread(everything)
+    low, high = bootstrap_ci(spread, g, n_resamples=n_bootstrap, seed=seed, level=level)
+    labels = _bucket_labels(edges)
+    parts = [f"{labels[b]}: {m:.4g} (n={n})" for b, (m, n) in sorted(bucket_means(everything).items())]
+    overall = float(np.std(s[ok])) if ok.any() else math.nan
+    relative = value / overall if overall > 0 else math.nan
+    detail = f"std / overall std {relative:.3f}; bucket means " + ", ".join(parts)
+    return ProbeRow(metric, "length_std", value, low, high, int(ok.sum()), detail)
+
+
+def _bucket_labels(edges: Sequence[int]) -> list[str]:
+    bounds = [1, *edges]
+    labels = [f"{lo}-{hi - 1} words" for lo, hi in zip(bounds, edges)]
+    return labels + [f"{edges[-1]}+ words"]
+
+
+# ----------------------------------------------------------------------------- output
+
+_META_COLUMNS = (
+    ("judgments", "judgments"),
+    ("metric", "metric"),
+    ("statistic", "stat"),
+    ("value", "value"),
+    ("ci", "95% CI"),
+    ("spearman", "spearman"),
+    ("pearson", "pearson"),
+    ("pair_accuracy", "pair acc"),
+    ("n", "n"),
+    ("n_images", "images"),
+    ("n_failed", "failed"),
+)
+_PROBE_COLUMNS = (
+    ("metric", "metric"),
+    ("probe", "probe"),
+    ("value", "value"),
+    ("ci", "95% CI"),
+    ("n", "n"),
+    ("detail", "detail"),
+)
+
+
+def _cell(row: dict, key: str) -> str:
+    if key == "ci":
+        low, high = row["ci_low"], row["ci_high"]
+        return "" if math.isnan(low) else f"[{low:.3f}, {high:.3f}]"
+    value = row.get(key, "")
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.3f}"
+    return str(value)
+
+
+def _columns(rows: Sequence[MetaRow | ProbeRow]) -> list[tuple[str, str]]:
+    if rows and isinstance(rows[0], ProbeRow):
+        return list(_PROBE_COLUMNS)
+    extra = sorted({k for r in rows for k in r.extra})
+    return list(_META_COLUMNS) + [(k, k.replace("_", " ")) for k in extra]
+
+
+def format_table(rows: Sequence[MetaRow | ProbeRow]) -> str:
+    """A plain-text table for the terminal (the CI level is whatever the rows were run with)."""
+    if not rows:
+        return "(no results)"
+    columns = _columns(rows)
+    cells = [[_cell(r.as_dict(), key) for key, _ in columns] for r in rows]
+    widths = [max(len(title), *(len(c[k]) for c in cells)) for k, (_, title) in enumerate(columns)]
+    lines = ["  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    return "\n".join(lines)
+
+
+def write_markdown(
+    rows: Sequence[MetaRow | ProbeRow], path: str | Path, *, title: str = "", notes: Sequence[str] = ()
+) -> None:
+    """A markdown table, preceded by an optional title and followed by notes."""
+    columns = _columns(rows)
+    out = [f"# {title}", ""] if title else []
+    if rows:
+        out.append("| " + " | ".join(t for _, t in columns) + " |")
+        out.append("|" + "|".join("---" for _ in columns) + "|")
+        for r in rows:
+            d = r.as_dict()
+            out.append("| " + " | ".join(_cell(d, k).replace("|", "\\|") for k, _ in columns) + " |")
+    if notes:
+        out += [""] + [f"- {note}" for note in notes]
+    Path(path).write_text("\n".join(out) + "\n", encoding="utf-8")
+
+
+def write_csv(rows: Sequence[MetaRow | ProbeRow], path: str | Path) -> None:
+    """Raw values, full precision, one column per field (NaN as an empty cell)."""
+    dicts = [r.as_dict() for r in rows]
+    fields: list[str] = []
+    for d in dicts:
+        fields += [k for k in d if k not in fields]
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        for d in dicts:
+            writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in d.items()})
+

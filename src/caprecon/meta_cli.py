@@ -1,0 +1,304 @@
+"""`caprecon meta`: score human-judged captions with some metrics and report agreement.
+
+    caprecon meta --judgments expert.jsonl crowdflower.jsonl --images DIR \\
+        --metric bleu-4 cider meteor --out runs/meta [--bootstrap 1000] [--seed 0]
+
+The reference metrics (bleu-1..4, meteor, rouge, cider, spice) are computed here, one
+corpus per judgments file. Any other metric name goes to the `score_metric` callable
+given to `run_meta_command`, which is how the main CLI plugs in caprecon's own metrics.
+Scores can also come ready-made from `--scores` files.
+
+Writes to --out: `meta.csv` and `meta.md` (one row per judgments file and metric),
+`scores-<file>.csv` (every caption's score from every metric, reusable via --scores),
+and with --probes or --triples `probes.csv` / `probes.md`.
+
+Also runnable on its own: `python -m caprecon.meta_cli ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from caprecon.judgments import FORMATS, JudgmentFormatError, Judgments, load_judgments, load_triples
+from caprecon.meta import (
+    MetaRow,
+    Perturber,
+    ProbeRow,
+    format_table,
+    length_robustness,
+    length_samples,
+    paraphrase_delta,
+    probe_triples_from_refs,
+    run_meta,
+    scores_from_records,
+    triple_samples,
+    write_csv,
+    write_markdown,
+)
+from caprecon.metrics.reference import REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name
+from caprecon.samples import Sample
+
+ScoreMetric = Callable[[str, list[Sample]], Sequence[float]]
+"""score_metric(name, samples) -> one score per sample (NaN or None where it failed)."""
+
+
+# Columns of scores-<file>.csv that describe the caption rather than score it.
+_SCORES_INFO_COLUMNS = ("image_id", "caption", "human")
+
+
+class MetaError(RuntimeError):
+    """A problem with the request as a whole; reported as one line, exit status 2."""
+
+
+def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--judgments", nargs="+", required=True, type=Path, metavar="FILE",
+        help="human judgments: Flickr8k-Expert / -CrowdFlower JSONL, pairwise preferences, "
+        "or a generic CSV/JSONL of (image, caption, human score); several files are scored separately",
+    )  # fmt: skip
+    parser.add_argument(
+        "--format", default="auto", choices=("auto", *FORMATS),
+        help="judgments format (default: recognised from the fields)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--captions", type=Path, metavar="FILE",
+        help="Flickr8k.token.txt, needed to read the original ExpertAnnotations.txt / CrowdFlowerAnnotations.txt",
+    )  # fmt: skip
+    parser.add_argument(
+        "--images", type=Path, metavar="DIR",
+        help="folder the judgments' image names are relative to (default: the judgments file's folder); "
+        "the reference metrics do not open images",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metric", nargs="+", action="extend", metavar="NAME",
+        help=f"metrics to evaluate (default: the reference metrics {', '.join(REFERENCE_METRICS)}); "
+        "commas also separate names",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, required=True, metavar="DIR", help="folder for the CSV and markdown results"
+    )
+    parser.add_argument(
+        "--scores", nargs="+", type=Path, metavar="FILE",
+        help="precomputed per-caption scores (CSV/JSONL with `id` and a column per metric), one file per "
+        "--judgments file in the same order; metrics found there are not recomputed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the perturber")
+    parser.add_argument(
+        "--tau", choices=("b", "c"),
+        help="Kendall variant for rating judgments (default: c for Flickr8k-Expert, b otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probes", action="store_true",
+        help="also run the probes on the images of the first --judgments file: paraphrase-vs-perturbation Δ "
+        "(perturbing their references unless --triples is given) and length robustness",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triples", type=Path, metavar="FILE",
+        help="(image, reference, paraphrase, perturbed) rows for the Δ probe; implies --probes",
+    )  # fmt: skip
+
+
+def run_meta_command(args: argparse.Namespace, score_metric: ScoreMetric | None = None) -> int:
+    """Run `caprecon meta` with parsed `args`; returns the exit status.
+
+    `score_metric(name, samples)` scores every metric that is not a reference metric and
+    not in a --scores file; without it such a metric is an error.
+    """
+    try:
+        return _run(args, score_metric)
+    except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
+        print(f"caprecon meta: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+    metrics = _metric_names(args.metric)
+    if args.scores and len(args.scores) != len(args.judgments):
+        raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
+    unknown = [m for m in metrics if reference_metric_name(m) is None]
+    if unknown and score_metric is None and not args.scores:
+        raise MetaError(
+            f"no scorer for {', '.join(unknown)}: this command computes only the reference metrics "
+            f"({', '.join(REFERENCE_METRICS)}); give other metrics' scores with --scores"
+        )
+    files = [load_judgments(path, args.format, captions=args.captions) for path in args.judgments]
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[MetaRow] = []
+    notes: list[str] = []
+    with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
+        notes += reference.skipped.values()
+        for k, judgments in enumerate(files):
+            samples = judgments.samples(args.images)
+            given = _read_scores(args.scores[k], samples) if args.scores else {}
+            scores = _score(metrics, samples, reference, score_metric, given)
+            _write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
+            rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+        probe_rows = (
+            _probes(args, files[0], metrics, reference, score_metric, notes) if args.probes or args.triples else []
+        )
+
+    write_csv(rows, args.out / "meta.csv")
+    write_markdown(rows, args.out / "meta.md", title="Agreement with human judgments", notes=notes)
+    print(format_table(rows))
+    if probe_rows:
+        write_csv(probe_rows, args.out / "probes.csv")
+        write_markdown(probe_rows, args.out / "probes.md", title="Probes", notes=notes)
+        print()
+        print(format_table(probe_rows))
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _metric_names(given: Sequence[str] | None) -> list[str]:
+    if not given:
+        return list(REFERENCE_METRICS)
+    names: list[str] = []
+    for part in given:
+        for name in part.split(","):
+            name = name.strip()
+            name = reference_metric_name(name) or name
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def _score(
+    metrics: Sequence[str],
+    samples: list[Sample],
+    reference: ReferenceMetrics,
+    score_metric: ScoreMetric | None,
+    given: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Scores per metric, aligned with `samples`, in the order metrics were asked for."""
+    ids = [s.id for s in samples]
+    wanted_reference = [m for m in metrics if m in reference.names and m not in given]
+    records = reference.score(samples) if wanted_reference else []
+    scores: dict[str, np.ndarray] = {}
+    for name in metrics:
+        if name in given:
+            scores[name] = given[name]
+        elif name in reference.names:
+            scores[name] = scores_from_records(records, name, ids)
+        elif name in reference.skipped:
+            continue
+        elif score_metric is not None:
+            values = score_metric(name, samples)
+            if len(values) != len(samples):
+                raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(samples)} samples")
+            scores[name] = np.array([math.nan if v is None else float(v) for v in values])
+        else:
+            raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
+    return scores
+
+
+def _read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
+    """Every numeric column of a scores file, aligned with `samples` by `id`."""
+    if not path.is_file():
+        raise MetaError(f"scores file not found: {path}")
+    if path.suffix.lower() == ".jsonl":
+        try:
+            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise MetaError(f"{path}: not valid JSON lines ({exc.msg})") from None
+    elif path.suffix.lower() == ".csv":
+        with path.open(newline="", encoding="utf-8") as fh:
+            records = list(csv.DictReader(fh))
+    else:
+        raise MetaError(f"{path}: scores must be .csv or .jsonl")
+    if not records or "id" not in records[0]:
+        raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
+    ids = [s.id for s in samples]
+    missing = set(ids) - {str(r["id"]) for r in records}
+    if missing:
+        raise MetaError(f"{path}: no scores for {len(missing)} samples (e.g. id {sorted(missing)[0]!r})")
+    # caprecon run folders' scores.jsonl omit metric fields on failed rows: take every key seen
+    keys = dict.fromkeys(k for r in records for k in r)
+    columns = [c for c in keys if c not in ("id", "error", *_SCORES_INFO_COLUMNS)]
+    found = {}
+    for column in columns:
+        values = scores_from_records(records, column, ids)
+        if np.isfinite(values).any():
+            found[reference_metric_name(column) or column] = values
+    return found
+
+
+def _write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[str, np.ndarray], path: Path) -> None:
+    human = []
+    for item in judgments.items:
+        if judgments.pairwise:
+            human += [item.preference, 1.0 - item.preference]
+        else:
+            human.append(float(np.mean(item.ratings)))
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", *_SCORES_INFO_COLUMNS, *scores])
+        for k, s in enumerate(samples):
+            values = ["" if math.isnan(v[k]) else repr(float(v[k])) for v in scores.values()]
+            writer.writerow([s.id, s.image_id, s.caption, human[k], *values])
+
+
+def _probes(
+    args: argparse.Namespace,
+    judgments: Judgments,
+    metrics: Sequence[str],
+    reference: ReferenceMetrics,
+    score_metric: ScoreMetric | None,
+    notes: list[str],
+) -> list[ProbeRow]:
+    """Δ and length probes on the images of the first judgments file (or --triples)."""
+    if args.triples:
+        triples = load_triples(args.triples)
+        triples_root = args.images or args.triples.parent
+    else:
+        triples = probe_triples_from_refs(judgments, Perturber(seed=args.seed))
+        triples_root = args.images or (judgments.path.parent if judgments.path else None)
+        notes.append(f"Δ probe: {len(triples)} triples made by perturbing references of {judgments.name}")
+    if not triples:
+        raise MetaError("the Δ probe has no triples (no reference could be perturbed)")
+    # Probe captions are new, so --scores files cannot cover them.
+    pluggable = score_metric is not None
+    computable = [m for m in metrics if m in reference.names or (pluggable and reference_metric_name(m) is None)]
+    if skipped := [m for m in metrics if m not in computable and m not in reference.skipped]:
+        notes.append(f"probes skip {', '.join(skipped)}: only --scores were given for them")
+    rows: list[ProbeRow] = []
+    pair_samples = triple_samples(triples, triples_root)
+    pair_scores = _score(computable, pair_samples, reference, score_metric, {})
+    groups = [t.image_id for t in triples]
+    n = len(triples)
+    for name, values in pair_scores.items():
+        rows.append(paraphrase_delta(name, values[:n], values[n:], groups, n_bootstrap=args.bootstrap, seed=args.seed))
+    lengths = length_samples(judgments, args.images)
+    length_scores = _score(computable, lengths, reference, score_metric, {})
+    for name, values in length_scores.items():
+        rows.append(
+            length_robustness(
+                name, [s.caption for s in lengths], values, [s.image_id for s in lengths],
+                n_bootstrap=args.bootstrap, seed=args.seed,
+            )  # fmt: skip
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
+    )
+    add_meta_arguments(parser)
+    return run_meta_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

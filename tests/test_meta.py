@@ -1,0 +1,396 @@
+"""Meta-evaluation statistics, probes, writers and the `meta` command.
+
+The Kendall cases are counted by hand in the comments: P concordant and Q discordant
+pairs, n0 = n(n-1)/2 pairs in all, n1 / n2 pairs tied in x / y, m = min(number of
+distinct x values, number of distinct y values).
+    τ_b = (P - Q) / sqrt((n0 - n1)(n0 - n2))
+    τ_c = 2 (P - Q) / (n² (m - 1) / m)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, Judgments, PairJudgment
+from caprecon.meta import (
+    COUNTS,
+    SPATIAL_SWAPS,
+    MetaRow,
+    Perturber,
+    bootstrap_ci,
+    format_table,
+    kendall_tau,
+    length_robustness,
+    paraphrase_delta,
+    pairwise_accuracy,
+    pearson,
+    probe_triples_from_refs,
+    run_meta,
+    scores_from_records,
+    spearman,
+    triple_samples,
+    within_image_pairs,
+    write_csv,
+    write_markdown,
+)
+from caprecon.meta_cli import add_meta_arguments, run_meta_command
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+FLICKR8K_DEV = Path(__file__).parents[2] / "shared/data/flickr8k-dev"
+
+
+# ----------------------------------------------------------------------------- Kendall
+
+
+def test_kendall_without_ties():
+    # x = 1 2 3 4, y = 1 3 2 4. Of the 6 pairs only (2,3) is discordant: P = 5, Q = 1.
+    # τ_b = 4 / sqrt(6 * 6) = 2/3. m = 4, τ_c = 2 * 4 / (16 * 3/4) = 8 / 12 = 2/3.
+    x, y = [1, 2, 3, 4], [1, 3, 2, 4]
+    assert kendall_tau(x, y, "b") == pytest.approx(2 / 3)
+    assert kendall_tau(x, y, "c") == pytest.approx(2 / 3)
+
+
+def test_kendall_with_ties():
+    # x = 1 1 2 3, y = 1 2 2 3.
+    # (1,2): tied in x. (1,3) C. (1,4) C. (2,3): tied in y. (2,4) C. (3,4) C.
+    # P = 4, Q = 0, n0 = 6, n1 = 1, n2 = 1: τ_b = 4 / sqrt(5 * 5) = 0.8.
+    # Distinct values: 3 in x, 3 in y, m = 3: τ_c = 2 * 4 / (16 * 2/3) = 0.75.
+    x, y = [1, 1, 2, 3], [1, 2, 2, 3]
+    assert kendall_tau(x, y, "b") == pytest.approx(0.8)
+    assert kendall_tau(x, y, "c") == pytest.approx(0.75)
+
+
+def test_kendall_reversed_and_undefined():
+    # All 6 pairs discordant: P = 0, Q = 6, τ_b = -6/6 = -1.
+    assert kendall_tau([1, 2, 3, 4], [4, 3, 2, 1], "b") == pytest.approx(-1.0)
+    assert math.isnan(kendall_tau([1, 1, 1], [1, 2, 3], "b"))  # a constant metric has no order
+    assert math.isnan(kendall_tau([1], [1], "c"))
+    with pytest.raises(ValueError, match="'b' or 'c'"):
+        kendall_tau([1, 2], [1, 2], "a")
+
+
+def _expert_case() -> Judgments:
+    # Three captions of two images, three expert ratings each (the Flickr8k-Expert shape).
+    items = [
+        Judgment("1", "img1.jpg", "first", (1, 1, 2), image_id="img1"),
+        Judgment("2", "img1.jpg", "second", (2, 2, 3), image_id="img1"),
+        Judgment("3", "img2.jpg", "third", (3, 4, 4), image_id="img2"),
+    ]
+    return Judgments(FLICKR8K_EXPERT, items)
+
+
+def test_expert_protocol_counts_each_rating():
+    # Scores 0.1 / 0.5 / 0.9 expand to x = .1 .1 .1 .5 .5 .5 .9 .9 .9 against
+    # y = 1 1 2 | 2 2 3 | 3 4 4 (n = 9). Pairs inside a caption are tied in x.
+    # caption 1 vs 2: the two 1s are below all of {2,2,3} (6 C); the 2 ties two 2s and is
+    #   below 3 (1 C): 7 C.  1 vs 3: every rating below every rating: 9 C.
+    # 2 vs 3: the two 2s are below {3,4,4} (6 C); the 3 ties one 3, below two 4s (2 C): 8 C.
+    # P = 24, Q = 0. Distinct x: 3, distinct y: 4, m = 3: τ_c = 48 / (81 * 2/3) = 8/9.
+    # n0 = 36, n1 = 3 captions * 3 = 9, n2 = C(2,2)+C(3,2)+C(2,2)+C(2,2) = 6:
+    # τ_b = 24 / sqrt(27 * 30) = 24 / sqrt(810).
+    judgments = _expert_case()
+    [row] = run_meta(judgments, {"m": [0.1, 0.5, 0.9]}, n_bootstrap=0)
+    assert row.statistic == "tau_c"
+    assert row.value == pytest.approx(8 / 9)
+    assert (row.n, row.n_images, row.n_failed) == (9, 2, 0)
+    [row_b] = run_meta(judgments, {"m": [0.1, 0.5, 0.9]}, tau_variant="b", n_bootstrap=0)
+    assert row_b.statistic == "tau_b"
+    assert row_b.value == pytest.approx(24 / math.sqrt(810))
+    # Within img1 people preferred caption 2 (mean 2.33 over 1.33); so does the metric.
+    assert row.pair_accuracy == 1.0
+    assert math.isnan(row.ci_low) and math.isnan(row.ci_high)
+
+
+def test_failed_scores_are_left_out_and_counted():
+    [row] = run_meta(_expert_case(), {"m": [0.1, float("nan"), 0.9]}, n_bootstrap=0)
+    assert (row.n, row.n_failed) == (6, 1)
+    # Left: x = .1 .1 .1 .9 .9 .9 against y = 1 1 2 3 4 4: all 9 cross pairs concordant;
+    # m = min(2, 4) = 2: τ_c = 18 / (36 * 1/2) = 1.
+    assert row.value == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="2 scores for 3 samples"):
+        run_meta(_expert_case(), {"m": [0.1, 0.2]})
+
+
+def test_spearman_and_pearson():
+    assert spearman([1, 2, 3, 4], [1, 4, 9, 16]) == pytest.approx(1.0)
+    assert pearson([1, 2, 3], [2, 4, 6]) == pytest.approx(1.0)
+    assert math.isnan(pearson([1, 1, 1], [1, 2, 3]))
+
+
+# ----------------------------------------------------------------------------- pairs
+
+
+def test_pairwise_accuracy_ties():
+    # pair 0: metric A > B, people A: right.   pair 1: metric B > A, people B: right.
+    # pair 2: metric tie, people A: tie_credit. pair 3: people tie: left out.
+    # pair 4: metric A > B, people B: wrong.   -> (1 + 1 + 0.5 + 0) / 4 = 0.625.
+    a, b, pref = [3, 1, 2, 2, 5], [1, 2, 2, 4, 0], [1, 0, 1, 0.5, 0]
+    result = pairwise_accuracy(a, b, pref)
+    assert result.accuracy == pytest.approx(0.625)
+    assert (result.n, result.metric_ties, result.human_ties) == (4, 1, 1)
+    assert pairwise_accuracy(a, b, pref, tie_credit=0.0).accuracy == pytest.approx(0.5)
+    # A fraction of votes counts for the majority: 0.8 of judges preferred A.
+    assert pairwise_accuracy([1], [0], [0.8]).accuracy == 1.0
+    assert math.isnan(pairwise_accuracy([1], [0], [0.5]).accuracy)
+
+
+def test_within_image_pairs():
+    # Captions 0, 1, 3 show image x; 2 shows y alone and pairs with nothing.
+    i, j, pref = within_image_pairs(["x", "x", "y", "x"], [1.0, 2.0, 5.0, 1.0])
+    assert sorted(zip(i.tolist(), j.tolist(), pref.tolist())) == [(0, 1, 0.0), (0, 3, 0.5), (1, 3, 1.0)]
+
+
+def test_run_meta_on_pairs_with_categories():
+    items = [
+        PairJudgment("p1", "i1.jpg", "a", "b", 1.0, image_id="i1", category="HC"),
+        PairJudgment("p2", "i1.jpg", "a", "b", 0.0, image_id="i1", category="HC"),
+        PairJudgment("p3", "i2.jpg", "a", "b", 1.0, image_id="i2", category="MM"),
+        PairJudgment("p4", "i2.jpg", "a", "b", 0.5, image_id="i2", category="MM"),
+    ]
+    judgments = Judgments(PAIRS, items)
+    # scores come A, B per pair: p1 right, p2 wrong, p3 a metric tie, p4 a human tie.
+    [row] = run_meta(judgments, {"m": [2, 1, 3, 1, 4, 4, 0, 1]}, n_bootstrap=50)
+    assert row.statistic == "accuracy"
+    assert row.value == pytest.approx(1.5 / 3)
+    assert row.n == 3
+    assert row.extra == {"accuracy_HC": pytest.approx(0.5), "accuracy_MM": pytest.approx(0.5)}
+    assert row.ci_low <= row.value <= row.ci_high
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+
+def test_bootstrap_is_seeded_and_keeps_images_together():
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(30), 4)
+    x = rng.normal(size=groups.size)
+    y = x + rng.normal(size=groups.size)
+    seen = []
+
+    def tau(idx):
+        seen.append(idx)
+        return kendall_tau(x[idx], y[idx])
+
+    first = bootstrap_ci(tau, groups, n_resamples=200, seed=7)
+    assert first == bootstrap_ci(tau, groups, n_resamples=200, seed=7)
+    assert first != bootstrap_ci(tau, groups, n_resamples=200, seed=8)
+    assert first[0] < kendall_tau(x, y) < first[1]
+    for idx in seen:
+        # every drawn image brings all four of its rows, as often as it was drawn
+        counts = np.bincount(idx, minlength=groups.size).reshape(30, 4)
+        assert (counts == counts[:, :1]).all()
+        assert len(idx) == groups.size
+    assert all(math.isnan(v) for v in bootstrap_ci(tau, groups, n_resamples=0))
+
+
+def test_scores_from_records():
+    records = [{"id": "a", "recon": 0.5}, {"id": "b", "error": "image not found"}, {"id": "c"}]
+    values = scores_from_records(records, "recon", ["c", "a", "b", "missing"])
+    assert values[1] == 0.5
+    assert np.isnan(values[[0, 2, 3]]).all()
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def test_perturber_swaps_each_kind():
+    colour = Perturber(kinds=["colour"]).perturb("A man in a red shirt .")
+    assert colour.kind == "colour" and colour.original == "red" and colour.replacement != "red"
+    assert colour.text == f"A man in a {colour.replacement} shirt ."
+
+    count = Perturber(kinds=["count"]).perturb("Two dogs play .")
+    assert count.original == "Two" and count.replacement.lower() in COUNTS and count.replacement != "Two"
+    assert count.replacement[0].isupper()
+
+    spatial = Perturber(kinds=["spatial"]).perturb("a dog in front of a door")
+    assert spatial.original == "in front of" and spatial.text == "a dog behind a door"
+    assert Perturber(kinds=["spatial"]).perturb("a cat under the table").replacement == SPATIAL_SWAPS["under"]
+
+    obj = Perturber(kinds=["object"]).perturb("a woman holds a ball")
+    assert obj.text in ("a man holds a ball", "a woman holds a frisbee")
+
+    assert Perturber().perturb("Something happens .") is None
+    with pytest.raises(ValueError, match="unknown perturbation kinds"):
+        Perturber(kinds=["tense"])
+
+
+def test_perturber_is_deterministic():
+    captions = [f"A {c} dog and two cats sit on a {d} mat ." for c in ("red", "black") for d in ("blue", "white")]
+    forward = [Perturber(seed=3).perturb(c).text for c in captions]
+    backward = [Perturber(seed=3).perturb(c).text for c in reversed(captions)]
+    assert forward == list(reversed(backward))
+    assert all(p != c for p, c in zip(forward, captions))
+
+
+def test_probe_triples_from_references():
+    refs = ["Something happens .", "A black dog runs on the grass .", "A dog runs ."]
+    items = [Judgment("1", "i.jpg", "cap", (1.0,), refs=refs, image_id="i")]
+    [triple] = probe_triples_from_refs(Judgments(SCORES, items), Perturber())
+    # the first reference has nothing to swap, so the second becomes the paraphrase
+    assert triple.paraphrase == refs[1] and triple.perturbed != refs[1]
+    assert triple.refs == [refs[0], refs[2]] and triple.reference == refs[0]
+    samples = triple_samples([triple], "/imgs")
+    assert [s.caption for s in samples] == [triple.paraphrase, triple.perturbed]
+    assert str(samples[0].image) == "/imgs/i.jpg"
+
+
+def test_paraphrase_delta():
+    # means: paraphrase (0.9 + 0.5 + 0.7)/3 = 0.7, perturbed (0.4 + 0.5 + 0.8)/3 = 0.5667.
+    # wins: triple 1 yes, triple 2 a tie (half), triple 3 no -> 1.5 / 3.
+    row = paraphrase_delta("m", [0.9, 0.5, 0.7], [0.4, 0.5, 0.8], ["a", "b", "c"], n_bootstrap=100)
+    assert row.value == pytest.approx(0.7 - 1.7 / 3)
+    assert "win rate 0.500" in row.detail
+    assert row.n == 3 and row.ci_low <= row.value <= row.ci_high
+
+
+def test_length_robustness_holds_content_fixed():
+    # Six images, each with one caption per length bucket (5, 10, 13, 20 words).
+    lengths = [5, 10, 13, 20] * 6
+    captions = [" ".join(["w"] * n) for n in lengths]
+    groups = np.repeat(np.arange(6), 4)
+    bucket = np.tile(np.arange(4), 6)
+    # Score = bucket + image offset. Centring within an image removes the offset; the
+    # overall mean 1.5 + 2.5 = 4 is added back: bucket means 2.5 3.5 4.5 5.5, whose
+    # standard deviation is sqrt((2.25 + 0.25 + 0.25 + 2.25) / 4) = sqrt(1.25).
+    biased = length_robustness("m", captions, bucket + groups, groups, n_bootstrap=0)
+    assert biased.value == pytest.approx(math.sqrt(1.25))
+    # A score that depends on the image only is indifferent to length.
+    fair = length_robustness("m", captions, groups * 1.0, groups, n_bootstrap=0)
+    assert fair.value == pytest.approx(0.0)
+    assert "1-8 words" in biased.detail and "15+ words" in biased.detail
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def test_writers(tmp_path):
+    rows = [
+        MetaRow("expert.jsonl", "cider", "tau_c", 0.372, 0.31, 0.43, 2241, 125, 0, 0.47, 0.51, 0.7),
+        MetaRow("pairs.jsonl", "cider", "accuracy", 0.6, math.nan, math.nan, 10, 5, 1, extra={"accuracy_HC": 0.5}),
+    ]
+    write_csv(rows, tmp_path / "meta.csv")
+    with (tmp_path / "meta.csv").open() as fh:
+        written = list(csv.DictReader(fh))
+    assert written[0]["value"] == "0.372" and written[0]["accuracy_HC"] == ""
+    assert written[1]["ci_low"] == "" and written[1]["accuracy_HC"] == "0.5"
+    write_markdown(rows, tmp_path / "meta.md", title="T", notes=["a note"])
+    text = (tmp_path / "meta.md").read_text()
+    assert "| expert.jsonl | cider | tau_c | 0.372 | [0.310, 0.430] |" in text
+    assert text.rstrip().endswith("- a note")
+    table = format_table(rows)
+    assert table.splitlines()[0].startswith("judgments") and "[0.310, 0.430]" in table
+
+
+# ----------------------------------------------------------------------------- command
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    add_meta_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def _generic_file(path: Path) -> Path:
+    rows = ["image,caption,human"]
+    for i in range(8):
+        rows += [f"img{i}.jpg,a short one,1", f"img{i}.jpg,a somewhat longer caption here,{2 + i % 2}"]
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_command_with_a_plugged_in_metric(tmp_path, capsys):
+    judgments = _generic_file(tmp_path / "generic.csv")
+    calls = []
+
+    def score_metric(name, samples):
+        calls.append((name, len(samples)))
+        return [len(s.caption.split()) for s in samples]
+
+    out = tmp_path / "out"
+    rc = run_meta_command(_parse(["--judgments", str(judgments), "--metric", "words", "--out", str(out),
+                                  "--bootstrap", "20"]), score_metric=score_metric)  # fmt: skip
+    assert rc == 0 and calls == [("words", 16)]
+    printed = capsys.readouterr().out
+    assert "words" in printed and "tau_b" in printed
+    [row] = list(csv.DictReader((out / "meta.csv").open()))
+    assert row["metric"] == "words" and row["n"] == "16" and float(row["pair_accuracy"]) == 1.0
+    assert (out / "meta.md").exists() and (out / "scores-generic.csv").exists()
+
+    # the written scores feed a later run, which then needs no scorer
+    again = tmp_path / "again"
+    rc = run_meta_command(_parse(["--judgments", str(judgments), "--metric", "words", "--out", str(again),
+                                  "--bootstrap", "20", "--scores", str(out / "scores-generic.csv")]))  # fmt: skip
+    assert rc == 0
+    assert (again / "meta.csv").read_text() == (out / "meta.csv").read_text()
+
+
+def test_command_errors_name_the_problem(tmp_path, capsys):
+    judgments = _generic_file(tmp_path / "generic.csv")
+    rc = run_meta_command(_parse(["--judgments", str(judgments), "--metric", "recon", "--out", str(tmp_path / "o")]))
+    assert rc == 2 and "no scorer for recon" in capsys.readouterr().err
+    rc = run_meta_command(_parse(["--judgments", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]))
+    assert rc == 2 and "not found" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- Flickr8k dev
+
+
+needs_flickr8k = pytest.mark.skipif(not FLICKR8K_DEV.is_dir(), reason=f"{FLICKR8K_DEV} is absent")
+needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
+REFERENCE = ["bleu-1", "bleu-2", "bleu-3", "bleu-4", "meteor", "rouge", "cider"]
+
+
+@pytest.fixture(scope="module")
+def flickr8k_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("meta")
+    files = [str(FLICKR8K_DEV / "expert.jsonl"), str(FLICKR8K_DEV / "crowdflower.jsonl")]
+    args = _parse(["--judgments", *files, "--images", str(FLICKR8K_DEV / "images"), "--metric", *REFERENCE,
+                   "--out", str(out), "--bootstrap", "200", "--seed", "0"])  # fmt: skip
+    rc = run_meta_command(args)
+    with (out / "meta.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    return rc, out, files, rows
+
+
+@needs_flickr8k
+@needs_java
+def test_flickr8k_dev_reference_metrics(flickr8k_run):
+    rc, _, _, rows = flickr8k_run
+    assert rc == 0
+    expert = {r["metric"]: r for r in rows if r["judgments"] == "expert.jsonl"}
+    crowd = {r["metric"]: r for r in rows if r["judgments"] == "crowdflower.jsonl"}
+    assert set(expert) == set(crowd) == set(REFERENCE)
+    for name in REFERENCE:
+        e, c = expert[name], crowd[name]
+        assert e["statistic"] == "tau_c" and c["statistic"] == "tau_b"
+        assert (e["n"], e["n_images"], c["n"], c["n_images"]) == ("2241", "125", "5910", "125")
+        # Published full-set values for these metrics lie between 0.2 and 0.45 (Expert τ_c)
+        # and 0.15 and 0.3 (CrowdFlower τ_b); a 125-image subset may stray a little.
+        assert 0.15 < float(e["value"]) < 0.5, (name, e["value"])
+        assert 0.08 < float(c["value"]) < 0.35, (name, c["value"])
+        for r in (e, c):
+            assert float(r["ci_low"]) < float(r["value"]) < float(r["ci_high"])
+    # the consensus metric beats 4-gram overlap on both, as in every published table
+    assert float(expert["cider"]["value"]) > float(expert["bleu-4"]["value"])
+    assert float(crowd["cider"]["value"]) > float(crowd["bleu-4"]["value"])
+
+
+@needs_flickr8k
+@needs_java
+def test_flickr8k_dev_is_reproducible(flickr8k_run, tmp_path):
+    _, out, files, _ = flickr8k_run
+    scores = [str(out / "scores-expert.csv"), str(out / "scores-crowdflower.csv")]
+    args = _parse(["--judgments", *files, "--metric", *REFERENCE, "--out", str(tmp_path), "--bootstrap", "200",
+                   "--seed", "0", "--scores", *scores])  # fmt: skip
+    assert run_meta_command(args) == 0
+    assert (tmp_path / "meta.csv").read_text() == (out / "meta.csv").read_text()
+

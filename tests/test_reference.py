@@ -1,0 +1,146 @@
+"""Reference metrics: the same numbers pycocoevalcap gives, per sample and per corpus.
+
+Java starts slowly (PTB tokenizer, METEOR), so one corpus run is shared by the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from caprecon.metrics import reference
+from caprecon.metrics.reference import (
+    BLEU,
+    ReferenceMetricError,
+    ReferenceMetrics,
+    SpiceUnavailable,
+    reference_metric_name,
+)
+from caprecon.samples import Sample
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap needs Java")
+
+NAMES = [*BLEU, "meteor", "rouge", "cider"]
+
+# Two candidates share an image (as in Flickr8k), so CIDEr's IDF sees repeated references.
+DOG_REFS = ["A dog running on grass .", "The brown dog runs in a field .", "A dog plays outside ."]
+CORPUS = [
+    Sample("dog1", None, "A brown dog runs across the grass.", DOG_REFS, "dog"),
+    Sample("dog2", None, "Two cats sleep on a sofa", DOG_REFS, "dog"),
+    Sample("bike", None, "a man rides his bike down a hill",
+           ["A man riding a bicycle downhill .", "a cyclist on a steep road"], "bike"),
+    Sample("beach", None, "Children play in the sand at the beach .",
+           ["Kids playing on a sandy beach .", "Two children build a sandcastle .", "children at the beach"], "beach"),
+    Sample("snow", None, "A skier jumps , high in the air !",
+           ["A skier in mid-air .", "Someone skiing jumps off a ramp ."], "snow"),
+]  # fmt: skip
+BROKEN = [
+    Sample("no-refs", None, "a caption without references", [], "x"),
+    Sample("no-caption", None, "   ", ["a reference"], "y"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """(ours, theirs): caprecon's run, and pycocoevalcap run the way COCOEvalCap runs it."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    # METEOR loads its paraphrase table for seconds after starting; starting the reference
+    # copy first lets it load while caprecon's own copy works.
+    their_meteor = Meteor()
+    with ReferenceMetrics(NAMES) as metrics:
+        # broken rows sit in the middle: they must neither shift nor change the others
+        ours = metrics.evaluate(CORPUS[:2] + BROKEN + CORPUS[2:])
+
+    tokenizer = PTBTokenizer()
+    gts = tokenizer.tokenize({s.id: [{"caption": r} for r in s.refs] for s in CORPUS})
+    res = tokenizer.tokenize({s.id: [{"caption": s.caption}] for s in CORPUS})
+    per_sample, corpus = {}, {}
+    bleu, bleus = Bleu(4).compute_score(gts, res, verbose=0)
+    for n, name in enumerate(BLEU):
+        corpus[name], per_sample[name] = bleu[n], bleus[n]
+    for name, scorer in (("meteor", their_meteor), ("rouge", Rouge()), ("cider", Cider())):
+        corpus[name], per_sample[name] = scorer.compute_score(gts, res)
+    return ours, (per_sample, corpus)
+
+
+@pytest.fixture(scope="module")
+def ours(runs):
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def theirs(runs):
+    return runs[1]
+
+
+@needs_java
+def test_per_sample_scores_equal_pycocoevalcap(ours, theirs):
+    per_sample, _ = theirs
+    records = [r for r in ours.records if "error" not in r]
+    assert [r["id"] for r in records] == [s.id for s in CORPUS]
+    for name in NAMES:
+        assert [r[name] for r in records] == pytest.approx(list(per_sample[name]), abs=1e-9), name
+
+
+@needs_java
+def test_corpus_scores_equal_pycocoevalcap(ours, theirs):
+    _, corpus = theirs
+    assert ours.corpus == pytest.approx(corpus, abs=1e-9)
+    # corpus BLEU pools n-gram counts: it is not the mean of the per-sample values
+    mean_bleu4 = sum(r["bleu-4"] for r in ours.records if "error" not in r) / len(CORPUS)
+    assert ours.corpus["bleu-4"] != pytest.approx(mean_bleu4)
+
+
+@needs_java
+def test_unscorable_rows_carry_an_error(ours):
+    by_id = {r["id"]: r for r in ours.records}
+    assert by_id["no-refs"] == {"id": "no-refs", "error": "no reference captions"}
+    assert by_id["no-caption"] == {"id": "no-caption", "error": "empty caption"}
+    assert 0.0 < by_id["dog1"]["cider"] and by_id["dog2"]["bleu-1"] < by_id["dog1"]["bleu-1"]
+
+
+def test_names():
+    assert reference_metric_name("BLEU_4") == "bleu-4"
+    assert reference_metric_name("bleu4") == "bleu-4"
+    assert reference_metric_name("ROUGE-L") == "rouge"
+    assert reference_metric_name("CIDEr") == "cider"
+    assert reference_metric_name("recon") is None
+    with pytest.raises(ReferenceMetricError, match="unknown reference metric 'bleu-5'"):
+        ReferenceMetrics(["bleu-5"])
+
+
+def test_spice_without_corenlp_never_downloads(tmp_path, monkeypatch):
+    monkeypatch.setattr(reference, "spice_lib_dir", lambda: tmp_path)
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("SPICE tried to download CoreNLP")
+
+    import pycocoevalcap.spice.get_stanford_models as models
+
+    monkeypatch.setattr(models, "urlretrieve", no_download)
+    with pytest.raises(SpiceUnavailable) as info:
+        ReferenceMetrics(["spice", "cider"])
+    message = str(info.value)
+    assert "stanford-corenlp-3.6.0.jar" in message and "stanford-corenlp-3.6.0-models.jar" in message
+    assert str(tmp_path) in message and "stanford-corenlp-full-2015-12-09.zip" in message
+
+    metrics = ReferenceMetrics(["spice", "cider"], skip_unavailable=True)
+    assert metrics.names == ("cider",) and "stanford-corenlp-3.6.0.jar" in metrics.skipped["spice"]
+    assert "spice" not in ReferenceMetrics().names  # the default set leaves it out quietly
+    with pytest.raises(SpiceUnavailable):  # the last guard before pycocoevalcap's Spice()
+        reference._spice({0: ["a b"]}, {0: ["a b"]})
+
+
+@needs_java
+def test_nothing_scorable():
+    with pytest.raises(ReferenceMetricError, match="no sample has both"):
+        ReferenceMetrics(["rouge"]).evaluate(BROKEN)
