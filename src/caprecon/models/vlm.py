@@ -1,0 +1,430 @@
+"""The vision-language judge role: answer questions about an image.
+
+Backends receive a flat list of `VLMRequest`s and group them by `image_key` themselves,
+so all the questions about one image go in one batched call (and the image is encoded
+once where the model allows it). Decoding is greedy; probabilities are read from the
+next-token distribution (full-vocabulary softmax) at the answer position.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from PIL import Image
+
+from .common import resolve_device, resolve_dtype, resolve_source
+from .llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, option_first_ids, probs_of,
+                  reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
+
+
+@dataclass(frozen=True)
+class VLMRequest:
+    image: Image.Image
+    prompt: str  # the whole user turn (question, options, answer instruction)
+    image_key: str = ""  # identifies the image: requests sharing it are batched together
+
+
+@runtime_checkable
+class VisionLanguageModel(Protocol):
+    @property
+    def fingerprint(self) -> str: ...
+
+    def generate(self, requests: Sequence[VLMRequest], max_new_tokens: int = 64) -> list[str]:
+        """Greedy free-form answer per request."""
+        ...
+
+    def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
+        """For each request, the next-token probability (full-vocabulary softmax) of the first
+        token of each option string (e.g. ["A", "B", "C", "D"] or ["Yes", "No"])."""
+        ...
+
+    def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:
+        """P(answer string | request), teacher-forced product of its tokens' probabilities."""
+        ...
+
+
+def group_by_image(requests: Sequence[VLMRequest]) -> list[tuple[Image.Image, list[int]]]:
+    """Request indices per image, in order of first appearance. Requests without an
+    `image_key` are grouped by the identity of their image object."""
+    groups: dict[Any, tuple[Image.Image, list[int]]] = {}
+    for i, r in enumerate(requests):
+        key = ("key", r.image_key) if r.image_key else ("object", id(r.image))
+        groups.setdefault(key, (r.image, []))[1].append(i)
+    return list(groups.values())
+
+
+# ---------------------------------------------------------------------------------------
+# processors
+
+
+class ImageOnlyProcessor:
+    """Mixin that removes the video processor from a multimodal processor class.
+
+    Qwen-VL processors (and a few others) hold a video processor that imports
+    torchvision, so `AutoProcessor` fails without it even for image-only use. The class
+    made by `ImageOnlyProcessor.of(Qwen2VLProcessor)` loads only the checkpoint's image
+    processor and tokenizer and otherwise behaves as the original: same chat template,
+    same image-token expansion.
+    """
+
+    @classmethod
+    def get_attributes(cls):
+        return [a for a in super().get_attributes() if a != "video_processor"]
+
+    @classmethod
+    def of(cls, processor_class: type) -> type:
+        return type(f"ImageOnly{processor_class.__name__}", (cls, processor_class), {})
+
+
+def load_processor(target: str, revision: str | None = None, config=None):
+    """`AutoProcessor.from_pretrained`, or its image-only variant where the processor
+    wants a video processor that cannot be imported (torchvision missing)."""
+    from transformers import AutoConfig, AutoProcessor
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+    from transformers.utils import is_torchvision_available
+
+    if not is_torchvision_available():
+        config = config or AutoConfig.from_pretrained(target, revision=revision)
+        processor_class = PROCESSOR_MAPPING.get(type(config), None)
+        if processor_class is not None and "video_processor" in processor_class.get_attributes():
+            return ImageOnlyProcessor.of(processor_class).from_pretrained(target, revision=revision)
+    return AutoProcessor.from_pretrained(target, revision=revision)
+
+
+# Architectures whose image reaches the language model only as tokens of a causal
+# decoder's input, so the key/value states of the prompt up to and including the image
+# do not depend on the question that follows. Excluded on purpose: InstructBLIP (its
+# Q-Former reads the question), PaliGemma (bidirectional attention over the whole
+# prompt), Idefics 1 and Mllama (gated cross-attention). Models with sliding-window
+# layers are excluded at load time whatever their type.
+_PREFIX_SAFE = frozenset({
+    "llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
+    "idefics2", "idefics3", "smolvlm", "gemma3", "mistral3", "aya_vision", "internvl",
+})
+
+# processor outputs with one entry per input token: cut and extended along with input_ids
+_PER_TOKEN = ("attention_mask", "mm_token_type_ids", "token_type_ids")
+
+
+@dataclass
+class _Prefix:
+    """The shared start of one image's prompts, run once."""
+
+    inputs: dict[str, Any]  # processor output cut to the shared tokens (image included)
+    suffixes: list[list[int]]  # the rest of each prompt
+
+
+class TransformersVLM:
+    """Any transformers `AutoModelForImageTextToText` checkpoint as the judge.
+
+    Prompts go through the processor's chat template (image first, then the request's
+    prompt; `system_prompt` as the system turn) where it has one; processors without
+    one (InstructBLIP, PaliGemma) get the prompt as written, after the image
+    placeholder where the processor has one. Decoding is greedy.
+
+    All requests about one image are answered together. Where the architecture allows
+    (`share_prefix`: None decides from the model type, see `_PREFIX_SAFE`), the shared
+    start of the prompts — chat preamble and image — is run once and its key/value cache
+    copied across a batch of the differing question suffixes, so the vision tower and
+    the image tokens are computed once per image instead of once per question. Otherwise
+    the questions are batched with the image repeated, right-padded for scoring and
+    left-padded for generation. Both give the same answers and probabilities as one
+    call per request, within float tolerance.
+    """
+
+    def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", batch_size: int = 16, max_new_tokens: int = 64,
+                 system_prompt: str | None = None, share_prefix: bool | None = None):
+        self.source = resolve_source(model, revision, kind="vision-language model")
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.batch_size = max(1, int(batch_size))
+        self.max_new_tokens = int(max_new_tokens)
+        self.system_prompt = system_prompt
+        self.share_prefix = share_prefix
+        self._model = None
+        self._processor = None
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint(backend="transformers-vlm", dtype=str(self.dtype),
+                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "transformers-vlm", "model": self.source.name, "revision": self.source.revision,
+                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
+                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
+                "share_prefix": "auto" if self.share_prefix is None else self.share_prefix,
+                "fingerprint": self.fingerprint}
+
+    # -- loading -------------------------------------------------------------------------
+
+    def _load(self):
+        if self._model is None:
+            from transformers import AutoConfig, AutoModelForImageTextToText
+
+            target, revision = self.source.load_target, self.source.revision
+            config = AutoConfig.from_pretrained(target, revision=revision)
+            text = getattr(config, "text_config", None) or config
+            self._encoder_decoder = bool(config.is_encoder_decoder or getattr(text, "is_encoder_decoder", False))
+            if self.share_prefix and self._encoder_decoder:
+                raise ValueError(f"share_prefix needs a decoder-only language model; {config.model_type} "
+                                 f"generates with an encoder-decoder")
+            sliding = "sliding_attention" in (getattr(text, "layer_types", None) or []) or \
+                getattr(text, "sliding_window", None) is not None
+            self._prefix_ok = self.share_prefix if self.share_prefix is not None else \
+                config.model_type in _PREFIX_SAFE and not self._encoder_decoder and not sliding
+            processor = load_processor(target, revision, config)
+            ensure_pad_token(processor.tokenizer)
+            model = AutoModelForImageTextToText.from_pretrained(target, revision=revision, dtype=self.dtype)
+            self._cache_arg = "cache" if forward_accepts(model, "cache") else "past_key_values"
+            self._keep_arg = forward_accepts(model, "logits_to_keep")
+            self._processor = processor
+            self._model = model.to(self.device).eval()
+        return self._model, self._processor
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def render(self, prompt: str) -> str:
+        """The text (before image-token expansion) the model reads for a user prompt."""
+        _, processor = self._load()
+        if getattr(processor, "chat_template", None):
+            messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+            if self.system_prompt is not None:
+                messages.insert(0, {"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
+            return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        image_token = getattr(processor, "image_token", None)
+        text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
+        return f"{image_token}\n{text}" if image_token else text
+
+    def _tokenize(self, text: str) -> list[int]:
+        """The prompt's tokens before image expansion (the image placeholder is one token)."""
+        tokenizer = self._processor.tokenizer
+        return tokenizer(text, add_special_tokens=special_tokens_flag(tokenizer, text))["input_ids"]
+
+    def _process(self, texts: list[str], image: Image.Image, padding_side: str = "right") -> dict[str, Any]:
+        """Processor output for `texts`, each with its own copy of `image`, on the device."""
+        import torch
+
+        tokenizer = self._processor.tokenizer
+        batch = self._processor(text=texts, images=[image] * len(texts), return_tensors="pt", padding=True,
+                                padding_side=padding_side, add_special_tokens=special_tokens_flag(tokenizer, texts[0]))
+        return {k: (v.to(self.device, self.dtype) if torch.is_floating_point(v) else v.to(self.device))
+                if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    # -- the shared prefix -------------------------------------------------------------------
+
+    def _split_prefix(self, image: Image.Image, texts: list[str]) -> _Prefix | None:
+        """Cut the prompts into a common start (processed once, with the image) and
+        per-prompt suffixes; None where the image is not inside the common start."""
+        raw = [self._tokenize(t) for t in texts]
+        common = min(len(r) for r in raw) - 1  # every suffix keeps at least the prompt's last token
+        for r in raw[1:]:
+            common = next((j for j in range(common) if r[j] != raw[0][j]), common)
+        if common <= 0:
+            return None
+        inputs = self._process(texts[:1], image)
+        ids = inputs["input_ids"][0].tolist()
+        tail = len(raw[0]) - common
+        image_ids = {getattr(self._processor, "image_token_id", None),
+                     getattr(self._model.config, "image_token_id", None)}
+        # the image must have been expanded inside the common start, and appear nowhere after it
+        if ids[len(ids) - tail :] != raw[0][common:] or any(t in image_ids for r in raw for t in r[common:]):
+            return None
+        cut = len(ids) - tail
+        for key in _PER_TOKEN:
+            if key in inputs:
+                inputs[key] = inputs[key][:, :cut]
+        inputs["input_ids"] = inputs["input_ids"][:, :cut]
+        return _Prefix(inputs, [r[common:] for r in raw])
+
+    def _run_prefix(self, prefix: _Prefix):
+        """Run the shared start: (its key/value cache, the position id of the first suffix
+        token, its length in tokens)."""
+        import torch
+
+        model = self._model
+        inner = getattr(model, "model", None)
+        if hasattr(inner, "rope_deltas"):
+            inner.rope_deltas = None  # M-RoPE models keep the last prompt's offset here: start clean
+        kwargs = {"logits_to_keep": 1} if self._keep_arg else {}
+        with torch.inference_mode():
+            out = model(**prefix.inputs, use_cache=True, **kwargs)
+        length = prefix.inputs["input_ids"].shape[1]
+        # M-RoPE gives the image fewer positions than tokens: text after it continues from the
+        # image's largest position, an offset the model records as rope_deltas
+        deltas = getattr(inner, "rope_deltas", None)
+        start = length + (int(deltas.reshape(-1)[0]) if deltas is not None else 0)
+        return _output_cache(out), start, length
+
+    def _suffix_batch(self, cache, start: int, length: int, rows: list[list[int]], keep: int):
+        """Run left-padded suffixes on copies of the prefix cache. Returns the logits of the
+        last `keep` positions, the cache, the attention mask and each row's last position."""
+        import torch
+
+        n, width = len(rows), max(len(r) for r in rows)
+        pad = self._processor.tokenizer.pad_token_id
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+        positions = (start + mask.cumsum(-1) - 1).clamp(min=start)
+        full_mask = torch.cat([torch.ones((n, length), dtype=torch.long), mask], dim=1)
+        cache = copy.deepcopy(cache)
+        cache.batch_repeat_interleave(n)
+        kwargs = {"logits_to_keep": keep} if self._keep_arg else {}
+        with torch.inference_mode():
+            out = self._model(input_ids=ids.to(self.device), attention_mask=full_mask.to(self.device),
+                              position_ids=positions.to(self.device), use_cache=True,
+                              **{self._cache_arg: cache}, **kwargs)
+        return out.logits[:, -keep:], _output_cache(out), full_mask, positions[:, -1]
+
+    # -- scoring ------------------------------------------------------------------------------
+
+    def _logprob_rows(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
+        """For each prompt, full-vocabulary log-probabilities at its last token and at each
+        target token: row j scores targets[j] (the last row scores what would follow)."""
+        prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+        if prefix is not None:
+            return self._rows_on_prefix(prefix, targets)
+        return self._rows_batched(image, texts, targets)
+
+    def _rows_on_prefix(self, prefix: _Prefix, targets: list[list[int]]):
+        cache, start, length = self._run_prefix(prefix)
+        rows = []
+        for lo in range(0, len(targets), self.batch_size):
+            chunk = targets[lo : lo + self.batch_size]
+            seqs = [s + t for s, t in zip(prefix.suffixes[lo : lo + self.batch_size], chunk)]
+            counts = [len(t) + 1 for t in chunk]
+            logits, _, _, _ = self._suffix_batch(cache, start, length, seqs, max(counts))
+            # left padding aligns the rows' ends: each needs its last len(target) + 1 positions
+            rows += answer_rows(logits, [max(counts) - c for c in counts], counts)
+        return rows
+
+    def _rows_batched(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
+        import torch
+
+        rows = []
+        for lo in range(0, len(texts), self.batch_size):
+            chunk = targets[lo : lo + self.batch_size]
+            inputs = self._process(texts[lo : lo + self.batch_size], image)
+            lengths = inputs["attention_mask"].sum(-1).tolist()
+            seqs = [inputs["input_ids"][i, :n].tolist() + t for i, (n, t) in enumerate(zip(lengths, chunk))]
+            ids, mask = right_pad(seqs, self._processor.tokenizer.pad_token_id)
+            inputs["input_ids"], inputs["attention_mask"] = ids.to(self.device), mask.to(self.device)
+            for key in _PER_TOKEN[1:]:
+                if key in inputs:  # the appended answer tokens are text: type 0
+                    grown = torch.zeros_like(ids)
+                    grown[:, : inputs[key].shape[1]] = inputs[key].cpu()
+                    inputs[key] = grown.to(self.device)
+            with torch.inference_mode():
+                logits = self._model(**inputs).logits
+            rows += answer_rows(logits, [n - 1 for n in lengths], [len(t) + 1 for t in chunk])
+        return rows
+
+    def _score(self, requests: Sequence[VLMRequest], make_targets) -> list:
+        """Log-probability rows per request, image by image. `make_targets(i, text, ids)` gives
+        the reply tokens to teacher-force after request i's prompt."""
+        self._load()
+        if self._encoder_decoder:
+            raise NotImplementedError(f"{self.source.name}: probabilities are read from a decoder-only language "
+                                      f"model's next-token distribution; this one is encoder-decoder (use generate)")
+        rows: list = [None] * len(requests)
+        for image, indices in group_by_image(requests):
+            texts = [self.render(requests[i].prompt) for i in indices]
+            targets = [make_targets(i, t, self._tokenize(t)) for i, t in zip(indices, texts)]
+            for i, r in zip(indices, self._logprob_rows(image.convert("RGB"), texts, targets)):
+                rows[i] = r
+        return rows
+
+    def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
+        if len(requests) != len(options):
+            raise ValueError(f"{len(requests)} requests but {len(options)} option lists")
+        tokenizer = self._load()[1].tokenizer
+        first: dict[int, list[int]] = {}
+
+        def no_target(i, text, ids):
+            first[i] = option_first_ids(tokenizer, text, ids, options[i], special_tokens_flag(tokenizer, text))
+            return []
+
+        rows = self._score(requests, no_target)
+        return [probs_of(r, first[i]) for i, r in enumerate(rows)]
+
+    def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:
+        if len(requests) != len(answers):
+            raise ValueError(f"{len(requests)} requests but {len(answers)} answers")
+        tokenizer = self._load()[1].tokenizer
+        targets: dict[int, list[int]] = {}
+
+        def answer_target(i, text, ids):
+            if not answers[i]:
+                raise ValueError(f"request {i}: empty answer")
+            targets[i] = reply_token_ids(tokenizer, text, ids, answers[i], special_tokens_flag(tokenizer, text))
+            return targets[i]
+
+        rows = self._score(requests, answer_target)
+        return [sequence_prob(r, targets[i]) for i, r in enumerate(rows)]
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def generate(self, requests: Sequence[VLMRequest], max_new_tokens: int | None = None) -> list[str]:
+        import torch
+
+        model, processor = self._load()
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        config = greedy_config(model, processor.tokenizer, limit)
+        out: list[str] = [""] * len(requests)
+        for image, indices in group_by_image(requests):
+            image = image.convert("RGB")
+            texts = [self.render(requests[i].prompt) for i in indices]
+            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+            state = self._run_prefix(prefix) if prefix is not None else None
+            answers: list[str] = []
+            for lo in range(0, len(texts), self.batch_size):
+                if prefix is not None:
+                    answers += self._greedy_from_prefix(state, prefix.suffixes[lo : lo + self.batch_size], config)
+                else:
+                    inputs = self._process(texts[lo : lo + self.batch_size], image, padding_side="left")
+                    with torch.inference_mode():
+                        generated = model.generate(**inputs, generation_config=config)
+                    answers += processor.tokenizer.batch_decode(generated[:, inputs["input_ids"].shape[1] :],
+                                                                skip_special_tokens=True)
+            for i, a in zip(indices, answers):
+                out[i] = a.strip()
+        return out
+
+    def _greedy_from_prefix(self, state, rows: list[list[int]], config) -> list[str]:
+        """Greedy decoding of one batch of suffixes on the prefix cache, step by step (the
+        padding sits between prefix and suffix, which `generate` cannot express). Each reply
+        is cut after its first end-of-sequence token, as `generate` does."""
+        import torch
+
+        cache, start, length = state
+        logits, cache, mask, last = self._suffix_batch(cache, start, length, rows, 1)
+        eos = torch.tensor(config.eos_token_id)
+        replies: list[list[int]] = [[] for _ in rows]
+        done = torch.zeros(len(rows), dtype=torch.bool)
+        kwargs = {"logits_to_keep": 1} if self._keep_arg else {}
+        for step in range(config.max_new_tokens):
+            nxt = logits[:, -1].argmax(-1).cpu()
+            for i in torch.nonzero(~done).flatten().tolist():
+                replies[i].append(int(nxt[i]))
+            done |= torch.isin(nxt, eos)
+            if bool(done.all()) or step + 1 == config.max_new_tokens:
+                break
+            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
+            last = last + 1
+            with torch.inference_mode():
+                out = self._model(input_ids=nxt[:, None].to(self.device), attention_mask=mask.to(self.device),
+                                  position_ids=last[:, None].to(self.device), use_cache=True,
+                                  **{self._cache_arg: cache}, **kwargs)
+            logits, cache = out.logits, _output_cache(out)
+        return self._processor.tokenizer.batch_decode(replies, skip_special_tokens=True)
+
+
+def _output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
