@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from ..models.llm import TextLLM
 from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
+from .turing import in_source_terms
 from ..samples import LoadedSample
 from ..store import content_key
 from .base import Context, Metric
@@ -64,10 +65,8 @@ class CaptionQA(Metric):
         per_row: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
         for (row, q), answer in zip(owners, answers):
             size = items[row].image.size
-            value = score_answer(q, answer, image_size=size, source_size=size)
-            if q.type == "box":
-                value = float(value >= self.iou_threshold)
-            per_row[row][q.category].append(value)
+            per_row[row][q.category].append(score_answer(in_source_terms(q, size), answer, image_size=size,
+                                                         iou_threshold=self.iou_threshold))
         rows = []
         for per_cat in per_row:
             values = [v for vs in per_cat.values() for v in vs]

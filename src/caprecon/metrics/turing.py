@@ -22,12 +22,23 @@ from typing import Any, Sequence
 
 from ..models.generator import TextToImage
 from ..models.vlm import VisionLanguageModel, VLMRequest
-from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
+from dataclasses import replace
+
+from ..qa import QAItem, build_prompt, grade, infer_coords, load_qa_bank, to_normalized
 from ..reconstruct import ReconstructionSpec
 from ..samples import LoadedSample
 from ..store import content_key
 from .base import Context, Metric
 from .recon import _describe
+
+
+def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
+    """A box answer in fractions of the source image, so that it can be compared with a box
+    the judge gives on an image of another size (the reconstruction keeps the aspect ratio)."""
+    if item.type != "box":
+        return item
+    coords = item.coords or infer_coords(item.answer, source_size)
+    return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
 
 
 def judge_answers(ctx: Context, judge: VisionLanguageModel, requests: Sequence[VLMRequest],
@@ -44,7 +55,7 @@ class CaptionTuringTest(Metric):
 
     def __init__(self, generator: TextToImage, judge: VisionLanguageModel, bank: str | Path | dict[str, list[QAItem]],
                  spec: ReconstructionSpec | None = None, *, upper: bool = True, max_new_tokens: int = 32,
-                 iou_threshold: float = 0.5, **spec_options: Any):
+                 iou_threshold: float = 0.5, judge_box_coords: str | None = None, **spec_options: Any):
         self.generator = generator
         self.judge = judge
         self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
@@ -52,6 +63,7 @@ class CaptionTuringTest(Metric):
         self.upper = upper
         self.max_new_tokens = max_new_tokens
         self.iou_threshold = iou_threshold
+        self.judge_box_coords = judge_box_coords  # the judge's box convention (Qwen2-VL: "1000"), else inferred
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "judge": _describe(self.judge), "generator": _describe(self.generator),
@@ -73,17 +85,18 @@ class CaptionTuringTest(Metric):
             requests, owners = [], []
             for row, (item, (image, key)) in enumerate(zip(items, images)):
                 for q in self.bank[item.sample.image_id]:
-                    requests.append(VLMRequest(image=image, prompt=build_prompt(q), image_key=key))
+                    requests.append(VLMRequest(image=image, prompt=build_prompt(q, box_coords=self.judge_box_coords),
+                                               image_key=key))
                     owners.append((row, q, image.size))
             answers = judge_answers(ctx, self.judge, requests, self.max_new_tokens)
             correct: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
             ious: list[list[float]] = [[] for _ in items]
             for (row, q, size), answer in zip(owners, answers):
-                value = score_answer(q, answer, image_size=size, source_size=items[row].image.size)
+                result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
+                               pred_coords=self.judge_box_coords, iou_threshold=self.iou_threshold)
                 if q.type == "box":
-                    ious[row].append(value)
-                    value = float(value >= self.iou_threshold)
-                correct[row][q.category].append(value)
+                    ious[row].append(result.iou)
+                correct[row][q.category].append(float(result.correct))
             for row, per_cat in enumerate(correct):
                 everything = [v for values in per_cat.values() for v in values]
                 rows[row][field] = sum(everything) / len(everything)

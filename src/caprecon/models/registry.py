@@ -141,7 +141,7 @@ def build(role: str, spec: str | Any, **options: Any) -> Any:
     if spec in table:
         entry = table[spec]
         return _import(entry.factory)(**{**entry.defaults, **options})
-    if ":" in spec and not spec.startswith(("/", ".")) and "." in spec.split(":")[0]:
+    if ":" in spec and "/" not in spec and "\\" not in spec:
         return _import(spec)(**options)
     return _import(default_backend)(spec, **options)
 
