@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,15 @@ class ModelSource:
     def load_target(self) -> str:
         return str(self.path) if self.path is not None else self.name
 
+    @cached_property
+    def files(self) -> list | None:
+        """The folder's signature, read once: fingerprints are asked for on every sample."""
+        return _folder_signature(self.path) if self.path is not None else None
+
     def fingerprint(self, **config: Any) -> str:
         """Hash of the model's identity (configs and weight-file names and sizes, or the
         hub id and revision) plus the settings that change its outputs."""
-        ident: dict[str, Any] = {"name": self.name, "revision": self.revision}
-        if self.path is not None:
-            ident["files"] = _folder_signature(self.path)
+        ident: dict[str, Any] = {"name": self.name, "revision": self.revision, "files": self.files}
         blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

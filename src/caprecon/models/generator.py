@@ -9,6 +9,7 @@ per image), so an image never depends on which other requests share its batch.
 from __future__ import annotations
 
 import inspect
+from functools import cached_property
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -231,7 +232,7 @@ class RetrievalGenerator:
     def depends_on_image_id(self) -> bool:
         return self.exclude_source
 
-    @property
+    @cached_property
     def fingerprint(self) -> str:
         import hashlib
 
