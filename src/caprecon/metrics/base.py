@@ -28,9 +28,8 @@ class Context:
     def __init__(self, store: Store | None = None):
         self.store = store if store is not None else Store.temporary()
         self._reconstructors: dict[tuple[int, ReconstructionSpec], Reconstructor] = {}
-        self.embedded = 0  # embeddings actually computed (cache misses)
         self.model_seconds = 0.0  # wall time inside model calls made through the context
-        self.computed: dict[str, int] = {}  # other model results computed (not cached), by kind
+        self.computed: dict[str, int] = {}  # model results computed (not found in the store), by kind
 
     def reconstructor(self, generator: TextToImage, spec: ReconstructionSpec) -> Reconstructor:
         slot = (id(generator), spec)
@@ -38,22 +37,36 @@ class Context:
             self._reconstructors[slot] = Reconstructor(generator, self.store, spec)
         return self._reconstructors[slot]
 
-    def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], list[Any]]) -> list[Any]:
-        """JSON results by key; `compute(indices)` runs once for the distinct missing keys."""
-        known = self.store.get_json(list(set(keys)))
+    def _cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
+                get: Callable, put: Callable) -> list[Any]:
+        """Results by key; `compute(indices)` runs once, for the first row of each missing key."""
+        known = get(list(set(keys)))
         first_of: dict[str, int] = {}
         for i, k in enumerate(keys):
             if k not in known:
                 first_of.setdefault(k, i)
         if first_of:
             order = list(first_of.values())
-            with self.model_call():
-                values = compute(order)
-            new = {keys[i]: v for i, v in zip(order, values)}
-            self.store.put_json(kind, new)
+            new = {keys[i]: v for i, v in zip(order, compute(order))}
+            put(kind, new)
             known.update(new)
             self.computed[kind] = self.computed.get(kind, 0) + len(order)
         return [known[k] for k in keys]
+
+    def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
+        """JSON-able model results (answers, probabilities) by content key."""
+
+        def timed(order: list[int]) -> Sequence[Any]:
+            with self.model_call():
+                return compute(order)
+
+        return self._cached(kind, keys, timed, self.store.get_json, self.store.put_json)
+
+    def cached_arrays(self, kind: str, keys: Sequence[str],
+                      compute: Callable[[list[int]], Sequence[np.ndarray]]) -> np.ndarray:
+        """Vectors (embeddings) by content key, stacked in the order of `keys`."""
+        rows = self._cached(kind, keys, compute, self.store.get_arrays, self.store.put_arrays)
+        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
     @contextmanager
     def model_call(self) -> Iterator[None]:
@@ -67,28 +80,21 @@ class Context:
     def stats(self) -> dict[str, float]:
         recons = self._reconstructors.values()
         return {"generated": sum(r.generated for r in recons), "reused": sum(r.reused for r in recons),
-                "embedded": self.embedded, **self.computed,
+                "embedded": self.computed.get("embedding", 0),
+                **{kind: n for kind, n in self.computed.items() if kind != "embedding"},
                 "model_seconds": round(self.model_seconds + sum(r.model_seconds for r in recons), 4)}
 
     def embed(self, embedder: ImageEmbedder, image_keys: Sequence[str],
               load: Callable[[int], Image.Image]) -> np.ndarray:
         """Embeddings of images named by content keys; `load(i)` is called only on misses."""
         keys = [content_key("embedding", embedder=embedder.fingerprint, image=k) for k in image_keys]
-        known = self.store.get_arrays(list(set(keys)))
-        missing = [i for i, k in enumerate(keys) if k not in known]
-        first_of: dict[str, int] = {}
-        for i in missing:
-            first_of.setdefault(keys[i], i)
-        if first_of:
-            order = list(first_of.values())
-            images = [load(i) for i in order]
+
+        def compute(order: list[int]) -> Sequence[np.ndarray]:
+            images = [load(i) for i in order]  # decoding is run overhead, not model time
             with self.model_call():
-                vectors = embedder.embed(images)
-            new = {keys[i]: v for i, v in zip(order, vectors)}
-            self.store.put_arrays("embedding", new)
-            known.update(new)
-            self.embedded += len(order)
-        return np.stack([known[k] for k in keys]) if keys else np.zeros((0, 0), dtype=np.float32)
+                return embedder.embed(images)
+
+        return self.cached_arrays("embedding", keys, compute)
 
 
 class Metric:

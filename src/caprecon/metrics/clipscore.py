@@ -29,16 +29,12 @@ WEIGHT = 2.5
 
 def text_embeddings(ctx: Context, matcher: CaptionImageMatcher, texts: Sequence[str]) -> np.ndarray:
     keys = [content_key("text-embedding", model=matcher.fingerprint, text=t) for t in texts]
-    known = ctx.store.get_arrays(list(set(keys)))
-    missing = list(dict.fromkeys(k for k in keys if k not in known))
-    if missing:
-        order = [keys.index(k) for k in missing]
+
+    def compute(order: list[int]) -> np.ndarray:
         with ctx.model_call():
-            vectors = matcher.embed_texts([texts[i] for i in order])
-        new = dict(zip(missing, vectors))
-        ctx.store.put_arrays("text-embedding", new)
-        known.update(new)
-    return np.stack([known[k] for k in keys])
+            return matcher.embed_texts([texts[i] for i in order])
+
+    return ctx.cached_arrays("text-embedding", keys, compute)
 
 
 class _MatcherAsEmbedder:
