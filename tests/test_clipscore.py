@@ -47,3 +47,20 @@ def test_long_caption_is_flagged(tiny_clip, pictures, caplog):
     # "A photo depicts " + 30 words: 1+5+7 letters + 120 letters + start/end tokens = 135; limit 77
     assert res.records[0]["clip_tokens_cut"] == 135 - 77
     assert "cut by 58 tokens" in caplog.text
+
+
+def test_clip_image_and_clipscore_share_one_clip(tiny_clip, tmp_path):
+    from oracle import OracleGenerator, render
+
+    paths = []
+    for i, caption in enumerate(["a red circle", "a blue square"]):
+        paths.append(tmp_path / f"{i}.png")
+        render(caption, 64, 64).save(paths[-1])
+    samples = [caprecon.Sample(id=str(i), image=p, caption=c)
+               for i, (p, c) in enumerate(zip(paths, ["a red circle", "a blue square"]))]
+    res = caprecon.score(samples, ["clip-image", "clipscore"], generator=OracleGenerator(), clip=str(tiny_clip),
+                         max_side=64, no_cache=True)
+    # sources and reconstructions once each: clipscore reuses clip-image's source embeddings
+    assert res.manifest["cache"]["embedded"] == 2 * len(samples)
+    assert res.manifest["models"]["clip_matcher"]["fingerprint"] == res.manifest["models"]["clip"]["fingerprint"]
+    assert all(0 <= r["clipscore"] <= 2.5 for r in res.records)

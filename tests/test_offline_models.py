@@ -178,7 +178,7 @@ def test_clip_matcher_runs_a_local_checkpoint(tmp_path):
 
     m = ClipMatcher(tmp_path, device="cpu")
     fingerprint = m.fingerprint
-    assert m._model is None
+    assert m.image_embedder._model is None
     texts = m.embed_texts(["a cat", "a cup of coffee", "a rocket"])
     images = m.embed_images([_open("cat"), _open("camera")])
     assert texts.shape == (3, 16) and images.shape == (2, 16)

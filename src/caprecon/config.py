@@ -133,10 +133,12 @@ class Roles:
 
     @cached_property
     def clip_matcher(self):
-        spec = self.config.clip
-        if isinstance(spec, str) and spec in registry.EMBEDDERS:  # an embedder name: the same checkpoint
-            spec = registry.EMBEDDERS[spec].defaults.get("model", spec)
-        return self._build("matcher", spec, {}, "clip")
+        from .models.embedder import HFVisionEmbedder
+        from .models.matcher import ClipMatcher
+
+        if isinstance(self.clip, HFVisionEmbedder):  # the same CLIP as clip-image: one load, shared cache
+            return ClipMatcher(image_embedder=self.clip)
+        return self._build("matcher", self.config.clip, {}, "clip")
 
     @cached_property
     def judge(self):

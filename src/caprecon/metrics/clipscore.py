@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..models.embedder import ImageEmbedder
 from ..models.generator import CaptionImageMatcher
 from ..samples import LoadedSample
 from ..store import content_key
@@ -38,7 +39,7 @@ def text_embeddings(ctx: Context, matcher: CaptionImageMatcher, texts: Sequence[
 
 
 class _MatcherAsEmbedder:
-    """Lets `Context.embed` cache a matcher's image side like any image embedder's."""
+    """Lets `Context.embed` cache the image side of a matcher that has no embedder of its own."""
 
     def __init__(self, matcher: CaptionImageMatcher):
         self.matcher = matcher
@@ -49,6 +50,11 @@ class _MatcherAsEmbedder:
 
     def embed(self, images):
         return self.matcher.embed_images(images)
+
+
+def image_side(matcher: CaptionImageMatcher) -> ImageEmbedder:
+    # a matcher built on an image embedder (ClipMatcher) shares that embedder's cache entries
+    return getattr(matcher, "image_embedder", None) or _MatcherAsEmbedder(matcher)
 
 
 class ClipScore(Metric):
@@ -62,7 +68,7 @@ class ClipScore(Metric):
 
     def _clip_s(self, items: Sequence[LoadedSample], ctx: Context) -> tuple[np.ndarray, list[dict[str, Any]]]:
         texts = [self.prefix + it.caption.strip() for it in items]
-        image_vecs = ctx.embed(_MatcherAsEmbedder(self.clip), [it.image_key for it in items], lambda i: items[i].image)
+        image_vecs = ctx.embed(image_side(self.clip), [it.image_key for it in items], lambda i: items[i].image)
         text_vecs = text_embeddings(ctx, self.clip, texts)
         cos = np.sum(image_vecs * text_vecs, axis=1)
         rows: list[dict[str, Any]] = [{} for _ in items]

@@ -61,23 +61,25 @@ class HFVisionEmbedder:
         return {"backend": "hf-vision", "model": self.source.name, "revision": self.source.revision,
                 "dtype": str(self.dtype), "fingerprint": self.fingerprint}
 
-    def _load(self):
+    @property
+    def model(self):
+        """The loaded model (loaded on first use); a CLIP matcher uses its text tower too."""
         if self._model is None:
             import transformers
 
             config = transformers.AutoConfig.from_pretrained(self.source.load_target, revision=self.source.revision)
             self.joint = config.model_type in _JOINT_SPACE
-            cls = transformers.AutoModel
-            self._model = cls.from_pretrained(self.source.load_target, revision=self.source.revision,
-                                              dtype=self.dtype).to(self.device).eval()
+            self._model = transformers.AutoModel.from_pretrained(self.source.load_target, revision=self.source.revision,
+                                                                 dtype=self.dtype).to(self.device).eval()
+            # the PIL backend: no torchvision needed, and every machine preprocesses alike
             self._processor = transformers.AutoImageProcessor.from_pretrained(
-                self.source.load_target, revision=self.source.revision)
-        return self._model, self._processor
+                self.source.load_target, revision=self.source.revision, backend="pil")
+        return self._model
 
     def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
         import torch
 
-        model, processor = self._load()
+        model, processor = self.model, self._processor
         chunks = []
         for start in range(0, len(images), self.batch_size):
             batch = [im.convert("RGB") for im in images[start : start + self.batch_size]]

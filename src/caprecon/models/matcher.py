@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .common import ModelNotFoundError, ModelSource, resolve_device, resolve_dtype, resolve_source
+from .common import ModelNotFoundError, ModelSource, resolve_device
 from .efficientnet import EfficientNetLite0Embedder
-from .embedder import l2_normalise
+from .embedder import HFVisionEmbedder, l2_normalise
 
 
 def packaged_sentence_encoder() -> Path:
@@ -135,47 +135,50 @@ class ImageNetLabelMatcher:
 
 class ClipMatcher:
     """A CLIP checkpoint (hub id or local folder) as the matcher: its projected text and
-    image features, L2-normalised. Image preprocessing uses transformers' PIL backend, so
-    torchvision is never needed and every machine preprocesses alike."""
+    image features, L2-normalised.
 
-    def __init__(self, model: str | Path, *, revision: str | None = None, device: str | None = "auto",
-                 dtype: str | None = "float32", batch_size: int = 32):
-        self.source = resolve_source(model, revision, kind="matcher")
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
-        self.batch_size = max(1, int(batch_size))
-        self._model = None
+    The image side *is* an `HFVisionEmbedder` of the same checkpoint (pass the run's own
+    to share it): one model load serves CLIP-Image-Score, CLIPScore and retrieval, and the
+    image embeddings they cache are the same entries.
+    """
+
+    def __init__(self, model: str | Path | None = None, *, revision: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "float32", batch_size: int = 32, image_embedder: HFVisionEmbedder | None = None):
+        if image_embedder is None:
+            if model is None:
+                raise ValueError("ClipMatcher needs a model or an image_embedder")
+            image_embedder = HFVisionEmbedder(model, revision=revision, device=device, dtype=dtype,
+                                              batch_size=batch_size)
+        self.image_embedder = image_embedder
+        self.source = image_embedder.source
+        self.batch_size = image_embedder.batch_size
         self._tokenizer = None
-        self._image_processor = None
 
     @property
     def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="clip-matcher", dtype=str(self.dtype))
+        # one checkpoint and dtype decide both sides; text and image entries differ by kind
+        return self.image_embedder.fingerprint
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "clip-matcher", "model": self.source.name, "revision": self.source.revision,
-                "dtype": str(self.dtype), "device": self.device, "fingerprint": self.fingerprint}
+        return {**self.image_embedder.describe(), "backend": "clip-matcher"}
 
-    def _load(self):
-        if self._model is None:
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
             import transformers
 
-            target, revision = self.source.load_target, self.source.revision
-            self._model = transformers.AutoModel.from_pretrained(target, revision=revision,
-                                                                 dtype=self.dtype).to(self.device).eval()
-            self._tokenizer = transformers.AutoTokenizer.from_pretrained(target, revision=revision)
-            self._image_processor = transformers.AutoImageProcessor.from_pretrained(target, revision=revision,
-                                                                                    backend="pil")
-        return self._model
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(self.source.load_target,
+                                                                         revision=self.source.revision)
+        return self._tokenizer
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
-        model = self._load()
+        model = self.image_embedder.model
         chunks = []
         for start in range(0, len(texts), self.batch_size):
-            tokens = self._tokenizer(list(texts[start : start + self.batch_size]), padding=True, truncation=True,
-                                     return_tensors="pt").to(self.device)
+            tokens = self.tokenizer(list(texts[start : start + self.batch_size]), padding=True, truncation=True,
+                                    return_tensors="pt").to(self.image_embedder.device)
             with torch.inference_mode():
                 feats = model.get_text_features(input_ids=tokens["input_ids"],
                                                 attention_mask=tokens.get("attention_mask")).pooler_output
@@ -184,19 +187,8 @@ class ClipMatcher:
 
     def tokens_cut(self, texts: Sequence[str]) -> list[int]:
         """Tokens of each text beyond the text encoder's limit (77 for CLIP), which it drops."""
-        self._load()
-        limit = self._tokenizer.model_max_length
-        return [max(0, len(self._tokenizer(t, verbose=False)["input_ids"]) - limit) for t in texts]
+        limit = self.tokenizer.model_max_length
+        return [max(0, len(self.tokenizer(t, verbose=False)["input_ids"]) - limit) for t in texts]
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
-        import torch
-
-        model = self._load()
-        chunks = []
-        for start in range(0, len(images), self.batch_size):
-            batch = [im.convert("RGB") for im in images[start : start + self.batch_size]]
-            pixels = self._image_processor(images=batch, return_tensors="pt")["pixel_values"]
-            with torch.inference_mode():
-                feats = model.get_image_features(pixel_values=pixels.to(self.device, self.dtype)).pooler_output
-            chunks.append(feats.float().cpu().numpy())
-        return l2_normalise(np.concatenate(chunks)) if chunks else np.zeros((0, 0), dtype=np.float32)
+        return self.image_embedder.embed(images)
