@@ -50,7 +50,7 @@ def samples(tmp_path):
             Sample(id="bad", image=source, caption="a green triangle", image_id="shapes", candidate=1)]
 
 
-def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path):
+def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path, monkeypatch):
     metric = CaptionTuringTest(OracleGenerator(), judge, bank_file, max_side=64)
     ctx = Context(Store(tmp_path / "store"))
     items = [open_image(s) for s in samples]
@@ -69,6 +69,11 @@ def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path
     # both rows see the same original image, so the same upper bound
     assert rows[0]["turing_upper"] == rows[1]["turing_upper"]
     again = Context(Store(tmp_path / "store"))
+
+    def not_opened(self):
+        raise AssertionError("a cached run must not open reconstructions")
+
+    monkeypatch.setattr("caprecon.reconstruct.Reconstruction.image", not_opened)
     assert metric.score(items, again) == rows and again.computed == {}
 
 

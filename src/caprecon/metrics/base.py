@@ -39,7 +39,8 @@ class Context:
 
     def _cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
                 get: Callable, put: Callable) -> list[Any]:
-        """Results by key; `compute(indices)` runs once, for the first row of each missing key."""
+        """Results by key; `compute(indices)` runs once, for the first row of each missing key.
+        `compute` times its own model call (`model_call`), so input preparation stays outside."""
         known = get(list(set(keys)))
         first_of: dict[str, int] = {}
         for i, k in enumerate(keys):
@@ -55,12 +56,7 @@ class Context:
 
     def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
         """JSON-able model results (answers, probabilities) by content key."""
-
-        def timed(order: list[int]) -> Sequence[Any]:
-            with self.model_call():
-                return compute(order)
-
-        return self._cached(kind, keys, timed, self.store.get_json, self.store.put_json)
+        return self._cached(kind, keys, compute, self.store.get_json, self.store.put_json)
 
     def cached_arrays(self, kind: str, keys: Sequence[str],
                       compute: Callable[[list[int]], Sequence[np.ndarray]]) -> np.ndarray:

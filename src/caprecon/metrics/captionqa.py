@@ -60,8 +60,12 @@ class CaptionQA(Metric):
                 owners.append((row, q))
         keys = [content_key("llm-answer", model=self.llm.fingerprint, prompt=p, max_new_tokens=self.max_new_tokens)
                 for p in prompts]
-        answers = ctx.cached("llm-answer", keys, lambda idx: self.llm.generate(
-            [prompts[i] for i in idx], max_new_tokens=self.max_new_tokens))
+
+        def compute(order: list[int]) -> list[str]:
+            with ctx.model_call():
+                return self.llm.generate([prompts[i] for i in order], max_new_tokens=self.max_new_tokens)
+
+        answers = ctx.cached("llm-answer", keys, compute)
         per_row: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
         for (row, q), answer in zip(owners, answers):
             size = items[row].image.size

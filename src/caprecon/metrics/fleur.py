@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ..models.vlm import VisionLanguageModel, VLMRequest
+from ..models.vlm import VisionLanguageModel
 from ..samples import LoadedSample
-from ..store import content_key
 from .base import Context, Metric
+from .judging import LazyImages, answer_probs, answers
 from .recon import _describe
 
 RATINGS = [f"{i / 10:.1f}" for i in range(11)]
@@ -47,17 +47,11 @@ class Fleur(Metric):
                 "smoothing": "expectation over the 11 one-decimal ratings, teacher-forced probabilities"}
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        requests = [VLMRequest(image=it.image, prompt=self.prompt.replace("{caption}", it.caption.strip()),
-                               image_key=it.image_key) for it in items]
-        flat = [(r, rating) for r in requests for rating in RATINGS]
-        keys = [content_key("answer-prob", model=self.vlm.fingerprint, image=r.image_key, prompt=r.prompt,
-                            answer=rating) for r, rating in flat]
-        probs = ctx.cached("answer-prob", keys, lambda idx: self.vlm.answer_prob(
-            [flat[i][0] for i in idx], [flat[i][1] for i in idx]))
-        greedy_keys = [content_key("judge-answer", judge=self.vlm.fingerprint, image=r.image_key, prompt=r.prompt,
-                                   max_new_tokens=4) for r in requests]
-        greedy = ctx.cached("judge-answer", greedy_keys, lambda idx: self.vlm.generate(
-            [requests[i] for i in idx], max_new_tokens=4))
+        images = LazyImages()
+        asks = [(images.add(it.image_key, lambda it=it: it.image), self.prompt.replace("{caption}", it.caption.strip()))
+                for it in items]
+        probs = answer_probs(ctx, self.vlm, [a for a in asks for _ in RATINGS], images, RATINGS * len(asks))
+        greedy = answers(ctx, self.vlm, asks, images, max_new_tokens=4)
         rows = []
         for i, text in enumerate(greedy):
             p = probs[i * len(RATINGS) : (i + 1) * len(RATINGS)]

@@ -17,18 +17,17 @@ Across rows, `caprecon.report` weights categories by their question counts.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..models.generator import TextToImage
-from ..models.vlm import VisionLanguageModel, VLMRequest
-from dataclasses import replace
-
+from ..models.vlm import VisionLanguageModel
 from ..qa import QAItem, build_prompt, grade, infer_coords, load_qa_bank, to_normalized
 from ..reconstruct import ReconstructionSpec
 from ..samples import LoadedSample
-from ..store import content_key
 from .base import Context, Metric
+from .judging import LazyImages, answers
 from .recon import _describe
 
 
@@ -39,15 +38,6 @@ def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
         return item
     coords = item.coords or infer_coords(item.answer, source_size)
     return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
-
-
-def judge_answers(ctx: Context, judge: VisionLanguageModel, requests: Sequence[VLMRequest],
-                  max_new_tokens: int) -> list[str]:
-    """Greedy answers, cached by (judge, image content, prompt)."""
-    keys = [content_key("judge-answer", judge=judge.fingerprint, image=r.image_key, prompt=r.prompt,
-                        max_new_tokens=max_new_tokens) for r in requests]
-    return ctx.cached("judge-answer", keys,
-                      lambda idx: judge.generate([requests[i] for i in idx], max_new_tokens=max_new_tokens))
 
 
 class CaptionTuringTest(Metric):
@@ -75,23 +65,23 @@ class CaptionTuringTest(Metric):
             if not self.bank.get(item.sample.image_id):
                 raise ValueError(f"no questions in the QA bank for image_id {item.sample.image_id!r}")
         recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
-        rebuilt_images = [r.image() for r in recons]
-        views = {"turing": [(img, r.key) for img, r in zip(rebuilt_images, recons)]}
+        images = LazyImages()
+        # what the judge looks at, per row: (image key, size); opened only if an answer is missing
+        views = {"turing": [(images.add(r.key, r.image), (r.width, r.height)) for r in recons]}
         if self.upper:
-            views["turing_upper"] = [(it.image, it.image_key) for it in items]
+            views["turing_upper"] = [(images.add(it.image_key, lambda it=it: it.image), it.image.size) for it in items]
 
         rows: list[dict[str, Any]] = [r.record() for r in recons]
-        for field, images in views.items():
-            requests, owners = [], []
-            for row, (item, (image, key)) in enumerate(zip(items, images)):
+        for field, seen in views.items():
+            asks, owners = [], []
+            for row, (item, (key, size)) in enumerate(zip(items, seen)):
                 for q in self.bank[item.sample.image_id]:
-                    requests.append(VLMRequest(image=image, prompt=build_prompt(q, box_coords=self.judge_box_coords),
-                                               image_key=key))
-                    owners.append((row, q, image.size))
-            answers = judge_answers(ctx, self.judge, requests, self.max_new_tokens)
+                    asks.append((key, build_prompt(q, box_coords=self.judge_box_coords)))
+                    owners.append((row, q, size))
+            replies = answers(ctx, self.judge, asks, images, self.max_new_tokens)
             correct: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
             ious: list[list[float]] = [[] for _ in items]
-            for (row, q, size), answer in zip(owners, answers):
+            for (row, q, size), answer in zip(owners, replies):
                 result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
                                pred_coords=self.judge_box_coords, iou_threshold=self.iou_threshold)
                 if q.type == "box":

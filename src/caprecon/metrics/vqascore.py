@@ -19,23 +19,15 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..models.generator import TextToImage
-from ..models.vlm import VisionLanguageModel, VLMRequest
+from ..models.vlm import VisionLanguageModel
 from ..reconstruct import ReconstructionSpec
 from ..samples import LoadedSample
-from ..store import content_key
 from .base import Context, Metric
+from .judging import LazyImages, option_probs
 from .recon import _describe
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")
-
-
-def option_probs_cached(ctx: Context, vlm: VisionLanguageModel, requests: Sequence[VLMRequest],
-                        options: Sequence[str]) -> list[list[float]]:
-    keys = [content_key("option-probs", model=vlm.fingerprint, image=r.image_key, prompt=r.prompt,
-                        options=list(options)) for r in requests]
-    return ctx.cached("option-probs", keys,
-                      lambda idx: vlm.option_probs([requests[i] for i in idx], [list(options)] * len(idx)))
 
 
 class VQAScore(Metric):
@@ -64,12 +56,11 @@ class VQAScore(Metric):
                 else "P(first answer token = 'Yes'), full-vocabulary softmax",
                 "generator": _describe(self.generator) if self.generator else None}
 
-    def _probability(self, ctx: Context, images: list, keys: list[str], captions: list[str]) -> list[float]:
-        requests = [VLMRequest(image=im, prompt=self.template.replace("{caption}", c.strip()), image_key=k)
-                    for im, k, c in zip(images, keys, captions)]
+    def _probability(self, ctx: Context, images: LazyImages, keys: list[str], captions: list[str]) -> list[float]:
+        asks = [(k, self.template.replace("{caption}", c.strip())) for k, c in zip(keys, captions)]
         if not self.normalise:
-            return [p[0] for p in option_probs_cached(ctx, self.vlm, requests, ["Yes"])]
-        probs = option_probs_cached(ctx, self.vlm, requests, [*YES, *NO])
+            return [p[0] for p in option_probs(ctx, self.vlm, asks, images, ["Yes"])]
+        probs = option_probs(ctx, self.vlm, asks, images, [*YES, *NO])
         out = []
         for p in probs:
             yes, no = sum(p[: len(YES)]), sum(p[len(YES) :])
@@ -78,14 +69,15 @@ class VQAScore(Metric):
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         captions = [it.caption for it in items]
+        images = LazyImages()
         rows: list[dict[str, Any]] = [{} for _ in items]
         if self.on in {"image", "both"}:
-            for row, p in zip(rows, self._probability(ctx, [it.image for it in items],
-                                                      [it.image_key for it in items], captions)):
+            keys = [images.add(it.image_key, lambda it=it: it.image) for it in items]
+            for row, p in zip(rows, self._probability(ctx, images, keys, captions)):
                 row["vqascore"] = p
         if self.on in {"reconstruction", "both"}:
             recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
-            probs = self._probability(ctx, [r.image() for r in recons], [r.key for r in recons], captions)
+            probs = self._probability(ctx, images, [images.add(r.key, r.image) for r in recons], captions)
             for row, r, p in zip(rows, recons, probs):
                 row.update(r.record())
                 row["vqascore_recon"] = p
