@@ -80,3 +80,13 @@ def test_dreamsim_without_weights_explains(tmp_path):
 
     with pytest.raises(ModelNotFoundError, match="CAPRECON_DREAMSIM_DIR"):
         DreamSimEmbedder(weights_dir=tmp_path)
+
+
+def test_registered_plugin_names_build(monkeypatch):
+    from caprecon.models import registry
+    from oracle import PixelEmbedder
+
+    monkeypatch.setitem(registry.EMBEDDERS, "placeholder", None)  # so the name is removed after the test
+    registry.register("embedder", "placeholder", "oracle:PixelEmbedder", "pixels, for tests")
+    assert isinstance(registry.build("embedder", "placeholder"), PixelEmbedder)
+    assert registry.describe_registry()["embedder"]["placeholder"] == "pixels, for tests"

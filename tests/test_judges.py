@@ -117,6 +117,8 @@ def test_turing_and_vqascore_from_the_cli(judge, bank_file, samples, tmp_path, c
     records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert all("turing" in r and "vqascore" in r for r in records)
     assert (out / "radar.png").stat().st_size > 10_000 and "upper bound" in (out / "categories.md").read_text()
+    assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "categories.md").read_text() == (out / "categories.md").read_text()
 
 
 def test_turing_needs_questions_for_the_image(judge, bank_file, tmp_path):

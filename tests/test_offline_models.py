@@ -185,3 +185,8 @@ def test_clip_matcher_runs_a_local_checkpoint(tmp_path):
     np.testing.assert_allclose(np.linalg.norm(np.concatenate([texts, images]), axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(m.embed_texts(["a rocket"]), texts[2:], atol=1e-5)
     assert m.fingerprint == fingerprint and m.describe()["backend"] == "clip-matcher"
+
+
+def test_instances_over_one_weights_file_share_the_network(embedder):
+    # the offline preset builds the retrieval matcher's classifier and the embedder apart
+    assert EfficientNetLite0Embedder()._load() is embedder._load()

@@ -106,8 +106,9 @@ def cmd_meta(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import category_table, write_report
 
-    paths = write_report(args.run, args.out or args.run, metric=args.metric)
-    print(category_table(args.run, metric=args.metric).to_text())
+    table = category_table(args.run, metric=args.metric)
+    paths = write_report(table, args.out or args.run)
+    print(table.to_text())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0

@@ -280,10 +280,11 @@ def _legend_label(table: CategoryTable, name: str) -> str:
     return name if overall is None else f"{name}  ({_pct(overall)})"
 
 
-def write_report(records: str | Path | Iterable[Mapping[str, Any]], out_dir: str | Path,
+def write_report(records: CategoryTable | str | Path | Iterable[Mapping[str, Any]], out_dir: str | Path,
                  metric: str = "turing") -> dict[str, Path]:
-    """Write `categories.md`, `categories.csv` and `radar.png` into `out_dir`."""
-    table = category_table(records, metric=metric)
+    """Write `categories.md`, `categories.csv` and `radar.png` into `out_dir` (from records,
+    a run folder, or a table already built)."""
+    table = records if isinstance(records, CategoryTable) else category_table(records, metric=metric)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = out_dir / "categories.md"

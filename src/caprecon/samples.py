@@ -305,11 +305,3 @@ def _load_image_folder(folder: Path, captions: str | Path | None, root: Path) ->
             s.image = by_stem[s.image_id]
     return rows
 
-
-# ----------------------------------------------------------------------------- writers
-
-
-def write_jsonl(records: Iterable[dict], path: str | Path) -> None:
-    with Path(path).open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")

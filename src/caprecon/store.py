@@ -103,15 +103,6 @@ class Store:
             )
             db.execute("COMMIT")
 
-    def __contains__(self, key: str) -> bool:
-        return bool(self._get([key]))
-
-    def count(self, kind: str | None = None) -> int:
-        db = self._connect()
-        if kind is None:
-            return db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-        return db.execute("SELECT COUNT(*) FROM results WHERE kind = ?", (kind,)).fetchone()[0]
-
     # -- JSON records -----------------------------------------------------------------
 
     def get_json(self, keys: list[str]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ give every machine a real, pretrained image embedder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from pathlib import Path
@@ -144,6 +145,17 @@ def preprocess(image: Image.Image, size: int = INPUT_SIZE) -> np.ndarray:
     return np.ascontiguousarray(pixels.transpose(2, 0, 1))
 
 
+@functools.lru_cache(maxsize=4)
+def _load_network(weights: str, device: str):
+    """One network per weights file and device: the offline preset's retrieval matcher and
+    its embedder are two instances over the same weights, and load them once."""
+    import torch
+
+    net = _build_network()
+    net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+    return net.to(device).eval()
+
+
 class EfficientNetLite0Embedder:
     """A pretrained ImageNet classifier used as an image embedder (and classifier).
 
@@ -173,11 +185,7 @@ class EfficientNetLite0Embedder:
 
     def _load(self):
         if self._net is None:
-            import torch
-
-            net = _build_network()
-            net.load_state_dict(torch.load(self.weights, map_location="cpu", weights_only=True))
-            self._net = net.to(self.device).eval()
+            self._net = _load_network(str(self.weights.resolve()), self.device)
         return self._net
 
     def _run(self, images: Sequence[Image.Image], head: bool) -> np.ndarray:

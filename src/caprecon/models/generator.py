@@ -166,7 +166,13 @@ class DiffusersGenerator:
         return out  # type: ignore[return-value]
 
     def tokens_cut(self, prompt: str) -> dict[str, int]:
-        """Prompt tokens each of the pipeline's text encoders will drop.
+        """Prompt tokens each of the pipeline's text encoders will drop."""
+        return {attr: max(0, len(tok(prompt, add_special_tokens=True, verbose=False)["input_ids"]) - limit)
+                for attr, tok, limit in self._token_limits}
+
+    @cached_property
+    def _token_limits(self) -> list[tuple[str, Any, int]]:
+        """(name, tokenizer, limit) per text encoder, read once from the pipeline.
 
         CLIP-style encoders (limit <= 77) cut at their tokenizer's limit; the long-text
         encoder (T5, Qwen, ...) cuts at the pipeline's `max_sequence_length`.
@@ -177,18 +183,16 @@ class DiffusersGenerator:
         if long_limit is None and "max_sequence_length" in params:
             default = params["max_sequence_length"].default
             long_limit = default if isinstance(default, int) else None
-        cut = {}
+        limits = []
         for attr in ("tokenizer", "tokenizer_2", "tokenizer_3"):
             tok = getattr(pipe, attr, None)
             if tok is None:
                 continue
             native = getattr(tok, "model_max_length", None) or 0
             limit = native if 0 < native <= 77 else long_limit or (native if native < 100_000 else None)
-            if not limit:
-                continue
-            n = len(tok(prompt, add_special_tokens=True, verbose=False)["input_ids"])
-            cut[attr] = max(0, n - limit)
-        return cut
+            if limit:
+                limits.append((attr, tok, limit))
+        return limits
 
 
 # ----------------------------------------------------------------------------- retrieval
