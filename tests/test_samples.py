@@ -79,6 +79,10 @@ def test_whole_file_problems_raise(tmp_path):
     bad.write_text('{"id": 1, "caption": "x"}\n{oops\n')
     with pytest.raises(SampleFormatError, match="bad.jsonl:2"):
         load_samples(bad)
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text("id,image,caption\n1,a.png,fine\n2,b.png,too,many\n")
+    with pytest.raises(SampleFormatError, match="ragged.csv:3: more fields than the header"):
+        load_samples(ragged)
     nocap = tmp_path / "nocap.jsonl"
     nocap.write_text('{"id": 1, "image": "a.png"}\n')
     with pytest.raises(SampleFormatError, match="no 'caption'"):

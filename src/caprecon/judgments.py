@@ -22,7 +22,6 @@ paraphrase-vs-perturbation probe.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections import defaultdict
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from caprecon.records import RECORD_SUFFIXES, read_records
 from caprecon.samples import Sample
 
 FLICKR8K_EXPERT = "flickr8k-expert"
@@ -191,43 +191,16 @@ def load_judgments(
 
 def _read_records(path: Path) -> Iterator[tuple[str, dict]]:
     """(location, record with lower-cased keys) for each row of a record file."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JudgmentFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            yield f"{path}:{lineno}", _record(record, f"{path}:{lineno}")
-    elif suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise JudgmentFormatError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        if not isinstance(data, list):
-            raise JudgmentFormatError(f"{path}: a .json judgments file must hold a list of records")
-        for i, record in enumerate(data, 1):
-            yield f"{path} item {i}", _record(record, f"{path} item {i}")
-    elif suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-            for record in reader:
-                where = f"{path}:{reader.line_num}"
-                if None in record:
-                    raise JudgmentFormatError(f"{where}: more fields than the header has")
-                yield where, _record(record, where)
-    else:
+    if path.suffix.lower() not in RECORD_SUFFIXES:
         raise JudgmentFormatError(
-            f"{path}: unknown judgments file type {suffix!r} (use .jsonl, .json, .csv, .tsv, "
+            f"{path}: unknown judgments file type {path.suffix.lower()!r} (use .jsonl, .json, .csv, .tsv, "
             "or the original Flickr8k .txt annotations)"
         )
+    for where, record in read_records(path, JudgmentFormatError):
+        yield where, _record(record)
 
 
-def _record(record: Any, where: str) -> dict:
-    if not isinstance(record, dict):
-        raise JudgmentFormatError(f"{where}: expected a record (object), got {type(record).__name__}")
+def _record(record: dict) -> dict:
     return {str(k).strip().lower(): v for k, v in record.items()}
 
 

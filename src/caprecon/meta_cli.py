@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import sys
 from pathlib import Path
@@ -44,6 +43,7 @@ from caprecon.meta import (
     write_markdown,
 )
 from caprecon.metrics.reference import REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name
+from caprecon.records import read_records
 from caprecon.samples import Sample
 
 ScoreMetric = Callable[[str, list[Sample]], Sequence[float]]
@@ -208,16 +208,7 @@ def _read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]
     """Every numeric column of a scores file, aligned with `samples` by `id`."""
     if not path.is_file():
         raise MetaError(f"scores file not found: {path}")
-    if path.suffix.lower() == ".jsonl":
-        try:
-            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except json.JSONDecodeError as exc:
-            raise MetaError(f"{path}: not valid JSON lines ({exc.msg})") from None
-    elif path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
-            records = list(csv.DictReader(fh))
-    else:
-        raise MetaError(f"{path}: scores must be .csv or .jsonl")
+    records = [record for _, record in read_records(path, MetaError)]
     if not records or "id" not in records[0]:
         raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
     ids = [s.id for s in samples]

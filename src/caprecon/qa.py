@@ -32,12 +32,13 @@ field; `pred_coords` for a model's answer) and otherwise inferred:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
+
+from .records import read_jsonl
 
 QUESTION_TYPES = ("mc", "yesno", "short", "box")
 COORDS = ("normalized", "1000", "pixel")
@@ -85,23 +86,15 @@ def load_qa_bank(path: str | Path) -> dict[str, list[QAItem]]:
     `QABankError` naming the line."""
     path = Path(path)
     bank: dict[str, list[QAItem]] = {}
-    seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise QABankError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            item = parse_item(record, where)
-            if not item.id:
-                item = replace(item, id=f"{item.image_id}#{len(bank.get(item.image_id, []))}")
-            if item.id in seen:
-                raise QABankError(f"{where}: id {item.id!r} already used on line {seen[item.id]}")
-            seen[item.id] = lineno
-            bank.setdefault(item.image_id, []).append(item)
+    seen: dict[str, str] = {}
+    for where, record in read_jsonl(path, QABankError):
+        item = parse_item(record, where)
+        if not item.id:
+            item = replace(item, id=f"{item.image_id}#{len(bank.get(item.image_id, []))}")
+        if item.id in seen:
+            raise QABankError(f"{where}: id {item.id!r} already used on line {seen[item.id]}")
+        seen[item.id] = where.rsplit(":", 1)[1]
+        bank.setdefault(item.image_id, []).append(item)
     return bank
 
 

@@ -18,13 +18,14 @@ each image enters it once, however many captioners described it.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from .records import read_jsonl
 
 UPPER = "upper bound"
 OVER_QUESTIONS = "mean over questions"
@@ -174,8 +175,7 @@ def load_records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Mappi
     path = Path(source)
     if path.is_dir():
         path = path / "scores.jsonl"
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return [record for _, record in read_jsonl(path)]
 
 
 def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: str = "turing",

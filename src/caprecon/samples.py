@@ -9,7 +9,6 @@ column) raise `SampleFormatError` before any work starts.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from PIL import Image
+
+from .records import RECORD_SUFFIXES, read_records
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
 
@@ -140,37 +141,17 @@ def load_samples(
             return _load_hf_dataset(path, root)
         return _load_image_folder(path, captions, root)
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return [_sample_from_record(r, i, root) for i, r in enumerate(_read_jsonl(path))]
-    if suffix == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
+    if suffix == ".json" and annotations is not None:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return _load_coco_results(data, Path(annotations), Path(images_root) if images_root else None, path)
+    if suffix in RECORD_SUFFIXES:
+        rows = [record for _, record in read_records(path, SampleFormatError)]
         _require_caption_column(rows, path)
         return [_sample_from_record(r, i, root) for i, r in enumerate(rows)]
-    if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if annotations is not None:
-            return _load_coco_results(data, Path(annotations), Path(images_root) if images_root else None, path)
-        if isinstance(data, list):
-            return [_sample_from_record(r, i, root) for i, r in enumerate(data)]
-        raise SampleFormatError(f"{path}: a .json input must be a list of records, or COCO results with --annotations")
     if suffix == ".parquet":
         return _load_parquet(path, root)
-    raise SampleFormatError(f"{path}: unknown input format {suffix!r} (use .jsonl, .csv, .json, .parquet or a folder)")
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise SampleFormatError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-    if rows:
-        _require_caption_column(rows, path)
-    return rows
+    raise SampleFormatError(f"{path}: unknown input format {suffix!r} (use .jsonl, .csv, .tsv, .json, .parquet "
+                            "or a folder)")
 
 
 def _require_caption_column(rows: Sequence[dict], path: Path) -> None:
