@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .models import registry
+from .models.common import describe_model
 from .reconstruct import ReconstructionSpec
 
 
@@ -160,9 +161,7 @@ class Roles:
         built = {}
         for name in ("generator", "embedder", "clip", "clip_matcher", "judge", "llm"):
             if name in self.__dict__:
-                model = self.__dict__[name]
-                describe = getattr(model, "describe", None)
-                built[name] = describe() if callable(describe) else {"class": type(model).__name__}
+                built[name] = describe_model(self.__dict__[name])
         return built
 
 

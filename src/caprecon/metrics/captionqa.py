@@ -15,10 +15,10 @@ from typing import Any, Sequence
 from ..models.llm import TextLLM
 from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
 from .turing import in_source_terms
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from ..store import content_key
 from .base import Context, Metric
-from .recon import _describe
 
 CANNOT = "Cannot answer from the description"
 PREAMBLE = (
@@ -47,7 +47,7 @@ class CaptionQA(Metric):
         self.iou_threshold = iou_threshold
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "llm": _describe(self.llm), "questions": sum(len(v) for v in self.bank.values())}
+        return {"metric": self.name, "llm": describe_model(self.llm), "questions": sum(len(v) for v in self.bank.values())}
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         prompts, owners = [], []

@@ -17,10 +17,10 @@ import numpy as np
 
 from ..models.embedder import ImageEmbedder
 from ..models.generator import CaptionImageMatcher
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from ..store import content_key
 from .base import Context, Metric
-from .recon import _describe
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class ClipScore(Metric):
         self.clip, self.prefix, self.weight = clip, prefix, weight
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "clip": _describe(self.clip), "prefix": self.prefix, "w": self.weight}
+        return {"metric": self.name, "clip": describe_model(self.clip), "prefix": self.prefix, "w": self.weight}
 
     def _clip_s(self, items: Sequence[LoadedSample], ctx: Context) -> tuple[np.ndarray, list[dict[str, Any]]]:
         texts = [self.prefix + it.caption.strip() for it in items]

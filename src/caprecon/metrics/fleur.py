@@ -18,10 +18,10 @@ import re
 from typing import Any, Sequence
 
 from ..models.vlm import VisionLanguageModel
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from .base import Context, Metric
 from .judging import LazyImages, answer_probs, answers
-from .recon import _describe
 
 RATINGS = [f"{i / 10:.1f}" for i in range(11)]
 
@@ -43,7 +43,7 @@ class Fleur(Metric):
         self.vlm, self.prompt = vlm, prompt
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "vlm": _describe(self.vlm),
+        return {"metric": self.name, "vlm": describe_model(self.vlm),
                 "smoothing": "expectation over the 11 one-decimal ratings, teacher-forced probabilities"}
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:

@@ -14,6 +14,7 @@ import numpy as np
 from ..models.embedder import ImageEmbedder
 from ..models.generator import TextToImage
 from ..reconstruct import ReconstructionSpec
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from .base import Context, Metric
 
@@ -28,7 +29,7 @@ class ReconScore(Metric):
         self.spec = spec or ReconstructionSpec(**spec_options)
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "embedder": _describe(self.embedder), "generator": _describe(self.generator),
+        return {"metric": self.name, "embedder": describe_model(self.embedder), "generator": describe_model(self.generator),
                 "reconstruction": self.spec.__dict__}
 
     def _transform(self, cos: np.ndarray) -> np.ndarray:
@@ -51,7 +52,3 @@ class ClipImageScore(ReconScore):
     def _transform(self, cos: np.ndarray) -> np.ndarray:
         return cos
 
-
-def _describe(model: Any) -> Any:
-    describe = getattr(model, "describe", None)
-    return describe() if callable(describe) else {"class": type(model).__name__, "fingerprint": model.fingerprint}

@@ -25,10 +25,10 @@ from ..models.generator import TextToImage
 from ..models.vlm import VisionLanguageModel
 from ..qa import QAItem, build_prompt, grade, infer_coords, load_qa_bank, to_normalized
 from ..reconstruct import ReconstructionSpec
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from .base import Context, Metric
 from .judging import LazyImages, answers
-from .recon import _describe
 
 
 def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
@@ -56,7 +56,7 @@ class CaptionTuringTest(Metric):
         self.judge_box_coords = judge_box_coords  # the judge's box convention (Qwen2-VL: "1000"), else inferred
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "judge": _describe(self.judge), "generator": _describe(self.generator),
+        return {"metric": self.name, "judge": describe_model(self.judge), "generator": describe_model(self.generator),
                 "questions": sum(len(v) for v in self.bank.values()), "images_in_bank": len(self.bank),
                 "iou_threshold": self.iou_threshold, "upper_bound": self.upper}
 

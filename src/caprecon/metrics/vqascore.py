@@ -21,10 +21,10 @@ from typing import Any, Sequence
 from ..models.generator import TextToImage
 from ..models.vlm import VisionLanguageModel
 from ..reconstruct import ReconstructionSpec
+from ..models.common import describe_model
 from ..samples import LoadedSample
 from .base import Context, Metric
 from .judging import LazyImages, option_probs
-from .recon import _describe
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")
@@ -51,10 +51,10 @@ class VQAScore(Metric):
         return "vqascore_recon" if self.on == "reconstruction" else "vqascore"
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "vlm": _describe(self.vlm), "template": self.template, "on": self.on,
+        return {"metric": self.name, "vlm": describe_model(self.vlm), "template": self.template, "on": self.on,
                 "probability": "P(yes)/(P(yes)+P(no)) over Yes/yes, No/no" if self.normalise
                 else "P(first answer token = 'Yes'), full-vocabulary softmax",
-                "generator": _describe(self.generator) if self.generator else None}
+                "generator": describe_model(self.generator) if self.generator else None}
 
     def _probability(self, ctx: Context, images: LazyImages, keys: list[str], captions: list[str]) -> list[float]:
         asks = [(k, self.template.replace("{caption}", c.strip())) for k, c in zip(keys, captions)]

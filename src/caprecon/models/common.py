@@ -104,3 +104,11 @@ def resolve_dtype(dtype: str | None, device: str):
     if dtype not in table:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
     return table[dtype]
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """A backend's own description for manifests, or its class and fingerprint."""
+    describe = getattr(model, "describe", None)
+    if callable(describe):
+        return describe()
+    return {"class": type(model).__name__, "fingerprint": getattr(model, "fingerprint", None)}
