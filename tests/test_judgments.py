@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,9 +17,6 @@ from caprecon.judgments import (
     load_triples,
 )
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-FLICKR8K_DEV = Path(__file__).parents[2] / "shared/data/flickr8k-dev"
 
 
 def _jsonl(path: Path, records) -> Path:
@@ -196,14 +192,13 @@ def test_triples(tmp_path):
         load_triples(bad)
 
 
-@pytest.mark.skipif(not FLICKR8K_DEV.is_dir(), reason=f"{FLICKR8K_DEV} is absent")
-def test_flickr8k_dev_files():
-    expert = load_judgments(FLICKR8K_DEV / "expert.jsonl")
+def test_flickr8k_dev_files(flickr_dir):
+    expert = load_judgments(flickr_dir / "expert.jsonl")
     assert expert.format == FLICKR8K_EXPERT and len(expert.items) == 747
     assert all(len(j.ratings) == 3 and len(j.refs) == 5 for j in expert.items)
     assert len({j.image_id for j in expert.items}) == 125
-    crowd = load_judgments(FLICKR8K_DEV / "crowdflower.jsonl")
+    crowd = load_judgments(flickr_dir / "crowdflower.jsonl")
     assert crowd.format == FLICKR8K_CROWDFLOWER and len(crowd.items) == 5910
     assert all(0.0 <= j.ratings[0] <= 1.0 for j in crowd.items)
-    sample = expert.samples(FLICKR8K_DEV / "images")[0]
+    sample = expert.samples(flickr_dir / "images")[0]
     assert Path(sample.image).is_file()

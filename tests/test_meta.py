@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import os
 import shutil
 from pathlib import Path
 
@@ -43,9 +42,6 @@ from caprecon.meta import (
 )
 from caprecon.meta_cli import add_meta_arguments, run_meta_command
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-
-FLICKR8K_DEV = Path(__file__).parents[2] / "shared/data/flickr8k-dev"
 
 
 # ----------------------------------------------------------------------------- Kendall
@@ -344,16 +340,15 @@ def test_command_errors_name_the_problem(tmp_path, capsys):
 # ----------------------------------------------------------------------------- Flickr8k dev
 
 
-needs_flickr8k = pytest.mark.skipif(not FLICKR8K_DEV.is_dir(), reason=f"{FLICKR8K_DEV} is absent")
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
 REFERENCE = ["bleu-1", "bleu-2", "bleu-3", "bleu-4", "meteor", "rouge", "cider"]
 
 
 @pytest.fixture(scope="module")
-def flickr8k_run(tmp_path_factory):
+def flickr8k_run(tmp_path_factory, flickr_dir):  # skips when the data is absent
     out = tmp_path_factory.mktemp("meta")
-    files = [str(FLICKR8K_DEV / "expert.jsonl"), str(FLICKR8K_DEV / "crowdflower.jsonl")]
-    args = _parse(["--judgments", *files, "--images", str(FLICKR8K_DEV / "images"), "--metric", *REFERENCE,
+    files = [str(flickr_dir / "expert.jsonl"), str(flickr_dir / "crowdflower.jsonl")]
+    args = _parse(["--judgments", *files, "--images", str(flickr_dir / "images"), "--metric", *REFERENCE,
                    "--out", str(out), "--bootstrap", "200", "--seed", "0"])  # fmt: skip
     rc = run_meta_command(args)
     with (out / "meta.csv").open() as fh:
@@ -361,7 +356,6 @@ def flickr8k_run(tmp_path_factory):
     return rc, out, files, rows
 
 
-@needs_flickr8k
 @needs_java
 def test_flickr8k_dev_reference_metrics(flickr8k_run):
     rc, _, _, rows = flickr8k_run
@@ -384,7 +378,6 @@ def test_flickr8k_dev_reference_metrics(flickr8k_run):
     assert float(crowd["cider"]["value"]) > float(crowd["bleu-4"]["value"])
 
 
-@needs_flickr8k
 @needs_java
 def test_flickr8k_dev_is_reproducible(flickr8k_run, tmp_path):
     _, out, files, _ = flickr8k_run

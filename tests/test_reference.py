@@ -5,7 +5,6 @@ Java starts slowly (PTB tokenizer, METEOR), so one corpus run is shared by the m
 
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest
@@ -20,7 +19,6 @@ from caprecon.metrics.reference import (
 )
 from caprecon.samples import Sample
 
-os.environ["HF_HUB_OFFLINE"] = "1"
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap needs Java")
 
