@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(p, for_meta=True)
     p.set_defaults(func=cmd_meta)
 
+    from .caption_cli import add_parser as add_caption_parser
+
+    add_caption_parser(sub)
+
     p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
     p.add_argument("--metric", default="turing", help="turing or captionqa")
