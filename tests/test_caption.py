@@ -198,11 +198,16 @@ def _run(images, vlm_dir, tiny_sd, tiny_dinov2, cache, **overrides):
 
 def test_best_of_n_selects_the_argmax_from_shared_noise(tmp_path, vlm_dirs, tiny_sd, tiny_dinov2):
     images = _image_folder(tmp_path / "images", 2)
+    (images / "broken.png").write_bytes(b"not a picture")
     out = tmp_path / "out"
     run, captioner, generator = _run(images, vlm_dirs["qwen2_vl"], tiny_sd, tiny_dinov2, tmp_path / "cache", out=out)
     assert len(captioner.produced) == 2 and len(run.selected) == 2
 
     written = [json.loads(line) for line in (out / "candidates.jsonl").read_text().splitlines()]
+    broken = [r for r in written if r["image_id"] == "broken"]
+    assert len(broken) == 1 and "cannot decode image" in broken[0]["error"]  # its row's error; the run goes on
+    assert run.manifest["selection"]["unselected"] == ["broken"]
+    written = [r for r in written if r["image_id"] != "broken"]
     assert len(written) == 6
     for image_id in ("img0", "img1"):
         rows = [r for r in written if r["image_id"] == image_id]

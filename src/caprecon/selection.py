@@ -242,40 +242,48 @@ def _image_ids(paths: Sequence[Path]) -> list[str]:
 
 def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int, sampling: Sampling, seed: int,
                         store: Store, images_per_call: int = 16, progress: bool = False) -> tuple[list[Pool], dict]:
-    """Every image's `n` candidates, from the store where known. Each call's results are
+    """Every image's `n` candidates, from the store where known. Images are decoded only
+    when they must be captioned, `images_per_call` at a time, and each call's results are
     stored as soon as it returns, so a killed run loses at most the call in flight."""
-    pools, keys, loaded = [], [], {}
+    pools, keys = [], []
     for image_id, path in zip(_image_ids(paths), paths):
         pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
         try:
-            data = path.read_bytes()
-            with Image.open(path) as im:
-                loaded[len(pools)] = im.convert("RGB")
-        except Exception as exc:  # a missing or corrupt file is this image's error, not the run's
-            pool.error = f"{path}: cannot read image: {type(exc).__name__}: {exc}"
-            data = b""
-        keys.append(content_key("caption-candidates", captioner=captioner.fingerprint, prompt=prompt,
-                                image=hashlib.sha256(data).hexdigest(), seed=pool.seed, n=n,
-                                sampling=sampling.to_dict()))
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:  # a missing or unreadable file is this image's error, not the run's
+            pool.error = f"{path}: cannot read image: {exc}"
+            digest = None
+        keys.append(content_key("caption-candidates", captioner=captioner.fingerprint, prompt=prompt, image=digest,
+                                seed=pool.seed, n=n, sampling=sampling.to_dict()) if digest else None)
         pools.append(pool)
-    known = store.get_json([keys[i] for i in loaded])
-    missing = [i for i in loaded if keys[i] not in known]
+    known = store.get_json([k for k in keys if k])
+    missing = [i for i, k in enumerate(keys) if k and k not in known]
     bar = tqdm(total=len(missing), desc="captioning", unit="image", disable=not progress or not missing,
                dynamic_ncols=True)
     try:
         for lo in range(0, len(missing), max(1, images_per_call)):
-            chunk = missing[lo : lo + images_per_call]
-            requests = [CaptionRequest(loaded[i], prompt, n, pools[i].seed, keys[i]) for i in chunk]
-            captions = captioner.caption(requests, sampling)
-            new = {keys[i]: {"captions": c} for i, c in zip(chunk, captions)}
-            store.put_json("caption-candidates", new)
-            known.update(new)
-            bar.update(len(chunk))
+            requests, chunk = [], []
+            for i in missing[lo : lo + images_per_call]:
+                try:
+                    with Image.open(pools[i].image) as im:
+                        image = im.convert("RGB")
+                except Exception as exc:  # PIL raises several types for corrupt files
+                    pools[i].error = f"{pools[i].image}: cannot decode image: {type(exc).__name__}: {exc}"
+                    continue
+                requests.append(CaptionRequest(image, prompt, n, pools[i].seed, keys[i]))
+                chunk.append(i)
+            if requests:
+                new = {keys[i]: {"captions": c} for i, c in zip(chunk, captioner.caption(requests, sampling))}
+                store.put_json("caption-candidates", new)
+                known.update(new)
+            bar.update(len(missing[lo : lo + images_per_call]))
     finally:
         bar.close()
-    for i in loaded:
-        pools[i].captions = list(known[keys[i]]["captions"])
-    return pools, {"generated": len(missing), "reused": len(loaded) - len(missing)}
+    for pool, key in zip(pools, keys):
+        if not pool.error:
+            pool.captions = list(known[key]["captions"])
+    generated = sum(1 for i in missing if not pools[i].error)
+    return pools, {"generated": generated, "reused": sum(1 for k in keys if k) - len(missing)}
 
 
 # ---------------------------------------------------------------------------------------

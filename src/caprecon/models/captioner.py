@@ -122,8 +122,9 @@ class _SeededSampler:
 
     transformers samples with the process-wide random state, shared by the whole batch.
     This processor applies temperature and top-p, draws the token by inverse CDF from a
-    uniform number of the row's own CPU `torch.Generator` (the same on any device), and
-    returns logits that allow only that token, so the sampler that follows has one choice.
+    uniform number of the row's own CPU `torch.Generator` (so the draws do not depend on the
+    device either), and returns logits that allow only that token, so the sampler that
+    follows has one choice.
     """
 
     def __init__(self, seeds: Sequence[int], sampling: Sampling):
