@@ -362,3 +362,13 @@ def test_killed_caption_run_resumes_without_regenerating(tmp_path, vlm_dirs, tin
     distinct = {(c["caption"].strip(), c["seed"]) for c in candidates if not c.get("error")}
     assert len(generated) == len(set(generated)) == len(distinct)
     assert len((tmp_path / "out" / "selected.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_wrong_scoring_model_stops_the_run_before_captioning(tmp_path, vlm_dirs):
+    from caprecon.models.common import ModelNotFoundError
+
+    captioner = LoggedCaptioner(inner=TransformersCaptioner(vlm_dirs["qwen2_vl"]))
+    with pytest.raises(ModelNotFoundError, match="generator folder not found"):
+        best_of_n(_image_folder(tmp_path / "images", 1), captioner=captioner, generator=str(tmp_path / "nowhere"),
+                  embedder="dinov2", cache_dir=str(tmp_path / "cache"))
+    assert captioner.calls == 0

@@ -37,7 +37,8 @@ from typing import Any, Mapping, Sequence
 from PIL import Image
 from tqdm.auto import tqdm
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, Roles, RunConfig
+from .metrics import build_metric
 from .models import registry
 from .models.captioner import CaptionRequest, Sampling, resolve_prompt
 from .models.common import derive_seed, describe_model
@@ -342,6 +343,10 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                               "--seed-policy per-image (the default here) or fixed, not per-sample")
         cfg.seed_policy = "per-image"
     paths = list_images(images)
+    # building the scoring models resolves their sources (weights load on first use), so a wrong
+    # generator or judge stops the run here rather than after every image has been captioned
+    roles = Roles(cfg)
+    metrics = [build_metric(name, roles, cfg) for name in selection.metrics]
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -367,7 +372,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                for p in pools if not p.error for j, c in enumerate(p.captions)]
     scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy, "cache_dir": str(store.root),
                "no_cache": False}
-    results = score(samples, metrics=selection.metrics, preset=run_preset, config=config, progress=progress,
+    results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress,
                     **scoring) if samples else None
     headlines = dict(zip(selection.metrics, results.metric_names)) if results else {}
     candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)
@@ -375,6 +380,8 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     chosen_images = {s["image_id"] for s in selected}
     manifest = {
         **(results.manifest if results else {}),
+        "config": cfg.to_dict(),
+        "models": roles.describe(),
         "seconds": round(time.time() - started, 3),
         "captioner": captioner_info,
         "captioning": {"prompt": prompt_text, "n": count, "sampling": sampling.to_dict(), "seed": cfg.seed,
