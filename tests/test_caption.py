@@ -158,7 +158,8 @@ def test_temperature_zero_and_tiny_top_p_are_greedy(vlm_dirs):
     image = _image(2)
     greedy = TransformersVLM(vlm_dirs["qwen2_vl"]).generate([VLMRequest(image, PROMPT)], max_new_tokens=6)[0]
     captioner = TransformersCaptioner(vlm_dirs["qwen2_vl"])
-    for sampling in (Sampling(temperature=0, max_new_tokens=6), Sampling(temperature=1.0, top_p=1e-6, max_new_tokens=6)):
+    for sampling in (Sampling(temperature=0, max_new_tokens=6),
+                     Sampling(temperature=1.0, top_p=1e-6, max_new_tokens=6)):
         assert captioner.caption([CaptionRequest(image, PROMPT, 3, seed=1)], sampling) == [[greedy] * 3]
 
 

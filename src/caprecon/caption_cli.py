@@ -21,7 +21,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--captioner-opt", action="append", metavar="KEY=VALUE",
                    help="captioner option, e.g. dtype=bfloat16, batch_size=20, "
                         "base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server (repeatable)")
-    p.add_argument("--prompt", help="detailed (default), limited (with --max-words), remote-sensing, or the prompt text")
+    p.add_argument("--prompt",
+                   help="detailed (default), limited (with --max-words), remote-sensing, or the prompt text")
     p.add_argument("--max-words", type=int, help="length limit of the 'limited' prompt")
     p.add_argument("--n", type=int, help="candidates per image (default 10)")
     p.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
