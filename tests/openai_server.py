@@ -5,7 +5,8 @@ text-only model there drops images, so the probability paths of the OpenAI-compa
 backend cannot be exercised against it. This module serves a real (tiny, random-weight)
 transformers causal LM over `/v1/chat/completions` with greedy decoding and
 `logprobs`/`top_logprobs` taken from the model's full-vocabulary next-token softmax,
-in the response shape vLLM and SGLang use.
+in the response shape vLLM and SGLang use. At a temperature above 0 it samples `n`
+choices (with `top_p`) from the request's `seed`, as a captioner asks.
 
 The model reads text only. An image sent as a data URL is decoded and replaced by a
 textual digest of it (the nearest named colour of each quadrant), so that two different
@@ -187,8 +188,10 @@ def create_app(model_dir: str, served_name: str):
             time.sleep(faults["delay"])
         if body.get("model") != served_name:
             return error(404, f"The model `{body.get('model')}` does not exist.", "NotFoundError")
-        if body.get("n", 1) != 1:
-            return error(400, "only n=1 is supported")
+        n = int(body.get("n") or 1)
+        if n < 1:
+            return error(400, "n must be at least 1")
+        temperature = float(body.get("temperature") or 0.0)
         top_k = int(body.get("top_logprobs") or 0)
         if not 0 <= top_k <= 20:
             return error(400, "top_logprobs must be between 0 and 20")
@@ -198,31 +201,46 @@ def create_app(model_dir: str, served_name: str):
         except (KeyError, ValueError) as exc:
             return error(400, f"bad messages: {exc}")
 
+        # temperature > 0 samples, like vLLM: `n` choices from the request's `seed`. One request at a
+        # time holds the model, so seeding the process-wide generator here seeds this request alone.
+        sampling = {"do_sample": True, "temperature": temperature, "top_p": float(body.get("top_p") or 1.0),
+                    "top_k": 0} if temperature > 0 else {"do_sample": False}
         with model_lock, torch.no_grad():
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                                 return_dict=True)["input_ids"]
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=max_new, output_logits=True, return_dict_in_generate=True)
-        new_ids = out.sequences[0, ids.shape[1]:].tolist()
-        finished = bool(new_ids) and new_ids[-1] == tokenizer.eos_token_id
-        text_ids = new_ids[:-1] if finished else new_ids
-        choice = {"index": 0, "message": {"role": "assistant", "content": tokenizer.decode(text_ids)},
-                  "finish_reason": "stop" if finished else "length", "logprobs": None}
-        if body.get("logprobs") and faults["logprobs"]:
-            content = []
-            for step, token_id in enumerate(new_ids):  # the stop token too, as vLLM reports it
-                logprobs = torch.log_softmax(out.logits[step][0].float(), dim=-1)
-                top = torch.topk(logprobs, top_k) if top_k else None
-                entry = token_entry(token_id, float(logprobs[token_id]))
-                entry["top_logprobs"] = ([token_entry(int(i), float(v)) for v, i in zip(top.values, top.indices)]
-                                         if top is not None else [])
-                content.append(entry)
-            choice["logprobs"] = {"content": content}
+            if temperature > 0:
+                torch.manual_seed(int(body["seed"]) if body.get("seed") is not None else time.time_ns())
+            # greedy choices are all the same: generate one and repeat it
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new,
+                                 num_return_sequences=n if temperature > 0 else 1, output_logits=True,
+                                 return_dict_in_generate=True, **sampling)
+        choices, generated = [], 0
+        for index in range(n):
+            row = index if temperature > 0 else 0
+            new_ids = out.sequences[row, ids.shape[1]:].tolist()
+            if tokenizer.eos_token_id in new_ids:  # rows that stopped early are padded after their stop token
+                new_ids = new_ids[: new_ids.index(tokenizer.eos_token_id) + 1]
+            generated += len(new_ids)
+            finished = bool(new_ids) and new_ids[-1] == tokenizer.eos_token_id
+            text_ids = new_ids[:-1] if finished else new_ids
+            choice = {"index": index, "message": {"role": "assistant", "content": tokenizer.decode(text_ids)},
+                      "finish_reason": "stop" if finished else "length", "logprobs": None}
+            if body.get("logprobs") and faults["logprobs"]:
+                content = []
+                for step, token_id in enumerate(new_ids):  # the stop token too, as vLLM reports it
+                    logprobs = torch.log_softmax(out.logits[step][row].float(), dim=-1)
+                    top = torch.topk(logprobs, top_k) if top_k else None
+                    entry = token_entry(token_id, float(logprobs[token_id]))
+                    entry["top_logprobs"] = ([token_entry(int(i), float(v)) for v, i in zip(top.values, top.indices)]
+                                             if top is not None else [])
+                    content.append(entry)
+                choice["logprobs"] = {"content": content}
+            choices.append(choice)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": served_name, "choices": [choice],
-            "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": len(new_ids),
-                      "total_tokens": ids.shape[1] + len(new_ids)},
+            "model": served_name, "choices": choices,
+            "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": generated,
+                      "total_tokens": ids.shape[1] + generated},
         }
 
     return app

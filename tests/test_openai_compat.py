@@ -376,3 +376,23 @@ def test_transformers_serve_generates_but_has_no_logprobs(transformers_server, t
     assert llm.generate(["Is the sky blue? Answer Yes or No.", "Name a colour."], max_new_tokens=3) == texts
     with pytest.raises(LogprobsUnavailableError, match="transformers serve"):
         llm.option_probs(["Is the sky blue? Answer Yes or No."], [["Yes", "No"]])
+
+
+def test_captioner_asks_for_n_seeded_choices_per_image(server, faults):
+    from caprecon.models.captioner import Captioner, CaptionRequest, OpenAICompatCaptioner, Sampling
+
+    captioner = OpenAICompatCaptioner(SERVED, server, max_concurrency=2)
+    assert isinstance(captioner, Captioner)
+    sampling = Sampling(temperature=1.0, top_p=0.95, max_new_tokens=6)
+    requests = [CaptionRequest(IMAGES["red"], "Caption the image.", 3, seed=5, image_key="red"),
+                CaptionRequest(IMAGES["mixed"], "Caption the image.", 3, seed=6, image_key="mixed")]
+    before = faults.stats()["chat_requests"]
+    first = captioner.caption(requests, sampling)
+    assert faults.stats()["chat_requests"] - before == 2  # one call per image, `n` choices in it
+    assert [len(c) for c in first] == [3, 3] and len(set(first[0])) > 1  # sampled: the choices differ
+    assert captioner.caption(requests, sampling) == first  # the seed fixes them
+    reseeded = captioner.caption([CaptionRequest(IMAGES["red"], "Caption the image.", 3, seed=7)], sampling)
+    assert reseeded != [first[0]]
+    # sampling settings travel with each call (and key the cache), so they do not change the fingerprint
+    assert captioner.fingerprint == OpenAICompatCaptioner(SERVED, server, max_concurrency=8).fingerprint
+    assert captioner.fingerprint != OpenAICompatCaptioner(SERVED, server, system_prompt="Be brief.").fingerprint

@@ -38,7 +38,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--vqa-normalise", action="store_const", const=True,
                    help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
-    p.add_argument("--seed-policy", choices=["per-sample", "fixed"])
+    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"])
     p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
                    help="keep sources smaller than --max-side at their own size")
@@ -123,7 +123,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(table, indent=2))
         return 0
-    for role in ("preset", "metric", "generator", "embedder", "matcher", "judge", "llm"):
+    for role in ("preset", "caption-preset", "metric", "generator", "embedder", "matcher", "judge", "llm", "captioner"):
         print(f"{role}s:")
         for name, about in table[role].items():
             print(f"  {name:20s} {about}")
@@ -157,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_meta_arguments(p)
     _add_run_options(p, for_meta=True)
     p.set_defaults(func=cmd_meta)
+
+    from .caption_cli import add_parser as add_caption_parser
+
+    add_caption_parser(sub)
 
     p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")

@@ -7,7 +7,6 @@ the same sample's reconstruction get the same image, generated once.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -15,12 +14,13 @@ from typing import Any, Sequence
 
 from PIL import Image
 
+from .models.common import derive_seed
 from .models.generator import GenerationRequest, TextToImage
 from .prompts import render, resolve_template
 from .samples import LoadedSample
 from .store import Store, content_key
 
-SEED_POLICIES = ("per-sample", "fixed")
+SEED_POLICIES = ("per-sample", "per-image", "fixed")
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class ReconstructionSpec:
     seed_policy:
       - "per-sample": seed = hash(seed, image_id, candidate index): every sample gets its
         own noise, reproducible whatever the batch or order;
+      - "per-image": seed = hash(seed, image_id): all captions of one image (best-of-N
+        candidates) are rebuilt from the same noise, so they differ only by their text;
       - "fixed": the same seed for every caption, so the initial noise z is one constant
         across the whole evaluation (the ReconScore paper's protocol).
     Output size keeps the source's aspect ratio with the long side at `max_side` (never
@@ -54,8 +56,9 @@ class ReconstructionSpec:
     def seed_for(self, image_id: str, candidate: int) -> int:
         if self.seed_policy == "fixed":
             return self.seed
-        digest = hashlib.sha256(f"{self.seed}|{image_id}|{candidate}".encode()).digest()
-        return int.from_bytes(digest[:8], "big") >> 1  # a non-negative 63-bit seed
+        if self.seed_policy == "per-image":
+            return derive_seed(self.seed, image_id)
+        return derive_seed(self.seed, image_id, candidate)
 
     def size_for(self, width: int, height: int) -> tuple[int, int]:
         long_side = max(width, height)

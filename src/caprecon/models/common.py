@@ -86,6 +86,13 @@ def resolve_source(name: str | os.PathLike, revision: str | None = None, *, kind
     return ModelSource(text, None, revision)
 
 
+def derive_seed(*parts: Any) -> int:
+    """A non-negative 63-bit seed from any parts ("|"-joined, hashed): stable across runs,
+    machines and batch orders."""
+    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
 def resolve_device(device: str | None) -> str:
     import torch
 

@@ -83,12 +83,17 @@ def eos_token_ids(model, tokenizer) -> list[int]:
     return ids
 
 
+# `generate` fills the fields a GenerationConfig leaves unset from the checkpoint's own
+# generation config (transformers 5), so penalties must be switched off explicitly
+NO_PENALTIES = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+
+
 def greedy_config(model, tokenizer, max_new_tokens: int):
-    """Plain greedy decoding: a fresh config, so a checkpoint's sampling settings or
-    repetition penalty cannot change the answers."""
+    """Plain greedy decoding: a checkpoint's sampling settings or repetition penalty
+    cannot change the answers."""
     from transformers import GenerationConfig
 
-    return GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=int(max_new_tokens),
+    return GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=int(max_new_tokens), **NO_PENALTIES,
                             eos_token_id=eos_token_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id)
 
 

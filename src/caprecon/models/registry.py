@@ -88,12 +88,23 @@ LLMS: dict[str, Entry] = {
                         "Qwen2.5 7B Instruct"),
 }
 
+def _captioner(model: str, about: str) -> Entry:
+    return Entry("caprecon.models.registry:build_captioner", {"model": model}, about)
+
+
+CAPTIONERS: dict[str, Entry] = {
+    "qwen3-vl-8b": _captioner("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL 8B Instruct (RemoteDescriber's captioner)"),
+    "qwen2.5-vl-7b": _captioner("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B Instruct"),
+    "llava-1.5-7b": _captioner("llava-hf/llava-1.5-7b-hf", "LLaVA-1.5 7B"),
+}
+
 ROLES: dict[str, tuple[dict[str, Entry], str]] = {
     "generator": (GENERATORS, "caprecon.models.generator:DiffusersGenerator"),
     "embedder": (EMBEDDERS, "caprecon.models.embedder:HFVisionEmbedder"),
     "matcher": (MATCHERS, "caprecon.models.matcher:ClipMatcher"),
     "judge": (JUDGES, "caprecon.models.registry:build_judge"),
     "llm": (LLMS, "caprecon.models.registry:build_llm"),
+    "captioner": (CAPTIONERS, "caprecon.models.registry:build_captioner"),
 }
 
 
@@ -116,6 +127,15 @@ def build_llm(model: str, base_url: str | None = None, **options: Any):
     from .llm import TransformersLLM
 
     return TransformersLLM(model, **options)
+
+
+def build_captioner(model: str, base_url: str | None = None, **options: Any):
+    """A transformers VLM sampling captions, or with `base_url` a model on an OpenAI-compatible server."""
+    from .captioner import OpenAICompatCaptioner, TransformersCaptioner
+
+    if base_url:
+        return OpenAICompatCaptioner(model, base_url, **options)
+    return TransformersCaptioner(model, **options)
 
 
 def register(role: str, name: str, factory: str, about: str = "", **defaults: Any) -> None:
@@ -178,7 +198,21 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# Captioning presets for `caprecon caption`: the captioner and how it samples, plus the run
+# preset that scores the candidates. Anything the user sets overrides them.
+CAPTION_PRESETS: dict[str, dict[str, Any]] = {
+    "remote-describer": {
+        "about": "RemoteDescriber (ReconScore paper): Qwen3-VL-8B-Instruct, remote-sensing prompt, N = 10 at "
+                 "temperature 0.8, up to 512 new tokens (Z-Image reads 512), selected by ReconScore under "
+                 "paper-recon (Z-Image, 28 steps, DreamSim, one fixed noise)",
+        "captioner": "qwen3-vl-8b", "prompt": "remote-sensing", "n": 10, "temperature": 0.8, "top_p": 1.0,
+        "max_new_tokens": 512, "select": "recon", "run_preset": "paper-recon",
+    },
+}
+
+
 def describe_registry() -> dict[str, dict[str, str]]:
     out = {role: {name: e.about for name, e in table.items()} for role, (table, _) in ROLES.items()}
     out["preset"] = {name: p["about"] for name, p in PRESETS.items()}
+    out["caption-preset"] = {name: p["about"] for name, p in CAPTION_PRESETS.items()}
     return out

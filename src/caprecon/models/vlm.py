@@ -204,12 +204,15 @@ class TransformersVLM:
         tokenizer = self._processor.tokenizer
         return tokenizer(text, add_special_tokens=special_tokens_flag(tokenizer, text))["input_ids"]
 
-    def _process(self, texts: list[str], image: Image.Image, padding_side: str = "right") -> dict[str, Any]:
-        """Processor output for `texts`, each with its own copy of `image`, on the device."""
+    def _process(self, texts: list[str], image: Image.Image | list[Image.Image],
+                 padding_side: str = "right") -> dict[str, Any]:
+        """Processor output for `texts`, each with its own copy of `image` (or its own entry of a
+        list of images), on the device."""
         import torch
 
         tokenizer = self._processor.tokenizer
-        batch = self._processor(text=texts, images=[image] * len(texts), return_tensors="pt", padding=True,
+        images = image if isinstance(image, list) else [image] * len(texts)
+        batch = self._processor(text=texts, images=images, return_tensors="pt", padding=True,
                                 padding_side=padding_side, add_special_tokens=special_tokens_flag(tokenizer, texts[0]))
         return {k: (v.to(self.device, self.dtype) if torch.is_floating_point(v) else v.to(self.device))
                 if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

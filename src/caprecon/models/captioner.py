@@ -1,0 +1,263 @@
+"""The captioner role: write N candidate captions of an image by sampling.
+
+Best-of-N selection (RemoteDescriber, the ReconScore paper) needs diverse candidates:
+the captioner samples with a temperature (and optionally top-p) and returns `n`
+captions per request, in one batched call per group of images. Sampling is seeded:
+the same request (image, prompt, seed, n) and the same sampling settings give the same
+candidates.
+
+Two backends:
+
+- `TransformersCaptioner`: any `AutoModelForImageTextToText` checkpoint, loaded and
+  prompted like the judge (`TransformersVLM`: chat template, image-only processors).
+  Every candidate row draws its tokens from its own `torch.Generator`, seeded from
+  (request seed, candidate index), so a candidate does not depend on which other images
+  share its batch, nor on how many candidates were asked for (the first five of ten are
+  the five of five), up to float rounding in batched kernels.
+- `OpenAICompatCaptioner`: a model behind an OpenAI-compatible server (vLLM, SGLang):
+  one request per image with `n` candidates and the request's `seed`. The server decides
+  how a seed maps to samples; vLLM's per-request seeds are reproducible.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from PIL import Image
+
+from .common import derive_seed
+from .llm import NO_PENALTIES, eos_token_ids
+from .openai_compat import OpenAICompatError, OpenAICompatVLM
+from .vlm import TransformersVLM, VLMRequest
+
+# Prompt presets, in our own words. `limited` needs `max_words`.
+PROMPTS: dict[str, str] = {
+    "detailed": (
+        "Describe this image in detail. Name the main subjects and what they are doing, the setting, the "
+        "colours, materials and textures, the lighting, any visible text, and where things are relative to "
+        "each other. Describe only what can be seen. Answer in plain prose."
+    ),
+    "limited": (
+        "Describe this image in at most {max_words} words. Mention the most important subjects, their "
+        "attributes and where they are. Describe only what can be seen. Answer in plain prose."
+    ),
+    # The ReconScore paper's task prompt asks for every geographic object with its attributes and
+    # spatial relations; this wording is ours.
+    "remote-sensing": (
+        "Describe this remote sensing image so that someone could redraw it. First state the kind of scene "
+        "and its overall layout. Then go through the objects in it: for each kind of object say how many "
+        "there are, and give their colours, materials, shapes and sizes, their absolute position in the image "
+        "(for example top left, centre, along the bottom edge) and their positions relative to one another. "
+        "Report only what is visible: no impressions or feelings, and nothing guessed or invented. Answer in "
+        "plain prose."
+    ),
+}
+
+
+def resolve_prompt(prompt: str | None, max_words: int | None = None) -> str:
+    """A preset name or a literal prompt, with `{max_words}` filled in where it appears."""
+    text = PROMPTS.get(prompt or "detailed", prompt or "")
+    if not text.strip():
+        raise ValueError("the caption prompt is empty")
+    if "{max_words}" in text:
+        if max_words is None or int(max_words) < 1:
+            raise ValueError(f"this prompt limits the caption's length: give max_words (--max-words), "
+                             f"a positive number of words: {text[:60]!r}...")
+        return text.replace("{max_words}", str(int(max_words)))
+    if max_words is not None:
+        raise ValueError("max_words (--max-words) applies only to a prompt with {max_words}, such as the "
+                         "'limited' preset")
+    return text
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How candidates are drawn. temperature 0 is greedy: every candidate is the same."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, not {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CaptionRequest:
+    image: Image.Image
+    prompt: str  # the whole user turn
+    n: int  # how many candidates
+    seed: int  # the request's sampling seed
+    image_key: str = ""  # identifies the image (content hash), so one encoding serves repeats
+
+
+@runtime_checkable
+class Captioner(Protocol):
+    @property
+    def fingerprint(self) -> str:
+        """Changes whenever the captions for a given request and sampling could."""
+        ...
+
+    def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
+        """`request.n` captions per request, in request order."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------
+# transformers
+
+
+class _SeededSampler:
+    """A logits processor that picks each row's next token with the row's own generator.
+
+    transformers samples with the process-wide random state, shared by the whole batch.
+    This processor applies temperature and top-p, draws the token by inverse CDF from a
+    uniform number of the row's own CPU `torch.Generator` (so the draws do not depend on the
+    device either), and returns logits that allow only that token, so the sampler that
+    follows has one choice.
+    """
+
+    def __init__(self, seeds: Sequence[int], sampling: Sampling):
+        import torch
+
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.sampling = sampling
+
+    def __call__(self, input_ids, scores):
+        import torch
+        from transformers import TopPLogitsWarper
+
+        if scores.shape[0] != len(self.generators):
+            raise RuntimeError(f"generate gave {scores.shape[0]} rows for {len(self.generators)} seeded candidates")
+        logits = scores.float()
+        if self.sampling.temperature == 0:
+            chosen = logits.argmax(-1)
+        else:
+            logits = logits / self.sampling.temperature
+            if self.sampling.top_p < 1:
+                logits = TopPLogitsWarper(self.sampling.top_p)(input_ids, logits)
+            cdf = logits.softmax(-1).double().cumsum(-1)
+            draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
+            targets = draws.to(cdf.device)[:, None] * cdf[:, -1:]
+            # the first token whose cumulative probability exceeds the draw; tokens removed by
+            # top-p add nothing to the sum, so they are never the first to exceed it
+            chosen = torch.searchsorted(cdf, targets, right=True)[:, 0].clamp(max=cdf.shape[-1] - 1)
+        only = torch.full_like(scores, float("-inf"))
+        only[torch.arange(scores.shape[0], device=scores.device), chosen.to(scores.device)] = 0.0
+        return only
+
+
+def sampling_config(model, tokenizer, sampling: Sampling, n: int):
+    """`generate` settings that leave every choice to `_SeededSampler`. Penalties are off
+    (see `NO_PENALTIES`); the checkpoint's own warpers (top-k, top-p, ...) may still run
+    after the sampler, but on logits that allow one token they change nothing."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(do_sample=True, num_beams=1, num_return_sequences=int(n),
+                            max_new_tokens=sampling.max_new_tokens, **NO_PENALTIES,
+                            eos_token_id=eos_token_ids(model, tokenizer), pad_token_id=tokenizer.pad_token_id)
+
+
+class TransformersCaptioner(TransformersVLM):
+    """Any transformers `AutoModelForImageTextToText` checkpoint as the captioner.
+
+    Loading, processors and chat templates are the judge's (`TransformersVLM`); so is
+    `system_prompt`. `batch_size` counts sequences: each `generate` call takes as many
+    images as fit `batch_size // n` (at least one), each expanded to its `n` candidates.
+    """
+
+    def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
+                 dtype: str | None = "auto", batch_size: int = 16, system_prompt: str | None = None):
+        super().__init__(model, revision=revision, device=device, dtype=dtype, batch_size=batch_size,
+                         system_prompt=system_prompt, share_prefix=False)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint(backend="transformers-captioner", dtype=str(self.dtype),
+                                       system_prompt=self.system_prompt)
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "transformers-captioner", "model": self.source.name, "revision": self.source.revision,
+                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
+                "system_prompt": self.system_prompt, "fingerprint": self.fingerprint}
+
+    def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
+        import torch
+
+        model, processor = self._load()
+        out: list[list[str]] = []
+        for n, group in itertools.groupby(requests, key=lambda r: r.n):  # callers normally use one n throughout
+            if n < 1:
+                raise ValueError(f"a caption request asks for {n} candidates; ask for at least one")
+            group = list(group)
+            per_call = max(1, self.batch_size // n)
+            for lo in range(0, len(group), per_call):
+                chunk = group[lo : lo + per_call]
+                # expanded rows are request-major: row r is candidate r % n of request r // n
+                seeds = [derive_seed(r.seed, j) for r in chunk for j in range(n)]
+                inputs = self._process([self.render(r.prompt) for r in chunk],
+                                       [r.image.convert("RGB") for r in chunk], padding_side="left")
+                config = sampling_config(model, processor.tokenizer, sampling, n)
+                with torch.inference_mode():
+                    generated = model.generate(**inputs, generation_config=config,
+                                               logits_processor=[_SeededSampler(seeds, sampling)])
+                texts = processor.tokenizer.batch_decode(generated[:, inputs["input_ids"].shape[1] :],
+                                                         skip_special_tokens=True)
+                out += [[t.strip() for t in texts[i * n : (i + 1) * n]] for i in range(len(chunk))]
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# OpenAI-compatible servers
+
+
+class OpenAICompatCaptioner(OpenAICompatVLM):
+    """A captioner behind an OpenAI-compatible `/v1/chat/completions` server.
+
+    Each request is one HTTP call asking for `n` choices (`n`, `temperature`, `top_p`,
+    `max_tokens` from the sampling settings, and the request's `seed`); up to
+    `max_concurrency` calls are in flight. The image goes as a data URL (`image_format`).
+    """
+
+    _backend = "openai-compat-captioner"
+
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
+                 timeout: float = 300, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
+                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None):
+        super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
+                         max_retries=max_retries, backoff=backoff, image_format=image_format,
+                         system_prompt=system_prompt, extra_body=extra_body)
+
+    def _output_settings(self) -> dict[str, Any]:
+        # sampling settings come with each call and are part of the cache key, not of the backend
+        settings = super()._output_settings()
+        for key in ("max_new_tokens", "top_logprobs", "temperature"):
+            settings.pop(key)
+        return settings
+
+    def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
+        contents = self._contents([VLMRequest(r.image, r.prompt, r.image_key) for r in requests])
+        bodies = []
+        for request, content in zip(requests, contents):
+            body = self._body(content, sampling.max_new_tokens, logprobs=False)
+            body.update(temperature=sampling.temperature, top_p=sampling.top_p, n=request.n, seed=request.seed)
+            bodies.append(body)
+        out = []
+        for request, response in zip(requests, self._chat_all(bodies)):
+            choices = sorted(response.get("choices") or [], key=lambda c: c.get("index", 0))
+            if len(choices) != request.n:
+                raise OpenAICompatError(
+                    f"{self.base_url} returned {len(choices)} choices for n={request.n} (model {self.model!r}); "
+                    f"the server must support `n` in chat completions (vLLM and SGLang do)")
+            out.append([((c.get("message") or {}).get("content") or "").strip() for c in choices])
+        return out
