@@ -147,7 +147,10 @@ class AdherenceTable:
     def _cell(self, e: Estimate, signed: bool = False) -> str:
         if math.isnan(e.mean):
             return "n/a"
-        f = (lambda v: f"{v:+.4f}") if signed else (lambda v: f"{v:.4f}")
+        def f(v: float) -> str:
+            v = round(v, 4) or 0.0  # no "-0.0000"
+            return f"{v:+.4f}" if signed else f"{v:.4f}"
+
         text = f(e.mean) if math.isnan(e.ci_low) else f"{f(e.mean)} [{f(e.ci_low)}, {f(e.ci_high)}]"
         return text if e.n == self.captions else f"{text} n={e.n}"
 
@@ -171,7 +174,8 @@ class AdherenceTable:
             lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
             lines.insert(1, "  ".join("-" * w for w in widths))
             out.append(f"{title}\n" + "\n".join(lines))
-        out += [f"note: {n}" for n in self.notes]
+        if self.notes:
+            out.append("\n".join(f"note: {n}" for n in self.notes))
         return "\n\n".join(out)
 
     def to_markdown(self) -> str:
@@ -242,9 +246,8 @@ def truncation_notes(records: Sequence[Mapping[str, Any]], generators: Sequence[
             continue
         encoders = sorted({e for r in cut for e, n in (r.get("tokens_cut_by_encoder") or {}).items() if n})
         via = f" by {', '.join(encoders)}" if encoders else ""
-        notes.append(f"{g}: {len(cut)} of {len(rows)} prompts were cut{via} (tokens_cut per row); a CLIP text "
-                     f"encoder reads 77 tokens, so those parts of long captions did not reach the generator "
-                     f"through it")
+        notes.append(f"{g}: {len(cut)} of {len(rows)} prompts were cut{via} (tokens_cut per row); CLIP text "
+                     f"encoders read 77 tokens, the rest of a long caption does not reach the generator through them")
     return notes
 
 
