@@ -247,3 +247,33 @@ def test_structured_caption_cells_become_lines():
     cell = {"subject": "a dog", "setting": "a park", "camera": None}
     assert caption_text(cell) == "subject: a dog\nsetting: a park"
     assert normalise_caption(caption_text(["A dog", "A park"])) == "A dog. A park."
+
+
+def test_config_file_lists_and_models_that_cannot_be_found(tmp_path, judges, capsys):
+    captions = _captions(tmp_path)
+    config = tmp_path / "t2i.yaml"
+    config.write_text(f"generators:\n  - {{label: shapes, model: 'oracle:OracleGenerator'}}\n"
+                      f"judges: ['{judges['qwen']}']\nsize: 32x32\nseed: 5\n")
+    assert main(["t2i", "-i", str(captions), "--config", str(config), "--no-cache", "--out", str(tmp_path / "a"),
+                 "--quiet"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "a" / "scores.jsonl").read_text().splitlines()]
+    assert {r["generator"] for r in records} == {"shapes"} and all("vqa/qwen" in r for r in records)
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["config"]["seed"] == 5
+
+    # offline, the paper's default judges are not in the cache: stop before generating anything
+    OracleGenerator.calls = 0
+    assert main(["t2i", "-i", str(captions), "-g", "oracle:OracleGenerator", "--out", str(tmp_path / "b")]) == 2
+    assert "llava-hf/llava-1.5-13b-hf" in capsys.readouterr().err
+    assert OracleGenerator.calls == 0 and not (tmp_path / "b" / "scores.jsonl").exists()
+
+
+def test_score_says_when_clip_reads_a_cut_caption(tmp_path, tiny_clip, capsys):
+    from PIL import Image
+
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(tmp_path / "red.png")
+    rows = [{"id": "short", "image": "red.png", "caption": "a red square"},
+            {"id": "long", "image": "red.png", "caption": CAPTIONS[2]["caption"]}]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    assert main(["score", "-i", str(path), "-m", "clipscore", "--clip", str(tiny_clip), "--no-cache"]) == 0
+    assert "note: 1 caption(s) exceed CLIP's 77 text tokens and were cut" in capsys.readouterr().out
