@@ -93,11 +93,11 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     With `caption_only`, a sample without an image is valid and comes back with none."""
     if not sample.caption.strip():
         raise SampleError("empty caption")
-    if caption_only and not has_image(sample):
-        return LoadedSample(sample, None, "")
-    src = sample.image
-    if src is None or (isinstance(src, str) and not src.strip()):
+    if not has_image(sample):
+        if caption_only:
+            return LoadedSample(sample, None, "")
         raise SampleError("no image given")
+    src = sample.image
     if isinstance(src, Image.Image):
         image = src.convert("RGB")
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
