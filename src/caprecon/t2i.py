@@ -202,9 +202,12 @@ class AdherenceTable:
         with paths["csv"].open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]) if rows else ["kind"])
             writer.writeheader()
-            writer.writerows({k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
-                             for r in rows)
+            writer.writerows(_without_nan(r, "") for r in rows)
         return paths
+
+
+def _without_nan(row: Mapping[str, Any], missing: Any) -> dict[str, Any]:
+    return {k: missing if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def _fields(e: Estimate) -> dict[str, Any]:
@@ -286,6 +289,8 @@ def evaluate_generators(
     A caption set file is read by `load_caption_set` (`caption_column`, `limit`).
     """
     started = time.time()
+    if config is not None and settings:
+        raise TypeError(f"give either `config` or settings, not both (got {sorted(settings)})")
     cfg = config or RunConfig.build(**settings)
     rows, column = _caption_rows(samples, caption_column, limit)
     if normalise:
@@ -350,7 +355,8 @@ def evaluate_generators(
     }
     if out_dir:
         table.write(out_dir)
-        (out_dir / "summary.json").write_text(json.dumps({"table": table.rows(), "notes": table.notes}, indent=2))
+        summary = {"table": [_without_nan(r, None) for r in table.rows()], "notes": table.notes}
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
     return T2IResults(records, table, manifest, out_dir)
 

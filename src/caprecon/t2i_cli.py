@@ -27,7 +27,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "the caption, and print each generator's mean with a bootstrap CI and the paired "
                     "differences between generators.")
     p.add_argument("--input", "-i", required=True,
-                   help="caption set: JSONL/JSON/CSV/TSV/parquet with a caption column (Re-LAION-Caption 19M layout too)")
+                   help="caption set: JSONL/JSON/CSV/TSV/parquet with a caption column "
+                        "(the Re-LAION-Caption 19M layout too)")
     p.add_argument("--caption-column", help="the column holding the captions (default: the first of re_caption, "
                                             "recaption, structured_caption, llava_caption, ..., caption, text)")
     p.add_argument("--limit", type=int, help="evaluate the first N captions only")
