@@ -265,6 +265,9 @@ def test_config_file_lists_and_models_that_cannot_be_found(tmp_path, judges, cap
     assert main(["t2i", "-i", str(captions), "-g", "oracle:OracleGenerator", "--out", str(tmp_path / "b")]) == 2
     assert "llava-hf/llava-1.5-13b-hf" in capsys.readouterr().err
     assert OracleGenerator.calls == 0 and not (tmp_path / "b" / "scores.jsonl").exists()
+    assert main(["t2i", "-i", str(captions), "-g", "oracle:OracleGenerator", "--judge", str(judges["qwen"]),
+                 "--vqa-template", "Does it match?"]) == 2
+    assert "must contain {caption}" in capsys.readouterr().err and OracleGenerator.calls == 0
 
 
 def test_score_says_when_clip_reads_a_cut_caption(tmp_path, tiny_clip, capsys):

@@ -300,6 +300,8 @@ def evaluate_generators(
         raise ConfigError("no generator to evaluate: give at least one --generator")
     if not jurors:
         raise ConfigError("no judge: give at least one --judge")
+    if "{caption}" not in cfg.vqa_template:
+        raise ConfigError(f"the judge's question must contain {{caption}}: {cfg.vqa_template!r}")
 
     # every model is resolved (not loaded) before any work, so a wrong name stops the run here
     spec = cfg.spec
@@ -334,8 +336,8 @@ def evaluate_generators(
     table.notes += truncation_notes(records, table.generators)
     errors = sum(1 for r in records if r.get("error"))
     if errors:
-        table.notes.append(f"{errors} caption x generator row(s) have an error (see scores.jsonl); they are left "
-                           f"out of the means and of every pair they belong to")
+        table.notes.append(f"{errors} caption x generator row(s) have an error (see scores.jsonl); a score such a "
+                           f"row lacks leaves its caption out of that mean and of the pairs it belongs to")
     manifest = {
         "command": "t2i",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
