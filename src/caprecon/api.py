@@ -25,7 +25,8 @@ from typing import Any, Iterable, Sequence
 from .config import ConfigError, Roles, RunConfig
 from .metrics import Context, Metric, build_metric
 from .run.local import run_local
-from .samples import Sample, load_samples
+from .normalise import normalised_samples
+from .samples import Sample, has_image, load_samples
 from .store import Store, default_cache_dir
 
 
@@ -93,10 +94,13 @@ def score(
     metrics = metrics or list(cfg.metrics)  # none given: the config's (default: recon)
     rows = load_samples(samples, images_root=images_root, annotations=annotations)
     _check_unique_ids(rows)
+    if cfg.normalise_captions:
+        rows = normalised_samples(rows)
 
     # everything that can be wrong with the configuration fails here, before any work
     roles = Roles(cfg)
     built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
+    check_images(rows, built)
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +121,8 @@ def score(
         "libraries": {lib: _version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
         "config": cfg.to_dict(),
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.seed, "seed_policy": cfg.seed_policy,
-                           "max_side": cfg.max_side, "upscale": cfg.upscale},
+                           "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
+        "captions_normalised": cfg.normalise_captions,
         "models": roles.describe(),
         "metrics": [m.describe() for m in built],
         "store": str(store.root),
@@ -131,6 +136,19 @@ def score(
 
             write_report(records, out_dir, metric="turing")
     return Results(records, summary, manifest, out_dir, metric_names)
+
+
+def check_images(rows: Sequence[Sample], metrics: Sequence[Metric]) -> None:
+    """Caption-only rows are valid only when no metric compares with the source image."""
+    needing = [m.name for m in metrics if m.needs_source_image]
+    missing = [i for i, s in enumerate(rows) if not has_image(s)]
+    if needing and missing:
+        first = missing[0]
+        raise ConfigError(
+            f"{len(missing)} row(s) have no image (first: row {first}, id {rows[first].id!r}), but "
+            f"{', '.join(needing)} compare(s) the caption with its source image. Give every row an image, or "
+            f"score caption-only rows with metrics that need none (vqascore --vqa-on reconstruction; "
+            f"`caprecon t2i` for generators)")
 
 
 def _check_unique_ids(rows: list[Sample]) -> None:

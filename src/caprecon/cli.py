@@ -42,6 +42,11 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
                    help="keep sources smaller than --max-side at their own size")
+    p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
+                   "at --max-side; caption-only rows: the generator's native resolution)")
+    p.add_argument("--normalise-captions", action="store_const", const=True,
+                   help="strip markdown, list markers and line breaks from captions first (raw text kept as "
+                        "caption_raw); off by default so existing scores do not change")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--no-cache", action="store_const", const=True,
@@ -51,8 +56,8 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
 
 def _settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "batch_size", "cache_dir",
-            "no_cache")
+            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
+            "batch_size", "cache_dir", "no_cache")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     for role in ("generator", "embedder", "judge", "llm"):
         pairs = getattr(args, f"{role}_opt")
@@ -76,6 +81,10 @@ def _report(results) -> None:
     print(results.table())
     print()
     print(results.summary_table())
+    clip_cut = sum(1 for r in results.records if r.get("clip_tokens_cut"))
+    if clip_cut:
+        print(f"note: {clip_cut} caption(s) exceed CLIP's 77 text tokens and were cut (clip_tokens_cut); "
+              "CLIP-based scores of long captions judge only their start")
     used = results.manifest["models"]
     for role, info in used.items():
         print(f"{role}: {info.get('model') or info.get('backend') or info}")
@@ -161,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .caption_cli import add_parser as add_caption_parser
 
     add_caption_parser(sub)
+    from .t2i_cli import add_parser as add_t2i_parser
+
+    add_t2i_parser(sub)
 
     p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")

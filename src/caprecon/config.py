@@ -42,6 +42,8 @@ class RunConfig:
     seed_policy: str = "per-sample"
     max_side: int = 1024
     upscale: bool = True
+    size: str | None = None  # "WxH" for every reconstruction; caption-only rows default to the generator's own
+    normalise_captions: bool = False  # markdown, list markers and line breaks out (caprecon.normalise)
     batch_size: int = 16
     cache_dir: str | None = None
     no_cache: bool = False
@@ -76,7 +78,7 @@ class RunConfig:
     def spec(self) -> ReconstructionSpec:
         try:
             return ReconstructionSpec(template=self.template, seed=self.seed, seed_policy=self.seed_policy,
-                                      max_side=self.max_side, upscale=self.upscale)
+                                      max_side=self.max_side, upscale=self.upscale, size=self.size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

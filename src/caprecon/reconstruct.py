@@ -8,7 +8,7 @@ the same sample's reconstruction get the same image, generated once.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,9 +34,11 @@ class ReconstructionSpec:
         candidates) are rebuilt from the same noise, so they differ only by their text;
       - "fixed": the same seed for every caption, so the initial noise z is one constant
         across the whole evaluation (the ReconScore paper's protocol).
-    Output size keeps the source's aspect ratio with the long side at `max_side` (never
-    above it; smaller sources are scaled up unless `upscale=False`), both sides rounded to
-    multiples of `multiple`.
+    Output size: `size` (width, height) when given, for every sample; otherwise the
+    source's aspect ratio with the long side at `max_side` (never above it; smaller
+    sources are scaled up unless `upscale=False`), both sides rounded to multiples of
+    `multiple`; a caption-only sample (no source image) gets the generator's native
+    resolution (`native_size`; a `max_side` square for generators that have none).
     """
 
     template: str = "{caption}"
@@ -45,9 +47,12 @@ class ReconstructionSpec:
     max_side: int = 1024
     multiple: int = 16
     upscale: bool = True
+    size: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "template", resolve_template(self.template))
+        if self.size is not None:
+            object.__setattr__(self, "size", parse_size(self.size, self.multiple))
         if self.seed_policy not in SEED_POLICIES:
             raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, not {self.seed_policy!r}")
         if self.max_side < self.multiple:
@@ -66,6 +71,18 @@ class ReconstructionSpec:
         scale = target / long_side
         snap = lambda v: max(self.multiple, int(round(v * scale / self.multiple)) * self.multiple)  # noqa: E731
         return snap(width), snap(height)
+
+
+def parse_size(value: str | Sequence[int], multiple: int = 16) -> tuple[int, int]:
+    """`"WxH"` or (W, H) as a checked (width, height)."""
+    try:
+        parts = value.lower().split("x") if isinstance(value, str) else list(value)
+        width, height = (int(p) for p in parts)
+    except (ValueError, TypeError):
+        raise ValueError(f"size must look like WIDTHxHEIGHT, e.g. 1024x1024, not {value!r}") from None
+    if width <= 0 or height <= 0 or width % multiple or height % multiple:
+        raise ValueError(f"size {width}x{height}: both sides must be positive multiples of {multiple}")
+    return width, height
 
 
 @dataclass
@@ -107,15 +124,34 @@ class Reconstructor:
         return asdict(self.spec)
 
     def request_for(self, item: LoadedSample) -> tuple[str, GenerationRequest]:
+        """The request and its cache key. A caption-only sample without a set `size` asks
+        for the generator's native resolution: the key says "native" (the generator's
+        fingerprint pins what that is) and the request's sides stay 0 until generation."""
         s = item.sample
-        width, height = self.spec.size_for(*item.image.size)
+        if self.spec.size:
+            width, height = self.spec.size
+        elif item.image is not None:
+            width, height = self.spec.size_for(*item.image.size)
+        else:
+            width = height = 0
         request = GenerationRequest(prompt=render(self.spec.template, s.caption),
                                     seed=self.spec.seed_for(s.image_id, s.candidate),
                                     width=width, height=height, image_id=s.image_id)
         key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
-                          generator=self.generator.fingerprint, seed=request.seed, size=[width, height],
+                          generator=self.generator.fingerprint, seed=request.seed,
+                          size=[width, height] if width else "native",
                           image_id=s.image_id if getattr(self.generator, "depends_on_image_id", False) else None)
         return key, request
+
+    def native_size(self) -> tuple[int, int]:
+        size = getattr(self.generator, "native_size", None)
+        return tuple(size) if size else (self.spec.max_side, self.spec.max_side)
+
+    def _sized(self, request: GenerationRequest) -> GenerationRequest:
+        if request.width:
+            return request
+        width, height = self.native_size()
+        return replace(request, width=width, height=height)
 
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
         keyed = [self.request_for(item) for item in items]
@@ -126,7 +162,7 @@ class Reconstructor:
                 missing.setdefault(key, request)
         if missing:
             started = time.perf_counter()
-            results = self.generator.generate(list(missing.values()))
+            results = self.generator.generate([self._sized(r) for r in missing.values()])
             self.model_seconds += time.perf_counter() - started
             new = {}
             for (key, request), generated in zip(missing.items(), results):

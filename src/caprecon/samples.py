@@ -65,10 +65,13 @@ def _default_image_id(image: Any, fallback: str) -> str:
 
 @dataclass
 class LoadedSample:
-    """A sample whose image has been opened: what metrics work on."""
+    """A sample whose image has been opened: what metrics work on.
+
+    A caption-only sample (no image, and no metric of the run needs one) has `image`
+    None and an empty `image_key`."""
 
     sample: Sample
-    image: Image.Image
+    image: Image.Image | None
     image_key: str  # content hash of the pixels' source, for embedding caches
 
     @property
@@ -80,13 +83,21 @@ class LoadedSample:
         return self.sample.caption
 
 
-def open_image(sample: Sample) -> LoadedSample:
-    """Open a sample's image as RGB; raise `SampleError` naming what is wrong."""
+def has_image(sample: Sample) -> bool:
+    return sample.image is not None and not (isinstance(sample.image, str) and not sample.image.strip())
+
+
+def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
+    """Open a sample's image as RGB; raise `SampleError` naming what is wrong.
+
+    With `caption_only`, a sample without an image is valid and comes back with none."""
     if not sample.caption.strip():
         raise SampleError("empty caption")
-    src = sample.image
-    if src is None or (isinstance(src, str) and not src.strip()):
+    if not has_image(sample):
+        if caption_only:
+            return LoadedSample(sample, None, "")
         raise SampleError("no image given")
+    src = sample.image
     if isinstance(src, Image.Image):
         image = src.convert("RGB")
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()

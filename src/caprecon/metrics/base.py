@@ -99,6 +99,8 @@ class Metric:
     name: ClassVar[str] = ""
     #: the field of `score`'s output that is this metric's headline number
     primary: ClassVar[str] = ""
+    #: whether it looks at the source image; if not, caption-only samples are valid
+    needs_source_image: bool = True
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         raise NotImplementedError

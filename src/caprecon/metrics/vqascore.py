@@ -35,23 +35,30 @@ class VQAScore(Metric):
 
     def __init__(self, vlm: VisionLanguageModel, *, template: str = DEFAULT_TEMPLATE, on: str = "image",
                  generator: TextToImage | None = None, spec: ReconstructionSpec | None = None,
-                 normalise: bool = False):
+                 normalise: bool = False, column: str | None = None):
+        """`column` names the score's field instead of vqascore / vqascore_recon, so that
+        several judges can score in one run (`caprecon t2i`: vqa/<judge>)."""
         if on not in {"image", "reconstruction", "both"}:
             raise ValueError(f"`on` must be image, reconstruction or both, not {on!r}")
         if on != "image" and generator is None:
             raise ValueError("VQAScore on the reconstruction needs a generator")
         if "{caption}" not in template:
             raise ValueError(f"VQAScore template must contain {{caption}}: {template!r}")
+        if column and on == "both":
+            raise ValueError("VQAScore on both images has two fields; `column` names one")
         self.vlm, self.template, self.on, self.generator = vlm, template, on, generator
         self.spec = spec or ReconstructionSpec()
         self.normalise = normalise
+        self.column = column
+        self.needs_source_image = on != "reconstruction"
 
     @property
     def headline(self) -> str:
-        return "vqascore_recon" if self.on == "reconstruction" else "vqascore"
+        return self.column or ("vqascore_recon" if self.on == "reconstruction" else "vqascore")
 
     def describe(self) -> dict[str, Any]:
-        return {"metric": self.name, "vlm": describe_model(self.vlm), "template": self.template, "on": self.on,
+        return {"metric": self.name, "column": self.headline, "vlm": describe_model(self.vlm), "template": self.template,
+                "on": self.on,
                 "probability": "P(yes)/(P(yes)+P(no)) over Yes/yes, No/no" if self.normalise
                 else "P(first answer token = 'Yes'), full-vocabulary softmax",
                 "generator": describe_model(self.generator) if self.generator else None}
@@ -74,11 +81,11 @@ class VQAScore(Metric):
         if self.on in {"image", "both"}:
             keys = [images.add(it.image_key, lambda it=it: it.image) for it in items]
             for row, p in zip(rows, self._probability(ctx, images, keys, captions)):
-                row["vqascore"] = p
+                row[self.column or "vqascore"] = p
         if self.on in {"reconstruction", "both"}:
             recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
             probs = self._probability(ctx, images, [images.add(r.key, r.image) for r in recons], captions)
             for row, r, p in zip(rows, recons, probs):
                 row.update(r.record())
-                row["vqascore_recon"] = p
+                row[self.column or "vqascore_recon"] = p
         return rows

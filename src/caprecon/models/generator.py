@@ -125,6 +125,22 @@ class DiffusersGenerator:
             self._pipe = pipe
         return self._pipe
 
+    @property
+    def native_size(self) -> tuple[int, int]:
+        """(width, height) the pipeline generates when given none: its default sample size
+        (the denoiser's `sample_size` where the pipeline keeps no default) times the VAE's
+        scale factor. Loads the pipeline."""
+        pipe = self.pipeline
+        sample = getattr(pipe, "default_sample_size", None)
+        if sample is None:
+            denoiser = getattr(pipe, "unet", None) or getattr(pipe, "transformer", None)
+            sample = getattr(getattr(denoiser, "config", None), "sample_size", None)
+        scale = getattr(pipe, "vae_scale_factor", None)
+        if not sample or not scale:
+            raise ValueError(f"{type(pipe).__name__} has no default resolution; set the output size (--size WxH)")
+        height, width = (sample, sample) if isinstance(sample, int) else sample
+        return int(width) * scale, int(height) * scale
+
     def _call_options(self) -> dict[str, Any]:
         wanted = {"num_inference_steps": self.steps, "guidance_scale": self.guidance,
                   "negative_prompt": self.negative_prompt, "max_sequence_length": self.max_sequence_length,

@@ -48,18 +48,21 @@ def _score_isolating(metric: Metric, items: list, ctx: Context) -> list[dict[str
 
 
 def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int = 16,
-              scores_path: Path | None = None, progress: bool = True) -> list[dict[str, Any]]:
+              scores_path: Path | None = None, progress: bool = True, fields: dict[str, Any] | None = None,
+              append: bool = False, desc: str = "scoring") -> list[dict[str, Any]]:
+    """`fields` are added to every record; `append` adds to `scores_path` instead of replacing it."""
     records: list[dict[str, Any]] = []
-    sink = scores_path.open("w", encoding="utf-8") if scores_path else None
-    bar = tqdm(total=len(samples), desc="scoring", unit="sample", disable=not progress, dynamic_ncols=True)
+    sink = scores_path.open("a" if append else "w", encoding="utf-8") if scores_path else None
+    caption_only = not any(m.needs_source_image for m in metrics)
+    bar = tqdm(total=len(samples), desc=desc, unit="sample", disable=not progress, dynamic_ncols=True)
     try:
         for start in range(0, len(samples), max(1, batch_size)):
             batch = samples[start : start + batch_size]
-            rows = [base_record(s) for s in batch]
+            rows = [{**base_record(s), **(fields or {})} for s in batch]
             items, positions = [], []
             for i, sample in enumerate(batch):
                 try:
-                    items.append(open_image(sample))
+                    items.append(open_image(sample, caption_only=caption_only))
                     positions.append(i)
                 except SampleError as exc:
                     rows[i]["error"] = f"row {start + i} (id {sample.id}): {exc}"
