@@ -26,7 +26,8 @@ def _clip_image(roles: "Roles", cfg: "RunConfig") -> Metric:
 def _turing(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .turing import CaptionTuringTest
 
-    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec)
+    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
+                             judges_for=roles.judges_for)
 
 
 def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -40,7 +41,7 @@ def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
 def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .captionqa import CaptionQA
 
-    return CaptionQA(roles.llm, roles.qa_bank)
+    return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:

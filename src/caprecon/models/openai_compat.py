@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
-from .vlm import VLMRequest
+from ..qa import judge_box_coords
+from .vlm import VLMRequest, check_box_coords
 
 log = logging.getLogger(__name__)
 
@@ -273,11 +274,17 @@ class OpenAICompatVLM(_ChatBackend):
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
                  timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
                  max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
-                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None):
+                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None,
+                 box_coords: str | None = None, min_pixels: int = 3136, max_pixels: int = 12845056):
         super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, max_new_tokens=max_new_tokens,
                          top_logprobs=top_logprobs, temperature=temperature, system_prompt=system_prompt,
                          extra_body=extra_body)
+        # the convention of the served model's box answers: given, else its family's by name
+        self.box_coords = check_box_coords(box_coords) or judge_box_coords(model)
+        # the pixel budget of the server's Qwen2.5-VL processor (its published defaults):
+        # pixel box answers count pixels of the image resized within it
+        self.min_pixels, self.max_pixels = int(min_pixels), int(max_pixels)
         image_format = image_format.lower()
         if image_format not in {"png", "jpeg", "jpg"}:
             raise ValueError(f"image_format must be 'png' or 'jpeg', not {image_format!r}")
@@ -285,6 +292,18 @@ class OpenAICompatVLM(_ChatBackend):
 
     def _output_settings(self) -> dict[str, Any]:
         return {**super()._output_settings(), "image_format": self.image_format}
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "box_coords": self.box_coords,
+                **({"min_pixels": self.min_pixels, "max_pixels": self.max_pixels} if self.box_coords == "pixel" else {})}
+
+    def box_frame(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(width, height) of the image the server's Qwen2.5-VL processor makes of `size`."""
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        height, width = smart_resize(int(size[1]), int(size[0]), factor=28, min_pixels=self.min_pixels,
+                                     max_pixels=self.max_pixels)
+        return width, height
 
     def _contents(self, requests: Sequence[VLMRequest]) -> list[list[dict]]:
         urls: dict[Any, str] = {}

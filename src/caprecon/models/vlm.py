@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
+from ..qa import COORDS, judge_box_coords
 from .common import resolve_device, resolve_dtype, resolve_source
 from .llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, option_first_ids, probs_of,
                   reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
@@ -43,6 +45,12 @@ class VisionLanguageModel(Protocol):
     def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:
         """P(answer string | request), teacher-forced product of its tokens' probabilities."""
         ...
+
+
+def check_box_coords(box_coords: str | None) -> str | None:
+    if box_coords is not None and box_coords not in COORDS:
+        raise ValueError(f"box_coords must be one of {', '.join(COORDS)}, not {box_coords!r}")
+    return box_coords
 
 
 def group_by_image(requests: Sequence[VLMRequest]) -> list[tuple[Image.Image, list[int]]]:
@@ -136,8 +144,10 @@ class TransformersVLM:
 
     def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", batch_size: int = 16, max_new_tokens: int = 64,
-                 system_prompt: str | None = None, share_prefix: bool | None = None):
+                 system_prompt: str | None = None, share_prefix: bool | None = None,
+                 box_coords: str | None = None):
         self.source = resolve_source(model, revision, kind="vision-language model")
+        self.box_coords_option = check_box_coords(box_coords)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
@@ -146,6 +156,36 @@ class TransformersVLM:
         self.share_prefix = share_prefix
         self._model = None
         self._processor = None
+        self._frames: dict[tuple[int, int], tuple[int, int]] = {}
+
+    @cached_property
+    def box_coords(self) -> str | None:
+        """The convention of this judge's box answers: the `box_coords` option, else its model
+        family's (Qwen3-VL/Qwen2-VL "1000", Qwen2.5-VL "pixel"); None when neither says."""
+        if self.box_coords_option is not None:
+            return self.box_coords_option
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.source.load_target, revision=self.source.revision)
+        return judge_box_coords(config.model_type)
+
+    def box_frame(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(width, height) of what the model sees for an image of `size` — what its pixel
+        coordinates count — read from the processor's own output for a blank image of that
+        size (Qwen2.5-VL: the smart-resized image, `image_grid_thw` × patch size)."""
+        size = (int(size[0]), int(size[1]))
+        if size not in self._frames:
+            processor = self._processor or load_processor(self.source.load_target, self.source.revision)
+            image_processor = processor.image_processor
+            out = image_processor(images=[Image.new("RGB", size)], return_tensors="pt")
+            if "image_grid_thw" in out:
+                _, rows, cols = (int(v) for v in out["image_grid_thw"][0])
+                patch = int(image_processor.patch_size)
+                self._frames[size] = (cols * patch, rows * patch)
+            else:
+                height, width = out["pixel_values"].shape[-2:]
+                self._frames[size] = (int(width), int(height))
+        return self._frames[size]
 
     @property
     def fingerprint(self) -> str:
@@ -157,7 +197,7 @@ class TransformersVLM:
                 "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
                 "share_prefix": "auto" if self.share_prefix is None else self.share_prefix,
-                "fingerprint": self.fingerprint}
+                "box_coords": self.box_coords, "fingerprint": self.fingerprint}
 
     # -- loading -------------------------------------------------------------------------
 
