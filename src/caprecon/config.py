@@ -40,6 +40,7 @@ class RunConfig:
     vqa_template: str = "Is the figure showing: {caption}?"
     vqa_on: str = "image"  # image, reconstruction or both
     vqa_normalise: bool = False
+    fleur_prompt: str | None = None  # None: FLEUR's own instruction; any other is named in the manifest
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"

@@ -47,7 +47,7 @@ def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
 def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .fleur import Fleur
 
-    return Fleur(roles.judge)
+    return Fleur(roles.judge, **({"prompt": cfg.fleur_prompt} if cfg.fleur_prompt else {}))
 
 
 def _clipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -71,7 +71,8 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
                         "upper bound on I"),
     "vqascore": (_vqascore, "P('Yes') of --judge for 'Is the figure showing: {caption}?' on I (and/or Î: --vqa-on)"),
     "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
-    "fleur": (_fleur, "--judge rates the caption 0-1, smoothed over its rating probabilities"),
+    "fleur": (_fleur, "--judge rates the caption 0-1 (FLEUR's instruction), smoothed over the digit "
+                      "probabilities where it wrote the rating"),
     "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }

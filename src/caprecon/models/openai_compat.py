@@ -211,6 +211,22 @@ class _ChatBackend:
         tops = [self._first_token_top(response) for response in responses]
         return [[_token_prob(top, option) for option in opts] for top, opts in zip(tops, options)]
 
+    def generate_with_token_probs(self, items: Sequence[Any], tokens: Sequence[str],
+                                  max_new_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Greedy answer per input, with each of `tokens`' probability at every generated
+        position read from that position's `top_logprobs` (0 outside the top k), in the shape
+        of `TransformersVLM.generate_with_token_probs`."""
+        n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        responses = self._chat_all([self._body(c, n, logprobs=True) for c in self._contents(items)])
+        out = []
+        for response in responses:
+            steps = self._logprob_steps(response)
+            out.append({"text": ((_first_choice(response, self.base_url).get("message") or {}).get("content")
+                                 or "").strip(),
+                        "tokens": [str(step.get("token", "")) for step in steps],
+                        "probs": [[_token_prob(step.get("top_logprobs") or [], t) for t in tokens] for step in steps]})
+        return out
+
     def answer_prob(self, items: Sequence[Any], answers: Sequence[str]) -> list[float]:
         """P(answer) for single-token answers such as "Yes", read like `option_probs`.
 
@@ -244,6 +260,10 @@ class _ChatBackend:
 
     def _first_token_top(self, response: dict) -> list[dict]:
         """The first generated token's top-k list of {"token", "logprob"} entries."""
+        return self._logprob_steps(response)[0]["top_logprobs"]
+
+    def _logprob_steps(self, response: dict) -> list[dict]:
+        """The generated tokens' logprob entries, each with a non-empty `top_logprobs`."""
         choice = _first_choice(response, self.base_url)
         content = (choice.get("logprobs") or {}).get("content")
         if not content:
@@ -253,12 +273,11 @@ class _ChatBackend:
                 f"(vLLM caps top_logprobs at its `--max-logprobs` flag, default 20; start it with "
                 f"`--max-logprobs {self.top_logprobs}` or more if it was lowered). `transformers serve` ignores "
                 f"these fields, so it can serve free-form generation only.")
-        top = content[0].get("top_logprobs")
-        if not top:
+        if not content[0].get("top_logprobs"):
             raise LogprobsUnavailableError(
                 f"{self.base_url} returned the chosen token's logprob but no top_logprobs for model {self.model!r}; "
                 f"the server must support `top_logprobs` (vLLM: `--max-logprobs` of at least {self.top_logprobs}).")
-        return top
+        return content
 
 
 class OpenAICompatVLM(_ChatBackend):
