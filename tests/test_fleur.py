@@ -131,3 +131,21 @@ def test_transformers_judge_reports_the_softmax_at_each_generated_position(tmp_p
                 by_hand = torch.softmax(logits[length - 1 + k].double(), -1)[watched]
                 np.testing.assert_allclose(probs, by_hand.numpy(), atol=1e-5)
             assert "".join(reply["tokens"]).strip() == reply["text"]
+
+
+def test_a_prompt_set_in_the_run_config_reaches_the_judge_and_the_manifest(item):
+    import caprecon
+
+    rater = ScriptedRater(["0", ".", "5"], [NONE, NONE, digits({5: 1})])
+    sample = Sample(id="a", image=item.sample.image, caption="a red square")
+    results = caprecon.score([sample], ["fleur"], judge=rater, fleur_prompt="Rate 0-1: {caption}", no_cache=True)
+    assert rater.prompts == ["Rate 0-1: a red square"] and results.records[0]["fleur"] == pytest.approx(0.5)
+    assert results.manifest["metrics"][0]["prompt"] == "Rate 0-1: {caption}"
+    assert results.manifest["config"]["fleur_prompt"] == "Rate 0-1: {caption}"
+
+
+def test_vqascore_needs_option_probabilities_before_the_run():
+    from caprecon.metrics.vqascore import VQAScore
+
+    with pytest.raises(ConfigError, match="vqascore needs a judge that can `option_probs`"):
+        VQAScore(ScriptedRater([], []))
