@@ -125,7 +125,8 @@ def test_transformers_judge_reports_the_softmax_at_each_generated_position(tmp_p
             extra = {k: torch.cat([v, torch.zeros((1, len(generated)), dtype=v.dtype)], dim=1)
                      for k, v in inputs.items() if k == "mm_token_type_ids"}
             with torch.no_grad():
-                logits = model(**{**inputs, **extra, "input_ids": ids, "attention_mask": torch.ones_like(ids)}).logits[0]
+                full = {**inputs, **extra, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                logits = model(**full).logits[0]
             assert len(reply["probs"]) == len(reply["tokens"]) == len(generated) > 0
             for k, probs in enumerate(reply["probs"]):
                 by_hand = torch.softmax(logits[length - 1 + k].double(), -1)[watched]
@@ -149,3 +150,8 @@ def test_vqascore_needs_option_probabilities_before_the_run():
 
     with pytest.raises(ConfigError, match="vqascore needs a judge that can `option_probs`"):
         VQAScore(ScriptedRater([], []))
+
+
+def test_a_rating_in_merged_digit_tokens_is_kept_but_not_smoothed(item):
+    row = Fleur(ScriptedRater(["0", ".", "75"], [NONE, NONE, digits({7: 1})])).score([item], Context())[0]
+    assert row["fleur"] is None and row["fleur_greedy"] == 0.75 and row["fleur_unsmoothed"] == "0.75"

@@ -105,7 +105,8 @@ def test_an_unknown_convention_is_guessed_and_recorded(wide):
 def test_iou_threshold_decides_correctness(wide):
     # a pixel answer read in the wrong frame overlaps partly: correct or not by the threshold
     judge = BoxJudge("pixel", answer_in="image-pixel")
-    iou = CaptionTuringTest(OracleGenerator(), judge, BANK, max_side=448).score([wide], Context())[0]["turing_upper_iou"]
+    row = CaptionTuringTest(OracleGenerator(), judge, BANK, max_side=448).score([wide], Context())[0]
+    iou = row["turing_upper_iou"]
     assert 0 < iou < 1
     for threshold, expected in ((iou - 0.01, 1.0), (iou + 0.01, 0.0)):
         metric = CaptionTuringTest(OracleGenerator(), judge, BANK, max_side=448, iou_threshold=threshold)

@@ -11,8 +11,9 @@ renormalised over the ten digits):
 
 with P₁, P₂ at the first and second decimal and P₀ at the leading digit. A written "0"
 without decimals scores 0. A rating outside [0, 1], or a reply without one, is not
-parseable: the row keeps `fleur` None and the reply in `fleur_unparsed`. `fleur_greedy`
-is the rating as written. Over an OpenAI-compatible server the digit probabilities come
+parseable: the row keeps `fleur` None and the reply in `fleur_unparsed`; a rating whose
+digits share a token (tokenisers that merge digits, unlike LLaVA's and Qwen's) cannot be
+smoothed and keeps the reply in `fleur_unsmoothed`. `fleur_greedy` is the rating as written. Over an OpenAI-compatible server the digit probabilities come
 from the `top_logprobs` of the generated tokens (a digit outside the top k counts as 0).
 """
 
@@ -109,6 +110,7 @@ class Fleur(Metric):
             score, written = fleur_score(reply["tokens"], reply["probs"])
             row: dict[str, Any] = {"fleur": score, "fleur_greedy": written}
             if score is None:
-                row["fleur_unparsed"] = reply["text"]
+                # no rating in [0, 1]; or one whose digits share tokens (tokenisers that merge digits)
+                row["fleur_unparsed" if written is None else "fleur_unsmoothed"] = reply["text"]
             rows.append(row)
         return rows

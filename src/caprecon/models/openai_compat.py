@@ -313,8 +313,8 @@ class OpenAICompatVLM(_ChatBackend):
         return {**super()._output_settings(), "image_format": self.image_format}
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "box_coords": self.box_coords,
-                **({"min_pixels": self.min_pixels, "max_pixels": self.max_pixels} if self.box_coords == "pixel" else {})}
+        pixels = {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels} if self.box_coords == "pixel" else {}
+        return {**super().describe(), "box_coords": self.box_coords, **pixels}
 
     def box_frame(self, size: tuple[int, int]) -> tuple[int, int]:
         """(width, height) of the image the server's Qwen2.5-VL processor makes of `size`."""
