@@ -3,7 +3,10 @@
 Backends receive a flat list of `VLMRequest`s and group them by `image_key` themselves,
 so all the questions about one image go in one batched call (and the image is encoded
 once where the model allows it). Decoding is greedy; probabilities are read from the
-next-token distribution (full-vocabulary softmax) at the answer position.
+next-token distribution (full-vocabulary softmax) at the answer position — for an
+encoder-decoder language model (InstructBLIP-Flan-T5), the decoder's, teacher-forced after
+its start token. A judge also knows the box convention of its grounding answers
+(`box_coords`) and, for pixel answers, the size of the image its processor made (`box_frame`).
 """
 
 from __future__ import annotations
