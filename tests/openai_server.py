@@ -14,7 +14,9 @@ images give two different prompts and therefore different answers and probabilit
 
 For the failure-path tests, `POST /_test/faults` makes the server answer the next N
 chat requests with an HTTP error, sleep before answering, or leave out logprobs the
-way a server without logprobs support does; `GET /_test/stats` counts the requests it
+way a server without logprobs support does, or answer with a scripted reply (`script`: a
+list of {"token", "top": {token: logprob}} entries, the generated tokens and their top-k,
+so a test controls the distribution at every position); `GET /_test/stats` counts the requests it
 received and the most it had in flight at once (`DELETE /_test/stats` restarts that peak).
 
 `python tests/openai_server.py --model DIR --served-name NAME --port-file FILE` binds
@@ -117,7 +119,7 @@ def create_app(model_dir: str, served_name: str):
     # One request at a time through the model: no cross-request batching, so an answer
     # never depends on what else was in flight.
     model_lock = threading.Lock()
-    faults = {"fail_next": 0, "status": 503, "delay": 0.0, "logprobs": True}
+    faults = {"fail_next": 0, "status": 503, "delay": 0.0, "logprobs": True, "script": None}
     stats = {"chat_requests": 0, "in_flight": 0, "max_in_flight": 0}
     stats_lock = threading.Lock()
     app = FastAPI()
@@ -205,6 +207,8 @@ def create_app(model_dir: str, served_name: str):
         # time holds the model, so seeding the process-wide generator here seeds this request alone.
         sampling = {"do_sample": True, "temperature": temperature, "top_p": float(body.get("top_p") or 1.0),
                     "top_k": 0} if temperature > 0 else {"do_sample": False}
+        if faults["script"]:
+            return scripted(faults["script"], top_k, bool(body.get("logprobs")))
         with model_lock, torch.no_grad():
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                                 return_dict=True)["input_ids"]
@@ -242,6 +246,19 @@ def create_app(model_dir: str, served_name: str):
             "usage": {"prompt_tokens": ids.shape[1], "completion_tokens": generated,
                       "total_tokens": ids.shape[1] + generated},
         }
+
+    def scripted(script: list[dict], top_k: int, logprobs: bool) -> dict:
+        content = []
+        for step in script:
+            top = sorted(step["top"].items(), key=lambda kv: -kv[1])[:top_k]
+            content.append({"token": step["token"], "logprob": step["top"].get(step["token"], -50.0),
+                            "bytes": list(step["token"].encode()),
+                            "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in top]})
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+                "model": served_name,
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "logprobs": {"content": content} if logprobs else None,
+                             "message": {"role": "assistant", "content": "".join(s["token"] for s in script)}}]}
 
     return app
 

@@ -33,8 +33,9 @@ def test_refclipscore_is_harmonic_mean_with_best_reference(tiny_clip, pictures):
                for i, (im, c, r) in enumerate(zip(pictures, ["a red kite", "two dogs", "a tram"], refs))]
     res = caprecon.score(samples, [RefClipScore(clip)], no_cache=True)
     for record, sample in zip(res.records, samples):
-        cand = clip.embed_texts([sample.caption])[0]
-        best = max(max(float(cand @ r) for r in clip.embed_texts(sample.refs)), 0.0)
+        # the reference implementation embeds candidate and references with the same prefix
+        cand = clip.embed_texts(["A photo depicts " + sample.caption])[0]
+        best = max(max(float(cand @ r) for r in clip.embed_texts(["A photo depicts " + r for r in sample.refs])), 0.0)
         clip_s = record["clipscore"]
         expected = 2 * clip_s * best / (clip_s + best) if clip_s + best else 0.0
         assert record["refclipscore"] == pytest.approx(expected, abs=1e-6)

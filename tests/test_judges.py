@@ -77,32 +77,95 @@ def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path
     assert metric.score(items, again) == rows and again.computed == {}
 
 
-def test_vqascore_probabilities(judge, samples):
+def test_vqascore_is_the_softmax_of_the_judges_own_logits(judge, samples):
+    """P("Yes") against a softmax computed by hand from the model's logits at the reply start."""
+    import torch
+
     items = [open_image(s) for s in samples]
     both = VQAScore(judge, on="both", generator=OracleGenerator()).score(items, Context())
-    for row in both:
-        assert 0 <= row["vqascore"] <= 1 and 0 <= row["vqascore_recon"] <= 1
     norm = VQAScore(judge, normalise=True).score(items, Context())
-    assert all(0 <= row["vqascore"] <= 1 for row in norm)
-    # the raw P("Yes") is the first entry of the judge's own option probabilities
-    prompt = "Is the figure showing: a red circle and a blue square?"
+    model, processor = judge._load()
+    tokenizer = processor.tokenizer
+    for item, row, normalised in zip(items, both, norm):
+        text = judge.render(f"Is the figure showing: {item.caption}?")
+        inputs = processor(text=[text], images=[item.image.convert("RGB")], return_tensors="pt")
+        with torch.no_grad():
+            p = torch.softmax(model(**inputs).logits[0, -1].double(), -1)
+        prompt_ids = tokenizer(text)["input_ids"]
+
+        def first(word):  # the word's first token as it starts the reply after the prompt
+            return tokenizer(text + word)["input_ids"][len(prompt_ids)]
+
+        assert row["vqascore"] == pytest.approx(float(p[first("Yes")]), rel=1e-4)
+        yes, no = float(p[first("Yes")] + p[first("yes")]), float(p[first("No")] + p[first("no")])
+        assert normalised["vqascore"] == pytest.approx(yes / (yes + no), rel=1e-4)
+
+
+def test_fleur_applies_the_reference_rule_to_the_judges_own_reply(judge, samples):
+    from caprecon.metrics.fleur import DIGITS, PROMPT, fleur_score
     from caprecon.models.vlm import VLMRequest
 
-    direct = judge.option_probs([VLMRequest(items[0].image, prompt, items[0].image_key)], [["Yes"]])[0][0]
-    assert both[0]["vqascore"] == pytest.approx(direct, abs=1e-6)
+    items = [open_image(s) for s in samples]
+    rows = Fleur(judge).score(items, Context())
+    for item, row in zip(items, rows):
+        request = VLMRequest(item.image, PROMPT.replace("{caption}", item.caption), item.image_key)
+        reply = judge.generate_with_token_probs([request], DIGITS, 16)[0]
+        assert (row["fleur"], row["fleur_greedy"]) == fleur_score(reply["tokens"], reply["probs"])
+        assert row.get("fleur_unparsed") == (reply["text"] if row["fleur"] is None else None)
 
 
-def test_fleur_is_an_expectation_over_ratings(judge, samples):
-    rows = Fleur(judge).score([open_image(s) for s in samples], Context())
-    for row in rows:
-        assert 0 <= row["fleur"] <= 1 and 0 < row["fleur_mass"] <= 1
+class ScriptedLLM:
+    """Answers each CaptionQA prompt by a rule the test sets (the text LLM role)."""
+
+    fingerprint = "scripted-llm"
+
+    def __init__(self, answer):
+        self.answer, self.prompts = answer, []
+
+    def generate(self, prompts, max_new_tokens=64):
+        self.prompts += prompts
+        return [self.answer(p) for p in prompts]
+
+
+def test_captionqa_counts_cannot_answer_as_wrong(bank_file, samples):
+    from caprecon.metrics.captionqa import CANNOT
+
+    bank = load_qa_bank(bank_file)
+    items = [open_image(s) for s in samples]
+
+    def abstain(prompt):  # the "cannot answer" option of mc (its letter D), the phrase otherwise
+        return "D" if f"D. {CANNOT}" in prompt else "cannot answer"
+
+    llm = ScriptedLLM(abstain)
+    rows = CaptionQA(llm, bank).score(items, Context())
+    assert all(row["captionqa"] == 0.0 and row["captionqa_n"] == 4 for row in rows)
+    assert any(f"D. {CANNOT}" in p for p in llm.prompts)  # offered as an extra option
+
+    def knows(prompt):  # right on the mc and yes/no questions, abstains on the others
+        if f"D. {CANNOT}" in prompt:
+            return "A"
+        return "yes" if "Is there a square?" in prompt else "cannot answer"
+
+    row = CaptionQA(ScriptedLLM(knows), bank).score(items[:1], Context())[0]
+    assert row["captionqa"] == 0.5 and row["captionqa/perception"] == 1.0 and row["captionqa/counting"] == 0.0
+    assert row["captionqa_n/perception"] == 2 and row["captionqa_n/grounding"] == 1
 
 
 def test_captionqa_with_text_llm(tmp_path, bank_file, samples):
+    from caprecon.metrics.captionqa import captionqa_prompt
+    from caprecon.qa import in_source_terms, score_answer
+
     llm = TransformersLLM(build_qwen2_lm(tmp_path / "lm"), max_new_tokens=8)
-    rows = CaptionQA(llm, load_qa_bank(bank_file)).score([open_image(s) for s in samples], Context())
-    for row in rows:
-        assert 0 <= row["captionqa"] <= 1 and row["captionqa_n"] == 4
+    items = [open_image(s) for s in samples]
+    bank = load_qa_bank(bank_file)
+    rows = CaptionQA(llm, bank).score(items, Context())
+    questions = bank["shapes"]
+    for item, row in zip(items, rows):
+        # graded by hand from the LLM's own answers to the same prompts
+        answers = llm.generate([captionqa_prompt(item.caption, q) for q in questions], max_new_tokens=32)
+        size = item.image.size
+        marks = [score_answer(in_source_terms(q, size), a, image_size=size) for q, a in zip(questions, answers)]
+        assert row["captionqa"] == pytest.approx(sum(marks) / 4) and row["captionqa_n"] == 4
 
 
 def test_turing_and_vqascore_from_the_cli(judge, bank_file, samples, tmp_path, capsys):

@@ -170,7 +170,7 @@ def faults(server):
     """Failure switches on the test server, all cleared after the test."""
     switches = Faults(server)
     yield switches
-    switches.set(fail_next=0, status=503, delay=0.0, logprobs=True)
+    switches.set(fail_next=0, status=503, delay=0.0, logprobs=True, script=None)
 
 
 def _image(colours) -> Image.Image:
@@ -396,3 +396,29 @@ def test_captioner_asks_for_n_seeded_choices_per_image(server, faults):
     # sampling settings travel with each call (and key the cache), so they do not change the fingerprint
     assert captioner.fingerprint == OpenAICompatCaptioner(SERVED, server, max_concurrency=8).fingerprint
     assert captioner.fingerprint != OpenAICompatCaptioner(SERVED, server, system_prompt="Be brief.").fingerprint
+def test_fleur_over_the_server_reads_the_digits_where_the_rating_was_written(server, faults, tmp_path):
+    from caprecon.metrics import Context
+    from caprecon.metrics.fleur import Fleur
+    from caprecon.samples import Sample, open_image
+
+    IMAGES["red"].save(tmp_path / "red.png")
+    item = open_image(Sample(id="r", image=tmp_path / "red.png", caption="a red square"))
+    # "0.75" with the first decimal 7 (p .5), 8 (.3), 6 (.1) and other tokens .1; the second
+    # decimal 5 (.8), 4 (.2); digits missing from the top k count as 0
+    first, second = {"7": 0.5, "8": 0.3, "6": 0.1, "maybe": 0.1}, {"5": 0.8, "4": 0.2}
+    faults.set(script=[{"token": "0", "top": {"0": 0.0}}, {"token": ".", "top": {".": 0.0}},
+                       {"token": "7", "top": {t: math.log(p) for t, p in first.items()}},
+                       {"token": "5", "top": {t: math.log(p) for t, p in second.items()}}])
+    row = Fleur(OpenAICompatVLM(SERVED, server)).score([item], Context())[0]
+    expected = (7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 10 + (5 * 0.8 + 4 * 0.2) / 100
+    assert row["fleur"] == pytest.approx(expected, abs=1e-9) and row["fleur_greedy"] == 0.75
+
+
+def test_token_probs_per_position_match_the_first_token_probabilities(server):
+    vlm = OpenAICompatVLM(SERVED, server, max_new_tokens=3)
+    requests = _requests()[:2]
+    replies = vlm.generate_with_token_probs(requests, ["A", "B", "Yes"])
+    first = vlm.option_probs(requests, [["A", "B", "Yes"]] * len(requests))
+    for reply, probs, text in zip(replies, first, vlm.generate(requests)):
+        assert reply["probs"][0] == pytest.approx(probs) and reply["text"] == text
+        assert len(reply["tokens"]) == len(reply["probs"]) >= 1

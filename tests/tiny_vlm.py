@@ -198,3 +198,42 @@ def build_qwen2_lm(folder: str | Path, *, hidden: int = 64, layers: int = 2, see
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def build_instructblip_t5(folder: str | Path, *, hidden: int = 32, seed: int = 0) -> Path:
+    """An InstructBLIP checkpoint with a Flan-T5-style encoder-decoder language model: a tiny
+    ViT, a one-layer Q-Former reading the question, and a one-layer T5 (VQAScore's judge shape)."""
+    import torch
+    from transformers import InstructBlipConfig, InstructBlipForConditionalGeneration, InstructBlipProcessor
+    from transformers.models.blip.image_processing_pil_blip import BlipImageProcessorPil
+
+    folder = Path(folder)
+    queries, side = 4, 28
+    # a large enough vocabulary for whole-word tokens ("Yes", "red"), as T5's has
+    tok = build_tokenizer(["<pad>", "</s>", "<unk>"], vocab_size=1000, pad_token="<pad>", eos_token="</s>",
+                          unk_token="<unk>")
+    qformer_tok = build_tokenizer(["[PAD]", "[CLS]", "[SEP]", "[UNK]"], pad_token="[PAD]", cls_token="[CLS]",
+                                  sep_token="[SEP]", unk_token="[UNK]")
+    image_processor = BlipImageProcessorPil(size={"height": side, "width": side})
+    processor = InstructBlipProcessor(image_processor=image_processor, tokenizer=tok, qformer_tokenizer=qformer_tok,
+                                      num_query_tokens=queries)  # adds the <image> token to `tok`
+    pad, eos = tok.pad_token_id, tok.eos_token_id
+    config = InstructBlipConfig(
+        vision_config=dict(hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=side, patch_size=14),
+        qformer_config=dict(vocab_size=len(qformer_tok), hidden_size=hidden, num_hidden_layers=1,
+                            num_attention_heads=2, intermediate_size=hidden * 2, encoder_hidden_size=hidden,
+                            pad_token_id=qformer_tok.pad_token_id),
+        text_config=dict(model_type="t5", vocab_size=len(tok), d_model=hidden, d_kv=8, d_ff=hidden * 2,
+                         num_layers=1, num_decoder_layers=1, num_heads=4, pad_token_id=pad, eos_token_id=eos,
+                         decoder_start_token_id=pad, tie_word_embeddings=False, initializer_factor=0.5),
+        num_query_tokens=queries, image_token_index=tok.convert_tokens_to_ids("<image>"),
+    )
+    torch.manual_seed(seed)
+    model = InstructBlipForConditionalGeneration(config).eval()
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
+    model.generation_config.decoder_start_token_id = pad
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder

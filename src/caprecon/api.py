@@ -28,6 +28,7 @@ from .run.local import run_local
 from .normalise import normalised_samples
 from .samples import Sample, has_image, load_samples
 from .store import Store, default_cache_dir
+from .tables import format_table
 
 
 @dataclass
@@ -51,22 +52,17 @@ class Results:
             values = [_fmt(r.get(m)) for m in self.metric_names]
             note = r.get("error") or (f"{r['tokens_cut']} tokens cut" if r.get("tokens_cut") else "")
             lines.append([str(r.get("id", "")), caption, *values, note])
-        return _align([headers, *lines])
+        return format_table([headers, *lines])
 
     def summary_table(self) -> str:
         rows = [["metric", "mean", "std", "n"]]
         for name, s in self.summary["metrics"].items():
             rows.append([name, _fmt(s["mean"]), _fmt(s["std"]), str(s["n"])])
-        return _align(rows)
+        return format_table(rows)
 
 
 def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else ("" if value is None else str(value))
-
-
-def _align(rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
 def score(

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from .config import ConfigError, parse_options
+from .config import ConfigError, parse_options, parse_pairs
 from .models.common import ModelNotFoundError
 from .samples import SampleFormatError
 
@@ -30,6 +30,9 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
                    help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
+    p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
+                   help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
+    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
     p.add_argument("--llm", help="text LLM of captionqa: name, hub id or folder")
     p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE")
     p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
@@ -57,8 +60,10 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
 def _settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
             "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
-            "batch_size", "cache_dir", "no_cache")
+            "batch_size", "cache_dir", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if getattr(args, "judge_for", None):
+        settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
     for role in ("generator", "embedder", "judge", "llm"):
         pairs = getattr(args, f"{role}_opt")
         if pairs:

@@ -31,12 +31,16 @@ class RunConfig:
     clip: Any = "openai/clip-vit-base-patch32"  # the CLIP of clip-image, clipscore and refclipscore
     judge: Any = None  # the VLM of turing, vqascore and fleur
     judge_options: dict[str, Any] = field(default_factory=dict)
+    judge_for: dict[str, Any] = field(default_factory=dict)  # turing: category -> its own judge
+    judge_for_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # category -> that judge's options
+    iou_threshold: float = 0.5  # turing/captionqa: a box answer is correct at IoU >= this
     llm: Any = None  # the text LLM of captionqa
     llm_options: dict[str, Any] = field(default_factory=dict)
     qa_bank: str | None = None  # the QA bank (JSONL) of turing and captionqa
     vqa_template: str = "Is the figure showing: {caption}?"
     vqa_on: str = "image"  # image, reconstruction or both
     vqa_normalise: bool = False
+    fleur_prompt: str | None = None  # None: FLEUR's own instruction; any other is named in the manifest
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"
@@ -65,7 +69,8 @@ class RunConfig:
         unknown = sorted(set(values) - names)
         if unknown:
             raise ConfigError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
-        for key in ("generator_options", "embedder_options", "judge_options", "llm_options"):  # options merge rather than replace
+        for key in ("generator_options", "embedder_options", "judge_options", "llm_options", "judge_for",
+                    "judge_for_options"):  # options merge rather than replace
             merged = {}
             for layer in (registry.PRESETS.get(preset or "", {}), file_values, explicit):
                 merged.update(layer.get(key) or {})
@@ -87,6 +92,8 @@ class RunConfig:
         for key in ("generator", "embedder", "clip", "judge", "llm"):
             if out[key] is not None and not isinstance(out[key], (str, int, float)):
                 out[key] = type(out[key]).__name__
+        out["judge_for"] = {cat: spec if isinstance(spec, (str, int, float)) else type(spec).__name__
+                            for cat, spec in self.judge_for.items()}
         return json.loads(json.dumps(out, default=str))
 
 
@@ -148,6 +155,15 @@ class Roles:
         return self._build("judge", self.config.judge, self.config.judge_options, "judge")
 
     @cached_property
+    def judges_for(self) -> dict[str, Any]:
+        """Judges of single question categories (`judge_for`), each built with its own options."""
+        built = {}
+        for category, spec in self.config.judge_for.items():
+            options = self.config.judge_for_options.get(category, {})
+            built[category] = self._build("judge", spec, options, f"judge-for {category}=MODEL")
+        return built
+
+    @cached_property
     def llm(self):
         return self._build("llm", self.config.llm, self.config.llm_options, "llm")
 
@@ -164,6 +180,8 @@ class Roles:
         for name in ("generator", "embedder", "clip", "clip_matcher", "judge", "llm"):
             if name in self.__dict__:
                 built[name] = describe_model(self.__dict__[name])
+        for category, judge in self.__dict__.get("judges_for", {}).items():
+            built[f"judge_for/{category}"] = describe_model(judge)
         return built
 
 
@@ -179,3 +197,13 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
         out[key.replace("-", "_")] = yaml.safe_load(value)
     return out
 
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
+    """`name=value` strings kept as text (a model name is never a number or a list)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"{option} {pair!r} must look like CATEGORY=MODEL")
+        out[key.strip()] = value.strip()
+    return out

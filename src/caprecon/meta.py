@@ -614,13 +614,11 @@ def format_table(rows: Sequence[MetaRow | ProbeRow]) -> str:
     """A plain-text table for the terminal (the CI level is whatever the rows were run with)."""
     if not rows:
         return "(no results)"
+    from .tables import format_table
+
     columns = _columns(rows)
     cells = [[_cell(r.as_dict(), key) for key, _ in columns] for r in rows]
-    widths = [max(len(title), *(len(c[k]) for c in cells)) for k, (_, title) in enumerate(columns)]
-    lines = ["  ".join(title.ljust(w) for (_, title), w in zip(columns, widths)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
-    return "\n".join(lines)
+    return format_table([[title for _, title in columns], *cells], rule=True)
 
 
 def write_markdown(

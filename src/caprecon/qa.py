@@ -23,11 +23,15 @@ field; `pred_coords` for a model's answer) and otherwise inferred:
 1. every value <= 1: normalized;
 2. with the image size known: a value beyond the image's width (x) or height (y) means
    1000, else pixel. A 0-1000 box that happens to fit inside an image larger than it
-   reads as pixels here, so set `pred_coords` for a judge whose convention is known
-   (Qwen2-VL: "1000"; Qwen2.5-VL: "pixel");
+   reads as pixels here, so inference is a last resort: a judge's convention is a
+   property of the judge (`judge_box_coords`: Qwen3-VL and Qwen2-VL "1000", Qwen2.5-VL
+   "pixel", others "normalized"), and `grade` records when it had to guess;
 3. without the image size, pixel and 1000 cannot be told apart: two boxes in the same
    convention, known or not, are compared as they are (IoU does not change when both
    boxes are scaled alike); otherwise grading asks for the image size.
+
+Pixel answers are in pixels of the image the model saw: for Qwen2.5-VL that is the image
+after its processor resized it, so `grade` takes that size as `pred_frame`.
 """
 
 from __future__ import annotations
@@ -43,6 +47,12 @@ from .records import read_jsonl
 QUESTION_TYPES = ("mc", "yesno", "short", "box")
 COORDS = ("normalized", "1000", "pixel")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# The box convention of a judge's own grounding answers, by model family (a model type as
+# transformers names it, or a served model's name): first match wins. Qwen2.5-VL answers
+# in absolute pixels of its resized input; Qwen2-VL and Qwen3-VL on a 0-1000 grid.
+_FAMILY_COORDS = (("qwen2_5_vl", "pixel"), ("qwen2.5-vl", "pixel"), ("qwen3_vl", "1000"), ("qwen3-vl", "1000"),
+                  ("qwen2_vl", "1000"), ("qwen2-vl", "1000"))
 
 Box = tuple[float, float, float, float]
 
@@ -189,6 +199,21 @@ def _answer_box(value: Any, coords: str | None) -> Box:
     return box  # type: ignore[return-value]
 
 
+def judge_box_coords(family: str | None) -> str | None:
+    """The box convention of a model family (see `_FAMILY_COORDS`); None when not known."""
+    name = (family or "").lower()
+    return next((coords for key, coords in _FAMILY_COORDS if key in name), None)
+
+
+def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
+    """A box answer in fractions of the source image, so that it can be compared with a box
+    the judge gives on an image of another size (the reconstruction keeps the aspect ratio)."""
+    if item.type != "box":
+        return item
+    coords = item.coords or infer_coords(item.answer, source_size)
+    return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
+
+
 # ---------------------------------------------------------------------------------------
 # prompts
 
@@ -260,24 +285,29 @@ class Grade:
     correct: bool
     parsed: Any  # what was read from the prediction: a letter, yes/no, the normalised text, a box; None if nothing
     iou: float | None = None  # box questions: IoU with the answer box (0 when no box could be read)
+    coords_guessed: bool = False  # box questions: the prediction's convention was inferred from its values
 
 
 def score_answer(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
-                 pred_coords: str | None = None, iou_threshold: float = 0.5) -> float:
+                 pred_coords: str | None = None, iou_threshold: float = 0.5,
+                 pred_frame: tuple[int, int] | None = None) -> float:
     """1.0 if `prediction` answers `item` correctly, else 0.0 (see `grade`)."""
     return float(grade(item, prediction, image_size=image_size, pred_coords=pred_coords,
-                       iou_threshold=iou_threshold).correct)
+                       iou_threshold=iou_threshold, pred_frame=pred_frame).correct)
 
 
 def grade(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
-          pred_coords: str | None = None, iou_threshold: float = 0.5) -> Grade:
+          pred_coords: str | None = None, iou_threshold: float = 0.5,
+          pred_frame: tuple[int, int] | None = None) -> Grade:
     """Grade a free-form answer.
 
     mc: the option's letter ("B", "(b)", "B. blue", "Answer: B") or its text, case- and
     punctuation-insensitive. yesno: the first word, or the only yes/no word present.
     short: exact match after `normalize_short`. box: the first four numbers of the
     prediction, as [x1, y1, x2, y2] in `pred_coords` (inferred if None, see the module
-    doc), correct when IoU >= `iou_threshold`; `image_size` is (width, height) in pixels.
+    doc), correct when IoU >= `iou_threshold`; `image_size` is (width, height) in pixels,
+    and `pred_frame` the (width, height) that a pixel prediction refers to (default
+    `image_size`; for Qwen2.5-VL the processor's resized size).
     """
     prediction = str(prediction)
     if item.type == "mc":
@@ -292,8 +322,14 @@ def grade(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None =
     box = read_box(prediction)
     if box is None:
         return Grade(False, None, 0.0)
-    iou = box_iou(item.answer, box, image_size=image_size, a_coords=item.coords, b_coords=pred_coords)
-    return Grade(iou >= iou_threshold, box, iou)
+    guessed = pred_coords is None
+    if pred_coords is None and image_size is not None:
+        pred_coords = infer_coords(box, image_size)
+    compared = box
+    if pred_coords == "pixel" and pred_frame is not None:
+        compared, pred_coords = to_normalized(box, "pixel", pred_frame), "normalized"
+    iou = box_iou(item.answer, compared, image_size=image_size, a_coords=item.coords, b_coords=pred_coords)
+    return Grade(iou >= iou_threshold, box, iou, coords_guessed=guessed)
 
 
 def read_choice(prediction: str, choices: Sequence[str]) -> str | None:

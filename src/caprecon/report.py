@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .records import read_jsonl
+from .tables import CategoryTally, format_table
 
 UPPER = "upper bound"
 OVER_QUESTIONS = "mean over questions"
@@ -82,11 +83,7 @@ class CategoryTable:
         for column in self.columns:
             count = self.questions.get(column, sum(self.questions.values()) if column == OVER_QUESTIONS else None)
             rows.append([column, *(_pct(self.rows[n][column]) for n in names), "" if count is None else str(count)])
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join(
-            "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(r, widths)))
-            for r in rows
-        )
+        return format_table(rows, right=range(1, len(rows[0])))
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
@@ -97,30 +94,23 @@ def _pct(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.2f}"
 
 
-class _Pool:
-    """Correct answers and questions, per category and over all questions."""
-
-    def __init__(self) -> None:
-        self.correct: dict[str, float] = {}
-        self.asked: dict[str, float] = {}
-        self.total_correct = 0.0
-        self.total_asked = 0.0
-
-    def add(self, record: Mapping[str, Any], metric: str, score_key: str) -> None:
-        for category, accuracy, n in _per_category(record, score_key, metric):
-            self.correct[category] = self.correct.get(category, 0.0) + accuracy * n
-            self.asked[category] = self.asked.get(category, 0.0) + n
+def _pool(tally: CategoryTally, record: Mapping[str, Any], metric: str, score_key: str) -> None:
+    """Add a row's correct answers and questions: per category where the row has them,
+    else only its overall accuracy."""
+    categories = list(_per_category(record, score_key, metric))
+    for category, accuracy, n in categories:
+        tally.add(category, accuracy * n, n)
+    if not categories:
         accuracy, n = _number(record.get(score_key)), _count(record.get(f"{metric}_n"))
         if accuracy is not None and n:
-            self.total_correct += accuracy * n
-            self.total_asked += n
+            tally.add(None, accuracy * n, n)
 
-    def row(self, categories: Sequence[str]) -> dict[str, float | None]:
-        cells = {c: self.correct[c] / self.asked[c] if self.asked.get(c) else None for c in categories}
-        present = [v for v in cells.values() if v is not None]
-        cells[OVER_QUESTIONS] = self.total_correct / self.total_asked if self.total_asked else None
-        cells[OVER_CATEGORIES] = sum(present) / len(present) if present else None
-        return cells
+
+def _row(tally: CategoryTally, categories: Sequence[str]) -> dict[str, float | None]:
+    cells = {c: tally.accuracy(c) for c in categories}
+    cells[OVER_QUESTIONS] = tally.overall
+    cells[OVER_CATEGORIES] = tally.mean_over_categories(categories)
+    return cells
 
 
 def _per_category(record: Mapping[str, Any], score_key: str, metric: str) -> Iterable[tuple[str, float, float]]:
@@ -186,27 +176,27 @@ def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: st
     the first non-empty field of `group_by`; rows with none of them form one group, "all".
     """
     group_by = (group_by,) if isinstance(group_by, str) else tuple(group_by)
-    pools: dict[str, _Pool] = {}
-    upper = _Pool()
+    pools: dict[str, CategoryTally] = {}
+    upper = CategoryTally()
     bank: dict[str, float] = {}
     seen_images: set[str] = set()
     for record in load_records(records):
         if record.get("error") or not any(k == metric or k.startswith(metric + "/") for k in record):
             continue
-        pools.setdefault(_group(record, group_by), _Pool()).add(record, metric, metric)
+        _pool(pools.setdefault(_group(record, group_by), CategoryTally()), record, metric, metric)
         image = _image(record)
         if image in seen_images:
             continue
         seen_images.add(image)
-        upper.add(record, metric, f"{metric}_upper")
+        _pool(upper, record, metric, f"{metric}_upper")
         for category, _, n in _per_category(record, metric, metric):
             bank[category] = bank.get(category, 0.0) + n
     if not pools:
         raise ValueError(f"no scored rows carry the {metric!r} metric")
     categories = _order(c for pool in pools.values() for c in pool.asked)
-    rows = {name: pool.row(categories) for name, pool in pools.items()}
-    if upper.asked or upper.total_asked:
-        rows[UPPER] = upper.row(categories)
+    rows = {name: _row(pool, categories) for name, pool in pools.items()}
+    if upper.total_asked:
+        rows[UPPER] = _row(upper, categories)
     return CategoryTable(metric=metric, captioners=list(pools), categories=categories, rows=rows,
                          questions={c: int(round(bank[c])) for c in categories if c in bank})
 

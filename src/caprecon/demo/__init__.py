@@ -24,6 +24,7 @@ def demo_dir() -> Path:
 
 def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
     from ..api import score
+    from ..tables import format_table
 
     results = score(demo_dir() / "captions.jsonl", metrics=["recon"], preset="offline", out=out,
                     progress=not quiet)
@@ -32,8 +33,7 @@ def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
         for r in results.records:
             rows.append([r["id"], r.get("quality", ""), r["caption"][:50], str(r.get("retrieved", "")),
                          f"{r['recon']:.4f}" if isinstance(r.get("recon"), float) else r.get("error", "")])
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in rows))
+        print(format_table(rows))
         print()
         by_quality: dict[str, list[float]] = {}
         for r in results.records:

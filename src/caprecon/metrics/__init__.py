@@ -26,7 +26,8 @@ def _clip_image(roles: "Roles", cfg: "RunConfig") -> Metric:
 def _turing(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .turing import CaptionTuringTest
 
-    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec)
+    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
+                             judges_for=roles.judges_for)
 
 
 def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -40,13 +41,13 @@ def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
 def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .captionqa import CaptionQA
 
-    return CaptionQA(roles.llm, roles.qa_bank)
+    return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:
     from .fleur import Fleur
 
-    return Fleur(roles.judge)
+    return Fleur(roles.judge, **({"prompt": cfg.fleur_prompt} if cfg.fleur_prompt else {}))
 
 
 def _clipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -70,7 +71,8 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
                         "upper bound on I"),
     "vqascore": (_vqascore, "P('Yes') of --judge for 'Is the figure showing: {caption}?' on I (and/or Î: --vqa-on)"),
     "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
-    "fleur": (_fleur, "--judge rates the caption 0-1, smoothed over its rating probabilities"),
+    "fleur": (_fleur, "--judge rates the caption 0-1 (FLEUR's instruction), smoothed over the digit "
+                      "probabilities where it wrote the rating"),
     "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }

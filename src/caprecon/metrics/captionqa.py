@@ -7,17 +7,16 @@ counts as wrong: a caption is rewarded only for what it states.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..models.llm import TextLLM
-from ..qa import QAItem, build_prompt, load_qa_bank, score_answer
-from .turing import in_source_terms
 from ..models.common import describe_model
+from ..qa import QAItem, build_prompt, in_source_terms, load_qa_bank, score_answer
 from ..samples import LoadedSample
 from ..store import content_key
+from ..tables import CategoryTally
 from .base import Context, Metric
 
 CANNOT = "Cannot answer from the description"
@@ -66,15 +65,9 @@ class CaptionQA(Metric):
                 return self.llm.generate([prompts[i] for i in order], max_new_tokens=self.max_new_tokens)
 
         answers = ctx.cached("llm-answer", keys, compute)
-        per_row: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
+        tallies = [CategoryTally() for _ in items]
         for (row, q), answer in zip(owners, answers):
             size = items[row].image.size
-            per_row[row][q.category].append(score_answer(in_source_terms(q, size), answer, image_size=size,
-                                                         iou_threshold=self.iou_threshold))
-        rows = []
-        for per_cat in per_row:
-            values = [v for vs in per_cat.values() for v in vs]
-            row = {"captionqa": sum(values) / len(values), "captionqa_n": len(values)}
-            row.update({f"captionqa/{cat}": sum(vs) / len(vs) for cat, vs in per_cat.items()})
-            rows.append(row)
-        return rows
+            tallies[row].add(q.category, score_answer(in_source_terms(q, size), answer, image_size=size,
+                                                      iou_threshold=self.iou_threshold))
+        return [tally.fields("captionqa") for tally in tallies]

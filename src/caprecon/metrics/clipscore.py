@@ -1,10 +1,12 @@
 """CLIPScore and RefCLIPScore (Hessel et al., 2021).
 
     clipscore    = w · max(cos(E_img(I), E_txt("A photo depicts " + c)), 0),   w = 2.5
-    refclipscore = harmonic mean of clipscore and max(max_r cos(E_txt(c), E_txt(r)), 0)
+    refclipscore = harmonic mean of clipscore and
+                   max(max_r cos(E_txt("A photo depicts " + c), E_txt("A photo depicts " + r)), 0)
 
-following the paper's definitions (the prompt prefix, w = 2.5, and a reference part
-without w). CLIP's text encoder reads 77 tokens: longer captions are cut, which a
+following the paper's definitions and its reference implementation (jmhessel/clipscore,
+which embeds references and candidates through the same prefixed text path; w = 2.5, and
+a reference part without w). CLIP's text encoder reads 77 tokens: longer captions are cut, which a
 warning reports and the row records as `clip_tokens_cut`.
 """
 
@@ -66,7 +68,9 @@ class ClipScore(Metric):
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "clip": describe_model(self.clip), "prefix": self.prefix, "w": self.weight}
 
-    def _clip_s(self, items: Sequence[LoadedSample], ctx: Context) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    def _clip_s(self, items: Sequence[LoadedSample],
+                ctx: Context) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """(clipscore per item, the prefixed captions' text embeddings, rows with notes)."""
         texts = [self.prefix + it.caption.strip() for it in items]
         image_vecs = ctx.embed(image_side(self.clip), [it.image_key for it in items], lambda i: items[i].image)
         text_vecs = text_embeddings(ctx, self.clip, texts)
@@ -78,10 +82,10 @@ class ClipScore(Metric):
                 if cut:
                     row["clip_tokens_cut"] = cut
                     log.warning("caption cut by %d tokens at CLIP's text limit: %.60s...", cut, text)
-        return self.weight * np.maximum(cos, 0.0), rows
+        return self.weight * np.maximum(cos, 0.0), text_vecs, rows
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        values, rows = self._clip_s(items, ctx)
+        values, _, rows = self._clip_s(items, ctx)
         for row, v in zip(rows, values):
             row["clipscore"] = float(v)
         return rows
@@ -94,10 +98,9 @@ class RefClipScore(ClipScore):
         for item in items:
             if not item.sample.refs:
                 raise ValueError("refclipscore needs reference captions (`refs`)")
-        values, rows = self._clip_s(items, ctx)
-        captions = text_embeddings(ctx, self.clip, [it.caption.strip() for it in items])
+        values, captions, rows = self._clip_s(items, ctx)
         for row, item, cand, clip_s in zip(rows, items, captions, values):
-            refs = text_embeddings(ctx, self.clip, [r.strip() for r in item.sample.refs])
+            refs = text_embeddings(ctx, self.clip, [self.prefix + r.strip() for r in item.sample.refs])
             ref_part = max(float(np.max(refs @ cand)), 0.0)
             row["clipscore"] = float(clip_s)
             row["refclipscore"] = 2 * clip_s * ref_part / (clip_s + ref_part) if clip_s + ref_part > 0 else 0.0

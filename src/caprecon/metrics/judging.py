@@ -65,9 +65,19 @@ def option_probs(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask], im
                 [{"options": list(options)}] * len(asks))
 
 
-def answer_probs(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask], images: LazyImages,
-                 answers_: list[str]) -> list[float]:
-    """Teacher-forced P(answer) for each ask's own answer (`answers_` aligned with `asks`)."""
-    return _ask(ctx, "answer-prob", vlm, asks, images,
-                lambda requests, order: vlm.answer_prob(requests, [answers_[i] for i in order]),
-                [{"answer": a} for a in answers_])
+def generations_with_token_probs(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask], images: LazyImages,
+                                 tokens: Sequence[str], max_new_tokens: int) -> list[dict[str, Any]]:
+    """Greedy answers with the probabilities of `tokens` at every generated position
+    (`generate_with_token_probs`)."""
+    return _ask(ctx, "judge-token-probs", vlm, asks, images,
+                lambda requests, _: vlm.generate_with_token_probs(requests, list(tokens), max_new_tokens),
+                [{"tokens": list(tokens), "max_new_tokens": max_new_tokens}] * len(asks))
+
+
+def require_capability(model: Any, method: str, metric: str) -> None:
+    """Stop before the run when a backend cannot compute a metric at all."""
+    if not callable(getattr(model, method, None)):
+        from ..config import ConfigError
+
+        raise ConfigError(f"metric {metric} needs a judge that can `{method}`; {type(model).__name__} cannot. "
+                          f"Use a transformers judge or an OpenAI-compatible server (base_url=...)")

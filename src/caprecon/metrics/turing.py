@@ -10,34 +10,30 @@ cached once per image however many captions share it). Reported per row:
     turing_n        questions asked
     turing/<cat>, turing_upper/<cat>, turing_n/<cat>   the same per question category
 
-Box questions score by IoU >= threshold (the raw IoUs are averaged into `turing_iou`).
+Box questions score by IoU >= `iou_threshold` (the raw IoUs are averaged into `turing_iou`).
+The judge's answers are read in its own box convention (`box_coords`: a property of the
+judge, from its model family or its options; `judge_box_coords` overrides it), pixel
+answers in pixels of the image its processor made; the prompt names the convention. Only
+for a judge whose convention is unknown are answers read by their values, and the row
+then counts them in `turing_box_coords_guessed`. `judges_for` gives some categories their
+own judge (the paper: Qwen2.5-VL-72B for grounding, Qwen3-VL-8B for the rest).
 Across rows, `caprecon.report` weights categories by their question counts.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
+from ..models.common import describe_model
 from ..models.generator import TextToImage
 from ..models.vlm import VisionLanguageModel
-from ..qa import QAItem, build_prompt, grade, infer_coords, load_qa_bank, to_normalized
+from ..qa import COORDS, QAItem, build_prompt, grade, in_source_terms, load_qa_bank
 from ..reconstruct import ReconstructionSpec
-from ..models.common import describe_model
 from ..samples import LoadedSample
+from ..tables import CategoryTally
 from .base import Context, Metric
 from .judging import LazyImages, answers
-
-
-def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
-    """A box answer in fractions of the source image, so that it can be compared with a box
-    the judge gives on an image of another size (the reconstruction keeps the aspect ratio)."""
-    if item.type != "box":
-        return item
-    coords = item.coords or infer_coords(item.answer, source_size)
-    return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
 
 
 class CaptionTuringTest(Metric):
@@ -45,18 +41,36 @@ class CaptionTuringTest(Metric):
 
     def __init__(self, generator: TextToImage, judge: VisionLanguageModel, bank: str | Path | dict[str, list[QAItem]],
                  spec: ReconstructionSpec | None = None, *, upper: bool = True, max_new_tokens: int = 32,
-                 iou_threshold: float = 0.5, judge_box_coords: str | None = None, **spec_options: Any):
+                 iou_threshold: float = 0.5, judge_box_coords: str | None = None,
+                 judges_for: Mapping[str, VisionLanguageModel] | None = None, **spec_options: Any):
+        if not 0 < iou_threshold <= 1:
+            raise ValueError(f"iou_threshold must be in (0, 1], not {iou_threshold!r}")
+        if judge_box_coords is not None and judge_box_coords not in COORDS:
+            raise ValueError(f"judge_box_coords must be one of {', '.join(COORDS)}, not {judge_box_coords!r}")
         self.generator = generator
         self.judge = judge
+        self.judges_for = dict(judges_for or {})  # category -> the judge of that category's questions
         self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
         self.spec = spec or ReconstructionSpec(**spec_options)
         self.upper = upper
         self.max_new_tokens = max_new_tokens
         self.iou_threshold = iou_threshold
-        self.judge_box_coords = judge_box_coords  # the judge's box convention (Qwen2-VL: "1000"), else inferred
+        self.judge_box_coords = judge_box_coords  # overrides the default judge's own convention
+
+    def judge_of(self, category: str) -> VisionLanguageModel:
+        return self.judges_for.get(category, self.judge)
+
+    def box_coords_of(self, judge: VisionLanguageModel) -> str | None:
+        """The judge's box convention (None: unknown, guessed per answer and recorded)."""
+        if judge is self.judge and self.judge_box_coords is not None:
+            return self.judge_box_coords
+        return getattr(judge, "box_coords", None)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "judge": describe_model(self.judge), "generator": describe_model(self.generator),
+                "judges_for": {cat: describe_model(j) for cat, j in self.judges_for.items()},
+                "box_coords": {cat: self.box_coords_of(self.judge_of(cat)) or "guessed per answer"
+                               for cat in ["", *self.judges_for]},
                 "questions": sum(len(v) for v in self.bank.values()), "images_in_bank": len(self.bank),
                 "iou_threshold": self.iou_threshold, "upper_bound": self.upper}
 
@@ -73,31 +87,40 @@ class CaptionTuringTest(Metric):
 
         rows: list[dict[str, Any]] = [r.record() for r in recons]
         for field, seen in views.items():
-            asks, owners = [], []
+            # questions per judge: with a judge per category, each judge answers its own in one batch
+            asks: dict[int, list] = {}
+            owners: dict[int, list] = {}
+            judges: dict[int, VisionLanguageModel] = {}
             for row, (item, (key, size)) in enumerate(zip(items, seen)):
                 for q in self.bank[item.sample.image_id]:
-                    asks.append((key, build_prompt(q, box_coords=self.judge_box_coords)))
-                    owners.append((row, q, size))
-            replies = answers(ctx, self.judge, asks, images, self.max_new_tokens)
-            correct: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
+                    judge = self.judge_of(q.category)
+                    slot = id(judge)
+                    judges[slot] = judge
+                    coords = self.box_coords_of(judge)
+                    asks.setdefault(slot, []).append((key, build_prompt(q, box_coords=coords)))
+                    owners.setdefault(slot, []).append((row, q, size))
+            tallies = [CategoryTally() for _ in items]
             ious: list[list[float]] = [[] for _ in items]
-            for (row, q, size), answer in zip(owners, replies):
-                result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
-                               pred_coords=self.judge_box_coords, iou_threshold=self.iou_threshold)
-                if q.type == "box":
-                    ious[row].append(result.iou)
-                correct[row][q.category].append(float(result.correct))
-            for row, per_cat in enumerate(correct):
-                everything = [v for values in per_cat.values() for v in values]
-                rows[row][field] = sum(everything) / len(everything)
-                if field == "turing":
-                    rows[row]["turing_n"] = len(everything)
-                    if ious[row]:
-                        rows[row]["turing_iou"] = sum(ious[row]) / len(ious[row])
-                for cat, values in per_cat.items():
-                    rows[row][f"{field}/{cat}"] = sum(values) / len(values)
-                    if field == "turing":
-                        rows[row][f"turing_n/{cat}"] = len(values)
+            guessed = [0] * len(items)
+            for slot, judge in judges.items():
+                coords = self.box_coords_of(judge)
+                replies = answers(ctx, judge, asks[slot], images, self.max_new_tokens)
+                for (row, q, size), answer in zip(owners[slot], replies):
+                    frame = judge.box_frame(size) if q.type == "box" and coords == "pixel" and \
+                        hasattr(judge, "box_frame") else None
+                    result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
+                                   pred_coords=coords, iou_threshold=self.iou_threshold, pred_frame=frame)
+                    if q.type == "box":
+                        ious[row].append(result.iou)
+                        guessed[row] += result.coords_guessed
+                    tallies[row].add(q.category, float(result.correct))
+            for row, tally in enumerate(tallies):
+                rows[row].update(tally.fields(field, counts=field == "turing"))
+                if ious[row]:
+                    rows[row][f"{field}_iou"] = sum(ious[row]) / len(ious[row])
+                if guessed[row]:
+                    # the judge's convention is unknown: these answers' conventions were read off their values
+                    rows[row][f"{field}_box_coords_guessed"] = guessed[row]
         if self.upper:
             for row in rows:
                 row["turing_gap"] = row["turing_upper"] - row["turing"]

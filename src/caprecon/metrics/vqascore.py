@@ -11,7 +11,8 @@ distribution at the start of the answer:
 With `normalise=True` the score is instead P(yes) / (P(yes) + P(no)), each side summed
 over the variants "Yes"/"yes" and "No"/"no", which removes the mass the model puts on
 other tokens. Only the first token is read: for tokenisers that split "Yes", that is the
-probability of its first piece.
+probability of its first piece. For encoder-decoder judges (InstructBLIP-Flan-T5, VQAScore's
+strongest family) it is the decoder's first-step distribution.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..reconstruct import ReconstructionSpec
 from ..models.common import describe_model
 from ..samples import LoadedSample
 from .base import Context, Metric
-from .judging import LazyImages, option_probs
+from .judging import LazyImages, option_probs, require_capability
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")
@@ -46,6 +47,7 @@ class VQAScore(Metric):
             raise ValueError(f"VQAScore template must contain {{caption}}: {template!r}")
         if column and on == "both":
             raise ValueError("VQAScore on both images has two fields; `column` names one")
+        require_capability(vlm, "option_probs", self.name)
         self.vlm, self.template, self.on, self.generator = vlm, template, on, generator
         self.spec = spec or ReconstructionSpec()
         self.normalise = normalise

@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
-from .vlm import VLMRequest
+from ..qa import judge_box_coords
+from .vlm import VLMRequest, check_box_coords
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,22 @@ class _ChatBackend:
         tops = [self._first_token_top(response) for response in responses]
         return [[_token_prob(top, option) for option in opts] for top, opts in zip(tops, options)]
 
+    def generate_with_token_probs(self, items: Sequence[Any], tokens: Sequence[str],
+                                  max_new_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Greedy answer per input, with each of `tokens`' probability at every generated
+        position read from that position's `top_logprobs` (0 outside the top k), in the shape
+        of `TransformersVLM.generate_with_token_probs`."""
+        n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        responses = self._chat_all([self._body(c, n, logprobs=True) for c in self._contents(items)])
+        out = []
+        for response in responses:
+            steps = self._logprob_steps(response)
+            out.append({"text": ((_first_choice(response, self.base_url).get("message") or {}).get("content")
+                                 or "").strip(),
+                        "tokens": [str(step.get("token", "")) for step in steps],
+                        "probs": [[_token_prob(step.get("top_logprobs") or [], t) for t in tokens] for step in steps]})
+        return out
+
     def answer_prob(self, items: Sequence[Any], answers: Sequence[str]) -> list[float]:
         """P(answer) for single-token answers such as "Yes", read like `option_probs`.
 
@@ -243,6 +260,10 @@ class _ChatBackend:
 
     def _first_token_top(self, response: dict) -> list[dict]:
         """The first generated token's top-k list of {"token", "logprob"} entries."""
+        return self._logprob_steps(response)[0]["top_logprobs"]
+
+    def _logprob_steps(self, response: dict) -> list[dict]:
+        """The generated tokens' logprob entries, each with a non-empty `top_logprobs`."""
         choice = _first_choice(response, self.base_url)
         content = (choice.get("logprobs") or {}).get("content")
         if not content:
@@ -252,12 +273,11 @@ class _ChatBackend:
                 f"(vLLM caps top_logprobs at its `--max-logprobs` flag, default 20; start it with "
                 f"`--max-logprobs {self.top_logprobs}` or more if it was lowered). `transformers serve` ignores "
                 f"these fields, so it can serve free-form generation only.")
-        top = content[0].get("top_logprobs")
-        if not top:
+        if not content[0].get("top_logprobs"):
             raise LogprobsUnavailableError(
                 f"{self.base_url} returned the chosen token's logprob but no top_logprobs for model {self.model!r}; "
                 f"the server must support `top_logprobs` (vLLM: `--max-logprobs` of at least {self.top_logprobs}).")
-        return top
+        return content
 
 
 class OpenAICompatVLM(_ChatBackend):
@@ -273,11 +293,17 @@ class OpenAICompatVLM(_ChatBackend):
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
                  timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
                  max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
-                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None):
+                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None,
+                 box_coords: str | None = None, min_pixels: int = 3136, max_pixels: int = 12845056):
         super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, max_new_tokens=max_new_tokens,
                          top_logprobs=top_logprobs, temperature=temperature, system_prompt=system_prompt,
                          extra_body=extra_body)
+        # the convention of the served model's box answers: given, else its family's by name
+        self.box_coords = check_box_coords(box_coords) or judge_box_coords(model)
+        # the pixel budget of the server's Qwen2.5-VL processor (its published defaults):
+        # pixel box answers count pixels of the image resized within it
+        self.min_pixels, self.max_pixels = int(min_pixels), int(max_pixels)
         image_format = image_format.lower()
         if image_format not in {"png", "jpeg", "jpg"}:
             raise ValueError(f"image_format must be 'png' or 'jpeg', not {image_format!r}")
@@ -285,6 +311,18 @@ class OpenAICompatVLM(_ChatBackend):
 
     def _output_settings(self) -> dict[str, Any]:
         return {**super()._output_settings(), "image_format": self.image_format}
+
+    def describe(self) -> dict[str, Any]:
+        pixels = {"min_pixels": self.min_pixels, "max_pixels": self.max_pixels} if self.box_coords == "pixel" else {}
+        return {**super().describe(), "box_coords": self.box_coords, **pixels}
+
+    def box_frame(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(width, height) of the image the server's Qwen2.5-VL processor makes of `size`."""
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        height, width = smart_resize(int(size[1]), int(size[0]), factor=28, min_pixels=self.min_pixels,
+                                     max_pixels=self.max_pixels)
+        return width, height
 
     def _contents(self, requests: Sequence[VLMRequest]) -> list[list[dict]]:
         urls: dict[Any, str] = {}

@@ -69,17 +69,21 @@ MATCHERS: dict[str, Entry] = {
                   "CLIP text-image similarity"),
 }
 
-def _judge(model: str, about: str) -> Entry:
-    return Entry("caprecon.models.registry:build_judge", {"model": model}, about)
+def _judge(model: str, about: str, box_coords: str) -> Entry:
+    # box_coords: the family's own grounding convention (0-1000 grid, pixels of the resized input, fractions)
+    return Entry("caprecon.models.registry:build_judge", {"model": model, "box_coords": box_coords}, about)
 
 
 JUDGES: dict[str, Entry] = {
-    "qwen3-vl-8b": _judge("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL 8B Instruct (the Caption Turing Test judge)"),
-    "qwen3-vl-32b": _judge("Qwen/Qwen3-VL-32B-Instruct", "Qwen3-VL 32B Instruct"),
-    "qwen2.5-vl-7b": _judge("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B Instruct"),
-    "qwen2.5-vl-72b": _judge("Qwen/Qwen2.5-VL-72B-Instruct", "Qwen2.5-VL 72B Instruct (the paper's grounding judge)"),
-    "llava-1.5-13b": _judge("llava-hf/llava-1.5-13b-hf", "LLaVA-1.5 13B (VQAScore's judge)"),
-    "instructblip-flan-t5-xl": _judge("Salesforce/instructblip-flan-t5-xl", "InstructBLIP Flan-T5-XL (VQAScore)"),
+    "qwen3-vl-8b": _judge("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL 8B Instruct (the Caption Turing Test judge)",
+                          "1000"),
+    "qwen3-vl-32b": _judge("Qwen/Qwen3-VL-32B-Instruct", "Qwen3-VL 32B Instruct", "1000"),
+    "qwen2.5-vl-7b": _judge("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B Instruct", "pixel"),
+    "qwen2.5-vl-72b": _judge("Qwen/Qwen2.5-VL-72B-Instruct", "Qwen2.5-VL 72B Instruct (the paper's grounding judge)",
+                             "pixel"),
+    "llava-1.5-13b": _judge("llava-hf/llava-1.5-13b-hf", "LLaVA-1.5 13B (VQAScore's judge)", "normalized"),
+    "instructblip-flan-t5-xl": _judge("Salesforce/instructblip-flan-t5-xl", "InstructBLIP Flan-T5-XL (VQAScore)",
+                                      "normalized"),
 }
 
 LLMS: dict[str, Entry] = {

@@ -3,19 +3,24 @@
 Backends receive a flat list of `VLMRequest`s and group them by `image_key` themselves,
 so all the questions about one image go in one batched call (and the image is encoded
 once where the model allows it). Decoding is greedy; probabilities are read from the
-next-token distribution (full-vocabulary softmax) at the answer position.
+next-token distribution (full-vocabulary softmax) at the answer position — for an
+encoder-decoder language model (InstructBLIP-Flan-T5), the decoder's, teacher-forced after
+its start token. A judge also knows the box convention of its grounding answers
+(`box_coords`) and, for pixel answers, the size of the image its processor made (`box_frame`).
 """
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
+from ..qa import COORDS, judge_box_coords
 from .common import resolve_device, resolve_dtype, resolve_source
-from .llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, option_first_ids, probs_of,
+from .llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of,
                   reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
 
 
@@ -43,6 +48,12 @@ class VisionLanguageModel(Protocol):
     def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:
         """P(answer string | request), teacher-forced product of its tokens' probabilities."""
         ...
+
+
+def check_box_coords(box_coords: str | None) -> str | None:
+    if box_coords is not None and box_coords not in COORDS:
+        raise ValueError(f"box_coords must be one of {', '.join(COORDS)}, not {box_coords!r}")
+    return box_coords
 
 
 def group_by_image(requests: Sequence[VLMRequest]) -> list[tuple[Image.Image, list[int]]]:
@@ -136,8 +147,10 @@ class TransformersVLM:
 
     def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", batch_size: int = 16, max_new_tokens: int = 64,
-                 system_prompt: str | None = None, share_prefix: bool | None = None):
+                 system_prompt: str | None = None, share_prefix: bool | None = None,
+                 box_coords: str | None = None):
         self.source = resolve_source(model, revision, kind="vision-language model")
+        self.box_coords_option = check_box_coords(box_coords)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
@@ -146,6 +159,36 @@ class TransformersVLM:
         self.share_prefix = share_prefix
         self._model = None
         self._processor = None
+        self._frames: dict[tuple[int, int], tuple[int, int]] = {}
+
+    @cached_property
+    def box_coords(self) -> str | None:
+        """The convention of this judge's box answers: the `box_coords` option, else its model
+        family's (Qwen3-VL/Qwen2-VL "1000", Qwen2.5-VL "pixel"); None when neither says."""
+        if self.box_coords_option is not None:
+            return self.box_coords_option
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.source.load_target, revision=self.source.revision)
+        return judge_box_coords(config.model_type)
+
+    def box_frame(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(width, height) of what the model sees for an image of `size` — what its pixel
+        coordinates count — read from the processor's own output for a blank image of that
+        size (Qwen2.5-VL: the smart-resized image, `image_grid_thw` × patch size)."""
+        size = (int(size[0]), int(size[1]))
+        if size not in self._frames:
+            processor = self._processor or load_processor(self.source.load_target, self.source.revision)
+            image_processor = processor.image_processor
+            out = image_processor(images=[Image.new("RGB", size)], return_tensors="pt")
+            if "image_grid_thw" in out:
+                _, rows, cols = (int(v) for v in out["image_grid_thw"][0])
+                patch = int(image_processor.patch_size)
+                self._frames[size] = (cols * patch, rows * patch)
+            else:
+                height, width = out["pixel_values"].shape[-2:]
+                self._frames[size] = (int(width), int(height))
+        return self._frames[size]
 
     @property
     def fingerprint(self) -> str:
@@ -157,7 +200,7 @@ class TransformersVLM:
                 "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
                 "share_prefix": "auto" if self.share_prefix is None else self.share_prefix,
-                "fingerprint": self.fingerprint}
+                "box_coords": self.box_coords, "fingerprint": self.fingerprint}
 
     # -- loading -------------------------------------------------------------------------
 
@@ -195,7 +238,8 @@ class TransformersVLM:
             if self.system_prompt is not None:
                 messages.insert(0, {"role": "system", "content": [{"type": "text", "text": self.system_prompt}]})
             return processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        image_token = getattr(processor, "image_token", None)
+        # BLIP-2/InstructBLIP processors put the image's query tokens before the text themselves
+        image_token = None if hasattr(processor, "num_query_tokens") else getattr(processor, "image_token", None)
         text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
         return f"{image_token}\n{text}" if image_token else text
 
@@ -332,25 +376,62 @@ class TransformersVLM:
         """Log-probability rows per request, image by image. `make_targets(i, text, ids)` gives
         the reply tokens to teacher-force after request i's prompt."""
         self._load()
-        if self._encoder_decoder:
-            raise NotImplementedError(f"{self.source.name}: probabilities are read from a decoder-only language "
-                                      f"model's next-token distribution; this one is encoder-decoder (use generate)")
         rows: list = [None] * len(requests)
         for image, indices in group_by_image(requests):
             texts = [self.render(requests[i].prompt) for i in indices]
             targets = [make_targets(i, t, self._tokenize(t)) for i, t in zip(indices, texts)]
-            for i, r in zip(indices, self._logprob_rows(image.convert("RGB"), texts, targets)):
+            score = self._decoder_rows if self._encoder_decoder else self._logprob_rows
+            for i, r in zip(indices, score(image.convert("RGB"), texts, targets)):
                 rows[i] = r
         return rows
+
+    def _decoder_rows(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
+        """Encoder-decoder models (InstructBLIP-Flan-T5): the prompt and image go to the
+        encoder, the reply is teacher-forced on the decoder after its start token, so row j
+        is the decoder's distribution at step j (row 0: the first answer token)."""
+        import torch
+
+        start = self._decoder_start_id()
+        rows = []
+        for lo in range(0, len(texts), self.batch_size):
+            chunk = targets[lo : lo + self.batch_size]
+            inputs = self._process(texts[lo : lo + self.batch_size], image)
+            ids, mask = right_pad([[start, *t] for t in chunk], self._processor.tokenizer.pad_token_id)
+            with torch.inference_mode():
+                logits = self._model(**inputs, decoder_input_ids=ids.to(self.device),
+                                     decoder_attention_mask=mask.to(self.device)).logits
+            rows += answer_rows(logits, [0] * len(chunk), [len(t) + 1 for t in chunk])
+        return rows
+
+    def _decoder_start_id(self) -> int:
+        config = self._model.config
+        for source in (self._model.generation_config, getattr(config, "text_config", None), config):
+            start = getattr(source, "decoder_start_token_id", None)
+            if start is not None:
+                return int(start)
+        raise ValueError(f"{self.source.name}: an encoder-decoder model without a decoder_start_token_id")
+
+    def _reply_ids(self, text: str, ids: list[int], answer: str) -> list[int]:
+        """The answer's tokens as the model's reply: after the prompt for a decoder-only model,
+        on its own (the decoder's input) for an encoder-decoder one."""
+        tokenizer = self._processor.tokenizer
+        if self._encoder_decoder:
+            reply = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            if not reply:
+                raise ValueError(f"answer {answer!r} tokenises to nothing")
+            return reply
+        return reply_token_ids(tokenizer, text, ids, answer, special_tokens_flag(tokenizer, text))
 
     def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
         if len(requests) != len(options):
             raise ValueError(f"{len(requests)} requests but {len(options)} option lists")
-        tokenizer = self._load()[1].tokenizer
+        self._load()
         first: dict[int, list[int]] = {}
 
         def no_target(i, text, ids):
-            first[i] = option_first_ids(tokenizer, text, ids, options[i], special_tokens_flag(tokenizer, text))
+            if not options[i]:
+                raise ValueError("option_probs needs at least one option per prompt")
+            first[i] = [self._reply_ids(text, ids, str(o))[0] for o in options[i]]
             return []
 
         rows = self._score(requests, no_target)
@@ -359,13 +440,13 @@ class TransformersVLM:
     def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:
         if len(requests) != len(answers):
             raise ValueError(f"{len(requests)} requests but {len(answers)} answers")
-        tokenizer = self._load()[1].tokenizer
+        self._load()
         targets: dict[int, list[int]] = {}
 
         def answer_target(i, text, ids):
             if not answers[i]:
                 raise ValueError(f"request {i}: empty answer")
-            targets[i] = reply_token_ids(tokenizer, text, ids, answers[i], special_tokens_flag(tokenizer, text))
+            targets[i] = self._reply_ids(text, ids, answers[i])
             return targets[i]
 
         rows = self._score(requests, answer_target)
@@ -374,44 +455,69 @@ class TransformersVLM:
     # -- generation ----------------------------------------------------------------------------
 
     def generate(self, requests: Sequence[VLMRequest], max_new_tokens: int | None = None) -> list[str]:
+        return [text for text, _, _ in self._greedy(requests, max_new_tokens, watch=None)]
+
+    def generate_with_token_probs(self, requests: Sequence[VLMRequest], tokens: Sequence[str],
+                                  max_new_tokens: int | None = None) -> list[dict[str, Any]]:
+        """Greedy answer per request, with the full-vocabulary probability of each of `tokens`
+        (single tokens of the vocabulary, e.g. the digits) at every generated position:
+        {"text": the reply, "tokens": each generated token's text, "probs": per position,
+        [P(t) for t in tokens]}."""
+        tokenizer = self._load()[1].tokenizer
+        watch = [single_token_id(tokenizer, t) for t in tokens]
+        return [{"text": text, "tokens": steps, "probs": probs}
+                for text, steps, probs in self._greedy(requests, max_new_tokens, watch)]
+
+    def _greedy(self, requests: Sequence[VLMRequest], max_new_tokens: int | None, watch: list[int] | None):
+        """(reply text, generated token texts, watched probabilities per position) per request."""
         import torch
 
         model, processor = self._load()
+        tokenizer = processor.tokenizer
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        config = greedy_config(model, processor.tokenizer, limit)
-        out: list[str] = [""] * len(requests)
+        config = greedy_config(model, tokenizer, limit)
+        eos = set(config.eos_token_id)
+        out: list = [None] * len(requests)
         for image, indices in group_by_image(requests):
             image = image.convert("RGB")
             texts = [self.render(requests[i].prompt) for i in indices]
             prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
             state = self._run_prefix(prefix) if prefix is not None else None
-            answers: list[str] = []
+            replies: list[tuple[list[int], list[list[float]]]] = []
             for lo in range(0, len(texts), self.batch_size):
                 if prefix is not None:
-                    answers += self._greedy_from_prefix(state, prefix.suffixes[lo : lo + self.batch_size], config)
-                else:
-                    inputs = self._process(texts[lo : lo + self.batch_size], image, padding_side="left")
-                    with torch.inference_mode():
-                        generated = model.generate(**inputs, generation_config=config)
-                    answers += processor.tokenizer.batch_decode(generated[:, inputs["input_ids"].shape[1] :],
-                                                                skip_special_tokens=True)
-            for i, a in zip(indices, answers):
-                out[i] = a.strip()
+                    replies += self._greedy_from_prefix(state, prefix.suffixes[lo : lo + self.batch_size], config,
+                                                        watch)
+                    continue
+                inputs = self._process(texts[lo : lo + self.batch_size], image, padding_side="left")
+                steps = _StepProbs(watch)
+                with torch.inference_mode():
+                    generated = model.generate(**inputs, generation_config=config, logits_processor=[steps])
+                # the last len(steps) positions are the generated ones, whether the model returns the
+                # prompt first (decoder-only) or a decoder start token (encoder-decoder)
+                new = generated[:, generated.shape[1] - len(steps.rows) :].tolist()
+                replies += [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(new)]
+            for i, (ids, probs) in zip(indices, replies):
+                ids = ids[: next((k for k, t in enumerate(ids) if t in eos), len(ids))]  # cut at the first end
+                out[i] = (tokenizer.decode(ids, skip_special_tokens=True).strip(),
+                          [tokenizer.decode([t]) for t in ids], probs[: len(ids)] if watch is not None else [])
         return out
 
-    def _greedy_from_prefix(self, state, rows: list[list[int]], config) -> list[str]:
+    def _greedy_from_prefix(self, state, rows: list[list[int]], config, watch: list[int] | None):
         """Greedy decoding of one batch of suffixes on the prefix cache, step by step (the
-        padding sits between prefix and suffix, which `generate` cannot express). Each reply
-        is cut after its first end-of-sequence token, as `generate` does."""
+        padding sits between prefix and suffix, which `generate` cannot express): each
+        reply's token ids and, with `watch`, the watched tokens' probabilities per step."""
         import torch
 
         cache, start, length = state
         logits, cache, mask, last = self._suffix_batch(cache, start, length, rows, 1)
         eos = torch.tensor(config.eos_token_id)
         replies: list[list[int]] = [[] for _ in rows]
+        steps = _StepProbs(watch)
         done = torch.zeros(len(rows), dtype=torch.bool)
         kwargs = {"logits_to_keep": 1} if self._keep_arg else {}
         for step in range(config.max_new_tokens):
+            steps(None, logits[:, -1])
             nxt = logits[:, -1].argmax(-1).cpu()
             for i in torch.nonzero(~done).flatten().tolist():
                 replies[i].append(int(nxt[i]))
@@ -425,7 +531,38 @@ class TransformersVLM:
                                   position_ids=last[:, None].to(self.device), use_cache=True,
                                   **{self._cache_arg: cache}, **kwargs)
             logits, cache = out.logits, _output_cache(out)
-        return self._processor.tokenizer.batch_decode(replies, skip_special_tokens=True)
+        return [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(replies)]
+
+
+class _StepProbs:
+    """A logits processor that changes nothing and keeps, at each generation step, each
+    row's full-vocabulary probabilities of the watched token ids (only a count of the steps
+    without them)."""
+
+    def __init__(self, watch: list[int] | None):
+        self.watch = watch
+        self.rows: list[list[list[float]]] = []
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        if self.watch is None:
+            self.rows.append([[] for _ in range(scores.shape[0])])
+        else:
+            self.rows.append(torch.softmax(scores.float(), dim=-1)[:, self.watch].tolist())
+        return scores
+
+
+def single_token_id(tokenizer, token: str) -> int:
+    """The id of a vocabulary entry that is exactly `token` (a digit, a letter)."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    if found is None or found == tokenizer.unk_token_id:
+        ids = tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"{token!r} is not one token of this tokenizer ({ids}); its probability per "
+                             f"position cannot be read")
+        found = ids[0]
+    return int(found)
 
 
 def _output_cache(out):

@@ -1,0 +1,157 @@
+"""FLEUR as its reference implementation computes it: the written rating, smoothed by the
+digit distribution at the positions where the judge wrote it."""
+
+import math
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from caprecon.config import ConfigError
+from caprecon.metrics import Context
+from caprecon.metrics.fleur import DIGITS, PROMPT, Fleur, fleur_score
+from caprecon.samples import Sample, open_image
+
+
+def digits(weights, elsewhere=0.0):
+    """Full-vocabulary probabilities of the ten digits: `weights` (by digit) scaled so that
+    `elsewhere` of the mass sits on other tokens."""
+    p = np.zeros(10)
+    for d, w in weights.items():
+        p[d] = w
+    return list(p / p.sum() * (1 - elsewhere))
+
+
+class ScriptedRater:
+    """A judge whose greedy reply and per-position digit probabilities the test sets."""
+
+    fingerprint = "scripted-rater"
+
+    def __init__(self, tokens, probs):
+        self.tokens, self.probs, self.prompts = tokens, probs, []
+
+    def generate_with_token_probs(self, requests, tokens, max_new_tokens=None):
+        assert list(tokens) == DIGITS
+        self.prompts += [r.prompt for r in requests]
+        return [{"text": "".join(self.tokens), "tokens": list(self.tokens), "probs": self.probs} for _ in requests]
+
+
+@pytest.fixture
+def item(tmp_path):
+    Image.new("RGB", (16, 12), (200, 30, 30)).save(tmp_path / "a.png")
+    return open_image(Sample(id="a", image=tmp_path / "a.png", caption="a red square"))
+
+
+P1 = {7: 0.6, 8: 0.3, 6: 0.1}
+P2 = {5: 0.5, 0: 0.25, 9: 0.25}
+NONE = [0.0] * 10
+
+
+def test_two_decimals_smooth_at_each_written_decimal(item):
+    # "0.75": P at "0" and "." are irrelevant; the first decimal's distribution gives
+    # (7·.6 + 8·.3 + 6·.1)/10 = 0.72, the second's (5·.5 + 0·.25 + 9·.25)/100 = 0.0475
+    rater = ScriptedRater(["0", ".", "7", "5"], [digits({0: 1}), NONE, digits(P1, 0.2), digits(P2, 0.5)])
+    row = Fleur(rater).score([item], Context())[0]
+    assert row["fleur"] == pytest.approx(0.72 + 0.0475, abs=1e-12) and row["fleur_greedy"] == 0.75
+    assert rater.prompts == [PROMPT.replace("{caption}", "a red square")]
+
+
+def test_one_decimal_and_the_rule_for_one(item):
+    one_decimal = ScriptedRater([" ", "0", ".", "7"], [NONE, digits({0: 1}), NONE, digits(P1, 0.4)])
+    assert Fleur(one_decimal).score([item], Context())[0]["fleur"] == pytest.approx(0.72)
+    # "1.0": 0.9·P("0") + P("1") at the leading digit, renormalised over the digits
+    one = ScriptedRater(["1", ".", "0"], [digits({1: 0.7, 0: 0.2, 9: 0.1}, 0.3), NONE, digits({0: 1})])
+    row = Fleur(one).score([item], Context())[0]
+    assert row["fleur"] == pytest.approx(0.9 * 0.2 + 0.7) and row["fleur_greedy"] == 1.0
+
+
+@pytest.mark.parametrize("tokens", [["1", ".", "5"], ["2"], ["good"], ["Score", ":", " ", "7", ".", "0"]])
+def test_ratings_outside_zero_one_are_not_parseable(tokens, item):
+    rater = ScriptedRater(tokens, [digits({1: 1})] * len(tokens))
+    row = Fleur(rater).score([item], Context())[0]
+    assert row["fleur"] is None and row["fleur_unparsed"] == "".join(tokens)
+
+
+def test_digits_sharing_a_token_cannot_be_smoothed():
+    assert fleur_score(["0.", "75"], [digits({0: 1}), digits({7: 1})]) == (None, 0.75)
+    assert fleur_score(["0"], [digits({0: 1})]) == (0.0, 0.0)
+
+
+def test_a_judge_without_the_capability_stops_before_the_run():
+    class GenerateOnly:
+        fingerprint = "x"
+
+        def generate(self, requests, max_new_tokens=64):
+            return ["0.5"] * len(requests)
+
+    with pytest.raises(ConfigError, match="fleur needs a judge that can `generate_with_token_probs`"):
+        Fleur(GenerateOnly())
+
+
+def test_a_custom_prompt_is_named_in_the_manifest():
+    rater = ScriptedRater(["0"], [NONE])
+    assert Fleur(rater).describe()["prompt"] == "FLEUR's instruction"
+    assert Fleur(rater, prompt="Rate {caption}").describe()["prompt"] == "Rate {caption}"
+
+
+def test_transformers_judge_reports_the_softmax_at_each_generated_position(tmp_path):
+    """Against a softmax computed by hand from the model's own logits on prompt + reply."""
+    import torch
+
+    from caprecon.models.vlm import TransformersVLM, VLMRequest
+    from tiny_vlm import build_qwen2_vl
+
+    judge = TransformersVLM(build_qwen2_vl(tmp_path / "vl"), max_new_tokens=5)
+    image = Image.new("RGB", (56, 56), (20, 120, 200))
+    requests = [VLMRequest(image, "What colour is the car?", "im"), VLMRequest(image, "Where is the bird?", "im")]
+    # one request alone (plain generate) and two sharing the image (the prefix path)
+    for batch in (requests[:1], requests):
+        replies = judge.generate_with_token_probs(batch, DIGITS + ["A"])
+        assert [r["text"] for r in replies] == judge.generate(batch)
+        model, processor = judge._load()
+        tokenizer = processor.tokenizer
+        watched = [tokenizer.convert_tokens_to_ids(t) for t in DIGITS + ["A"]]
+        for request, reply in zip(batch, replies):
+            inputs = processor(text=[judge.render(request.prompt)], images=[image], return_tensors="pt")
+            length = inputs["input_ids"].shape[1]
+            with torch.no_grad():
+                sequence = model.generate(**inputs, do_sample=False, max_new_tokens=5,
+                                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            generated = sequence[0, length:].tolist()
+            if tokenizer.eos_token_id in generated:
+                generated = generated[: generated.index(tokenizer.eos_token_id)]
+            assert tokenizer.decode(generated, skip_special_tokens=True).strip() == reply["text"]
+            ids = sequence[:, : length + len(generated)]
+            extra = {k: torch.cat([v, torch.zeros((1, len(generated)), dtype=v.dtype)], dim=1)
+                     for k, v in inputs.items() if k == "mm_token_type_ids"}
+            with torch.no_grad():
+                full = {**inputs, **extra, "input_ids": ids, "attention_mask": torch.ones_like(ids)}
+                logits = model(**full).logits[0]
+            assert len(reply["probs"]) == len(reply["tokens"]) == len(generated) > 0
+            for k, probs in enumerate(reply["probs"]):
+                by_hand = torch.softmax(logits[length - 1 + k].double(), -1)[watched]
+                np.testing.assert_allclose(probs, by_hand.numpy(), atol=1e-5)
+            assert "".join(reply["tokens"]).strip() == reply["text"]
+
+
+def test_a_prompt_set_in_the_run_config_reaches_the_judge_and_the_manifest(item):
+    import caprecon
+
+    rater = ScriptedRater(["0", ".", "5"], [NONE, NONE, digits({5: 1})])
+    sample = Sample(id="a", image=item.sample.image, caption="a red square")
+    results = caprecon.score([sample], ["fleur"], judge=rater, fleur_prompt="Rate 0-1: {caption}", no_cache=True)
+    assert rater.prompts == ["Rate 0-1: a red square"] and results.records[0]["fleur"] == pytest.approx(0.5)
+    assert results.manifest["metrics"][0]["prompt"] == "Rate 0-1: {caption}"
+    assert results.manifest["config"]["fleur_prompt"] == "Rate 0-1: {caption}"
+
+
+def test_vqascore_needs_option_probabilities_before_the_run():
+    from caprecon.metrics.vqascore import VQAScore
+
+    with pytest.raises(ConfigError, match="vqascore needs a judge that can `option_probs`"):
+        VQAScore(ScriptedRater([], []))
+
+
+def test_a_rating_in_merged_digit_tokens_is_kept_but_not_smoothed(item):
+    row = Fleur(ScriptedRater(["0", ".", "75"], [NONE, NONE, digits({7: 1})])).score([item], Context())[0]
+    assert row["fleur"] is None and row["fleur_greedy"] == 0.75 and row["fleur_unsmoothed"] == "0.75"
