@@ -126,6 +126,7 @@ class Store:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._described: set[str] = set()
+        self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
         if not self.read_only:
@@ -185,7 +186,10 @@ class Store:
     def _prepare(self) -> None:
         db = self._connect()
         if self.read_only:
-            db.execute("SELECT count(*) FROM results LIMIT 1").fetchone()  # readable, and ours
+            # readable, and ours; an index from before checksums is read with those columns empty
+            self._columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+            if not self._columns:
+                raise sqlite3.DatabaseError("no results table")
             return
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, "
@@ -230,6 +234,8 @@ class Store:
     def _rows(self, keys: list[str], columns: str) -> list[tuple]:
         if self._empty or not keys:
             return []
+        if self._columns is not None:
+            columns = ", ".join(c if c in self._columns else f"NULL AS {c}" for c in columns.split(", "))
         db = self._connect()
         out = []
         for start in range(0, len(keys), 500):

@@ -18,11 +18,12 @@ from tqdm.auto import tqdm
 from ..metrics.base import Context, Metric
 from ..models.common import ModelNotFoundError
 from ..samples import Sample, SampleError, open_image
+from ..store import StoreError
 
 log = logging.getLogger(__name__)
 
 # errors that mean the configuration is wrong, not the row: stop instead of marking rows
-FATAL = (ModelNotFoundError, ImportError, MemoryError, KeyboardInterrupt)
+FATAL = (ModelNotFoundError, ImportError, MemoryError, KeyboardInterrupt, StoreError)
 
 
 def base_record(sample: Sample) -> dict[str, Any]:
