@@ -78,8 +78,9 @@ def default_cache_dir() -> Path:
     return Path(base) / "caprecon"
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def sha256(data: bytes | str) -> str:
+    # indexes written by hand or by old versions may hold a value as TEXT
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
 
 
 def is_writable(folder: Path) -> bool:
@@ -118,7 +119,9 @@ class Store:
                  lease_seconds: float = LEASE_SECONDS):
         self.root = Path(root)
         self.index = self.root / INDEX
-        self.read_only = (not is_writable(self.root)) if read_only is None else read_only
+        # a folder nobody may write to is frozen: read without even SQLite's reader files
+        self._frozen = read_only is None and not is_writable(self.root)
+        self.read_only = self._frozen if read_only is None else read_only
         self.below = below
         self.lease_seconds = lease_seconds
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -216,14 +219,18 @@ class Store:
 
     def _connect_read_only(self) -> sqlite3.Connection:
         uri = f"file:{quote(str(self.index.resolve()))}?mode=ro"
+        immutable = uri + "&immutable=1"
+        wal = self.index.with_name(INDEX + "-wal")
+        if self._frozen and not (wal.exists() and wal.stat().st_size):  # everything is in the main file
+            return sqlite3.connect(immutable, uri=True, isolation_level=None, check_same_thread=False)
         db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
         try:
             db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
             return db
         except sqlite3.OperationalError:
-            # a WAL index in a folder nobody may write to: its -shm file cannot be made, so read it as immutable
+            # a WAL index whose -shm file cannot be made here: read the main file as it is
             db.close()
-            return sqlite3.connect(uri + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False)
+            return sqlite3.connect(immutable, uri=True, isolation_level=None, check_same_thread=False)
 
     def _require_writable(self) -> None:
         if self.read_only:
