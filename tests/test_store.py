@@ -344,3 +344,35 @@ def test_api_key_from_named_environment_variable(monkeypatch):
     roles = Roles(RunConfig.build(judge="m", judge_options={"base_url": "http://127.0.0.1:9", "api_key_env": "MY_JUDGE_KEY"}))
     with pytest.raises(ConfigError, match="MY_JUDGE_KEY is not set"):
         roles.judge
+
+
+def test_old_read_only_index_is_read_verified_and_listed(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with sqlite3.connect(cache / "index.sqlite") as db:  # the schema before checksums, models and claims
+        db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, created REAL NOT NULL)")
+        db.execute("INSERT INTO results VALUES ('k', 'judge-answer', '\"yes\"', ?)", (time.time(),))
+    _make_read_only(cache)
+    try:
+        assert Store(cache).get_json(["k"]) == {"k": "yes"}
+        assert verify(cache)["ok"] and verify(cache)["entries"] == 1
+        assert prune(cache, max_size=0, dry_run=True)["removed"] == 1
+        with pytest.raises(StoreReadOnlyError, match="write access"):
+            prune(cache, max_size=0)
+        assert (cache / "index.sqlite").stat().st_mode & 0o222 == 0 and len(list(cache.iterdir())) == 1
+    finally:
+        _make_writable(cache)
+
+
+def test_secret_looking_options_are_masked_and_others_kept():
+    from caprecon.redaction import MASK, redact
+
+    masked = redact({"judge_options": {"api_key": "k-123456", "x-api-key": "k-abcdef", "max_new_tokens": 8,
+                                       "headers": {"Authorization": "Bearer k-zzzzzz"}, "api_key_env": "MY_KEY",
+                                       "tokens_cut": 3},
+                     "command": ["caprecon", "--judge-opt=token=k-qqqqqq", "--llm-opt", "password=k-pppppp"],
+                     "note": "server said: bad key k-123456"})
+    assert masked["judge_options"] == {"api_key": MASK, "x-api-key": MASK, "max_new_tokens": 8, "headers": MASK,
+                                       "api_key_env": "MY_KEY", "tokens_cut": 3}
+    assert masked["command"] == ["caprecon", f"--judge-opt=token={MASK}", "--llm-opt", f"password={MASK}"]
+    assert masked["note"] == f"server said: bad key {MASK}"

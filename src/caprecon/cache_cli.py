@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .store import INDEX, Store, StoreError, default_cache_dir, read_verified, sha256
+from .store import INDEX, Store, StoreError, StoreReadOnlyError, default_cache_dir, read_verified, sha256
 
 ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
 
@@ -49,10 +49,20 @@ def _human(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def _open(root: Path) -> Store:
+def _open(root: Path, *, write: bool) -> Store:
     if not (root / INDEX).exists():
         raise StoreError(f"no cache at {root} (no {INDEX} there)")
-    return Store(root, read_only=False)
+    store = Store(root)
+    if write and store.read_only:
+        raise StoreReadOnlyError(f"cache {root} is read-only here; changing it needs write access to the folder")
+    return store
+
+
+def _select(store: Store, columns: list[str]) -> str:
+    """The columns, with NULL for those an old, read-only index lacks."""
+    have = store._columns
+    named = {c: c[c.find("(") + 1 : c.rfind(")")] if "(" in c else c for c in columns}  # length(value) -> value
+    return ", ".join(c if have is None or named[c] in have else f"NULL AS {named[c]}" for c in columns)
 
 
 def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, has_file: bool) -> int:
@@ -66,18 +76,26 @@ def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, h
 
 
 def cache_info(root: str | Path) -> dict[str, Any]:
-    store = _open(Path(root))
+    store = _open(Path(root), write=False)
     db = store._connect()
+    model, file_size = _select(store, ["model", "file_size"]).split(", ")
     kinds = [{"kind": k, "entries": n, "bytes": (v or 0) + (f or 0)} for k, n, v, f in db.execute(
-        "SELECT kind, count(*), sum(length(value)), sum(file_size) FROM results GROUP BY kind ORDER BY kind")]
-    described = dict(db.execute("SELECT fingerprint, description FROM models"))
+        f"SELECT kind, count(*), sum(length(value)), sum({file_size}) FROM results GROUP BY kind ORDER BY kind")]
+    described = _descriptions(db)
     models = []
-    for fingerprint, n, v, f in db.execute("SELECT model, count(*), sum(length(value)), sum(file_size) FROM results "
-                                           "GROUP BY model ORDER BY count(*) DESC"):
+    for fingerprint, n, v, f in db.execute(f"SELECT {model}, count(*), sum(length(value)), sum({file_size}) "
+                                           f"FROM results GROUP BY 1 ORDER BY 2 DESC"):
         about = json.loads(described[fingerprint]) if fingerprint in described else {}
         models.append({"fingerprint": fingerprint, "model": _model_name(about), "entries": n,
                        "bytes": (v or 0) + (f or 0)})
     return {"root": str(store.root), "kinds": kinds, "models": models}
+
+
+def _descriptions(db: sqlite3.Connection) -> dict[str, str]:
+    try:
+        return dict(db.execute("SELECT fingerprint, description FROM models"))
+    except sqlite3.OperationalError:  # an old, read-only index without the models table
+        return {}
 
 
 def _model_name(about: dict[str, Any]) -> str | None:
@@ -110,12 +128,12 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
             report["ok"] = False
             return report
         report["salvaged"], report["moved_aside"] = _rebuild_index(index)
-    store = Store(root, read_only=False)
+    store = _open(root, write=repair)
     db = store._connect()
     bad_keys, backfill = [], []
     file_keys: set[str] = set()
     for key, kind, value, checksum, file_checksum, file_size in db.execute(
-            "SELECT key, kind, value, checksum, file_checksum, file_size FROM results"):
+            f"SELECT {_select(store, ['key', 'kind', 'value', 'checksum', 'file_checksum', 'file_size'])} FROM results"):
         report["entries"] += 1
         if checksum is not None and sha256(value) != checksum:
             report["bad_values"].append(key)
@@ -147,7 +165,10 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
             continue
         if path.suffix != ".png" or path.stem not in file_keys:
             report["orphans"].append(str(path.relative_to(root)))
-    report["expired_claims"] = db.execute("SELECT count(*) FROM claims WHERE expires < ?", (now,)).fetchone()[0]
+    try:
+        report["expired_claims"] = db.execute("SELECT count(*) FROM claims WHERE expires < ?", (now,)).fetchone()[0]
+    except sqlite3.OperationalError:  # an old, read-only index without claims
+        report["expired_claims"] = 0
     if repair:
         db.execute("BEGIN IMMEDIATE")
         db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
@@ -230,12 +251,12 @@ def prune(root: str | Path, *, older_than: float | None = None, model: str | Non
     if older_than is None and model is None and max_size is None:
         raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
     root = Path(root)
-    store = _open(root)
+    store = _open(root, write=not dry_run)
     db = store._connect()
+    columns = _select(store, ["key", "kind", "created", "model", "length(value)", "file_size", "file_checksum"])
     entries = [(key, created, fp, _entry_size(store, key, n, fsize, fchk is not None or kind == "reconstruction"))
                for key, kind, created, fp, n, fsize, fchk in db.execute(
-                   "SELECT key, kind, created, model, length(value), file_size, file_checksum FROM results "
-                   "ORDER BY created")]
+                   f"SELECT {columns} FROM results ORDER BY created")]
     fingerprints = _matching_models(db, model) if model is not None else None
     if model is not None and not fingerprints:
         raise StoreError(f"no model in {root} matches {model!r}; `caprecon cache info --cache-dir {root}` lists them")
@@ -271,7 +292,7 @@ def prune(root: str | Path, *, older_than: float | None = None, model: str | Non
 
 
 def _matching_models(db: sqlite3.Connection, wanted: str) -> set[str]:
-    described = dict(db.execute("SELECT fingerprint, description FROM models"))
+    described = _descriptions(db)
     used = {fp for (fp,) in db.execute("SELECT DISTINCT model FROM results WHERE model IS NOT NULL")}
     out = set()
     for fp in used | set(described):

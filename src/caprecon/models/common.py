@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -54,6 +55,7 @@ def _folder_signature(folder: Path) -> list:
 
 
 _digests: dict[tuple[str, int, int], str] = {}
+_SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 def file_digest(path: Path) -> str:
@@ -61,6 +63,8 @@ def file_digest(path: Path) -> str:
     remembered across runs in `digests.sqlite` of the cache folder: hashing many GB of
     weights takes seconds to minutes, looking the answer up takes nothing."""
     path = Path(path).resolve()
+    if path.parent.name == "blobs" and _SHA256_NAME.fullmatch(path.name):
+        return path.name  # a Hugging Face cache blob of a large (LFS) file is named by its sha256 already
     stat = path.stat()
     ident = (str(path), stat.st_size, stat.st_mtime_ns)
     if ident in _digests:

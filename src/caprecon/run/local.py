@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from ..metrics.base import Context, Metric
 from ..models.common import ModelNotFoundError
+from ..redaction import redact_text
 from ..samples import Sample, SampleError, open_image
 from ..store import StoreError
 
@@ -69,7 +70,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     break
                 for pos, result in zip(positions, _score_isolating(metric, items, ctx)):
                     if isinstance(result, Exception):
-                        message = f"{metric.name}: {type(result).__name__}: {result}"
+                        message = redact_text(f"{metric.name}: {type(result).__name__}: {result}")
                         rows[pos]["error"] = "; ".join(filter(None, [rows[pos].get("error"), message]))
                     else:
                         rows[pos].update(result)
