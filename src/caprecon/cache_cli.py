@@ -99,9 +99,10 @@ def _descriptions(db: sqlite3.Connection) -> dict[str, str]:
 
 
 def _model_name(about: dict[str, Any]) -> str | None:
-    for field in ("model", "name", "weights", "weights_dir", "variant", "gallery", "backend", "class"):
-        if about.get(field):
-            return str(about[field])
+    for field in ("model", "name", "weights", "weights_dir", "backend", "class"):
+        if isinstance(about.get(field), str) and about[field]:
+            name = about[field]
+            return name if len(name) <= 60 else "…" + name[-59:]
     return None
 
 

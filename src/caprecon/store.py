@@ -341,9 +341,10 @@ class Store:
             partial = path.with_suffix(f".{os.getpid()}.part")
             partial.write_bytes(data)
             os.replace(partial, path)  # a crash never leaves a half-written image under the key
+            digest = sha256(data)
             rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
-                         {"file_checksum": sha256(data), "file_size": len(data)}))
-            stored[key] = (record, path, sha256(data))
+                         {"file_checksum": digest, "file_size": len(data)}))
+            stored[key] = (record, path, digest)
         self._put(rows, model)
         return stored
 
