@@ -65,3 +65,28 @@ class PixelEmbedder:
             rows.append((1.0 - arr).ravel())
         x = np.stack(rows)
         return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+class SteppedOracleGenerator(OracleGenerator):
+    """The oracle, slowed down and started in step with other processes, for tests of
+    processes sharing one cache: each process announces itself in `start_dir` and waits
+    until `parties` have, so their work overlaps however long each took to start."""
+
+    def __init__(self, start_dir: str, parties: int = 2, seconds_per_image: float = 0.05):
+        import os
+        import time
+        from pathlib import Path
+
+        folder = Path(start_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / str(os.getpid())).touch()
+        deadline = time.time() + 120
+        while len(list(folder.iterdir())) < parties and time.time() < deadline:
+            time.sleep(0.02)
+        self.seconds_per_image = seconds_per_image
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generated]:
+        import time
+
+        time.sleep(self.seconds_per_image * len(requests))
+        return super().generate(requests)

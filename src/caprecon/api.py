@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from .config import ConfigError, Roles, RunConfig
 from .metrics import Context, Metric, build_metric
+from .redaction import redact
 from .run.local import run_local
 from .normalise import normalised_samples
 from .samples import Sample, has_image, load_samples
@@ -121,10 +122,11 @@ def score(
         "captions_normalised": cfg.normalise_captions,
         "models": roles.describe(),
         "metrics": [m.describe() for m in built],
-        "store": str(store.root),
+        "store": store.describe(),
         "cache": ctx.stats(),
         "samples": len(rows),
     }
+    manifest = redact(manifest)  # API keys and tokens among the options never reach disk
     if out_dir:
         write_run(out_dir, summary, manifest)
         if "turing" in metric_names and summary["metrics"]["turing"]["n"]:
@@ -159,7 +161,9 @@ def _open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
     if cfg.no_cache:
         # nothing from earlier runs is read; the run's own results live in its folder
         return Store.fresh(out_dir / "store") if out_dir else Store.temporary()
-    return Store(cfg.cache_dir or default_cache_dir())
+    # a read-only (shared) cache is read as it is; new results go to an overlay, by default in the run folder
+    overlay = cfg.cache_overlay or (out_dir / "cache-overlay" if out_dir else None)
+    return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only)
 
 
 def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dict[str, Any]:

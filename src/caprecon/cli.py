@@ -10,7 +10,9 @@ import sys
 
 from .config import ConfigError, parse_options, parse_pairs
 from .models.common import ModelNotFoundError
+from .redaction import install_log_filter, redact_text
 from .samples import SampleFormatError
+from .store import StoreError
 
 
 def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
@@ -52,6 +54,10 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
                         "caption_raw); off by default so existing scores do not change")
     p.add_argument("--batch-size", type=int)
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+    p.add_argument("--cache-overlay", metavar="DIR",
+                   help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
+    p.add_argument("--cache-read-only", action="store_const", const=True,
+                   help="never write to --cache-dir (a shared cache); new results go to the overlay")
     p.add_argument("--no-cache", action="store_const", const=True,
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
@@ -60,7 +66,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
 def _settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
             "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
-            "batch_size", "cache_dir", "no_cache", "iou_threshold")
+            "batch_size", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "judge_for", None):
         settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
@@ -193,12 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    from .cache_cli import add_parser as add_cache_parser
+
+    add_cache_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    install_log_filter()
     if not args.verbose:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -207,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
     try:
         return args.func(args)
-    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError) as exc:
-        print(f"caprecon: error: {exc}", file=sys.stderr)
+    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError, StoreError) as exc:
+        print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from .models import registry
 from .models.common import describe_model
 from .reconstruct import ReconstructionSpec
+from .redaction import remember_options
 
 
 class ConfigError(ValueError):
@@ -50,6 +51,8 @@ class RunConfig:
     normalise_captions: bool = False  # markdown, list markers and line breaks out (caprecon.normalise)
     batch_size: int = 16
     cache_dir: str | None = None
+    cache_overlay: str | None = None  # where new results go when cache_dir is read-only (default OUT/cache-overlay)
+    cache_read_only: bool | None = None  # None: detected; True: never write to cache_dir
     no_cache: bool = False
     preset: str | None = None
 
@@ -124,10 +127,13 @@ class Roles:
     def _build(self, role: str, spec: Any, options: dict[str, Any], setting: str) -> Any:
         if spec is None:
             raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`) or a --preset")
+        remember_options(options)  # its secrets are masked in logs and messages from here on
         try:
             return registry.build(role, spec, **options)
         except TypeError as exc:
             raise ConfigError(f"bad options for {role} {spec!r}: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"{role} {spec!r}: {exc}") from None
 
     @cached_property
     def generator(self):

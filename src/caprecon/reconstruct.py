@@ -7,10 +7,12 @@ the same sample's reconstruction get the same image, generated once.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from PIL import Image
 
@@ -18,7 +20,9 @@ from .models.common import derive_seed
 from .models.generator import GenerationRequest, TextToImage
 from .prompts import render, resolve_template
 from .samples import LoadedSample
-from .store import Store, content_key
+from .store import Store, StoreError, content_key, read_verified
+
+log = logging.getLogger(__name__)
 
 SEED_POLICIES = ("per-sample", "per-image", "fixed")
 
@@ -95,10 +99,21 @@ class Reconstruction:
     height: int
     tokens_cut: int
     detail: dict[str, Any]
+    checksum: str | None = None  # sha256 of the file, checked whenever it is read
+    regenerate: Callable[[], "Reconstruction"] | None = field(default=None, repr=False, compare=False)
 
     def image(self) -> Image.Image:
-        with Image.open(self.path) as im:
-            return im.convert("RGB")
+        """The pixels, verified against the stored checksum; a damaged file is generated
+        again (when the reconstructor is known) rather than scored."""
+        image = read_verified(self.path, self.checksum)
+        if image is None and self.regenerate is not None:
+            fresh = self.regenerate()
+            self.path, self.checksum = fresh.path, fresh.checksum
+            image = read_verified(self.path, self.checksum)
+        if image is None:
+            raise StoreError(f"cached reconstruction {self.path} is missing or damaged; "
+                             f"run `caprecon cache verify --repair`")
+        return image
 
     def record(self) -> dict[str, Any]:
         out = {"reconstruction": str(self.path), "seed": self.seed, "size": [self.width, self.height],
@@ -108,16 +123,23 @@ class Reconstruction:
 
 
 class Reconstructor:
-    """Generates (or finds in the store) the reconstruction of each sample."""
+    """Generates (or finds in the store) the reconstruction of each sample.
+
+    Processes sharing a store share the work: each generates only the items it holds a
+    claim on, and waits for the items another process is generating.
+    """
 
     KIND = "reconstruction"
 
-    def __init__(self, generator: TextToImage, store: Store, spec: ReconstructionSpec | None = None):
+    def __init__(self, generator: TextToImage, store: Store, spec: ReconstructionSpec | None = None,
+                 poll_seconds: float = 0.25):
         self.generator = generator
         self.store = store
         self.spec = spec or ReconstructionSpec()
+        self.poll_seconds = poll_seconds
         self.generated = 0  # images the generator actually produced (cache misses)
         self.reused = 0
+        self.damaged = 0  # stored images found missing or damaged, and so generated again
         self.model_seconds = 0.0  # wall time inside the generator
 
     def describe(self) -> dict[str, Any]:
@@ -155,28 +177,68 @@ class Reconstructor:
 
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
         keyed = [self.request_for(item) for item in items]
-        known = self.store.get_json(list({k for k, _ in keyed}))
-        missing: dict[str, GenerationRequest] = {}
+        wanted: dict[str, GenerationRequest] = {}
         for key, request in keyed:
-            if key not in known or not self.store.image_path(key).exists():
-                missing.setdefault(key, request)
+            wanted.setdefault(key, request)
+        damaged_before = self.store.damaged
+        found = self.store.get_images(list(wanted))
+        self.damaged += self.store.damaged - damaged_before
+        generated_before = self.generated
+        missing = {k: r for k, r in wanted.items() if k not in found}
         if missing:
-            started = time.perf_counter()
-            results = self.generator.generate([self._sized(r) for r in missing.values()])
-            self.model_seconds += time.perf_counter() - started
-            new = {}
-            for (key, request), generated in zip(missing.items(), results):
-                self.store.put_image(key, generated.image)
-                new[key] = {"prompt": request.prompt, "seed": request.seed, "width": generated.image.width,
-                            "height": generated.image.height, "tokens_cut": generated.tokens_cut,
-                            "detail": generated.detail}
-            self.store.put_json(self.KIND, new)
-            known.update(new)
-            self.generated += len(missing)
-        self.reused += len(keyed) - len(missing)
-        return [
-            Reconstruction(key=key, path=self.store.image_path(key), prompt=known[key]["prompt"],
-                           seed=known[key]["seed"], width=known[key]["width"], height=known[key]["height"],
-                           tokens_cut=known[key]["tokens_cut"], detail=known[key]["detail"])
-            for key, _ in keyed
-        ]
+            found.update(self._obtain(missing))
+        self.reused += len(keyed) - (self.generated - generated_before)
+        return [self._reconstruction(key, request, found[key]) for key, request in keyed]
+
+    def _reconstruction(self, key: str, request: GenerationRequest, entry: tuple) -> Reconstruction:
+        record, path, checksum = entry
+        return Reconstruction(key=key, path=path, prompt=record["prompt"], seed=record["seed"],
+                              width=record["width"], height=record["height"], tokens_cut=record["tokens_cut"],
+                              detail=record["detail"], checksum=checksum,
+                              regenerate=lambda: self._regenerate(key, request))
+
+    def _regenerate(self, key: str, request: GenerationRequest) -> Reconstruction:
+        log.warning("cached reconstruction %s fails its checksum; generating it again", key)
+        self.damaged += 1
+        return self._reconstruction(key, request, self._obtain({key: request})[key])
+
+    def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
+        """Generate the items no other process is generating; wait for the others."""
+        out: dict[str, tuple] = {}
+        pending = dict(missing)
+        waited = False
+        while pending:
+            mine = self.store.claim(list(pending))
+            if mine:
+                with self.store.holding(mine):
+                    # another process may have finished some between our look and our claim
+                    done = self.store.get_images(sorted(mine), verify=True)
+                    todo = {k: pending[k] for k in pending if k in mine and k not in done}
+                    out.update(done)
+                    if todo:
+                        out.update(self._generate(todo))
+                for key in mine:
+                    pending.pop(key)
+            if pending:
+                if not waited:
+                    log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
+                    waited = True
+                time.sleep(self.poll_seconds)
+                done = self.store.get_images(list(pending))
+                out.update(done)
+                for key in done:
+                    pending.pop(key)
+        return out
+
+    def _generate(self, todo: dict[str, GenerationRequest]) -> dict[str, tuple]:
+        started = time.perf_counter()
+        results = self.generator.generate([self._sized(r) for r in todo.values()])
+        self.model_seconds += time.perf_counter() - started
+        items = {}
+        for (key, request), generated in zip(todo.items(), results):
+            items[key] = (generated.image, {"prompt": request.prompt, "seed": request.seed,
+                                            "width": generated.image.width, "height": generated.image.height,
+                                            "tokens_cut": generated.tokens_cut, "detail": generated.detail})
+        stored = self.store.put_images(self.KIND, items, model=self.generator)
+        self.generated += len(todo)
+        return stored

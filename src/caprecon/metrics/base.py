@@ -38,7 +38,7 @@ class Context:
         return self._reconstructors[slot]
 
     def _cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
-                get: Callable, put: Callable) -> list[Any]:
+                get: Callable, put: Callable, model: Any = None) -> list[Any]:
         """Results by key; `compute(indices)` runs once, for the first row of each missing key.
         `compute` times its own model call (`model_call`), so input preparation stays outside."""
         known = get(list(set(keys)))
@@ -49,19 +49,21 @@ class Context:
         if first_of:
             order = list(first_of.values())
             new = {keys[i]: v for i, v in zip(order, compute(order))}
-            put(kind, new)
+            put(kind, new, model=model)
             known.update(new)
             self.computed[kind] = self.computed.get(kind, 0) + len(order)
         return [known[k] for k in keys]
 
-    def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
-        """JSON-able model results (answers, probabilities) by content key."""
-        return self._cached(kind, keys, compute, self.store.get_json, self.store.put_json)
+    def cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
+               model: Any = None) -> list[Any]:
+        """JSON-able model results (answers, probabilities) by content key; `model`, the
+        backend that computes them, is recorded so `caprecon cache prune --model` finds them."""
+        return self._cached(kind, keys, compute, self.store.get_json, self.store.put_json, model)
 
-    def cached_arrays(self, kind: str, keys: Sequence[str],
-                      compute: Callable[[list[int]], Sequence[np.ndarray]]) -> np.ndarray:
+    def cached_arrays(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[np.ndarray]],
+                      model: Any = None) -> np.ndarray:
         """Vectors (embeddings) by content key, stacked in the order of `keys`."""
-        rows = self._cached(kind, keys, compute, self.store.get_arrays, self.store.put_arrays)
+        rows = self._cached(kind, keys, compute, self.store.get_arrays, self.store.put_arrays, model)
         return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
     @contextmanager
@@ -76,6 +78,7 @@ class Context:
     def stats(self) -> dict[str, float]:
         recons = self._reconstructors.values()
         return {"generated": sum(r.generated for r in recons), "reused": sum(r.reused for r in recons),
+                "damaged": sum(r.damaged for r in recons),
                 "embedded": self.computed.get("embedding", 0),
                 **{kind: n for kind, n in self.computed.items() if kind != "embedding"},
                 "model_seconds": round(self.model_seconds + sum(r.model_seconds for r in recons), 4)}
@@ -90,7 +93,7 @@ class Context:
             with self.model_call():
                 return embedder.embed(images)
 
-        return self.cached_arrays("embedding", keys, compute)
+        return self.cached_arrays("embedding", keys, compute, model=embedder)
 
 
 class Metric:

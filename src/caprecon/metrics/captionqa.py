@@ -64,7 +64,7 @@ class CaptionQA(Metric):
             with ctx.model_call():
                 return self.llm.generate([prompts[i] for i in order], max_new_tokens=self.max_new_tokens)
 
-        answers = ctx.cached("llm-answer", keys, compute)
+        answers = ctx.cached("llm-answer", keys, compute, model=self.llm)
         tallies = [CategoryTally() for _ in items]
         for (row, q), answer in zip(owners, answers):
             size = items[row].image.size

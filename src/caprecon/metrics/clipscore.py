@@ -37,7 +37,7 @@ def text_embeddings(ctx: Context, matcher: CaptionImageMatcher, texts: Sequence[
         with ctx.model_call():
             return matcher.embed_texts([texts[i] for i in order])
 
-    return ctx.cached_arrays("text-embedding", keys, compute)
+    return ctx.cached_arrays("text-embedding", keys, compute, model=matcher)
 
 
 class _MatcherAsEmbedder:

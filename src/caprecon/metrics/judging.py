@@ -46,7 +46,7 @@ def _ask(ctx: Context, kind: str, vlm: VisionLanguageModel, asks: Sequence[Ask],
         with ctx.model_call():
             return call(requests, order)
 
-    return ctx.cached(kind, keys, compute)
+    return ctx.cached(kind, keys, compute, model=vlm)
 
 
 def answers(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask], images: LazyImages,

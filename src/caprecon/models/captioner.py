@@ -231,10 +231,12 @@ class OpenAICompatCaptioner(OpenAICompatVLM):
 
     _backend = "openai-compat-captioner"
 
-    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
-                 timeout: float = 300, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
-                 system_prompt: str | None = None, extra_body: dict[str, Any] | None = None):
-        super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
+                 max_concurrency: int = 8, timeout: float = 300, max_retries: int = 4, backoff: float = 1.0,
+                 image_format: str = "png", system_prompt: str | None = None,
+                 extra_body: dict[str, Any] | None = None):
+        super().__init__(model, base_url, api_key=api_key, api_key_env=api_key_env,
+                         max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, image_format=image_format,
                          system_prompt=system_prompt, extra_body=extra_body)
 

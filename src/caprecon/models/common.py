@@ -11,8 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sqlite3
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,25 +41,69 @@ class ModelSource:
         return _folder_signature(self.path) if self.path is not None else None
 
     def fingerprint(self, **config: Any) -> str:
-        """Hash of the model's identity (configs and weight-file names and sizes, or the
-        hub id and revision) plus the settings that change its outputs."""
+        """Hash of the model's identity (every file's content, or the hub id and revision)
+        plus the settings that change its outputs."""
         ident: dict[str, Any] = {"name": self.name, "revision": self.revision, "files": self.files}
         blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
 def _folder_signature(folder: Path) -> list:
-    """Configs by content, weights by name and size: cheap, and changes when they do."""
-    sig = []
-    for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.name.startswith("."):
-            continue
-        rel = p.relative_to(folder).as_posix()
-        if p.suffix in {".json", ".txt", ".yaml", ".model"} and p.stat().st_size < 4_000_000:
-            sig.append([rel, hashlib.sha256(p.read_bytes()).hexdigest()])
-        else:
-            sig.append([rel, p.stat().st_size])
-    return sig
+    """Every file by content, so retrained weights of the same size are a new model."""
+    return [[p.relative_to(folder).as_posix(), file_digest(p)]
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")]
+
+
+_digests: dict[tuple[str, int, int], str] = {}
+_SHA256_NAME = re.compile(r"[0-9a-f]{64}")
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's content, computed once per (path, size, modification time) and
+    remembered across runs in `digests.sqlite` of the cache folder: hashing many GB of
+    weights takes seconds to minutes, looking the answer up takes nothing."""
+    path = Path(path).resolve()
+    if path.parent.name == "blobs" and _SHA256_NAME.fullmatch(path.name):
+        return path.name  # a Hugging Face cache blob of a large (LFS) file is named by its sha256 already
+    stat = path.stat()
+    ident = (str(path), stat.st_size, stat.st_mtime_ns)
+    if ident in _digests:
+        return _digests[ident]
+    memo = _digest_memo()
+    row = None
+    if memo is not None:
+        try:
+            row = memo.execute("SELECT digest FROM digests WHERE path = ? AND size = ? AND mtime_ns = ?", ident).fetchone()
+        except sqlite3.Error:
+            row = None
+    if row:
+        digest = row[0]
+    else:
+        with path.open("rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        if memo is not None:
+            try:
+                memo.execute("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
+                             (*ident, digest))
+            except sqlite3.Error:
+                pass  # a read-only cache folder: the digest is remembered for this process only
+    _digests[ident] = digest
+    return digest
+
+
+@lru_cache(maxsize=1)
+def _digest_memo() -> sqlite3.Connection | None:
+    from ..store import default_cache_dir
+
+    try:
+        folder = default_cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(folder / "digests.sqlite", timeout=30, isolation_level=None, check_same_thread=False)
+        db.execute("CREATE TABLE IF NOT EXISTS digests (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
+                   "digest TEXT)")
+        return db
+    except (OSError, sqlite3.Error):
+        return None
 
 
 def resolve_source(name: str | os.PathLike, revision: str | None = None, *, kind: str = "model") -> ModelSource:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .common import ModelNotFoundError, resolve_device
+from .common import ModelNotFoundError, file_digest, resolve_device
 from .embedder import l2_normalise
 
 INPUT_SIZE = 224
@@ -175,7 +175,7 @@ class EfficientNetLite0Embedder:
 
     @property
     def fingerprint(self) -> str:
-        ident = f"{_IMPLEMENTATION}|{self.weights.name}|{self.weights.stat().st_size}|{INPUT_SIZE}|{CROP_FRACTION}"
+        ident = f"{_IMPLEMENTATION}|{file_digest(self.weights)}|{INPUT_SIZE}|{CROP_FRACTION}"
         return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:

@@ -134,7 +134,11 @@ class DreamSimEmbedder:
     def fingerprint(self) -> str:
         import hashlib
 
-        return hashlib.sha256(f"dreamsim|{self.variant}|{sorted(p.name for p in self.weights_dir.iterdir())}".encode()).hexdigest()[:24]
+        from .common import file_digest
+
+        files = sorted((p.relative_to(self.weights_dir).as_posix(), file_digest(p))
+                       for p in self.weights_dir.rglob("*") if p.is_file())
+        return hashlib.sha256(f"dreamsim|{self.variant}|{files}".encode()).hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "dreamsim", "variant": self.variant, "weights_dir": str(self.weights_dir),

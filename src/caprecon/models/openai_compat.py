@@ -16,6 +16,10 @@ For models that think before answering, turn thinking off through the server's c
 template, e.g. `extra_body={"chat_template_kwargs": {"enable_thinking": False}}`, or the
 first token is not the answer.
 
+The API key comes from `api_key_env=NAME` (an environment variable), else from
+`OPENAI_API_KEY`; an explicit `api_key` works too but is visible in the process list.
+It is never part of the fingerprint or the description, and manifests mask it.
+
 Transient failures (connection errors, timeouts, HTTP 429 and 5xx) are retried with
 exponential backoff; other 4xx answers mean the request itself is wrong and fail at once.
 """
@@ -62,8 +66,9 @@ class _ChatBackend:
 
     _backend = "openai-compat"
 
-    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
-                 timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, max_new_tokens: int = 64,
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
+                 max_concurrency: int = 8, timeout: float = 60, max_retries: int = 4, backoff: float = 1.0,
+                 max_new_tokens: int = 64,
                  top_logprobs: int = 20, temperature: float = 0, system_prompt: str | None = None,
                  extra_body: dict[str, Any] | None = None):
         if max_concurrency < 1:
@@ -75,7 +80,7 @@ class _ChatBackend:
             raise ValueError("top_logprobs must be between 1 and 20")
         self.model = model
         self.base_url = _normalise_base_url(base_url)
-        self.api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.api_key = api_key or _key_from_environment(api_key_env) or "EMPTY"
         self.max_concurrency = max_concurrency
         self.timeout = float(timeout)
         self.max_retries = max_retries
@@ -290,12 +295,13 @@ class OpenAICompatVLM(_ChatBackend):
 
     _backend = "openai-compat-vlm"
 
-    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, max_concurrency: int = 8,
-                 timeout: float = 60, max_retries: int = 4, backoff: float = 1.0, image_format: str = "png",
-                 max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
+    def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
+                 max_concurrency: int = 8, timeout: float = 60, max_retries: int = 4, backoff: float = 1.0,
+                 image_format: str = "png", max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
                  system_prompt: str | None = None, extra_body: dict[str, Any] | None = None,
                  box_coords: str | None = None, min_pixels: int = 3136, max_pixels: int = 12845056):
-        super().__init__(model, base_url, api_key=api_key, max_concurrency=max_concurrency, timeout=timeout,
+        super().__init__(model, base_url, api_key=api_key, api_key_env=api_key_env,
+                         max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, max_new_tokens=max_new_tokens,
                          top_logprobs=top_logprobs, temperature=temperature, system_prompt=system_prompt,
                          extra_body=extra_body)
@@ -343,6 +349,16 @@ class OpenAICompatLLM(_ChatBackend):
 
     def _contents(self, prompts: Sequence[str]) -> list[str]:
         return list(prompts)
+
+
+def _key_from_environment(variable: str | None) -> str | None:
+    """The API key from `variable` (`api_key_env=NAME`), else from OPENAI_API_KEY. Keys
+    belong in the environment: an `api_key=` option shows in the process list."""
+    if variable is None:
+        return os.environ.get("OPENAI_API_KEY")
+    if not os.environ.get(variable):
+        raise ValueError(f"api_key_env={variable}: the environment variable {variable} is not set")
+    return os.environ[variable]
 
 
 def encode_image(image: Image.Image, image_format: str = "png") -> str:

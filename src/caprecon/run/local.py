@@ -17,12 +17,14 @@ from tqdm.auto import tqdm
 
 from ..metrics.base import Context, Metric
 from ..models.common import ModelNotFoundError
+from ..redaction import redact_text
 from ..samples import Sample, SampleError, open_image
+from ..store import StoreError
 
 log = logging.getLogger(__name__)
 
 # errors that mean the configuration is wrong, not the row: stop instead of marking rows
-FATAL = (ModelNotFoundError, ImportError, MemoryError, KeyboardInterrupt)
+FATAL = (ModelNotFoundError, ImportError, MemoryError, KeyboardInterrupt, StoreError)
 
 
 def base_record(sample: Sample) -> dict[str, Any]:
@@ -71,7 +73,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     break
                 for pos, result in zip(positions, _score_isolating(metric, items, ctx)):
                     if isinstance(result, Exception):
-                        message = f"{metric.name}: {type(result).__name__}: {result}"
+                        message = redact_text(f"{metric.name}: {type(result).__name__}: {result}")
                         rows[pos]["error"] = "; ".join(filter(None, [rows[pos].get("error"), message]))
                     else:
                         rows[pos].update(result)

@@ -1,0 +1,378 @@
+"""The cache heals and shares: checksums, claims between processes, read-only caches with an
+overlay, a damaged index, `caprecon cache verify/prune`, content-hashed weights, no secrets on disk."""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import caprecon
+from caprecon.cache_cli import parse_age, parse_size, prune, verify
+from caprecon.cli import main
+from caprecon.store import Store, StoreCorruptError, StoreReadOnlyError, content_key
+from oracle import OracleGenerator, PixelEmbedder, render
+
+TESTS = Path(__file__).parent
+SRC = TESTS.parent / "src"
+CAPTIONS = ["a red circle", "a blue square and a green circle", "a yellow triangle", "a purple square",
+            "a black circle and a red square", "a green triangle"]
+
+
+class CoarsePixelEmbedder(PixelEmbedder):
+    """Another embedder (another fingerprint): its embeddings are not in the store yet, so
+    scoring with it must read the reconstructions' pixels."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "pixel-embedder-coarse"
+
+
+def _samples(folder: Path, n: int = len(CAPTIONS)) -> Path:
+    rows = []
+    for i, caption in enumerate(CAPTIONS[:n]):
+        render(caption, 48, 48).save(folder / f"src{i}.png")
+        rows.append({"id": f"s{i}", "image": str(folder / f"src{i}.png"), "caption": caption})
+    path = folder / "samples.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def _score(samples, cache, embedder=None, **settings):
+    return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=embedder or PixelEmbedder(),
+                          max_side=48, cache_dir=str(cache), **settings)
+
+
+def _tree_digest(folder: Path) -> dict[str, str]:
+    # index.sqlite-shm is SQLite's shared-memory lock table, which every reader of a WAL index
+    # updates (where it may); it holds no results
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.endswith("-shm")}
+
+
+# -- item 7: checksums ---------------------------------------------------------------
+
+
+def test_truncated_or_altered_png_is_regenerated_never_scored(tmp_path):
+    samples = _samples(tmp_path, n=3)
+    first = _score(samples, tmp_path / "cache")
+    pngs = [Path(r["reconstruction"]) for r in first.records]
+    data = pngs[0].read_bytes()
+    pngs[0].write_bytes(data[: len(data) // 2])  # truncated
+    altered = bytearray(pngs[1].read_bytes())
+    altered[len(altered) // 2] ^= 0xFF  # same size, one byte changed
+    pngs[1].write_bytes(bytes(altered))
+
+    again = _score(samples, tmp_path / "cache", embedder=CoarsePixelEmbedder())
+    fresh = _score(samples, tmp_path / "fresh-cache", embedder=CoarsePixelEmbedder())
+    assert again.manifest["cache"]["generated"] == 2 and again.manifest["cache"]["damaged"] == 2
+    assert again.scores("recon") == fresh.scores("recon")
+    assert pngs[0].read_bytes() == data  # healed in place
+
+
+def test_value_failing_its_checksum_is_computed_again(tmp_path):
+    store = Store(tmp_path)
+    key = content_key("judge-answer", prompt="q")
+    store.put_json("judge-answer", {key: "yes"})
+    assert store.get_json([key]) == {key: "yes"}
+    with sqlite3.connect(tmp_path / "index.sqlite") as db:
+        db.execute("UPDATE results SET value = ? WHERE key = ?", (b'"no"', key))
+    assert Store(tmp_path).get_json([key]) == {}  # not trusted, so recomputed by the caller
+
+
+# -- item 8: claims --------------------------------------------------------------------
+
+
+def test_claims_exclude_others_until_released_or_lapsed(tmp_path):
+    a, b = Store(tmp_path, lease_seconds=0.3), Store(tmp_path, lease_seconds=0.3)
+    assert a.claim(["k1", "k2"]) == {"k1", "k2"}
+    assert b.claim(["k1", "k2", "k3"]) == {"k3"}
+    a.release(["k1"])
+    assert b.claim(["k1"]) == {"k1"}
+    time.sleep(0.4)  # a stopped renewing: a crashed holder
+    assert b.claim(["k2"]) == {"k2"}
+
+
+def test_claim_of_a_dead_process_is_taken_over_at_once(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    store = Store(tmp_path)
+    host = store.owner.split(":")[0]
+    with sqlite3.connect(tmp_path / "index.sqlite") as db:
+        db.execute("INSERT INTO claims VALUES (?, ?, ?)", ("k", f"{host}:{dead.stdout.strip()}:x", time.time() + 999))
+        db.execute("INSERT INTO claims VALUES (?, ?, ?)", ("live", f"{host}:{os.getppid()}:x", time.time() + 999))
+    assert store.claim(["k", "live"]) == {"k"}
+
+
+def test_two_processes_on_one_cache_generate_each_reconstruction_once(tmp_path):
+    samples = _samples(tmp_path)
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    samples.write_text("\n".join(json.dumps({**r, "id": f"{r['id']}-{c}", "caption": f"{r['caption']} number {c}"})
+                                 for r in rows for c in range(4)))  # 24 samples, 24 distinct reconstructions
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)]), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "caprecon.cli", "score", "-i", str(samples), "-m", "recon", "-q",
+               "-g", "oracle:SteppedOracleGenerator", "--generator-opt", f"start_dir={tmp_path / 'start'}",
+               "-e", "oracle:PixelEmbedder", "--max-side", "48", "--batch-size", "4",
+               "--cache-dir", str(tmp_path / "cache")]
+    procs = [subprocess.Popen([*command, "--out", str(tmp_path / f"run{i}")], env=env, stderr=subprocess.PIPE,
+                              text=True) for i in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    manifests = [json.loads((tmp_path / f"run{i}" / "manifest.json").read_text()) for i in range(2)]
+    assert sum(m["cache"]["generated"] for m in manifests) == 24
+    assert all(m["cache"]["generated"] + m["cache"]["reused"] == 24 for m in manifests)
+    scores = [(tmp_path / f"run{i}" / "scores.jsonl").read_text() for i in range(2)]
+    assert scores[0] == scores[1]
+    assert verify(tmp_path / "cache")["ok"]
+
+
+# -- item 9 (store part): a damaged index ---------------------------------------------------
+
+
+def test_damaged_index_one_clear_message_then_repair(tmp_path, capsys):
+    samples = _samples(tmp_path, n=2)
+    cache = tmp_path / "cache"
+    _score(samples, cache)
+    gc.collect()  # the run's connections close (and checkpoint) now, not over the damage below
+    index = cache / "index.sqlite"
+    for extra in ("index.sqlite-wal", "index.sqlite-shm"):
+        (cache / extra).unlink(missing_ok=True)
+    index.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreCorruptError):
+        Store(cache)
+    code = main(["score", "-i", str(samples), "-m", "recon", "-g", "oracle:OracleGenerator", "-e",
+                 "oracle:PixelEmbedder", "--max-side", "48", "--cache-dir", str(cache), "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert str(index) in err and "caprecon cache verify --repair" in err
+    assert main(["cache", "verify", "--cache-dir", str(cache)]) == 1
+    for png in (cache / "images").rglob("*.png"):  # left by the lost index: orphans once old enough
+        os.utime(png, (time.time() - 3600,) * 2)
+    assert main(["cache", "verify", "--repair", "--cache-dir", str(cache)]) == 0
+    assert list(cache.glob("index.sqlite.damaged-*")) and not list((cache / "images").rglob("*.png"))
+    assert _score(samples, cache).manifest["cache"]["generated"] == 2
+
+
+# -- item 10: a read-only cache --------------------------------------------------------------
+
+
+def _make_read_only(folder: Path) -> None:
+    for p in [*folder.rglob("*"), folder]:
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _make_writable(folder: Path) -> None:
+    for p in [folder, *folder.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+
+
+def test_read_only_cache_is_read_and_new_work_goes_to_an_overlay(tmp_path):
+    samples = _samples(tmp_path, n=4)
+    shared = tmp_path / "shared"
+    two = tmp_path / "two.jsonl"
+    two.write_text("\n".join(samples.read_text().splitlines()[:2]))
+    filled = _score(two, shared)  # the shared cache holds two of the four
+    gc.collect()  # its writer is gone, as a shared cache's would be
+    _make_read_only(shared)  # no write bit anywhere: read-only even for root, who could write anyway
+    before = _tree_digest(shared)
+    try:
+        run = _score(samples, shared, out=tmp_path / "run")
+        assert run.manifest["cache"]["generated"] == 2 and run.manifest["cache"]["reused"] == 2
+        assert run.scores("recon")[:2] == filled.scores("recon")
+        assert run.manifest["store"]["read_only"] is False and run.manifest["store"]["below"]["read_only"]
+        assert all(str(tmp_path / "run" / "cache-overlay") in r["reconstruction"] for r in run.records[2:])
+        assert _tree_digest(shared) == before  # nothing written to the shared cache
+        again = _score(samples, shared, out=tmp_path / "run")  # the overlay keeps the new work
+        assert again.manifest["cache"]["generated"] == 0
+        assert _score(two, shared).scores("recon") == filled.scores("recon")  # cached work needs no overlay
+        with pytest.raises(StoreReadOnlyError, match="--cache-overlay"):
+            _score(samples, shared)  # new work, nowhere to put it
+    finally:
+        _make_writable(shared)
+
+
+def test_read_only_flag_never_writes_even_where_writable(tmp_path):
+    samples = _samples(tmp_path, n=2)
+    cache = tmp_path / "cache"
+    _score(samples, cache)
+    before = _tree_digest(cache)
+    run = _score(samples, cache, embedder=CoarsePixelEmbedder(), cache_read_only=True,
+                 cache_overlay=str(tmp_path / "overlay"))
+    assert run.manifest["cache"]["generated"] == 0 and run.manifest["cache"]["embedded"] == 4
+    assert _tree_digest(cache) == before
+
+
+# -- item 13: verify and prune ------------------------------------------------------------------
+
+
+def test_verify_reports_and_repairs_orphans_missing_and_damaged_files(tmp_path):
+    samples = _samples(tmp_path, n=4)
+    cache = tmp_path / "cache"
+    pngs = [Path(r["reconstruction"]) for r in _score(samples, cache).records]
+    assert verify(cache)["ok"]
+    pngs[0].unlink()
+    pngs[1].write_bytes(pngs[1].read_bytes()[:-10])
+    orphan = cache / "images" / "zz" / ("z" * 64 + ".png")
+    orphan.parent.mkdir()
+    shutil.copy(pngs[2], orphan)
+    os.utime(orphan, (time.time() - 3600,) * 2)
+    report = verify(cache)
+    assert not report["ok"] and report["entries"] == 12  # 4 reconstructions, 8 embeddings (sources and reconstructions)
+    assert len(report["missing_files"]) == 1 and len(report["damaged_files"]) == 1
+    assert report["orphans"] == [str(orphan.relative_to(cache))]
+    verify(cache, repair=True)
+    assert verify(cache)["ok"] and not orphan.exists()
+    assert _score(samples, cache).manifest["cache"]["generated"] == 2
+
+
+def test_old_index_is_migrated_and_pruned_by_model_age_and_size(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with sqlite3.connect(cache / "index.sqlite") as db:  # the schema before checksums and models
+        db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, created REAL NOT NULL)")
+        db.execute("INSERT INTO results VALUES ('old', 'judge-answer', '\"yes\"', ?)", (time.time() - 40 * 86400,))
+    store = Store(cache)
+    assert store.get_json(["old"]) == {"old": "yes"}
+    samples = _samples(tmp_path, n=3)
+    _score(samples, cache)
+    _score(samples, cache, embedder=CoarsePixelEmbedder())
+    assert verify(cache, repair=True)["checksums_added"] == 1
+    assert prune(cache, older_than=parse_age("30d"))["removed"] == 1
+    assert Store(cache).get_json(["old"]) == {}
+    coarse = prune(cache, model="pixel-embedder-coarse", dry_run=True)
+    assert coarse["removed"] == 6 and coarse["entries"] == 15  # 3 reconstructions, 6 + 6 embeddings
+    assert prune(cache, model="pixel-embedder-coarse")["removed"] == 6
+    assert _score(samples, cache, embedder=CoarsePixelEmbedder()).manifest["cache"]["embedded"] == 6
+    assert prune(cache, max_size=parse_size("1MB"))["removed"] == 0
+    total = prune(cache, max_size=0, dry_run=True)["bytes_before"]
+    oldest_first = [key for (key,) in sqlite3.connect(cache / "index.sqlite").execute(
+        "SELECT key FROM results ORDER BY created")]
+    report = prune(cache, max_size=total // 2)
+    assert 0 < report["removed"] < report["entries"] and report["bytes_after"] <= total // 2
+    assert Store(cache).get_json(oldest_first[:1]) == {} and Store(cache).get_arrays(oldest_first[-1:])
+    assert verify(cache)["ok"]
+    assert parse_size("10GB") == 10**10 and parse_size("2GiB") == 2 * 2**30 and parse_age("12h") == 43200
+
+
+def test_cache_commands_print_and_exit(tmp_path, capsys):
+    samples = _samples(tmp_path, n=2)
+    cache = tmp_path / "cache"
+    _score(samples, cache)
+    assert main(["cache", "info", "--cache-dir", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "reconstruction" in out and "pixel-embedder-v1" in out
+    assert main(["cache", "prune", "--cache-dir", str(cache)]) == 2
+    assert "--older-than" in capsys.readouterr().err
+    assert main(["cache", "prune", "--max-size", "0B", "--cache-dir", str(cache)]) == 0
+    assert "removed 6 of 6 entries" in capsys.readouterr().out  # 2 reconstructions, 4 embeddings
+
+
+# -- issue 7 item 10: weights fingerprinted by content ---------------------------------------
+
+
+def test_retrained_weights_of_the_same_size_are_a_new_model(tmp_path, tiny_sd):
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from caprecon.models.generator import DiffusersGenerator
+
+    model = tmp_path / "sd"
+    shutil.copytree(tiny_sd, model)
+    samples = _samples(tmp_path, n=2)
+
+    def run():
+        return caprecon.score(samples, ["recon"], generator=str(model), embedder=PixelEmbedder(),
+                              generator_options={"steps": 1}, max_side=32, cache_dir=str(tmp_path / "cache"))
+
+    before = DiffusersGenerator(model, steps=1).fingerprint
+    first = run()
+    weights = next((model / "unet").glob("*.safetensors"))
+    with safe_open(weights, "pt") as f:
+        metadata, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    size = weights.stat().st_size
+    save_file({k: v * 1.01 for k, v in tensors.items()}, weights, metadata=metadata)  # "retrained"
+    assert weights.stat().st_size == size
+    assert DiffusersGenerator(model, steps=1).fingerprint != before
+    second = run()
+    assert first.manifest["cache"]["generated"] == 2 and second.manifest["cache"]["generated"] == 2
+
+
+# -- item 15: secrets ----------------------------------------------------------------------
+
+
+def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, capsys, caplog):
+    key = "sk-test-9f8e7d6c5b4a"
+    samples = _samples(tmp_path, n=2)
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    argv = ["score", "-i", str(samples), "-m", "vqascore", "--judge", "tiny-judge",
+            "--judge-opt", "base_url=http://127.0.0.1:9/v1", "--judge-opt", f"api_key={key}",
+            "--judge-opt", "max_retries=0", "--judge-opt", "timeout=2", "--out", str(out), "--cache-dir", str(cache)]
+    monkeypatch.setattr(sys, "argv", ["caprecon", *argv])
+    caplog.set_level("DEBUG")
+    main(["-v", *argv])
+    captured = capsys.readouterr()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["judge_options"]["api_key"] == "***" and manifest["command"]
+    rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all("127.0.0.1:9" in r["error"] for r in rows)  # the error path ran, and was written
+    written = [p for folder in (out, cache) for p in folder.rglob("*") if p.is_file()]
+    assert written
+    for path in written:
+        assert key.encode() not in path.read_bytes(), path
+    assert key not in captured.out + captured.err + caplog.text
+
+
+def test_api_key_from_named_environment_variable(monkeypatch):
+    from caprecon.config import ConfigError, RunConfig, Roles
+    from caprecon.models.openai_compat import OpenAICompatVLM
+
+    monkeypatch.setenv("MY_JUDGE_KEY", "sk-from-env")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-default")
+    assert OpenAICompatVLM("m", "http://127.0.0.1:9", api_key_env="MY_JUDGE_KEY").api_key == "sk-from-env"
+    assert OpenAICompatVLM("m", "http://127.0.0.1:9").api_key == "sk-default"
+    monkeypatch.delenv("MY_JUDGE_KEY")
+    roles = Roles(RunConfig.build(judge="m", judge_options={"base_url": "http://127.0.0.1:9", "api_key_env": "MY_JUDGE_KEY"}))
+    with pytest.raises(ConfigError, match="MY_JUDGE_KEY is not set"):
+        roles.judge
+
+
+def test_old_read_only_index_is_read_verified_and_listed(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    with sqlite3.connect(cache / "index.sqlite") as db:  # the schema before checksums, models and claims
+        db.execute("CREATE TABLE results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, created REAL NOT NULL)")
+        db.execute("INSERT INTO results VALUES ('k', 'judge-answer', '\"yes\"', ?)", (time.time(),))
+    _make_read_only(cache)
+    try:
+        assert Store(cache).get_json(["k"]) == {"k": "yes"}
+        assert verify(cache)["ok"] and verify(cache)["entries"] == 1
+        assert prune(cache, max_size=0, dry_run=True)["removed"] == 1
+        with pytest.raises(StoreReadOnlyError, match="write access"):
+            prune(cache, max_size=0)
+        assert (cache / "index.sqlite").stat().st_mode & 0o222 == 0 and len(list(cache.iterdir())) == 1
+    finally:
+        _make_writable(cache)
+
+
+def test_secret_looking_options_are_masked_and_others_kept():
+    from caprecon.redaction import MASK, redact
+
+    masked = redact({"judge_options": {"api_key": "k-123456", "x-api-key": "k-abcdef", "max_new_tokens": 8,
+                                       "headers": {"Authorization": "Bearer k-zzzzzz"}, "api_key_env": "MY_KEY",
+                                       "tokens_cut": 3},
+                     "command": ["caprecon", "--judge-opt=token=k-qqqqqq", "--llm-opt", "password=k-pppppp"],
+                     "note": "server said: bad key k-123456"})
+    assert masked["judge_options"] == {"api_key": MASK, "x-api-key": MASK, "max_new_tokens": 8, "headers": MASK,
+                                       "api_key_env": "MY_KEY", "tokens_cut": 3}
+    assert masked["command"] == ["caprecon", f"--judge-opt=token={MASK}", "--llm-opt", f"password={MASK}"]
+    assert masked["note"] == f"server said: bad key {MASK}"
