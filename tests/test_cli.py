@@ -1,6 +1,7 @@
 """The `caprecon` command: score end to end, list models, fail early on bad configuration."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -30,7 +31,14 @@ def test_score_writes_run_folder(tmp_path, tiny_sd, tiny_dinov2, capsys):
     assert "recon" in printed and "r2" in printed
     records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(records) == 3 and all(0 <= r["recon"] <= 1 for r in records)
-    assert all((tmp_path / "cache" / "images").rglob(f"{r['reconstruction'].split('/')[-1]}") for r in records)
+    # every reconstruction is a distinct image file inside the cache, of the size the record states
+    images = (tmp_path / "cache" / "images").resolve()
+    paths = [Path(r["reconstruction"]).resolve() for r in records]
+    assert len(set(paths)) == 3
+    for path, record in zip(paths, records):
+        assert path.is_file() and images in path.parents, path
+        with Image.open(path) as image:
+            assert list(image.size) == record["size"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metrics"]["recon"]["n"] == 3
     manifest = json.loads((out / "manifest.json").read_text())
