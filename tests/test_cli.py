@@ -90,6 +90,24 @@ def test_dreamsim_without_weights_explains(tmp_path):
         DreamSimEmbedder(weights_dir=tmp_path)
 
 
+def test_dreamsim_checks_every_file_dreamsim_would_otherwise_download(tmp_path):
+    import pytest
+
+    from caprecon.models.common import ModelNotFoundError
+    from caprecon.models.embedder import DreamSimEmbedder
+
+    # dreamsim 0.2's layout for a single-backbone variant: the LoRA adapter is `<variant>_single_lora`,
+    # beside the backbone checkpoint and (DINO) the torch.hub repository and weights
+    (tmp_path / "dino_vitb16_single_lora").mkdir()
+    (tmp_path / "facebookresearch_dino_main").mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "dino_vitbase16_pretrain.pth").touch()
+    with pytest.raises(ModelNotFoundError, match="missing dino_vitb16_pretrain.pth"):
+        DreamSimEmbedder("dino_vitb16", weights_dir=tmp_path)
+    (tmp_path / "dino_vitb16_pretrain.pth").touch()
+    assert DreamSimEmbedder("dino_vitb16", weights_dir=tmp_path, device="cpu").variant == "dino_vitb16"
+
+
 def test_registered_plugin_names_build(monkeypatch):
     from caprecon.models import registry
     from oracle import PixelEmbedder
