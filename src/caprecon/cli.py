@@ -100,7 +100,9 @@ def cmd_meta(args: argparse.Namespace) -> int:
         results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
         return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
 
-    return run_meta_command(args, score_metric=score_metric)
+    from .meta_cli import probe_llm_and_store
+
+    return run_meta_command(args, score_metric=score_metric, **probe_llm_and_store(settings, args.config))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
