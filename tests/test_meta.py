@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, Judgments, PairJudgment, ProbeTriple
+from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
 from caprecon.meta import (
     COUNTS,
     SPATIAL_SWAPS,

@@ -11,6 +11,8 @@ import argparse
 import csv
 import json
 import math
+import shutil
+import sqlite3
 
 import numpy as np
 import pytest
@@ -281,3 +283,24 @@ def test_probes_with_an_llm(tmp_path):
     lengths = [json.loads(line) for line in (out / "probe-lengths.jsonl").read_text().splitlines()]
     assert [s["captions"] for s in lengths] == [CAPTIONS, CAPTIONS]
     assert not math.isnan(float(rows["length_std"]["value"]))
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="BLEU's PTB tokeniser needs Java")
+def test_caprecon_meta_gives_its_llm_to_the_probes_and_caches_the_replies(tmp_path, capsys):
+    from caprecon.cli import main
+
+    judged = _judgments_file(tmp_path)
+    common = ["meta", "--judgments", str(judged), "--metric", "bleu-1", "--probes", "--bootstrap", "0", "-q",
+              "--cache-dir", str(tmp_path / "cache")]
+    assert main([*common, "--out", str(tmp_path / "none")]) == 2
+    assert "--probes needs an LLM" in capsys.readouterr().err
+
+    out = tmp_path / "o"
+    assert main([*common, "--out", str(out), "--llm", "test_probes:ScriptedLLM"]) == 0
+    rows = {r["probe"]: r for r in csv.DictReader((out / "probes.csv").open())}
+    assert set(rows) == {"paraphrase_delta", "length_std"}
+    # BLEU-1 rewards the perturbations' word overlap with the references over the paraphrases' meaning
+    assert float(rows["paraphrase_delta"]["value"]) < 0
+    # 2 paraphrases, 2 triplet extractions (one per image), 3 captions (both images share the triplets)
+    with sqlite3.connect(tmp_path / "cache" / "index.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM results WHERE kind = 'llm-answer'").fetchone() == (7,)

@@ -30,7 +30,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
                    help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
-    p.add_argument("--llm", help="text LLM of captionqa: name, hub id or folder")
+    p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
     p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE")
     p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
     p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
