@@ -179,7 +179,7 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         probe_rows = []
         if args.probes or triples is not None:
             writer = None
-            if llm is not None:
+            if args.probes:  # an LLM is there: checked above
                 context = Context(store if store is not None else Store.temporary())
                 writer = ProbeWriter(llm, context, progress=not getattr(args, "quiet", False))
             probe_rows = _probes(args, files[0], triples, writer, metrics, reference, score_metric, notes)
