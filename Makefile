@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS := offline,data,eval,report,serve,test
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test test-all test-extras bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,22 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m ''
+
+# DreamSim (the ReconScore paper's embedder) needs torchvision, open_clip and timm, whose
+# compiled ops need the registry's own torch build (a CUDA build, several GB, runs on CPU too):
+# it gets a virtualenv of its own, so .venv keeps its CPU torch. Not part of `make test`.
+EXTRAS_VENV  := .venv-extras
+EXTRAS_STAMP := $(EXTRAS_VENV)/.installed
+
+$(EXTRAS_STAMP): pyproject.toml
+	test -x $(EXTRAS_VENV)/bin/python || $(PYTHON) -m venv $(EXTRAS_VENV)
+	$(EXTRAS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(EXTRAS_VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1
+	$(EXTRAS_VENV)/bin/pip install -q -e '.[dreamsim,test]'
+	touch $(EXTRAS_STAMP)
+
+test-extras: $(EXTRAS_STAMP)
+	HF_HUB_OFFLINE=1 $(EXTRAS_VENV)/bin/python -m pytest -q -m '' tests/test_dreamsim.py
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/overhead.py

@@ -1,6 +1,7 @@
 """The `caprecon` command: score end to end, list models, fail early on bad configuration."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -30,7 +31,14 @@ def test_score_writes_run_folder(tmp_path, tiny_sd, tiny_dinov2, capsys):
     assert "recon" in printed and "r2" in printed
     records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(records) == 3 and all(0 <= r["recon"] <= 1 for r in records)
-    assert all((tmp_path / "cache" / "images").rglob(f"{r['reconstruction'].split('/')[-1]}") for r in records)
+    # every reconstruction is a distinct image file inside the cache, of the size the record states
+    images = (tmp_path / "cache" / "images").resolve()
+    paths = [Path(r["reconstruction"]).resolve() for r in records]
+    assert len(set(paths)) == 3
+    for path, record in zip(paths, records):
+        assert path.is_file() and images in path.parents, path
+        with Image.open(path) as image:
+            assert list(image.size) == record["size"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["metrics"]["recon"]["n"] == 3
     manifest = json.loads((out / "manifest.json").read_text())
@@ -80,6 +88,24 @@ def test_dreamsim_without_weights_explains(tmp_path):
 
     with pytest.raises(ModelNotFoundError, match="CAPRECON_DREAMSIM_DIR"):
         DreamSimEmbedder(weights_dir=tmp_path)
+
+
+def test_dreamsim_checks_every_file_dreamsim_would_otherwise_download(tmp_path):
+    import pytest
+
+    from caprecon.models.common import ModelNotFoundError
+    from caprecon.models.embedder import DreamSimEmbedder
+
+    # dreamsim 0.2's layout for a single-backbone variant: the LoRA adapter is `<variant>_single_lora`,
+    # beside the backbone checkpoint and (DINO) the torch.hub repository and weights
+    (tmp_path / "dino_vitb16_single_lora").mkdir()
+    (tmp_path / "facebookresearch_dino_main").mkdir()
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "dino_vitbase16_pretrain.pth").touch()
+    with pytest.raises(ModelNotFoundError, match="missing dino_vitb16_pretrain.pth"):
+        DreamSimEmbedder("dino_vitb16", weights_dir=tmp_path)
+    (tmp_path / "dino_vitb16_pretrain.pth").touch()
+    assert DreamSimEmbedder("dino_vitb16", weights_dir=tmp_path, device="cpu").variant == "dino_vitb16"
 
 
 def test_registered_plugin_names_build(monkeypatch):

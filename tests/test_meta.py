@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, Judgments, PairJudgment
+from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
 from caprecon.meta import (
     COUNTS,
     SPATIAL_SWAPS,
@@ -31,7 +31,6 @@ from caprecon.meta import (
     paraphrase_delta,
     pairwise_accuracy,
     pearson,
-    probe_triples_from_refs,
     run_meta,
     scores_from_records,
     spearman,
@@ -227,16 +226,13 @@ def test_perturber_is_deterministic():
     assert all(p != c for p, c in zip(forward, captions))
 
 
-def test_probe_triples_from_references():
-    refs = ["Something happens .", "A black dog runs on the grass .", "A dog runs ."]
-    items = [Judgment("1", "i.jpg", "cap", (1.0,), refs=refs, image_id="i")]
-    [triple] = probe_triples_from_refs(Judgments(SCORES, items), Perturber())
-    # the first reference has nothing to swap, so the second becomes the paraphrase
-    assert triple.paraphrase == refs[1] and triple.perturbed != refs[1]
-    assert triple.refs == [refs[0], refs[2]] and triple.reference == refs[0]
+def test_triple_samples():
+    triple = ProbeTriple("i.jpg", "A black dog runs .", "A dark hound is running .", "A white dog runs .",
+                         ["A black dog runs ."], "i", "colour")
     samples = triple_samples([triple], "/imgs")
     assert [s.caption for s in samples] == [triple.paraphrase, triple.perturbed]
-    assert str(samples[0].image) == "/imgs/i.jpg"
+    assert [s.id for s in samples] == ["para-0", "pert-0"]
+    assert str(samples[0].image) == "/imgs/i.jpg" and samples[1].refs == triple.refs
 
 
 def test_paraphrase_delta():
@@ -248,21 +244,27 @@ def test_paraphrase_delta():
     assert row.n == 3 and row.ci_low <= row.value <= row.ci_high
 
 
-def test_length_robustness_holds_content_fixed():
-    # Six images, each with one caption per length bucket (5, 10, 13, 20 words).
-    lengths = [5, 10, 13, 20] * 6
-    captions = [" ".join(["w"] * n) for n in lengths]
-    groups = np.repeat(np.arange(6), 4)
-    bucket = np.tile(np.arange(4), 6)
-    # Score = bucket + image offset. Centring within an image removes the offset; the
-    # overall mean 1.5 + 2.5 = 4 is added back: bucket means 2.5 3.5 4.5 5.5, whose
-    # standard deviation is sqrt((2.25 + 0.25 + 0.25 + 2.25) / 4) = sqrt(1.25).
-    biased = length_robustness("m", captions, bucket + groups, groups, n_bootstrap=0)
-    assert biased.value == pytest.approx(math.sqrt(1.25))
-    # A score that depends on the image only is indifferent to length.
-    fair = length_robustness("m", captions, groups * 1.0, groups, n_bootstrap=0)
-    assert fair.value == pytest.approx(0.0)
-    assert "1-8 words" in biased.detail and "15+ words" in biased.detail
+def test_length_robustness_is_the_spread_of_per_length_means():
+    # Four images, one caption per length; score = length offset (0, 1, 3) + image offset.
+    # Length means over the same images: 1.5, 2.5, 4.5 -> std sqrt(((1.5-17/6)^2 + ...)/3).
+    groups = np.repeat(["a", "b", "c", "d"], 3)
+    lengths = ["short", "medium", "long"] * 4
+    offset = {"short": 0.0, "medium": 1.0, "long": 3.0}
+    image = {"a": 0.0, "b": 1.0, "c": 2.0, "d": 3.0}
+    scores = np.array([offset[n] + image[g] for n, g in zip(lengths, groups)])
+    means = np.array([1.5, 2.5, 4.5])
+    row = length_robustness("m", lengths, scores, groups, n_bootstrap=50)
+    assert row.value == pytest.approx(math.sqrt(((means - means.mean()) ** 2).mean()))
+    assert row.n == 12 and "short 1.5, medium 2.5, long 4.5 over 4 images" in row.detail
+    # An image missing one length's score is left out entirely, so every mean is over the same images:
+    # without image "d" the means are 1, 2, 4.
+    scores[9] = np.nan
+    partial = length_robustness("m", lengths, scores, groups, n_bootstrap=0)
+    assert partial.value == pytest.approx(np.std([1.0, 2.0, 4.0])) and partial.n == 9
+    # A metric indifferent to length has no spread.
+    assert length_robustness("m", lengths, [image[g] for g in groups], groups, n_bootstrap=0).value == 0.0
+    with pytest.raises(ValueError, match="not among"):
+        length_robustness("m", ["tiny"], [1.0], ["a"], n_bootstrap=0)
 
 
 # ----------------------------------------------------------------------------- output

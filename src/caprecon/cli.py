@@ -35,7 +35,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
                    help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
     p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
-    p.add_argument("--llm", help="text LLM of captionqa: name, hub id or folder")
+    p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
     p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE")
     p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
     p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
@@ -120,7 +120,9 @@ def cmd_meta(args: argparse.Namespace) -> int:
         results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
         return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
 
-    return run_meta_command(args, score_metric=score_metric)
+    from .meta_cli import probe_llm_and_store
+
+    return run_meta_command(args, score_metric=score_metric, **probe_llm_and_store(settings, args.config))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -20,13 +20,13 @@ Confidence intervals
     together, since they are not independent of one another). The generator is seeded,
     and every metric sees the same resampled image sets, so intervals are reproducible
     and comparable across metrics.
-Probes
-    `paraphrase_delta` (ReconScore's paraphrase-vs-perturbation test): a good metric
-    scores a paraphrase of a correct caption above a minimally perturbed, now wrong,
-    version of it. `Perturber` makes such versions by swapping colours, object nouns,
-    counts or spatial relations. `length_robustness`: the spread of a metric's mean
-    across caption-length buckets, with content held fixed by comparing captions of the
-    same image with one another.
+Probes (the ReconScore paper's; their captions are written in `probes.py`)
+    `paraphrase_delta`: the mean score of low-overlap paraphrases of reference captions
+    minus that of high-overlap perturbations of the same references (one fact changed):
+    positive when the metric follows meaning rather than word overlap. `Perturber` makes
+    the perturbations by swapping colours, object nouns, counts or spatial relations.
+    `length_robustness`: the spread of a metric's mean over captions of three lengths that
+    state the same extracted facts.
 """
 
 from __future__ import annotations
@@ -401,35 +401,6 @@ class Perturber:
         return Perturbation(text, kind, original, replacement)
 
 
-def probe_triples_from_refs(judgments: Judgments, perturber: Perturber) -> list[ProbeTriple]:
-    """Paraphrase/perturbation triples built from the references of each judged image.
-
-    For each image the first reference the perturber can change becomes the paraphrase,
-    its perturbed copy the wrong caption, and the other references (at least one) the
-    references; images where no reference can be perturbed are skipped.
-    """
-    triples = []
-    for image_id, (image, refs) in _refs_per_image(judgments).items():
-        for k, ref in enumerate(refs):
-            change = perturber.perturb(ref)
-            others = refs[:k] + refs[k + 1:]
-            if change is None or not others:
-                continue
-            triples.append(ProbeTriple(image, others[0], ref, change.text, others, image_id, change.kind))
-            break
-    return triples
-
-
-def _refs_per_image(judgments: Judgments) -> dict[str, tuple[str, list[str]]]:
-    # Flickr8k-CrowdFlower leaves a caption out of its own image's references, so items of
-    # one image can differ; the longest list is the image's full set.
-    best: dict[str, tuple[str, list[str]]] = {}
-    for item in judgments.items:
-        if item.image_id not in best or len(item.refs) > len(best[item.image_id][1]):
-            best[item.image_id] = (item.image, list(item.refs))
-    return best
-
-
 def triple_samples(triples: Sequence[ProbeTriple], images_root: str | Path | None = None) -> list[Sample]:
     """Samples for the Δ probe: every paraphrase, then every perturbed caption."""
     def image(t: ProbeTriple):
@@ -439,18 +410,6 @@ def triple_samples(triples: Sequence[ProbeTriple], images_root: str | Path | Non
     paraphrases = [Sample(f"para-{k}", image(t), t.paraphrase, t.refs, t.image_id) for k, t in enumerate(triples)]
     perturbed = [Sample(f"pert-{k}", image(t), t.perturbed, t.refs, t.image_id) for k, t in enumerate(triples)]
     return paraphrases + perturbed
-
-
-def length_samples(judgments: Judgments, images_root: str | Path | None = None) -> list[Sample]:
-    """Samples for the length probe: every reference of every image as a caption, scored
-    against the image's other references, so content is fixed within an image."""
-    root = Path(images_root) if images_root is not None else (judgments.path.parent if judgments.path else None)
-    out = []
-    for image_id, (image, refs) in _refs_per_image(judgments).items():
-        path = Path(image) if root is None or Path(image).is_absolute() else root / image
-        for k, ref in enumerate(refs):
-            out.append(Sample(f"len-{image_id}-{k}", path, ref, refs[:k] + refs[k + 1:], image_id, k))
-    return out
 
 
 @dataclass
@@ -502,70 +461,53 @@ def paraphrase_delta(
     return ProbeRow(metric, "paraphrase_delta", delta(np.arange(len(para))), low, high, n, detail)
 
 
-LENGTH_EDGES = (9, 12, 15)  # word counts starting buckets 2..4: <=8, 9-11, 12-14, >=15
-
-
 def length_robustness(
     metric: str,
-    captions: Sequence[str],
+    lengths: Sequence[str],
     scores: Sequence[float],
     groups: Sequence,
     *,
-    edges: Sequence[int] = LENGTH_EDGES,
-    min_bucket: int = 5,
+    order: Sequence[str] = ("short", "medium", "long"),
     n_bootstrap: int = 1000,
     seed: int = 0,
     level: float = 0.95,
 ) -> ProbeRow:
-    """Standard deviation of the metric's mean across caption-length buckets.
+    """Standard deviation (over lengths, ddof 0) of the metric's mean score per caption length.
 
-    Scores are first centred within each image (group), so what varies across buckets is
-    length, not which pictures happen to get long captions; the image-wide mean is added
-    back so bucket means stay on the metric's scale. Buckets with fewer than `min_bucket`
-    captions are ignored. 0 means the metric is indifferent to length; the detail also
-    gives the spread relative to the metric's overall standard deviation, which compares
-    across metrics with different scales.
+    `lengths[i]` names the length category of caption i (one of `order`) and `groups[i]` its
+    image; each image has one caption per length, all stating the same facts. Only images
+    whose captions of every length were scored count, so every length's mean is over the
+    same images. 0 means the metric is indifferent to length. The value is on the metric's
+    own scale (the paper reports scores ×100); the detail gives each length's mean and the
+    spread relative to the standard deviation of all these captions' scores, which compares
+    across metrics of different scales.
     """
     s = np.asarray(scores, float)
-    lengths = np.array([len(c.split()) for c in captions])
-    bucket = np.searchsorted(np.asarray(edges), lengths, side="right")
+    label = np.asarray(lengths, dtype=object)
     g = np.asarray(groups, dtype=object).astype(str)
-    _, image_of = np.unique(g, return_inverse=True)
-    ok = np.isfinite(s)
+    unknown = sorted(set(label) - set(order))
+    if unknown:
+        raise ValueError(f"length labels {unknown} are not among {list(order)}")
+    scored = np.isfinite(s)
+    complete = {image for image in set(g) if set(label[(g == image) & scored]) >= set(order)}
+    counted = scored & np.isin(g, list(complete))
 
-    def bucket_means(idx: np.ndarray) -> dict[int, tuple[float, int]]:
-        idx = idx[ok[idx]]
-        if not len(idx):
-            return {}
-        _, local = np.unique(image_of[idx], return_inverse=True)
-        centre = np.bincount(local, s[idx]) / np.bincount(local)
-        residual = s[idx] - centre[local] + s[idx].mean()
-        out = {}
-        for b in np.unique(bucket[idx]):
-            members = residual[bucket[idx] == b]
-            if len(members) >= min_bucket:
-                out[int(b)] = (float(members.mean()), len(members))
-        return out
+    def means(idx: np.ndarray) -> list[float]:
+        idx = idx[counted[idx]]
+        return [float(s[idx][label[idx] == name].mean()) for name in order] if len(idx) else []
 
     def spread(idx: np.ndarray) -> float:
-        means = bucket_means(idx)
-        return float(np.std([m for m, _ in means.values()])) if len(means) >= 2 else math.nan
+        m = means(idx)
+        return float(np.std(m)) if len(m) == len(order) else math.nan
 
     everything = np.arange(len(s))
     value = spread(everything)
     low, high = bootstrap_ci(spread, g, n_resamples=n_bootstrap, seed=seed, level=level)
-    labels = _bucket_labels(edges)
-    parts = [f"{labels[b]}: {m:.4g} (n={n})" for b, (m, n) in sorted(bucket_means(everything).items())]
-    overall = float(np.std(s[ok])) if ok.any() else math.nan
+    overall = float(np.std(s[counted])) if counted.any() else math.nan
     relative = value / overall if overall > 0 else math.nan
-    detail = f"std / overall std {relative:.3f}; bucket means " + ", ".join(parts)
-    return ProbeRow(metric, "length_std", value, low, high, int(ok.sum()), detail)
-
-
-def _bucket_labels(edges: Sequence[int]) -> list[str]:
-    bounds = [1, *edges]
-    labels = [f"{lo}-{hi - 1} words" for lo, hi in zip(bounds, edges)]
-    return labels + [f"{edges[-1]}+ words"]
+    parts = ", ".join(f"{name} {m:.4g}" for name, m in zip(order, means(everything)))
+    detail = f"means {parts or 'none'} over {len(complete)} images; std / overall std {relative:.3f}"
+    return ProbeRow(metric, "length_std", value, low, high, int(counted.sum()), detail)
 
 
 # ----------------------------------------------------------------------------- output

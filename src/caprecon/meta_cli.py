@@ -10,7 +10,11 @@ Scores can also come ready-made from `--scores` files.
 
 Writes to --out: `meta.csv` and `meta.md` (one row per judgments file and metric),
 `scores-<file>.csv` (every caption's score from every metric, reusable via --scores),
-and with --probes or --triples `probes.csv` / `probes.md`.
+and with --probes or --triples `probes.csv` / `probes.md`, plus the probes' captions
+(`probe-triples.jsonl`, reusable via --triples; `probe-lengths.jsonl`; `probe-rejected.jsonl`).
+
+The probes need an LLM (`TextLLM`) to write their captions: `caprecon meta --llm ...`
+passes one; on its own this module can run only the Δ probe on user --triples.
 
 Also runnable on its own: `python -m caprecon.meta_cli ...`.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import sys
 from pathlib import Path
@@ -26,25 +31,35 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from caprecon.judgments import FORMATS, JudgmentFormatError, Judgments, load_judgments, load_triples
+from caprecon.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.meta import (
     MetaRow,
     Perturber,
     ProbeRow,
     format_table,
     length_robustness,
-    length_samples,
     paraphrase_delta,
-    probe_triples_from_refs,
     run_meta,
     scores_from_records,
     triple_samples,
     write_csv,
     write_markdown,
 )
+from caprecon.metrics.base import Context
 from caprecon.metrics.reference import REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name
+from caprecon.models.llm import TextLLM
+from caprecon.probes import (
+    LENGTHS,
+    ProbeWriter,
+    as_records,
+    length_samples,
+    length_sets,
+    overlap_problem,
+    paraphrase_triples,
+)
 from caprecon.records import read_records
 from caprecon.samples import Sample
+from caprecon.store import Store
 
 ScoreMetric = Callable[[str, list[Sample]], Sequence[float]]
 """score_metric(name, samples) -> one score per sample (NaN or None where it failed)."""
@@ -100,29 +115,39 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--probes", action="store_true",
-        help="also run the probes on the images of the first --judgments file: paraphrase-vs-perturbation Δ "
-        "(perturbing their references unless --triples is given) and length robustness",
+        help="also run the ReconScore paper's probes on the images of the first --judgments file; needs --llm, "
+        "which paraphrases references for the Δ probe (unless --triples is given) and writes captions of three "
+        "lengths from triplets it extracts for the length probe",
     )  # fmt: skip
     parser.add_argument(
         "--triples", type=Path, metavar="FILE",
-        help="(image, reference, paraphrase, perturbed) rows for the Δ probe; implies --probes",
+        help="your (image, reference, paraphrase, perturbed) rows for the Δ probe; without --probes only the "
+        "Δ probe runs, and it needs no LLM",
     )  # fmt: skip
 
 
-def run_meta_command(args: argparse.Namespace, score_metric: ScoreMetric | None = None) -> int:
+def run_meta_command(
+    args: argparse.Namespace,
+    score_metric: ScoreMetric | None = None,
+    *,
+    llm: TextLLM | None = None,
+    store: Store | None = None,
+) -> int:
     """Run `caprecon meta` with parsed `args`; returns the exit status.
 
     `score_metric(name, samples)` scores every metric that is not a reference metric and
-    not in a --scores file; without it such a metric is an error.
+    not in a --scores file; without it such a metric is an error. `llm` writes the probes'
+    captions, its replies cached in `store` (a temporary one when not given).
     """
     try:
-        return _run(args, score_metric)
+        return _run(args, score_metric, llm, store)
     except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
         print(f"caprecon meta: {exc}", file=sys.stderr)
         return 2
 
 
-def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
+         store: Store | None) -> int:
     metrics = _metric_names(args.metric)
     if args.scores and len(args.scores) != len(args.judgments):
         raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
@@ -132,7 +157,14 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
             f"no scorer for {', '.join(unknown)}: this command computes only the reference metrics "
             f"({', '.join(REFERENCE_METRICS)}); give other metrics' scores with --scores"
         )
+    if args.probes and llm is None:
+        raise MetaError(
+            "--probes needs an LLM (--llm NAME, or --llm MODEL --llm-opt base_url=URL for a server): it writes "
+            "the Δ probe's paraphrases and the length probe's captions of three lengths. Without an LLM only "
+            "the Δ probe on your own triples can run: give --triples FILE without --probes"
+        )
     files = [load_judgments(path, args.format, captions=args.captions) for path in args.judgments]
+    triples = load_triples(args.triples) if args.triples else None
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[MetaRow] = []
     notes: list[str] = []
@@ -144,9 +176,13 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
             scores = _score(metrics, samples, reference, score_metric, given)
             _write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
             rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
-        probe_rows = (
-            _probes(args, files[0], metrics, reference, score_metric, notes) if args.probes or args.triples else []
-        )
+        probe_rows = []
+        if args.probes or triples is not None:
+            writer = None
+            if args.probes:  # an LLM is there: checked above
+                context = Context(store if store is not None else Store.temporary())
+                writer = ProbeWriter(llm, context, progress=not getattr(args, "quiet", False))
+            probe_rows = _probes(args, files[0], triples, writer, metrics, reference, score_metric, notes)
 
     write_csv(rows, args.out / "meta.csv")
     write_markdown(rows, args.out / "meta.md", title="Agreement with human judgments", notes=notes)
@@ -160,6 +196,19 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
         print(f"note: {note}")
     print(f"wrote {args.out}")
     return 0
+
+
+def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
+    """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
+    temporary one under --no-cache); both None when no LLM is set."""
+    from caprecon.config import Roles, RunConfig
+    from caprecon.store import default_cache_dir
+
+    config = RunConfig.build(file=config_file, **settings)
+    if config.llm is None:
+        return {"llm": None, "store": None}
+    store = Store.temporary() if config.no_cache else Store(config.cache_dir or default_cache_dir())
+    return {"llm": Roles(config).llm, "store": store}
 
 
 def _metric_names(given: Sequence[str] | None) -> list[str]:
@@ -244,21 +293,34 @@ def _write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[
 def _probes(
     args: argparse.Namespace,
     judgments: Judgments,
+    triples: list[ProbeTriple] | None,
+    writer: ProbeWriter | None,
     metrics: Sequence[str],
     reference: ReferenceMetrics,
     score_metric: ScoreMetric | None,
     notes: list[str],
 ) -> list[ProbeRow]:
-    """Δ and length probes on the images of the first judgments file (or --triples)."""
-    if args.triples:
-        triples = load_triples(args.triples)
+    """The Δ probe (on user `triples`, else on the LLM's paraphrases of the first judgments
+    file's references) and, with --probes, the length probe (captions the LLM writes)."""
+    rejected = []
+    images_root = args.images or (judgments.path.parent if judgments.path else None)
+    if triples is not None:
         triples_root = args.images or args.triples.parent
+        flagged = [(row, problem) for row, t in enumerate(triples, 1) if (problem := overlap_problem(t))]
+        if flagged:
+            row, problem = flagged[0]
+            notes.append(f"Δ probe: {len(flagged)} of {len(triples)} triples in {args.triples.name} do not contrast a "
+                         f"low-overlap paraphrase with a high-overlap perturbation (e.g. row {row}: {problem})")
     else:
-        triples = probe_triples_from_refs(judgments, Perturber(seed=args.seed))
-        triples_root = args.images or (judgments.path.parent if judgments.path else None)
-        notes.append(f"Δ probe: {len(triples)} triples made by perturbing references of {judgments.name}")
+        assert writer is not None  # _run refuses --probes without an LLM
+        triples, rejected = paraphrase_triples(judgments, writer, Perturber(seed=args.seed))
+        triples_root = images_root
+        notes.append(f"Δ probe: {len(triples)} triples from the references of {judgments.name} (LLM paraphrase, "
+                     f"rule-based perturbation); {len(rejected)} rejected (see probe-rejected.jsonl)")
+        _write_jsonl(as_records(triples), args.out / "probe-triples.jsonl")
     if not triples:
-        raise MetaError("the Δ probe has no triples (no reference could be perturbed)")
+        raise MetaError("the Δ probe has no triples (no reference could be perturbed, or every paraphrase was "
+                        "rejected: see probe-rejected.jsonl)")
     # Probe captions are new, so --scores files cannot cover them.
     pluggable = score_metric is not None
     computable = [m for m in metrics if m in reference.names or (pluggable and reference_metric_name(m) is None)]
@@ -271,16 +333,32 @@ def _probes(
     n = len(triples)
     for name, values in pair_scores.items():
         rows.append(paraphrase_delta(name, values[:n], values[n:], groups, n_bootstrap=args.bootstrap, seed=args.seed))
-    lengths = length_samples(judgments, args.images)
-    length_scores = _score(computable, lengths, reference, score_metric, {})
-    for name, values in length_scores.items():
-        rows.append(
-            length_robustness(
-                name, [s.caption for s in lengths], values, [s.image_id for s in lengths],
-                n_bootstrap=args.bootstrap, seed=args.seed,
-            )  # fmt: skip
-        )
+    if args.probes:
+        assert writer is not None
+        sets, length_rejected = length_sets(judgments, writer)
+        rejected += length_rejected
+        notes.append(f"length probe: {len(sets)} images with {', '.join(LENGTHS)} captions written by the LLM from "
+                     f"extracted triplets; {len(length_rejected)} rejected (see probe-rejected.jsonl)")
+        _write_jsonl(as_records(sets), args.out / "probe-lengths.jsonl")
+        if not sets:
+            raise MetaError("the length probe has no image: the LLM's replies gave no usable triplets or captions "
+                            "(see probe-rejected.jsonl)")
+        samples = length_samples(sets, images_root)
+        length_scores = _score(computable, samples, reference, score_metric, {})
+        for name, values in length_scores.items():
+            rows.append(
+                length_robustness(
+                    name, [s.meta["length"] for s in samples], values, [s.image_id for s in samples],
+                    n_bootstrap=args.bootstrap, seed=args.seed,
+                )  # fmt: skip
+            )
+    if rejected:
+        _write_jsonl(as_records(rejected), args.out / "probe-rejected.jsonl")
     return rows
+
+
+def _write_jsonl(records: Sequence[dict], path: Path) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -103,9 +103,20 @@ class DreamSimEmbedder:
     they are never downloaded at run time.
     """
 
-    WEIGHT_FILES = {"ensemble": "ensemble_lora", "dino_vitb16": "dino_vitb16_lora",
-                    "open_clip_vitb32": "open_clip_vitb32_lora", "clip_vitb32": "clip_vitb32_lora",
-                    "dinov2_vitb14": "dinov2_vitb14_lora", "synclr_vitb16": "synclr_vitb16_lora"}
+    # What `dreamsim(cache_dir=DIR)` (dreamsim 0.2) reads from DIR, per variant: its LoRA adapter and
+    # backbone checkpoints, and for DINO backbones the torch.hub repository and weights (dreamsim
+    # makes DIR torch.hub's folder). A missing one would make dreamsim download, so each is checked.
+    _DINO_HUB = ("facebookresearch_dino_main", "checkpoints/dino_vitbase16_pretrain.pth")
+    _DINOV2_HUB = ("facebookresearch_dinov2_main", "checkpoints/dinov2_vitb14_pretrain.pth")
+    WEIGHT_FILES = {
+        "ensemble": ("ensemble_lora", "dino_vitb16_pretrain.pth", "clip_vitb16_pretrain.pth.tar",
+                     "open_clip_vitb16_pretrain.pth.tar", *_DINO_HUB),
+        "dino_vitb16": ("dino_vitb16_single_lora", "dino_vitb16_pretrain.pth", *_DINO_HUB),
+        "open_clip_vitb32": ("open_clip_vitb32_single_lora", "open_clip_vitb32_pretrain.pth.tar"),
+        "clip_vitb32": ("clip_vitb32_single_lora", "clip_vitb32_pretrain.pth.tar"),
+        "dinov2_vitb14": ("dinov2_vitb14_single_lora", "dinov2_vitb14_pretrain.pth", *_DINOV2_HUB),
+        "synclr_vitb16": ("synclr_vitb16_single_lora", "synclr_vit_b_16.pth"),
+    }
 
     def __init__(self, variant: str = "ensemble", *, weights_dir: str | Path | None = None,
                  device: str | None = "auto", batch_size: int = 16):
@@ -121,11 +132,11 @@ class DreamSimEmbedder:
         self._preprocess = None
 
     def _check_weights(self) -> None:
-        lora = self.weights_dir / self.WEIGHT_FILES[self.variant]
-        if not lora.exists():
+        missing = [name for name in self.WEIGHT_FILES[self.variant] if not (self.weights_dir / name).exists()]
+        if missing:
             raise ModelNotFoundError(
-                f"DreamSim weights for {self.variant!r} not found in {self.weights_dir} (expected {lora.name}/ there). "
-                f"On a machine with network run: python -c \"from dreamsim import dreamsim; "
+                f"DreamSim weights for {self.variant!r} are incomplete in {self.weights_dir}: missing "
+                f"{', '.join(missing)}. On a machine with network run: python -c \"from dreamsim import dreamsim; "
                 f"dreamsim(pretrained=True, dreamsim_type='{self.variant}', cache_dir='DIR')\", then copy DIR here "
                 f"and pass --embedder-opt weights_dir=DIR or set CAPRECON_DREAMSIM_DIR."
             )

@@ -32,7 +32,9 @@ def _hf_vision(model: str, about: str) -> Entry:
 
 
 GENERATORS: dict[str, Entry] = {
-    "z-image": _diffusers("Tongyi-MAI/Z-Image", "Z-Image (the ReconScore paper's generator)", steps=28, guidance=0.0,
+    # the base Z-Image uses classifier-free guidance: no guidance here leaves the pipeline's own
+    # default in force (guidance 0 turns it off, which suits only the distilled Turbo model)
+    "z-image": _diffusers("Tongyi-MAI/Z-Image", "Z-Image (the ReconScore paper's generator)", steps=28,
                           max_sequence_length=512),
     "z-image-turbo": _diffusers("Tongyi-MAI/Z-Image-Turbo", "Z-Image-Turbo, 8 steps", steps=8, guidance=0.0),
     "qwen-image": _diffusers("Qwen/Qwen-Image", "Qwen-Image", steps=28),
@@ -185,9 +187,11 @@ def build_retrieval(gallery: str | None = None, matcher: str | Any = "imagenet-l
 # Run presets: defaults for a whole run, overridden by anything the user sets.
 PRESETS: dict[str, dict[str, Any]] = {
     "paper-recon": {
-        "about": "the ReconScore paper: Z-Image, 28 steps, guidance 0, long side 1024, DreamSim, "
-                 "remote-sensing template, one fixed noise for every caption",
-        "generator": "z-image", "generator_options": {"steps": 28, "guidance": 0.0},
+        # The paper gives steps (28), text length (512 tokens) and size, not a guidance scale:
+        # the pipeline's own default applies unless the user sets one.
+        "about": "the ReconScore paper: Z-Image, 28 steps, 512 text tokens, the pipeline's default guidance, "
+                 "long side 1024, DreamSim, remote-sensing template (our wording), one fixed noise for every caption",
+        "generator": "z-image", "generator_options": {"steps": 28, "max_sequence_length": 512},
         "embedder": "dreamsim", "template": "remote-sensing", "max_side": 1024, "seed_policy": "fixed",
     },
     "fast": {
