@@ -48,5 +48,5 @@ def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
               f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
               f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
         print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
-        print(f"\n{NOTICE}\nrun folder: {results.out}")
+        print(f"\n{NOTICE}\nrun folder: {results.out}\nreport: {(results.out / 'report.html').resolve()}")
     return results

@@ -9,6 +9,8 @@ cached once per image however many captions share it). Reported per row:
     turing_gap      turing_upper - turing
     turing_n        questions asked
     turing/<cat>, turing_upper/<cat>, turing_n/<cat>   the same per question category
+    turing_flipped  the questions answered right on I but wrong on Î, with both answers
+                    (what a reader of the report looks at first; empty when none flipped)
 
 Box questions score by IoU >= threshold (the raw IoUs are averaged into `turing_iou`).
 Across rows, `caprecon.report` weights categories by their question counts.
@@ -72,6 +74,7 @@ class CaptionTuringTest(Metric):
             views["turing_upper"] = [(images.add(it.image_key, lambda it=it: it.image), it.image.size) for it in items]
 
         rows: list[dict[str, Any]] = [r.record() for r in recons]
+        graded: dict[str, list[list[tuple[QAItem, str, bool]]]] = {}
         for field, seen in views.items():
             asks, owners = [], []
             for row, (item, (key, size)) in enumerate(zip(items, seen)):
@@ -81,12 +84,14 @@ class CaptionTuringTest(Metric):
             replies = answers(ctx, self.judge, asks, images, self.max_new_tokens)
             correct: list[dict[str, list[float]]] = [defaultdict(list) for _ in items]
             ious: list[list[float]] = [[] for _ in items]
+            graded[field] = [[] for _ in items]
             for (row, q, size), answer in zip(owners, replies):
                 result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
                                pred_coords=self.judge_box_coords, iou_threshold=self.iou_threshold)
                 if q.type == "box":
                     ious[row].append(result.iou)
                 correct[row][q.category].append(float(result.correct))
+                graded[field][row].append((q, answer, bool(result.correct)))
             for row, per_cat in enumerate(correct):
                 everything = [v for values in per_cat.values() for v in values]
                 rows[row][field] = sum(everything) / len(everything)
@@ -99,6 +104,18 @@ class CaptionTuringTest(Metric):
                     if field == "turing":
                         rows[row][f"turing_n/{cat}"] = len(values)
         if self.upper:
-            for row in rows:
+            for row, on_recon, on_source in zip(rows, graded["turing"], graded["turing_upper"]):
                 row["turing_gap"] = row["turing_upper"] - row["turing"]
+                # both lists follow the bank's order for the row's image, so they pair up question by question
+                row["turing_flipped"] = [_flip(q, source_answer, recon_answer)
+                                         for (q, recon_answer, right_on_recon), (_, source_answer, right_on_source)
+                                         in zip(on_recon, on_source) if right_on_source and not right_on_recon]
         return rows
+
+
+def _flip(q: QAItem, on_original: str, on_reconstruction: str) -> dict[str, Any]:
+    flip = {"question": q.question, "category": q.category, "answer": q.answer, "on_original": on_original,
+            "on_reconstruction": on_reconstruction}
+    if q.choices:
+        flip["choices"] = list(q.choices)
+    return flip
