@@ -245,7 +245,7 @@ def _answer_text(answer: Any, choices: Any) -> str:
 
 def other_scores(record: Mapping[str, Any]) -> dict[str, float]:
     """Per-category and other sub-scores ("turing/spatial", ...), rounded for the page."""
-    return {k: round(float(v), 4) for k, v in record.items() if "/" in k and is_number(v)}
+    return {k: round(float(v), 6) for k, v in record.items() if "/" in k and is_number(v)}
 
 
 def selection_curve(run: Path) -> list[dict[str, Any]]:

@@ -66,10 +66,14 @@ def json_for_script(value: Any) -> Markup:
 
 
 def _resolve(path: str, run: Path) -> str:
-    candidate = Path(path)
-    if candidate.is_absolute() or candidate.exists():
-        return str(candidate)
-    return str(run / candidate)  # a path written relative to the run folder
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return os.path.join(run, path)  # a path written relative to the run folder
+
+
+def _rounded(value: Any) -> float | None:
+    # six decimals: the page shows four, and ten thousand rows of full floats would double the page's size
+    return round(float(value), 6) if collect.is_number(value) else None
 
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
@@ -79,14 +83,14 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
         original, reconstructions = collect.image_fields(record)
         originals.append(_resolve(original, run) if original else None)
         recons.append([_resolve(p, run) for p in reconstructions])
-    thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps],
-                             out / FILES / "thumbs", out, progress=progress)
+    thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps], out / FILES / "thumbs",
+                             progress=progress)
     best_of_n = any("selected" in r for r in records)
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
             "i": str(record.get("id", "")), "im": str(record.get("image_id", "")), "g": collect.group_of(record),
-            "c": str(record.get("caption", "")), "s": [collect.finite_or_none(record.get(m)) for m in metrics],
+            "c": str(record.get("caption", "")), "s": [_rounded(record.get(m)) for m in metrics],
             "o": thumbs.get(original) if original else None, "r": [thumbs[p] for p in reconstructions if thumbs[p]],
         }
         if original:
@@ -104,7 +108,8 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["x"] = more
         items.append(item)
     return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
-            "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "items": items,
+            "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
+            "items": items,
             "selection_metric": selection_metric}
 
 

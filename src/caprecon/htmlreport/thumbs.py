@@ -20,16 +20,16 @@ THUMB_SIDE = 256  # shown at half that size, so they stay sharp on high-density 
 QUALITY = 82
 
 
-def _name(source: Path) -> str | None:
+def _name(source: str) -> str | None:
     try:
-        st = source.stat()
+        st = os.stat(source)
     except OSError:
         return None
-    digest = hashlib.sha1(f"{source.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
+    digest = hashlib.sha1(f"{os.path.abspath(source)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
     return digest + ".jpg"
 
 
-def _write(source: Path, target: Path, side: int) -> bool:
+def _write(source: str, target: Path, side: int) -> bool:
     if target.exists():
         return True
     try:
@@ -45,18 +45,16 @@ def _write(source: Path, target: Path, side: int) -> bool:
         return False
 
 
-def make_thumbnails(sources: Iterable[str], folder: Path, relative_to: Path, *, side: int = THUMB_SIDE,
+def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_SIDE,
                     progress: bool = False) -> dict[str, str | None]:
-    """{source path: thumbnail path relative to `relative_to` (the page's folder), or None
-    when the source is missing or unreadable}."""
+    """{source path: thumbnail file name in `folder`, or None when the source is missing or unreadable}."""
     folder.mkdir(parents=True, exist_ok=True)
     unique = list(dict.fromkeys(sources))
-    targets = {src: _name(Path(src)) for src in unique}
+    targets = {src: _name(src) for src in unique}
     jobs = [(src, folder / name) for src, name in targets.items() if name]
     workers = min(8, (os.cpu_count() or 1) + 1)
     with ThreadPoolExecutor(workers) as pool:  # decoding and resizing release the GIL
         done = list(tqdm(pool.map(lambda job: _write(*job, side), jobs), total=len(jobs), desc="thumbnails",
                          unit="image", disable=not progress or len(jobs) < 50, dynamic_ncols=True))
-    written = {src: target for (src, target), ok in zip(jobs, done) if ok}
-    prefix = os.path.relpath(folder, relative_to).replace(os.sep, "/")
-    return {src: f"{prefix}/{written[src].name}" if src in written else None for src in unique}
+    written = {src: target.name for (src, target), ok in zip(jobs, done) if ok}
+    return {src: written.get(src) for src in unique}
