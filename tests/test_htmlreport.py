@@ -82,7 +82,8 @@ def test_secrets_never_reach_the_page(tmp_path):
 def test_captions_ids_and_errors_are_data_not_markup(tmp_path):
     records = [{"id": f"<b>{i}</b>", "caption": text, "captioner": "<i>cap</i>", "recon": 0.1 * i,
                 "image": _image(tmp_path / f"{i}.png", (10 * i, 0, 0))} for i, text in enumerate(PAYLOADS)]
-    records.append({"id": "bad<script>alert(5)</script>", "caption": "c", "error": "row 4: <img src=x onerror=alert(6)>"})
+    records.append({"id": "bad<script>alert(5)</script>", "caption": "c",
+                    "error": "row 4: <img src=x onerror=alert(6)>"})
     html = write_html_report(_run(tmp_path, records)).read_text()
     # the only script elements are the page's own two; nothing a record holds opens a tag
     assert html.count("<script") == 2 and "<img src=x" not in html and "<svg onload" not in html
@@ -189,7 +190,7 @@ def browser():
 def _open(browser, path):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     problems = []
-    page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(f"console {m.type}: {m.text}"))
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
     page.goto(path.resolve().as_uri())
@@ -220,7 +221,9 @@ def test_tiny_model_run_in_chromium(tmp_path, tiny_sd, tiny_dinov2, browser):
 
     # worst first: ascending recon, the failed row last; then best first
     recon = {r["id"]: r["recon"] for r in results.records if "recon" in r}
-    ids = lambda: page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")  # noqa: E731
+    def ids():
+        return page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")
+
     ascending = sorted(recon, key=recon.get)
     assert ids() == [*ascending, "r-missing"]
     page.click("#gallery-dir")

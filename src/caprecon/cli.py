@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
     p.add_argument("--metric", default="turing", help="turing or captionqa")
-    p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png (default: the run folder)")
+    p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
+                                 "(default: the run folder)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("models", help="list metrics, presets and registered models")

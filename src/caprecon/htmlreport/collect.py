@@ -29,8 +29,8 @@ CURVE_FILES = ("selection_curve.csv", "selection_curve.jsonl")
 _SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|token|password|passwd|secret|authori[sz]ation|headers?|cookies?"
                          r"|credentials?)($|[_-])", re.IGNORECASE)
 # secrets inside strings: KEY=VALUE options (a command line), "Bearer ..." and user:password@ in URLs
-_SECRET_OPTION = re.compile(r"((?<![A-Za-z0-9])(?:\w*[_-])?(?:api[_-]?key|token|password|passwd|secret|authori[sz]ation)"
-                            r"\s*[=:]\s*)[^\s,;&\"']+", re.IGNORECASE)
+_SECRET_OPTION = re.compile(r"((?<![A-Za-z0-9])(?:\w*[_-])?(?:api[_-]?key|token|password|passwd|secret"
+                            r"|authori[sz]ation)\s*[=:]\s*)[^\s,;&\"']+", re.IGNORECASE)
 _BEARER = re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 _URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
 REDACTED = "[redacted]"
@@ -89,7 +89,10 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> MeanCI:
     return MeanCI(mean, mean - half, mean + half, n)
 
 
-def group_of(record: Mapping[str, Any], keys: Sequence[str] = ("captioner", "model")) -> str:
+GROUP_BY = ("captioner", "model")
+
+
+def group_of(record: Mapping[str, Any], keys: Sequence[str] = GROUP_BY) -> str:
     for key in keys:
         if record.get(key) not in (None, ""):
             return str(record[key])
@@ -118,14 +121,15 @@ class SummaryTable:
     best: dict[str, str] = field(default_factory=dict)  # metric -> name of the row with the best mean
 
 
-def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> SummaryTable:
+def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str],
+                  group_by: Sequence[str] = GROUP_BY) -> SummaryTable:
     """One row per captioner (all its rows; for best-of-N runs also the selected captions alone)."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     best_of_n = any("selected" in r for r in records)
     for record in records:
         if record.get("error"):
             continue
-        name = group_of(record)
+        name = group_of(record, group_by)
         if best_of_n:
             groups.setdefault(f"{name} (all candidates)", []).append(record)
             if record.get("selected") is True:

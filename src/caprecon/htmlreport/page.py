@@ -77,7 +77,7 @@ def _rounded(value: Any) -> float | None:
 
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
-             selection_metric: str | None, progress: bool) -> dict[str, Any]:
+             selection_metric: str | None, group_by: Sequence[str], progress: bool) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
         original, reconstructions = collect.image_fields(record)
@@ -89,7 +89,8 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
-            "i": str(record.get("id", "")), "im": str(record.get("image_id", "")), "g": collect.group_of(record),
+            "i": str(record.get("id", "")), "im": str(record.get("image_id", "")),
+            "g": collect.group_of(record, group_by),
             "c": str(record.get("caption", "")), "s": [_rounded(record.get(m)) for m in metrics],
             "o": thumbs.get(original) if original else None, "r": [thumbs[p] for p in reconstructions if thumbs[p]],
         }
@@ -174,13 +175,14 @@ def _meta(run: Path) -> dict[str, Any] | None:
 
 
 def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None,
-                      progress: bool = False) -> Path:
+                      group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False) -> Path:
     """Write `report.html` (and `report_files/`) for a run folder and return its path.
 
     Reads whatever the folder holds: `scores.jsonl`, `summary.json` and `manifest.json` of a
     `score` or `caption` run (best-of-N candidates are recognised by their `selected`
     field; a `selection_curve.csv` beside them is drawn), and `meta.csv`, `probes.csv` and
     `scores-*.csv` of a `meta` run. `out` is the folder to write into (default: the run's).
+    Rows are grouped into summary rows by the first non-empty field of `group_by`.
     """
     run = Path(run_dir)
     if run.is_file():  # a scores.jsonl given directly
@@ -195,14 +197,15 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     metrics = collect.score_fields(records, collect.headline_metrics(run, manifest)) if records else []
     best_of_n = any("selected" in r for r in records)
     selection = manifest.get("selection") if isinstance(manifest.get("selection"), Mapping) else {}
-    selection_metric = selection.get("metric") if selection.get("metric") in metrics else (metrics[0] if metrics else None)
-    summary = collect.summary_table(records, metrics) if records and metrics else None
+    selection_metric = selection.get("metric") if selection.get("metric") in metrics else next(iter(metrics), None)
+    summary = collect.summary_table(records, metrics, group_by) if records and metrics else None
     categories = _categories(records, out) if records else []
     curve = _curve(run)
     meta = _meta(run)
-    errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r), "error": str(r["error"])}
+    errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
               for r in records if r.get("error")]
-    gallery = (_gallery(records, metrics, run, out, selection_metric=selection_metric, progress=progress)
+    gallery = (_gallery(records, metrics, run, out, selection_metric=selection_metric, group_by=group_by,
+                        progress=progress)
                if records else None)
 
     sections = [("summary", "Summary")] if summary else []
@@ -220,6 +223,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     counts = (f"{len(records)} samples, {len(errors)} with errors" if records else "")
     html = _environment().get_template("report.html").render(
         title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
+        group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
         summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
         categories=categories, upper=UPPER, meta=meta, best_of_n=best_of_n, selection_metric=selection_metric,
         gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],

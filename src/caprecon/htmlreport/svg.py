@@ -97,5 +97,6 @@ def lines(x: Sequence[float], series: dict[str, Sequence[float | None]], *, xlab
         path = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
         body.append(f'<polyline points="{path}" fill="none" stroke="{colour}" stroke-width="1.8"/>')
         body.extend(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.5" fill="{colour}"/>' for px, py in points)
-        body.append(f'<text x="{LEFT + 6}" y="{TOP + 14 + 13 * k}" class="legend" fill="{colour}">{escape(name)}</text>')
+        body.append(f'<text x="{LEFT + 6}" y="{TOP + 14 + 13 * k}" class="legend" fill="{colour}">'
+                    f'{escape(name)}</text>')
     return frame.svg("".join(body), xlabel=xlabel, ylabel=ylabel, title=title)
