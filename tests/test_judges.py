@@ -129,6 +129,11 @@ def test_turing_and_vqascore_from_the_cli(judge, bank_file, samples, tmp_path, c
     assert (out / "radar.png").stat().st_size > 10_000 and "upper bound" in (out / "categories.md").read_text()
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "categories.md").read_text() == (out / "categories.md").read_text()
+    # the run's report.html shows the categories and, per sample, the questions that flipped
+    html = (out / "report.html").read_text()
+    assert 'id="categories-turing"' in html and (out / "report_files" / "radar-turing.png").is_file()
+    items = json.loads(html.split('id="gallery-data">')[1].split("</script>")[0])["items"]
+    assert [len(item.get("f", [])) for item in items] == [len(r["turing_flipped"]) for r in records]
 
 
 def test_turing_needs_questions_for_the_image(judge, bank_file, tmp_path):

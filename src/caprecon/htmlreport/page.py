@@ -37,8 +37,6 @@ def _num(value: Any) -> str:
         return "–"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) >= 10):
-        return str(int(value))
     if isinstance(value, float):
         return f"{value:.4f}"
     return str(value)
@@ -61,8 +59,7 @@ def json_for_script(value: Any) -> Markup:
     """JSON that is safe inside a <script> element: no "</script>", "<!--" or "]]>" can form,
     because every <, > and & is written as a JSON \\u escape."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-    return Markup(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 def _resolve(path: str, run: Path) -> str:
@@ -77,7 +74,8 @@ def _rounded(value: Any) -> float | None:
 
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
-             selection_metric: str | None, group_by: Sequence[str], progress: bool) -> dict[str, Any]:
+             best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
+             progress: bool) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
         original, reconstructions = collect.image_fields(record)
@@ -85,13 +83,12 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
         recons.append([_resolve(p, run) for p in reconstructions])
     thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps], out / FILES / "thumbs",
                              progress=progress)
-    best_of_n = any("selected" in r for r in records)
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
             "i": str(record.get("id", "")), "im": str(record.get("image_id", "")),
             "g": collect.group_of(record, group_by),
-            "c": str(record.get("caption", "")), "s": [_rounded(record.get(m)) for m in metrics],
+            "c": str(record.get("caption") or ""), "s": [_rounded(record.get(m)) for m in metrics],
             "o": thumbs.get(original) if original else None, "r": [thumbs[p] for p in reconstructions if thumbs[p]],
         }
         if original:
@@ -110,8 +107,7 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
         items.append(item)
     return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
             "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
-            "items": items,
-            "selection_metric": selection_metric}
+            "selection_metric": selection_metric, "items": items}
 
 
 def _categories(records: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
@@ -204,9 +200,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     meta = _meta(run)
     errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
               for r in records if r.get("error")]
-    gallery = (_gallery(records, metrics, run, out, selection_metric=selection_metric, group_by=group_by,
-                        progress=progress)
-               if records else None)
+    gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
+                        group_by=group_by, progress=progress) if records else None)
 
     sections = [("summary", "Summary")] if summary else []
     sections += [("selection", "Selection curve")] if curve else []
