@@ -253,3 +253,17 @@ def test_ten_pages_of_samples_paginate(tmp_path, browser):
     worst_last = sorted(records, key=lambda r: r["recon"])[-24:]
     assert last == [r["id"] for r in worst_last] and problems == []
     page.close()
+
+
+def test_candidate_pools_in_chromium(tmp_path, browser):
+    records = [{"id": f"{image}{k}", "image_id": image, "candidate": k, "caption": f"<b>{image} {k}</b>",
+                "captioner": "qwen", "recon": 0.1 * k, "selected": k == 2,
+                "reconstruction": _image(tmp_path / f"{image}{k}.png", (0, 60 * k, 0))}
+               for image in ("p", "q", "r") for k in range(3)]
+    page, problems = _open(browser, write_html_report(_run(tmp_path, records)))
+    assert page.locator("#pools .pool").count() == 3
+    selected = page.locator("#pools .candidate.selected .caption").all_text_contents()
+    assert selected == ["<b>p 2</b>", "<b>q 2</b>", "<b>r 2</b>"]
+    page.check("#gallery-selected")
+    assert page.locator("#gallery-items .card").count() == 3 and problems == []
+    page.close()
