@@ -13,7 +13,7 @@ from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.llm import TransformersLLM
 from caprecon.models.vlm import TransformersVLM
-from caprecon.qa import load_qa_bank
+from caprecon.qa import grade, load_qa_bank
 from caprecon.samples import Sample, open_image
 from caprecon.store import Store
 from oracle import OracleGenerator, render
@@ -63,6 +63,16 @@ def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path
         assert 0 <= row["turing_iou"] <= 1
         per_cat = [row["turing/perception"]] * 2 + [row["turing/counting"], row["turing/grounding"]]
         assert row["turing"] == pytest.approx(sum(per_cat) / 4)  # mean over questions
+        # flipped (right on I, wrong on Î) minus the reverse is the gap, so flips cover at least the gap
+        flipped = row["turing_flipped"]
+        assert len(flipped) >= round(row["turing_gap"] * row["turing_n"])
+        by_question = {q["question"]: q for q in BANK}
+        for flip in flipped:
+            q = by_question[flip["question"]]
+            assert (flip["category"], flip["answer"]) == (q["category"], q["answer"])
+            if q["type"] != "box":  # a box grades against image sizes; the others by the answer alone
+                item = load_qa_bank(bank_file)["shapes"][BANK.index(q)]
+                assert grade(item, flip["on_original"]).correct and not grade(item, flip["on_reconstruction"]).correct
     # the two captions share one source image: its upper bound was asked once (4 questions),
     # the two different reconstructions 4 each
     assert ctx.computed["judge-answer"] == 4 + 8
@@ -182,6 +192,11 @@ def test_turing_and_vqascore_from_the_cli(judge, bank_file, samples, tmp_path, c
     assert (out / "radar.png").stat().st_size > 10_000 and "upper bound" in (out / "categories.md").read_text()
     assert main(["report", str(out), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "categories.md").read_text() == (out / "categories.md").read_text()
+    # the run's report.html shows the categories and, per sample, the questions that flipped
+    html = (out / "report.html").read_text()
+    assert 'id="categories-turing"' in html and (out / "report_files" / "radar-turing.png").is_file()
+    items = json.loads(html.split('id="gallery-data">')[1].split("</script>")[0])["items"]
+    assert [len(item.get("f", [])) for item in items] == [len(r["turing_flipped"]) for r in records]
 
 
 def test_turing_needs_questions_for_the_image(judge, bank_file, tmp_path):

@@ -133,6 +133,9 @@ def score(
             from .report import write_report
 
             write_report(records, out_dir, metric="turing")
+        from .htmlreport import write_html_report
+
+        write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
 
 

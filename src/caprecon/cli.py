@@ -126,13 +126,21 @@ def cmd_meta(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import category_table, write_report
+    from pathlib import Path
 
-    table = category_table(args.run, metric=args.metric)
-    paths = write_report(table, args.out or args.run)
-    print(table.to_text())
-    for kind, path in paths.items():
-        print(f"{kind}: {path}")
+    from .htmlreport import write_html_report
+    from .report import category_table, load_records, write_report
+
+    scores = Path(args.run) if Path(args.run).is_file() else Path(args.run) / "scores.jsonl"
+    if scores.is_file() and any(args.metric in record for record in load_records(scores)):
+        table = category_table(scores, metric=args.metric)
+        paths = write_report(table, args.out or args.run)
+        print(table.to_text())
+        for kind, path in paths.items():
+            print(f"{kind}: {path}")
+    elif scores.is_file():
+        print(f"no {args.metric} scores in {scores}: no per-category table")
+    print(f"html: {write_html_report(args.run, args.out)}")
     return 0
 
 
@@ -187,10 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_t2i_parser(sub)
 
-    p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
+    p = sub.add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
+                                      "question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
     p.add_argument("--metric", default="turing", help="turing or captionqa")
-    p.add_argument("--out", help="where to write categories.md/.csv and radar.png (default: the run folder)")
+    p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
+                                 "(default: the run folder)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("models", help="list metrics, presets and registered models")

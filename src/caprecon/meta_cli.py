@@ -194,7 +194,9 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         print(format_table(probe_rows))
     for note in notes:
         print(f"note: {note}")
-    print(f"wrote {args.out}")
+    from caprecon.htmlreport import write_html_report
+
+    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
     return 0
 
 

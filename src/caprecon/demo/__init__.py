@@ -28,6 +28,10 @@ def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
 
     results = score(demo_dir() / "captions.jsonl", metrics=["recon"], preset="offline", out=out,
                     progress=not quiet)
+    from ..htmlreport import write_html_report
+
+    # the bundled captions come in three qualities: the report's summary compares them
+    report = write_html_report(results.out, title="caprecon demo (offline stand-in)", group_by=("quality",))
     if not quiet:
         rows = [["id", "quality", "caption", "retrieved", "recon"]]
         for r in results.records:
@@ -48,5 +52,5 @@ def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
               f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
               f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
         print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
-        print(f"\n{NOTICE}\nrun folder: {results.out}")
+        print(f"\n{NOTICE}\nrun folder: {results.out}\nreport: {report.resolve()}")
     return results

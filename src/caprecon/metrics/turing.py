@@ -9,6 +9,8 @@ cached once per image however many captions share it). Reported per row:
     turing_gap      turing_upper - turing
     turing_n        questions asked
     turing/<cat>, turing_upper/<cat>, turing_n/<cat>   the same per question category
+    turing_flipped  the questions answered right on I but wrong on Î, with both answers
+                    (what a reader of the report looks at first; empty when none flipped)
 
 Box questions score by IoU >= `iou_threshold` (the raw IoUs are averaged into `turing_iou`).
 The judge's answers are read in its own box convention (`box_coords`: a property of the
@@ -86,26 +88,29 @@ class CaptionTuringTest(Metric):
             views["turing_upper"] = [(images.add(it.image_key, lambda it=it: it.image), it.image.size) for it in items]
 
         rows: list[dict[str, Any]] = [r.record() for r in recons]
+        # per field and row, each question's (item, answer, right) by its position in the bank
+        graded: dict[str, list[dict[int, tuple[QAItem, str, bool]]]] = {}
         for field, seen in views.items():
             # questions per judge: with a judge per category, each judge answers its own in one batch
             asks: dict[int, list] = {}
             owners: dict[int, list] = {}
             judges: dict[int, VisionLanguageModel] = {}
             for row, (item, (key, size)) in enumerate(zip(items, seen)):
-                for q in self.bank[item.sample.image_id]:
+                for index, q in enumerate(self.bank[item.sample.image_id]):
                     judge = self.judge_of(q.category)
                     slot = id(judge)
                     judges[slot] = judge
                     coords = self.box_coords_of(judge)
                     asks.setdefault(slot, []).append((key, build_prompt(q, box_coords=coords)))
-                    owners.setdefault(slot, []).append((row, q, size))
+                    owners.setdefault(slot, []).append((row, q, size, index))
             tallies = [CategoryTally() for _ in items]
             ious: list[list[float]] = [[] for _ in items]
             guessed = [0] * len(items)
+            graded[field] = [{} for _ in items]
             for slot, judge in judges.items():
                 coords = self.box_coords_of(judge)
                 replies = answers(ctx, judge, asks[slot], images, self.max_new_tokens)
-                for (row, q, size), answer in zip(owners[slot], replies):
+                for (row, q, size, index), answer in zip(owners[slot], replies):
                     frame = judge.box_frame(size) if q.type == "box" and coords == "pixel" and \
                         hasattr(judge, "box_frame") else None
                     result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
@@ -114,6 +119,7 @@ class CaptionTuringTest(Metric):
                         ious[row].append(result.iou)
                         guessed[row] += result.coords_guessed
                     tallies[row].add(q.category, float(result.correct))
+                    graded[field][row][index] = (q, answer, bool(result.correct))
             for row, tally in enumerate(tallies):
                 rows[row].update(tally.fields(field, counts=field == "turing"))
                 if ious[row]:
@@ -122,6 +128,17 @@ class CaptionTuringTest(Metric):
                     # the judge's convention is unknown: these answers' conventions were read off their values
                     rows[row][f"{field}_box_coords_guessed"] = guessed[row]
         if self.upper:
-            for row in rows:
+            for row, on_recon, on_source in zip(rows, graded["turing"], graded["turing_upper"]):
                 row["turing_gap"] = row["turing_upper"] - row["turing"]
+                row["turing_flipped"] = [_flip(q, on_source[i][1], recon_answer)
+                                         for i, (q, recon_answer, right_on_recon) in sorted(on_recon.items())
+                                         if on_source[i][2] and not right_on_recon]
         return rows
+
+
+def _flip(q: QAItem, on_original: str, on_reconstruction: str) -> dict[str, Any]:
+    flip = {"question": q.question, "category": q.category, "answer": q.answer, "on_original": on_original,
+            "on_reconstruction": on_reconstruction}
+    if q.choices:
+        flip["choices"] = list(q.choices)
+    return flip

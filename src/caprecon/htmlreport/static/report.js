@@ -1,0 +1,295 @@
+// caprecon report: sortable and filterable tables, and the gallery drawn page by page from
+// the JSON blob in #gallery-data. Text from the data only ever reaches the page through
+// textContent or attribute setters, never as markup.
+(function () {
+  "use strict";
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function fmt(value) {
+    return value === null || value === undefined ? "–" : Number(value).toFixed(4);
+  }
+
+  // ------------------------------------------------------------------ tables
+  function cellKey(cell) {
+    var v = cell ? cell.getAttribute("data-v") : null;
+    if (v !== null && v !== "" && !isNaN(parseFloat(v))) return parseFloat(v);
+    var text = cell ? cell.textContent.trim() : "";
+    return text === "" || text === "–" ? null : text.toLowerCase();
+  }
+
+  function compareKeys(a, b) {
+    if (a === b) return 0;
+    if (a === null) return 1; // empty cells last, whatever the direction
+    if (b === null) return -1;
+    if (typeof a === typeof b) return a < b ? -1 : 1;
+    return typeof a === "number" ? -1 : 1;
+  }
+
+  function sortTable(table, column, header) {
+    var ascending = header.getAttribute("aria-sort") !== "ascending";
+    table.querySelectorAll("thead th").forEach(function (th) { th.removeAttribute("aria-sort"); });
+    header.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (r, s) {
+      var a = cellKey(r.cells[column]), b = cellKey(s.cells[column]);
+      if (a === null || b === null) return compareKeys(a, b);
+      return compareKeys(a, b) * (ascending ? 1 : -1);
+    });
+    rows.forEach(function (row) { body.appendChild(row); });
+  }
+
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    table.querySelectorAll("thead th").forEach(function (th, column) {
+      th.tabIndex = 0;
+      th.title = "sort";
+      th.addEventListener("click", function () { sortTable(table, column, th); });
+      th.addEventListener("keydown", function (e) { if (e.key === "Enter") sortTable(table, column, th); });
+    });
+  });
+
+  document.querySelectorAll("input[data-filter]").forEach(function (input) {
+    var table = document.getElementById(input.getAttribute("data-filter"));
+    if (!table) return;
+    input.addEventListener("input", function () {
+      var query = input.value.toLowerCase();
+      Array.prototype.forEach.call(table.tBodies[0].rows, function (row) {
+        row.hidden = query !== "" && row.textContent.toLowerCase().indexOf(query) < 0;
+      });
+    });
+  });
+
+  // ------------------------------------------------------------------ gallery
+  var blob = document.getElementById("gallery-data");
+  if (!blob) return;
+  var data = JSON.parse(blob.textContent);
+  var items = data.items, metrics = data.metrics, lowerBetter = data.lower_is_better;
+
+  function markedCaption(item) {
+    var p = el("p", "caption");
+    var caption = item.c || "";
+    if (!item.cut) { p.textContent = caption; return p; }
+    // tokens_cut counts the text encoder's tokens; word and punctuation pieces stand in for them
+    var pieces = [], re = /[\w]+|[^\w\s]/g, m;
+    while ((m = re.exec(caption)) !== null) pieces.push(m.index);
+    var start = pieces.length > item.cut ? pieces[pieces.length - item.cut] : 0;
+    p.appendChild(document.createTextNode(caption.slice(0, start)));
+    var mark = el("mark", "cut", caption.slice(start));
+    mark.title = "about " + item.cut + " tokens past the text encoder's limit: the generator never read them " +
+      "(marked by word, approximately)";
+    p.appendChild(mark);
+    return p;
+  }
+
+  function figure(thumb, label) {
+    var fig = el("figure");
+    if (thumb) {
+      var img = el("img");
+      img.loading = "lazy";
+      img.decoding = "async";
+      img.alt = label;
+      img.src = data.thumbs + thumb;
+      fig.appendChild(img);
+    } else {
+      fig.appendChild(el("div", "noimage", "no image"));
+    }
+    fig.appendChild(el("figcaption", null, label));
+    return fig;
+  }
+
+  function card(item) {
+    var article = el("article", "card" + (item.e ? " failed" : "") + (item.sel ? " selected" : ""));
+    article.setAttribute("data-id", item.i);
+    var images = el("div", "images");
+    images.appendChild(figure(item.o, "original"));
+    (item.r.length ? item.r : [null]).forEach(function (src, k) {
+      images.appendChild(figure(src, item.r.length > 1 ? "reconstruction " + (k + 1) : "reconstruction"));
+    });
+    article.appendChild(images);
+    var text = el("div", "text");
+    text.appendChild(markedCaption(item));
+    var about = [item.i];
+    if (item.im && item.im !== item.i) about.push("image " + item.im);
+    if (item.g && item.g !== "all") about.push(item.g);
+    if (item.k !== undefined) about.push("candidate " + item.k);
+    if (item.src) about.push(item.src);
+    text.appendChild(el("p", "about", about.join(" · ")));
+    if (item.sel) text.appendChild(el("p", "badge", "selected"));
+    var scores = el("dl", "scores");
+    metrics.forEach(function (name, k) {
+      if (item.s[k] === null) return;
+      scores.appendChild(el("dt", null, name));
+      scores.appendChild(el("dd", null, fmt(item.s[k])));
+    });
+    text.appendChild(scores);
+    if (item.x) {
+      var more = el("details", "more");
+      more.appendChild(el("summary", null, "per category"));
+      more.appendChild(el("p", null, Object.keys(item.x).map(function (k) { return k + " " + fmt(item.x[k]); }).join(", ")));
+      text.appendChild(more);
+    }
+    if (item.f && item.f.length) {
+      var flips = el("details", "flips");
+      flips.open = true;
+      flips.appendChild(el("summary", null, item.f.length + (item.f.length > 1 ? " questions" : " question") +
+        " right on the original, wrong on the reconstruction"));
+      var list = el("ul");
+      item.f.forEach(function (f) {
+        var li = el("li");
+        li.appendChild(el("span", "question", f.question));
+        if (f.category) li.appendChild(el("span", "category", f.category));
+        li.appendChild(el("span", "expected", "answer: " + f.answer));
+        li.appendChild(el("span", "right", "on the original: " + f.on_original));
+        li.appendChild(el("span", "wrong", "on the reconstruction: " + f.on_reconstruction));
+        list.appendChild(li);
+      });
+      flips.appendChild(list);
+      text.appendChild(flips);
+    }
+    if (item.e) text.appendChild(el("p", "error", item.e));
+    article.appendChild(text);
+    return article;
+  }
+
+  function pager(container, page, pages, go) {
+    container.textContent = "";
+    function button(label, target, disabled) {
+      var b = el("button", null, label);
+      b.type = "button";
+      b.disabled = disabled;
+      b.addEventListener("click", function () { go(target); });
+      container.appendChild(b);
+    }
+    button("«", 0, page === 0);
+    button("‹", page - 1, page === 0);
+    container.appendChild(el("span", "page", "page " + (pages ? page + 1 : 0) + " of " + pages));
+    button("›", page + 1, page >= pages - 1);
+    button("»", pages - 1, page >= pages - 1);
+  }
+
+  var state = { sort: metrics.length ? 0 : -1, worstFirst: true, query: "", group: "", errorsOnly: false,
+                selectedOnly: false, page: 0, size: data.page_size };
+  var sortSelect = document.getElementById("gallery-sort");
+  var groupSelect = document.getElementById("gallery-group");
+  var query = document.getElementById("gallery-filter");
+  var direction = document.getElementById("gallery-dir");
+  var errorsOnly = document.getElementById("gallery-errors");
+  var selectedOnly = document.getElementById("gallery-selected");
+  var list = document.getElementById("gallery-items");
+  var count = document.getElementById("gallery-count");
+  var pagers = document.querySelectorAll(".gallery-pager");
+
+  metrics.forEach(function (name, k) {
+    var option = el("option", null, name);
+    option.value = String(k);
+    sortSelect.appendChild(option);
+  });
+  var byId = el("option", null, "id");
+  byId.value = "-1";
+  sortSelect.appendChild(byId);
+  sortSelect.value = String(state.sort);
+  data.groups.forEach(function (name) {
+    var option = el("option", null, name);
+    option.value = name;
+    groupSelect.appendChild(option);
+  });
+  groupSelect.parentNode.hidden = data.groups.length < 2;
+
+  function view() {
+    var q = state.query.toLowerCase();
+    var chosen = items.filter(function (item) {
+      if (state.group && item.g !== state.group) return false;
+      if (state.errorsOnly && !item.e) return false;
+      if (state.selectedOnly && !item.sel) return false;
+      if (!q) return true;
+      return ((item.c || "") + "\n" + item.i + "\n" + (item.g || "") + "\n" + (item.src || "")).toLowerCase().indexOf(q) >= 0;
+    });
+    var k = state.sort;
+    // worst first: ascending unless the score is one where smaller is better
+    var sign = (k >= 0 && lowerBetter.indexOf(metrics[k]) >= 0 ? -1 : 1) * (state.worstFirst ? 1 : -1);
+    chosen.sort(function (a, b) {
+      var x = k >= 0 ? a.s[k] : a.i, y = k >= 0 ? b.s[k] : b.i;
+      if (x === y) return 0;
+      if (x === null) return 1; // rows without this score (errors) go last
+      if (y === null) return -1;
+      return (x < y ? -1 : 1) * sign;
+    });
+    return chosen;
+  }
+
+  function draw() {
+    var chosen = view();
+    var pages = Math.ceil(chosen.length / state.size);
+    state.page = Math.max(0, Math.min(state.page, pages - 1));
+    var fragment = document.createDocumentFragment();
+    chosen.slice(state.page * state.size, (state.page + 1) * state.size).forEach(function (item) {
+      fragment.appendChild(card(item));
+    });
+    list.textContent = "";
+    list.appendChild(fragment);
+    count.textContent = chosen.length + " of " + items.length + " samples";
+    direction.textContent = state.worstFirst ? "worst first" : "best first";
+    pagers.forEach(function (p) { pager(p, state.page, pages, function (target) { state.page = target; draw(); }); });
+  }
+
+  sortSelect.addEventListener("change", function () { state.sort = parseInt(sortSelect.value, 10); state.page = 0; draw(); });
+  direction.addEventListener("click", function () { state.worstFirst = !state.worstFirst; state.page = 0; draw(); });
+  groupSelect.addEventListener("change", function () { state.group = groupSelect.value; state.page = 0; draw(); });
+  query.addEventListener("input", function () { state.query = query.value; state.page = 0; draw(); });
+  errorsOnly.addEventListener("change", function () { state.errorsOnly = errorsOnly.checked; state.page = 0; draw(); });
+  if (selectedOnly) selectedOnly.addEventListener("change", function () {
+    state.selectedOnly = selectedOnly.checked; state.page = 0; draw();
+  });
+  draw();
+  performance.mark("gallery-drawn"); // benchmarks/report.py reads when the first page was ready
+
+  // ------------------------------------------------------------------ best-of-N
+  var pools = document.getElementById("pools");
+  if (!pools) return;
+  var selectionIndex = metrics.indexOf(data.selection_metric);
+  var byImage = {}, order = [];
+  items.forEach(function (item) {
+    if (item.k === undefined) return;
+    if (!byImage[item.im]) { byImage[item.im] = []; order.push(item.im); }
+    byImage[item.im].push(item);
+  });
+  var poolState = { page: 0, size: 10 };
+  var poolPagers = document.querySelectorAll(".pool-pager");
+
+  function pool(image) {
+    var candidates = byImage[image].slice().sort(function (a, b) { return a.k - b.k; });
+    var section = el("section", "pool");
+    section.appendChild(el("h3", null, "image " + image + " · " + candidates.length + " candidates"));
+    var row = el("div", "candidates");
+    row.appendChild(figure(candidates[0].o, "original"));
+    candidates.forEach(function (c) {
+      var box = el("div", "candidate" + (c.sel ? " selected" : ""));
+      box.appendChild(figure(c.r[0] || null, "candidate " + c.k + (c.sel ? " · selected" : "")));
+      if (selectionIndex >= 0) box.appendChild(el("p", "score", data.selection_metric + " " + fmt(c.s[selectionIndex])));
+      box.appendChild(markedCaption(c));
+      row.appendChild(box);
+    });
+    section.appendChild(row);
+    return section;
+  }
+
+  function drawPools() {
+    var pages = Math.ceil(order.length / poolState.size);
+    var fragment = document.createDocumentFragment();
+    order.slice(poolState.page * poolState.size, (poolState.page + 1) * poolState.size).forEach(function (image) {
+      fragment.appendChild(pool(image));
+    });
+    pools.textContent = "";
+    pools.appendChild(fragment);
+    poolPagers.forEach(function (p) {
+      pager(p, poolState.page, pages, function (target) { poolState.page = target; drawPools(); });
+    });
+  }
+  drawPools();
+})();

@@ -1,0 +1,269 @@
+"""The HTML report: what it computes, what it refuses to leak, and how it behaves in a real browser."""
+
+import json
+import math
+import re
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+from scipy import stats
+
+import caprecon
+from caprecon.cli import main
+from caprecon.htmlreport import redact, write_html_report
+from caprecon.htmlreport.collect import summary_table
+
+PAYLOADS = ['</script><script>document.title="owned";alert(1)</script>', '<img src=x onerror="alert(2)">',
+            "<!-- <script>alert(3)</script>", '"><svg onload=alert(4)>']
+
+
+def _image(path, colour, size=(40, 30)):
+    Image.new("RGB", size, colour).save(path)
+    return str(path)
+
+
+def _run(tmp_path, records, **files):
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
+    for name, text in files.items():
+        (run / name.replace("__", ".")).write_text(text, encoding="utf-8")
+    return run
+
+
+def _blob(html):
+    """The gallery's JSON, read back the way the page's script reads it."""
+    text = re.search(r'<script type="application/json" id="gallery-data">(.*?)</script>', html, re.S).group(1)
+    return json.loads(text)
+
+
+def test_summary_is_mean_and_student_t_interval_per_captioner():
+    a, b = [0.2, 0.4, 0.9, 0.5], [0.7, 0.8, 0.75]
+    records = ([{"id": f"a{i}", "captioner": "A", "recon": v, "turing_gap": 0.1 * i} for i, v in enumerate(a)]
+               + [{"id": f"b{i}", "model": "B", "recon": v, "turing_gap": 0.3} for i, v in enumerate(b)]
+               + [{"id": "broken", "captioner": "A", "recon": 0.0, "error": "row 9: cannot read image"}])
+    table = summary_table(records, ["recon", "turing_gap"])
+    rows = dict(table.rows)
+    assert set(rows) == {"A", "B"}  # the `model` column names a captioner too; the failed row is left out
+    for name, values in (("A", a), ("B", b)):
+        cell = rows[name][0]
+        low, high = stats.t.interval(0.95, len(values) - 1, loc=np.mean(values), scale=stats.sem(values))
+        assert (cell.mean, cell.n) == (pytest.approx(np.mean(values)), len(values))
+        assert (cell.low, cell.high) == (pytest.approx(low), pytest.approx(high))
+    # the larger recon wins, and the smaller gap
+    assert table.best == {"recon": "B", "turing_gap": "A"}
+
+
+def test_summary_of_one_row_has_no_interval_and_one_captioner_no_best():
+    table = summary_table([{"id": "x", "recon": 0.5}], ["recon"])
+    (name, [cell]), = table.rows
+    assert (name, cell.mean, cell.low, cell.high, table.best) == ("all", 0.5, None, None, {})
+
+
+def test_secrets_never_reach_the_page(tmp_path):
+    manifest = {"caprecon": "0.1.0",
+                "config": {"judge_options": {"base_url": "https://user:hunter2@example.org/v1", "api_key": "sk-live-1",
+                                             "max_new_tokens": 32, "headers": {"X-Custom": "opaque-2"}},
+                           "hf_token": "hf_secret3"},
+                "command": ["caprecon", "score", "--judge-opt", "api_key=sk-live-4", "--api-key", "sk-live-5",
+                            "--judge-opt", "max_new_tokens=32"],
+                "models": {"judge": {"model": "qwen", "authorization": "Bearer tok6"}}}
+    run = _run(tmp_path, [{"id": "a", "caption": "x", "recon": 0.5}], manifest__json=json.dumps(manifest))
+    write_html_report(run)
+    written = "".join(p.read_text(errors="ignore") for p in run.rglob("*") if p.is_file() and p.name != "manifest.json")
+    for secret in ("hunter2", "sk-live-1", "opaque-2", "hf_secret3", "sk-live-4", "sk-live-5", "tok6"):
+        assert secret not in written, secret
+    assert "max_new_tokens=32" in written and "example.org/v1" in written  # what is not secret stays
+    assert redact({"max_new_tokens": 3, "tokens_cut": 2}) == {"max_new_tokens": 3, "tokens_cut": 2}
+
+
+def test_captions_ids_and_errors_are_data_not_markup(tmp_path):
+    records = [{"id": f"<b>{i}</b>", "caption": text, "captioner": "<i>cap</i>", "recon": 0.1 * i,
+                "image": _image(tmp_path / f"{i}.png", (10 * i, 0, 0))} for i, text in enumerate(PAYLOADS)]
+    records.append({"id": "bad<script>alert(5)</script>", "caption": "c",
+                    "error": "row 4: <img src=x onerror=alert(6)>"})
+    html = write_html_report(_run(tmp_path, records)).read_text()
+    # the only script elements are the page's own two; nothing a record holds opens a tag
+    assert html.count("<script") == 2 and "<img src=x" not in html and "<svg onload" not in html
+    assert "<b>" not in html and "<i>cap" not in html and "<!-- <script" not in html
+    # and what the page's script reads back is exactly the data
+    items = _blob(html)["items"]
+    assert [item["c"] for item in items] == [*PAYLOADS, "c"]
+    assert items[-1]["e"] == "row 4: <img src=x onerror=alert(6)>"
+    assert "row 4: &lt;img src=x onerror=alert(6)&gt;" in html  # the errors table, escaped
+
+
+def test_thumbnails_are_small_shared_and_reused(tmp_path):
+    shared = _image(tmp_path / "source.png", (200, 10, 10), size=(900, 600))
+    recon = _image(tmp_path / "recon.png", (10, 200, 10), size=(300, 300))
+    records = [{"id": "a", "caption": "one", "captioner": "A", "image": shared, "reconstruction": recon, "recon": 0.4},
+               {"id": "b", "caption": "two", "captioner": "B", "image": shared, "recon": 0.6},
+               {"id": "c", "caption": "three", "image": str(tmp_path / "missing.png"), "recon": 0.5}]
+    run = _run(tmp_path, records)
+    html = write_html_report(run).read_text()
+    thumbs = sorted((run / "report_files" / "thumbs").glob("*.jpg"))
+    assert len(thumbs) == 2  # one per distinct existing picture
+    assert all(max(Image.open(t).size) <= 256 for t in thumbs)
+    assert Image.open(thumbs[0]).size in {(256, 171), (256, 256)}  # the aspect ratio is kept
+    data = _blob(html)
+    items = {item["i"]: item for item in data["items"]}
+    assert items["a"]["o"] == items["b"]["o"] and (run / data["thumbs"] / items["a"]["o"]).is_file()
+    assert items["c"]["o"] is None and items["b"]["r"] == []
+    stamp = [t.stat().st_mtime_ns for t in thumbs]
+    write_html_report(run)
+    assert [t.stat().st_mtime_ns for t in thumbs] == stamp
+
+
+def test_best_of_n_candidates_and_selection_curve(tmp_path):
+    records = []
+    for image in ("p", "q"):
+        scores = [0.3, 0.8, 0.5]
+        for k, value in enumerate(scores):
+            records.append({"id": f"{image}{k}", "image_id": image, "candidate": k, "caption": f"{image} caption {k}",
+                            "captioner": "qwen", "recon": value, "selected": value == max(scores),
+                            "reconstruction": _image(tmp_path / f"{image}{k}.png", (0, 80 * k, 0))})
+    curve = "n,recon\n1,0.5333\n2,0.7\n3,0.8\n"
+    run = _run(tmp_path, records, selection_curve__csv=curve,
+               manifest__json=json.dumps({"selection": {"metric": "recon"}}))
+    html = write_html_report(run).read_text()
+    data = _blob(html)
+    assert data["selection_metric"] == "recon"
+    assert [(i["i"], i["k"], i["sel"]) for i in data["items"] if i["sel"]] == [("p1", 1, True), ("q1", 1, True)]
+    assert 'id="pools"' in html and 'id="gallery-selected"' in html
+    rows = dict(summary_table(records, ["recon"]).rows)
+    assert rows["qwen (selected)"][0].mean == pytest.approx(0.8) and rows["qwen (all candidates)"][0].n == 6
+    points = re.search(r'<polyline points="([^"]+)"', html).group(1).split()
+    assert len(points) == 3  # one vertex per n
+    ys = [float(p.split(",")[1]) for p in points]
+    assert ys[0] > ys[1] > ys[2]  # a rising curve climbs up the page
+
+
+def test_meta_folder_gets_agreement_scatter_and_probes(tmp_path):
+    run = tmp_path / "meta"
+    run.mkdir()
+    (run / "meta.csv").write_text(
+        "judgments,metric,statistic,value,ci_low,ci_high,n,n_images,n_failed\n"
+        "expert.jsonl,bleu-4,tau_c,0.21,0.15,0.27,30,10,0\n"
+        "expert.jsonl,recon,tau_c,0.35,0.30,0.41,30,10,1\n")
+    (run / "probes.csv").write_text("metric,probe,value,ci_low,ci_high,n,detail\n"
+                                    "recon,paraphrase_delta,0.04,0.01,0.07,12,<b>means</b> 0.6 vs 0.56\n")
+    lines = ["id,image_id,caption,human,bleu-4,recon"]
+    for i in range(10):
+        lines.append(f"{i},img{i // 2},a caption,{1 + i % 4},{0.1 * i},{'' if i == 3 else 0.5 + 0.01 * i}")
+    (run / "scores-expert.csv").write_text("\n".join(lines) + "\n")
+    html = write_html_report(run).read_text()
+    assert re.findall(r'data-points="(\d+)"', html) == ["10", "9"]  # the caption recon failed on is not drawn
+    best = re.findall(r'<td data-v="([0-9.]+)" class="best">', html)
+    assert best == ["0.35"]
+    assert "paraphrase_delta" in html and "&lt;b&gt;means&lt;/b&gt;" in html
+    assert 'id="gallery-data"' not in html  # a meta folder has no scored samples of its own
+
+
+def test_report_command_on_runs_without_question_bank_metrics(tmp_path, capsys):
+    run = _run(tmp_path, [{"id": "a", "caption": "x", "recon": 0.5}])
+    assert main(["report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "no turing scores" in out and (run / "report.html").is_file() and not (run / "categories.md").exists()
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+
+
+# ----------------------------------------------------------------------------- in a real browser
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("no Chromium installed (apt-get install chromium): the report's browser test needs one")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def _open(browser, path):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems = []
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("dialog", lambda d: (problems.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, problems
+
+
+def test_tiny_model_run_in_chromium(tmp_path, tiny_sd, tiny_dinov2, browser):
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
+        caption = PAYLOADS[i % len(PAYLOADS)] if i < 4 else f"a picture of noise number {i}"
+        rows.append({"id": f"r{i}", "image": str(tmp_path / f"p{i}.png"), "caption": caption,
+                     "captioner": "alpha" if i % 2 else "beta"})
+    rows.append({"id": "r-missing", "image": str(tmp_path / "nope.png"), "caption": "lost", "captioner": "beta"})
+    results = caprecon.score(rows, ["recon"], generator=str(tiny_sd), generator_options={"steps": 1},
+                             embedder=str(tiny_dinov2), max_side=32, no_cache=True, out=tmp_path / "run")
+    report = tmp_path / "run" / "report.html"
+    page, problems = _open(browser, report)
+    shot = page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    assert len(shot) > 10_000 and problems == []
+    assert page.title() == "caprecon report: run"  # no payload rewrote it
+    assert page.locator("#gallery-items .card").count() == 7
+    assert page.locator("script").count() == 2 and page.locator("img[src='x'], svg[onload]").count() == 0
+    shown = page.locator("#gallery-items .card .caption").all_text_contents()
+    assert set(shown) == {r["caption"] for r in rows}  # the payloads are on the page, as text
+
+    # worst first: ascending recon, the failed row last; then best first
+    recon = {r["id"]: r["recon"] for r in results.records if "recon" in r}
+    def ids():
+        return page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")
+
+    ascending = sorted(recon, key=recon.get)
+    assert ids() == [*ascending, "r-missing"]
+    page.click("#gallery-dir")
+    assert ids() == [*ascending[::-1], "r-missing"]
+    page.select_option("#gallery-sort", label="id")
+    assert ids() == sorted(ids(), reverse=True) and ids() != [*ascending[::-1], "r-missing"]
+    page.fill("#gallery-filter", "noise number 5")
+    assert ids() == ["r5"]
+    page.fill("#gallery-filter", "")
+    page.check("#gallery-errors")
+    assert ids() == ["r-missing"]
+    # the summary table sorts by a click on its header
+    page.click("#summary-table thead th:nth-child(3)")
+    means = page.locator("#summary-table tbody td:nth-child(3)").evaluate_all("tds => tds.map(t => +t.dataset.v)")
+    assert means == sorted(means) and len(means) == 2
+    assert page.title() == "caprecon report: run" and problems == []
+    page.close()
+
+
+def test_ten_pages_of_samples_paginate(tmp_path, browser):
+    records = [{"id": f"s{i:03d}", "caption": f"caption {i}", "recon": math.sin(i) / 2 + 0.5} for i in range(240)]
+    page, problems = _open(browser, write_html_report(_run(tmp_path, records)))
+    assert page.locator("#gallery-items .card").count() == 24
+    assert page.locator(".gallery-pager .page").first.text_content() == "page 1 of 10"
+    page.locator(".gallery-pager button", has_text="»").first.click()
+    last = page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")
+    worst_last = sorted(records, key=lambda r: r["recon"])[-24:]
+    assert last == [r["id"] for r in worst_last] and problems == []
+    page.close()
+
+
+def test_candidate_pools_in_chromium(tmp_path, browser):
+    records = [{"id": f"{image}{k}", "image_id": image, "candidate": k, "caption": f"<b>{image} {k}</b>",
+                "captioner": "qwen", "recon": 0.1 * k, "selected": k == 2,
+                "reconstruction": _image(tmp_path / f"{image}{k}.png", (0, 60 * k, 0))}
+               for image in ("p", "q", "r") for k in range(3)]
+    page, problems = _open(browser, write_html_report(_run(tmp_path, records)))
+    assert page.locator("#pools .pool").count() == 3
+    selected = page.locator("#pools .candidate.selected .caption").all_text_contents()
+    assert selected == ["<b>p 2</b>", "<b>q 2</b>", "<b>r 2</b>"]
+    page.check("#gallery-selected")
+    assert page.locator("#gallery-items .card").count() == 3 and problems == []
+    page.close()
