@@ -61,4 +61,6 @@ def cmd_caption(args: argparse.Namespace) -> int:
         print(f"selection curve ({run.selection.describe()}): expected score of the selected caption")
         print(curve_markdown(run.curve), end="")
     print(f"written to {run.out}")
+    if run.out and (run.out / "report.html").is_file():
+        print(f"report: {run.out / 'report.html'}")
     return 0

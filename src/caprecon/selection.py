@@ -394,6 +394,9 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     run = BestOfN(candidates, selected, curve, selection, manifest, out_dir)
     if out_dir:
         write_best_of_n(run, out_dir)
+        from .htmlreport import write_html_report
+
+        write_html_report(out_dir)
     return run
 
 

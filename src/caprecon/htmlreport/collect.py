@@ -22,8 +22,10 @@ from ..records import read_jsonl
 NOT_SCORES = frozenset({"seed", "candidate", "tokens_cut", "size", "match"})
 # scores where a smaller value is the better one; every other score is better when larger
 LOWER_IS_BETTER_SUFFIXES = ("_gap",)
-# the selection curve a best-of-N `caption` run writes beside scores.jsonl
-CURVE_FILES = ("selection_curve.csv", "selection_curve.jsonl")
+# the selection curve a best-of-N `caption` run writes beside its candidates
+CURVE_FILES = ("curve.csv", "selection_curve.csv", "selection_curve.jsonl")
+# per-sample records: a `score` run's, else a best-of-N `caption` run's candidates
+RECORD_FILES = ("scores.jsonl", "candidates.jsonl")
 
 # a key names a secret when one of its _-separated words does ("hf_token", "api_key"; not "max_new_tokens")
 _SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|token|password|passwd|secret|authori[sz]ation|headers?|cookies?"
@@ -170,8 +172,11 @@ def _parse_cell(text: str | None) -> Any:
 
 
 def read_records(run: Path) -> list[dict[str, Any]]:
-    path = run / "scores.jsonl"
-    return [record for _, record in read_jsonl(path)] if path.is_file() else []
+    for name in RECORD_FILES:
+        path = run / name
+        if path.is_file():
+            return [record for _, record in read_jsonl(path)]
+    return []
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
