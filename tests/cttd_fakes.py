@@ -177,13 +177,25 @@ class ScriptedVLM:
         return [1.0 if a.lower() == s.lower() else 0.0 for s, a in zip(said, answers)]
 
 
-class BlindLLM:
-    """A text-only LLM that knows one thing without looking: the background is white."""
+class ScriptedLLM:
+    """A text-only LLM: names a cluster after its questions' first key word, and answers
+    blind only what needs no image (the background is white; else it guesses "A")."""
 
-    fingerprint = "blind-llm-v1"
+    fingerprint = "scripted-llm-v1"
+
+    def __init__(self):
+        self.calls = 0
+
+    def _reply(self, prompt: str) -> str:
+        if "Name the ability" in prompt:
+            words = re.findall(r"\b(colour|many|where)\b", prompt)
+            name = {"many": "count"}.get(words[0], words[0]) if words else "misc"
+            return json.dumps({"name": name, "description": f"questions about {name}"})
+        return "yes" if "background white" in prompt else "A"
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int = 64) -> list[str]:
-        return ["yes" if "background white" in p else "A" for p in prompts]
+        self.calls += len(prompts)
+        return [self._reply(p) for p in prompts]
 
     def option_probs(self, prompts, options):
         raise NotImplementedError

@@ -172,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/demo")
     p.add_argument("--quiet", "-q", action="store_true")
     p.set_defaults(func=cmd_demo)
+
+    from .cttd.cli import add_parser as add_cttd_parser
+
+    add_cttd_parser(sub)
     return parser
 
 

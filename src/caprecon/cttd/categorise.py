@@ -122,9 +122,10 @@ def name_prompt(template: str, examples: Sequence[str]) -> str:
     return template.replace("{questions}", "\n".join(f"- {q}" for q in examples))
 
 
-def shape_category(value: Any) -> tuple[str, str]:
+def shape_category(value: Any) -> tuple[tuple[str, str], bool]:
     from .replies import ReplyShapeError
 
+    adjusted = not (isinstance(value, dict) and set(value) == {"name", "description"})
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if not isinstance(value, dict):
@@ -133,7 +134,7 @@ def shape_category(value: Any) -> tuple[str, str]:
     if not isinstance(name, str) or not name.strip():
         raise ReplyShapeError("no 'name' in the reply")
     description = value.get("description") or value.get("desc") or ""
-    return name.strip(), str(description).strip()
+    return (name.strip(), str(description).strip()), adjusted
 
 
 FOLDER = "03-categorise"

@@ -62,6 +62,10 @@ def datasheet_markdown(sheet: dict[str, Any]) -> str:
     for title, key in (("Category", "by_category"), ("Answer type", "by_type"), ("Source", "by_source")):
         lines += _table([title, "questions", "share"],
                         [[k or "(none)", v, f"{100 * v / n:.1f}%"] for k, v in sheet[key].items()]) + [""]
+    if sheet.get("imported_from"):
+        lines += [f"Imported from `{sheet['imported_from']}` ({sheet['format']} layout).", ""]
+    if not sheet["stages"]:
+        return "\n".join(lines)
     lines += ["## Stages", ""]
     rows = []
     for s in sheet["stages"]:

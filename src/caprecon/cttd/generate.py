@@ -61,8 +61,9 @@ def normalise_type(value: Any) -> Any:
     return _TYPES.get(re.sub(r"\s+", " ", str(value).strip().lower()), value)
 
 
-def shape_qas(value: Any) -> list[dict[str, Any]]:
-    """A list of pair dicts with the bank's key names, from the reply's JSON."""
+def shape_qas(value: Any) -> tuple[list[dict[str, Any]], bool]:
+    """(pair dicts with the bank's key names, whether any name had to be mapped)."""
+    adjusted = not (isinstance(value, dict) and set(value) == {"qas"})
     if isinstance(value, dict):
         if any(k in value for k in _KEYS["question"]):
             value = [value]  # one pair given bare
@@ -77,16 +78,19 @@ def shape_qas(value: Any) -> list[dict[str, Any]]:
     for raw in value:
         pair = {}
         for field, names in _KEYS.items():
-            found = next((raw[n] for n in names if n in raw), None)
-            if found is not None:
-                pair[field] = found
+            name = next((n for n in names if n in raw), None)
+            if name is not None:
+                pair[field] = raw[name]
+                adjusted |= name != field
         if "question" not in pair:
             continue
-        pair["type"] = normalise_type(pair.get("type", "short" if "choices" not in pair else "mc"))
+        kind = pair.get("type", "short" if "choices" not in pair else "mc")
+        pair["type"] = normalise_type(kind)
+        adjusted |= pair["type"] != kind
         pairs.append(pair)
     if not pairs:
         raise ReplyShapeError("no object in the reply has a question")
-    return pairs
+    return pairs, adjusted
 
 
 def run(job: Job, images: list[dict[str, Any]], taxonomy) -> None:

@@ -28,7 +28,8 @@ PROMPT = (
 SHAPE = '{"questions": ["...", "..."]}'
 
 
-def shape_questions(value: Any) -> list[str]:
+def shape_questions(value: Any) -> tuple[list[str], bool]:
+    adjusted = not (isinstance(value, dict) and set(value) == {"questions"})
     if isinstance(value, dict):
         lists = [v for v in value.values() if isinstance(v, list)]
         if len(lists) != 1:
@@ -39,12 +40,12 @@ def shape_questions(value: Any) -> list[str]:
     out = []
     for q in value:
         if isinstance(q, dict):
-            q = q.get("question") or q.get("q")
+            q, adjusted = q.get("question") or q.get("q"), True
         if isinstance(q, str) and q.strip():
             out.append(q.strip())
     if not out:
         raise ReplyShapeError("no questions in the reply")
-    return out
+    return out, adjusted
 
 
 def run(job: Job, images: list[dict[str, Any]]) -> None:

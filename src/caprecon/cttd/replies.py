@@ -223,8 +223,10 @@ class ParseTally:
                 "drop_reasons": dict(sorted(self.reasons.items()))}
 
 
-def read_reply(text: str, shape: Callable[[Any], Any]) -> tuple[Any, bool]:
-    """(shaped value, repaired) or raise `ReplyError` / `ReplyShapeError`: `shape` turns the
-    parsed JSON into what the caller needs, raising `ReplyShapeError` when it cannot."""
+def read_reply(text: str, shape: Callable[[Any], tuple[Any, bool]]) -> tuple[Any, bool]:
+    """(shaped value, repaired) or raise `ReplyError` / `ReplyShapeError`. `shape` turns the
+    parsed JSON into what the caller needs and says whether it had to adjust it (other
+    key names, say), raising `ReplyShapeError` when it cannot."""
     value, repaired = parse_json_reply(text)
-    return shape(value), repaired
+    shaped, adjusted = shape(value)
+    return shaped, repaired or adjusted
