@@ -218,3 +218,32 @@ class WordMatcher:
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         return np.stack([_word_vector([c for c, _ in shapes(im)] + ["shape"]) for im in images])
+
+
+def write_example(folder: Path) -> None:
+    """The README's offline example: six shape scenes (and four images stage 1 drops), the
+    test taxonomy, and a captions file with a right and a wrong caption per scene."""
+    from oracle import render
+
+    scenes = ["a red circle and a blue square", "a green triangle", "a yellow square and a red circle",
+              "a blue circle", "a purple square and a green circle", "a black triangle and a yellow circle"]
+    images = folder / "shapes"
+    images.mkdir(parents=True, exist_ok=True)
+    captions = []
+    for i, scene in enumerate(scenes):
+        render(scene, 96, 96).save(images / f"scene{i}.png")
+        captions += [{"id": f"scene{i}-right", "image": f"shapes/scene{i}.png", "caption": scene},
+                     {"id": f"scene{i}-wrong", "image": f"shapes/scene{i}.png", "caption": "a purple triangle",
+                      "candidate_index": 1}]
+    render("", 96, 96).save(images / "blank.png")
+    render("a red circle", 20, 20).save(images / "tiny.png")
+    (images / "broken.png").write_bytes(b"not an image")
+    render(scenes[0], 96, 96).save(images / "scene9-copy.png")
+    (folder / "taxonomy.json").write_text(json.dumps(TAXONOMY, indent=1))
+    (folder / "captions.jsonl").write_text("\n".join(json.dumps(c) for c in captions) + "\n")
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_example(Path(sys.argv[1]))

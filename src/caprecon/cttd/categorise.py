@@ -94,7 +94,10 @@ def category_slug(name: str) -> str:
 
 def cluster_questions(embeddings: np.ndarray, *, eps: float, min_samples: int) -> np.ndarray:
     """DBSCAN labels (-1: noise) of unit question embeddings, over cosine distance."""
-    from sklearn.cluster import DBSCAN
+    try:
+        from sklearn.cluster import DBSCAN
+    except ImportError:
+        raise ImportError("the CTTD builder needs scikit-learn: pip install 'caprecon[cttd]'") from None
 
     if len(embeddings) == 0:
         return np.zeros(0, dtype=int)

@@ -130,7 +130,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"bank: {result.bank} — {sheet['questions']} questions about {sheet['images']} images")
         for stage in sheet["stages"]:
             dropped = ", ".join(f"{k} {v}" for k, v in stage["dropped"].items())
-            state = "ran" if stage["stage"] in result.ran else "finished before"
+            state = "skipped" if stage.get("skipped") else "ran" if stage["stage"] in result.ran else "done before"
             print(f"  {stage['stage']:11s} {state:16s} {dropped}")
         print(f"datasheet: {result.folder / 'datasheet.md'}")
     return 0

@@ -64,8 +64,11 @@ def density_filter(embeddings: np.ndarray, band: tuple[float, float], *, compone
     min(components, n // 10) diagonal-covariance components, at least one. Kept: log-density
     within the [low, high] quantiles of all log-densities.
     """
-    from sklearn.decomposition import PCA
-    from sklearn.mixture import GaussianMixture
+    try:
+        from sklearn.decomposition import PCA
+        from sklearn.mixture import GaussianMixture
+    except ImportError:
+        raise ImportError("the CTTD builder needs scikit-learn: pip install 'caprecon[cttd]'") from None
 
     low, high = band
     if not 0 <= low < high <= 1:
