@@ -114,6 +114,8 @@ def run(job: Job, images: list[dict[str, Any]], taxonomy) -> None:
             lambda again: vlm_replies(job.ctx, vlm, [(key, p) for p in again], lazy, cfg.max_new_tokens),
             tally, rejects, [{"image_id": entry["image_id"], "category": c.name} for c in taxonomy])
         for category, pairs in zip(taxonomy, parsed):
+            if pairs and len(pairs) > cfg.qas_per_category:
+                job.drop("more than m pairs in a reply", len(pairs) - cfg.qas_per_category)
             for k, pair in enumerate((pairs or [])[: cfg.qas_per_category]):
                 record = {"id": f"{entry['image_id']}#{category.name}#{k}", "image_id": entry["image_id"],
                           "category": category.name, **pair, "source": entry["source"], "image": entry["path"]}

@@ -70,15 +70,11 @@ def parse_json_reply(text: str) -> tuple[Any, bool]:
     return value, True
 
 
-def _scan(text: str, visit: Callable[[int, str, bool], None] | None = None) -> tuple[list[str], bool, int]:
-    """Walk `text` tracking strings and brackets: (open brackets, inside a string at the
-    end, index just past the first complete top-level value or -1). `visit(i, char,
-    in_string)` sees every character."""
-    stack: list[str] = []
-    in_string = escaped = False
+def _complete_value(text: str) -> str:
+    """The first complete top-level value, dropping prose after it (the text unchanged when
+    the value never closes)."""
+    depth, in_string, escaped = 0, False, False
     for i, ch in enumerate(text):
-        if visit:
-            visit(i, ch, in_string)
         if in_string:
             if escaped:
                 escaped = False
@@ -89,19 +85,12 @@ def _scan(text: str, visit: Callable[[int, str, bool], None] | None = None) -> t
         elif ch == '"':
             in_string = True
         elif ch in "{[":
-            stack.append("}" if ch == "{" else "]")
+            depth += 1
         elif ch in "}]":
-            if stack and stack[-1] == ch:
-                stack.pop()
-                if not stack:
-                    return stack, False, i + 1
-    return stack, in_string, -1
-
-
-def _complete_value(text: str) -> str:
-    """The first complete top-level value, dropping prose after it."""
-    _, _, end = _scan(text)
-    return text[:end] if end > 0 else text
+            depth -= 1
+            if depth == 0:
+                return text[: i + 1]
+    return text
 
 
 def _outside_strings(text: str, pattern: re.Pattern, replace: Callable[[re.Match], str]) -> str:

@@ -74,13 +74,6 @@ def fill(template: str, **values: Any) -> str:
     return template
 
 
-def check_template(template: str, required: Sequence[str], what: str) -> str:
-    missing = [name for name in required if "{" + name + "}" not in template]
-    if missing:
-        raise ValueError(f"the {what} prompt must contain {', '.join('{' + m + '}' for m in missing)}")
-    return template
-
-
 # ---------------------------------------------------------------------------------------
 # cached model calls
 
