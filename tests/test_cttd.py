@@ -235,7 +235,10 @@ def test_bank_scores_captions_with_turing(image_folder, taxonomy_file, tmp_path)
     captions.write_text("\n".join(json.dumps(r) for r in rows))
 
     results = caprecon.score(captions, metrics=["turing"], generator=OracleGenerator(), judge=ScriptedVLM(),
-                             qa_bank=str(result.bank), max_side=96, cache_dir=str(tmp_path / "cache"))
+                             qa_bank=str(result.bank), max_side=96, cache_dir=str(tmp_path / "build" / "store"))
+    # curation asked this judge every kept question about the originals: the upper bound is
+    # all in the build's store, and only the reconstructions are asked
+    assert results.manifest["cache"]["judge-answer"] == len(rows) * 7
     by_id = {r["id"]: r for r in results.records}
     for i in range(len(SCENES)):
         good, bad = by_id[f"good{i}"], by_id[f"bad{i}"]
@@ -262,21 +265,33 @@ def test_tiny_real_models_run_every_stage(image_folder, tmp_path, tiny_clip):
     llm = build_qwen2_lm(tmp_path / "qwen2lm")
     taxonomy = tmp_path / "two.json"
     taxonomy.write_text(json.dumps(TAXONOMY[:2]))
-    folder = tmp_path / "two"
+    folder = tmp_path / "one"
     folder.mkdir()
-    for name in ("scene0", "scene1"):
-        (folder / f"{name}.png").write_bytes((image_folder / f"{name}.png").read_bytes())
-    config = BuildConfig(embedder=str(tiny_clip), matcher=str(tiny_clip), vlm=str(vlm),
+    (folder / "scene0.png").write_bytes((image_folder / "scene0.png").read_bytes())
+    config = BuildConfig(embedder=str(tiny_clip), matcher=str(tiny_clip), vlm=str(vlm),  # one CLIP, two roles
                          vlm_options={"max_new_tokens": 8, "device": "cpu"}, llm=str(llm), taxonomy=str(taxonomy),
                          max_new_tokens=8, density_band=(0, 1), duplicate_cos=1.0, blind_filter=True)
     result = build_bank(folder, tmp_path / "build", config, progress=False)
 
     stages = {s["stage"]: s for s in result.datasheet["stages"]}
-    assert stages["select"]["model_calls"] == {"embedding": 2}
-    assert stages["generate"]["model_calls"] == {"vlm-reply": 2 * 2 * 2}  # images x categories x (ask + retry)
-    assert stages["generate"]["replies"]["dropped"] == 4
-    assert len((tmp_path / "build" / "04-generate" / "rejects.jsonl").read_text().splitlines()) == 4
+    assert stages["select"]["model_calls"] == {"embedding": 1}
+    assert stages["generate"]["model_calls"] == {"vlm-reply": 2 * 2}  # categories x (ask + retry)
+    assert stages["generate"]["replies"]["dropped"] == 2
+    assert len((tmp_path / "build" / "04-generate" / "rejects.jsonl").read_text().splitlines()) == 2
     assert result.datasheet["questions"] == 0 and result.datasheet["models"]["vlm"]["backend"] == "transformers-vlm"
+    assert result.datasheet["models"]["matcher"]["backend"] == "clip-matcher"
+    assert stages["rank"]["model_calls"] == {}  # nothing survived to rank
+
+    # with pairs to work on (the scripted questioner's), the tiny CLIP and LLM do the rest
+    config = BuildConfig(embedder=str(tiny_clip), matcher=str(tiny_clip), vlm=ScriptedVLM(), llm=str(llm),
+                         taxonomy=str(taxonomy), density_band=(0, 1), duplicate_cos=1.0, judge_check=False,
+                         blind_filter=True, llm_options={"max_new_tokens": 4, "device": "cpu"})
+    result = build_bank(folder, tmp_path / "build2", config, progress=False)
+    stages = {s["stage"]: s for s in result.datasheet["stages"]}
+    assert stages["curate"]["model_calls"]["llm-answer"] == 3 + 1  # the mc in three rotations, the short once
+    assert stages["rank"]["model_calls"]["matcher-image-embedding"] == 1
+    bank = load_qa_bank(result.bank)
+    assert list(bank) == ["scene0"] and result.datasheet["models"]["llm"]["backend"] == "transformers-llm"
 
 
 def _cli_env(**extra):

@@ -145,6 +145,13 @@ class BuildModels:
 
     @cached_property
     def matcher(self):
+        from ..models.embedder import HFVisionEmbedder
+        from ..models.matcher import ClipMatcher
+
+        cfg = self.config
+        if (cfg.matcher, cfg.matcher_options) == (cfg.embedder, cfg.embedder_options) and \
+                isinstance(self.embedder, HFVisionEmbedder):  # one CLIP for both: loaded once
+            return ClipMatcher(image_embedder=self.embedder)
         return self._build("matcher")
 
     @cached_property
