@@ -105,7 +105,7 @@ def llm_replies(ctx: Context, llm: Any, prompts: Sequence[str], max_new_tokens: 
     return ctx.cached("llm-answer", keys, compute) if prompts else []
 
 
-def read_replies(replies: Sequence[str], shape: Callable[[Any], Any], shape_text: str,
+def read_replies(replies: Sequence[str], shape: Callable[[Any], tuple[Any, bool]], shape_text: str,
                  ask_again: Callable[[list[str]], list[str]], tally: ParseTally,
                  rejects: list[dict[str, Any]], context: Sequence[dict[str, Any]]) -> list[Any]:
     """Each reply read as JSON of the wanted shape (None where it could not be): strict,
