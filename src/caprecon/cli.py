@@ -215,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .cache_cli import add_parser as add_cache_parser
 
     add_cache_parser(sub)
+
+    from .cttd.cli import add_parser as add_cttd_parser
+
+    add_cttd_parser(sub)
     return parser
 
 
