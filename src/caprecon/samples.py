@@ -224,7 +224,8 @@ def _load_path(path: Path, images_root: Path | None, annotations: str | Path | N
                captions: str | Path | None) -> list[Sample]:
     if not path.exists():
         raise SampleFormatError(f"input not found: {path}")
-    root = images_root or (path if path.is_dir() else path.parent)
+    # absolute now, so a later change of working folder cannot move the images
+    root = (images_root or (path if path.is_dir() else path.parent)).absolute()
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
             return _load_hf_dataset(path, root)

@@ -89,13 +89,17 @@ class _MetricRunner:
         self.early_failures: list[tuple[str, str]] = []
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
+        results = self._in_chunks(items)
+        self._watch(results)
+        return results
+
+    def _in_chunks(self, items: list) -> list[dict[str, Any] | Exception]:
         results: list[dict[str, Any] | Exception] = []
         start = 0
         while start < len(items):  # the batch size may shrink (OOM) while we go
             chunk = items[start : start + self.batch_size]
             results.extend(self._isolating(chunk))
             start += len(chunk)
-        self._watch(results)
         return results
 
     def _isolating(self, items: list) -> list[dict[str, Any] | Exception]:
@@ -114,8 +118,7 @@ class _MetricRunner:
                 log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
                             name, len(items), self.batch_size)
                 _free_accelerator_memory()
-                half = len(items) // 2
-                return self._isolating(items[:half]) + self._isolating(items[half:])
+                return self._in_chunks(items)
             if len(items) == 1:
                 return [exc]
             log.warning("metric %s failed on a batch (%s); retrying row by row", name, exc)
