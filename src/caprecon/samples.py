@@ -286,9 +286,18 @@ def _parse_refs(value: Any) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            return [str(r) for r in json.loads(text)]
-        return [part.strip() for part in text.split("|") if part.strip()]
+            value = json.loads(text)
+        else:
+            return [part.strip() for part in text.split("|") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"a {type(value).__name__}")
     return [str(r) for r in value]
+
+
+def _whole_number(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"a {type(value).__name__}")
+    return int(value)
 
 
 def _resolve_image(value: Any, root: Path | None) -> Any:
@@ -314,13 +323,24 @@ def _sample_from_record(record: dict, index: int, root: Path | None) -> Sample:
     sample_id = _first(record, ("id",))
     if sample_id is None:
         sample_id = index
+    refs, candidate = _first(record, ("refs", "references")), _first(record, ("candidate_index",)) or 0
+    try:
+        refs = _parse_refs(refs)
+    except (TypeError, ValueError) as exc:
+        raise SampleFormatError(f"row {index + 1} (id {sample_id}): refs must be a list of captions, a JSON list "
+                                f"or '|'-separated text, not {exc}") from None
+    try:
+        candidate = _whole_number(candidate)
+    except (TypeError, ValueError):
+        raise SampleFormatError(f"row {index + 1} (id {sample_id}): candidate_index must be a whole number, "
+                                f"not {candidate!r:.40}") from None
     return Sample(
         id=str(sample_id),
         image=image,
         caption="" if caption is None else caption,
-        refs=_parse_refs(_first(record, ("refs", "references"))),
+        refs=refs,
         image_id="" if image_id is None else str(image_id),
-        candidate=int(_first(record, ("candidate_index",)) or 0),
+        candidate=candidate,
         meta={k: v for k, v in record.items() if k not in _KNOWN},
     )
 
