@@ -234,7 +234,7 @@ def _check_model_kind(role: str, setting: str, model: Any) -> None:
                           f"{'; it holds a ' + found + ' model' if found else ''}); give a generator's folder or hub id")
     if role != "generator" and is_pipeline:
         raise ConfigError(f"--{setting} {model.source.name}: this folder holds a diffusers pipeline (a generator), "
-                          f"not a {role}; pass it to --generator")
+                          f"not {'an' if role[0] in 'aeiou' else 'a'} {role}; pass it to --generator")
 
 
 def _model_type(folder: Path) -> str | None:
