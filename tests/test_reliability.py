@@ -328,6 +328,23 @@ def test_out_of_memory_on_one_row_stops_the_run(tmp_path):
         caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path)), metrics=[hungry], batch_size=1)
 
 
+def test_a_run_stopped_part_way_keeps_and_sums_up_what_finished(tmp_path):
+    def server_gone(items):
+        if len(flaky.calls) > 1:
+            raise ConnectionError("judge server refused the connection")
+
+    flaky = Recorded(fail=server_gone)
+    data = write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 4))
+    with pytest.raises(RunError, match="refused") as stop:
+        caprecon.score(data, metrics=[flaky], batch_size=2, out=tmp_path / "run")
+    assert [r["id"] for r in stop.value.records] == ["r0", "r1"]
+    assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "stopped"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["metrics"]["fake"]["n"] == 2
+    healthy = Recorded()
+    results = caprecon.score(data, metrics=[healthy], batch_size=2, out=tmp_path / "run")
+    assert healthy.calls == [2] and results.manifest["resumed_rows"] == 2  # only r2, r3 were scored again
+
+
 def test_row_errors_stay_row_errors(tmp_path):
     rows = pictures(tmp_path, 4)
     rows[2]["caption"] = "a bad picture"

@@ -7,7 +7,7 @@ A run folder holds `scores.jsonl` (one record per sample: every score, the
 reconstruction's path, any row error), `summary.json` and `summary.csv` (per metric:
 mean, std, n; rows failed by reason) and `manifest.json` (versions, models and their
 fingerprints, seeds, the full configuration, cache statistics, timings, and `status`:
-running, interrupted or complete).
+running, interrupted, stopped (by a run-level error) or complete).
 
 Running again into the folder of an interrupted run resumes it: rows already scored
 without error are kept, the rest are scored (their model results mostly come from the
@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 from .config import ConfigError, Roles, RunConfig
 from .metrics import Context, Metric, build_metric
-from .run.local import RunInterrupted, read_scores, run_local
+from .run.local import RunError, RunInterrupted, read_scores, run_local
 from .samples import Sample, load_samples
 from .store import Store, default_cache_dir
 
@@ -118,12 +118,13 @@ def score(
     try:
         records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done,
                             scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
-    except RunInterrupted as stop:
-        if out_dir:  # what finished is summarised, and the manifest says the run can be resumed
+    except (RunInterrupted, RunError) as stop:
+        if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
             summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
-            write_run(out_dir, summary, {"status": "interrupted", "config": cfg.to_dict(),
-                                         "metric_names": metric_names, "samples": len(rows),
-                                         "rows_written": len(stop.records), "cache": ctx.stats()})
+            status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
+            write_run(out_dir, summary, {"status": status, "config": cfg.to_dict(), "metric_names": metric_names,
+                                         "samples": len(rows), "rows_written": len(stop.records),
+                                         "cache": ctx.stats(), **({"error": str(stop)} if status == "stopped" else {})})
         raise
     summary = summarise(records, metric_names)
     manifest = {
@@ -188,7 +189,7 @@ def _resumable(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: lis
         before = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         before = {}
-    if not previous or before.get("status") not in ("running", "interrupted"):
+    if not previous or before.get("status") not in ("running", "interrupted", "stopped"):
         return {}
     now = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
     then = {k: v for k, v in (before.get("config") or {}).items() if k not in _RESUME_FREE}

@@ -230,8 +230,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.func(args)
-    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError, RunError) as exc:
+    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError) as exc:
         print(f"caprecon: error: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    except RunError as exc:
+        out = getattr(args, "out", None)
+        kept = f"; the {len(exc.records)} rows finished are in {out}/scores.jsonl: fix this and run the same " \
+               "command again to resume" if out and exc.records else ""
+        print(f"caprecon: error: {exc}{kept}", file=sys.stderr)
         return CANNOT_RUN
     except RunInterrupted as stop:
         out = getattr(args, "out", None)

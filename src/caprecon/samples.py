@@ -353,7 +353,7 @@ def _load_coco_results(results: Any, annotations: Path, images_root: Path | None
     ann = _read_json(annotations, "COCO captions annotations (an object with 'images' and 'annotations')")
     if not isinstance(ann, dict) or "images" not in ann:
         raise SampleFormatError(f"{annotations}: not a COCO captions file (no 'images')")
-    root = images_root or annotations.parent
+    root = (images_root or annotations.parent).absolute()
     files = {img["id"]: img.get("file_name", "") for img in ann["images"]}
     refs: dict[Any, list[str]] = {}
     for a in ann.get("annotations", []):

@@ -42,7 +42,10 @@ SAME_FAILURE_LIMIT = 3
 
 
 class RunError(RuntimeError):
-    """A failure that is not about one row: the run stops with this message."""
+    """A failure that is not about one row: the run stops with this message. `records` are
+    the rows finished before it, in input order (set by `run_local`)."""
+
+    records: list[dict[str, Any]] | None = None
 
 
 class RunInterrupted(Exception):
@@ -214,6 +217,9 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             bar.update(len(batch))
     except KeyboardInterrupt:
         raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
+    except RunError as stop:
+        stop.records = [by_position[i] for i in sorted(by_position)]
+        raise
     finally:
         bar.close()
         if sink:
