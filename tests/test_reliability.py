@@ -309,10 +309,17 @@ def test_an_unsupported_operation_stops_the_run(tmp_path):
     assert unsupported.calls == [3]  # stopped at once, not retried row by row
 
 
-def test_out_of_memory_halves_the_batch_and_keeps_it_halved(tmp_path):
+def _torch_oom(message):
+    import torch
+
+    return torch.OutOfMemoryError(message)  # what CUDA raises; constructible without a GPU
+
+
+@pytest.mark.parametrize("error", [RuntimeError, _torch_oom])
+def test_out_of_memory_halves_the_batch_and_keeps_it_halved(tmp_path, error):
     def oom(items):
         if len(items) > 2:
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            raise error("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     hungry = Recorded(fail=oom)
     results = caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 10)), metrics=[hungry],

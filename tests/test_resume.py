@@ -1,5 +1,6 @@
-"""A `caprecon score` process killed (SIGKILL) part-way, three times, then finished:
-every row once, no stored reconstruction made again, the scores of an uninterrupted run."""
+"""A `caprecon score` process killed (SIGKILL) part-way, three times, then interrupted
+(SIGINT) once, then finished: every row once, no stored reconstruction made again, the
+scores of an uninterrupted run."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 from PIL import Image
 
 SRC = Path(__file__).parents[1] / "src"
-ROWS = 8
+ROWS = 9
 
 
 def _command(data, tiny_sd, tiny_dinov2, out, cache):
@@ -68,8 +69,22 @@ def test_three_sigkills_then_finish(tmp_path, tiny_sd, tiny_dinov2):
         stored = _stored_images(cache)
         assert all(stored[name] == seen[name] for name in seen), "a stored reconstruction was written again"
         seen = stored
+    # then Ctrl-C: one line that says how to resume, no traceback
+    before = _lines(scores)
+    proc = subprocess.Popen(_command(data, tiny_sd, tiny_dinov2, out, cache), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while _lines(scores) <= before and proc.poll() is None:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "run the same command again to resume" in err.strip().splitlines()[-1]
+    assert json.loads((out / "summary.json").read_text())["complete"] is False
+    stored = _stored_images(cache)
+    assert all(stored[name] == seen[name] for name in seen), "a stored reconstruction was written again"
+    seen = stored
     kept = _lines(scores)
-    assert 3 <= kept < ROWS
+    assert 4 <= kept < ROWS
 
     final = subprocess.run(_command(data, tiny_sd, tiny_dinov2, out, cache), env=_env(), capture_output=True,
                            text=True, timeout=600)
