@@ -401,6 +401,21 @@ def test_ctrl_c_ends_with_one_line_a_summary_and_a_resumable_folder(tmp_path, ti
     assert manifest["status"] == "complete" and manifest["resumed_rows"] == 1
 
 
+def test_a_resumed_run_scores_again_the_rows_whose_input_changed(tmp_path):
+    rows = pictures(tmp_path, 3)
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    first = Recorded(value=lambda it: len(it.caption))
+    caprecon.score(data, metrics=[first], out=tmp_path / "run")
+    manifest = tmp_path / "run" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "status": "interrupted"}))
+    rows[1]["caption"] = "an entirely different caption"
+    write_jsonl(data, rows)
+    again = Recorded(value=lambda it: len(it.caption))
+    results = caprecon.score(data, metrics=[again], out=tmp_path / "run")
+    assert again.calls == [1] and results.manifest["resumed_rows"] == 2
+    assert results.records[1]["fake"] == len("an entirely different caption")
+
+
 def test_a_folder_of_other_settings_is_not_resumed_into(tmp_path, tiny_clip, capsys):
     run = tmp_path / "run"
     run.mkdir()

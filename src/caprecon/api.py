@@ -29,7 +29,7 @@ from typing import Any, Iterable, Sequence
 
 from .config import ConfigError, Roles, RunConfig
 from .metrics import Context, Metric, build_metric
-from .run.local import RunError, RunInterrupted, read_scores, run_local
+from .run.local import RunError, RunInterrupted, base_record, read_scores, run_local
 from .samples import Sample, load_samples
 from .store import Store, default_cache_dir
 
@@ -177,6 +177,7 @@ def _prepare_out(out_dir: Path) -> None:
         raise ConfigError(f"--out {out_dir} is not writable ({exc.strerror or exc}); choose another folder") from None
 
 
+_SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
 # settings that do not change any score: a run may resume with other values of them
 _RESUME_FREE = {"batch_size", "cache_dir"}
 
@@ -198,9 +199,15 @@ def _resumable(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: lis
         what = ", ".join(changed) if changed else "the metrics"
         raise ConfigError(f"--out {out_dir} holds a run with other settings ({what} differ); give another --out, "
                           f"or delete {out_dir / 'scores.jsonl'} to start this folder over")
-    wanted = {s.id for s in rows}
+    # a row is kept only if its sample is unchanged: same caption, image, image id and candidate
+    wanted = {s.id: {k: v for k, v in base_record(s).items() if k in _SAMPLE_FIELDS} for s in rows}
+
+    def unchanged(row: dict[str, Any]) -> bool:
+        sample = wanted.get(row["id"])
+        return sample is not None and sample == {k: row.get(k) for k in sample}
+
     return {r["id"]: r for r in previous
-            if r["id"] in wanted and not r.get("error") and all(name in r for name in metric_names)}
+            if unchanged(r) and not r.get("error") and all(name in r for name in metric_names)}
 
 
 def _open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
