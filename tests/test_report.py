@@ -78,13 +78,22 @@ def test_upper_bound_counts_each_image_once():
 
 
 def test_rows_with_errors_are_skipped():
-    broken = row("i3", "A", {"spatial": (10, 10)}, {"spatial": (10, 10)}, error="judge timed out")
+    broken = {"id": "z", "image_id": "i3", "captioner": "A", "error": "turing: TimeoutError: judge timed out"}
     only_broken = {"id": "x", "image_id": "i4", "captioner": "D", "error": "unreadable image"}
     unscored = {"id": "y", "image_id": "i5", "captioner": "E", "recon": 0.7}  # another metric only
     table = category_table([*two_by_two(), broken, only_broken, unscored])
     assert table.captioners == ["A", "B"]
     assert table.rows == category_table(two_by_two()).rows
     assert table.questions["spatial"] == 3
+
+
+def test_a_row_failed_by_another_metric_still_counts():
+    # recon failed on this row, turing did not: the turing table must include it
+    other = row("i3", "C", {"spatial": (1, 4)}, {"spatial": (3, 4)}, error="recon: OSError: disk full")
+    table = category_table([*two_by_two(), other])
+    assert table.captioners == ["A", "B", "C"]
+    assert table.rows["C"]["spatial"] == pytest.approx(0.25)
+    assert table.questions["spatial"] == 7
 
 
 def test_without_a_captioner_column_all_rows_form_one_group():

@@ -5,8 +5,13 @@
 
 A run folder holds `scores.jsonl` (one record per sample: every score, the
 reconstruction's path, any row error), `summary.json` and `summary.csv` (per metric:
-mean, std, n) and `manifest.json` (versions, models and their fingerprints, seeds, the
-full configuration, cache statistics, timings).
+mean, std, n; rows failed by reason) and `manifest.json` (versions, models and their
+fingerprints, seeds, the full configuration, cache statistics, timings, and `status`:
+running, interrupted, stopped (by a run-level error) or complete).
+
+Running again into the folder of an interrupted run resumes it: rows already scored
+without error are kept, the rest are scored (their model results mostly come from the
+cache). A folder that holds a run of other settings is refused rather than mixed.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from typing import Any, Iterable, Sequence
 
 from .config import ConfigError, Roles, RunConfig
 from .metrics import Context, Metric, build_metric
-from .redaction import redact
-from .run.local import run_local
 from .normalise import normalised_samples
+from .redaction import redact
+from .run.local import RunError, RunInterrupted, base_record, read_scores, run_local
 from .samples import Sample, has_image, load_samples
 from .store import Store, default_cache_dir
 from .tables import format_table
@@ -48,7 +53,7 @@ class Results:
         headers = ["id", "caption", *self.metric_names, "note"]
         lines = []
         for r in self.records:
-            caption = r.get("caption", "")
+            caption = str(r.get("caption", ""))
             caption = caption if len(caption) <= max_caption else caption[: max_caption - 1] + "…"
             values = [_fmt(r.get(m)) for m in self.metric_names]
             note = r.get("error") or (f"{r['tokens_cut']} tokens cut" if r.get("tokens_cut") else "")
@@ -76,6 +81,7 @@ def score(
     progress: bool = False,
     images_root: str | Path | None = None,
     annotations: str | Path | None = None,
+    captions: str | Path | None = None,
     **settings: Any,
 ) -> Results:
     """Score samples with metrics (names or `Metric` objects; default: the config's, else recon).
@@ -89,7 +95,7 @@ def score(
     names = [m for m in metrics if isinstance(m, str)]
     cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
     metrics = metrics or list(cfg.metrics)  # none given: the config's (default: recon)
-    rows = load_samples(samples, images_root=images_root, annotations=annotations)
+    rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions)
     _check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
@@ -98,17 +104,34 @@ def score(
     roles = Roles(cfg)
     built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
     check_images(rows, built)
+    metric_names = [m.headline for m in built]
     out_dir = Path(out) if out else None
+    done: dict[str, dict[str, Any]] = {}
     if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_out(out_dir)
+        done = {} if cfg.no_cache else _resumable(out_dir, cfg, metric_names, rows)
+        (out_dir / "manifest.json").write_text(json.dumps(
+            redact({"status": "running", "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows)}),
+            indent=2, default=str))
     store = _open_store(cfg, out_dir)
     ctx = Context(store)
 
-    records = run_local(rows, built, ctx, batch_size=cfg.batch_size,
-                        scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
-    metric_names = [m.headline for m in built]
+    try:
+        records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done,
+                            scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
+    except (RunInterrupted, RunError) as stop:
+        if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
+            summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
+            status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
+            write_run(out_dir, summary, redact({
+                "status": status, "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
+                "rows_written": len(stop.records), "cache": ctx.stats(),
+                **({"error": str(stop)} if status == "stopped" else {})}))
+        raise
     summary = summarise(records, metric_names)
     manifest = {
+        "status": "complete",
+        "resumed_rows": len(done),
         "caprecon": _version("caprecon"),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
@@ -125,6 +148,7 @@ def score(
         "store": store.describe(),
         "cache": ctx.stats(),
         "samples": len(rows),
+        "metric_names": metric_names,
     }
     manifest = redact(manifest)  # API keys and tokens among the options never reach disk
     if out_dir:
@@ -160,6 +184,52 @@ def _check_unique_ids(rows: list[Sample]) -> None:
         seen[s.id] = i
 
 
+def _prepare_out(out_dir: Path) -> None:
+    """The run folder exists and is writable, or the run stops before any work."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file; give a folder for the run's outputs")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".caprecon-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--out {out_dir} is not writable ({exc.strerror or exc}); choose another folder") from None
+
+
+_SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
+# settings that do not change any score: a run may resume with other values of them
+_RESUME_FREE = {"batch_size", "cache_dir"}
+
+
+def _resumable(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: list[Sample]) -> dict[str, dict]:
+    """Rows of an unfinished earlier run in this folder that need no work: same settings, no
+    error, every metric. A finished run's folder is simply written over."""
+    previous = read_scores(out_dir / "scores.jsonl")
+    try:
+        before = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = {}
+    if not previous or before.get("status") not in ("running", "interrupted", "stopped"):
+        return {}
+    now = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
+    then = {k: v for k, v in (before.get("config") or {}).items() if k not in _RESUME_FREE}
+    changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
+    if changed or before.get("metric_names") != metric_names:
+        what = ", ".join(changed) if changed else "the metrics"
+        raise ConfigError(f"--out {out_dir} holds a run with other settings ({what} differ); give another --out, "
+                          f"or delete {out_dir / 'scores.jsonl'} to start this folder over")
+    # a row is kept only if its sample is unchanged: same caption, image, image id and candidate
+    wanted = {s.id: {k: v for k, v in base_record(s).items() if k in _SAMPLE_FIELDS} for s in rows}
+
+    def unchanged(row: dict[str, Any]) -> bool:
+        sample = wanted.get(row["id"])
+        return sample is not None and sample == {k: row.get(k) for k in sample}
+
+    return {r["id"]: r for r in previous
+            if unchanged(r) and not r.get("error") and all(name in r for name in metric_names)}
+
+
 def _open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
     if cfg.no_cache:
         # nothing from earlier runs is read; the run's own results live in its folder
@@ -170,17 +240,29 @@ def _open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
 
 
 def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dict[str, Any]:
+    """Per metric, mean/std/n over exactly the rows where that metric produced a number (a row
+    that failed another metric still counts here); rows that failed anything, by reason."""
     metrics = {}
     for name in metric_names:
-        values = [r[name] for r in records if isinstance(r.get(name), (int, float)) and not r.get("error")]
+        values = [r[name] for r in records if _is_number(r.get(name))]
         mean = sum(values) / len(values) if values else None
         std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if values else None
         metrics[name] = {"mean": mean, "std": std, "n": len(values)}
-    return {"samples": len(records), "errors": sum(1 for r in records if r.get("error")), "metrics": metrics}
+    failed = [r for r in records if r.get("error")]
+    reasons: dict[str, int] = {}
+    for r in failed:
+        for reason in dict.fromkeys(r.get("error_reasons") or ["error"]):  # a reason counts a row once
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return {"samples": len(records), "errors": len(failed), "failed_by_reason": dict(sorted(reasons.items())),
+            "metrics": metrics}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) -> None:
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "mean", "std", "n"])

@@ -8,18 +8,28 @@ import logging
 import os
 import sys
 
-from .config import ConfigError, parse_options, parse_pairs
+from .config import ConfigError, parse_options, parse_pairs, whole_number
 from .models.common import ModelNotFoundError
 from .redaction import install_log_filter, redact_text
 from .samples import SampleFormatError
 from .store import StoreError
+
+# exit statuses: 1 when rows failed (or there were none), 2 when the run could not start or had to stop
+ROWS_FAILED, CANNOT_RUN, INTERRUPTED = 1, 2, 130
+
+
+def _global_options(p: argparse.ArgumentParser, default=None) -> None:
+    """Options accepted before and after the subcommand; after it, they only override when given."""
+    p.add_argument("--verbose", "-v", action="store_true", default=default,
+                   help="log what each stage does (model loading, cache hits, retries)")
 
 
 def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
     if not for_meta:  # `meta` has its own --metric, --seed and --out
         p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
                        help="metric to compute (repeatable); see `caprecon models`")
-        p.add_argument("--seed", type=int)
+        p.add_argument("--seed", type=whole_number(0, 2**63 - 1),
+                       help="base seed of the reconstructions (default 0; see --seed-policy)")
         p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
     p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
     p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
@@ -27,7 +37,8 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
                    help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
     p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
-    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE")
+    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE",
+                   help="embedder option, e.g. dtype=float16, device=cpu (repeatable)")
     p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
     p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
@@ -36,15 +47,18 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
                    help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
     p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
     p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
-    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE")
+    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE",
+                   help="text-LLM option, e.g. base_url=... for an OpenAI-compatible server (repeatable)")
     p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
     p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
     p.add_argument("--vqa-template", help="VQAScore question with {caption}")
     p.add_argument("--vqa-normalise", action="store_const", const=True,
                    help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
-    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"])
-    p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
+    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
+                   help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
+                        "its candidates; fixed: --seed for every caption")
+    p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
                    help="keep sources smaller than --max-side at their own size")
     p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
@@ -52,7 +66,8 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
     p.add_argument("--normalise-captions", action="store_const", const=True,
                    help="strip markdown, list markers and line breaks from captions first (raw text kept as "
                         "caption_raw); off by default so existing scores do not change")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=whole_number(1),
+                   help="samples per model batch (default 16; halved automatically on out-of-memory)")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--cache-overlay", metavar="DIR",
                    help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
@@ -81,10 +96,28 @@ def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
 
     results = score(args.input, metrics=args.metrics, config=args.config, out=args.out,
-                    progress=not args.quiet, images_root=args.images_root, annotations=args.annotations,
-                    **_settings(args))
+                    progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
+                    captions=args.captions, **_settings(args))
     if not args.quiet:
         _report(results)
+    return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
+
+
+def _outcome(summary: dict, out, *, allow_row_errors: bool) -> int:
+    """The last lines of stdout: rows scored, rows failed by reason, where the outputs are; the exit status."""
+    total, failed = summary["samples"], summary["errors"]
+    print(f"rows scored: {total - failed} of {total}")
+    if failed:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
+        print(f"rows failed: {failed} ({reasons})")
+    print(f"outputs: {out / 'scores.jsonl' if out else 'not saved (no --out)'}")
+    if total == 0:
+        print("caprecon: error: the input holds no rows", file=sys.stderr)
+        return ROWS_FAILED
+    if failed and not allow_row_errors:
+        print(f"caprecon: {failed} row(s) failed; their `error` field says why (--allow-row-errors exits 0)",
+              file=sys.stderr)
+        return ROWS_FAILED
     return 0
 
 
@@ -104,8 +137,6 @@ def _report(results) -> None:
 
         print()
         print(category_table(results.records).to_text())
-    if results.out:
-        print(f"run folder: {results.out}")
 
 
 def cmd_meta(args: argparse.Namespace) -> int:
@@ -132,8 +163,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import category_table, load_records, write_report
 
     scores = Path(args.run) if Path(args.run).is_file() else Path(args.run) / "scores.jsonl"
+    if not Path(args.run).exists():
+        raise ConfigError(f"{args.run}: no such run folder")
     if scores.is_file() and any(args.metric in record for record in load_records(scores)):
-        table = category_table(scores, metric=args.metric)
+        try:
+            table = category_table(scores, metric=args.metric)
+        except ValueError as exc:  # no scored rows carry the metric
+            raise ConfigError(f"{args.run}: {exc}; the per-category table needs a run scored with "
+                              f"-m {args.metric}") from None
         paths = write_report(table, args.out or args.run)
         print(table.to_text())
         for kind, path in paths.items():
@@ -168,20 +205,37 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Subcommands:
+    """What a command module's `add_parser(subparsers)` receives: `add_parser` as argparse's."""
+
+    def __init__(self, add_parser):
+        self.add_parser = add_parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
-    parser.add_argument("--verbose", "-v", action="store_true")
+    _global_options(parser, default=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
+    add_parser = lambda name, **kw: sub.add_parser(name, parents=[common], **kw)  # noqa: E731
+    plugins = _Subcommands(add_parser)  # command modules register through it, and get the global options too
 
-    p = sub.add_parser("score", help="score captions")
+    p = add_parser("score", help="score captions")
     p.add_argument("--input", "-i", required=True,
                    help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
-    p.add_argument("--images-root", help="folder that relative image paths resolve against")
+    p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
+                   help="relative image paths resolve against DIR (default: the input file's folder), and every "
+                        "image must lie inside it: a row whose image escapes it is a row error")
     p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
+    p.add_argument("--captions", metavar="FILE",
+                   help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some rows failed (they keep their `error` field)")
     _add_run_options(p)
     p.set_defaults(func=cmd_score)
 
-    p = sub.add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
+    p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
     from .meta_cli import add_meta_arguments
 
     add_meta_arguments(p)
@@ -190,35 +244,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .caption_cli import add_parser as add_caption_parser
 
-    add_caption_parser(sub)
+    add_caption_parser(plugins)
     from .t2i_cli import add_parser as add_t2i_parser
 
-    add_t2i_parser(sub)
+    add_t2i_parser(plugins)
 
-    p = sub.add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
-                                      "question-bank metric")
+    p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
+                                  "question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
     p.add_argument("--metric", default="turing", help="turing or captionqa")
     p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
                                  "(default: the run folder)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("models", help="list metrics, presets and registered models")
-    p.add_argument("--json", action="store_true")
+    p = add_parser("models", help="list metrics, presets and registered models")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
-    p.add_argument("--out", default="runs/demo")
-    p.add_argument("--quiet", "-q", action="store_true")
+    p = add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
+    p.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
     p.set_defaults(func=cmd_demo)
 
     from .cache_cli import add_parser as add_cache_parser
 
-    add_cache_parser(sub)
+    add_cache_parser(plugins)
 
     from .cttd.cli import add_parser as add_cttd_parser
 
-    add_cttd_parser(sub)
+    add_cttd_parser(plugins)
     return parser
 
 
@@ -232,11 +286,29 @@ def main(argv: list[str] | None = None) -> int:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
+    from .run.local import RunError, RunInterrupted
+
     try:
         return args.func(args)
     except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError, StoreError) as exc:
         print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
-        return 2
+        return CANNOT_RUN
+    except RunError as exc:
+        out = getattr(args, "out", None)
+        kept = f"; the {len(exc.records)} rows finished are in {out}/scores.jsonl: fix this and run the same " \
+               "command again to resume" if out and exc.records else ""
+        print(f"caprecon: error: {redact_text(str(exc))}{kept}", file=sys.stderr)
+        return CANNOT_RUN
+    except RunInterrupted as stop:
+        out = getattr(args, "out", None)
+        saved = (f"{len(stop.records)} of {stop.total} rows are in {out}/scores.jsonl and {out}/summary.json "
+                 "sums them up; run the same command again to resume") if out else \
+            "no --out, so no rows were saved; model results already computed are in the cache"
+        print(f"caprecon: interrupted: {saved}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        print("caprecon: interrupted before any row was scored", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":

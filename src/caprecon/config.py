@@ -14,12 +14,40 @@ from typing import Any
 
 from .models import registry
 from .models.common import describe_model
-from .reconstruct import ReconstructionSpec
-from .redaction import remember_options
+from .records import read_text
+from .reconstruct import SEED_POLICIES, ReconstructionSpec
+from .redaction import redact, remember_options
 
 
 class ConfigError(ValueError):
     """The run cannot start: a setting is missing or wrong."""
+
+
+def whole_number(low: int, high: int | None = None):
+    """An argparse `type` for integer options with bounds, so `--batch-size 0` is refused up front."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _check_int(name: str, value: Any, *, low: int, high: int | None = None) -> None:
+    option = "--" + name.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{option} must be a whole number, not {value!r}")
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{option} must be {bounds}, not {value}")
 
 
 @dataclass
@@ -55,6 +83,18 @@ class RunConfig:
     cache_read_only: bool | None = None  # None: detected; True: never write to cache_dir
     no_cache: bool = False
     preset: str | None = None
+
+    def __post_init__(self) -> None:
+        # settings come from the CLI, YAML/TOML files and Python alike: check them once, here
+        _check_int("batch_size", self.batch_size, low=1)
+        _check_int("max_side", self.max_side, low=16)
+        _check_int("seed", self.seed, low=0, high=2**63 - 1)
+        for name in ("upscale", "no_cache", "vqa_normalise"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        for name, allowed in (("vqa_on", ("image", "reconstruction", "both")), ("seed_policy", SEED_POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
 
     @classmethod
     def build(cls, *, preset: str | None = None, file: str | Path | None = None, **explicit: Any) -> "RunConfig":
@@ -104,15 +144,23 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, ConfigError)
     if path.suffix == ".toml":
         import tomllib
 
-        data = tomllib.loads(text)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
     else:
         import yaml
 
-        data = yaml.safe_load(text) or {}
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     return {k.replace("-", "_"): v for k, v in data.items()}
@@ -129,11 +177,13 @@ class Roles:
             raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`) or a --preset")
         remember_options(options)  # its secrets are masked in logs and messages from here on
         try:
-            return registry.build(role, spec, **options)
-        except TypeError as exc:
-            raise ConfigError(f"bad options for {role} {spec!r}: {exc}") from None
-        except ValueError as exc:
-            raise ConfigError(f"{role} {spec!r}: {exc}") from None
+            model = registry.build(role, spec, **options)
+        except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
+            shown = ", ".join(f"{k}={v!r}" for k, v in redact(options).items()) or "none"
+            raise ConfigError(f"bad {role} {spec!r} or options ({shown}): {exc}; "
+                              f"see --{setting}-opt in `caprecon score --help`") from None
+        _check_model_kind(role, setting, model)
+        return model
 
     @cached_property
     def generator(self):
@@ -189,6 +239,33 @@ class Roles:
         for category, judge in self.__dict__.get("judges_for", {}).items():
             built[f"judge_for/{category}"] = describe_model(judge)
         return built
+
+
+def _check_model_kind(role: str, setting: str, model: Any) -> None:
+    """Refuse a local folder that holds the wrong kind of model for its role, before any work.
+
+    A diffusers pipeline folder has `model_index.json`; a transformers model, `config.json`.
+    Without this check the mistake shows only when the model is first loaded, as one
+    error per row.
+    """
+    folder = getattr(getattr(model, "source", None), "path", None)
+    if folder is None or not Path(folder).is_dir():
+        return
+    is_pipeline = (Path(folder) / "model_index.json").exists()
+    if role == "generator" and not is_pipeline:
+        found = _model_type(Path(folder))
+        raise ConfigError(f"--{setting} {model.source.name}: not a diffusers text-to-image pipeline (no model_index.json"
+                          f"{'; it holds a ' + found + ' model' if found else ''}); give a generator's folder or hub id")
+    if role != "generator" and is_pipeline:
+        raise ConfigError(f"--{setting} {model.source.name}: this folder holds a diffusers pipeline (a generator), "
+                          f"not {'an' if role[0] in 'aeiou' else 'a'} {role}; pass it to --generator")
+
+
+def _model_type(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from caprecon.config import whole_number
 from caprecon.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.meta import (
     MetaRow,
@@ -106,9 +107,9 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "--judgments file in the same order; metrics found there are not recomputed",
     )  # fmt: skip
     parser.add_argument(
-        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
+        "--bootstrap", type=whole_number(0), default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and of the perturber")
+    parser.add_argument("--seed", type=whole_number(0), default=0, help="seed of the bootstrap and of the perturber")
     parser.add_argument(
         "--tau", choices=("b", "c"),
         help="Kendall variant for rating judgments (default: c for Flickr8k-Expert, b otherwise)",

@@ -6,27 +6,51 @@ reader passes its own error class so the message says what kind of file was wron
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 import json
 from pathlib import Path
 from typing import Any, Iterator
 
 RECORD_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 
+# a byte-order mark says how a file is encoded: trust it (UTF-32 first: its LE mark starts like UTF-16's)
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def read_text(path: str | Path, error: type[Exception] = ValueError) -> str:
+    """A text file's contents: UTF-8, or whatever encoding its byte-order mark names.
+
+    Without a mark the file must be UTF-8; anything else is refused with the place of
+    the first bad byte, rather than read as mojibake (or a UTF-8 mark kept in the first
+    column's name).
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8")
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise error(f"{path}: not {encoding.upper()} text (byte 0x{data[exc.start]:02x} on line {line}); "
+                    "save it as UTF-8") from None
+
 
 def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
     """(`file:line`, record) for each non-blank line, whatever the file's suffix."""
     path = Path(path)
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            yield where, _mapping(record, where, error)
+    # split on newlines only: JSON strings may hold U+2028 and other characters splitlines() breaks at
+    for lineno, line in enumerate(read_text(path, error).split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        yield where, _mapping(record, where, error)
 
 
 def read_records(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -37,7 +61,7 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
         yield from read_jsonl(path, error)
     elif suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_text(path, error))
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         if not isinstance(data, list):
@@ -45,13 +69,13 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
         for i, record in enumerate(data, 1):
             yield f"{path} item {i}", _mapping(record, f"{path} item {i}", error)
     elif suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ",")
-            for record in reader:
-                where = f"{path}:{reader.line_num}"
-                if None in record:
-                    raise error(f"{where}: more fields than the header has")
-                yield where, record
+        reader = csv.DictReader(io.StringIO(read_text(path, error), newline=""),
+                                delimiter="\t" if suffix == ".tsv" else ",")
+        for record in reader:
+            where = f"{path}:{reader.line_num}"
+            if None in record:
+                raise error(f"{where}: more fields than the header has")
+            yield where, record
     else:
         raise error(f"{path}: unknown record file type {suffix!r} (use {', '.join(RECORD_SUFFIXES)})")
 

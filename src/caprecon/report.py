@@ -172,7 +172,7 @@ def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: st
                    group_by: str | Sequence[str] = ("captioner", "model")) -> CategoryTable:
     """Pool the rows per captioner into accuracy per category, plus the upper bound.
 
-    Rows with an `error`, or without any `<metric>` field, are left out. The captioner is
+    Rows without a `<metric>` score (it failed there, or was not asked) are left out. The captioner is
     the first non-empty field of `group_by`; rows with none of them form one group, "all".
     """
     group_by = (group_by,) if isinstance(group_by, str) else tuple(group_by)
@@ -181,7 +181,7 @@ def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: st
     bank: dict[str, float] = {}
     seen_images: set[str] = set()
     for record in load_records(records):
-        if record.get("error") or not any(k == metric or k.startswith(metric + "/") for k in record):
+        if not isinstance(record.get(metric), (int, float)):  # an error in another metric does not matter here
             continue
         _pool(pools.setdefault(_group(record, group_by), CategoryTally()), record, metric, metric)
         image = _image(record)

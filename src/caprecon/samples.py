@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from PIL import Image
+import numpy as np
+from PIL import Image, ImageOps
 
-from .records import RECORD_SUFFIXES, read_records
+from .records import RECORD_SUFFIXES, read_records, read_text
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
 
@@ -28,7 +29,18 @@ class SampleFormatError(ValueError):
 
 
 class SampleError(ValueError):
-    """One row cannot be scored (unreadable image, empty caption, ...)."""
+    """One row cannot be scored (unreadable image, empty caption, ...).
+
+    `reason` is the short kind of problem that run summaries count rows by.
+    """
+
+    def __init__(self, message: str, reason: str = "bad row"):
+        super().__init__(message)
+        self.reason = reason
+
+
+# the columns an image may be named by, in the order they are looked for
+IMAGE_COLUMNS = ("image", "image_path", "file_name")
 
 
 @dataclass
@@ -41,18 +53,20 @@ class Sample:
     """
 
     id: str
-    image: str | Path | Image.Image | None
-    caption: str
+    image: str | Path | bytes | Image.Image | None
+    caption: str  # anything else given is kept as it came, and refused when the row is scored
     refs: list[str] = field(default_factory=list)
     image_id: str = ""
     candidate: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    #: when set, the image must lie inside this folder (for files received from others)
+    image_root: Path | None = None
 
     def __post_init__(self) -> None:
         self.id = str(self.id)
         if not self.image_id:
             self.image_id = _default_image_id(self.image, self.id)
-        self.caption = "" if self.caption is None else str(self.caption)
+        self.caption = "" if self.caption is None else self.caption
         self.refs = [str(r) for r in (self.refs or [])]
         self.candidate = int(self.candidate or 0)
 
@@ -91,30 +105,92 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     """Open a sample's image as RGB; raise `SampleError` naming what is wrong.
 
     With `caption_only`, a sample without an image is valid and comes back with none."""
+    if not isinstance(sample.caption, str):
+        raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
+                          "caption not text")
     if not sample.caption.strip():
-        raise SampleError("empty caption")
+        raise SampleError("empty caption", "empty caption")
     if not has_image(sample):
         if caption_only:
             return LoadedSample(sample, None, "")
-        raise SampleError("no image given")
+        raise SampleError("no image given", "no image")
     src = sample.image
     if isinstance(src, Image.Image):
-        image = src.convert("RGB")
+        image = _decoded(src, "the image given")
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
         return LoadedSample(sample, image, key)
+    if isinstance(src, (bytes, bytearray)):  # embedded in a parquet or datasets row
+        return LoadedSample(sample, _decoded_bytes(bytes(src), "the embedded image"), hashlib.sha256(src).hexdigest())
     path = Path(src)
+    if sample.image_root is not None and not _inside(path, sample.image_root):
+        raise SampleError(f"image {path} lies outside --image-root {sample.image_root}", "image outside --image-root")
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SampleError(f"image not found: {path}") from None
+        raise SampleError(f"image not found: {path}", "image not found") from None
     except OSError as exc:
-        raise SampleError(f"cannot read image {path}: {exc}") from None
+        raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
+    return LoadedSample(sample, _decoded_bytes(data, f"image {path}"), hashlib.sha256(data).hexdigest())
+
+
+def _inside(path: Path, root: Path) -> bool:
+    # resolve both, so neither `..` nor a symbolic link leads out of the folder
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def _decoded_bytes(data: bytes, what: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data)) as im:
-            image = im.convert("RGB")
+            return _decoded(im, what)
+    except SampleError:
+        raise
     except Exception as exc:  # PIL raises several types for corrupt files
-        raise SampleError(f"cannot decode image {path}: {exc}") from None
-    return LoadedSample(sample, image, hashlib.sha256(data).hexdigest())
+        raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+
+
+def _decoded(im: Image.Image, what: str) -> Image.Image:
+    try:
+        return to_rgb(ImageOps.exif_transpose(im))
+    except Exception as exc:  # truncated data shows only when the pixels are read
+        raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    """8-bit RGB, as a person would see the image.
+
+    PIL's own `convert("RGB")` clips deep integer and float images (a 16-bit PNG turns
+    white) and drops transparency (revealing whatever colour hides under it); here deep
+    images are scaled to 0-255 and transparent pixels are laid over white.
+    """
+    if im.mode == "RGB":
+        return im.copy()
+    if im.mode.startswith("I;16"):  # 16 bits whatever the values: 65535 -> 255
+        return Image.fromarray(np.round(np.asarray(im, dtype=np.float64) / 257.0).astype(np.uint8), "L").convert("RGB")
+    if im.mode in ("I", "F"):
+        return Image.fromarray(_to_8bit(np.asarray(im), floating=im.mode == "F"), "L").convert("RGB")
+    if im.mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def _to_8bit(values: np.ndarray, *, floating: bool) -> np.ndarray:
+    """32-bit integer or float pixels to 0-255, by the range they use: [0, 1] floats scale
+    up, 8-bit values stay, 16-bit values scale down, anything else is stretched."""
+    values = np.nan_to_num(values.astype(np.float64))
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if floating and low >= 0 and high <= 1.0:
+        scaled = values * 255.0
+    elif low >= 0 and high <= 255:
+        scaled = values
+    elif low >= 0 and high <= 65535:
+        scaled = values / 257.0
+    else:
+        scaled = (values - low) / ((high - low) or 1.0) * 255.0
+    return np.clip(np.round(scaled), 0, 255).astype(np.uint8)
 
 
 # ----------------------------------------------------------------------------- loaders
@@ -139,30 +215,68 @@ def load_samples(
     - a folder of images plus a captions file (`captions=`, or `captions.jsonl` /
       `captions.csv` inside it) mapping file names to captions.
 
-    Relative image paths resolve against `images_root`, else the input file's folder.
+    Relative image paths resolve against the input file's folder (a `datasets` folder:
+    against itself). `images_root`, when given, is what they resolve against instead, and
+    every image must lie inside it: a row whose image escapes it (`..`, an absolute path,
+    a symbolic link) is a row error — the safe way to score files received from others.
     """
+    confine = Path(images_root) if images_root else None
     if not isinstance(source, (str, Path)):
-        return [_sample_from_record(r, i, None) if not isinstance(r, Sample) else r for i, r in enumerate(source)]
-    path = Path(source)
+        samples = [r if isinstance(r, Sample) else _sample_from_record(r, i, confine) for i, r in enumerate(source)]
+    else:
+        samples = _load_path(Path(source), confine, annotations, captions)
+    if confine is not None:
+        for sample in samples:
+            sample.image_root = confine
+    return samples
+
+
+def _load_path(path: Path, images_root: Path | None, annotations: str | Path | None,
+               captions: str | Path | None) -> list[Sample]:
     if not path.exists():
         raise SampleFormatError(f"input not found: {path}")
-    root = Path(images_root) if images_root else (path if path.is_dir() else path.parent)
+    # absolute now, so a later change of working folder cannot move the images
+    root = (images_root or (path if path.is_dir() else path.parent)).absolute()
     if path.is_dir():
         if (path / "dataset_info.json").exists() or (path / "state.json").exists() or (path / "dataset_dict.json").exists():
             return _load_hf_dataset(path, root)
         return _load_image_folder(path, captions, root)
     suffix = path.suffix.lower()
     if suffix == ".json" and annotations is not None:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return _load_coco_results(data, Path(annotations), Path(images_root) if images_root else None, path)
+        data = _read_json(path, "COCO results (a JSON list of {image_id, caption})")
+        return _load_coco_results(data, Path(annotations), images_root, path)
     if suffix in RECORD_SUFFIXES:
-        rows = [record for _, record in read_records(path, SampleFormatError)]
-        _require_caption_column(rows, path)
-        return [_sample_from_record(r, i, root) for i, r in enumerate(rows)]
+        return _load_records(path, root)
     if suffix == ".parquet":
         return _load_parquet(path, root)
     raise SampleFormatError(f"{path}: unknown input format {suffix!r} (use .jsonl, .csv, .tsv, .json, .parquet "
                             "or a folder)")
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(read_text(path, SampleFormatError))
+    except json.JSONDecodeError as exc:
+        raise SampleFormatError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); expected {what}") from None
+
+
+def _load_records(path: Path, root: Path, *, need_images: bool = True) -> list[Sample]:
+    rows = [record for _, record in read_records(path, SampleFormatError)]
+    _require_caption_column(rows, path)
+    if need_images:
+        _require_image_column(rows, path)
+    return [_sample_from_record(r, i, root) for i, r in enumerate(rows)]
+
+
+def _require_image_column(rows: Sequence[dict], path: Path) -> None:
+    if not rows or any(name in r for r in rows for name in IMAGE_COLUMNS):
+        return
+    if all("image_id" in r for r in rows) and path.suffix.lower() == ".json":
+        raise SampleFormatError(f"{path} looks like COCO results (image_id, caption): add --annotations FILE, the "
+                                "COCO captions file whose images[].file_name locate the pictures")
+    found = sorted({k for r in rows for k in r})
+    raise SampleFormatError(f"{path}: no image column; name it one of {', '.join(IMAGE_COLUMNS)} "
+                            f"(columns found: {', '.join(found)})")
 
 
 def _require_caption_column(rows: Sequence[dict], path: Path) -> None:
@@ -183,15 +297,24 @@ def _parse_refs(value: Any) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
-            return [str(r) for r in json.loads(text)]
-        return [part.strip() for part in text.split("|") if part.strip()]
+            value = json.loads(text)
+        else:
+            return [part.strip() for part in text.split("|") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"a {type(value).__name__}")
     return [str(r) for r in value]
 
 
+def _whole_number(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"a {type(value).__name__}")
+    return int(value)
+
+
 def _resolve_image(value: Any, root: Path | None) -> Any:
-    if isinstance(value, dict):  # parquet / datasets image struct
+    if isinstance(value, dict):  # parquet / datasets image struct: decoded when the row is scored
         if value.get("bytes"):
-            return Image.open(io.BytesIO(value["bytes"]))
+            return value["bytes"]
         value = value.get("path")
     if isinstance(value, Image.Image) or value is None:
         return value
@@ -205,19 +328,30 @@ _KNOWN = {"id", "image", "image_path", "file_name", "caption", "candidate", "tex
 
 
 def _sample_from_record(record: dict, index: int, root: Path | None) -> Sample:
-    image = _resolve_image(_first(record, ("image", "image_path", "file_name")), root)
+    image = _resolve_image(_first(record, IMAGE_COLUMNS), root)
     caption = _first(record, ("caption", "candidate", "text"))
     image_id = _first(record, ("image_id",))
     sample_id = _first(record, ("id",))
     if sample_id is None:
         sample_id = index
+    refs, candidate = _first(record, ("refs", "references")), _first(record, ("candidate_index",)) or 0
+    try:
+        refs = _parse_refs(refs)
+    except (TypeError, ValueError) as exc:
+        raise SampleFormatError(f"row {index + 1} (id {sample_id}): refs must be a list of captions, a JSON list "
+                                f"or '|'-separated text, not {exc}") from None
+    try:
+        candidate = _whole_number(candidate)
+    except (TypeError, ValueError):
+        raise SampleFormatError(f"row {index + 1} (id {sample_id}): candidate_index must be a whole number, "
+                                f"not {candidate!r:.40}") from None
     return Sample(
         id=str(sample_id),
         image=image,
-        caption="" if caption is None else str(caption),
-        refs=_parse_refs(_first(record, ("refs", "references"))),
+        caption="" if caption is None else caption,
+        refs=refs,
         image_id="" if image_id is None else str(image_id),
-        candidate=int(_first(record, ("candidate_index",)) or 0),
+        candidate=candidate,
         meta={k: v for k, v in record.items() if k not in _KNOWN},
     )
 
@@ -227,10 +361,10 @@ def _load_coco_results(results: Any, annotations: Path, images_root: Path | None
         raise SampleFormatError(f"{results_path}: COCO results must be a list of {{image_id, caption}}")
     if not annotations.exists():
         raise SampleFormatError(f"annotations not found: {annotations}")
-    ann = json.loads(annotations.read_text(encoding="utf-8"))
-    if "images" not in ann:
+    ann = _read_json(annotations, "COCO captions annotations (an object with 'images' and 'annotations')")
+    if not isinstance(ann, dict) or "images" not in ann:
         raise SampleFormatError(f"{annotations}: not a COCO captions file (no 'images')")
-    root = images_root or annotations.parent
+    root = (images_root or annotations.parent).absolute()
     files = {img["id"]: img.get("file_name", "") for img in ann["images"]}
     refs: dict[Any, list[str]] = {}
     for a in ann.get("annotations", []):
@@ -238,6 +372,8 @@ def _load_coco_results(results: Any, annotations: Path, images_root: Path | None
     seen: dict[Any, int] = {}
     samples = []
     for i, r in enumerate(results):
+        if not isinstance(r, dict):
+            raise SampleFormatError(f"{results_path} item {i + 1}: expected {{image_id, caption}}, got {type(r).__name__}")
         image_id = r.get("image_id")
         file_name = files.get(image_id)
         candidate = seen.get(image_id, 0)
@@ -246,7 +382,7 @@ def _load_coco_results(results: Any, annotations: Path, images_root: Path | None
             Sample(
                 id=str(r.get("id", f"{image_id}" if candidate == 0 else f"{image_id}-{candidate}")),
                 image=(root / file_name) if file_name else None,
-                caption=str(r.get("caption") or ""),
+                caption=r.get("caption") or "",
                 refs=refs.get(image_id, []),
                 image_id=str(image_id),
                 candidate=candidate,
@@ -274,6 +410,9 @@ def _load_hf_dataset(path: Path, root: Path) -> list[Sample]:
     if isinstance(ds, datasets.DatasetDict):
         split = "test" if "test" in ds else next(iter(ds))
         ds = ds[split]
+    for name, feature in ds.features.items():
+        if isinstance(feature, datasets.Image):  # keep bytes and paths: decode row by row, paths against `root`
+            ds = ds.cast_column(name, datasets.Image(decode=False))
     rows = list(ds)
     _require_caption_column(rows, path)
     return [_sample_from_record(r, i, root) for i, r in enumerate(rows)]
@@ -287,7 +426,10 @@ def _load_image_folder(folder: Path, captions: str | Path | None, root: Path) ->
                 break
         else:
             raise SampleFormatError(f"{folder}: an image folder needs a captions file (captions.jsonl/.csv, or --captions)")
-    rows = load_samples(captions, images_root=root)
+    captions = Path(captions)
+    if not captions.exists():
+        raise SampleFormatError(f"captions file not found: {captions}")
+    rows = _load_records(captions, root, need_images=False)  # rows may name images by image_id alone
     by_name = {p.name: p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES}
     by_stem = {p.stem: p for p in by_name.values()}
     for s in rows:

@@ -20,7 +20,7 @@ import numpy as np
 from ..models.embedder import ImageEmbedder
 from ..models.generator import CaptionImageMatcher
 from ..models.common import describe_model
-from ..samples import LoadedSample
+from ..samples import LoadedSample, SampleError
 from ..store import content_key
 from .base import Context, Metric
 
@@ -97,11 +97,11 @@ class RefClipScore(ClipScore):
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         for item in items:
             if not item.sample.refs:
-                raise ValueError("refclipscore needs reference captions (`refs`)")
+                raise SampleError("refclipscore needs reference captions (`refs`)", "no references")
         values, captions, rows = self._clip_s(items, ctx)
         for row, item, cand, clip_s in zip(rows, items, captions, values):
             refs = text_embeddings(ctx, self.clip, [self.prefix + r.strip() for r in item.sample.refs])
             ref_part = max(float(np.max(refs @ cand)), 0.0)
             row["clipscore"] = float(clip_s)
-            row["refclipscore"] = 2 * clip_s * ref_part / (clip_s + ref_part) if clip_s + ref_part > 0 else 0.0
+            row["refclipscore"] = float(2 * clip_s * ref_part / (clip_s + ref_part)) if clip_s + ref_part > 0 else 0.0
         return rows

@@ -3,13 +3,27 @@
 It owns the batch loop, the progress bar, row-level errors and incremental output:
 each finished batch is appended to `scores.jsonl` at once, and every model result is
 already in the store, so a crash loses at most the batch in flight and a re-run picks
-everything else up from the cache.
+everything else up from the cache. Rows already in `scores.jsonl` from an earlier,
+interrupted run of the same settings are kept (`done`) and not scored again; the file
+ends with each sample exactly once, in input order.
+
+What is a row error and what stops the run:
+- a `SampleError` (unreadable image, empty caption, ...) or an exception that one row's
+  input causes is that row's error, for that metric only; the other metrics still score it;
+- out of memory on an accelerator halves the batch and retries (and later batches of
+  that metric stay at the smaller size); on a single row it stops the run;
+- a failure that is not about one row — a missing model or library, an unsupported
+  operation, the same error on every row of a batch, or on each of the first rows a
+  metric sees — stops the run with one `RunError` naming the metric and the cause.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -23,8 +37,25 @@ from ..store import StoreError
 
 log = logging.getLogger(__name__)
 
-# errors that mean the configuration is wrong, not the row: stop instead of marking rows
-FATAL = (ModelNotFoundError, ImportError, MemoryError, KeyboardInterrupt, StoreError)
+# errors that mean the configuration or the environment is wrong, not the row
+FATAL = (ModelNotFoundError, ImportError, MemoryError, NotImplementedError, StoreError)
+# a metric failing the same way on this many rows before it has scored any is broken, not its rows
+SAME_FAILURE_LIMIT = 3
+
+
+class RunError(RuntimeError):
+    """A failure that is not about one row: the run stops with this message. `records` are
+    the rows finished before it, in input order (set by `run_local`)."""
+
+    records: list[dict[str, Any]] | None = None
+
+
+class RunInterrupted(Exception):
+    """The run was interrupted (Ctrl-C); `records` are the rows finished so far, in input order."""
+
+    def __init__(self, records: list[dict[str, Any]], total: int):
+        super().__init__(f"interrupted after {len(records)} of {total} rows")
+        self.records, self.total = records, total
 
 
 def base_record(sample: Sample) -> dict[str, Any]:
@@ -32,63 +63,214 @@ def base_record(sample: Sample) -> dict[str, Any]:
                               "caption": sample.caption}
     if isinstance(sample.image, (str, Path)):
         record["image"] = str(sample.image)
-    record.update({k: v for k, v in sample.meta.items() if k not in record})
+    for key, value in _plain(sample.meta).items():
+        if key not in record:  # a missing value in a table column is null in JSON, not NaN
+            record[key] = None if isinstance(value, float) and not math.isfinite(value) else value
     return record
 
 
-def _score_isolating(metric: Metric, items: list, ctx: Context) -> list[dict[str, Any] | Exception]:
-    """Score a batch; if it fails, score row by row so one bad row costs only itself."""
-    try:
-        return list(metric.score(items, ctx))
-    except FATAL:
-        raise
-    except Exception as exc:
-        if len(items) == 1:
-            return [exc]
-        log.warning("metric %s failed on a batch (%s); retrying row by row", metric.name, exc)
-        return [_score_isolating(metric, [item], ctx)[0] for item in items]
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA/MPS/XPU out-of-memory, by name and message: this module never imports torch."""
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def _free_accelerator_memory() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _signature(exc: Exception) -> tuple[str, str]:
+    return type(exc).__name__, str(exc)
+
+
+class _MetricRunner:
+    """One metric's scoring across the run: its batch size after OOM, and how it has failed so far."""
+
+    def __init__(self, metric: Metric, ctx: Context, batch_size: int):
+        self.metric, self.ctx, self.batch_size = metric, ctx, batch_size
+        self.succeeded = 0
+        self.early_failures: list[tuple[str, str]] = []
+
+    def score(self, items: list) -> list[dict[str, Any] | Exception]:
+        results = self._in_chunks(items)
+        self._watch(results)
+        return results
+
+    def _in_chunks(self, items: list) -> list[dict[str, Any] | Exception]:
+        results: list[dict[str, Any] | Exception] = []
+        start = 0
+        while start < len(items):  # the batch size may shrink (OOM) while we go
+            chunk = items[start : start + self.batch_size]
+            results.extend(self._isolating(chunk))
+            start += len(chunk)
+        return results
+
+    def _isolating(self, items: list) -> list[dict[str, Any] | Exception]:
+        """Score a batch; if it fails, score row by row so one bad row costs only itself."""
+        name = self.metric.name
+        try:
+            return [_checked(row) for row in self.metric.score(items, self.ctx)]
+        except FATAL as exc:
+            raise RunError(f"{name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                if len(items) == 1:
+                    raise RunError(f"{name}: out of memory on a single row ({exc}); use a smaller model, dtype or "
+                                   "--max-side, or a larger accelerator") from exc
+                self.batch_size = max(1, len(items) // 2)
+                log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
+                            name, len(items), self.batch_size)
+                _free_accelerator_memory()
+                return self._in_chunks(items)
+            if len(items) == 1:
+                return [exc]
+            log.warning("metric %s failed on a batch (%s); retrying row by row", name, exc)
+            results = [self._isolating([item])[0] for item in items]
+            failures = [r for r in results if isinstance(r, Exception)]
+            if len(failures) == len(items) and len({_signature(f) for f in failures}) == 1 \
+                    and not isinstance(failures[0], SampleError):
+                raise RunError(f"{name} failed on every row of a batch with the same error, so the problem is "
+                               f"not the rows: {type(exc).__name__}: {failures[0]}") from failures[0]
+            return results
+
+    def _watch(self, results: Sequence[dict[str, Any] | Exception]) -> None:
+        for result in results:
+            if not isinstance(result, Exception):
+                self.succeeded += 1
+            elif not self.succeeded and not isinstance(result, SampleError):
+                self.early_failures.append(_signature(result))
+        if not self.succeeded and len(self.early_failures) >= SAME_FAILURE_LIMIT \
+                and len(set(self.early_failures)) == 1:
+            kind, message = self.early_failures[0]
+            raise RunError(f"{self.metric.name} failed on each of the first {len(self.early_failures)} rows with "
+                           f"the same error, so the problem is not the rows: {kind}: {message}")
+
+
+def _checked(row: dict[str, Any]) -> dict[str, Any]:
+    """A metric's output as plain JSON values; a NaN or infinite score is that row's error."""
+    plain = _plain(row)
+    for key, value in plain.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{key} came out as {value}")
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays to Python numbers and lists, so every value is written as JSON."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist") and type(value).__module__ == "numpy":
+        return value.tolist()
+    return value
+
+
+def failure_reason(metric: str | None, exc: Exception) -> str:
+    """The short kind of a row failure that summaries count rows by."""
+    if isinstance(exc, SampleError):
+        return f"{metric}: {exc.reason}" if metric else exc.reason
+    return f"{metric}: {type(exc).__name__}"
+
+
+def _fail(row: dict[str, Any], message: str, reason: str) -> None:
+    row["error"] = "; ".join(filter(None, [row.get("error"), message]))
+    row.setdefault("error_reasons", []).append(reason)
 
 
 def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int = 16,
-              scores_path: Path | None = None, progress: bool = True, fields: dict[str, Any] | None = None,
+              scores_path: Path | None = None, progress: bool = True,
+              done: dict[str, dict[str, Any]] | None = None, fields: dict[str, Any] | None = None,
               append: bool = False, desc: str = "scoring") -> list[dict[str, Any]]:
-    """`fields` are added to every record; `append` adds to `scores_path` instead of replacing it."""
-    records: list[dict[str, Any]] = []
-    sink = scores_path.open("a" if append else "w", encoding="utf-8") if scores_path else None
+    """Score `samples` in batches. `done` maps ids to rows a killed run already wrote (kept, not
+    scored again); `fields` are added to every record; `append` adds this call's rows to
+    `scores_path` after those of an earlier call (several generators in one file) instead of
+    replacing it."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    done = dict(done or {})
+    todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
+    by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
+    sink = None
+    if scores_path:
+        sink = (scores_path.open("a", encoding="utf-8") if append
+                else _open_sink(scores_path, [by_position[i] for i in sorted(by_position)]))
+    runners = [_MetricRunner(m, ctx, batch_size) for m in metrics]
     caption_only = not any(m.needs_source_image for m in metrics)
-    bar = tqdm(total=len(samples), desc=desc, unit="sample", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=len(samples), initial=len(by_position), desc=desc, unit="sample", disable=not progress,
+               dynamic_ncols=True)
     try:
-        for start in range(0, len(samples), max(1, batch_size)):
-            batch = samples[start : start + batch_size]
-            rows = [{**base_record(s), **(fields or {})} for s in batch]
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            rows = [{**base_record(s), **(fields or {})} for _, s in batch]
             items, positions = [], []
-            for i, sample in enumerate(batch):
+            for i, (index, sample) in enumerate(batch):
                 try:
                     items.append(open_image(sample, caption_only=caption_only))
                     positions.append(i)
                 except SampleError as exc:
-                    rows[i]["error"] = f"row {start + i} (id {sample.id}): {exc}"
-            for metric in metrics:
+                    _fail(rows[i], f"row {index} (id {sample.id}): {exc}", exc.reason)
+            for runner in runners:
                 if not items:
                     break
-                for pos, result in zip(positions, _score_isolating(metric, items, ctx)):
+                for pos, result in zip(positions, runner.score(items)):
                     if isinstance(result, Exception):
-                        message = redact_text(f"{metric.name}: {type(result).__name__}: {result}")
-                        rows[pos]["error"] = "; ".join(filter(None, [rows[pos].get("error"), message]))
+                        message = redact_text(f"{runner.metric.name}: {type(result).__name__}: {result}")
+                        _fail(rows[pos], message, failure_reason(runner.metric.name, result))
                     else:
                         rows[pos].update(result)
-            records.extend(rows)
+            for (index, _), row in zip(batch, rows):
+                by_position[index] = row
             if sink:
                 _write_lines(sink, rows)
             bar.update(len(batch))
+    except KeyboardInterrupt:
+        raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
+    except RunError as stop:
+        stop.records = [by_position[i] for i in sorted(by_position)]
+        raise
     finally:
         bar.close()
         if sink:
             sink.close()
+    records = [by_position[i] for i in range(len(samples))]
+    if scores_path and not append:
+        _rewrite(scores_path, records)  # the finished file: every row once, in input order
     return records
+
+
+def _open_sink(path: Path, kept: list[dict[str, Any]]):
+    """`scores.jsonl` holding exactly the kept rows, open for appending new ones."""
+    _rewrite(path, kept)
+    return path.open("a", encoding="utf-8")
+
+
+def _rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
+    partial = path.with_name(path.name + ".part")
+    with partial.open("w", encoding="utf-8") as fh:
+        _write_lines(fh, rows)
+        os.fsync(fh.fileno())
+    os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
+
+
+def read_scores(path: Path) -> list[dict[str, Any]]:
+    """The complete rows of a `scores.jsonl` a killed run left behind (its last line may be cut)."""
+    rows = []
+    if not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # blank, or the line being written when the process died
+        if isinstance(row, dict) and "id" in row:
+            rows.append(row)
+    return rows
 
 
 def _write_lines(sink, rows: Iterable[dict[str, Any]]) -> None:
     for row in rows:
-        sink.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
     sink.flush()
