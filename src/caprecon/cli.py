@@ -63,8 +63,12 @@ def _settings(args: argparse.Namespace) -> dict:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
+    from .samples import load_samples
 
-    results = score(args.input, metrics=args.metrics, config=args.config, out=args.out,
+    # A split narrows a Karpathy split file; only then are samples read here rather than in score().
+    source = load_samples(args.input, images_root=args.images_root, annotations=args.annotations,
+                          split=args.split) if args.split else args.input
+    results = score(source, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.images_root, annotations=args.annotations,
                     **_settings(args))
     if not args.quiet:
@@ -147,7 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", "-i", required=True,
                    help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
     p.add_argument("--images-root", help="folder that relative image paths resolve against")
-    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
+    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
+                   "split JSON whose sentences become the references")
+    p.add_argument("--split", choices=("train", "val", "test", "restval"),
+                   help="Karpathy split JSON: score only this split's images")
     _add_run_options(p)
     p.set_defaults(func=cmd_score)
 

@@ -115,6 +115,7 @@ def load_samples(
     images_root: str | Path | None = None,
     annotations: str | Path | None = None,
     captions: str | Path | None = None,
+    split: str | None = None,
 ) -> list[Sample]:
     """Read samples from any supported source.
 
@@ -127,6 +128,9 @@ def load_samples(
     - a folder saved by Hugging Face `datasets` (`save_to_disk`);
     - a folder of images plus a captions file (`captions=`, or `captions.jsonl` /
       `captions.csv` inside it) mapping file names to captions.
+
+    - a Karpathy split JSON (`dataset_coco.json`, ...; see `caprecon.karpathy`), one sample
+      per image of `split`; given as `annotations=`, it supplies the references instead.
 
     Relative image paths resolve against `images_root`, else the input file's folder.
     """
@@ -141,6 +145,14 @@ def load_samples(
             return _load_hf_dataset(path, root)
         return _load_image_folder(path, captions, root)
     suffix = path.suffix.lower()
+    if annotations is not None and Path(annotations).suffix.lower() == ".json" and _is_karpathy_file(annotations):
+        from .karpathy import attach_karpathy_refs
+
+        return attach_karpathy_refs(load_samples(path, images_root=images_root, captions=captions), annotations, split)
+    if suffix == ".json" and annotations is None and _is_karpathy_file(path):
+        from .karpathy import karpathy_samples
+
+        return karpathy_samples(path, root, split)
     if suffix == ".json" and annotations is not None:
         data = json.loads(path.read_text(encoding="utf-8"))
         return _load_coco_results(data, Path(annotations), Path(images_root) if images_root else None, path)
@@ -152,6 +164,15 @@ def load_samples(
         return _load_parquet(path, root)
     raise SampleFormatError(f"{path}: unknown input format {suffix!r} (use .jsonl, .csv, .tsv, .json, .parquet "
                             "or a folder)")
+
+
+def _is_karpathy_file(path: str | Path) -> bool:
+    from .karpathy import is_karpathy
+
+    try:
+        return is_karpathy(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def _require_caption_column(rows: Sequence[dict], path: Path) -> None:
