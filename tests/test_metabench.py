@@ -380,3 +380,18 @@ def test_verify_reproduces_pycocoevalcap_on_flickr8k_dev(flickr_dir, tmp_path, c
         assert table["spice"]["status"] == "skipped" and "CoreNLP" in table["spice"]["reason"]
         assert "skipped: SPICE unavailable" in capsys.readouterr().out
     assert rc == 0
+
+
+def test_compare_on_judgments_files(tmp_path, capsys):
+    judgments, rng = _rated(n_images=10)
+    human = np.array([j.ratings[0] for j in judgments.items])
+    rows = tmp_path / "judged.jsonl"
+    rows.write_text("".join(json.dumps({"id": j.id, "image": j.image, "caption": j.caption, "human": j.ratings[0]}) + "\n"
+                            for j in judgments.items))  # fmt: skip
+    scores = tmp_path / "scores.csv"
+    scores.write_text("id,a,b\n" + "".join(f"{j.id},{h},{rng.normal()}\n" for j, h in zip(judgments.items, human)))
+    rc = meta_main(["--judgments", str(rows), "--scores", str(scores), "--metric", "a", "--compare", "a", "b",
+                    "--bootstrap", "50", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "judged.jsonl: a vs b (tau_b): 1.0000 - " in printed and "p = " in printed

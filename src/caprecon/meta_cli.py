@@ -156,7 +156,9 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
         return run_benchmark_command(args, score_metric)
     if not args.judgments or not args.out:
         raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
-    metrics = _metric_names([*(args.metric or ()), *(args.compare or ())] if args.compare and args.metric else args.metric)
+    metrics = _metric_names(args.metric)
+    if args.compare:
+        metrics += [name for name in _metric_names(args.compare) if name not in metrics]
     if args.scores and len(args.scores) != len(args.judgments):
         raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
     unknown = [m for m in metrics if reference_metric_name(m) is None]

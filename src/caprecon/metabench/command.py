@@ -46,9 +46,9 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         metrics = [m for m in expected if reference_metric_name(m) or m in given_names]
     else:
         metrics = _metric_names(None)
-    for name in args.compare or ():
-        if name not in metrics:
-            metrics.append(name)
+    if args.compare:
+        args.compare = [reference_metric_name(name) or name for name in args.compare]
+        metrics += [name for name in args.compare if name not in metrics]
     unknown = [m for m in metrics if reference_metric_name(m) is None and m not in given_names]
     if unknown and score_metric is None:
         raise MetaError(f"no scorer for {', '.join(unknown)}: give their per-caption scores with --scores")
