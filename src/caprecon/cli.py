@@ -94,8 +94,12 @@ def _settings(args: argparse.Namespace) -> dict:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
+    from .samples import load_samples
 
-    results = score(args.input, metrics=args.metrics, config=args.config, out=args.out,
+    # A split narrows a Karpathy split file; only then are samples read here rather than in score().
+    source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
+                          captions=args.captions, split=args.split) if args.split else args.input
+    results = score(source, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
                     captions=args.captions, **_settings(args))
     if not args.quiet:
@@ -227,7 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
                    help="relative image paths resolve against DIR (default: the input file's folder), and every "
                         "image must lie inside it: a row whose image escapes it is a row error")
-    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
+    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
+                   "split JSON whose sentences become the references")
+    p.add_argument("--split", choices=("train", "val", "test", "restval"),
+                   help="Karpathy split JSON: score only this split's images")
     p.add_argument("--captions", metavar="FILE",
                    help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
     p.add_argument("--allow-row-errors", action="store_true",

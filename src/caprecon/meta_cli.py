@@ -76,7 +76,11 @@ class MetaError(RuntimeError):
 
 def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--judgments", nargs="+", required=True, type=Path, metavar="FILE",
+        "action", nargs="?", choices=("verify",),
+        help="verify: our values beside the published ones for --benchmark (see caprecon.metabench.verify)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judgments", nargs="+", type=Path, metavar="FILE",
         help="human judgments: Flickr8k-Expert / -CrowdFlower JSONL, pairwise preferences, "
         "or a generic CSV/JSONL of (image, caption, human score); several files are scored separately",
     )  # fmt: skip
@@ -99,7 +103,7 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "commas also separate names",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, required=True, metavar="DIR", help="folder for the CSV and markdown results"
+        "--out", type=Path, metavar="DIR", help="folder for the CSV and markdown results (optional for verify)"
     )
     parser.add_argument(
         "--scores", nargs="+", type=Path, metavar="FILE",
@@ -125,6 +129,29 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         help="your (image, reference, paraphrase, perturbed) rows for the Δ probe; without --probes only the "
         "Δ probe runs, and it needs no LLM",
     )  # fmt: skip
+    _add_benchmark_arguments(parser)
+
+
+def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
+    from caprecon.metabench import BENCHMARKS
+
+    parser.add_argument(
+        "--benchmark", choices=tuple(BENCHMARKS),
+        help="run a benchmark's pinned protocol (statistic, references, exclusions) on the files in --data",
+    )  # fmt: skip
+    parser.add_argument("--data", type=Path, metavar="PATH", help="the --benchmark's file or folder, as published")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"),
+        help="paired bootstrap over images: does metric A agree with people better than B? (difference, CI, p)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tolerance", type=float, default=1.0, metavar="POINTS",
+        help="verify: largest |ours - published| that passes, in points (values x100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expected", type=Path, metavar="FILE",
+        help="verify: CSV (benchmark, metric, key, value[, source]) replacing the built-in published values",
+    )  # fmt: skip
 
 
 def run_meta_command(
@@ -149,7 +176,15 @@ def run_meta_command(
 
 def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
          store: Store | None) -> int:
+    if args.action == "verify" or args.benchmark:
+        from caprecon.metabench.command import run_benchmark_command
+
+        return run_benchmark_command(args, score_metric)
+    if not args.judgments or not args.out:
+        raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
     metrics = _metric_names(args.metric)
+    if args.compare:
+        metrics += [name for name in _metric_names(args.compare) if name not in metrics]
     if args.scores and len(args.scores) != len(args.judgments):
         raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
     unknown = [m for m in metrics if reference_metric_name(m) is None]
@@ -177,6 +212,8 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
             scores = _score(metrics, samples, reference, score_metric, given)
             _write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
             rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+            if args.compare:
+                notes.append(_compare(args, judgments, scores))
         probe_rows = []
         if args.probes or triples is not None:
             writer = None
@@ -212,6 +249,17 @@ def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
         return {"llm": None, "store": None}
     store = Store.temporary() if config.no_cache else Store(config.cache_dir or default_cache_dir())
     return {"llm": Roles(config).llm, "store": store}
+
+
+def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]) -> str:
+    from caprecon.metabench.compare import format_comparison, paired_bootstrap
+
+    a, b = (reference_metric_name(m) or m for m in args.compare)
+    if missing := [m for m in (a, b) if m not in scores]:
+        raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
+    result = paired_bootstrap(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
+                              n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+    return f"{judgments.name}: {format_comparison(result)}"
 
 
 def _metric_names(given: Sequence[str] | None) -> list[str]:

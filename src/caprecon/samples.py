@@ -202,6 +202,7 @@ def load_samples(
     images_root: str | Path | None = None,
     annotations: str | Path | None = None,
     captions: str | Path | None = None,
+    split: str | None = None,
 ) -> list[Sample]:
     """Read samples from any supported source.
 
@@ -215,6 +216,9 @@ def load_samples(
     - a folder of images plus a captions file (`captions=`, or `captions.jsonl` /
       `captions.csv` inside it) mapping file names to captions.
 
+    - a Karpathy split JSON (`dataset_coco.json`, ...; see `caprecon.karpathy`), one sample
+      per image of `split`; given as `annotations=`, it supplies the references instead.
+
     Relative image paths resolve against the input file's folder (a `datasets` folder:
     against itself). `images_root`, when given, is what they resolve against instead, and
     every image must lie inside it: a row whose image escapes it (`..`, an absolute path,
@@ -224,7 +228,7 @@ def load_samples(
     if not isinstance(source, (str, Path)):
         samples = [r if isinstance(r, Sample) else _sample_from_record(r, i, confine) for i, r in enumerate(source)]
     else:
-        samples = _load_path(Path(source), confine, annotations, captions)
+        samples = _load_path(Path(source), confine, annotations, captions, split)
     if confine is not None:
         for sample in samples:
             sample.image_root = confine
@@ -232,7 +236,7 @@ def load_samples(
 
 
 def _load_path(path: Path, images_root: Path | None, annotations: str | Path | None,
-               captions: str | Path | None) -> list[Sample]:
+               captions: str | Path | None, split: str | None) -> list[Sample]:
     if not path.exists():
         raise SampleFormatError(f"input not found: {path}")
     # absolute now, so a later change of working folder cannot move the images
@@ -242,6 +246,14 @@ def _load_path(path: Path, images_root: Path | None, annotations: str | Path | N
             return _load_hf_dataset(path, root)
         return _load_image_folder(path, captions, root)
     suffix = path.suffix.lower()
+    if annotations is not None and Path(annotations).suffix.lower() == ".json" and _is_karpathy_file(annotations):
+        from .karpathy import attach_karpathy_refs
+
+        return attach_karpathy_refs(load_samples(path, images_root=images_root, captions=captions), annotations, split)
+    if suffix == ".json" and annotations is None and _is_karpathy_file(path):
+        from .karpathy import karpathy_samples
+
+        return karpathy_samples(path, root, split)
     if suffix == ".json" and annotations is not None:
         data = _read_json(path, "COCO results (a JSON list of {image_id, caption})")
         return _load_coco_results(data, Path(annotations), images_root, path)
@@ -277,6 +289,16 @@ def _require_image_column(rows: Sequence[dict], path: Path) -> None:
     found = sorted({k for r in rows for k in r})
     raise SampleFormatError(f"{path}: no image column; name it one of {', '.join(IMAGE_COLUMNS)} "
                             f"(columns found: {', '.join(found)})")
+
+
+def _is_karpathy_file(path: str | Path) -> bool:
+    # A peek, not a parse: these files run to hundreds of MB, and the reader validates anyway.
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            head = fh.read(8192)
+    except (OSError, UnicodeDecodeError):
+        return False
+    return head.lstrip().startswith("{") and '"images"' in head and '"sentences"' in head
 
 
 def _require_caption_column(rows: Sequence[dict], path: Path) -> None:

@@ -1,0 +1,397 @@
+"""Benchmark loaders (each on a small file written in its published layout), pinned
+protocols, the paired comparison and `caprecon meta verify`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import shutil
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from caprecon.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, JudgmentFormatError, Judgments
+from caprecon.meta_cli import main as meta_main
+from caprecon.metabench import BENCHMARKS, get_benchmark, loaders
+from caprecon.metabench.compare import paired_bootstrap
+from caprecon.metabench.protocol import run_benchmark
+from caprecon.metabench.verify import compare, our_value
+from caprecon.samples import SampleFormatError, load_samples
+
+
+def _write(path, data):
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def _scorer(fn):
+    """A scorer giving each sample fn(sample), under the metric name 'm'."""
+    return lambda judgments: {"m": np.array([fn(s) for s in judgments.samples()], float)}
+
+
+# ----------------------------------------------------------------------------- Flickr8k
+
+
+def _clipscore_json(tmp_path, name):
+    refs = ["A dog runs  on grass .", "A brown dog runs .", "Dog in a field ."]
+    entry = lambda cap, rating: {"image_id": "1000_a", "image_path": "Flicker8k_Dataset/1000_a.jpg",  # noqa: E731
+                                 "caption": cap, "rating": rating}  # fmt: skip
+    data = {
+        "1000_a": {
+            "image_id": "1000_a", "image_path": "Flicker8k_Dataset/1000_a.jpg", "ground_truth": refs,
+            "human_judgement": [
+                entry("A cat  sleeps .", 1), entry("A cat sleeps .", 2), entry("A cat sleeps .", 1),
+                entry("A dog runs on grass .", 4),  # one of the image's own references
+                entry("A dog plays .", float("nan")), entry("A dog plays .", 3),
+            ],
+        }
+    }  # fmt: skip
+    return _write(tmp_path / name, data)
+
+
+def test_flickr8k_expert_clipscore_json(tmp_path):
+    judgments = get_benchmark("flickr8k-expert").load(str(_clipscore_json(tmp_path, "flickr8k.json")))
+    by_caption = {j.caption: j for j in judgments.items}
+    # the three ratings of one (whitespace-normalised) caption are one judgment with three ratings,
+    # the own-reference candidate is skipped, the NaN rating dropped
+    assert set(by_caption) == {"A cat sleeps .", "A dog plays ."}
+    assert by_caption["A cat sleeps ."].ratings == (1.0, 2.0, 1.0)
+    assert by_caption["A dog plays ."].ratings == (3.0,)
+    assert by_caption["A cat sleeps ."].refs[0] == "A dog runs on grass ."
+    assert judgments.format == FLICKR8K_EXPERT and judgments.tau_variant == "c"
+
+
+def test_flickr8k_crowdflower_removes_own_caption_from_refs(tmp_path):
+    judgments = get_benchmark("flickr8k-crowdflower").load(str(_clipscore_json(tmp_path, "crowdflower_flickr8k.json")))
+    own = next(j for j in judgments.items if j.caption == "A dog runs on grass .")
+    assert own.refs == ["A brown dog runs .", "Dog in a field ."]
+    other = next(j for j in judgments.items if j.caption == "A dog plays .")
+    assert len(other.refs) == 3
+    assert judgments.format == FLICKR8K_CROWDFLOWER
+
+
+def test_flickr8k_json_names_the_bad_entry(tmp_path):
+    path = _write(tmp_path / "flickr8k.json", {"x": {"ground_truth": [], "human_judgement": [{"caption": "a", "rating": "?"}]}})
+    with pytest.raises(JudgmentFormatError, match=r"\['x'\] human_judgement\[0\]: rating '\?'"):
+        get_benchmark("flickr8k-expert").load(str(path))
+
+
+# ----------------------------------------------------------------------------- Composite
+
+
+def test_composite_folder_per_subset(tmp_path):
+    folder = tmp_path / "composite"
+    folder.mkdir()
+    with (folder / "8k_correctness.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["image", "caption", "refs", "rating"])
+        w.writerow(["a.jpg", "a dog", "a dog runs|a brown dog", "4"])
+    (folder / "30k_correctness.jsonl").write_text(json.dumps({"image": "b.jpg", "candidate": "a man", "references": ["a man walks"], "score": [2, 3]}) + "\n")
+    _write(folder / "coco.json", [{"file_name": "c.jpg", "caption": "a cat", "refs": ["a cat sits"], "correctness": 5}])
+    judgments = loaders.load_composite(folder)
+    got = {j.image_id: (j.caption, j.ratings, j.refs) for j in judgments.items}
+    assert got == {
+        "flickr8k/a": ("a dog", (4.0,), ["a dog runs", "a brown dog"]),
+        "flickr30k/b": ("a man", (2.0, 3.0), ["a man walks"]),
+        "coco/c": ("a cat", (5.0,), ["a cat sits"]),
+    }
+    assert [j.image_id for j in loaders.load_composite(folder, subsets=("coco",)).items] == ["coco/c"]
+    _write(folder / "coco.json", [{"file_name": "c.jpg", "caption": "a cat", "rating": 7}])
+    with pytest.raises(JudgmentFormatError, match="coco.json item 1: Composite ratings are 1-5"):
+        loaders.load_composite(folder)
+
+
+# ----------------------------------------------------------------------------- Pascal-50S
+
+
+def _pascal(tmp_path, n_refs=5):
+    refs = [f"ref {k}" for k in range(n_refs)]
+    pair = lambda a, b, label: {"image": "p.jpg", "captions": [a, b], "label": label, "references": refs}  # noqa: E731
+    return _write(tmp_path / "pascal50s.json", {
+        "HC": [pair("x", "y", 0), pair("x", "y", 1)], "HI": [pair("x", "y", 0)], "HM": [], "MM": [pair("x", "y", 0)],
+    })  # fmt: skip
+
+
+def test_pascal50s_json_layout(tmp_path):
+    judgments = loaders.load_pascal50s(_pascal(tmp_path))
+    assert [(j.category, j.preference) for j in judgments.items] == [("HC", 1.0), ("HC", 0.0), ("HI", 1.0), ("MM", 1.0)]
+    assert judgments.pairwise and len(judgments.items[0].refs) == 5
+    bad = _write(tmp_path / "bad.json", {"HC": [{"image": "p", "captions": ["a", "b"], "label": 2, "references": []}]})
+    with pytest.raises(JudgmentFormatError, match=r"HC\[0\]: `label` must be 0 or 1"):
+        loaders.load_pascal50s(bad)
+
+
+def test_pairwise_ties_follow_the_documented_rule(tmp_path):
+    """A metric tie on a decided pair earns half a point; a pair people tied is left out."""
+    data = {"HC": [
+        {"image": "1.jpg", "captions": ["good", "bad"], "label": 0, "references": ["r"]},   # metric right: 1
+        {"image": "2.jpg", "captions": ["same", "same"], "label": 0, "references": ["r"]},  # metric tie: 0.5
+        {"image": "3.jpg", "captions": ["good", "bad"], "label": 1, "references": ["r"]},   # metric wrong: 0
+        {"image": "4.jpg", "captions": ["good", "bad"], "preference": 0.5, "references": ["r"]},  # human tie: out
+    ]}  # fmt: skip
+    judgments = loaders.load_pascal50s(_write(tmp_path / "p.json", data))
+    score = _scorer(lambda s: {"good": 2.0, "bad": 1.0, "same": 1.5}[s.caption])
+    (row,) = run_benchmark(get_benchmark("pascal50s"), judgments, score, n_bootstrap=0)
+    assert row.value == pytest.approx(1.5 / 3) and row.n == 3
+    assert row.extra["accuracy_HC"] == pytest.approx(0.5)
+
+
+def test_pascal_5_of_48_is_seeded_and_matches_a_hand_count(tmp_path):
+    judgments = loaders.load_pascal50s(_pascal(tmp_path, n_refs=48))
+    draws = loaders.pascal_reference_draws(judgments, seed=3)
+    again = loaders.pascal_reference_draws(judgments, seed=3)
+    other = loaders.pascal_reference_draws(judgments, seed=4)
+    refs = lambda ds: [[tuple(it.refs) for it in d.items] for d in ds]  # noqa: E731
+    assert refs(draws) == refs(again) and refs(draws) != refs(other)
+    full = set(judgments.items[0].refs)
+    for d in draws:
+        for it in d.items:
+            assert len(set(it.refs)) == 5 and set(it.refs) <= full
+    # Hand case: 6 references, so each draw leaves exactly one out. Caption A is "ref 0",
+    # B is "ref 1"; a caption scores 1 when it is among the pair's references. A is preferred:
+    # leaving out ref 1 makes the metric right (1), leaving out ref 0 wrong (0), else a tie (0.5).
+    pair = {"image": "p.jpg", "captions": ["ref 0", "ref 1"], "label": 0, "references": [f"ref {k}" for k in range(6)]}
+    small = loaders.load_pascal50s(_write(tmp_path / "six.json", {"HC": [pair]}))
+    left_out = [({f"ref {k}" for k in range(6)} - set(random.Random(f"7:{d}:HC-0").sample(pair["references"], 5))).pop()
+                for d in range(5)]  # fmt: skip
+    expected = np.mean([{"ref 1": 1.0, "ref 0": 0.0}.get(gone, 0.5) for gone in left_out])
+    score = lambda j: {"m": np.array([float(s.caption in s.refs) for s in j.samples()])}  # noqa: E731
+    (row,) = run_benchmark(get_benchmark("pascal50s-48"), small, score, seed=7)
+    assert row.value == pytest.approx(expected)
+    assert row.extra["accuracy_HC"] == pytest.approx(expected)
+
+
+# ----------------------------------------------------------------------------- FOIL
+
+
+def test_foil_pairs_and_reference_counts(tmp_path):
+    anns = [
+        {"image_id": 1, "caption": "a dog on a sofa", "foil": False},
+        {"image_id": 1, "caption": "a puppy resting indoors", "foil": False},
+        {"image_id": 1, "caption": "a brown dog lies on furniture", "foil": False},
+        {"image_id": 1, "caption": "a cat on a sofa", "foil": True},
+    ]
+    path = _write(tmp_path / "foil.json", {"images": [{"id": 1, "file_name": "c1.jpg"}], "annotations": anns})
+    one, four = get_benchmark("foil-1ref").load(str(path)), get_benchmark("foil-4ref").load(str(path))
+    (pair,) = one.items
+    assert (pair.caption_a, pair.caption_b, pair.preference, pair.image) == ("a dog on a sofa", "a cat on a sofa", 1.0, "c1.jpg")
+    assert pair.refs == ["a puppy resting indoors"]
+    assert four.items[0].refs == ["a puppy resting indoors", "a brown dog lies on furniture"]
+    score = _scorer(lambda s: 0.0 if "cat" in s.caption else 1.0)
+    (row,) = run_benchmark(get_benchmark("foil-4ref"), four, score, n_bootstrap=0)
+    assert row.value == 1.0
+
+
+# ----------------------------------------------------------------------------- THumB
+
+
+def test_thumb_caption_and_system_pearson(tmp_path):
+    rows = []
+    rng = np.random.default_rng(0)
+    for system in ("up-down", "human", "transformer"):
+        for k in range(4):
+            rows.append({"image": f"COCO_{k}.jpg", "hyp": f"{system} caption {k}", "model": system,
+                         "P": float(rng.uniform(1, 5)), "R": float(rng.uniform(1, 5)), "Total": float(rng.uniform(2, 10)),
+                         "refs": ["a ref"]})  # fmt: skip
+    path = tmp_path / "thumb.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    judgments = loaders.load_thumb(path)
+    metric = rng.normal(size=len(rows))
+    caption, system = run_benchmark(get_benchmark("thumb"), judgments, lambda j: {"m": metric}, n_bootstrap=0)
+    total = np.array([r["Total"] for r in rows])
+    assert caption.statistic == "pearson" and caption.value == pytest.approx(stats.pearsonr(metric, total)[0])
+    means = lambda v: [v[4 * k: 4 * k + 4].mean() for k in range(3)]  # noqa: E731
+    assert system.statistic == "pearson_system" and system.n == 3
+    assert system.value == pytest.approx(stats.pearsonr(means(metric), means(total))[0])
+    assert loaders.load_thumb(path, target="precision").items[0].ratings == (rows[0]["P"],)
+
+
+# ----------------------------------------------------------------------------- Polaris / Nebula
+
+
+def test_polaris_from_a_local_datasets_folder(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    human = [0.1, 0.4, 0.4, 0.9, 0.6, 0.2]
+    ds = datasets.Dataset.from_dict({
+        "mt": [f"caption {k}" for k in range(6)], "refs": [["r1", "r2"]] * 6,
+        "score": human, "img": [f"img{k % 3}.jpg" for k in range(6)],
+    })  # fmt: skip
+    datasets.DatasetDict({"test": ds}).save_to_disk(str(tmp_path / "polaris"))
+    judgments = get_benchmark("polaris").load(str(tmp_path / "polaris"))
+    assert [j.ratings[0] for j in judgments.items] == human and judgments.items[0].refs == ["r1", "r2"]
+    metric = np.array([0.3, 0.2, 0.5, 0.8, 0.7, 0.1])
+    (row,) = run_benchmark(get_benchmark("polaris"), judgments, lambda j: {"m": metric}, n_bootstrap=0)
+    assert row.statistic == "tau_c"
+    assert row.value == pytest.approx(stats.kendalltau(metric, human, variant="c")[0])
+
+
+# ----------------------------------------------------------------------------- Karpathy split
+
+
+def test_karpathy_split_as_samples_and_as_references(tmp_path):
+    images = [
+        {"filepath": "val2014", "filename": "a.jpg", "split": "test", "cocoid": 1,
+         "sentences": [{"raw": "A dog  runs."}, {"raw": "A dog."}, {"raw": "Dog running."}]},
+        {"filepath": "train2014", "filename": "b.jpg", "split": "train", "cocoid": 2, "sentences": [{"raw": "A cat."}]},
+    ]  # fmt: skip
+    path = _write(tmp_path / "dataset_coco.json", {"images": images, "dataset": "coco"})
+    (sample,) = load_samples(path, split="test")
+    assert (sample.id, sample.caption, sample.refs) == ("1", "A dog runs.", ["A dog.", "Dog running."])
+    assert sample.image == tmp_path / "val2014" / "a.jpg"
+    assert len(load_samples(path)) == 2
+    with pytest.raises(SampleFormatError, match="no images in split 'val'"):
+        load_samples(path, split="val")
+    ours = tmp_path / "ours.jsonl"
+    ours.write_text(json.dumps({"image": "val2014/a.jpg", "caption": "a dog"}) + "\n")
+    (scored,) = load_samples(ours, annotations=path)
+    assert scored.refs == ["A dog  runs.".replace("  ", " "), "A dog.", "Dog running."]
+
+
+# ----------------------------------------------------------------------------- paired comparison
+
+
+def _rated(n_images=30, seed=0):
+    rng = np.random.default_rng(seed)
+    from caprecon.judgments import Judgment
+
+    items = [Judgment(id=str(k), image=f"{k // 4}.jpg", caption=f"c{k}", ratings=(float(rng.integers(1, 5)),),
+                      image_id=str(k // 4)) for k in range(4 * n_images)]  # fmt: skip
+    return Judgments("scores", items), rng
+
+
+def test_paired_bootstrap_finds_the_better_metric():
+    judgments, rng = _rated()
+    human = np.array([j.ratings[0] for j in judgments.items])
+    good, noise = human + rng.normal(0, 0.3, human.size), rng.normal(size=human.size)
+    result = paired_bootstrap(judgments, "good", good, "noise", noise, n_resamples=300, seed=1)
+    assert result.difference == pytest.approx(
+        stats.kendalltau(good, human)[0] - stats.kendalltau(noise, human)[0]
+    )
+    assert result.difference > 0 and result.ci_low > 0 and result.p_value < 0.01
+    same = paired_bootstrap(judgments, "good", good, "copy", good.copy(), n_resamples=100, seed=1)
+    assert same.difference == 0 and same.p_value == 1.0
+
+
+# ----------------------------------------------------------------------------- CLI and verify
+
+
+def _pascal_cli_files(tmp_path):
+    path = _pascal(tmp_path)
+    judgments = loaders.load_pascal50s(path)
+    with (tmp_path / "scores.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "good", "bad"])
+        for s in judgments.samples():
+            first = s.id.endswith(":a")
+            w.writerow([s.id, 1.0 if first else 0.0, 0.0 if first else 1.0])
+    return path, tmp_path / "scores.csv"
+
+
+def test_meta_benchmark_command_with_scores_and_compare(tmp_path):
+    data, scores = _pascal_cli_files(tmp_path)
+    out = tmp_path / "out"
+    rc = meta_main(["--benchmark", "pascal50s", "--data", str(data), "--scores", str(scores), "--metric", "good", "bad",
+                    "--compare", "good", "bad", "--bootstrap", "50", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    rows = {r["metric"]: r for r in csv.DictReader((out / "meta.csv").open())}
+    # "good" always prefers caption A: right on the 3 pairs labelled 0, wrong on the one labelled 1
+    assert float(rows["good"]["value"]) == pytest.approx(0.75) and float(rows["bad"]["value"]) == pytest.approx(0.25)
+    assert float(rows["good"]["accuracy_mean"]) == pytest.approx(np.mean([0.5, 1.0, 1.0]))
+    (comparison,) = csv.DictReader((out / "compare.csv").open())
+    assert float(comparison["difference"]) == pytest.approx(0.5)
+
+
+def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):
+    data, scores = _pascal_cli_files(tmp_path)
+    expected = tmp_path / "expected.csv"
+    expected.write_text("benchmark,metric,key,value,source\npascal50s,good,HC,50,hand\npascal50s,good,mean,83.33,hand\n"
+                        "pascal50s,other,HI,99,paper\n")  # fmt: skip
+    args = ["verify", "--benchmark", "pascal50s", "--data", str(data), "--scores", str(scores), "--expected", str(expected)]
+    assert meta_main([*args, "--tolerance", "0.01"]) == 0
+    printed = capsys.readouterr().out
+    assert "pass" in printed and "other: not scored" in printed
+    expected.write_text("benchmark,metric,key,value\npascal50s,good,HC,40\n")
+    assert meta_main(args) == 1  # 50 vs 40 is outside the default tolerance of 1 point
+
+
+def test_verify_compare_reads_the_right_numbers():
+    from caprecon.meta import MetaRow
+
+    row = MetaRow("pascal50s", "bleu-1", "accuracy", 0.7, math.nan, math.nan, 4, 1, 0,
+                  extra={"accuracy_HC": 0.5, "accuracy_mean": 0.74})  # fmt: skip
+    assert our_value([row], "bleu-1", "HC") == 0.5 and our_value([row], "bleu-1", "value") == 0.7
+    table = compare("pascal50s", [row], {"bleu-1": {"mean": (73.9, "paper")}, "spice": {"HC": (1.0, "p")}},
+                    tolerance=0.5, skipped={"spice": "SPICE unavailable"})  # fmt: skip
+    assert [(r.metric, r.status) for r in table] == [("bleu-1", "pass"), ("spice", "skipped")]
+    assert table[0].difference == pytest.approx(0.1)
+
+
+def test_every_benchmark_has_a_statistic_and_sourced_values():
+    for bench in BENCHMARKS.values():
+        assert bench.statistic in ("tau_b", "tau_c", "accuracy", "pearson")
+        assert not bench.published or bench.source
+
+
+# ----------------------------------------------------------------------------- Flickr8k dev
+
+
+@pytest.mark.slow  # about 40 s idle: the reference metrics run twice over 747 captions
+@pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
+def test_verify_reproduces_pycocoevalcap_on_flickr8k_dev(flickr_dir, tmp_path, capsys):
+    """`meta verify` against values computed here directly with pycocoevalcap and scipy."""
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.cider.cider import Cider
+    from pycocoevalcap.meteor.meteor import Meteor
+    from pycocoevalcap.rouge.rouge import Rouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    rows = [json.loads(line) for line in (flickr_dir / "expert.jsonl").read_text().splitlines() if line.strip()]
+    gts = PTBTokenizer().tokenize({k: [{"caption": r} for r in row["refs"]] for k, row in enumerate(rows)})
+    res = PTBTokenizer().tokenize({k: [{"caption": row["candidate"]}] for k, row in enumerate(rows)})
+    per_caption = {}
+    _, bleu = Bleu(4).compute_score(gts, res, verbose=0)
+    for n in range(4):
+        per_caption[f"bleu-{n + 1}"] = bleu[n]
+    meteor = Meteor()
+    per_caption["meteor"] = meteor.compute_score(gts, res)[1]
+    del meteor
+    per_caption["rouge"] = Rouge().compute_score(gts, res)[1]
+    per_caption["cider"] = Cider().compute_score(gts, res)[1]
+    human = [r for row in rows for r in row["ratings"]]
+    expected = tmp_path / "expected.csv"
+    with expected.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["benchmark", "metric", "key", "value", "source"])
+        for name, values in per_caption.items():
+            x = [v for v, row in zip(values, rows) for _ in row["ratings"]]
+            w.writerow(["flickr8k-expert", name, "value", 100 * stats.kendalltau(x, human, variant="c")[0], "direct"])
+        w.writerow(["flickr8k-expert", "spice", "value", 44.9, "CLIPScore paper"])
+    rc = meta_main(["verify", "--benchmark", "flickr8k-expert", "--data", str(flickr_dir / "expert.jsonl"),
+                    "--expected", str(expected), "--tolerance", "1e-6", "--out", str(tmp_path / "out")])  # fmt: skip
+    table = {r["metric"]: r for r in csv.DictReader((tmp_path / "out" / "verify.csv").open())}
+    for name in per_caption:
+        assert table[name]["status"] == "pass", table[name]
+    from caprecon.metrics.reference import spice_missing_files
+
+    if spice_missing_files():
+        assert table["spice"]["status"] == "skipped" and "CoreNLP" in table["spice"]["reason"]
+        assert "skipped: SPICE unavailable" in capsys.readouterr().out
+    assert rc == 0
+
+
+def test_compare_on_judgments_files(tmp_path, capsys):
+    judgments, rng = _rated(n_images=10)
+    human = np.array([j.ratings[0] for j in judgments.items])
+    rows = tmp_path / "judged.jsonl"
+    rows.write_text("".join(json.dumps({"id": j.id, "image": j.image, "caption": j.caption, "human": j.ratings[0]}) + "\n"
+                            for j in judgments.items))  # fmt: skip
+    scores = tmp_path / "scores.csv"
+    scores.write_text("id,a,b\n" + "".join(f"{j.id},{h},{rng.normal()}\n" for j, h in zip(judgments.items, human)))
+    rc = meta_main(["--judgments", str(rows), "--scores", str(scores), "--metric", "a", "--compare", "a", "b",
+                    "--bootstrap", "50", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "judged.jsonl: a vs b (tau_b): 1.0000 - " in printed and "p < 0.02" in printed  # no resample crossed 0
