@@ -267,3 +267,114 @@ def test_candidate_pools_in_chromium(tmp_path, browser):
     page.check("#gallery-selected")
     assert page.locator("#gallery-items .card").count() == 3 and problems == []
     page.close()
+
+
+# ----------------------------------------------------------------------------- a CTTD build folder
+
+
+def _bank_blob(html):
+    text = re.search(r'<script type="application/json" id="bank-data">(.*?)</script>', html, re.S).group(1)
+    return json.loads(text)
+
+
+def _build_folder(tmp_path, questions, *, stages=()):
+    """A build folder as `cttd build` leaves it: bank.jsonl beside datasheet.json (counted by its own code)."""
+    from caprecon.cttd.datasheet import bank_counts
+
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / "bank.jsonl").write_text("\n".join(json.dumps(q) for q in questions) + "\n", encoding="utf-8")
+    sheet = {"bank": "bank.jsonl", **bank_counts(questions), "stages": list(stages), "models": {}, "prompts": {},
+             "settings": {"top_k": 15}}
+    (build / "datasheet.json").write_text(json.dumps(sheet), encoding="utf-8")
+    return build
+
+
+def test_cttd_build_writes_a_bank_report(tmp_path, capsys, monkeypatch):
+    from collections import Counter
+
+    from cttd_fakes import TAXONOMY
+    from oracle import render
+
+    images = tmp_path / "photos" / "shapes"
+    images.mkdir(parents=True)
+    for i, scene in enumerate(["a red circle and a blue square", "a green triangle", "a blue circle",
+                               "a yellow square and a red circle"]):
+        render(scene, 96, 96).save(images / f"scene{i}.png")
+    render("", 96, 96).save(images / "blank.png")  # near-uniform: stage 1 drops it
+    (tmp_path / "taxonomy.json").write_text(json.dumps(TAXONOMY))
+    monkeypatch.delenv("CTTD_FAKE_LOG", raising=False)  # the fakes log their calls only when asked
+    out = tmp_path / "build"
+    assert main(["cttd", "build", "--images", str(images.parent), "--out", str(out), "--vlm", "cttd_fakes:ScriptedVLM",
+                 "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher", "--taxonomy",
+                 str(tmp_path / "taxonomy.json"), "--density-band", "0", "1", "--top-k", "5"]) == 0
+    assert f"report: {out / 'report.html'}" in capsys.readouterr().out
+    html = (out / "report.html").read_text()
+    bank = [json.loads(line) for line in (out / "bank.jsonl").read_text().splitlines()]
+    data = _bank_blob(html)
+    # the page holds every question of the bank, per category as many as the bank has
+    shown = Counter(q["c"] for image in data["images"] for q in image["q"])
+    assert shown == Counter(r["category"] for r in bank) and sum(shown.values()) == len(bank) == 4 * 5
+    assert sorted(image["im"] for image in data["images"]) == [f"scene{i}" for i in range(4)]
+    # each image has its thumbnail, written once
+    thumbs = out / "report_files" / "thumbs"
+    assert all((thumbs / image["o"]).is_file() for image in data["images"]) and len(list(thumbs.glob("*.jpg"))) == 4
+    # the datasheet's tables: counts per category, and what stage 1 dropped and why
+    counts = dict(re.findall(r'<tr><td class="text">([^<]+)</td><td data-v="(\d+)">', html))
+    assert {name: int(counts[name]) for name in shown} == dict(shown)
+    assert "<li>near-uniform: 1</li>" in html and 'id="bank-stages"' in html
+    assert "20 questions about 4 images" in html and 'id="gallery-data"' not in html
+
+
+def test_bank_questions_answers_and_names_are_data_not_markup(tmp_path, capsys):
+    payload_image = _image(tmp_path / "p.png", (0, 0, 200))
+    questions = [{"id": f"q{i}", "image_id": '<b>img</b>"', "image": payload_image, "question": text, "type": "short",
+                  "answer": PAYLOADS[-1 - i], "category": "<i>cat</i>", "source": "<u>src</u>"}
+                 for i, text in enumerate(PAYLOADS)]
+    questions.append({"id": "mc", "image_id": "plain", "question": "Which colour?", "type": "mc", "answer": "B",
+                      "choices": ["red", "<img src=x onerror=alert(7)>"], "category": "colour"})
+    stages = [{"stage": "curate", "counts": {"in": 9, "out": 5},
+               "dropped": {"judge disagrees: <script>alert(8)</script>": 4}, "model_calls": {}, "seconds": 0.5}]
+    build = _build_folder(tmp_path, questions, stages=stages)
+    assert main(["report", str(build)]) == 0  # no scores.jsonl, no turing: the bank alone
+    assert f"html: {build / 'report.html'}" in capsys.readouterr().out
+    html = (build / "report.html").read_text()
+    assert html.count("<script") == 2 and "<img src=x" not in html and "<svg onload" not in html
+    assert "<b>img" not in html and "<i>cat" not in html and "<u>src" not in html and "<!-- <script" not in html
+    assert "judge disagrees: &lt;script&gt;alert(8)&lt;/script&gt;: 4" in html
+    data = _bank_blob(html)
+    first, second = data["images"]
+    assert [q["q"] for q in first["q"]] == PAYLOADS and [q["a"] for q in first["q"]] == PAYLOADS[::-1]
+    assert (first["im"], first["source"], first["q"][0]["c"]) == ('<b>img</b>"', "<u>src</u>", "<i>cat</i>")
+    assert second["q"][0]["a"] == "B. <img src=x onerror=alert(7)>" and second["q"][0]["ch"][1].startswith("<img")
+    assert data["categories"] == ["<i>cat</i>", "colour"] and data["types"] == ["mc", "short"]
+
+
+def test_bank_gallery_in_chromium(tmp_path, browser):
+    colours = [(200, 0, 0), (0, 150, 0), (0, 0, 220)]
+    questions = []
+    for i in range(30):  # 30 images: two pages of 24
+        path = _image(tmp_path / f"im{i}.png", colours[i % 3])
+        questions.append({"id": f"{i}a", "image_id": f"im{i:02d}", "image": path, "question": f"What colour is {i}?",
+                          "type": "short", "answer": "red", "category": "colour"})
+        if i % 3 == 0:  # every third image also has a counting question, and two carry payloads
+            questions.append({"id": f"{i}b", "image_id": f"im{i:02d}", "image": path,
+                              "question": PAYLOADS[i % 2] if i < 6 else "How many shapes?", "type": "mc",
+                              "answer": "A", "choices": ["1", "2"], "category": "count"})
+    page, problems = _open(browser, write_html_report(_build_folder(tmp_path, questions)))
+    cards = page.locator("#bank-items .card")
+    assert cards.count() == 24 and page.locator(".bank-pager .page").first.text_content() == "page 1 of 2"
+    assert page.locator("#bank-items img").count() == 24
+    page.select_option("#bank-category", "count")
+    assert cards.count() == 10 and page.locator("#bank-items li").count() == 10
+    assert page.locator("#bank-count").text_content() == "10 of 40 questions, 10 of 30 images"
+    shown = page.locator("#bank-items .question").all_text_contents()
+    assert PAYLOADS[0] in shown and PAYLOADS[1] in shown  # as text
+    page.select_option("#bank-category", "")
+    page.select_option("#bank-type", "short")
+    assert page.locator("#bank-count").text_content() == "30 of 40 questions, 30 of 30 images"
+    page.locator(".bank-pager button", has_text="»").first.click()
+    assert cards.count() == 6
+    assert page.locator("script").count() == 2 and page.locator("img[src='x'], svg[onload]").count() == 0
+    assert page.title() == "caprecon report: build" and problems == []
+    page.close()

@@ -115,6 +115,7 @@ def build_config(args: argparse.Namespace):
 
 def cmd_build(args: argparse.Namespace) -> int:
     from ..config import ConfigError
+    from ..htmlreport import write_html_report
     from .categorise import TaxonomyError
     from .pipeline import build_bank
     from .select import ImageFolderError
@@ -132,6 +133,9 @@ def cmd_build(args: argparse.Namespace) -> int:
             state = "skipped" if stage.get("skipped") else "ran" if stage["stage"] in result.ran else "done before"
             print(f"  {stage['stage']:11s} {state:16s} {dropped}")
         print(f"datasheet: {result.folder / 'datasheet.md'}")
+    report = write_html_report(result.folder, progress=not args.quiet)
+    if not args.quiet:
+        print(f"report: {report}")
     return 0
 
 

@@ -10,8 +10,8 @@ browser from a JSON blob, so ten thousand samples load as fast as ten. Every tex
 comes from data (captions, answers, ids, file names) reaches the page escaped, and
 secrets in the manifest are redacted before it is shown.
 
-`score`, `meta` and `caprecon report` call `write_html_report` at the end of a run; any
-command that writes a run folder can do the same.
+`score`, `meta`, `caption`, `cttd build` and `caprecon report` call `write_html_report`
+at the end of a run; any command that writes a run folder can do the same.
 """
 
 from .collect import redact

@@ -283,3 +283,54 @@ def numeric_columns(rows: Iterable[Mapping[str, Any]], skip: Iterable[str] = ())
             if key not in skip and is_number(value):
                 columns.setdefault(key)
     return list(columns)
+
+
+# a `caprecon cttd build` (or `cttd import`) folder: the bank and the datasheet beside it
+BANK_FILE, DATASHEET_FILE = "bank.jsonl", "datasheet.json"
+
+
+def read_bank(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The QA bank's records and its datasheet, or None when the folder holds no CTTD build."""
+    if not (run / BANK_FILE).is_file() or not (run / DATASHEET_FILE).is_file():
+        return None
+    try:
+        sheet = json.loads((run / DATASHEET_FILE).read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        sheet = {}
+    records = [record for _, record in read_jsonl(run / BANK_FILE) if isinstance(record, Mapping)]
+    return records, redact(sheet) if isinstance(sheet, dict) else {}
+
+
+def bank_question(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One bank question as the page shows it (short keys: a bank holds ~15 per image)."""
+    choices = record.get("choices")
+    item: dict[str, Any] = {"q": str(record.get("question", "")), "c": str(record.get("category") or "(none)"),
+                            "t": str(record.get("type", "")), "a": _answer_text(record.get("answer"), choices)}
+    if isinstance(choices, list) and choices:
+        item["ch"] = [str(c) for c in choices]
+    if record.get("coords") is not None:
+        item["co"] = str(record["coords"])
+    return item
+
+
+def stage_rows(sheet: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The datasheet's stages as table rows: counts, what was dropped and why, replies read, model calls."""
+    rows = []
+    for stage in sheet.get("stages") or []:
+        if not isinstance(stage, Mapping):
+            continue
+        replies = stage.get("replies") if isinstance(stage.get("replies"), Mapping) else None
+        dropped = stage.get("dropped") if isinstance(stage.get("dropped"), Mapping) else {}
+        rows.append({
+            "stage": str(stage.get("stage", "")),
+            "counts": ", ".join(f"{k} {v}" for k, v in (stage.get("counts") or {}).items()) or
+                      str(stage.get("skipped") or ""),
+            "dropped": [(str(reason), n) for reason, n in dropped.items()],
+            "dropped_total": sum(n for n in dropped.values() if is_number(n)),
+            "replies": (f"{replies.get('strict', 0)} strict, {replies.get('repaired', 0)} repaired, "
+                        f"{replies.get('retried', 0)} after retry, {replies.get('dropped', 0)} dropped")
+            if replies else "",
+            "calls": ", ".join(f"{k} {v}" for k, v in (stage.get("model_calls") or {}).items()),
+            "seconds": stage.get("seconds") if is_number(stage.get("seconds")) else None,
+        })
+    return rows

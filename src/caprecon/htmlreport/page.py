@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import json
 import logging
@@ -170,14 +171,61 @@ def _meta(run: Path) -> dict[str, Any] | None:
             "probes": probes, "probe_columns": list(probes[0]) if probes else []}
 
 
+def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
+    """A CTTD build folder's bank: the datasheet's counts and stages, and its questions per image."""
+    found = collect.read_bank(run)
+    if found is None:
+        return None
+    records, sheet = found
+    images: dict[str, dict[str, Any]] = {}  # image id -> card, in bank order
+    paths: dict[str, str] = {}
+    for record in records:
+        image_id = str(record.get("image_id", ""))
+        card = images.setdefault(image_id, {"im": image_id, "q": []})
+        card["q"].append(collect.bank_question(record))
+        if record.get("source") and "source" not in card:
+            card["source"] = str(record["source"])
+        if isinstance(record.get("image"), str) and record["image"] and image_id not in paths:
+            paths[image_id] = _resolve(record["image"], run)  # an import writes images/ relative to the folder
+    thumbs = make_thumbnails(list(paths.values()), out / FILES / "thumbs", progress=progress)
+    for image_id, card in images.items():
+        if image_id in paths:
+            card["o"] = thumbs.get(paths[image_id])
+            card["src"] = os.path.basename(paths[image_id])
+    questions = [q for card in images.values() for q in card["q"]]
+    total = len(questions) or 1
+    counts = []
+    for title, key, field in (("Category", "by_category", "category"), ("Answer type", "by_type", "type"),
+                              ("Source", "by_source", "source")):
+        table = sheet.get(key) if isinstance(sheet.get(key), Mapping) else None
+        if table is None:  # an unreadable or hand-written datasheet: count the bank itself
+            table = collections.Counter(str(r.get(field) or "") for r in records)
+        counts.append((title, [(str(name) or "(none)", n, 100 * n / total) for name, n in table.items()
+                               if collect.is_number(n)]))
+    models = sheet.get("models") if isinstance(sheet.get("models"), Mapping) else {}
+    data = {"categories": sorted({q["c"] for q in questions}), "types": sorted({q["t"] for q in questions}),
+            "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/", "images": list(images.values())}
+    return {
+        "questions": len(questions), "images": len(images), "counts": counts,
+        "stages": collect.stage_rows(sheet), "imported_from": str(sheet.get("imported_from") or ""),
+        "models": [(str(role), str(d.get("model") or d.get("backend") or d.get("class") or "")
+                    if isinstance(d, Mapping) else str(d)) for role, d in models.items()],
+        "settings": json.dumps(sheet.get("settings"), indent=2, ensure_ascii=False, default=str)
+        if sheet.get("settings") else "",
+        "data": json_for_script(data),
+    }
+
+
 def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None,
                       group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False) -> Path:
     """Write `report.html` (and `report_files/`) for a run folder and return its path.
 
     Reads whatever the folder holds: `scores.jsonl`, `summary.json` and `manifest.json` of a
     `score` or `caption` run (best-of-N candidates are recognised by their `selected`
-    field; a `selection_curve.csv` beside them is drawn), and `meta.csv`, `probes.csv` and
-    `scores-*.csv` of a `meta` run. `out` is the folder to write into (default: the run's).
+    field; a `selection_curve.csv` beside them is drawn), `meta.csv`, `probes.csv` and
+    `scores-*.csv` of a `meta` run, and `bank.jsonl` with `datasheet.json` of a `cttd
+    build` (its counts, stage drops and questions per image). `out` is the folder to write
+    into (default: the run's).
     Rows are grouped into summary rows by the first non-empty field of `group_by`.
     """
     run = Path(run_dir)
@@ -200,6 +248,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     meta = _meta(run)
     errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
               for r in records if r.get("error")]
+    bank = _bank(run, out, progress=progress)
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
                         group_by=group_by, progress=progress) if records else None)
 
@@ -208,6 +257,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     sections += [(f"categories-{b['metric']}", "Caption Turing Test" if b["metric"] == "turing" else b["metric"])
                  for b in categories]
     sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else [])] if meta else []
+    sections += [("bank", "Question bank"), ("bank-gallery", "Questions per image")] if bank else []
     sections += [("candidates", "Candidates")] if best_of_n else []
     sections += [("gallery", "Gallery")] if gallery else []
     sections += [("errors", f"Errors ({len(errors)})")] if errors else []
@@ -215,12 +265,14 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
 
     script = (_package_dir("static") / "report.js").read_text(encoding="utf-8")
     script_hash = "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
-    counts = (f"{len(records)} samples, {len(errors)} with errors" if records else "")
+    counts = (f"{len(records)} samples, {len(errors)} with errors" if records
+              else f"{bank['questions']} questions about {bank['images']} images" if bank else "")
     html = _environment().get_template("report.html").render(
         title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
         group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
         summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
-        categories=categories, upper=UPPER, meta=meta, best_of_n=best_of_n, selection_metric=selection_metric,
+        categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n,
+        selection_metric=selection_metric,
         gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],
         error_count=len(errors), highlights=collect.manifest_highlights(manifest),
         manifest=json.dumps(manifest, indent=2, ensure_ascii=False, default=str) if manifest else "",

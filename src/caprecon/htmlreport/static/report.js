@@ -65,6 +65,124 @@
     });
   });
 
+  // ------------------------------------------------------------------ pages of cards
+  function pager(container, page, pages, go) {
+    container.textContent = "";
+    function button(label, target, disabled) {
+      var b = el("button", null, label);
+      b.type = "button";
+      b.disabled = disabled;
+      b.addEventListener("click", function () { go(target); });
+      container.appendChild(b);
+    }
+    button("«", 0, page === 0);
+    button("‹", page - 1, page === 0);
+    container.appendChild(el("span", "page", "page " + (pages ? page + 1 : 0) + " of " + pages));
+    button("›", page + 1, page >= pages - 1);
+    button("»", pages - 1, page >= pages - 1);
+  }
+
+  // ------------------------------------------------------------------ question bank
+  // a CTTD build: one card per image with its questions, filtered by category, type and text
+  (function bank() {
+    var blob = document.getElementById("bank-data");
+    if (!blob) return;
+    var data = JSON.parse(blob.textContent);
+    var state = { category: "", type: "", query: "", page: 0, size: data.page_size };
+    var category = document.getElementById("bank-category");
+    var type = document.getElementById("bank-type");
+    var query = document.getElementById("bank-filter");
+    var list = document.getElementById("bank-items");
+    var count = document.getElementById("bank-count");
+    var pagers = document.querySelectorAll(".bank-pager");
+    var total = 0;
+    data.images.forEach(function (image) { total += image.q.length; });
+
+    function options(select, names) {
+      names.forEach(function (name) {
+        var option = el("option", null, name);
+        option.value = name;
+        select.appendChild(option);
+      });
+    }
+    options(category, data.categories);
+    options(type, data.types);
+
+    function matches(q) {
+      if (state.category && q.c !== state.category) return false;
+      if (state.type && q.t !== state.type) return false;
+      return true;
+    }
+
+    function card(image, questions) {
+      var article = el("article", "card bank-card");
+      article.setAttribute("data-id", image.im);
+      var fig = el("figure");
+      if (image.o) {
+        var img = el("img");
+        img.loading = "lazy";
+        img.decoding = "async";
+        img.alt = "image " + image.im;
+        img.src = data.thumbs + image.o;
+        fig.appendChild(img);
+      } else {
+        fig.appendChild(el("div", "noimage", "no image"));
+      }
+      fig.appendChild(el("figcaption", null, image.im));
+      article.appendChild(fig);
+      var text = el("div", "text");
+      var about = [questions.length + (questions.length > 1 ? " questions" : " question")];
+      if (image.source) about.push(image.source);
+      if (image.src) about.push(image.src);
+      text.appendChild(el("p", "about", about.join(" · ")));
+      var ol = el("ol", "questions");
+      questions.forEach(function (q) {
+        var li = el("li");
+        li.setAttribute("data-category", q.c);
+        li.setAttribute("data-type", q.t);
+        li.appendChild(el("span", "question", q.q));
+        li.appendChild(el("span", "category", q.c + " · " + q.t));
+        if (q.ch) li.appendChild(el("span", "choices", q.ch.map(function (c, k) {
+          return String.fromCharCode(65 + k) + ". " + c;
+        }).join("   ")));
+        li.appendChild(el("span", "expected", "answer: " + q.a + (q.co ? " (" + q.co + " coordinates)" : "")));
+        ol.appendChild(li);
+      });
+      text.appendChild(ol);
+      article.appendChild(text);
+      return article;
+    }
+
+    function draw() {
+      var needle = state.query.toLowerCase(), shown = [], questions = 0;
+      data.images.forEach(function (image) {
+        var chosen = image.q.filter(function (q) {
+          if (!matches(q)) return false;
+          if (!needle) return true;
+          return (q.q + "\n" + q.a + "\n" + (q.ch || []).join("\n") + "\n" + image.im + "\n" + (image.src || ""))
+            .toLowerCase().indexOf(needle) >= 0;
+        });
+        if (chosen.length) { shown.push([image, chosen]); questions += chosen.length; }
+      });
+      var pages = Math.ceil(shown.length / state.size);
+      state.page = Math.max(0, Math.min(state.page, pages - 1));
+      var fragment = document.createDocumentFragment();
+      shown.slice(state.page * state.size, (state.page + 1) * state.size).forEach(function (pair) {
+        fragment.appendChild(card(pair[0], pair[1]));
+      });
+      list.textContent = "";
+      list.appendChild(fragment);
+      count.textContent = questions + " of " + total + " questions, " + shown.length + " of " + data.images.length +
+        " images";
+      pagers.forEach(function (p) { pager(p, state.page, pages, function (target) { state.page = target; draw(); }); });
+    }
+
+    category.addEventListener("change", function () { state.category = category.value; state.page = 0; draw(); });
+    type.addEventListener("change", function () { state.type = type.value; state.page = 0; draw(); });
+    query.addEventListener("input", function () { state.query = query.value; state.page = 0; draw(); });
+    draw();
+  })();
+
   // ------------------------------------------------------------------ gallery
   var blob = document.getElementById("gallery-data");
   if (!blob) return;
@@ -155,22 +273,6 @@
     if (item.e) text.appendChild(el("p", "error", item.e));
     article.appendChild(text);
     return article;
-  }
-
-  function pager(container, page, pages, go) {
-    container.textContent = "";
-    function button(label, target, disabled) {
-      var b = el("button", null, label);
-      b.type = "button";
-      b.disabled = disabled;
-      b.addEventListener("click", function () { go(target); });
-      container.appendChild(b);
-    }
-    button("«", 0, page === 0);
-    button("‹", page - 1, page === 0);
-    container.appendChild(el("span", "page", "page " + (pages ? page + 1 : 0) + " of " + pages));
-    button("›", page + 1, page >= pages - 1);
-    button("»", pages - 1, page >= pages - 1);
   }
 
   var state = { sort: metrics.length ? 0 : -1, worstFirst: true, query: "", group: "", errorsOnly: false,
