@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .t2i_cli import add_parser as add_t2i_parser
 
     add_t2i_parser(sub)
+    from .suite_cli import add_parser as add_suite_parsers
+
+    add_suite_parsers(sub)
 
     p = sub.add_parser("report", help="per-category table and radar chart of a run's question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
