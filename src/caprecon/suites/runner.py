@@ -19,6 +19,7 @@ benchmark question whatever the number of sources, a reconstruction once per
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import math
 import time
@@ -41,7 +42,7 @@ from ..qa import COORDS, build_prompt
 from ..records import read_records
 from ..reconstruct import Reconstruction, Reconstructor
 from ..run.local import FATAL
-from ..samples import LoadedSample, Sample, SampleError, open_image
+from ..samples import LoadedSample, Sample, SampleError
 from ..t2i import Entrant, entrants
 from .entries import SuiteEntry
 from .loaders import BenchQuestion, Benchmark, load_benchmark
@@ -228,20 +229,31 @@ class _Images:
             if not path.exists():
                 path.write_bytes(source)
             self.paths[image_id] = path
-        self._opened: dict[str, LoadedSample | SampleError] = {}
+        self._info: dict[str, tuple[str, tuple[int, int]] | SampleError] = {}
 
-    def open(self, image_id: str) -> LoadedSample:
-        """The original, opened once (its size is needed to grade boxes and size reconstructions)."""
-        if image_id not in self._opened:
+    def info(self, image_id: str) -> tuple[str, tuple[int, int]]:
+        """(content key, (width, height)) of an original, from its bytes and header only:
+        decoded pixels are never kept, so a benchmark of any size fits in memory."""
+        if image_id not in self._info:
+            path = self.paths[image_id]
             try:
-                self._opened[image_id] = open_image(Sample(id=image_id, image=self.paths[image_id], caption="-",
-                                                           image_id=image_id))
-            except SampleError as exc:
-                self._opened[image_id] = exc
-        found = self._opened[image_id]
+                data = path.read_bytes()
+                with Image.open(BytesIO(data)) as im:
+                    self._info[image_id] = (hashlib.sha256(data).hexdigest(), im.size)
+            except Exception as exc:  # PIL raises several types for corrupt files
+                self._info[image_id] = SampleError(f"cannot read image {path}: {exc}")
+        found = self._info[image_id]
         if isinstance(found, SampleError):
             raise found
         return found
+
+    def load(self, image_id: str) -> Image.Image:
+        self.info(image_id)
+        try:
+            with Image.open(self.paths[image_id]) as im:
+                return im.convert("RGB")
+        except Exception as exc:
+            raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
 
 
 def _build(role: str, spec: Any, options: Mapping[str, Any]) -> Any:
@@ -361,22 +373,25 @@ def evaluate_suites(
         key = (row["captioner"], row["image_id"])
         if not row["caption"] or not row["caption"].strip():
             recons[key] = "no caption for this image" if row["caption_raw"] is None else "empty caption"
-            continue
-        try:
-            original = images.open(row["image_id"])
-        except SampleError as exc:
-            recons[key] = str(exc)
-            continue
-        sample = Sample(id=f"{row['captioner']}:{row['image_id']}", image=images.paths[row["image_id"]],
-                        caption=row["caption"], image_id=row["image_id"])
-        todo.append((key, LoadedSample(sample, original.image, original.image_key)))
+        else:
+            todo.append((key, row["caption"]))
     bar = tqdm(total=len(todo), desc="reconstructing", unit="image", disable=not progress or not todo,
                dynamic_ncols=True)
     for lo in range(0, len(todo), max(1, cfg.batch_size)):
-        chunk = todo[lo: lo + cfg.batch_size]
-        for (key, _), result in zip(chunk, _isolating(reconstructor.reconstruct, [item for _, item in chunk])):
+        chunk, items = [], []
+        for (label, image_id), caption in todo[lo: lo + cfg.batch_size]:
+            try:  # the original's size decides the reconstruction's; its pixels are let go after the batch
+                image = images.load(image_id)
+            except SampleError as exc:
+                recons[label, image_id] = str(exc)
+                continue
+            sample = Sample(id=f"{label}:{image_id}", image=images.paths[image_id], caption=caption,
+                            image_id=image_id)
+            chunk.append((label, image_id))
+            items.append(LoadedSample(sample, image, images.info(image_id)[0]))
+        for key, result in zip(chunk, _isolating(reconstructor.reconstruct, items)):
             recons[key] = result if isinstance(result, Reconstruction) else f"reconstruction failed: {result}"
-        bar.update(len(chunk))
+        bar.update(len(todo[lo: lo + cfg.batch_size]))
     bar.close()
     cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
     del generator, reconstructor
@@ -387,33 +402,36 @@ def evaluate_suites(
     for label in [UPPER, *(s.label for s in sources)]:
         for bench in benchmarks:
             views += [(label, q, bench.entry) for q in bench.questions]
-    lazy = LazyImages()
-    asks, rows, pending = [], [], []
+    asks, rows, pending, loaders = [], [], [], []
     for label, q, entry in views:
         record = {"captioner": label, "dataset": entry.name, "index": q.id, "image_id": q.image_id,
                   "category": q.category}
         rows.append(record)
         try:
-            original = images.open(q.image_id)
+            original_key, original_size = images.info(q.image_id)
         except SampleError as exc:
             record["error"] = str(exc)
             continue
         if label == UPPER:
-            key, seen = lazy.add(original.image_key, lambda o=original: o.image), original.image.size
+            key, seen, load = original_key, original_size, lambda i=q.image_id: images.load(i)
         else:
             recon = recons[label, q.image_id]
             if isinstance(recon, str):
                 record["error"] = recon
                 continue
-            key, seen = lazy.add(recon.key, recon.image), (recon.width, recon.height)
+            key, seen, load = recon.key, (recon.width, recon.height), recon.image
             record["reconstruction"] = str(recon.path)
         asks.append((key, judge_prompt(q, judge_box_coords)))
-        pending.append((len(rows) - 1, q, entry, original.image.size, seen))
+        loaders.append(load)
+        pending.append((len(rows) - 1, q, entry, original_size, seen))
     replies: list[str] = []
     step = max(1, cfg.batch_size) * 8
     bar = tqdm(total=len(asks), desc="answering", unit="question", disable=not progress or not asks,
                dynamic_ncols=True)
     for lo in range(0, len(asks), step):
+        lazy = LazyImages()  # a chunk's images, opened only where an answer is missing, dropped after it
+        for (key, _), load in zip(asks[lo: lo + step], loaders[lo: lo + step]):
+            lazy.add(key, load)
         replies += answers(ctx, judge, asks[lo: lo + step], lazy, judge_max_new_tokens)
         bar.update(len(asks[lo: lo + step]))
     bar.close()
