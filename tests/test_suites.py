@@ -381,7 +381,7 @@ def test_table_one_with_a_scripted_judge(tmp_path, bench_files):
     assert summary["captioners"]["drawn"]["average"] == pytest.approx(average)
     assert summary["upper_bound"]["average"] == 100.0
     md = (tmp_path / "run" / "table.md").read_text()
-    assert md.splitlines()[0] == "| captioner | MMB. | MME | Vista. | OB. | CO. | Avg. | Gap | mean|Δ| | ≤σ=40 |"
+    assert md.splitlines()[0] == "| captioner | MMB. | MME | Vista. | OB. | CO. | Avg. | Gap | mean\\|Δ\\| | ≤σ=40 |"
 
     # a third source on the same cache: the upper bound is not asked again
     asked_before = len(judge.asked)

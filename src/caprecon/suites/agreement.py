@@ -65,7 +65,7 @@ class Agreement:
 
     def to_text(self) -> str:
         suite, surrogate = self.ranking(self.suite), self.ranking(self.surrogate)
-        rows = [["rank", "task suite (Avg.)", "", "CTTD (turing)", ""]]
+        rows = [["rank", "task suite", "Avg.", "CTTD", "turing"]]
         for i, (a, b) in enumerate(zip(suite, surrogate), 1):
             rows.append([str(i), a, f"{self.suite[a]:.2f}", b, f"{self.surrogate[b]:.4f}"])
         widths = [max(len(r[i]) for r in rows) for i in range(5)]

@@ -167,8 +167,9 @@ class SuiteTable:
 
     def to_markdown(self) -> str:
         rows = self.grid()
-        out = ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-        out += ["| " + " | ".join(row) + " |" for row in rows[1:]]
+        cells = [[c.replace("|", "\\|") for c in row] for row in rows]
+        out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(rows[0])]
+        out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
         return "\n".join(out + [""] + [f"- {n}" for n in self.notes]).rstrip() + "\n"
 
     def rows(self) -> list[dict[str, Any]]:
