@@ -26,6 +26,19 @@ from caprecon.suites.scoring import Graded, dataset_scores, grade, read_number
 from oracle import OracleGenerator
 from tiny_vlm import build_qwen2_vl
 
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from intra-op threads; on a busy machine the threads' spinning slows them."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 COLOURS = {"red": (220, 30, 30), "blue": (30, 60, 220), "green": (30, 180, 60), "black": (10, 10, 10)}
 
 
@@ -169,6 +182,11 @@ def test_suite_file_and_custom_entry(tmp_path, bench_files):
                                                                                            "accuracy"),
                                                               ("refcoco", "CO.", "grounding")]
     assert entries[0].data == bench_files["mme"] and entries[1].match == "exact"
+    # --data NAME=PATH names its suite; plain paths go to the others in order
+    entries = load_suites(["mmbench", "mme"], [f"mme={bench_files['mme']}", str(bench_files["mmbench"])])
+    assert [e.data for e in entries] == [bench_files["mmbench"], bench_files["mme"]]
+    with pytest.raises(ConfigError, match="2 --data file.s. for 1 suite"):
+        load_suites(["mmbench"], [str(bench_files["mmbench"]), str(bench_files["mme"])])
     assert list(SUITES) == ["mmbench", "mmstar", "hallusionbench", "mme", "mathvista", "mathverse", "mathvision",
                             "ocrbench", "ocrvqa", "refcoco"]
 

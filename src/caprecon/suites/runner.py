@@ -341,115 +341,24 @@ def evaluate_suites(
     described = {"judge": describe_model(judge), "generator": describe_model(generator), "captioners": {}}
     cache: dict[str, Any] = {}
 
-    # phase 1: captions, one captioner in memory at a time
-    captions: dict[str, dict[str, str]] = {}
-    caption_rows: list[dict[str, Any]] = []
-    for source in sources:
-        if source.captions_file:
-            captions[source.label] = files[source.label]
-        else:
-            from ..selection import generate_candidates
-
-            captioner = captioners.pop(source.label)
-            sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=caption_max_new_tokens)
-            pools, counts = generate_candidates(captioner, [images.paths[i] for i in image_ids], prompt=caption_prompt,
-                                                n=1, sampling=sampling, seed=cfg.seed, store=store,
-                                                images_per_call=cfg.batch_size, progress=progress)
-            captions[source.label] = {i: p.captions[0] for i, p in zip(image_ids, pools) if p.captions}
-            cache[f"captions/{source.label}"] = counts
-            described["captioners"][source.label] = describe_model(captioner)
-            del captioner
-            _release()
-        for image_id in image_ids:
-            raw = captions[source.label].get(image_id)
-            caption_rows.append({"captioner": source.label, "image_id": image_id,
-                                 "caption": None if raw is None else (normalise_caption(raw) if normalise else raw),
-                                 "caption_raw": raw})
-
-    # phase 2: reconstructions, the upper bound's images need none
-    recons: dict[tuple[str, str], Reconstruction | str] = {}  # (source, image_id) -> reconstruction or error
-    reconstructor = Reconstructor(generator, store, cfg.spec)
-    todo = []
-    for row in caption_rows:
-        key = (row["captioner"], row["image_id"])
-        if not row["caption"] or not row["caption"].strip():
-            recons[key] = "no caption for this image" if row["caption_raw"] is None else "empty caption"
-        else:
-            todo.append((key, row["caption"]))
-    bar = tqdm(total=len(todo), desc="reconstructing", unit="image", disable=not progress or not todo,
-               dynamic_ncols=True)
-    for lo in range(0, len(todo), max(1, cfg.batch_size)):
-        chunk, items = [], []
-        for (label, image_id), caption in todo[lo: lo + cfg.batch_size]:
-            try:  # the original's size decides the reconstruction's; its pixels are let go after the batch
-                image = images.load(image_id)
-            except SampleError as exc:
-                recons[label, image_id] = str(exc)
-                continue
-            sample = Sample(id=f"{label}:{image_id}", image=images.paths[image_id], caption=caption,
-                            image_id=image_id)
-            chunk.append((label, image_id))
-            items.append(LoadedSample(sample, image, images.info(image_id)[0]))
-        for key, result in zip(chunk, _isolating(reconstructor.reconstruct, items)):
-            recons[key] = result if isinstance(result, Reconstruction) else f"reconstruction failed: {result}"
-        bar.update(len(todo[lo: lo + cfg.batch_size]))
-    bar.close()
-    cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
-    del generator, reconstructor
+    labels = [UPPER, *(s.label for s in sources)]
+    caption_rows = _caption_phase(sources, captioners, files, images, image_ids, store, cfg, cache, described,
+                                  prompt=caption_prompt, max_new_tokens=caption_max_new_tokens, normalise=normalise,
+                                  progress=progress)
+    recons = _reconstruction_phase(caption_rows, generator, images, store, cfg, cache, progress)
+    del generator
     _release()
-
-    # phase 3: the judge on the originals (once per question) and on every reconstruction
-    views: list[tuple[str, BenchQuestion, SuiteEntry]] = []
-    for label in [UPPER, *(s.label for s in sources)]:
-        for bench in benchmarks:
-            views += [(label, q, bench.entry) for q in bench.questions]
-    asks, rows, pending, loaders = [], [], [], []
-    for label, q, entry in views:
-        record = {"captioner": label, "dataset": entry.name, "index": q.id, "image_id": q.image_id,
-                  "category": q.category}
-        rows.append(record)
-        try:
-            original_key, original_size = images.info(q.image_id)
-        except SampleError as exc:
-            record["error"] = str(exc)
-            continue
-        if label == UPPER:
-            key, seen, load = original_key, original_size, lambda i=q.image_id: images.load(i)
-        else:
-            recon = recons[label, q.image_id]
-            if isinstance(recon, str):
-                record["error"] = recon
-                continue
-            key, seen, load = recon.key, (recon.width, recon.height), recon.image
-            record["reconstruction"] = str(recon.path)
-        asks.append((key, judge_prompt(q, judge_box_coords)))
-        loaders.append(load)
-        pending.append((len(rows) - 1, q, entry, original_size, seen))
-    replies: list[str] = []
-    step = max(1, cfg.batch_size) * 8
-    bar = tqdm(total=len(asks), desc="answering", unit="question", disable=not progress or not asks,
-               dynamic_ncols=True)
-    for lo in range(0, len(asks), step):
-        lazy = LazyImages()  # a chunk's images, opened only where an answer is missing, dropped after it
-        for (key, _), load in zip(asks[lo: lo + step], loaders[lo: lo + step]):
-            lazy.add(key, load)
-        replies += answers(ctx, judge, asks[lo: lo + step], lazy, judge_max_new_tokens)
-        bar.update(len(asks[lo: lo + step]))
-    bar.close()
-    graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
-    for (row, q, entry, source_size, seen), reply in zip(pending, replies):
-        result = grade(q, reply, entry, source_size=source_size, seen_size=seen, box_coords=judge_box_coords)
-        rows[row].update(reply=reply, correct=result.correct, **({"iou": result.iou} if result.iou is not None else {}))
-        graded.setdefault((rows[row]["captioner"], entry.name), []).append((q, result))
+    rows, graded = _answer_phase(labels, benchmarks, recons, images, judge, ctx, cfg,
+                                 max_new_tokens=judge_max_new_tokens, box_coords=judge_box_coords, progress=progress)
 
     scores: dict[str, dict[str, dict[str, Any]]] = {}
-    for label in [UPPER, *(s.label for s in sources)]:
+    for label in labels:
         for bench in benchmarks:
             done = graded.get((label, bench.entry.name), [])
             scores.setdefault(label, {})[bench.entry.name] = dataset_scores(
                 bench.entry, [q for q, _ in done], [g for _, g in done])
     table = SuiteTable(list(suites), scores, [s.label for s in sources], sigma)
-    for label in [UPPER, *(s.label for s in sources)]:
+    for label in labels:
         missing = sum(1 for r in rows if r["captioner"] == label and r.get("error"))
         if missing:
             table.notes.append(f"{label}: {missing} question(s) without an answer (no caption, unreadable image or "
@@ -480,6 +389,126 @@ def evaluate_suites(
     if out_dir:
         _write(out_dir, table, rows, caption_rows, manifest, images, benchmarks)
     return SuiteResults(table, rows, caption_rows, manifest, out_dir)
+
+
+def _caption_phase(sources: Sequence[CaptionSource], captioners: dict[str, Any], files: Mapping[str, dict[str, str]],
+                   images: _Images, image_ids: Sequence[str], store, cfg: RunConfig, cache: dict[str, Any],
+                   described: dict[str, Any], *, prompt: str | None, max_new_tokens: int, normalise: bool,
+                   progress: bool) -> list[dict[str, Any]]:
+    """One row per source and image: the caption given to the generator and the raw text.
+    Captioners run one at a time, each released before the next is loaded."""
+    from ..selection import generate_candidates
+
+    rows: list[dict[str, Any]] = []
+    for source in sources:
+        errors: dict[str, str] = {}
+        if source.captions_file:
+            captions = files[source.label]
+        else:
+            captioner = captioners.pop(source.label)
+            sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
+            pools, counts = generate_candidates(captioner, [images.paths[i] for i in image_ids], prompt=prompt, n=1,
+                                                sampling=sampling, seed=cfg.seed, store=store,
+                                                images_per_call=cfg.batch_size, progress=progress)
+            captions = {i: p.captions[0] for i, p in zip(image_ids, pools) if p.captions}
+            errors = {i: p.error for i, p in zip(image_ids, pools) if p.error}
+            cache[f"captions/{source.label}"] = counts
+            described["captioners"][source.label] = describe_model(captioner)
+            del captioner
+            _release()
+        for image_id in image_ids:
+            raw = captions.get(image_id)
+            row = {"captioner": source.label, "image_id": image_id,
+                   "caption": None if raw is None else (normalise_caption(raw) if normalise else raw),
+                   "caption_raw": raw}
+            if image_id in errors:
+                row["error"] = errors[image_id]
+            rows.append(row)
+    return rows
+
+
+def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, images: _Images, store, cfg: RunConfig,
+                          cache: dict[str, Any], progress: bool) -> dict[tuple[str, str], Reconstruction | str]:
+    """(source, image_id) -> its reconstruction, or why there is none."""
+    recons: dict[tuple[str, str], Reconstruction | str] = {}
+    reconstructor = Reconstructor(generator, store, cfg.spec)
+    todo = []
+    for row in caption_rows:
+        key = (row["captioner"], row["image_id"])
+        if not row["caption"] or not row["caption"].strip():
+            recons[key] = row.get("error") or ("no caption for this image" if row["caption_raw"] is None
+                                               else "empty caption")
+        else:
+            todo.append((key, row["caption"]))
+    bar = tqdm(total=len(todo), desc="reconstructing", unit="image", disable=not progress or not todo,
+               dynamic_ncols=True)
+    for lo in range(0, len(todo), max(1, cfg.batch_size)):
+        chunk, items = [], []
+        for (label, image_id), caption in todo[lo: lo + cfg.batch_size]:
+            try:  # the original's size decides the reconstruction's; its pixels are let go after the batch
+                image = images.load(image_id)
+            except SampleError as exc:
+                recons[label, image_id] = str(exc)
+                continue
+            sample = Sample(id=f"{label}:{image_id}", image=images.paths[image_id], caption=caption,
+                            image_id=image_id)
+            chunk.append((label, image_id))
+            items.append(LoadedSample(sample, image, images.info(image_id)[0]))
+        for key, result in zip(chunk, _isolating(reconstructor.reconstruct, items)):
+            recons[key] = result if isinstance(result, Reconstruction) else f"reconstruction failed: {result}"
+        bar.update(len(todo[lo: lo + cfg.batch_size]))
+    bar.close()
+    cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
+    return recons
+
+
+def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
+                  recons: Mapping[tuple[str, str], Reconstruction | str], images: _Images, judge, ctx: Context,
+                  cfg: RunConfig, *, max_new_tokens: int, box_coords: str | None, progress: bool
+                  ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]]]:
+    """The judge on the originals (the upper bound, once per question) and on every
+    reconstruction: one record per question and row, and the graded questions by (row, dataset)."""
+    asks, rows, pending, loaders = [], [], [], []
+    for label in labels:
+        for bench in benchmarks:
+            for q in bench.questions:
+                record = {"captioner": label, "dataset": bench.entry.name, "index": q.id, "image_id": q.image_id,
+                          "category": q.category}
+                rows.append(record)
+                try:
+                    original_key, original_size = images.info(q.image_id)
+                except SampleError as exc:
+                    record["error"] = str(exc)
+                    continue
+                if label == UPPER:
+                    key, seen, load = original_key, original_size, lambda i=q.image_id: images.load(i)
+                else:
+                    recon = recons[label, q.image_id]
+                    if isinstance(recon, str):
+                        record["error"] = recon
+                        continue
+                    key, seen, load = recon.key, (recon.width, recon.height), recon.image
+                    record["reconstruction"] = str(recon.path)
+                asks.append((key, judge_prompt(q, box_coords)))
+                loaders.append(load)
+                pending.append((len(rows) - 1, q, bench.entry, original_size, seen))
+    replies: list[str] = []
+    step = max(1, cfg.batch_size) * 8
+    bar = tqdm(total=len(asks), desc="answering", unit="question", disable=not progress or not asks,
+               dynamic_ncols=True)
+    for lo in range(0, len(asks), step):
+        lazy = LazyImages()  # a chunk's images, opened only where an answer is missing, dropped after it
+        for (key, _), load in zip(asks[lo: lo + step], loaders[lo: lo + step]):
+            lazy.add(key, load)
+        replies += answers(ctx, judge, asks[lo: lo + step], lazy, max_new_tokens)
+        bar.update(len(asks[lo: lo + step]))
+    bar.close()
+    graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
+    for (row, q, entry, source_size, seen), reply in zip(pending, replies):
+        result = grade(q, reply, entry, source_size=source_size, seen_size=seen, box_coords=box_coords)
+        rows[row].update(reply=reply, correct=result.correct, **({"iou": result.iou} if result.iou is not None else {}))
+        graded.setdefault((rows[row]["captioner"], entry.name), []).append((q, result))
+    return rows, graded
 
 
 def _isolating(fn, items: list) -> list[Any]:
