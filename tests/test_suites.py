@@ -86,9 +86,10 @@ def make_benchmarks(root: Path) -> dict[str, Path]:
             {"index": "0", "image": b64("red"), "question": "Is there a red card?", "answer": "Yes",
              "category": "color"},
             {"index": "1", "image": "0", "question": "Is there a blue card?", "answer": "No", "category": "color"},
-            {"index": "2", "image": b64("black"), "question": "Is the card black?", "answer": "Yes",
-             "category": "color"},
-            {"index": "3", "image": "2", "question": "Is the card white?", "answer": "No", "category": "color"}]),
+            {"index": "2", "image": "3", "question": "Is the card black?", "answer": "Yes",
+             "category": "color"},  # names a later row's image, as VLMEvalKit may
+            {"index": "3", "image": b64("black"), "question": "Is the card white?", "answer": "No",
+             "category": "color"}]),
         "mathvista": write_jsonl(root / "math.jsonl", [
             {"index": "a", "image": "imgs/green.png", "question": "How many leaves are there?", "answer": "1,200"},
             {"index": "b", "image": "imgs/green.png", "question": "Which option fits? (A) 2 (B) 3",
@@ -140,6 +141,7 @@ def test_mme_pairs_math_ocr_and_refcoco_rows(bench_files):
     mme = load_benchmark(_entry("mme", bench_files["mme"]), images).questions
     assert [(q.type, q.answer) for q in mme] == [("yesno", "yes"), ("yesno", "no"), ("yesno", "yes"), ("yesno", "no")]
     assert mme[0].group == mme[1].group != mme[2].group == mme[3].group  # pairs by image
+    assert mme[2].image_id == image_id_of(png("black"))
 
     math_q = load_benchmark(_entry("mathvista", bench_files["mathvista"]), images).questions
     assert (math_q[0].type, math_q[0].answer) == ("math", "1,200")

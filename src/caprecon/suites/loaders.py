@@ -118,39 +118,41 @@ def _list(value: Any, where: str, what: str) -> list[str] | None:
 
 
 class _Images:
-    """Image bytes of a file's rows, by row index (for references) and by content id."""
+    """Image bytes of a file's rows, and the rows' image ids (content hashes)."""
 
-    def __init__(self, entry: SuiteEntry, store: dict[str, bytes | Path]):
+    def __init__(self, entry: SuiteEntry, records: list[tuple[str, dict[str, Any]]], store: dict[str, bytes | Path]):
         self.base = entry.data.parent
-        self.by_index: dict[str, str] = {}
         self.store = store  # image_id -> bytes or path, shared by every dataset of a run
+        # VLMEvalKit writes a repeated image once and names its row's index in the others, before or after
+        self.by_index = {_text(r.get("index")): _text(r.get("image")) for _, r in records
+                         if _text(r.get("index")) and len(_text(r.get("image"))) > 64}
+        self._ids: dict[str, str] = {}
 
     def resolve(self, record: dict[str, Any], where: str) -> str:
-        value = _text(record.get("image"))
-        index = _text(record.get("index"))
-        if not value and _text(record.get("image_path")):
-            value = _text(record.get("image_path"))
+        value = _text(record.get("image")) or _text(record.get("image_path"))
         if not value:
             raise SuiteFormatError(f"{where}: no image (an `image` or `image_path` field)")
-        if len(value) <= 64 and value in self.by_index:  # VLMEvalKit: a repeated image names its first row
-            image_id = self.by_index[value]
-        else:
-            path = Path(value) if len(value) < 1024 else None
-            if path is not None and not path.is_absolute():
-                path = self.base / path
-            if path is not None and path.is_file():
-                image_id = image_id_of(path.read_bytes())
-                self.store.setdefault(image_id, path)
-            else:
-                try:
-                    data = base64.b64decode(value, validate=True)
-                except (binascii.Error, ValueError):
-                    raise SuiteFormatError(f"{where}: image is neither a file nor base64 (nor the index of a row "
-                                           f"above): {value[:40]!r}") from None
-                image_id = image_id_of(data)
-                self.store.setdefault(image_id, data)
-        if index:
-            self.by_index[index] = image_id
+        if len(value) <= 64 and value in self.by_index:
+            value = self.by_index[value]
+        if value not in self._ids:
+            self._ids[value] = self._load(value, where)
+        return self._ids[value]
+
+    def _load(self, value: str, where: str) -> str:
+        path = Path(value) if len(value) < 1024 else None
+        if path is not None and not path.is_absolute():
+            path = self.base / path
+        if path is not None and path.is_file():
+            image_id = image_id_of(path.read_bytes())
+            self.store.setdefault(image_id, path)
+            return image_id
+        try:
+            data = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise SuiteFormatError(f"{where}: image is neither a file nor base64 (nor the index of another "
+                                   f"row): {value[:40]!r}") from None
+        image_id = image_id_of(data)
+        self.store.setdefault(image_id, data)
         return image_id
 
 
@@ -237,9 +239,10 @@ def parse_question(entry: SuiteEntry, record: dict[str, Any], where: str, image_
 
 def load_benchmark(entry: SuiteEntry, images: dict[str, bytes | Path]) -> Benchmark:
     """The entry's questions; their images go into `images` (image_id -> bytes or path)."""
-    resolver = _Images(entry, images)
+    records = list(_rows(entry))
+    resolver = _Images(entry, records, images)
     questions = []
-    for row, (where, record) in enumerate(_rows(entry)):
+    for row, (where, record) in enumerate(records):
         image_id = resolver.resolve(record, where)
         questions.append(parse_question(entry, record, where, image_id, row))
     if not questions:
