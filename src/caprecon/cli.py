@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .t2i_cli import add_parser as add_t2i_parser
 
     add_t2i_parser(plugins)
+    from .suite_cli import add_parser as add_suite_parsers
+
+    add_suite_parsers(plugins)
 
     p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
                                   "question-bank metric")
