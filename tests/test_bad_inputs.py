@@ -87,13 +87,17 @@ def test_bad_input_catalogue(tmp_path, tiny_clip, tiny_sd, tiny_dinov2, capsys):
                                "not valid TOML"),
         "config with batch_size: 0": (score(ok, "--config", str(_write(tmp_path / "b.yaml", "batch_size: 0\n"))),
                                       "--batch-size must be at least 1"),
-        "report on a run without the metric": (["report", str(scored_run)], "needs a run scored with -m turing"),
+        "report on a run without the metric": (["report", str(scored_run), "--metric", "turing"], "needs a run scored with -m turing"),
         "a generator folder given as --embedder": (score(ok, "-m", "recon", "--generator", str(tiny_sd), "--embedder",
                                                          str(tiny_sd)), "holds a diffusers pipeline"),
         "an embedder folder given as --generator": (score(ok, *sd[2:], "--generator", str(tiny_dinov2)),
                                                     "not a diffusers text-to-image pipeline"),
         "a model folder that does not exist": (score(ok, "--clip", str(tmp_path / "nothing")), "folder not found"),
         "an unknown metric": (score(ok, "-m", "bleurt"), "unknown metric"),
+        # a row without an image is valid only for metrics that never look at the source (issue 16)
+        "a row without an image, for a metric that needs one": (
+            score(_jsonl(tmp_path / "noimage.jsonl", [*good, {"id": "none", "caption": "x"}])),
+            "have no image"),
     }
     table = []
     for kind, (argv, expected) in whole_file.items():
@@ -127,7 +131,6 @@ def test_bad_input_catalogue(tmp_path, tiny_clip, tiny_sd, tiny_dinov2, capsys):
         "image not an image": ("noise.png", "x"),
         "image truncated": ("truncated.png", "x"),
         "image path is a folder": ("folder.png", "x"),
-        "no image given": (None, "x"),
         "empty caption": ("pic.png", "   "),
         "caption is a list": ("pic.png", ["a", "cat"]),
         "caption is a number": ("pic.png", 7),
@@ -144,7 +147,7 @@ def test_bad_input_catalogue(tmp_path, tiny_clip, tiny_sd, tiny_dinov2, capsys):
                      "caption in another script": "scored", "caption longer than CLIP's 77 tokens": "scored",
                      "image file missing": "image not found", "image not an image": "image not decodable",
                      "image truncated": "image not decodable", "image path is a folder": "image unreadable",
-                     "no image given": "no image", "empty caption": "empty caption",
+                     "empty caption": "empty caption",
                      "caption is a list": "caption not text", "caption is a number": "caption not text",
                      "image outside --image-root (..)": "image outside --image-root",
                      "image outside --image-root (absolute)": "image outside --image-root"}

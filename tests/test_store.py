@@ -21,6 +21,7 @@ import pytest
 import caprecon
 from caprecon.cache_cli import parse_age, parse_size, prune, verify
 from caprecon.cli import main
+from caprecon.run.local import RunError
 from caprecon.store import Store, StoreCorruptError, StoreReadOnlyError, content_key
 from oracle import OracleGenerator, PixelEmbedder, render
 
@@ -195,8 +196,9 @@ def test_read_only_cache_is_read_and_new_work_goes_to_an_overlay(tmp_path):
         again = _score(samples, shared, out=tmp_path / "run")  # the overlay keeps the new work
         assert again.manifest["cache"]["generated"] == 0
         assert _score(two, shared).scores("recon") == filled.scores("recon")  # cached work needs no overlay
-        with pytest.raises(StoreReadOnlyError, match="--cache-overlay"):
-            _score(samples, shared)  # new work, nowhere to put it
+        with pytest.raises(RunError, match="--cache-overlay") as stopped:
+            _score(samples, shared)  # new work, nowhere to put it: the run stops
+        assert isinstance(stopped.value.__cause__, StoreReadOnlyError)
     finally:
         _make_writable(shared)
 
@@ -312,7 +314,8 @@ def test_retrained_weights_of_the_same_size_are_a_new_model(tmp_path, tiny_sd):
 
 def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, capsys, caplog):
     key = "sk-test-9f8e7d6c5b4a"
-    samples = _samples(tmp_path, n=2)
+    # one row: its failure stays a row error (the same error on a whole batch would stop the run)
+    samples = _samples(tmp_path, n=1)
     out, cache = tmp_path / "run", tmp_path / "cache"
     argv = ["score", "-i", str(samples), "-m", "vqascore", "--judge", "tiny-judge",
             "--judge-opt", "base_url=http://127.0.0.1:9/v1", "--judge-opt", f"api_key={key}",
@@ -324,7 +327,7 @@ def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, caps
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["judge_options"]["api_key"] == "***" and manifest["command"]
     rows = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 and all("127.0.0.1:9" in r["error"] for r in rows)  # the error path ran, and was written
+    assert len(rows) == 1 and all("127.0.0.1:9" in r["error"] for r in rows)  # the error path ran, and was written
     written = [p for folder in (out, cache) for p in folder.rglob("*") if p.is_file()]
     assert written
     for path in written:

@@ -124,7 +124,8 @@ def score(
             summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
             status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
             write_run(out_dir, summary, redact({
-                "status": status, "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
+                "status": status, "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
+                "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
                 "rows_written": len(stop.records), "cache": ctx.stats(),
                 **({"error": str(stop)} if status == "stopped" else {})}))
         raise

@@ -169,18 +169,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     scores = Path(args.run) if Path(args.run).is_file() else Path(args.run) / "scores.jsonl"
     if not Path(args.run).exists():
         raise ConfigError(f"{args.run}: no such run folder")
-    if scores.is_file() and any(args.metric in record for record in load_records(scores)):
-        try:
-            table = category_table(scores, metric=args.metric)
-        except ValueError as exc:  # no scored rows carry the metric
-            raise ConfigError(f"{args.run}: {exc}; the per-category table needs a run scored with "
-                              f"-m {args.metric}") from None
+    metric = args.metric or "turing"
+    if scores.is_file() and any(metric in record for record in load_records(scores)):
+        table = category_table(scores, metric=metric)
         paths = write_report(table, args.out or args.run)
         print(table.to_text())
         for kind, path in paths.items():
             print(f"{kind}: {path}")
-    elif scores.is_file():
-        print(f"no {args.metric} scores in {scores}: no per-category table")
+    elif args.metric:  # asked for by name: a run without it is a mistake, not a page without a table
+        raise ConfigError(f"{args.run}: no scored row has {args.metric}; the per-category table needs a run "
+                          f"scored with -m {args.metric}")
     print(f"html: {write_html_report(args.run, args.out)}")
     return 0
 
@@ -262,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
                                   "question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
-    p.add_argument("--metric", default="turing", help="turing or captionqa")
+    p.add_argument("--metric", choices=("turing", "captionqa"),
+                   help="the question-bank metric of the per-category table and radar (default: turing, when the "
+                        "run has it; named here, a run without it is an error)")
     p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
                                  "(default: the run folder)")
     p.set_defaults(func=cmd_report)

@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .config import ConfigError, load_config_file, parse_options
+from .config import ConfigError, load_config_file, parse_options, whole_number
 from .qa import COORDS
 
 
@@ -67,7 +67,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--template", help="prompt template with {caption}, or a preset (default: plain)")
     p.add_argument("--seed", type=int, help="base seed of the reconstructions (each image's derives from it)")
     p.add_argument("--config", help="YAML or TOML file of run settings (generator, judge, their options, size...)")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=whole_number(1), help="images per captioner, generator or judge batch "
+                   "(default 16)")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--no-cache", action="store_const", const=True,
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")

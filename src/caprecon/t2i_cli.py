@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .config import ConfigError, load_config_file, parse_options
+from .config import ConfigError, load_config_file, parse_options, whole_number
 from .metrics.vqascore import DEFAULT_TEMPLATE
 from .t2i import DEFAULT_JUDGES
 
@@ -49,12 +49,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--size", metavar="WxH", help="image size (default: each generator's native resolution)")
     p.add_argument("--template", help="prompt template with {caption}, or a preset (default: plain)")
     p.add_argument("--seed", type=int, help="base seed; each caption's seed derives from it and the caption's id")
-    p.add_argument("--seed-policy", choices=["per-sample", "fixed"])
+    p.add_argument("--seed-policy", choices=["per-sample", "fixed"],
+                   help="per-sample: a seed per caption, the same for every generator (default); fixed: --seed "
+                        "for every caption")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
     p.add_argument("--preset", help="run preset (its generator is used when no --generator is given)")
     p.add_argument("--config", help="YAML or TOML file: run settings, plus `generators` and `judges` lists of "
                                     "names or {label, model, options}")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=whole_number(1), help="images per generator or judge batch (default 16)")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--no-cache", action="store_const", const=True,
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")

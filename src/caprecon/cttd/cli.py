@@ -53,7 +53,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--blind-permutations", type=int, help="choice rotations the blind LLM must all pass (default 3)")
     p.add_argument("--alpha", type=float, help="stage 6: redundancy weight of the ranking (default 0.5)")
     p.add_argument("--top-k", type=int, help="stage 6: pairs kept per image (default 15)")
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="seed of the image selection's PCA and Gaussian mixture (default 0)")
     p.add_argument("--cache-dir", help="model-result store (default: OUT/store)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summary")
     p.set_defaults(func=cmd_build)

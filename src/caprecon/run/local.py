@@ -50,8 +50,9 @@ class RunError(RuntimeError):
     records: list[dict[str, Any]] | None = None
 
 
-class RunInterrupted(Exception):
-    """The run was interrupted (Ctrl-C); `records` are the rows finished so far, in input order."""
+class RunInterrupted(KeyboardInterrupt):
+    """The run was interrupted (Ctrl-C); `records` are the rows finished so far, in input order.
+    A KeyboardInterrupt, so code around `score()` that handles Ctrl-C still sees one."""
 
     def __init__(self, records: list[dict[str, Any]], total: int):
         super().__init__(f"interrupted after {len(records)} of {total} rows")
