@@ -179,6 +179,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.metric:  # asked for by name: a run without it is a mistake, not a page without a table
         raise ConfigError(f"{args.run}: no scored row has {args.metric}; the per-category table needs a run "
                           f"scored with -m {args.metric}")
+    elif scores.is_file():
+        print(f"no {metric} scores in {scores}: no per-category table")
     print(f"html: {write_html_report(args.run, args.out)}")
     return 0
 

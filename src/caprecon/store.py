@@ -195,16 +195,23 @@ class Store:
                 raise sqlite3.DatabaseError("no results table")
             return
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, "
-                   "created REAL NOT NULL)")
-        have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
-        for name, sql_type in _COLUMNS.items():
-            if name not in have:
-                db.execute(f"ALTER TABLE results ADD COLUMN {name} {sql_type}")
-        db.execute("CREATE INDEX IF NOT EXISTS results_model ON results(model)")
-        db.execute("CREATE TABLE IF NOT EXISTS models (fingerprint TEXT PRIMARY KEY, description TEXT)")
-        db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
-                   "expires REAL NOT NULL)")
+        # one writer at a time: processes opening a new or old cache together must not both add a column
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, "
+                       "created REAL NOT NULL)")
+            have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+            for name, sql_type in _COLUMNS.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE results ADD COLUMN {name} {sql_type}")
+            db.execute("CREATE INDEX IF NOT EXISTS results_model ON results(model)")
+            db.execute("CREATE TABLE IF NOT EXISTS models (fingerprint TEXT PRIMARY KEY, description TEXT)")
+            db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+                       "expires REAL NOT NULL)")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
 
     def _connect(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
