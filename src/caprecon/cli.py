@@ -94,10 +94,11 @@ def _settings(args: argparse.Namespace) -> dict:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
+    from .scale_cli import score_settings
 
     results = score(args.input, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
-                    captions=args.captions, **_settings(args))
+                    captions=args.captions, **score_settings(args), **_settings(args))
     if not args.quiet:
         _report(results)
     return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
@@ -233,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some rows failed (they keep their `error` field)")
     _add_run_options(p)
+    from .scale_cli import add_parser as add_scale_parser, add_score_options
+
+    add_score_options(p)
     p.set_defaults(func=cmd_score)
 
     p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
@@ -273,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cttd.cli import add_parser as add_cttd_parser
 
     add_cttd_parser(plugins)
+    add_scale_parser(plugins)
     return parser
 
 
