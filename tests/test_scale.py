@@ -183,9 +183,16 @@ def local_ray():
 
 
 def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd, tiny_dinov2, local_ray):
+    import torch
+
     data = _rows(tmp_path)
-    local = caprecon.score(data, ["recon"], out=tmp_path / "local", no_cache=True,
-                           **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in each 1-CPU actor: another thread count sums floats in another order
+    try:
+        local = caprecon.score(data, ["recon"], out=tmp_path / "local", no_cache=True,
+                               **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
+    finally:
+        torch.set_num_threads(threads)
     marker = tmp_path / "raised"
     flaky = FlakyGenerator(DiffusersGenerator(tiny_sd, steps=2), trigger="take 2", marker=str(marker))
     settings = {**_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"), "generator": flaky}
