@@ -117,6 +117,9 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, tiny_sd, tiny_din
     with pytest.raises(ConfigError, match="shard 2/3 is given twice"):
         merge_shards([shards[0], shards[1], shards[2], shards[2]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # refused before writing anything
+    assert main(["merge", str(shards[0]), str(shards[1]), "--out", str(tmp_path / "bad")]) == 2  # CLI: exit 2
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "scores.jsonl").read_text() == (tmp_path / "merged" / "scores.jsonl").read_text()
     with pytest.raises(ConfigError, match="scored without --shard"):
         merge_shards([tmp_path / "whole", *shards], tmp_path / "bad")
 
@@ -200,6 +203,10 @@ def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd
                             ray={"workers": 1, "retries": 2}, **settings)
     assert marker.exists()  # the reconstruct stage did raise once, on the batch with "take 2"
     assert remote.manifest["executor"] == "ray"
+    # the stages' work is counted as the local run counts it: 9 images generated once each
+    for key in ("generated", "embedded"):
+        assert remote.manifest["cache"][key] == local.manifest["cache"][key] > 0
+    assert local.manifest["cache"]["generated"] == 9
     assert [r["id"] for r in remote.records] == [r["id"] for r in local.records]
     for ours, theirs in zip(remote.records, local.records):
         assert ours.get("recon") == theirs.get("recon")  # identical per-sample scores

@@ -131,7 +131,7 @@ def score(
         if executor == "ray":
             from .run.ray import run_ray
 
-            records = run_ray(rows, built, cfg, store, done=done, progress=progress, row_numbers=row_numbers,
+            records = run_ray(rows, built, cfg, ctx, done=done, progress=progress, row_numbers=row_numbers,
                               scores_path=out_dir / "scores.jsonl" if out_dir else None, **(ray or {}))
         elif executor == "local":
             records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done, row_numbers=row_numbers,

@@ -105,9 +105,28 @@ def _decode(batch: dict[str, Any]) -> tuple[list[Sample], list[dict[str, Any]]]:
     return [pickle.loads(b) for b in batch["sample"]], [json.loads(r) for r in batch["record"]]
 
 
-def _encode(batch: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+def _encode(batch: dict[str, Any], records: list[dict[str, Any]], stats: dict[str, float]) -> dict[str, Any]:
+    """The batch for the next stage; `stats` (this stage's cache counts for the batch) ride on
+    its first row, and add up with those earlier stages put there."""
+    carried = [json.loads(t) if t else {} for t in batch["stats"]]
+    for key, value in stats.items():
+        carried[0][key] = carried[0].get(key, 0) + value
     return {"position": batch["position"], "row": batch["row"], "sample": batch["sample"],
-            "record": [json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) for r in records]}
+            "record": [json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) for r in records],
+            "stats": [json.dumps(c) if c else "" for c in carried]}
+
+
+class _Counting:
+    """What a stage's context computed since the last batch (generated, embedded, seconds...)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx, self.before = ctx, ctx.stats()
+
+    def delta(self) -> dict[str, float]:
+        now = self.ctx.stats()
+        out = {k: v - self.before.get(k, 0) for k, v in now.items() if v != self.before.get(k, 0)}
+        self.before = now
+        return out
 
 
 def _opened(samples: list[Sample], records: list[dict[str, Any]], row_numbers: list[int], caption_only: bool):
@@ -131,6 +150,7 @@ class ReconstructStage:
     def __init__(self, pairs: list, recipe: tuple, caption_only: bool):
         self.ctx = Context(open_recipe(recipe))
         self.pairs, self.caption_only = pairs, caption_only
+        self.counting = _Counting(self.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         samples, records = _decode(batch)
@@ -143,7 +163,7 @@ class ReconstructStage:
                 for record in records:
                     record[_STOP] = f"{RECONSTRUCT}: {type(exc).__name__}: {exc}"
             # any other exception propagates, and Ray retries the batch
-        return _encode(batch, records)
+        return _encode(batch, records, self.counting.delta())
 
 
 class MetricStage:
@@ -152,6 +172,7 @@ class MetricStage:
     def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool):
         self.runner = _MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
         self.caption_only = caption_only
+        self.counting = _Counting(self.runner.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         from ..redaction import redact_text
@@ -166,17 +187,18 @@ class MetricStage:
             except RunError as stop:
                 for record in records:
                     record[_STOP] = str(stop)
-                return _encode(batch, records)
+                return _encode(batch, records, {})
             for i, result in zip(kept, results):
                 if isinstance(result, Exception):
                     message = redact_text(f"{name}: {type(result).__name__}: {result}")
                     _fail(records[i], message, failure_reason(name, result))
                 else:
                     records[i].update(result)
-        return _encode(batch, records)
+        # the metric stage finds the reconstruct stage's images: "reused" would count them twice
+        return _encode(batch, records, {k: v for k, v in self.counting.delta().items() if k != "reused"})
 
 
-def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, store: Store, *,
+def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx: Context, *,
             scores_path: Path | None = None, progress: bool = True, done: dict[str, dict[str, Any]] | None = None,
             address: str | None = None, stages: dict[str, StageOptions] | None = None, workers: int = 1,
             retries: int = 3, fields: dict[str, Any] | None = None,
@@ -186,7 +208,8 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
     `address`: a running cluster to join (`ray://host:10001` or `auto`); without it, a Ray
     already initialised in this process is used, else one is started locally. `stages`:
     per-stage pool options (by stage name: reconstruct, or a metric's name); `workers`: the
-    pool size of stages not named there."""
+    pool size of stages not named there. What the stages computed (generated, embedded, model
+    seconds, ...) is added to `ctx`, so `ctx.stats()` counts the whole run as locally."""
     try:
         import ray
         from ray.data import ActorPoolStrategy, DataContext
@@ -202,7 +225,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
     by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
     if address or not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
-    recipe = store_recipe(store)
+    recipe = store_recipe(ctx.store)
     caption_only = not any(m.needs_source_image for m in metrics)
     pairs = reconstructions_of(metrics)
     numbers = list(row_numbers) if row_numbers else list(range(len(samples)))
@@ -223,7 +246,8 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
     try:
         if todo:
             rows = [{"position": i, "row": numbers[i], "sample": pickle.dumps(s),
-                     "record": json.dumps({**base_record(s), **(fields or {})}, ensure_ascii=False, default=str)}
+                     "record": json.dumps({**base_record(s), **(fields or {})}, ensure_ascii=False, default=str),
+                     "stats": ""}
                     for i, s in todo]
             ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // cfg.batch_size)))
             if pairs:
@@ -236,6 +260,12 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
                     "caption_only": caption_only}, **options)
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 rows_done = []
+                for text in batch["stats"]:
+                    for key, value in (json.loads(text) if text else {}).items():
+                        if key == "model_seconds":
+                            ctx.model_seconds += value
+                        else:  # counts by kind; they stand in for the driver's own (it computes nothing)
+                            ctx.computed[key] = ctx.computed.get(key, 0) + value
                 for position, text in zip(batch["position"], batch["record"]):
                     record = json.loads(text)
                     record.pop(_UNOPENED, None)
@@ -253,7 +283,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
         stop.records = [by_position[i] for i in sorted(by_position)]
         raise
     except Exception as exc:  # a stage that kept failing after its retries
-        if type(exc).__module__.startswith("ray") or "ray" in type(exc).__module__:
+        if type(exc).__module__.split(".")[0] == "ray":  # Ray's wrapper around the stage's own exception
             stop = RunError(f"a Ray stage failed after {retries} retries: {_root_cause(exc)}")
             stop.records = [by_position[i] for i in sorted(by_position)]
             raise stop from exc
@@ -270,11 +300,15 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, stor
 
 
 def _root_cause(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc.__cause__
-    while cause is not None and (getattr(cause, "cause", None) or cause.__cause__) is not None:
-        cause = getattr(cause, "cause", None) or cause.__cause__
-    shown = cause or exc
-    return f"{type(shown).__name__}: {str(shown).strip().splitlines()[-1] if str(shown).strip() else ''}"
+    """The stage's own exception inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    deepest, current, seen = exc, exc, set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__module__.split(".")[0] != "ray":
+            deepest = current
+        current = getattr(current, "cause", None) or current.__cause__
+    lines = str(deepest).strip().splitlines()
+    return f"{type(deepest).__name__}: {lines[-1] if lines else ''}"
 
 
 def start_local_ray(num_cpus: int | None = None) -> float:
