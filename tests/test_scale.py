@@ -216,7 +216,7 @@ def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd
     assert written == json.loads(json.dumps(remote.records))  # the same output file, in input order
 
 
-def test_ray_stage_options_are_checked(tmp_path, tiny_sd, tiny_dinov2):
+def test_ray_stage_options_are_checked():
     from caprecon.run.ray import parse_stage_options
 
     options = parse_stage_options(["reconstruct:workers=2,gpus=0.5,batch_size=4"])
@@ -224,3 +224,17 @@ def test_ray_stage_options_are_checked(tmp_path, tiny_sd, tiny_dinov2):
     for bad in ("reconstruct", "reconstruct:speed=2", "recon:workers=0", "recon:gpus=lots"):
         with pytest.raises(ConfigError, match="--stage"):
             parse_stage_options([bad])
+
+
+def test_score_command_scale_options():
+    from caprecon.cli import build_parser
+    from caprecon.scale_cli import score_settings
+
+    args = build_parser().parse_args(["score", "-i", "x", "--stage", "recon:workers=2"])
+    with pytest.raises(ConfigError, match="need --executor ray"):
+        score_settings(args)
+    args = build_parser().parse_args(["score", "-i", "x", "--executor", "ray", "--workers", "2", "--shard", "1/2",
+                                      "--stage", "reconstruct:gpus=1"])
+    settings = score_settings(args)
+    assert settings["executor"] == "ray" and settings["shard"] == "1/2" and settings["ray"]["workers"] == 2
+    assert settings["ray"]["stages"]["reconstruct"].gpus == 1.0
