@@ -4,7 +4,8 @@ Tiny diffusers + DINOv2 models built locally; every generated image also costs `
 seconds of pure-Python CPU work (tests/scale_models.BusyGenerator), so the reconstruct stage
 dominates the way a real generator does on a GPU. Each run starts from an empty store. Prints:
 
-- Ray's fixed start-up cost (ray.init of a local cluster)
+- Ray's fixed start-up cost (ray.init of a local cluster), and the fixed cost of each Ray run
+  (starting its stages' actors: a run of 2 samples without the extra work)
 - wall time: local executor; Ray with 1 reconstruct worker; Ray with 2
 - speed-up of 2 workers over 1                                (goal >= 1.6 on 2 cores)
 - the machine's load average before and after, since the cores may be shared
@@ -12,7 +13,7 @@ dominates the way a real generator does on a GPU. Each run starts from an empty 
 The Ray wall times include starting each stage's actors (each imports torch and loads the
 tiny models), which is paid once per run, not per sample.
 
-Usage: python benchmarks/executors.py [--samples 24] [--busy 1.0] [--cpus 2]
+Usage: python benchmarks/executors.py [--samples 24] [--busy 2.0] [--cpus 2]
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from scale_models import BusyGenerator  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=24)
-    parser.add_argument("--busy", type=float, default=1.0, help="CPU seconds added to each generated image")
+    parser.add_argument("--busy", type=float, default=2.0, help="CPU seconds added to each generated image")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -60,10 +61,10 @@ def main() -> None:
             Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(path)
             rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i}"})
 
-        def run(name: str, **executor) -> tuple[float, list]:
-            generator = BusyGenerator(DiffusersGenerator(str(sd), steps=2), args.busy)
+        def run(name: str, busy: float = args.busy, samples: list = rows, **executor) -> tuple[float, list]:
+            generator = BusyGenerator(DiffusersGenerator(str(sd), steps=2), busy)
             started = time.perf_counter()
-            results = caprecon.score(rows, ["recon"], generator=generator, embedder=str(dino), max_side=32,
+            results = caprecon.score(samples, ["recon"], generator=generator, embedder=str(dino), max_side=32,
                                      batch_size=2, no_cache=True, out=tmp / name, **executor)
             return time.perf_counter() - started, results.scores("recon")
 
@@ -75,6 +76,9 @@ def main() -> None:
                  runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}})
         startup = time.perf_counter() - started
 
+        # what every Ray run pays before its first sample: starting the stages' actors, which
+        # import torch and load their models (2 samples, no extra work)
+        per_run, _ = run("ray-fixed", busy=0.0, samples=rows[:2], executor="ray")
         walls = {}
         for workers in (1, 2):
             # the reconstruct stage gets the CPUs; the light metric stage shares them
@@ -85,6 +89,7 @@ def main() -> None:
 
     print(f"samples                         {args.samples} (each +{args.busy:.2f} CPU s in the generator)")
     print(f"ray start-up (ray.init)         {startup:8.2f} s   fixed, once per process")
+    print(f"ray per-run cost (actors, 2 samples) {per_run:5.2f} s   fixed, once per run")
     print(f"local executor: wall            {local_wall:8.2f} s")
     print(f"ray, 1 worker: wall             {walls[1]:8.2f} s")
     print(f"ray, 2 workers: wall            {walls[2]:8.2f} s")
