@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -310,11 +309,3 @@ def _root_cause(exc: BaseException) -> str:
     lines = str(deepest).strip().splitlines()
     return f"{type(deepest).__name__}: {lines[-1] if lines else ''}"
 
-
-def start_local_ray(num_cpus: int | None = None) -> float:
-    """Start Ray in this process (for benchmarks and tests); the seconds it took."""
-    import ray
-
-    started = time.perf_counter()
-    ray.init(num_cpus=num_cpus, log_to_driver=False, include_dashboard=False, ignore_reinit_error=True)
-    return time.perf_counter() - started
