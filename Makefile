@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS := offline,data,eval,report,serve,cttd,test
+EXTRAS := offline,data,eval,report,serve,cttd,ray,test
 
 .PHONY: demo test test-all test-extras bench clean
 

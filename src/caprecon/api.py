@@ -82,13 +82,18 @@ def score(
     images_root: str | Path | None = None,
     annotations: str | Path | None = None,
     captions: str | Path | None = None,
+    shard: str | tuple[int, int] | None = None,
+    executor: str = "local",
+    ray: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Results:
     """Score samples with metrics (names or `Metric` objects; default: the config's, else recon).
 
     `settings` are `RunConfig` fields (generator, embedder, clip, template, seed,
     seed_policy, max_side, batch_size, cache_dir, no_cache, ...); models may be given as
-    registry names, hub ids, local folders or already-built objects.
+    registry names, hub ids, local folders or already-built objects. `shard="i/n"` scores
+    one slice of the input (`caprecon merge` joins the slices); `executor="ray"` runs the
+    plan on Ray Data, with `ray` the options of `caprecon.run.ray.run_ray`.
     """
     started = time.time()
     metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
@@ -99,6 +104,12 @@ def score(
     _check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
+    shard_info = row_numbers = None
+    if shard is not None:
+        from .run.shards import parse_shard, select_shard
+
+        rows, shard_info = select_shard(rows, parse_shard(shard))
+        row_numbers = shard_info["positions"]
 
     # everything that can be wrong with the configuration fails here, before any work
     roles = Roles(cfg)
@@ -117,8 +128,16 @@ def score(
     ctx = Context(store)
 
     try:
-        records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done,
-                            scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
+        if executor == "ray":
+            from .run.ray import run_ray
+
+            records = run_ray(rows, built, cfg, ctx, done=done, progress=progress, row_numbers=row_numbers,
+                              scores_path=out_dir / "scores.jsonl" if out_dir else None, **(ray or {}))
+        elif executor == "local":
+            records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done, row_numbers=row_numbers,
+                                scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
+        else:
+            raise ConfigError(f"--executor must be local or ray, not {executor!r}")
     except (RunInterrupted, RunError) as stop:
         if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
             summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
@@ -150,6 +169,8 @@ def score(
         "cache": ctx.stats(),
         "samples": len(rows),
         "metric_names": metric_names,
+        "executor": executor,
+        **({"shard": shard_info} if shard_info else {}),
     }
     manifest = redact(manifest)  # API keys and tokens among the options never reach disk
     if out_dir:

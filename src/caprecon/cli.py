@@ -95,13 +95,14 @@ def _settings(args: argparse.Namespace) -> dict:
 def cmd_score(args: argparse.Namespace) -> int:
     from .api import score
     from .samples import load_samples
+    from .scale_cli import score_settings
 
     # A split narrows a Karpathy split file; only then are samples read here rather than in score().
     source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
                           captions=args.captions, split=args.split) if args.split else args.input
     results = score(source, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
-                    captions=args.captions, **_settings(args))
+                    captions=args.captions, **score_settings(args), **_settings(args))
     if not args.quiet:
         _report(results)
     return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
@@ -240,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some rows failed (they keep their `error` field)")
     _add_run_options(p)
+    from .scale_cli import add_parser as add_scale_parser, add_score_options
+
+    add_score_options(p)
     p.set_defaults(func=cmd_score)
 
     p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
@@ -285,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cttd.cli import add_parser as add_cttd_parser
 
     add_cttd_parser(plugins)
+    add_scale_parser(plugins)
     return parser
 
 

@@ -184,11 +184,13 @@ def _fail(row: dict[str, Any], message: str, reason: str) -> None:
 def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int = 16,
               scores_path: Path | None = None, progress: bool = True,
               done: dict[str, dict[str, Any]] | None = None, fields: dict[str, Any] | None = None,
-              append: bool = False, desc: str = "scoring") -> list[dict[str, Any]]:
+              append: bool = False, desc: str = "scoring",
+              row_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Score `samples` in batches. `done` maps ids to rows a killed run already wrote (kept, not
     scored again); `fields` are added to every record; `append` adds this call's rows to
     `scores_path` after those of an earlier call (several generators in one file) instead of
-    replacing it."""
+    replacing it; `row_numbers` are the samples' rows in the input, for messages (a shard's
+    samples are a slice of it)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     done = dict(done or {})
@@ -212,7 +214,8 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     items.append(open_image(sample, caption_only=caption_only))
                     positions.append(i)
                 except SampleError as exc:
-                    _fail(rows[i], f"row {index} (id {sample.id}): {exc}", exc.reason)
+                    row = row_numbers[index] if row_numbers else index
+                    _fail(rows[i], f"row {row} (id {sample.id}): {exc}", exc.reason)
             for runner in runners:
                 if not items:
                     break

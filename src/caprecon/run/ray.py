@@ -1,0 +1,311 @@
+"""The Ray executor: the same plan as `run_local`, on Ray Data, across GPUs and machines.
+
+The plan is a chain of stages, each a pool of Ray actors (`ActorPoolStrategy`) with its own
+worker count, GPU share and batch size; batches stream from one stage to the next:
+
+    reconstruct  (the generator of every metric that rebuilds the image; only when one does)
+    <metric>     (one stage per metric, in the order given: recon, turing, ...)
+
+Each actor unpickles its own copy of the stage's models (backends load weights on first
+use, so what travels is a path and options, not weights) and opens the run's store itself:
+results land in the same store as the local executor's, and a metric stage finds the
+reconstruction stage's images there, so it never calls the generator. A metric stage scores
+with the local executor's `_MetricRunner`, so row errors, OOM halving and run-stopping
+failures mean the same on both executors, and per-sample scores are identical.
+
+Retries: an exception a stage raises (a flaky remote judge, a worker that lost its GPU) is
+retried by Ray up to `retries` times on a live actor (`actor_task_retry_on_errors`), and a
+dead actor is restarted (`max_restarts`); a run-stopping error (missing model, ...) is not
+retried but stops the run with the local executor's `RunError`. Finished rows are appended
+to `scores.jsonl` as they arrive, so a stopped or interrupted run resumes like a local one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from ..config import ConfigError
+from ..metrics.base import Context, Metric
+from ..samples import Sample, SampleError, open_image
+from ..store import Store
+from .local import (FATAL, RunError, RunInterrupted, _fail, _MetricRunner, _open_sink, _rewrite, _write_lines,
+                    base_record)
+
+log = logging.getLogger(__name__)
+
+RECONSTRUCT = "reconstruct"
+_UNOPENED = "_unopened"  # set on a row whose sample could not be opened, so later stages skip it
+_STOP = "_stop"  # a stage's run-stopping error, carried back to the driver rather than retried
+
+
+@dataclass
+class StageOptions:
+    """One stage's actor pool: how many actors, the GPU share each holds, rows per batch."""
+
+    workers: int = 1
+    gpus: float = 0.0
+    cpus: float = 1.0
+    batch_size: int | None = None  # None: the run's --batch-size
+
+
+def parse_stage_options(specs: Sequence[str] | None) -> dict[str, StageOptions]:
+    """`--stage NAME:workers=2,gpus=0.5,batch_size=4` (repeatable) as options by stage name."""
+    out: dict[str, StageOptions] = {}
+    for spec in specs or []:
+        name, _, rest = spec.partition(":")
+        if not name or not rest:
+            raise ConfigError(f"--stage {spec!r}: expected NAME:KEY=VALUE,... e.g. reconstruct:workers=2,gpus=1")
+        options = StageOptions()
+        for pair in rest.split(","):
+            key, _, value = pair.partition("=")
+            key = key.strip().replace("-", "_")
+            if key not in ("workers", "gpus", "cpus", "batch_size") or not value:
+                raise ConfigError(f"--stage {spec!r}: unknown or empty {key!r}; use workers, gpus, cpus, batch_size")
+            try:
+                number = float(value) if key in ("gpus", "cpus") else int(value)
+            except ValueError:
+                raise ConfigError(f"--stage {spec!r}: {key} must be a number, not {value!r}") from None
+            if number < 0 or (key in ("workers", "batch_size") and number < 1):
+                raise ConfigError(f"--stage {spec!r}: {key}={value} is out of range")
+            setattr(options, key, number)
+        out[name.strip()] = options
+    return out
+
+
+def store_recipe(store: Store) -> tuple:
+    """How a worker opens the driver's store: (root, read_only, recipe of the store below)."""
+    return (str(store.root), store.read_only, store_recipe(store.below) if store.below is not None else None)
+
+
+def open_recipe(recipe: tuple) -> Store:
+    root, read_only, below = recipe
+    return Store(root, read_only=read_only, below=open_recipe(below) if below else None)
+
+
+def reconstructions_of(metrics: Sequence[Metric]) -> list[tuple[Any, Any]]:
+    """The (generator, spec) pairs the metrics rebuild images with, each once."""
+    pairs, seen = [], set()
+    for metric in metrics:
+        generator, spec = getattr(metric, "generator", None), getattr(metric, "spec", None)
+        if generator is not None and spec is not None and (id(generator), spec) not in seen:
+            seen.add((id(generator), spec))
+            pairs.append((generator, spec))
+    return pairs
+
+
+def _decode(batch: dict[str, Any]) -> tuple[list[Sample], list[dict[str, Any]]]:
+    return [pickle.loads(b) for b in batch["sample"]], [json.loads(r) for r in batch["record"]]
+
+
+def _encode(batch: dict[str, Any], records: list[dict[str, Any]], stats: dict[str, float]) -> dict[str, Any]:
+    """The batch for the next stage; `stats` (this stage's cache counts for the batch) ride on
+    its first row, and add up with those earlier stages put there."""
+    carried = [json.loads(t) if t else {} for t in batch["stats"]]
+    for key, value in stats.items():
+        carried[0][key] = carried[0].get(key, 0) + value
+    return {"position": batch["position"], "row": batch["row"], "sample": batch["sample"],
+            "record": [json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) for r in records],
+            "stats": [json.dumps(c) if c else "" for c in carried]}
+
+
+class _Counting:
+    """What a stage's context computed since the last batch (generated, embedded, seconds...)."""
+
+    def __init__(self, ctx: Context):
+        self.ctx, self.before = ctx, ctx.stats()
+
+    def delta(self) -> dict[str, float]:
+        now = self.ctx.stats()
+        out = {k: v - self.before.get(k, 0) for k, v in now.items() if v != self.before.get(k, 0)}
+        self.before = now
+        return out
+
+
+def _opened(samples: list[Sample], records: list[dict[str, Any]], row_numbers: list[int], caption_only: bool):
+    """The batch's opened samples and their indices; a row that cannot be opened fails once."""
+    items, kept = [], []
+    for i, (sample, record) in enumerate(zip(samples, records)):
+        if record.get(_UNOPENED) or record.get(_STOP):
+            continue
+        try:
+            items.append(open_image(sample, caption_only=caption_only))
+            kept.append(i)
+        except SampleError as exc:
+            _fail(record, f"row {row_numbers[i]} (id {sample.id}): {exc}", exc.reason)
+            record[_UNOPENED] = True
+    return items, kept
+
+
+class ReconstructStage:
+    """Fills the store with the reconstructions the metrics will need; rows pass through."""
+
+    def __init__(self, pairs: list, recipe: tuple, caption_only: bool):
+        self.ctx = Context(open_recipe(recipe))
+        self.pairs, self.caption_only = pairs, caption_only
+        self.counting = _Counting(self.ctx)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        samples, records = _decode(batch)
+        items, _ = _opened(samples, records, list(batch["row"]), self.caption_only)
+        if items:
+            try:
+                for generator, spec in self.pairs:
+                    self.ctx.reconstructor(generator, spec).reconstruct(items)
+            except FATAL as exc:  # the configuration is wrong: retrying cannot help
+                for record in records:
+                    record[_STOP] = f"{RECONSTRUCT}: {type(exc).__name__}: {exc}"
+            # any other exception propagates, and Ray retries the batch
+        return _encode(batch, records, self.counting.delta())
+
+
+class MetricStage:
+    """Scores one metric on each batch, exactly as the local executor does."""
+
+    def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool):
+        self.runner = _MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
+        self.caption_only = caption_only
+        self.counting = _Counting(self.runner.ctx)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        from ..redaction import redact_text
+        from .local import failure_reason
+
+        samples, records = _decode(batch)
+        items, kept = _opened(samples, records, list(batch["row"]), self.caption_only)
+        if items:
+            name = self.runner.metric.name
+            try:
+                results = self.runner.score(items)
+            except RunError as stop:
+                for record in records:
+                    record[_STOP] = str(stop)
+                return _encode(batch, records, {})
+            for i, result in zip(kept, results):
+                if isinstance(result, Exception):
+                    message = redact_text(f"{name}: {type(result).__name__}: {result}")
+                    _fail(records[i], message, failure_reason(name, result))
+                else:
+                    records[i].update(result)
+        # the metric stage finds the reconstruct stage's images: "reused" would count them twice
+        return _encode(batch, records, {k: v for k, v in self.counting.delta().items() if k != "reused"})
+
+
+def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx: Context, *,
+            scores_path: Path | None = None, progress: bool = True, done: dict[str, dict[str, Any]] | None = None,
+            address: str | None = None, stages: dict[str, StageOptions] | None = None, workers: int = 1,
+            retries: int = 3, fields: dict[str, Any] | None = None,
+            row_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Score `samples` with `metrics` on Ray Data; the records `run_local` would return.
+
+    `address`: a running cluster to join (`ray://host:10001` or `auto`); without it, a Ray
+    already initialised in this process is used, else one is started locally. `stages`:
+    per-stage pool options (by stage name: reconstruct, or a metric's name); `workers`: the
+    pool size of stages not named there. What the stages computed (generated, embedded, model
+    seconds, ...) is added to `ctx`, so `ctx.stats()` counts the whole run as locally."""
+    try:
+        import ray
+        from ray.data import ActorPoolStrategy, DataContext
+    except ImportError:
+        raise ConfigError("--executor ray needs Ray Data: pip install 'caprecon[ray]'") from None
+    stages = stages or {}
+    unknown = set(stages) - {RECONSTRUCT, *(m.name for m in metrics)}
+    if unknown:
+        raise ConfigError(f"--stage names {', '.join(sorted(unknown))}: no such stage in this run; stages are "
+                          f"{', '.join([RECONSTRUCT, *(m.name for m in metrics)])}")
+    done = dict(done or {})
+    todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
+    by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
+    if address or not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
+    recipe = store_recipe(ctx.store)
+    caption_only = not any(m.needs_source_image for m in metrics)
+    pairs = reconstructions_of(metrics)
+    numbers = list(row_numbers) if row_numbers else list(range(len(samples)))
+    sink = _open_sink(scores_path, [by_position[i] for i in sorted(by_position)]) if scores_path else None
+    bar = tqdm(total=len(samples), initial=len(by_position), desc="scoring (ray)", unit="sample",
+               disable=not progress, dynamic_ncols=True)
+
+    def pool(name: str) -> dict[str, Any]:
+        options = stages.get(name, StageOptions(workers=workers))
+        return {"compute": ActorPoolStrategy(size=options.workers), "num_gpus": options.gpus or None,
+                "num_cpus": options.cpus, "batch_size": options.batch_size or cfg.batch_size,
+                "max_restarts": retries, "max_task_retries": retries}
+
+    context = DataContext.get_current()
+    before = (context.actor_task_retry_on_errors, context.enable_progress_bars)
+    context.actor_task_retry_on_errors = True  # a stage's exception is retried; run-stopping ones come back as values
+    context.enable_progress_bars = False  # the run has one bar, this one
+    try:
+        if todo:
+            rows = [{"position": i, "row": numbers[i], "sample": pickle.dumps(s),
+                     "record": json.dumps({**base_record(s), **(fields or {})}, ensure_ascii=False, default=str),
+                     "stats": ""}
+                    for i, s in todo]
+            ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // cfg.batch_size)))
+            if pairs:
+                ds = ds.map_batches(ReconstructStage, fn_constructor_kwargs={
+                    "pairs": pairs, "recipe": recipe, "caption_only": caption_only}, **pool(RECONSTRUCT))
+            for metric in metrics:
+                options = pool(metric.name)
+                ds = ds.map_batches(MetricStage, fn_constructor_kwargs={
+                    "metric": metric, "recipe": recipe, "batch_size": options["batch_size"],
+                    "caption_only": caption_only}, **options)
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                rows_done = []
+                for text in batch["stats"]:
+                    for key, value in (json.loads(text) if text else {}).items():
+                        if key == "model_seconds":
+                            ctx.model_seconds += value
+                        else:  # counts by kind; they stand in for the driver's own (it computes nothing)
+                            ctx.computed[key] = ctx.computed.get(key, 0) + value
+                for position, text in zip(batch["position"], batch["record"]):
+                    record = json.loads(text)
+                    record.pop(_UNOPENED, None)
+                    stop = record.pop(_STOP, None)
+                    if stop:
+                        raise RunError(stop)
+                    by_position[int(position)] = record
+                    rows_done.append(record)
+                if sink:
+                    _write_lines(sink, rows_done)
+                bar.update(len(rows_done))
+    except KeyboardInterrupt:
+        raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
+    except RunError as stop:
+        stop.records = [by_position[i] for i in sorted(by_position)]
+        raise
+    except Exception as exc:  # a stage that kept failing after its retries
+        if type(exc).__module__.split(".")[0] == "ray":  # Ray's wrapper around the stage's own exception
+            stop = RunError(f"a Ray stage failed after {retries} retries: {_root_cause(exc)}")
+            stop.records = [by_position[i] for i in sorted(by_position)]
+            raise stop from exc
+        raise
+    finally:
+        context.actor_task_retry_on_errors, context.enable_progress_bars = before
+        bar.close()
+        if sink:
+            sink.close()
+    records = [by_position[i] for i in range(len(samples))]
+    if scores_path:
+        _rewrite(scores_path, records)
+    return records
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The stage's own exception inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    deepest, current, seen = exc, exc, set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__module__.split(".")[0] != "ray":
+            deepest = current
+        current = getattr(current, "cause", None) or current.__cause__
+    lines = str(deepest).strip().splitlines()
+    return f"{type(deepest).__name__}: {lines[-1] if lines else ''}"
+

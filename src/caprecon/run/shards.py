@@ -1,0 +1,147 @@
+"""Sharding for job arrays without Ray: `--shard i/n`, and `caprecon merge` of the shards.
+
+A shard is a deterministic slice of the input that keeps every image whole: all captions of
+one image (its best-of-N candidates, its references) land in the same shard, so per-image
+work (the source's embedding, its reconstructions at a per-image seed) is never done twice.
+Images are dealt largest group first, each to the shard holding the fewest rows so far (ties
+to the lowest shard), which is deterministic and balances rows to within one image's group.
+
+Each shard's run folder records in its manifest which shard it is and the input positions of
+its rows; `merge_shards` checks that exactly shards 0..n-1 of one run are present, each
+once, and writes the folder the unsharded run would have written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..config import ConfigError
+from ..samples import Sample
+from .local import _rewrite, read_scores
+
+
+def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]:
+    """`"i/n"` (0 <= i < n) as (i, n)."""
+    if isinstance(text, tuple):
+        index, count = text
+    else:
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+        if not match:
+            raise ConfigError(f"--shard must look like I/N, e.g. 0/4 (the first of four shards), not {text!r}")
+        index, count = int(match[1]), int(match[2])
+    if count < 1 or not 0 <= index < count:
+        raise ConfigError(f"--shard {index}/{count}: need 0 <= I < N (shards are numbered from 0)")
+    return index, count
+
+
+def shard_positions(samples: Sequence[Sample], count: int) -> list[list[int]]:
+    """The input positions of each of `count` shards, each list in input order."""
+    groups: dict[str, list[int]] = {}
+    for position, sample in enumerate(samples):
+        groups.setdefault(sample.image_id, []).append(position)
+    loads = [0] * count
+    shards: list[list[int]] = [[] for _ in range(count)]
+    for image_id in sorted(groups, key=lambda k: (-len(groups[k]), k)):
+        lightest = min(range(count), key=lambda s: (loads[s], s))
+        shards[lightest].extend(groups[image_id])
+        loads[lightest] += len(groups[image_id])
+    return [sorted(positions) for positions in shards]
+
+
+def select_shard(samples: Sequence[Sample], shard: tuple[int, int]) -> tuple[list[Sample], dict[str, Any]]:
+    """The shard's samples and what its manifest records about it."""
+    index, count = shard
+    positions = shard_positions(samples, count)[index]
+    return [samples[p] for p in positions], {"index": index, "count": count, "input_rows": len(samples),
+                                             "positions": positions}
+
+
+def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
+    """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
+    over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
+    or foreign shard before writing anything."""
+    from ..api import summarise, write_run  # the run folder's format is api's
+
+    if not folders:
+        raise ConfigError("caprecon merge needs the shard run folders to combine")
+    manifests = [_manifest(Path(f)) for f in folders]
+    first = manifests[0]
+    count = first["shard"]["count"]
+    seen: dict[int, Path] = {}
+    for folder, manifest in zip(map(Path, folders), manifests):
+        shard = manifest["shard"]
+        if shard["count"] != count or shard["input_rows"] != first["shard"]["input_rows"]:
+            raise ConfigError(f"{folder} is shard {shard['index']}/{shard['count']} of {shard['input_rows']} rows, "
+                              f"but {folders[0]} is of {count} shards of {first['shard']['input_rows']} rows: "
+                              "not the same sharded run")
+        if _comparable(manifest) != _comparable(first):
+            raise ConfigError(f"{folder} was scored with other settings or metrics than {folders[0]}; "
+                              "only shards of one run can be merged")
+        if shard["index"] in seen:
+            raise ConfigError(f"shard {shard['index']}/{count} is given twice ({seen[shard['index']]} and {folder})")
+        seen[shard["index"]] = folder
+    missing = sorted(set(range(count)) - set(seen))
+    if missing:
+        raise ConfigError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge needs all {count}")
+
+    by_position: dict[int, dict[str, Any]] = {}
+    for folder, manifest in zip(map(Path, folders), manifests):
+        rows = read_scores(folder / "scores.jsonl")
+        positions = manifest["shard"]["positions"]
+        if len(rows) != len(positions):
+            raise ConfigError(f"{folder / 'scores.jsonl'} holds {len(rows)} rows, its manifest says "
+                              f"{len(positions)}; score that shard again")
+        for position, row in zip(positions, rows):
+            if position in by_position:
+                raise ConfigError(f"input row {position} is in two shards ({folder}); the shards come from "
+                                  "different inputs")
+            by_position[position] = row
+    total = first["shard"]["input_rows"]
+    if sorted(by_position) != list(range(total)):
+        raise ConfigError(f"the shards cover {len(by_position)} of the input's {total} rows; they come from "
+                          "different inputs")
+    records = [by_position[p] for p in range(total)]
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _rewrite(out_dir / "scores.jsonl", records)
+    metric_names = first["metric_names"]
+    summary = summarise(records, metric_names)
+    manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}
+    manifest.update({"samples": total, "merged_from": [str(seen[i]) for i in range(count)],
+                     "cache": _summed([m.get("cache") or {} for m in manifests]),
+                     "seconds": round(sum(m.get("seconds") or 0 for m in manifests), 3)})
+    write_run(out_dir, summary, manifest)
+    return summary
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    path = folder / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{folder}: no manifest.json; is it a run folder?") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc})") from None
+    if "shard" not in manifest:
+        raise ConfigError(f"{folder} is not a shard: it was scored without --shard")
+    if manifest.get("status") != "complete":
+        raise ConfigError(f"{folder} (shard {manifest['shard']['index']}/{manifest['shard']['count']}) is "
+                          f"{manifest.get('status')}, not complete; run its command again to finish it")
+    return manifest
+
+
+def _comparable(manifest: dict[str, Any]) -> tuple:
+    config = {k: v for k, v in (manifest.get("config") or {}).items() if k not in ("batch_size", "cache_dir")}
+    return json.dumps(config, sort_keys=True, default=str), manifest.get("metric_names")
+
+
+def _summed(stats: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for one in stats:
+        for key, value in one.items():
+            if isinstance(value, (int, float)):
+                out[key] = round(out.get(key, 0) + value, 4)
+    return out

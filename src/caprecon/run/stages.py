@@ -1,0 +1,143 @@
+"""Stages that run apart: fill the store now, score later, elsewhere.
+
+`reconstruct` runs only the generator: every reconstruction the metrics will ask for goes
+into the store, keyed exactly as the metrics key them. `embed` runs only the embedder of
+recon/clip-image over the sources and the reconstructions already stored; it never calls the
+generator and counts rows whose reconstruction is not there yet. A `score` with the same
+settings and store then finds everything cached: its generator is never even loaded (backends
+load weights on first use), so GPU-heavy stages can run on one cluster and scoring anywhere.
+
+`merge_stores` copies the results of per-shard stores into one, for filesystems where many
+processes must not share one SQLite index.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from ..metrics.base import Context, Metric
+from ..samples import Sample, SampleError, open_image
+from ..store import INDEX, Store, StoreError, sha256
+from .local import FATAL, RunError
+from .ray import reconstructions_of
+
+
+def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
+                    progress: bool = True) -> dict[str, int]:
+    """Store every reconstruction `metrics` will need for `samples`; counts by outcome."""
+    pairs = reconstructions_of(metrics)
+    if not pairs:
+        raise RunError(f"none of the metrics ({', '.join(m.name for m in metrics)}) rebuilds the image; "
+                       "nothing to reconstruct")
+    counts = {"rows": len(samples), "unreadable": 0, "failed": 0}
+    caption_only = not any(m.needs_source_image for m in metrics)
+    for batch, items in _batches(samples, batch_size, caption_only, counts, progress, "reconstructing"):
+        for generator, spec in pairs:
+            reconstructor = ctx.reconstructor(generator, spec)
+            try:
+                reconstructor.reconstruct(items)
+            except FATAL as exc:
+                raise RunError(f"reconstruct: {type(exc).__name__}: {exc}") from exc
+            except Exception:  # one row's fault: the others of the batch still get their image
+                for item in items:
+                    try:
+                        reconstructor.reconstruct([item])
+                    except FATAL as exc:
+                        raise RunError(f"reconstruct: {type(exc).__name__}: {exc}") from exc
+                    except Exception:
+                        counts["failed"] += 1
+    stats = ctx.stats()
+    return {**counts, "generated": stats["generated"], "reused": stats["reused"]}
+
+
+def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
+              progress: bool = True) -> dict[str, int]:
+    """Store the embeddings of sources and stored reconstructions for metrics that embed
+    images (recon, clip-image). The generator is never called: a reconstruction not yet in
+    the store is counted as missing."""
+    embedding = [m for m in metrics if hasattr(m, "embedder") and hasattr(m, "spec")]
+    if not embedding:
+        raise RunError("none of the metrics embeds images (recon, clip-image do); nothing to embed")
+    counts = {"rows": len(samples), "unreadable": 0, "missing_reconstruction": 0}
+    for batch, items in _batches(samples, batch_size, False, counts, progress, "embedding"):
+        for metric in embedding:
+            reconstructor = ctx.reconstructor(metric.generator, metric.spec)
+            keys = [reconstructor.request_for(item)[0] for item in items]
+            stored = ctx.store.get_images(keys)
+            counts["missing_reconstruction"] += sum(1 for k in keys if k not in stored)
+            ctx.embed(metric.embedder, [it.image_key for it in items], lambda i: items[i].image)
+            present = [k for k in keys if k in stored]
+
+            def load(i: int, present=present, stored=stored):
+                from ..store import read_verified
+
+                image = read_verified(stored[present[i]][1], stored[present[i]][2])
+                if image is None:
+                    raise StoreError(f"stored reconstruction {stored[present[i]][1]} is damaged; "
+                                     "run `caprecon reconstruct` again")
+                return image
+
+            ctx.embed(metric.embedder, present, load)
+    return {**counts, "embedded": ctx.stats()["embedded"]}
+
+
+def _batches(samples, batch_size, caption_only, counts, progress, desc):
+    with tqdm(total=len(samples), desc=desc, unit="sample", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(samples), batch_size):
+            batch = samples[start : start + batch_size]
+            items = []
+            for sample in batch:
+                try:
+                    items.append(open_image(sample, caption_only=caption_only))
+                except SampleError:
+                    counts["unreadable"] += 1
+            if items:
+                yield batch, items
+            bar.update(len(batch))
+
+
+def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, Any]:
+    """Copy every verified result of `sources` into the store `into` (created if absent).
+    An entry whose value or file fails its checksum is skipped and counted, never copied."""
+    target = Store(into, read_only=False)
+    counts = {"copied": 0, "present": 0, "damaged": 0}
+    for source in sources:
+        root = Path(source)
+        if not (root / INDEX).exists():
+            raise StoreError(f"no store at {root} (no {INDEX} there)")
+        if root.resolve() == target.root.resolve():
+            raise StoreError(f"{root} is the store merged into; give the per-shard stores as sources")
+        src = Store(root, read_only=True)
+        db, out = src._connect(), target._connect()
+        for fingerprint, description in db.execute("SELECT fingerprint, description FROM models"):
+            out.execute("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
+                        (fingerprint, description))
+        have = {row[0] for row in out.execute("SELECT key FROM results")}
+        rows = db.execute("SELECT key, kind, value, created, checksum, file_checksum, file_size, model FROM results")
+        batch = []
+        for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
+            if key in have:
+                counts["present"] += 1
+                continue
+            if checksum is not None and sha256(value) != checksum:
+                counts["damaged"] += 1
+                continue
+            if file_checksum is not None:
+                path = src.image_path(key)
+                if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
+                    counts["damaged"] += 1
+                    continue
+                destination = target.image_path(key)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, destination)
+            batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
+            counts["copied"] += 1
+        out.execute("BEGIN")
+        out.executemany("INSERT OR IGNORE INTO results (key, kind, value, created, checksum, file_checksum, "
+                        "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+        out.execute("COMMIT")
+    return counts

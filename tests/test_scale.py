@@ -1,0 +1,240 @@
+"""Scale-out: shards and their merge, stages run apart (reconstruct, then score with no
+generator call), the Ray executor (same scores as local; a failing task retried), store merge."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import caprecon
+from caprecon.cli import main
+from caprecon.config import ConfigError
+from caprecon.models.generator import DiffusersGenerator
+from caprecon.run.shards import merge_shards, parse_shard, shard_positions
+from caprecon.samples import Sample
+from scale_models import FlakyGenerator
+
+SRC = Path(__file__).parents[1] / "src"
+
+
+class Counting:
+    """Counts the images a generator is asked for (in this process)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    @property
+    def fingerprint(self):
+        return self.inner.fingerprint
+
+    def generate(self, requests):
+        self.calls += len(requests)
+        return self.inner.generate(requests)
+
+
+def _rows(tmp_path: Path, images: int = 5, captions_per_image=(1, 3, 2, 1, 2)) -> Path:
+    """A JSONL of captions; image i has captions_per_image[i] candidates, one source is unreadable."""
+    rng = np.random.default_rng(4)
+    rows = []
+    for i in range(images):
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
+        for c in range(captions_per_image[i]):
+            rows.append({"id": f"r{i}-{c}", "image": f"p{i}.png", "image_id": f"img{i}", "candidate": c,
+                         "caption": f"a picture of {i} things, take {c}"})
+    rows.append({"id": "broken", "image": "missing.png", "image_id": "gone", "caption": "nothing to see"})
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _settings(tiny_sd, tiny_dinov2, cache: Path) -> dict:
+    return {"generator": str(tiny_sd), "generator_options": {"steps": 2}, "embedder": str(tiny_dinov2),
+            "max_side": 32, "batch_size": 2, "cache_dir": str(cache)}
+
+
+def _scored(records):
+    return {r["id"]: (r.get("recon"), r.get("error")) for r in records}
+
+
+# -- shards -----------------------------------------------------------------------------------
+
+
+def test_shards_keep_images_whole_cover_every_row_once_and_balance():
+    sizes = [5, 1, 1, 2, 3, 1, 1, 2, 4, 1]
+    samples = [Sample(id=f"{i}-{c}", image=None, caption="c", image_id=f"img{i}", candidate=c)
+               for i, n in enumerate(sizes) for c in range(n)]
+    shards = shard_positions(samples, 3)
+    flat = sorted(p for shard in shards for p in shard)
+    assert flat == list(range(len(samples)))  # every row in exactly one shard
+    for shard in shards:
+        assert shard == sorted(shard)
+        images = {samples[p].image_id for p in shard}
+        for other in shards:
+            if other is not shard:
+                assert images.isdisjoint({samples[p].image_id for p in other})  # an image is never split
+    loads = [len(s) for s in shards]
+    assert max(loads) - min(loads) <= max(sizes)  # balanced to within one image's captions
+    assert loads == [7, 7, 7]  # 21 rows: largest-first onto the lightest shard happens to fit exactly
+    assert shard_positions(list(reversed(samples)), 3) != shards  # positions follow the input...
+    assert shard_positions(samples, 3) == shards  # ...deterministically
+
+
+def test_parse_shard_refuses_bad_slices():
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("3/3", "1", "-1/2", "a/b", "0/0"):
+        with pytest.raises(ConfigError, match="shard"):
+            parse_shard(bad)
+
+
+def test_three_shards_merged_equal_the_unsharded_run(tmp_path, tiny_sd, tiny_dinov2):
+    data = _rows(tmp_path)
+    settings = _settings(tiny_sd, tiny_dinov2, tmp_path / "unused")
+    whole = caprecon.score(data, ["recon"], out=tmp_path / "whole", no_cache=True, **settings)
+    shards = [tmp_path / f"shard{i}" for i in range(3)]
+    for i, folder in enumerate(shards):
+        caprecon.score(data, ["recon"], out=folder, no_cache=True, shard=f"{i}/3", **settings)
+    # each shard computed its own reconstructions (no shared cache), and none holds all rows
+    assert all(0 < len((f / "scores.jsonl").read_text().splitlines()) < len(whole.records) for f in shards)
+
+    summary = merge_shards(list(reversed(shards)), tmp_path / "merged")  # order of the folders is free
+    merged = [json.loads(line) for line in (tmp_path / "merged" / "scores.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in merged] == [r["id"] for r in whole.records]
+    for ours, theirs in zip(merged, whole.records):
+        assert ours.get("error") == theirs.get("error")
+        if theirs.get("recon") is not None:
+            assert ours["recon"] == pytest.approx(theirs["recon"], abs=1e-6)
+    assert summary["samples"] == whole.summary["samples"] and summary["errors"] == whole.summary["errors"] == 1
+    assert summary["metrics"]["recon"]["n"] == whole.summary["metrics"]["recon"]["n"]
+    assert summary["metrics"]["recon"]["mean"] == pytest.approx(whole.summary["metrics"]["recon"]["mean"], abs=1e-6)
+    manifest = json.loads((tmp_path / "merged" / "manifest.json").read_text())
+    assert manifest["merged_from"] == [str(f) for f in shards] and "shard" not in manifest
+
+    with pytest.raises(ConfigError, match=r"shard\(s\) 1/3 missing"):
+        merge_shards([shards[0], shards[2]], tmp_path / "bad")
+    with pytest.raises(ConfigError, match="shard 2/3 is given twice"):
+        merge_shards([shards[0], shards[1], shards[2], shards[2]], tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # refused before writing anything
+    assert main(["merge", str(shards[0]), str(shards[1]), "--out", str(tmp_path / "bad")]) == 2  # CLI: exit 2
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "scores.jsonl").read_text() == (tmp_path / "merged" / "scores.jsonl").read_text()
+    with pytest.raises(ConfigError, match="scored without --shard"):
+        merge_shards([tmp_path / "whole", *shards], tmp_path / "bad")
+
+
+# -- stages run apart ---------------------------------------------------------------------------
+
+
+def test_score_after_reconstruct_makes_no_generator_call(tmp_path, tiny_sd, tiny_dinov2, capsys):
+    data = _rows(tmp_path)
+    cache = tmp_path / "cache"
+    code = main(["reconstruct", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--generator-opt",
+                 "steps=2", "--embedder", str(tiny_dinov2), "--max-side", "32", "--cache-dir", str(cache), "-q"])
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and counts["generated"] == 9 and counts["unreadable"] == 1  # 9 captions, 1 missing image
+    assert len(list((cache / "images").rglob("*.png"))) == 9
+
+    inner = DiffusersGenerator(tiny_sd, steps=2)
+    counted = Counting(inner)
+    settings = {**_settings(tiny_sd, tiny_dinov2, cache), "generator": counted}
+    results = caprecon.score(data, ["recon"], **settings)
+    assert counted.calls == 0 and results.manifest["cache"]["generated"] == 0
+    assert inner._pipe is None  # the generator's weights were never even loaded
+    reference = caprecon.score(data, ["recon"], no_cache=True, **_settings(tiny_sd, tiny_dinov2, cache))
+    expected = _scored(reference.records)
+    for key, (value, error) in _scored(results.records).items():
+        assert error == expected[key][1]
+        assert value == (None if expected[key][0] is None else pytest.approx(expected[key][0], abs=1e-6))
+
+    # embed fills the embeddings from stored images alone; a later score computes none
+    code = main(["embed", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--embedder",
+                 str(tiny_dinov2), "--generator-opt", "steps=2", "--max-side", "32", "--cache-dir",
+                 str(tmp_path / "cache2"), "-q"])
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and counts["missing_reconstruction"] == 9  # nothing reconstructed in that store: refused, counted
+
+
+def test_store_merge_copies_verified_results(tmp_path, tiny_sd, tiny_dinov2, capsys):
+    data = _rows(tmp_path)
+    for i in range(2):
+        caprecon.score(data, ["recon"], shard=f"{i}/2", **_settings(tiny_sd, tiny_dinov2, tmp_path / f"c{i}"))
+    damaged = next((tmp_path / "c1" / "images").rglob("*.png"))
+    damaged.write_bytes(b"not a png")
+    assert main(["store", "merge", str(tmp_path / "c0"), str(tmp_path / "c1"), "--into", str(tmp_path / "all")]) == 1
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["damaged"] == 1 and counts["copied"] > 9  # 9 images plus their embeddings, less the damaged one
+    counted = Counting(DiffusersGenerator(tiny_sd, steps=2))
+    caprecon.score(data, ["recon"], **{**_settings(tiny_sd, tiny_dinov2, tmp_path / "all"), "generator": counted})
+    assert counted.calls == 1  # only the damaged image is generated again
+
+
+# -- Ray ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    tests = Path(__file__).parent
+    path = os.pathsep.join([str(SRC), str(tests), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}})
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd, tiny_dinov2, local_ray):
+    import torch
+
+    data = _rows(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in each 1-CPU actor: another thread count sums floats in another order
+    try:
+        local = caprecon.score(data, ["recon"], out=tmp_path / "local", no_cache=True,
+                               **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
+    finally:
+        torch.set_num_threads(threads)
+    marker = tmp_path / "raised"
+    flaky = FlakyGenerator(DiffusersGenerator(tiny_sd, steps=2), trigger="take 2", marker=str(marker))
+    settings = {**_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"), "generator": flaky}
+    remote = caprecon.score(data, ["recon"], out=tmp_path / "ray", no_cache=True, executor="ray",
+                            ray={"workers": 1, "retries": 2}, **settings)
+    assert marker.exists()  # the reconstruct stage did raise once, on the batch with "take 2"
+    assert remote.manifest["executor"] == "ray"
+    # the stages' work is counted as the local run counts it: 9 images generated once each
+    for key in ("generated", "embedded"):
+        assert remote.manifest["cache"][key] == local.manifest["cache"][key] > 0
+    assert local.manifest["cache"]["generated"] == 9
+    assert [r["id"] for r in remote.records] == [r["id"] for r in local.records]
+    for ours, theirs in zip(remote.records, local.records):
+        assert ours.get("recon") == theirs.get("recon")  # identical per-sample scores
+        assert ours.get("error") == theirs.get("error")
+    assert remote.summary["errors"] == 1  # only the unreadable row
+    written = [json.loads(line) for line in (tmp_path / "ray" / "scores.jsonl").read_text().splitlines()]
+    assert written == json.loads(json.dumps(remote.records))  # the same output file, in input order
+
+
+def test_ray_stage_options_are_checked():
+    from caprecon.run.ray import parse_stage_options
+
+    options = parse_stage_options(["reconstruct:workers=2,gpus=0.5,batch_size=4"])
+    assert (options["reconstruct"].workers, options["reconstruct"].gpus, options["reconstruct"].batch_size) == (2, 0.5, 4)
+    for bad in ("reconstruct", "reconstruct:speed=2", "recon:workers=0", "recon:gpus=lots"):
+        with pytest.raises(ConfigError, match="--stage"):
+            parse_stage_options([bad])
+
+
+def test_score_command_scale_options():
+    from caprecon.cli import build_parser
+    from caprecon.scale_cli import score_settings
+
+    args = build_parser().parse_args(["score", "-i", "x", "--stage", "recon:workers=2"])
+    with pytest.raises(ConfigError, match="need --executor ray"):
+        score_settings(args)
+    args = build_parser().parse_args(["score", "-i", "x", "--executor", "ray", "--workers", "2", "--shard", "1/2",
+                                      "--stage", "reconstruct:gpus=1"])
+    settings = score_settings(args)
+    assert settings["executor"] == "ray" and settings["shard"] == "1/2" and settings["ray"]["workers"] == 2
+    assert settings["ray"]["stages"]["reconstruct"].gpus == 1.0
