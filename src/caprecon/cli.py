@@ -153,7 +153,10 @@ def cmd_meta(args: argparse.Namespace) -> int:
 
     from .meta_cli import probe_llm_and_store
 
-    return run_meta_command(args, score_metric=score_metric, **probe_llm_and_store(settings, args.config))
+    from .metrics import METRICS
+
+    return run_meta_command(args, score_metric=score_metric, scorable=METRICS,
+                            **probe_llm_and_store(settings, args.config))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
