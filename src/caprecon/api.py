@@ -117,7 +117,7 @@ def score(
     ctx = Context(store)
 
     try:
-        records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done,
+        records = run_local(rows, built, ctx, batch_size=cfg.batch_size, workers=cfg.workers, done=done,
                             scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
     except (RunInterrupted, RunError) as stop:
         if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
@@ -199,7 +199,7 @@ def _prepare_out(out_dir: Path) -> None:
 
 _SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
 # settings that do not change any score: a run may resume with other values of them
-_RESUME_FREE = {"batch_size", "cache_dir"}
+_RESUME_FREE = {"batch_size", "workers", "cache_dir"}
 
 
 def _resumable(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: list[Sample]) -> dict[str, dict]:

@@ -42,12 +42,17 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from caprecon.judgments import Judgment, Judgments, PairJudgment, ProbeTriple
 from caprecon.samples import Sample
 
 # ----------------------------------------------------------------------------- statistics
+
+
+def _stats():
+    from scipy import stats  # a second or more to import: only commands that correlate pay for it
+
+    return stats
 
 
 def _quiet(fn, *args, **kwargs) -> float:
@@ -66,15 +71,15 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> f
         raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
     if len(x) < 2:
         return math.nan
-    return _quiet(stats.kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
+    return _quiet(_stats().kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(stats.spearmanr, np.asarray(x, float), np.asarray(y, float))
+    return math.nan if len(x) < 2 else _quiet(_stats().spearmanr, np.asarray(x, float), np.asarray(y, float))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(stats.pearsonr, np.asarray(x, float), np.asarray(y, float))
+    return math.nan if len(x) < 2 else _quiet(_stats().pearsonr, np.asarray(x, float), np.asarray(y, float))
 
 
 @dataclass
