@@ -187,13 +187,57 @@ def _draw_counts(groups: Sequence, n_resamples: int, seed: int) -> tuple[np.ndar
     return inverse, np.bincount(offsets, minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
 
 
-def _by_group(values: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Sums of the columns of `values` (rows x rows' values) per group of the columns."""
-    order = np.argsort(group, kind="stable")
-    starts = np.searchsorted(group[order], np.arange(n_groups))
-    out = np.zeros((values.shape[0], n_groups))
-    present = np.flatnonzero(np.bincount(group, minlength=n_groups))
-    out[:, present] = np.add.reduceat(values[:, order], starts[present], axis=1)
+def _untied_between(values: np.ndarray, group_of: np.ndarray, n_groups: int) -> np.ndarray:
+    """Pairs (i in g, j in h) whose values differ, for every two groups: all pairs minus the
+    tied ones, from each group's count of each value (a value shared by m groups adds m²
+    tied products)."""
+    sizes = np.bincount(group_of, minlength=n_groups).astype(float)
+    tied = np.zeros((n_groups, n_groups))
+    if len(values):
+        _, code = np.unique(values, return_inverse=True)
+        cells, count = np.unique(np.stack([code.reshape(-1), group_of]), axis=1, return_counts=True)
+        value, group = cells
+        shared = np.flatnonzero(np.bincount(value) > 1)
+        alone = ~np.isin(value, shared)
+        np.add.at(tied, (group[alone], group[alone]), count[alone].astype(float) ** 2)  # a group has many such values
+        for v in shared:
+            at = value == v
+            tied[np.ix_(group[at], group[at])] += np.outer(count[at], count[at])
+    return np.outer(sizes, sizes) - tied
+
+
+def _concordance_between(x: np.ndarray, y: np.ndarray, group_of: np.ndarray, n_groups: int) -> np.ndarray:
+    """Concordant minus discordant pairs (i in g, j in h) for every two groups, without
+    visiting pairs: for each row i and each (group h, level b of y) cell, the sum of
+    sgn(x_i - x_j) over the cell's rows comes from cumulative cell counts along sorted x,
+    and is weighted by sgn(y_i - b). O(rows x groups x levels of y)."""
+    out = np.zeros((n_groups, n_groups))
+    if not len(x):
+        return out
+    levels, level_of = np.unique(y, return_inverse=True)
+    level_of = level_of.reshape(-1)
+    n_levels = len(levels)
+    weight = np.sign(level_of[:, None] - np.arange(n_levels)[None, :])  # rows x levels: sgn(y_i - b)
+    by_x = np.argsort(x, kind="stable")
+    sorted_x = x[by_x]
+    below = np.searchsorted(sorted_x, x, "left")  # rows with a smaller x
+    up_to = np.searchsorted(sorted_x, x, "right")  # rows with a smaller or equal x
+    by_group = np.argsort(group_of, kind="stable")
+    present = np.unique(group_of)
+    starts = np.searchsorted(group_of[by_group], present)
+    chunk = max(1, 4_000_000 // (len(x) * n_levels))  # groups per pass, to bound memory
+    for lo in range(0, n_groups, chunk):
+        cols = np.arange(lo, min(lo + chunk, n_groups))
+        member = np.zeros((len(x) + 1, len(cols), n_levels), dtype=np.int32)  # cumulative counts along sorted x
+        inside = (group_of >= cols[0]) & (group_of <= cols[-1])
+        rows = np.flatnonzero(inside[by_x])
+        member[rows + 1, group_of[by_x][rows] - cols[0], level_of[by_x][rows]] = 1
+        np.cumsum(member, axis=0, out=member)
+        size = member[-1]
+        # sum over cell rows j of sgn(x_i - x_j) = (#smaller) - (#larger) = below + up_to - size
+        signed = member[below] + member[up_to] - size[None]  # rows x groups x levels
+        per_row = np.einsum("ihb,ib->ih", signed, weight)
+        out[np.ix_(present, cols)] += np.add.reduceat(per_row[by_group], starts, axis=0)
     return out
 
 
@@ -226,15 +270,12 @@ def bootstrap_tau(
     ok = np.isfinite(x)
     x, y, group_of = x[ok], y[ok], group_of[ok]
     n_groups = counts.shape[1]
-    forms = np.zeros((3, n_groups, n_groups))  # concordance, untied in x, untied in y
-    for lo in range(0, len(x), 256):
-        dx = np.sign(x[lo : lo + 256, None] - x[None, :])
-        dy = np.sign(y[lo : lo + 256, None] - y[None, :])
-        for k, pairs in enumerate((dx * dy, dx != 0, dy != 0)):
-            by_column = _by_group(pairs.astype(float), group_of, n_groups)
-            np.add.at(forms[k], group_of[lo : lo + 256], by_column)
-    quadratic = [np.einsum("rg,rg->r", counts @ form, counts) for form in forms]  # sums over ordered pairs
-    concordance, untied_x, untied_y = quadratic
+    if len(np.unique(x)) < len(np.unique(y)):
+        x, y = y, x  # τ is symmetric: count against the variable with fewer levels
+    concordant = _concordance_between(x, y, group_of, n_groups)
+    forms = (concordant, _untied_between(x, group_of, n_groups), _untied_between(y, group_of, n_groups))
+    # each form summed over the resample's ordered pairs of rows: cᵀ B c
+    concordance, untied_x, untied_y = (np.einsum("rg,rg->r", counts @ form, counts) for form in forms)
     with np.errstate(all="ignore"):
         if variant == "b":
             tau = concordance / np.sqrt(untied_x * untied_y)
