@@ -246,4 +246,8 @@ class Reconstructor:
         stored = self.store.put_images(self.KIND, items, model=self.generator)
         self.generated += len(todo)
         # PNG is lossless: the pixels in memory are those of the stored file
-        return {key: (*entry, items[key][0].convert("RGB")) for key, entry in stored.items()}
+        return {key: (*entry, _rgb(items[key][0])) for key, entry in stored.items()}
+
+
+def _rgb(image: Image.Image) -> Image.Image:
+    return image if image.mode == "RGB" else image.convert("RGB")
