@@ -25,6 +25,8 @@ from caprecon.meta import (
     MetaRow,
     Perturber,
     bootstrap_ci,
+    bootstrap_ratio,
+    bootstrap_tau,
     format_table,
     kendall_tau,
     length_robustness,
@@ -339,6 +341,15 @@ def test_command_errors_name_the_problem(tmp_path, capsys):
     assert rc == 2 and "not found" in capsys.readouterr().err
 
 
+def test_a_misspelt_metric_stops_the_command_before_any_scoring(tmp_path, capsys):
+    judgments = _generic_file(tmp_path / "generic.csv")
+    asked = []
+    args = _parse(["--judgments", str(judgments), "--metric", "bleu-4", "reconn", "--out", str(tmp_path / "o")])
+    rc = run_meta_command(args, score_metric=lambda name, samples: asked.append(name), scorable=["recon"])
+    assert rc == 2 and "unknown metric reconn" in capsys.readouterr().err
+    assert asked == [] and not (tmp_path / "o").exists()  # nothing scored, nothing written
+
+
 # ----------------------------------------------------------------------------- Flickr8k dev
 
 
@@ -389,3 +400,49 @@ def test_flickr8k_dev_is_reproducible(flickr8k_run, tmp_path):
     assert run_meta_command(args) == 0
     assert (tmp_path / "meta.csv").read_text() == (out / "meta.csv").read_text()
 
+
+
+@pytest.mark.parametrize("variant", ["b", "c"])
+def test_vectorised_bootstrap_tau_equals_one_scipy_tau_per_resample(variant):
+    """The all-resamples-at-once τ against scipy's τ on each resample's expanded rows (the
+    same seeded draws), with ties in both variables, failed scores, uneven groups and
+    resamples where τ is undefined."""
+    rng = np.random.default_rng(5)
+    groups = np.array([f"img{k}" for k in rng.integers(0, 9, 60)], dtype=object)
+    human = rng.integers(1, 5, 60).astype(float)
+    x = np.round(rng.normal(size=60), 1)
+    x[[3, 17]] = np.nan
+    ok = np.isfinite(x)
+    groups[:3] = "lonely"  # a group whose rows may all be tied
+    human[:3] = 2.0
+    x[:3] = 0.5
+
+    def tau(idx):
+        idx = idx[ok[idx]]
+        return kendall_tau(x[idx], human[idx], variant)
+
+    for n in (200, 3):
+        assert bootstrap_tau(x, human, groups, variant=variant, n_resamples=n, seed=11) == pytest.approx(
+            bootstrap_ci(tau, groups, n_resamples=n, seed=11), rel=1e-9, abs=1e-12)
+    lonely = groups == "lonely"
+    assert all(math.isnan(v) for v in bootstrap_tau(x[lonely], human[lonely], groups[lonely], variant=variant,
+                                                    n_resamples=20))
+
+
+def test_vectorised_bootstrap_of_pair_accuracy_equals_the_loop():
+    rng = np.random.default_rng(6)
+    groups = np.array([f"img{k}" for k in rng.integers(0, 7, 40)], dtype=object)
+    a, b = rng.integers(0, 3, 40).astype(float), rng.integers(0, 3, 40).astype(float)  # metric ties
+    pref = rng.choice([0.0, 0.5, 1.0, 2 / 3], 40)
+    a[4] = np.nan
+    ok = np.isfinite(a) & np.isfinite(b)
+
+    def accuracy(idx):
+        idx = idx[ok[idx]]
+        return pairwise_accuracy(a[idx], b[idx], pref[idx], tie_credit=0.25).accuracy
+
+    decided = ok & (pref != 0.5)
+    metric = np.sign(np.where(ok, a - b, 0.0))
+    credit = np.where(metric == 0, 0.25, (metric == np.sign(pref - 0.5)).astype(float))
+    assert bootstrap_ratio(np.where(decided, credit, 0.0), decided.astype(float), groups, n_resamples=150,
+                           seed=2) == pytest.approx(bootstrap_ci(accuracy, groups, n_resamples=150, seed=2), rel=1e-12)

@@ -229,7 +229,7 @@ def test_verify_reports_and_repairs_orphans_missing_and_damaged_files(tmp_path):
     shutil.copy(pngs[2], orphan)
     os.utime(orphan, (time.time() - 3600,) * 2)
     report = verify(cache)
-    assert not report["ok"] and report["entries"] == 12  # 4 reconstructions, 8 embeddings (sources and reconstructions)
+    assert not report["ok"] and report["entries"] == 16  # 4 reconstructions, 8 embeddings (sources and reconstructions), 4 source sizes
     assert len(report["missing_files"]) == 1 and len(report["damaged_files"]) == 1
     assert report["orphans"] == [str(orphan.relative_to(cache))]
     verify(cache, repair=True)
@@ -252,7 +252,7 @@ def test_old_index_is_migrated_and_pruned_by_model_age_and_size(tmp_path):
     assert prune(cache, older_than=parse_age("30d"))["removed"] == 1
     assert Store(cache).get_json(["old"]) == {}
     coarse = prune(cache, model="pixel-embedder-coarse", dry_run=True)
-    assert coarse["removed"] == 6 and coarse["entries"] == 15  # 3 reconstructions, 6 + 6 embeddings
+    assert coarse["removed"] == 6 and coarse["entries"] == 18  # 3 reconstructions, 6 + 6 embeddings, 3 source sizes
     assert prune(cache, model="pixel-embedder-coarse")["removed"] == 6
     assert _score(samples, cache, embedder=CoarsePixelEmbedder()).manifest["cache"]["embedded"] == 6
     assert prune(cache, max_size=parse_size("1MB"))["removed"] == 0
@@ -276,7 +276,7 @@ def test_cache_commands_print_and_exit(tmp_path, capsys):
     assert main(["cache", "prune", "--cache-dir", str(cache)]) == 2
     assert "--older-than" in capsys.readouterr().err
     assert main(["cache", "prune", "--max-size", "0B", "--cache-dir", str(cache)]) == 0
-    assert "removed 6 of 6 entries" in capsys.readouterr().out  # 2 reconstructions, 4 embeddings
+    assert "removed 8 of 8 entries" in capsys.readouterr().out  # 2 reconstructions, 4 embeddings, 2 source sizes
 
 
 # -- issue 7 item 10: weights fingerprinted by content ---------------------------------------

@@ -152,6 +152,37 @@ def test_image_once_matches_naive(family, requests_, naive, batch_size):
     assert got_generated == generated
 
 
+def test_one_question_per_image_batches_across_images(family):
+    """VQAScore's shape of work: five images of three sizes, one question each. With
+    batch_size 8 they share one forward pass (scoring) and one `generate` call, and every
+    answer equals the one-request-at-a-time answer."""
+    images = [_image(10 + i, size) for i, size in enumerate([(80, 60), (64, 90), (80, 60), (56, 56), (64, 90)])]
+    reqs = [VLMRequest(im, QUESTIONS[i % 2], f"img{i}") for i, im in enumerate(images)]
+    alone = TransformersVLM(family[1], batch_size=1)
+    expected = [_run_all(alone, [r]) for r in reqs]
+    vlm = TransformersVLM(family[1], batch_size=8)
+    model = vlm._load()[0]
+    calls = {"forward": 0, "generate": 0}
+    hook = model.register_forward_pre_hook(lambda *_: calls.__setitem__("forward", calls["forward"] + 1))
+    try:
+        probs = np.array(vlm.option_probs(reqs, [LETTERS] * len(reqs)))
+        assert calls["forward"] == 1
+        answer = np.array(vlm.answer_prob(reqs, [ANSWERS[r.prompt] for r in reqs]))
+        assert calls["forward"] == 2
+        generate = model.generate
+        model.generate = lambda *a, **k: (calls.__setitem__("generate", calls["generate"] + 1), generate(*a, **k))[1]
+        try:
+            generated = vlm.generate(reqs, max_new_tokens=5)
+        finally:
+            del model.generate
+        assert calls["generate"] == 1
+    finally:
+        hook.remove()
+    np.testing.assert_allclose(probs, np.concatenate([e[0] for e in expected]), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(answer, np.concatenate([e[1] for e in expected]), rtol=1e-5, atol=1e-12)
+    assert generated == [e[2][0] for e in expected]
+
+
 def test_answer_prob_matches_option_probs_for_single_tokens(family, requests_):
     vlm = TransformersVLM(family[1])
     reqs = requests_[:4]

@@ -134,8 +134,9 @@ def score(
             records = run_ray(rows, built, cfg, ctx, done=done, progress=progress, row_numbers=row_numbers,
                               scores_path=out_dir / "scores.jsonl" if out_dir else None, **(ray or {}))
         elif executor == "local":
-            records = run_local(rows, built, ctx, batch_size=cfg.batch_size, done=done, row_numbers=row_numbers,
-                                scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress)
+            records = run_local(rows, built, ctx, batch_size=cfg.batch_size, workers=cfg.workers, done=done,
+                                row_numbers=row_numbers, scores_path=out_dir / "scores.jsonl" if out_dir else None,
+                                progress=progress)
         else:
             raise ConfigError(f"--executor must be local or ray, not {executor!r}")
     except (RunInterrupted, RunError) as stop:
@@ -221,7 +222,7 @@ def _prepare_out(out_dir: Path) -> None:
 
 _SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
 # settings that do not change any score: a run may resume with other values of them
-_RESUME_FREE = {"batch_size", "cache_dir"}
+_RESUME_FREE = {"batch_size", "workers", "cache_dir"}
 
 
 def _resumable(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: list[Sample]) -> dict[str, dict]:

@@ -68,6 +68,9 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
                         "caption_raw); off by default so existing scores do not change")
     p.add_argument("--batch-size", type=whole_number(1),
                    help="samples per model batch (default 16; halved automatically on out-of-memory)")
+    p.add_argument("--workers", type=whole_number(0),
+                   help="threads that read, hash and decode the next batch's images while the models run "
+                        "(default 4; 0: in line). Raise it when a fast accelerator waits on image decoding")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--cache-overlay", metavar="DIR",
                    help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
@@ -81,7 +84,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> N
 def _settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
             "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
-            "batch_size", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
+            "batch_size", "workers", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "judge_for", None):
         settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
@@ -158,7 +161,10 @@ def cmd_meta(args: argparse.Namespace) -> int:
 
     from .meta_cli import probe_llm_and_store
 
-    return run_meta_command(args, score_metric=score_metric, **probe_llm_and_store(settings, args.config))
+    from .metrics import METRICS
+
+    return run_meta_command(args, score_metric=score_metric, scorable=METRICS,
+                            **probe_llm_and_store(settings, args.config))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -300,9 +306,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        from transformers.utils import logging as transformers_logging
+        if "transformers" in sys.modules:  # else it reads HF_HUB_DISABLE_PROGRESS_BARS when first imported
+            from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
+            transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
     from .run.local import RunError, RunInterrupted
 
     try:

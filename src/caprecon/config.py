@@ -78,6 +78,7 @@ class RunConfig:
     size: str | None = None  # "WxH" for every reconstruction; caption-only rows default to the generator's own
     normalise_captions: bool = False  # markdown, list markers and line breaks out (caprecon.normalise)
     batch_size: int = 16
+    workers: int = 4  # threads reading, hashing and decoding images ahead of the models (0: in line)
     cache_dir: str | None = None
     cache_overlay: str | None = None  # where new results go when cache_dir is read-only (default OUT/cache-overlay)
     cache_read_only: bool | None = None  # None: detected; True: never write to cache_dir
@@ -87,6 +88,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         # settings come from the CLI, YAML/TOML files and Python alike: check them once, here
         _check_int("batch_size", self.batch_size, low=1)
+        _check_int("workers", self.workers, low=0)
         _check_int("max_side", self.max_side, low=16)
         _check_int("seed", self.seed, low=0, high=2**63 - 1)
         for name in ("upscale", "no_cache", "vqa_normalise"):

@@ -42,12 +42,17 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
-from scipy import stats
 
 from caprecon.judgments import Judgment, Judgments, PairJudgment, ProbeTriple
 from caprecon.samples import Sample
 
 # ----------------------------------------------------------------------------- statistics
+
+
+def _stats():
+    from scipy import stats  # a second or more to import: only commands that correlate pay for it
+
+    return stats
 
 
 def _quiet(fn, *args, **kwargs) -> float:
@@ -66,15 +71,15 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> f
         raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
     if len(x) < 2:
         return math.nan
-    return _quiet(stats.kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
+    return _quiet(_stats().kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(stats.spearmanr, np.asarray(x, float), np.asarray(y, float))
+    return math.nan if len(x) < 2 else _quiet(_stats().spearmanr, np.asarray(x, float), np.asarray(y, float))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(stats.pearsonr, np.asarray(x, float), np.asarray(y, float))
+    return math.nan if len(x) < 2 else _quiet(_stats().pearsonr, np.asarray(x, float), np.asarray(y, float))
 
 
 @dataclass
@@ -127,6 +132,29 @@ def within_image_pairs(groups: Sequence, human: Sequence[float]) -> tuple[np.nda
     return i, j, (np.sign(h[i] - h[j]) + 1) / 2
 
 
+def _group_members(groups: Sequence) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each row's group number (groups in sorted order of their names) and each group's rows."""
+    _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    return inverse, np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+
+
+def _draws(n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
+    """The groups each resample draws (one row per resample): the same draws for every
+    statistic and metric with the same seed."""
+    return np.random.default_rng(seed).integers(0, n_groups, (n_resamples, n_groups))
+
+
+def _interval(values: np.ndarray, level: float) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return math.nan, math.nan
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(values, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def bootstrap_ci(
     statistic: Callable[[np.ndarray], float],
     groups: Sequence,
@@ -143,20 +171,150 @@ def bootstrap_ci(
     """
     if n_resamples <= 0:
         return math.nan, math.nan
-    _, inverse = np.unique(np.asarray(groups, dtype=object).astype(str), return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    members = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
-    rng = np.random.default_rng(seed)
-    values = np.empty(n_resamples)
-    for r in range(n_resamples):
-        picks = rng.integers(0, len(members), len(members))
-        values[r] = statistic(np.concatenate([members[k] for k in picks]))
-    values = values[np.isfinite(values)]
-    if not len(values):
+    _, members = _group_members(groups)
+    draws = _draws(len(members), n_resamples, seed)
+    values = np.array([statistic(np.concatenate([members[k] for k in picks])) for picks in draws])
+    return _interval(values, level)
+
+
+def _draw_counts(groups: Sequence, n_resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each row's group number, how often each resample draws each group: resamples x groups),
+    from the same draws as `bootstrap_ci`."""
+    inverse, members = _group_members(groups)
+    n = len(members)
+    draws = _draws(n, n_resamples, seed)
+    offsets = (np.arange(n_resamples)[:, None] * n + draws).ravel()
+    return inverse, np.bincount(offsets, minlength=n_resamples * n).reshape(n_resamples, n).astype(float)
+
+
+def _untied_between(values: np.ndarray, group_of: np.ndarray, n_groups: int) -> np.ndarray:
+    """Pairs (i in g, j in h) whose values differ, for every two groups: all pairs minus the
+    tied ones, from each group's count of each value (a value shared by m groups adds m²
+    tied products)."""
+    sizes = np.bincount(group_of, minlength=n_groups).astype(float)
+    tied = np.zeros((n_groups, n_groups))
+    if len(values):
+        _, code = np.unique(values, return_inverse=True)
+        cells, count = np.unique(np.stack([code.reshape(-1), group_of]), axis=1, return_counts=True)
+        value, group = cells
+        shared = np.flatnonzero(np.bincount(value) > 1)
+        alone = ~np.isin(value, shared)
+        np.add.at(tied, (group[alone], group[alone]), count[alone].astype(float) ** 2)  # a group has many such values
+        for v in shared:
+            at = value == v
+            tied[np.ix_(group[at], group[at])] += np.outer(count[at], count[at])
+    return np.outer(sizes, sizes) - tied
+
+
+def _concordance_between(x: np.ndarray, y: np.ndarray, group_of: np.ndarray, n_groups: int) -> np.ndarray:
+    """Concordant minus discordant pairs (i in g, j in h) for every two groups, without
+    visiting pairs: for each row i and each (group h, level b of y) cell, the sum of
+    sgn(x_i - x_j) over the cell's rows comes from cumulative cell counts along sorted x,
+    and is weighted by sgn(y_i - b). O(rows x groups x levels of y)."""
+    out = np.zeros((n_groups, n_groups))
+    if not len(x):
+        return out
+    levels, level_of = np.unique(y, return_inverse=True)
+    level_of = level_of.reshape(-1)
+    n_levels = len(levels)
+    weight = np.sign(level_of[:, None] - np.arange(n_levels)[None, :])  # rows x levels: sgn(y_i - b)
+    by_x = np.argsort(x, kind="stable")
+    sorted_x = x[by_x]
+    below = np.searchsorted(sorted_x, x, "left")  # rows with a smaller x
+    up_to = np.searchsorted(sorted_x, x, "right")  # rows with a smaller or equal x
+    by_group = np.argsort(group_of, kind="stable")
+    present = np.unique(group_of)
+    starts = np.searchsorted(group_of[by_group], present)
+    chunk = max(1, 4_000_000 // (len(x) * n_levels))  # groups per pass, to bound memory
+    for lo in range(0, n_groups, chunk):
+        cols = np.arange(lo, min(lo + chunk, n_groups))
+        member = np.zeros((len(x) + 1, len(cols), n_levels), dtype=np.int32)  # cumulative counts along sorted x
+        inside = (group_of >= cols[0]) & (group_of <= cols[-1])
+        rows = np.flatnonzero(inside[by_x])
+        member[rows + 1, group_of[by_x][rows] - cols[0], level_of[by_x][rows]] = 1
+        np.cumsum(member, axis=0, out=member)
+        size = member[-1]
+        # sum over cell rows j of sgn(x_i - x_j) = (#smaller) - (#larger) = below + up_to - size
+        signed = member[below] + member[up_to] - size[None]  # rows x groups x levels
+        per_row = np.einsum("ihb,ib->ih", signed, weight)
+        out[np.ix_(present, cols)] += np.add.reduceat(per_row[by_group], starts, axis=0)
+    return out
+
+
+def bootstrap_tau(
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: Sequence,
+    *,
+    variant: str = "b",
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """`bootstrap_ci` of Kendall's τ between `x` and `y` (rows with a non-finite x left
+    out), for all resamples at once.
+
+    A resample repeats each drawn group's rows as often as the group is drawn, so each of
+    τ's pair counts — concordant minus discordant pairs, pairs untied in x, pairs untied
+    in y — is a quadratic form cᵀBc of the resample's draw counts c, with B the counts
+    between the rows of each two groups. B is built once (O(rows²)), then every resample
+    costs O(groups²) instead of a τ over its expanded rows. τ_c's number of classes comes
+    from which values each resample contains.
+    """
+    if variant not in ("b", "c"):
+        raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
+    if n_resamples <= 0:
         return math.nan, math.nan
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(values, [tail, 1.0 - tail])
-    return float(low), float(high)
+    group_of, counts = _draw_counts(groups, n_resamples, seed)
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(x)
+    x, y, group_of = x[ok], y[ok], group_of[ok]
+    n_groups = counts.shape[1]
+    if len(np.unique(x)) < len(np.unique(y)):
+        x, y = y, x  # τ is symmetric: count against the variable with fewer levels
+    concordant = _concordance_between(x, y, group_of, n_groups)
+    forms = (concordant, _untied_between(x, group_of, n_groups), _untied_between(y, group_of, n_groups))
+    # each form summed over the resample's ordered pairs of rows: cᵀ B c
+    concordance, untied_x, untied_y = (np.einsum("rg,rg->r", counts @ form, counts) for form in forms)
+    with np.errstate(all="ignore"):
+        if variant == "b":
+            tau = concordance / np.sqrt(untied_x * untied_y)
+        else:
+            size = counts @ np.bincount(group_of, minlength=n_groups)
+            classes = np.minimum(_classes(x, group_of, counts), _classes(y, group_of, counts))
+            tau = concordance / (size**2 * (classes - 1) / classes)
+    tau[(untied_x == 0) | (untied_y == 0)] = math.nan  # a constant variable: τ undefined
+    return _interval(tau, level)
+
+
+def _classes(values: np.ndarray, group_of: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """How many distinct values each resample holds."""
+    _, code = np.unique(values, return_inverse=True)
+    cells = np.unique(np.stack([code.reshape(-1), group_of]), axis=1)  # (value, group) pairs present
+    drawn = counts[:, cells[1]] > 0  # resamples x cells, cells sorted by value
+    starts = np.flatnonzero(np.r_[True, cells[0][1:] != cells[0][:-1]])
+    return np.logical_or.reduceat(drawn, starts, axis=1).sum(axis=1)
+
+
+def bootstrap_ratio(
+    numerator: np.ndarray,
+    denominator: np.ndarray,
+    groups: Sequence,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """`bootstrap_ci` of sum(numerator) / sum(denominator) over a resample's rows, for all
+    resamples at once (a ratio of sums is linear in the draw counts)."""
+    if n_resamples <= 0:
+        return math.nan, math.nan
+    group_of, counts = _draw_counts(groups, n_resamples, seed)
+    n_groups = counts.shape[1]
+    num = np.bincount(group_of, weights=np.asarray(numerator, float), minlength=n_groups)
+    den = np.bincount(group_of, weights=np.asarray(denominator, float), minlength=n_groups)
+    with np.errstate(all="ignore"):
+        return _interval((counts @ num) / (counts @ den), level)
 
 
 # ----------------------------------------------------------------------------- agreement
@@ -245,11 +403,7 @@ def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level,
     x = scores[item_of]
     ok = np.isfinite(x)
 
-    def tau(idx: np.ndarray) -> float:
-        idx = idx[ok[idx]]
-        return kendall_tau(x[idx], human[idx], variant)
-
-    low, high = bootstrap_ci(tau, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    low, high = bootstrap_tau(x, human, groups, variant=variant, n_resamples=n_bootstrap, seed=seed, level=level)
     scored = np.isfinite(scores)
     item_groups = [it.image_id for k, it in enumerate(items) if scored[k]]
     item_human = [float(np.mean(it.ratings)) for k, it in enumerate(items) if scored[k]]
@@ -259,7 +413,7 @@ def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level,
         judgments=judgments.name,
         metric=name,
         statistic=f"tau_{variant}",
-        value=tau(np.arange(len(x))),
+        value=kendall_tau(x[ok], human[ok], variant),
         ci_low=low,
         ci_high=high,
         n=int(ok.sum()),
@@ -283,7 +437,11 @@ def _pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit) ->
         return pairwise_accuracy(a[idx], b[idx], pref[idx], tie_credit=tie_credit).accuracy
 
     overall = pairwise_accuracy(a[ok], b[ok], pref[ok], tie_credit=tie_credit)
-    low, high = bootstrap_ci(accuracy, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    decided = ok & (pref != 0.5)
+    metric = np.sign(np.where(ok, a - b, 0.0))
+    credit = np.where(metric == 0, tie_credit, (metric == np.sign(pref - 0.5)).astype(float))
+    low, high = bootstrap_ratio(np.where(decided, credit, 0.0), decided.astype(float), groups,
+                                n_resamples=n_bootstrap, seed=seed, level=level)
     categories = np.array([it.category for it in items], dtype=object)
     extra = {
         f"accuracy_{c}": accuracy(np.flatnonzero(categories == c))

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -160,22 +160,25 @@ def run_meta_command(
     *,
     llm: TextLLM | None = None,
     store: Store | None = None,
+    scorable: Collection[str] | None = None,
 ) -> int:
     """Run `caprecon meta` with parsed `args`; returns the exit status.
 
     `score_metric(name, samples)` scores every metric that is not a reference metric and
-    not in a --scores file; without it such a metric is an error. `llm` writes the probes'
-    captions, its replies cached in `store` (a temporary one when not given).
+    not in a --scores file; without it such a metric is an error. `scorable`, when given,
+    names the metrics it can score, so a misspelt name stops the command before any work.
+    `llm` writes the probes' captions, its replies cached in `store` (a temporary one when
+    not given).
     """
     try:
-        return _run(args, score_metric, llm, store)
+        return _run(args, score_metric, llm, store, scorable)
     except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
         print(f"caprecon meta: {exc}", file=sys.stderr)
         return 2
 
 
 def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
-         store: Store | None) -> int:
+         store: Store | None, scorable: Collection[str] | None = None) -> int:
     if args.action == "verify" or args.benchmark:
         from caprecon.metabench.command import run_benchmark_command
 
@@ -193,6 +196,9 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
             f"no scorer for {', '.join(unknown)}: this command computes only the reference metrics "
             f"({', '.join(REFERENCE_METRICS)}); give other metrics' scores with --scores"
         )
+    if unknown and scorable is not None and not args.scores:
+        if misspelt := [m for m in unknown if m not in scorable]:  # found now, not after the reference metrics ran
+            raise MetaError(f"unknown metric {', '.join(misspelt)}; known: {', '.join([*REFERENCE_METRICS, *scorable])}")
     if args.probes and llm is None:
         raise MetaError(
             "--probes needs an LLM (--llm NAME, or --llm MODEL --llm-opt base_url=URL for a server): it writes "
@@ -284,6 +290,9 @@ def _score(
 ) -> dict[str, np.ndarray]:
     """Scores per metric, aligned with `samples`, in the order metrics were asked for."""
     ids = [s.id for s in samples]
+    if score_metric is None and (missing := [m for m in metrics if m not in given and m not in reference.names
+                                             and m not in reference.skipped]):
+        raise MetaError(f"metric {missing[0]!r} is neither a reference metric nor in the --scores file")
     wanted_reference = [m for m in metrics if m in reference.names and m not in given]
     records = reference.score(samples) if wanted_reference else []
     scores: dict[str, np.ndarray] = {}

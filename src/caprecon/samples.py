@@ -77,16 +77,44 @@ def _default_image_id(image: Any, fallback: str) -> str:
     return fallback
 
 
-@dataclass
 class LoadedSample:
-    """A sample whose image has been opened: what metrics work on.
+    """A sample whose image has been read: what metrics work on.
 
-    A caption-only sample (no image, and no metric of the run needs one) has `image`
-    None and an empty `image_key`."""
+    `image_key` is the content hash of the pixels' source (the file's bytes), for caches.
+    The pixels are decoded on first use of `image`: a run whose results are all cached
+    hashes the files and never decodes them. `size` is known without decoding when the
+    executor has seen the same bytes decode before (`known_size`). A caption-only sample
+    (no image, and no metric of the run needs one) has `image` None and an empty key."""
 
-    sample: Sample
-    image: Image.Image | None
-    image_key: str  # content hash of the pixels' source, for embedding caches
+    def __init__(self, sample: Sample, image: Image.Image | None = None, image_key: str = "", *,
+                 data: bytes | None = None, what: str = "", known_size: tuple[int, int] | None = None):
+        self.sample, self.image_key = sample, image_key
+        self._image, self._data, self._what, self._size = image, data, what, known_size
+        self.from_bytes = data is not None  # decoded from a file's (or row's) bytes, on demand
+        self.size_known = known_size is not None  # the size came from an earlier decode of the same bytes
+
+    @property
+    def image(self) -> Image.Image | None:
+        if self._image is None and self._data is not None:
+            self._image = _decoded_bytes(self._data, self._what)
+            self._data = None  # the pixels replace the bytes
+        return self._image
+
+    @property
+    def decoded(self) -> bool:
+        return self._data is None
+
+    def assume_size(self, size: tuple[int, int]) -> None:
+        """The size the same bytes decoded to before: `size` without decoding."""
+        if self._image is None:
+            self._size, self.size_known = (int(size[0]), int(size[1])), True
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) as oriented for viewing."""
+        if self._size is None:
+            self._size = self.image.size
+        return self._size
 
     @property
     def id(self) -> str:
@@ -95,6 +123,9 @@ class LoadedSample:
     @property
     def caption(self) -> str:
         return self.sample.caption
+
+    def __repr__(self) -> str:
+        return f"LoadedSample(id={self.id!r}, image_key={self.image_key[:12]!r}, decoded={self.decoded})"
 
 
 def has_image(sample: Sample) -> bool:
@@ -105,6 +136,14 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     """Open a sample's image as RGB; raise `SampleError` naming what is wrong.
 
     With `caption_only`, a sample without an image is valid and comes back with none."""
+    item = read_image(sample, caption_only=caption_only)
+    item.image  # noqa: B018 -- decode now, so a broken file is this row's error here
+    return item
+
+
+def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
+    """Like `open_image`, but a file's pixels are only decoded when first used: the bytes are
+    read and hashed (a missing or unreadable file is still a `SampleError` here)."""
     if not isinstance(sample.caption, str):
         raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
                           "caption not text")
@@ -120,7 +159,8 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
         return LoadedSample(sample, image, key)
     if isinstance(src, (bytes, bytearray)):  # embedded in a parquet or datasets row
-        return LoadedSample(sample, _decoded_bytes(bytes(src), "the embedded image"), hashlib.sha256(src).hexdigest())
+        return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
+                            what="the embedded image")
     path = Path(src)
     if sample.image_root is not None and not _inside(path, sample.image_root):
         raise SampleError(f"image {path} lies outside --image-root {sample.image_root}", "image outside --image-root")
@@ -130,7 +170,7 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         raise SampleError(f"image not found: {path}", "image not found") from None
     except OSError as exc:
         raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
-    return LoadedSample(sample, _decoded_bytes(data, f"image {path}"), hashlib.sha256(data).hexdigest())
+    return LoadedSample(sample, image_key=hashlib.sha256(data).hexdigest(), data=data, what=f"image {path}")
 
 
 def _inside(path: Path, root: Path) -> bool:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from scipy import stats
 
 from ..records import read_jsonl
 
@@ -87,7 +86,9 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> MeanCI:
     if n < 2:
         return MeanCI(mean, None, None, 1)
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    from scipy.special import stdtrit  # Student-t quantile, without scipy.stats' second of imports
+
+    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
     return MeanCI(mean, mean - half, mean + half, n)
 
 

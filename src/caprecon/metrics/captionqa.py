@@ -67,7 +67,7 @@ class CaptionQA(Metric):
         answers = ctx.cached("llm-answer", keys, compute, model=self.llm)
         tallies = [CategoryTally() for _ in items]
         for (row, q), answer in zip(owners, answers):
-            size = items[row].image.size
+            size = items[row].size
             tallies[row].add(q.category, score_answer(in_source_terms(q, size), answer, image_size=size,
                                                       iou_threshold=self.iou_threshold))
         return [tally.fields("captionqa") for tally in tallies]

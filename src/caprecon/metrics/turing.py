@@ -85,7 +85,7 @@ class CaptionTuringTest(Metric):
         # what the judge looks at, per row: (image key, size); opened only if an answer is missing
         views = {"turing": [(images.add(r.key, r.image), (r.width, r.height)) for r in recons]}
         if self.upper:
-            views["turing_upper"] = [(images.add(it.image_key, lambda it=it: it.image), it.image.size) for it in items]
+            views["turing_upper"] = [(images.add(it.image_key, lambda it=it: it.image), it.size) for it in items]
 
         rows: list[dict[str, Any]] = [r.record() for r in recons]
         # per field and row, each question's (item, answer, right) by its position in the bank
@@ -113,7 +113,7 @@ class CaptionTuringTest(Metric):
                 for (row, q, size, index), answer in zip(owners[slot], replies):
                     frame = judge.box_frame(size) if q.type == "box" and coords == "pixel" and \
                         hasattr(judge, "box_frame") else None
-                    result = grade(in_source_terms(q, items[row].image.size), answer, image_size=size,
+                    result = grade(in_source_terms(q, items[row].size), answer, image_size=size,
                                    pred_coords=coords, iou_threshold=self.iou_threshold, pred_frame=frame)
                     if q.type == "box":
                         ious[row].append(result.iou)

@@ -141,7 +141,9 @@ class TransformersVLM:
     copied across a batch of the differing question suffixes, so the vision tower and
     the image tokens are computed once per image instead of once per question. Otherwise
     the questions are batched with the image repeated, right-padded for scoring and
-    left-padded for generation. Both give the same answers and probabilities as one
+    left-padded for generation; requests that do not share a prefix (one question per
+    image, as VQAScore asks) go in batches across images, so a forward pass holds up to
+    `batch_size` (image, prompt) pairs whatever the number of images. All give the same answers and probabilities as one
     call per request, within float tolerance.
     """
 
@@ -331,14 +333,6 @@ class TransformersVLM:
 
     # -- scoring ------------------------------------------------------------------------------
 
-    def _logprob_rows(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
-        """For each prompt, full-vocabulary log-probabilities at its last token and at each
-        target token: row j scores targets[j] (the last row scores what would follow)."""
-        prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
-        if prefix is not None:
-            return self._rows_on_prefix(prefix, targets)
-        return self._rows_batched(image, texts, targets)
-
     def _rows_on_prefix(self, prefix: _Prefix, targets: list[list[int]]):
         cache, start, length = self._run_prefix(prefix)
         rows = []
@@ -351,13 +345,15 @@ class TransformersVLM:
             rows += answer_rows(logits, [max(counts) - c for c in counts], counts)
         return rows
 
-    def _rows_batched(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
+    def _rows_batched(self, images: list[Image.Image], texts: list[str], targets: list[list[int]]):
+        """For each (image, prompt), full-vocabulary log-probabilities at its last token and at
+        each target token (row j scores targets[j]), in right-padded batches."""
         import torch
 
         rows = []
         for lo in range(0, len(texts), self.batch_size):
             chunk = targets[lo : lo + self.batch_size]
-            inputs = self._process(texts[lo : lo + self.batch_size], image)
+            inputs = self._process(texts[lo : lo + self.batch_size], images[lo : lo + self.batch_size])
             lengths = inputs["attention_mask"].sum(-1).tolist()
             seqs = [inputs["input_ids"][i, :n].tolist() + t for i, (n, t) in enumerate(zip(lengths, chunk))]
             ids, mask = right_pad(seqs, self._processor.tokenizer.pad_token_id)
@@ -373,19 +369,31 @@ class TransformersVLM:
         return rows
 
     def _score(self, requests: Sequence[VLMRequest], make_targets) -> list:
-        """Log-probability rows per request, image by image. `make_targets(i, text, ids)` gives
-        the reply tokens to teacher-force after request i's prompt."""
+        """Log-probability rows per request. `make_targets(i, text, ids)` gives the reply tokens
+        to teacher-force after request i's prompt. Several questions on one image run on the
+        image's shared prefix where the model allows; every other request joins one padded
+        batch across images, so one question per image (VQAScore) still fills a forward pass."""
         self._load()
         rows: list = [None] * len(requests)
+        pooled: list[tuple[int, Image.Image, str, list[int]]] = []
         for image, indices in group_by_image(requests):
+            image = image.convert("RGB")
             texts = [self.render(requests[i].prompt) for i in indices]
             targets = [make_targets(i, t, self._tokenize(t)) for i, t in zip(indices, texts)]
-            score = self._decoder_rows if self._encoder_decoder else self._logprob_rows
-            for i, r in zip(indices, score(image.convert("RGB"), texts, targets)):
+            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+            if prefix is not None:
+                for i, r in zip(indices, self._rows_on_prefix(prefix, targets)):
+                    rows[i] = r
+            else:
+                pooled += [(i, image, t, g) for i, t, g in zip(indices, texts, targets)]
+        if pooled:
+            score = self._decoder_rows if self._encoder_decoder else self._rows_batched
+            indices, images, texts, targets = (list(c) for c in zip(*pooled))
+            for i, r in zip(indices, score(images, texts, targets)):
                 rows[i] = r
         return rows
 
-    def _decoder_rows(self, image: Image.Image, texts: list[str], targets: list[list[int]]):
+    def _decoder_rows(self, images: list[Image.Image], texts: list[str], targets: list[list[int]]):
         """Encoder-decoder models (InstructBLIP-Flan-T5): the prompt and image go to the
         encoder, the reply is teacher-forced on the decoder after its start token, so row j
         is the decoder's distribution at step j (row 0: the first answer token)."""
@@ -395,7 +403,7 @@ class TransformersVLM:
         rows = []
         for lo in range(0, len(texts), self.batch_size):
             chunk = targets[lo : lo + self.batch_size]
-            inputs = self._process(texts[lo : lo + self.batch_size], image)
+            inputs = self._process(texts[lo : lo + self.batch_size], images[lo : lo + self.batch_size])
             ids, mask = right_pad([[start, *t] for t in chunk], self._processor.tokenizer.pad_token_id)
             with torch.inference_mode():
                 logits = self._model(**inputs, decoder_input_ids=ids.to(self.device),
@@ -478,29 +486,36 @@ class TransformersVLM:
         config = greedy_config(model, tokenizer, limit)
         eos = set(config.eos_token_id)
         out: list = [None] * len(requests)
-        for image, indices in group_by_image(requests):
-            image = image.convert("RGB")
-            texts = [self.render(requests[i].prompt) for i in indices]
-            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
-            state = self._run_prefix(prefix) if prefix is not None else None
-            replies: list[tuple[list[int], list[list[float]]]] = []
-            for lo in range(0, len(texts), self.batch_size):
-                if prefix is not None:
-                    replies += self._greedy_from_prefix(state, prefix.suffixes[lo : lo + self.batch_size], config,
-                                                        watch)
-                    continue
-                inputs = self._process(texts[lo : lo + self.batch_size], image, padding_side="left")
-                steps = _StepProbs(watch)
-                with torch.inference_mode():
-                    generated = model.generate(**inputs, generation_config=config, logits_processor=[steps])
-                # the last len(steps) positions are the generated ones, whether the model returns the
-                # prompt first (decoder-only) or a decoder start token (encoder-decoder)
-                new = generated[:, generated.shape[1] - len(steps.rows) :].tolist()
-                replies += [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(new)]
+
+        def finish(indices: list[int], replies: list[tuple[list[int], list[list[float]]]]) -> None:
             for i, (ids, probs) in zip(indices, replies):
                 ids = ids[: next((k for k, t in enumerate(ids) if t in eos), len(ids))]  # cut at the first end
                 out[i] = (tokenizer.decode(ids, skip_special_tokens=True).strip(),
                           [tokenizer.decode([t]) for t in ids], probs[: len(ids)] if watch is not None else [])
+
+        pooled: list[tuple[int, Image.Image, str]] = []  # requests answered in left-padded batches across images
+        for image, indices in group_by_image(requests):
+            image = image.convert("RGB")
+            texts = [self.render(requests[i].prompt) for i in indices]
+            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+            if prefix is None:
+                pooled += [(i, image, t) for i, t in zip(indices, texts)]
+                continue
+            state = self._run_prefix(prefix)
+            replies: list[tuple[list[int], list[list[float]]]] = []
+            for lo in range(0, len(texts), self.batch_size):
+                replies += self._greedy_from_prefix(state, prefix.suffixes[lo : lo + self.batch_size], config, watch)
+            finish(indices, replies)
+        for lo in range(0, len(pooled), self.batch_size):
+            indices, images, texts = (list(c) for c in zip(*pooled[lo : lo + self.batch_size]))
+            inputs = self._process(texts, images, padding_side="left")
+            steps = _StepProbs(watch)
+            with torch.inference_mode():
+                generated = model.generate(**inputs, generation_config=config, logits_processor=[steps])
+            # the last len(steps) positions are the generated ones, whether the model returns the
+            # prompt first (decoder-only) or a decoder start token (encoder-decoder)
+            new = generated[:, generated.shape[1] - len(steps.rows) :].tolist()
+            finish(indices, [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(new)])
         return out
 
     def _greedy_from_prefix(self, state, rows: list[list[int]], config, watch: list[int] | None):

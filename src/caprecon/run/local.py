@@ -24,6 +24,7 @@ import logging
 import math
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -32,8 +33,8 @@ from tqdm.auto import tqdm
 from ..metrics.base import Context, Metric
 from ..models.common import ModelNotFoundError
 from ..redaction import redact_text
-from ..samples import Sample, SampleError, open_image
-from ..store import StoreError
+from ..samples import LoadedSample, Sample, SampleError, read_image
+from ..store import StoreError, content_key
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +185,18 @@ def _fail(row: dict[str, Any], message: str, reason: str) -> None:
 def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int = 16,
               scores_path: Path | None = None, progress: bool = True,
               done: dict[str, dict[str, Any]] | None = None, fields: dict[str, Any] | None = None,
-              append: bool = False, desc: str = "scoring",
+              append: bool = False, desc: str = "scoring", workers: int = 4,
               row_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """Score `samples` in batches. `done` maps ids to rows a killed run already wrote (kept, not
     scored again); `fields` are added to every record; `append` adds this call's rows to
     `scores_path` after those of an earlier call (several generators in one file) instead of
     replacing it; `row_numbers` are the samples' rows in the input, for messages (a shard's
-    samples are a slice of it)."""
+    samples are a slice of it). `workers` threads read, hash and decode the next batch's images
+    while the models work on this one (one batch ahead, so memory stays bounded; 0: in line)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    if workers < 0:
+        raise ValueError(f"workers must be 0 or more, not {workers}")
     done = dict(done or {})
     todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
     by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
@@ -204,18 +208,25 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     caption_only = not any(m.needs_source_image for m in metrics)
     bar = tqdm(total=len(samples), initial=len(by_position), desc=desc, unit="sample", disable=not progress,
                dynamic_ncols=True)
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="caprecon-read") if workers else None
+    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    reader = _BatchReader(ctx, caption_only, pool)
     try:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
+        upcoming = reader.submit(batches[0]) if batches else None
+        for number, batch in enumerate(batches):
+            opened = upcoming.result() if pool else upcoming
+            if number + 1 < len(batches):  # the next batch is read while the models work on this one
+                upcoming = reader.submit(batches[number + 1])
             rows = [{**base_record(s), **(fields or {})} for _, s in batch]
             items, positions = [], []
-            for i, (index, sample) in enumerate(batch):
-                try:
-                    items.append(open_image(sample, caption_only=caption_only))
-                    positions.append(i)
-                except SampleError as exc:
+            for i, ((index, sample), got) in enumerate(zip(batch, opened)):
+                if isinstance(got, SampleError):
                     row = row_numbers[index] if row_numbers else index
-                    _fail(rows[i], f"row {row} (id {sample.id}): {exc}", exc.reason)
+                    _fail(rows[i], f"row {row} (id {sample.id}): {got}", got.reason)
+                else:
+                    items.append(got)
+                    positions.append(i)
+            reader.remember(items)
             for runner in runners:
                 if not items:
                     break
@@ -236,6 +247,8 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         stop.records = [by_position[i] for i in sorted(by_position)]
         raise
     finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
         bar.close()
         if sink:
             sink.close()
@@ -243,6 +256,56 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     if scores_path and not append:
         _rewrite(scores_path, records)  # the finished file: every row once, in input order
     return records
+
+
+class _BatchReader:
+    """Opens a batch's samples: reads and hashes each file and decodes it, except bytes the
+    store has seen decode before (their size is recorded), which stay undecoded until a
+    metric needs the pixels — a fully cached run decodes nothing. With a thread pool the
+    files are read in parallel and a batch can be read while the previous one is scored."""
+
+    KIND = "source-size"
+
+    def __init__(self, ctx: Context, caption_only: bool, pool: ThreadPoolExecutor | None):
+        self.ctx, self.caption_only, self.pool = ctx, caption_only, pool
+
+    def submit(self, batch: list[tuple[int, Sample]]):
+        return self.pool.submit(self.read, batch) if self.pool else self.read(batch)
+
+    def read(self, batch: list[tuple[int, Sample]]) -> list[LoadedSample | SampleError]:
+        mapper = self.pool.map if self.pool else map
+        opened = list(mapper(self._read_one, [s for _, s in batch]))
+        files = {o.image_key: o for o in opened if isinstance(o, LoadedSample) and not o.decoded}
+        known = self.ctx.store.get_json([self._key(k) for k in files]) if files else {}
+        for key, item in files.items():
+            size = known.get(self._key(key))
+            if size is not None:
+                item.assume_size(tuple(size))
+        return list(mapper(self._decode_unseen, opened))
+
+    def _read_one(self, sample: Sample) -> LoadedSample | SampleError:
+        try:
+            return read_image(sample, caption_only=self.caption_only)
+        except SampleError as exc:
+            return exc
+
+    @staticmethod
+    def _decode_unseen(item: LoadedSample | SampleError) -> LoadedSample | SampleError:
+        if isinstance(item, LoadedSample) and not item.decoded and not item.size_known:
+            try:
+                item.image  # noqa: B018 -- a file that does not decode is this row's error, now
+            except SampleError as exc:
+                return exc
+        return item
+
+    def remember(self, items: list[LoadedSample]) -> None:
+        """Record the sizes of files decoded for the first time, so later runs skip decoding them."""
+        new = {self._key(it.image_key): list(it.size) for it in items if it.from_bytes and not it.size_known}
+        if new and not self.ctx.store.read_only:
+            self.ctx.store.put_json(self.KIND, new)
+
+    def _key(self, image_key: str) -> str:
+        return content_key(self.KIND, image=image_key)
 
 
 def _open_sink(path: Path, kept: list[dict[str, Any]]):

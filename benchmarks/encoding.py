@@ -1,0 +1,66 @@
+"""How the cache should store reconstructions: PNG at zlib level 1, PNG at Pillow's
+default level, or lossless WebP.
+
+Every reconstruction is written once and read whenever a later run needs its pixels, so
+encode time is paid per generated image and size per cached one. The images are real
+photographs (the Flickr8k-dev folder, resized to the side a generator would output),
+with a random-noise image as the worst case. All three are lossless: each decode is
+checked to give back the same pixels. Prints encode and decode ms per image and bytes.
+
+Usage: python benchmarks/encoding.py [--side 512] [--images 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+PHOTOS = Path("/work/shared/data/flickr8k-dev/images")
+FORMATS = {
+    "png level 1 (stored)": dict(format="PNG", compress_level=1),
+    "png default (level 6)": dict(format="PNG"),
+    "webp lossless": dict(format="WEBP", lossless=True, quality=0, method=0),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--side", type=int, default=512)
+    parser.add_argument("--images", type=int, default=16)
+    args = parser.parse_args()
+    paths = sorted(PHOTOS.glob("*.jpg"))[: args.images]
+    images = [Image.open(p).convert("RGB").resize((args.side, args.side)) for p in paths]
+    source = f"{len(images)} Flickr8k photos"
+    if not images:
+        source = "random images (no photos found)"
+    rng = np.random.default_rng(0)
+    noise = Image.fromarray(rng.integers(0, 255, (args.side, args.side, 3), dtype=np.uint8))
+    print(f"{source} at {args.side}x{args.side}, and one random-noise image")
+    print(f"{'format':24} {'encode ms':>10} {'decode ms':>10} {'KiB/photo':>10} {'KiB noise':>10}")
+    for name, options in FORMATS.items():
+        encode, decode, sizes = [], [], []
+        for image in images or [noise]:
+            started = time.perf_counter()
+            buf = io.BytesIO()
+            image.save(buf, **options)
+            encode.append(time.perf_counter() - started)
+            data = buf.getvalue()
+            sizes.append(len(data))
+            started = time.perf_counter()
+            back = Image.open(io.BytesIO(data)).convert("RGB")
+            decode.append(time.perf_counter() - started)
+            assert np.array_equal(np.asarray(back), np.asarray(image)), f"{name} is not lossless"
+        buf = io.BytesIO()
+        noise.save(buf, **options)
+        print(f"{name:24} {1000 * statistics.median(encode):10.1f} {1000 * statistics.median(decode):10.1f} "
+              f"{statistics.mean(sizes) / 1024:10.0f} {len(buf.getvalue()) / 1024:10.0f}")
+
+
+if __name__ == "__main__":
+    main()

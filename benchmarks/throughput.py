@@ -1,0 +1,136 @@
+"""caprecon's ReconScore throughput against a raw batched loop over the same models.
+
+Both sides run on the same tiny Stable Diffusion + DINOv2 models built locally, already
+loaded: the raw loop decodes each source image, calls the diffusers pipeline on a batch
+of prompts (one seeded generator per prompt, as caprecon does) and embeds sources and
+reconstructions with the same embedder; caprecon runs `caprecon.score` into a fresh cache
+and output folder, with everything it adds (hashing, cache look-ups, PNG writes, JSON
+rows, the manifest). The HTML report written at the end of every score run is timed
+apart and shown both ways. Two model costs (denoising steps), the sides taking turns over
+the rounds; each prints the median.
+
+Prints, per step count: samples/s raw, samples/s caprecon (without and with the report),
+and their ratio (goal >= 0.95).
+
+Usage: python benchmarks/throughput.py [--samples 128] [--steps 2 8] [--rounds 2] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+started = time.perf_counter()
+import torch  # noqa: E402
+import diffusers  # noqa: E402, F401
+import transformers  # noqa: E402, F401
+
+IMPORT_SECONDS = time.perf_counter() - started
+
+import numpy as np  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import caprecon  # noqa: E402
+import caprecon.htmlreport  # noqa: E402
+import tiny_models  # noqa: E402
+from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
+from caprecon.models.generator import DiffusersGenerator  # noqa: E402
+from caprecon.reconstruct import ReconstructionSpec  # noqa: E402
+
+GOAL = 0.95
+BATCH = 16
+REPORT_SECONDS: list[float] = []
+
+
+def _timed_report(real):
+    def write(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            REPORT_SECONDS.append(time.perf_counter() - t)
+
+    return write
+
+
+def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: list[dict], side: int) -> None:
+    """The same work with nothing around it: decode, generate in batches, embed, cosine."""
+    pipe, spec = generator.pipeline, ReconstructionSpec(max_side=side)
+    for start in range(0, len(rows), BATCH):
+        chunk = rows[start : start + BATCH]
+        sources = [Image.open(r["image"]).convert("RGB") for r in chunk]
+        width, height = spec.size_for(*sources[0].size)  # every source has one size here
+        seeds = [spec.seed_for(Path(r["image"]).stem, 0) for r in chunk]
+        with torch.inference_mode():
+            images = pipe(prompt=[r["caption"] for r in chunk], width=width, height=height, output_type="pil",
+                          generator=[torch.Generator("cpu").manual_seed(s) for s in seeds],
+                          num_inference_steps=generator.steps).images
+        a, b = embedder.embed(sources), embedder.embed(images)
+        (1 + np.sum(a * b, axis=1)) / 2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--steps", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--side", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    caprecon.htmlreport.write_html_report = _timed_report(caprecon.htmlreport.write_html_report)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sd, dino = tiny_models.build_tiny_sd(tmp / "sd"), tiny_models.build_tiny_dinov2(tmp / "dino")
+        rng = np.random.default_rng(0)
+        rows = []
+        for i in range(args.samples):
+            path = tmp / f"img{i}.jpg"
+            Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path, quality=90)
+            rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car"})
+        samples = tmp / "samples.jsonl"
+        samples.write_text("\n".join(json.dumps(r) for r in rows))
+
+        print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
+        for steps in args.steps:
+            t = time.perf_counter()
+            generator = DiffusersGenerator(str(sd), steps=steps, batch_size=BATCH)
+            embedder = HFVisionEmbedder(str(dino), batch_size=BATCH)
+            generator.pipeline, embedder.model  # noqa: B018 -- load both before any timing
+            raw_loop(generator, embedder, rows[:BATCH], args.side)  # warm-up
+            load = time.perf_counter() - t
+            raw, ours, report = [], [], []
+            for r in range(args.rounds):
+                t = time.perf_counter()
+                raw_loop(generator, embedder, rows, args.side)
+                raw.append(time.perf_counter() - t)
+                REPORT_SECONDS.clear()
+                t = time.perf_counter()
+                caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
+                               batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"), out=tmp / f"out-{steps}-{r}")
+                ours.append(time.perf_counter() - t)
+                report.append(sum(REPORT_SECONDS))
+            raw_s, ours_s, report_s = (statistics.median(v) for v in (raw, ours, report))
+            n = args.samples
+            print(f"{steps} steps: load + warm-up {load:.2f} s; {n} samples, median of {args.rounds} rounds")
+            print(f"  raw loop                        {n / raw_s:8.1f} samples/s")
+            print(f"  caprecon, without the report    {n / (ours_s - report_s):8.1f} samples/s")
+            print(f"  caprecon, with the report       {n / ours_s:8.1f} samples/s   (report {report_s:.2f} s)")
+            print(f"  caprecon / raw (no report)      {raw_s / (ours_s - report_s):8.3f}   goal >= {GOAL}")
+            print(f"  caprecon / raw (with report)    {raw_s / ours_s:8.3f}")
+
+
+if __name__ == "__main__":
+    main()

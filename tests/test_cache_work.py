@@ -1,0 +1,87 @@
+"""No work the cache already did: a cached run decodes no source image, and a run embeds
+the reconstructions it generates from memory, with the same result as from the stored file."""
+
+import json
+
+import numpy as np
+from PIL import Image
+
+import caprecon
+import caprecon.samples as samples_module
+from caprecon.metrics import Context
+from caprecon.models.embedder import HFVisionEmbedder
+from caprecon.models.generator import DiffusersGenerator
+from caprecon.reconstruct import ReconstructionSpec
+from caprecon.samples import Sample, open_image
+from caprecon.store import Store, read_verified
+from oracle import OracleGenerator, PixelEmbedder
+
+
+def _samples(folder, n=5):
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(n):
+        path = folder / f"img{i}.jpg"
+        Image.fromarray(rng.integers(0, 255, (30 + 4 * i, 40, 3), dtype=np.uint8)).save(path)
+        rows.append({"id": f"s{i}", "image": path.name, "caption": f"a red circle and a blue square, take {i}"})
+    rows.append({"id": "broken", "image": "broken.jpg", "caption": "a green triangle"})
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8 not a jpeg at all")
+    path = folder / "samples.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
+    samples = _samples(tmp_path)
+    decodes = []
+    real = samples_module._decoded_bytes
+    monkeypatch.setattr(samples_module, "_decoded_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
+
+    def run(out):
+        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
+
+    first = run("first")
+    assert len(decodes) == 6  # five photos and the broken file, each decoded once
+    decodes.clear()
+    again = run("again")
+    # the broken file never decoded, so it is tried again (and fails the same way); the rest are hashed only
+    assert decodes == [f"image {tmp_path / 'broken.jpg'}"]
+    assert again.manifest["cache"]["generated"] == 0 and again.manifest["cache"]["embedded"] == 0
+    assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
+    assert [r.get("size") for r in again.records] == [r.get("size") for r in first.records]
+    assert again.records[-1]["error_reasons"] == first.records[-1]["error_reasons"] == ["image not decodable"]
+
+
+def test_sizes_known_without_decoding_follow_the_exif_orientation(tmp_path):
+    """A rotated JPEG's recorded size is the upright one, as decoding it would give."""
+    path = tmp_path / "rotated.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees: 40x20 stored, 20x40 shown
+    Image.new("RGB", (40, 20), (200, 10, 10)).save(path, exif=exif)
+    rows = [Sample(id="r", image=path, caption="a red square")]
+    store = Store(tmp_path / "cache")
+    spec = {"max_side": 32}
+    first = caprecon.score(rows, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
+                           cache_dir=str(store.root), **spec)
+    again = caprecon.score(rows, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
+                           cache_dir=str(store.root), **spec)
+    assert first.records[0]["size"] == again.records[0]["size"] == [16, 32]
+
+
+def test_reconstructions_are_embedded_from_memory_as_from_the_stored_file(tmp_path, tiny_sd, tiny_dinov2):
+    source = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(2).integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(source)
+    items = [open_image(Sample(id=str(i), image=source, caption=f"a house by a lake {i}")) for i in range(3)]
+    ctx = Context(Store(tmp_path / "cache"))
+    generator = DiffusersGenerator(tiny_sd, steps=2)
+    embedder = HFVisionEmbedder(tiny_dinov2)
+    recons = ctx.reconstructor(generator, ReconstructionSpec(max_side=32)).reconstruct(items)
+    assert all(r.pixels is not None for r in recons)  # just generated: kept in memory
+    from_memory = embedder.embed([r.image() for r in recons])
+    from_files = embedder.embed([read_verified(r.path, r.checksum) for r in recons])
+    np.testing.assert_array_equal(from_memory, from_files)
+    for r in recons:
+        assert r.image().tobytes() == read_verified(r.path, r.checksum).tobytes()
+    cached = ctx.reconstructor(generator, ReconstructionSpec(max_side=32)).reconstruct(items)
+    assert all(r.pixels is None for r in cached)  # found in the store: read from the file when needed
