@@ -233,7 +233,7 @@ def test_score_command_scale_options():
     args = build_parser().parse_args(["score", "-i", "x", "--stage", "recon:workers=2"])
     with pytest.raises(ConfigError, match="need --executor ray"):
         score_settings(args)
-    args = build_parser().parse_args(["score", "-i", "x", "--executor", "ray", "--workers", "2", "--shard", "1/2",
+    args = build_parser().parse_args(["score", "-i", "x", "--executor", "ray", "--ray-workers", "2", "--shard", "1/2",
                                       "--stage", "reconstruct:gpus=1"])
     settings = score_settings(args)
     assert settings["executor"] == "ray" and settings["shard"] == "1/2" and settings["ray"]["workers"] == 2

@@ -162,6 +162,8 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
+    if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
+        raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
     if sample.image_root is not None and not _inside(path, sample.image_root):
         raise SampleError(f"image {path} lies outside --image-root {sample.image_root}", "image outside --image-root")
     try:

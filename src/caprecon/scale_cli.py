@@ -2,7 +2,7 @@
 
     caprecon reconstruct -i captions.jsonl -m recon -g sd3.5-medium --cache-dir /shared/cache
     caprecon embed       -i captions.jsonl -m recon -g sd3.5-medium -e dreamsim --cache-dir /shared/cache
-    caprecon score ... --executor ray [--ray-address auto] [--workers 2] [--stage reconstruct:gpus=1]
+    caprecon score ... --executor ray [--ray-address auto] [--ray-workers 2] [--stage reconstruct:gpus=1]
     caprecon score ... --shard 3/8 --out runs/a-3      (then)  caprecon merge runs/a-* --out runs/a
     caprecon store merge shard-caches/* --into cache
 """
@@ -23,7 +23,7 @@ def add_score_options(p: argparse.ArgumentParser) -> None:
                    help="local: this process (default); ray: Ray Data, each model stage an actor pool")
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="join this Ray cluster (e.g. auto, ray://head:10001); default: start Ray locally")
-    p.add_argument("--workers", type=whole_number(1), default=1,
+    p.add_argument("--ray-workers", type=whole_number(1), default=1,
                    help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
     p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
                    help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
@@ -45,10 +45,10 @@ def score_settings(args: argparse.Namespace) -> dict[str, Any]:
 
     out: dict[str, Any] = {"executor": args.executor, "shard": args.shard}
     if args.executor == "ray":
-        out["ray"] = {"address": args.ray_address, "workers": args.workers, "retries": args.retries,
+        out["ray"] = {"address": args.ray_address, "workers": args.ray_workers, "retries": args.retries,
                       "stages": parse_stage_options(args.stage)}
-    elif args.ray_address or args.stage or args.workers != 1:
-        raise ConfigError("--ray-address, --workers and --stage need --executor ray")
+    elif args.ray_address or args.stage or args.ray_workers != 1:
+        raise ConfigError("--ray-address, --ray-workers and --stage need --executor ray")
     return out
 
 
