@@ -114,7 +114,7 @@ GOOD = {"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"}]}
     '{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes",},],}',
     "{'qas': [{'question': 'Is it red?', 'type': 'yesno', 'answer': 'yes'}]}",
     'Sure, here you go:\n{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"}]}\nAnything else?',
-    '{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"}, {"question": "How ma',
+    '{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"}',  # cut before the closing brackets
     '```\n{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"},]}',  # fence never closed
 ], ids=["code-fence", "trailing-commas", "single-quotes", "prose-around", "truncated", "open-fence"])
 def test_broken_json_is_repaired(reply):
@@ -122,14 +122,28 @@ def test_broken_json_is_repaired(reply):
     assert repaired and value == GOOD
 
 
+def test_a_reply_cut_mid_pair_keeps_the_complete_pairs_and_the_half_for_curation():
+    value, repaired = parse_json_reply(
+        '{"qas": [{"question": "Is it red?", "type": "yesno", "answer": "yes"}, {"question": "How ma')
+    assert repaired and value == {"qas": GOOD["qas"] + [{"question": "How ma"}]}
+    pairs, _ = shape_qas(value)
+    assert pairs[0] == GOOD["qas"][0] and "answer" not in pairs[1]  # curation drops it as "missing answer"
+
+
 def test_apostrophes_inside_double_quotes_survive_repair():
     value, _ = parse_json_reply("{'q': \"what's this?\", 'b': True, 'c': None,}")
     assert value == {"q": "what's this?", "b": True, "c": None}
 
 
-def test_unreadable_reply_raises():
+@pytest.mark.parametrize("reply", ["I cannot describe this image.", "I cannot {", "[", "x {} y"])
+def test_unreadable_reply_raises(reply):
+    # json_repair answers "" or an empty container where it finds nothing: not a value
     with pytest.raises(ReplyError):
-        parse_json_reply("I cannot describe this image.")
+        parse_json_reply(reply)
+
+
+def test_prose_after_a_fence_is_not_read_as_more_json():
+    assert parse_json_reply('Here:\n```json\n{"a": 1}\n```\nThat is all {not json}') == ({"a": 1}, True)
 
 
 def test_replies_are_retried_once_then_dropped_and_counted():
@@ -204,9 +218,10 @@ def test_scripted_build_end_to_end(image_folder, taxonomy_file, tmp_path):
     assert stages["generate"]["replies"] == {"strict": n, "repaired": 4 * n, "retried": n, "dropped": n,
                                              "drop_reasons": {"not JSON": n}}
     assert stages["generate"]["model_calls"] == {"vlm-reply": 7 * n + 2 * n}
-    # per image: one pair without an answer, one twin, one the judge refutes; "Is the
-    # background white?" (asked twice per image) is yes/no, exempt from the blind filter
-    assert stages["curate"]["dropped"] == {"missing answer": n, "near-duplicate": n, "judge disagrees": n}
+    # per image: two pairs without an answer (one written so, one the truncated reply's half
+    # pair), one twin, one the judge refutes; "Is the background white?" (asked twice per
+    # image) is yes/no, exempt from the blind filter
+    assert stages["curate"]["dropped"] == {"missing answer": 2 * n, "near-duplicate": n, "judge disagrees": n}
     assert stages["rank"]["dropped"] == {"beyond the top k": n}  # 7 kept, top 6
     bank = load_qa_bank(result.bank)
     assert sorted(bank) == [f"scene{i}" for i in range(n)]

@@ -110,3 +110,19 @@ def test_valid_items_grade_any_answer(kind, prediction):
         record["choices"] = ["red", "blue", "green"]
     result = grade(parse_item(record), prediction, image_size=(64, 48))
     assert isinstance(result.correct, bool)
+
+
+@FUZZ
+@given(st.one_of(st.text(max_size=80), json_values.map(json.dumps).flatmap(
+    lambda text: st.integers(0, len(text)).map(lambda cut: "Sure: ```json\n" + text[:cut]))))
+def test_model_replies_parse_or_raise_reply_error(reply):
+    # json_repair sits behind parse_json_reply: whatever it makes of a reply, the caller sees
+    # a strict value, a non-empty repaired object or list, or ReplyError
+    from caprecon.cttd.replies import ReplyError, parse_json_reply
+
+    try:
+        value, repaired = parse_json_reply(reply)
+    except ReplyError:
+        return
+    assert not repaired or (isinstance(value, (dict, list)) and value)
+    json.dumps(value)  # plain JSON data
