@@ -216,6 +216,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_nested_usage(sub: argparse._SubParsersAction) -> None:
+    """`caprecon cttd --help` (and cache, store) ends with each of its commands' usage, so every
+    option is found from the command a reader starts at, not only one level further down."""
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        if not nested:
+            continue
+        usages = "\n".join(p.format_usage().rstrip() for p in nested[0].choices.values())
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
+        command.epilog = "\n".join(filter(None, [command.epilog, "commands and their options:", usages]))
+
+
 class _Subcommands:
     """What a command module's `add_parser(subparsers)` receives: `add_parser` as argparse's."""
 
@@ -296,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_cttd_parser(plugins)
     add_scale_parser(plugins)
+    _show_nested_usage(sub)
     return parser
 
 
