@@ -17,7 +17,6 @@ Usage: python benchmarks/overhead.py [--samples 64 1024] [--steps 4] [--threads 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -39,42 +38,15 @@ import transformers  # noqa: E402, F401
 
 IMPORT_SECONDS = time.perf_counter() - started
 
-import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
 
 import caprecon  # noqa: E402
-import caprecon.htmlreport  # noqa: E402
 import tiny_models  # noqa: E402
+from common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 
 
-REPORT_SECONDS: list[float] = []
-
-
-def _timed_report(real):
-    """The HTML report every score run ends with, timed on its own."""
-    def write(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            REPORT_SECONDS.append(time.perf_counter() - t)
-
-    return write
-
-
-def _write_samples(folder: Path, n: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
-    rows = []
-    for i in range(n):
-        path = folder / f"img{i}.jpg"
-        Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path)
-        rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car"})
-    samples = folder / "samples.jsonl"
-    samples.write_text("\n".join(json.dumps(r) for r in rows))
-    return samples
+REPORT = ReportTimer()
 
 
 def _seconds(argv: list[str], rounds: int) -> float:
@@ -96,7 +68,7 @@ def main() -> None:
     parser.add_argument("--startup-rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    caprecon.htmlreport.write_html_report = _timed_report(caprecon.htmlreport.write_html_report)
+    REPORT.install()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -106,21 +78,21 @@ def main() -> None:
         embedder = HFVisionEmbedder(str(dino))
         generator.pipeline, embedder.model  # noqa: B018 -- loaded before any timed run
         load_seconds = time.perf_counter() - t
-        warm = _write_samples(tmp / "warm", 8)  # first calls are slow (allocator, kernels): not a run's cost
+        warm = write_samples(tmp / "warm", 8)[0]  # first calls are slow (allocator, kernels): not a run's cost
         caprecon.score(warm, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
                        cache_dir=str(tmp / "warm-cache"))
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:8.2f} s")
         print(f"model loading                             {load_seconds:8.2f} s   (neither counts below)")
 
         for n in args.samples:
-            samples = _write_samples(tmp / f"n{n}", n)
+            samples = write_samples(tmp / f"n{n}", n)[0]
 
             def run(out: str):
-                REPORT_SECONDS.clear()
+                REPORT.seconds.clear()
                 t = time.perf_counter()
                 res = caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
                                      batch_size=16, cache_dir=str(tmp / f"cache{n}"), out=tmp / f"{out}{n}")
-                return time.perf_counter() - t, sum(REPORT_SECONDS), res
+                return time.perf_counter() - t, sum(REPORT.seconds), res
 
             first_wall, first_report, first = run("first")
             cached_wall, cached_report, cached = run("cached")
@@ -137,7 +109,7 @@ def main() -> None:
             print(f"  the same without the report {(first_wall - first_report) / (cached_wall - cached_report):8.1f}")
 
         # start-up: a fresh interpreter running a fully cached 64-sample score from the CLI
-        samples = _write_samples(tmp / "cli", 64)
+        samples = write_samples(tmp / "cli", 64)[0]
         cli = [sys.executable, "-m", "caprecon.cli", "score", "-i", str(samples), "-m", "recon", "--generator", str(sd),
                "--embedder", str(dino), "--max-side", str(args.side), "--generator-opt", f"steps={args.steps}",
                "--generator-opt", "batch_size=8", "--cache-dir", str(tmp / "cli-cache"), "--quiet"]

@@ -18,7 +18,6 @@ Usage: python benchmarks/throughput.py [--samples 128] [--steps 2 8] [--rounds 2
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -42,26 +41,15 @@ import numpy as np  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import caprecon  # noqa: E402
-import caprecon.htmlreport  # noqa: E402
 import tiny_models  # noqa: E402
+from common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct import ReconstructionSpec  # noqa: E402
 
 GOAL = 0.95
 BATCH = 16
-REPORT_SECONDS: list[float] = []
-
-
-def _timed_report(real):
-    def write(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            REPORT_SECONDS.append(time.perf_counter() - t)
-
-    return write
+REPORT = ReportTimer()
 
 
 def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: list[dict], side: int) -> None:
@@ -89,19 +77,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    caprecon.htmlreport.write_html_report = _timed_report(caprecon.htmlreport.write_html_report)
+    REPORT.install()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         sd, dino = tiny_models.build_tiny_sd(tmp / "sd"), tiny_models.build_tiny_dinov2(tmp / "dino")
-        rng = np.random.default_rng(0)
-        rows = []
-        for i in range(args.samples):
-            path = tmp / f"img{i}.jpg"
-            Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path, quality=90)
-            rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car"})
-        samples = tmp / "samples.jsonl"
-        samples.write_text("\n".join(json.dumps(r) for r in rows))
+        samples, rows = write_samples(tmp / "samples", args.samples)
 
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
         for steps in args.steps:
@@ -116,12 +97,12 @@ def main() -> None:
                 t = time.perf_counter()
                 raw_loop(generator, embedder, rows, args.side)
                 raw.append(time.perf_counter() - t)
-                REPORT_SECONDS.clear()
+                REPORT.seconds.clear()
                 t = time.perf_counter()
                 caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
                                batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"), out=tmp / f"out-{steps}-{r}")
                 ours.append(time.perf_counter() - t)
-                report.append(sum(REPORT_SECONDS))
+                report.append(sum(REPORT.seconds))
             raw_s, ours_s, report_s = (statistics.median(v) for v in (raw, ours, report))
             n = args.samples
             print(f"{steps} steps: load + warm-up {load:.2f} s; {n} samples, median of {args.rounds} rounds")

@@ -1,0 +1,47 @@
+"""Pieces the scoring benchmarks share: the synthetic samples they score and a timer for
+the HTML report every `score` run ends with (timed on its own, so a ratio can be read
+with and without it)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+
+class ReportTimer:
+    """Wraps `caprecon.htmlreport.write_html_report` and adds up the seconds it takes."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def install(self) -> None:
+        import caprecon.htmlreport
+
+        real = caprecon.htmlreport.write_html_report
+
+        def write(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                self.seconds.append(time.perf_counter() - started)
+
+        caprecon.htmlreport.write_html_report = write
+
+
+def write_samples(folder: Path, n: int) -> tuple[Path, list[dict]]:
+    """`n` random 320x240 JPEGs with captions, as `samples.jsonl` in `folder`, and its rows."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        path = folder / f"img{i}.jpg"
+        Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path)
+        rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car"})
+    samples = folder / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps(r) for r in rows))
+    return samples, rows
