@@ -85,3 +85,50 @@ def test_reconstructions_are_embedded_from_memory_as_from_the_stored_file(tmp_pa
         assert r.image().tobytes() == read_verified(r.path, r.checksum).tobytes()
     cached = ctx.reconstructor(generator, ReconstructionSpec(max_side=32)).reconstruct(items)
     assert all(r.pixels is None for r in cached)  # found in the store: read from the file when needed
+
+
+def test_report_thumbnails_are_made_while_the_run_works_and_never_again(tmp_path, monkeypatch):
+    """The first run's thumbnails are made by the background writer (none left for the
+    report at the end); a cached run into a new folder encodes none, its report links the
+    store's; pruning the cache drops them, and a later report makes them again."""
+    import threading
+
+    from caprecon import cache_cli
+    from caprecon.htmlreport import thumbs as thumbs_module
+
+    samples = _samples(tmp_path)
+    encodes = []
+    real = thumbs_module._encode
+
+    def counting(source, target, side):
+        encodes.append((threading.current_thread().name, source))
+        return real(source, target, side)
+
+    monkeypatch.setattr(thumbs_module, "_encode", counting)
+
+    def run(out):
+        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
+
+    run("first")
+    # five photos and five reconstructions, all in the background thread; the broken file is
+    # tried once there and once more by the report, and makes none
+    made = [(name, source) for name, source in encodes if not source.endswith("broken.jpg")]
+    assert len(made) == 10 and {name for name, _ in made} == {"caprecon-thumbs_0"}
+    assert len(encodes) == 12
+    first = sorted(p.name for p in (tmp_path / "first" / "report_files" / "thumbs").iterdir())
+    assert len(first) == 10
+    encodes.clear()
+    run("again")
+    assert [source for _, source in encodes] == [str(tmp_path / "broken.jpg")] * 2
+    again = tmp_path / "again" / "report_files" / "thumbs"
+    assert sorted(p.name for p in again.iterdir()) == first
+    cached = {p.name: p for p in (tmp_path / "cache" / "thumbs").rglob("*.jpg")}
+    assert all((again / name).read_bytes() == cached[name].read_bytes() for name in first)
+    assert cache_cli.cache_info(tmp_path / "cache")["thumbnails"]["files"] == 10
+
+    report = cache_cli.prune(tmp_path / "cache", max_size=0)
+    assert report["thumbnails_removed"] == 10 and not list((tmp_path / "cache" / "thumbs").rglob("*.jpg"))
+    encodes.clear()
+    run("third")  # everything regenerated (pruned), thumbnails made again
+    assert len(encodes) == 12

@@ -379,3 +379,70 @@ def test_secret_looking_options_are_masked_and_others_kept():
                                        "api_key_env": "MY_KEY", "tokens_cut": 3}
     assert masked["command"] == ["caprecon", f"--judge-opt=token={MASK}", "--llm-opt", f"password={MASK}"]
     assert masked["note"] == f"server said: bad key {MASK}"
+
+
+# -- writes overlapping the next model -------------------------------------------------
+
+
+def test_written_behind_images_keep_their_claims_until_they_are_in_the_store(tmp_path, monkeypatch):
+    """With write_behind, put_images returns before the PNG is written; until it is, the
+    key stays claimed (another process waits rather than generating it again), this
+    process's own reads wait for it, and then the claim is released."""
+    import threading
+
+    import caprecon.store as store_module
+    from PIL import Image
+
+    gate, real = threading.Event(), store_module._png_bytes
+    monkeypatch.setattr(store_module, "_png_bytes", lambda image: (gate.wait(10), real(image))[1])
+    mine, other = Store(tmp_path), Store(tmp_path)
+    key = content_key("reconstruction", caption="a red circle")
+    assert mine.claim([key]) == {key}
+    mine.write_behind = True
+    with mine.holding([key]) as handed:
+        stored = mine.put_images("reconstruction", {key: (Image.new("RGB", (8, 8), "red"), {"n": 1})}, release=[key])
+        handed.add(key)
+    (record, path, checksum), = stored.values()
+    assert record == {"n": 1} and checksum is None and not path.exists()  # queued, not written
+    assert other.claim([key]) == set() and other.get_images([key]) == {}  # still claimed, not yet there
+    gate.set()
+    assert key in mine.get_images([key])  # a read of this process waits for its own writes
+    assert path.exists() and other.claim([key]) == {key}  # written, and the claim went with the write
+
+
+def test_a_failed_cache_write_stops_the_run_and_names_the_cache(tmp_path, monkeypatch):
+    import caprecon.store as store_module
+
+    samples = _samples(tmp_path, n=4)
+
+    def full(image):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module, "_png_bytes", full)
+    with pytest.raises(RunError, match="No space left on device") as stopped:
+        _score(samples, tmp_path / "cache", batch_size=2, out=tmp_path / "out")
+    assert str(tmp_path / "cache") in str(stopped.value)
+    assert not (tmp_path / "out" / "scores.jsonl").read_text().strip()  # no row names an image that is not stored
+
+
+def test_every_row_written_names_a_stored_reconstruction(tmp_path):
+    samples = _samples(tmp_path)
+    seen = []
+    real = caprecon.api.run_local
+
+    def watching(*args, **kwargs):
+        given = kwargs.get("on_rows")
+
+        def check(rows):  # called right after the batch's rows are written to scores.jsonl
+            seen.extend(Path(r["reconstruction"]).is_file() for r in rows)
+            if given:
+                given(rows)
+
+        return real(*args, **{**kwargs, "on_rows": check})
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(caprecon.api, "run_local", watching):
+        result = _score(samples, tmp_path / "cache", batch_size=2, out=tmp_path / "out")
+    assert seen == [True] * len(CAPTIONS) and result.manifest["cache"]["generated"] == len(CAPTIONS)
+    assert verify(tmp_path / "cache")["ok"]

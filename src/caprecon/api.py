@@ -126,20 +126,24 @@ def score(
             indent=2, default=str))
     store = _open_store(cfg, out_dir)
     ctx = Context(store)
+    thumbnails = _thumbnail_writer(out_dir, store)
 
     try:
         if executor == "ray":
             from .run.ray import run_ray
 
             records = run_ray(rows, built, cfg, ctx, done=done, progress=progress, row_numbers=row_numbers,
-                              scores_path=out_dir / "scores.jsonl" if out_dir else None, **(ray or {}))
+                              scores_path=out_dir / "scores.jsonl" if out_dir else None,
+                              on_rows=thumbnails.add if thumbnails else None, **(ray or {}))
         elif executor == "local":
             records = run_local(rows, built, ctx, batch_size=cfg.batch_size, workers=cfg.workers, done=done,
                                 row_numbers=row_numbers, scores_path=out_dir / "scores.jsonl" if out_dir else None,
-                                progress=progress)
+                                progress=progress, on_rows=thumbnails.add if thumbnails else None)
         else:
             raise ConfigError(f"--executor must be local or ray, not {executor!r}")
     except (RunInterrupted, RunError) as stop:
+        if thumbnails:
+            thumbnails.close(wait=False)
         if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
             summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
             status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
@@ -148,6 +152,10 @@ def score(
                 "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
                 "rows_written": len(stop.records), "cache": ctx.stats(),
                 **({"error": str(stop)} if status == "stopped" else {})}))
+        raise
+    except BaseException:
+        if thumbnails:
+            thumbnails.close(wait=False)
         raise
     summary = summarise(records, metric_names)
     manifest = {
@@ -182,8 +190,22 @@ def score(
             write_report(records, out_dir, metric="turing")
         from .htmlreport import write_html_report
 
+        if thumbnails:
+            thumbnails.close()  # the report finds the thumbnails made while the run worked
         write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
+
+
+def _thumbnail_writer(out_dir: Path | None, store: Any):
+    """Makes the report's thumbnails while the run works (into the store's thumbnail cache,
+    linked into the run folder), so the report at the end has little left to do."""
+    if out_dir is None:
+        return None
+    from .htmlreport.page import FILES
+    from .htmlreport.thumbs import ThumbnailWriter, cache_folder
+
+    return ThumbnailWriter(out_dir, out_dir / FILES / "thumbs",
+                           cache=None if store.read_only else cache_folder(store.root))
 
 
 def check_images(rows: Sequence[Sample], metrics: Sequence[Metric]) -> None:

@@ -88,7 +88,21 @@ def cache_info(root: str | Path) -> dict[str, Any]:
         about = json.loads(described[fingerprint]) if fingerprint in described else {}
         models.append({"fingerprint": fingerprint, "model": _model_name(about), "entries": n,
                        "bytes": (v or 0) + (f or 0)})
-    return {"root": str(store.root), "kinds": kinds, "models": models}
+    thumbs = _thumbnails(store.root)
+    return {"root": str(store.root), "kinds": kinds, "models": models,
+            "thumbnails": {"files": len(thumbs), "bytes": sum(size for _, size in thumbs)}}
+
+
+def _thumbnails(root: Path) -> list[tuple[Path, int]]:
+    """The report thumbnails cached under the store (`thumbs/`): a disposable cache, made again when missing."""
+    folder = root / "thumbs"
+    out = []
+    for path in folder.rglob("*.jpg") if folder.is_dir() else []:
+        try:
+            out.append((path, path.stat().st_size))
+        except OSError:
+            continue
+    return out
 
 
 def _descriptions(db: sqlite3.Connection) -> dict[str, str]:
@@ -276,10 +290,13 @@ def prune(root: str | Path, *, older_than: float | None = None, model: str | Non
             if key not in doomed:
                 doomed.add(key)
                 kept -= size
+    thumbs = _thumbnails(root)
     report = {"root": str(root), "entries": len(entries), "removed": len(doomed), "bytes_before": total,
-              "bytes_after": kept, "dry_run": dry_run}
+              "bytes_after": kept, "dry_run": dry_run, "thumbnails_removed": len(thumbs) if doomed else 0}
     if dry_run or not doomed:
         return report
+    for path, _ in thumbs:  # report thumbnails are not tied to entries: they go, and are made again when needed
+        path.unlink(missing_ok=True)
     db.execute("BEGIN IMMEDIATE")
     db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
     db.execute("COMMIT")
@@ -350,6 +367,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     for row in info["models"]:
         print(f"  {row['fingerprint'] or '(unrecorded)':26s} {row['model'] or '':40s} {row['entries']:8d} entries  "
               f"{_human(row['bytes'])}")
+    thumbs = info["thumbnails"]
+    print(f"report thumbnails: {thumbs['files']} files  {_human(thumbs['bytes'])}  (made again when missing)")
     return 0
 
 
@@ -387,6 +406,8 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     verb = "would remove" if report["dry_run"] else "removed"
     print(f"{verb} {report['removed']} of {report['entries']} entries: "
           f"{_human(report['bytes_before'])} -> {_human(report['bytes_after'])}")
+    if report["thumbnails_removed"]:
+        print(f"{verb} {report['thumbnails_removed']} cached report thumbnails (made again when a report needs them)")
     if report.get("note"):
         print(report["note"])
     return 0

@@ -112,8 +112,8 @@ class Reconstruction:
         image = read_verified(self.path, self.checksum)
         if image is None and self.regenerate is not None:
             fresh = self.regenerate()
-            self.path, self.checksum = fresh.path, fresh.checksum
-            image = read_verified(self.path, self.checksum)
+            self.path, self.checksum, self.pixels = fresh.path, fresh.checksum, fresh.pixels
+            image = fresh.pixels if fresh.pixels is not None else read_verified(self.path, self.checksum)
         if image is None:
             raise StoreError(f"cached reconstruction {self.path} is missing or damaged; "
                              f"run `caprecon cache verify --repair`")
@@ -214,13 +214,13 @@ class Reconstructor:
         while pending:
             mine = self.store.claim(list(pending))
             if mine:
-                with self.store.holding(mine):
+                with self.store.holding(mine) as handed:
                     # another process may have finished some between our look and our claim
                     done = self.store.get_images(sorted(mine), verify=True)
                     todo = {k: pending[k] for k in pending if k in mine and k not in done}
                     out.update(done)
                     if todo:
-                        out.update(self._generate(todo))
+                        out.update(self._generate(todo, handed))
                 for key in mine:
                     pending.pop(key)
             if pending:
@@ -234,7 +234,9 @@ class Reconstructor:
                     pending.pop(key)
         return out
 
-    def _generate(self, todo: dict[str, GenerationRequest]) -> dict[str, tuple]:
+    def _generate(self, todo: dict[str, GenerationRequest], handed: set[str]) -> dict[str, tuple]:
+        """Generate and store `todo`; their claims go with the write (released once the
+        images are in the store, which may be after this returns: `Store.write_behind`)."""
         started = time.perf_counter()
         results = self.generator.generate([self._sized(r) for r in todo.values()])
         self.model_seconds += time.perf_counter() - started
@@ -243,9 +245,10 @@ class Reconstructor:
             items[key] = (generated.image, {"prompt": request.prompt, "seed": request.seed,
                                             "width": generated.image.width, "height": generated.image.height,
                                             "tokens_cut": generated.tokens_cut, "detail": generated.detail})
-        stored = self.store.put_images(self.KIND, items, model=self.generator)
+        stored = self.store.put_images(self.KIND, items, model=self.generator, release=list(items))
+        handed.update(items)
         self.generated += len(todo)
-        # PNG is lossless: the pixels in memory are those of the stored file
+        # PNG is lossless: the pixels in memory are those of the stored file (or will be)
         return {key: (*entry, _rgb(items[key][0])) for key, entry in stored.items()}
 
 

@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -132,6 +133,11 @@ class Store:
         self._folders: set[Path] = set()  # image folders known to exist
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
+        #: queue image writes on a background thread (`put_images` returns at once; every read and
+        #: `flush()` wait for them). The local executor turns it on and flushes before it writes rows.
+        self.write_behind = False
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
         if not self.read_only:
             (self.root / "images").mkdir(parents=True, exist_ok=True)
@@ -337,32 +343,60 @@ class Store:
         return self.root / "images" / key[:2] / f"{key}.png"
 
     def put_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]],
-                   model: Any = None) -> dict[str, tuple[dict[str, Any], Path, str]]:
-        """Images with their JSON records; each file's checksum and size go into the index.
-        Returns what `get_images` would: (record, path, file checksum) by key."""
+                   model: Any = None, *, release: Iterable[str] = ()) -> dict[str, tuple[dict[str, Any], Path, str | None]]:
+        """Images with their JSON records; each file's checksum and size go into the index, and
+        the claims on `release` are dropped once they are written. Returns what `get_images`
+        would: (record, path, file checksum) by key — with `write_behind`, the write is queued
+        and the checksum is None (the caller keeps the pixels it gave)."""
         self._require_writable()
-        rows, stored = [], {}
-        for key, (image, record) in items.items():
-            data = _png_bytes(image)
-            path = self.image_path(key)
-            if path.parent not in self._folders:  # one mkdir per folder and store, not per image
-                path.parent.mkdir(parents=True, exist_ok=True)
-                self._folders.add(path.parent)
-            partial = path.with_suffix(f".{os.getpid()}.part")
-            partial.write_bytes(data)
-            os.replace(partial, path)  # a crash never leaves a half-written image under the key
-            digest = sha256(data)
-            rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
-                         {"file_checksum": digest, "file_size": len(data)}))
-            stored[key] = (record, path, digest)
-        self._put(rows, model)
-        return stored
+        release = list(release)
+        if not self.write_behind:
+            return self._write_images(kind, items, model, release)
+        fingerprint = self._register_model(model)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="caprecon-write")
+        self._pending.append(self._writer.submit(self._write_images, kind, items, fingerprint, release))
+        return {key: (record, self.image_path(key), None) for key, (_, record) in items.items()}
+
+    def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
+                      release: list[str]) -> dict[str, tuple[dict[str, Any], Path, str]]:
+        try:
+            rows, stored = [], {}
+            for key, (image, record) in items.items():
+                data = _png_bytes(image)
+                path = self.image_path(key)
+                if path.parent not in self._folders:  # one mkdir per folder and store, not per image
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._folders.add(path.parent)
+                partial = path.with_suffix(f".{os.getpid()}.part")
+                partial.write_bytes(data)
+                os.replace(partial, path)  # a crash never leaves a half-written image under the key
+                digest = sha256(data)
+                rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
+                             {"file_checksum": digest, "file_size": len(data)}))
+                stored[key] = (record, path, digest)
+            self._put(rows, model)
+            return stored
+        finally:
+            if release:
+                self.release(release)
+
+    def flush(self) -> None:
+        """Wait for the queued image writes; the first that failed raises here."""
+        pending, self._pending = self._pending, []
+        failed = next((f.exception() for f in pending if f.exception() is not None), None)
+        if isinstance(failed, StoreError):
+            raise failed
+        if failed is not None:  # a full disk, a lost file system: the run cannot keep what it computes
+            raise StoreError(f"writing to the cache {self.root} failed: {type(failed).__name__}: {failed}") from failed
 
     def get_images(self, keys: list[str], *, verify: bool = False) -> dict[str, tuple[dict[str, Any], Path, str | None]]:
         """(record, path, file checksum) of each stored image whose file is present at its
         recorded size, and with `verify` also matches its checksum. Without `verify` the
         full check waits until the file is read (`read_verified`), so a run that needs no
-        pixels reads none."""
+        pixels reads none. Images this store is still writing (`write_behind`) are waited for."""
+        if self._pending:
+            self.flush()
         found: dict[str, tuple[dict[str, Any], Path, str | None]] = {}
         for key, value, checksum, file_checksum, file_size in self._rows(
                 keys, "key, value, checksum, file_checksum, file_size"):
@@ -444,9 +478,12 @@ class Store:
         self._guard(extend)
 
     @contextmanager
-    def holding(self, keys: Iterable[str]) -> Iterator[None]:
-        """Keep the leases on `keys` alive while the block runs, and release them after."""
+    def holding(self, keys: Iterable[str]) -> Iterator[set[str]]:
+        """Keep the leases on `keys` alive while the block runs, and release them after —
+        except those the block adds to the set it is given (handed to `put_images(release=...)`,
+        which releases them once their images are written)."""
         keys = list(keys)
+        handed: set[str] = set()
         stop = threading.Event()
 
         def heartbeat():
@@ -459,11 +496,11 @@ class Store:
         beat = threading.Thread(target=heartbeat, name="caprecon-claims", daemon=True)
         beat.start()
         try:
-            yield
+            yield handed
         finally:
             stop.set()
             beat.join()
-            self.release(keys)
+            self.release([k for k in keys if k not in handed])
 
 
 def _holder_alive(owner: str) -> bool:

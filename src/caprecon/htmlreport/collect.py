@@ -228,13 +228,6 @@ def manifest_highlights(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def image_fields(record: Mapping[str, Any]) -> tuple[str | None, list[str]]:
-    """The original's path and the paths of the row's reconstructions."""
-    original = record.get("image") if isinstance(record.get("image"), str) else None
-    recons = [v for k, v in record.items() if "reconstruction" in k and isinstance(v, str) and v]
-    return original, recons
-
-
 def flips(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The turing questions right on the original and wrong on the reconstruction."""
     return [

@@ -18,7 +18,7 @@ from markupsafe import Markup
 
 from ..report import UPPER, category_table, radar_chart
 from . import collect, svg
-from .thumbs import make_thumbnails
+from .thumbs import cache_folder, make_thumbnails, record_images, resolve
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +63,6 @@ def json_for_script(value: Any) -> Markup:
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
-def _resolve(path: str, run: Path) -> str:
-    if os.path.isabs(path) or os.path.exists(path):
-        return path
-    return os.path.join(run, path)  # a path written relative to the run folder
-
-
 def _rounded(value: Any) -> float | None:
     # six decimals: the page shows four, and ten thousand rows of full floats would double the page's size
     return round(float(value), 6) if collect.is_number(value) else None
@@ -76,14 +70,14 @@ def _rounded(value: Any) -> float | None:
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
-             progress: bool) -> dict[str, Any]:
+             progress: bool, cache: Path | None) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
-        original, reconstructions = collect.image_fields(record)
-        originals.append(_resolve(original, run) if original else None)
-        recons.append([_resolve(p, run) for p in reconstructions])
+        original, reconstructions = record_images(record, run)
+        originals.append(original)
+        recons.append(reconstructions)
     thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps], out / FILES / "thumbs",
-                             progress=progress)
+                             cache=cache, progress=progress)
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
@@ -186,7 +180,7 @@ def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
         if record.get("source") and "source" not in card:
             card["source"] = str(record["source"])
         if isinstance(record.get("image"), str) and record["image"] and image_id not in paths:
-            paths[image_id] = _resolve(record["image"], run)  # an import writes images/ relative to the folder
+            paths[image_id] = resolve(record["image"], run)  # an import writes images/ relative to the folder
     thumbs = make_thumbnails(list(paths.values()), out / FILES / "thumbs", progress=progress)
     for image_id, card in images.items():
         if image_id in paths:
@@ -249,8 +243,10 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
               for r in records if r.get("error")]
     bank = _bank(run, out, progress=progress)
+    store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
-                        group_by=group_by, progress=progress) if records else None)
+                        group_by=group_by, progress=progress, cache=cache_folder(store.get("root")))
+               if records else None)
 
     sections = [("summary", "Summary")] if summary else []
     sections += [("selection", "Selection curve")] if curve else []

@@ -3,21 +3,33 @@
 A thumbnail's name is a hash of its source's path, size and modification time: the same
 picture shown by many rows (one original, several captioners) is written once, and a
 report rendered again reuses what is already there.
+
+Two things keep thumbnails off a run's critical path:
+- a store-wide cache (`thumbs/` under the cache folder): a thumbnail made once is linked
+  (or copied, across file systems) into every later run's `report_files/thumbs/`, so a
+  fully cached run into a new folder decodes and encodes no picture for its report;
+- `ThumbnailWriter`: while a `score` run works, a background thread makes the thumbnails
+  of each finished batch, so the report at the end finds them done.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from PIL import Image
 from tqdm.auto import tqdm
 
+log = logging.getLogger(__name__)
+
 THUMB_SIDE = 256  # shown at half that size, so they stay sharp on high-density screens
 QUALITY = 82
+CACHE_FOLDER = "thumbs"  # under a store's root
 
 
 def _name(source: str) -> str | None:
@@ -29,32 +41,135 @@ def _name(source: str) -> str | None:
     return digest + ".jpg"
 
 
-def _write(source: str, target: Path, side: int) -> bool:
-    if target.exists():
-        return True
+def cache_folder(store_root: str | Path | None) -> Path | None:
+    """The thumbnail cache of the store at `store_root`, when there is one this process may write."""
+    if not store_root:
+        return None
+    root = Path(store_root)
+    folder = root / CACHE_FOLDER
+    if folder.is_dir():
+        return folder if os.access(folder, os.W_OK) else None
+    return folder if root.is_dir() and os.access(root, os.W_OK) else None
+
+
+class _Unreadable(Exception):
+    """The source picture cannot be read: no other place to write its thumbnail would help."""
+
+
+def _encode(source: str, target: Path, side: int) -> bool:
+    """Write the thumbnail; False when `target` cannot be written, `_Unreadable` when `source` cannot be read."""
     try:
         with Image.open(source) as im:
             im.draft("RGB", (side, side))  # JPEG sources decode at a reduced scale: much faster
             im = im.convert("RGB")
             im.thumbnail((side, side), Image.Resampling.BILINEAR, reducing_gap=2.0)
-            partial = target.with_suffix(".part")
-            im.save(partial, "JPEG", quality=QUALITY, optimize=False)
-            os.replace(partial, target)  # never leave a half-written thumbnail under its final name
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise _Unreadable(source) from exc
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f"{target.stem}.{os.getpid()}.{id(im)}.part")
+        im.save(partial, "JPEG", quality=QUALITY, optimize=False)
+        os.replace(partial, target)  # never leave a half-written thumbnail under its final name
         return True
-    except (OSError, ValueError, Image.DecompressionBombError):
+    except OSError:
         return False
 
 
-def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_SIDE,
+def _link(cached: Path, target: Path) -> bool:
+    """Put the cached thumbnail at `target`: a hard link where the file system allows, else a copy."""
+    try:
+        os.link(cached, target)
+        return True
+    except FileExistsError:
+        return True
+    except OSError:
+        try:
+            partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+            shutil.copyfile(cached, partial)
+            os.replace(partial, target)
+            return True
+        except OSError:
+            return False
+
+
+def _write(source: str, target: Path, side: int, cache: Path | None = None) -> bool:
+    if target.exists():
+        return True
+    try:
+        if cache is not None:
+            cached = cache / target.name[:2] / target.name
+            if (cached.exists() or _encode(source, cached, side)) and _link(cached, target):
+                return True
+        return _encode(source, target, side)  # no cache, or it cannot be written: the run folder still gets one
+    except _Unreadable:
+        return False
+
+
+def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_SIDE, cache: Path | None = None,
                     progress: bool = False) -> dict[str, str | None]:
-    """{source path: thumbnail file name in `folder`, or None when the source is missing or unreadable}."""
+    """{source path: thumbnail file name in `folder`, or None when the source is missing or unreadable}.
+    With `cache` (a store's thumbnail folder), thumbnails made before are linked rather than made."""
     folder.mkdir(parents=True, exist_ok=True)
     unique = list(dict.fromkeys(sources))
     targets = {src: _name(src) for src in unique}
     jobs = [(src, folder / name) for src, name in targets.items() if name]
     workers = min(8, (os.cpu_count() or 1) + 1)
     with ThreadPoolExecutor(workers) as pool:  # decoding and resizing release the GIL
-        done = list(tqdm(pool.map(lambda job: _write(*job, side), jobs), total=len(jobs), desc="thumbnails",
+        done = list(tqdm(pool.map(lambda job: _write(*job, side, cache), jobs), total=len(jobs), desc="thumbnails",
                          unit="image", disable=not progress or len(jobs) < 50, dynamic_ncols=True))
     written = {src: target.name for (src, target), ok in zip(jobs, done) if ok}
     return {src: written.get(src) for src in unique}
+
+
+def resolve(path: str, run: Path) -> str:
+    """A record's image path as the report reads it: as written when it exists (or is
+    absolute), else relative to the run folder."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return path
+    return os.path.join(run, path)
+
+
+def record_images(record: Mapping[str, Any], run: Path) -> tuple[str | None, list[str]]:
+    """The original's path and the paths of the row's reconstructions, resolved as the report does."""
+    original = record.get("image") if isinstance(record.get("image"), str) else None
+    recons = [v for k, v in record.items() if "reconstruction" in k and isinstance(v, str) and v]
+    return (resolve(original, run) if original else None), [resolve(p, run) for p in recons]
+
+
+class ThumbnailWriter:
+    """Makes the thumbnails of a run's rows in one background thread while the run works.
+
+    `add(rows)` queues each row's original and reconstructions (those already queued are
+    skipped) and returns at once; `close()` waits for the queue. A thumbnail that cannot
+    be made now is simply left for the report, which tries again and says why."""
+
+    def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE):
+        self.run, self.folder, self.cache, self.side = run, folder, cache, side
+        self._seen: set[str] = set()
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
+        self._pending: list[Future] = []
+        self.made = 0
+
+    def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        paths = []
+        for row in rows:
+            original, recons = record_images(row, self.run)
+            paths += [p for p in [original, *recons] if p and p not in self._seen]
+        self._seen.update(paths)
+        if paths:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._pool.submit(self._make, paths))
+
+    def _make(self, paths: list[str]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in paths:
+            name = _name(path)
+            if name and _write(path, self.folder / name, self.side, self.cache):
+                self.made += 1
+
+    def close(self, *, wait: bool = True) -> None:
+        """Wait for the queued thumbnails (`wait=False`: drop those not started, e.g. on Ctrl-C)."""
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        for future in self._pending:
+            if future.done() and not future.cancelled() and future.exception() is not None:
+                log.debug("thumbnails: %s", future.exception())

@@ -82,7 +82,7 @@ class HFVisionEmbedder:
         model, processor = self.model, self._processor
         chunks = []
         for start in range(0, len(images), self.batch_size):
-            batch = [im.convert("RGB") for im in images[start : start + self.batch_size]]
+            batch = [im if im.mode == "RGB" else im.convert("RGB") for im in images[start : start + self.batch_size]]
             pixels = processor(images=batch, return_tensors="pt")["pixel_values"].to(self.device, self.dtype)
             with torch.inference_mode():
                 if self.joint:

@@ -175,16 +175,24 @@ class DiffusersGenerator:
                 with torch.inference_mode():
                     result = pipe(prompt=prompts, width=width, height=height, generator=generators,
                                   output_type="pil", **options)
-                for i, image in zip(chunk, result.images):
-                    cut = self.tokens_cut(requests[i].prompt)
-                    out[i] = Generated(image=image.convert("RGB"), tokens_cut=max(cut.values(), default=0),
+                for i, image, cut in zip(chunk, result.images, self.tokens_cut_batch(prompts)):
+                    out[i] = Generated(image=image if image.mode == "RGB" else image.convert("RGB"),
+                                       tokens_cut=max(cut.values(), default=0),
                                        detail={"tokens_cut_by_encoder": cut} if any(cut.values()) else {})
         return out  # type: ignore[return-value]
 
     def tokens_cut(self, prompt: str) -> dict[str, int]:
         """Prompt tokens each of the pipeline's text encoders will drop."""
-        return {attr: max(0, len(tok(prompt, add_special_tokens=True, verbose=False)["input_ids"]) - limit)
-                for attr, tok, limit in self._token_limits}
+        return self.tokens_cut_batch([prompt])[0]
+
+    def tokens_cut_batch(self, prompts: Sequence[str]) -> list[dict[str, int]]:
+        """`tokens_cut` of many prompts, each tokenizer called once for all of them."""
+        out: list[dict[str, int]] = [{} for _ in prompts]
+        for attr, tok, limit in self._token_limits:
+            ids = tok(list(prompts), add_special_tokens=True, verbose=False)["input_ids"]
+            for counts, one in zip(out, ids):
+                counts[attr] = max(0, len(one) - limit)
+        return out
 
     @cached_property
     def _token_limits(self) -> list[tuple[str, Any, int]]:

@@ -26,7 +26,7 @@ import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -186,12 +186,14 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
               scores_path: Path | None = None, progress: bool = True,
               done: dict[str, dict[str, Any]] | None = None, fields: dict[str, Any] | None = None,
               append: bool = False, desc: str = "scoring", workers: int = 4,
-              row_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+              row_numbers: Sequence[int] | None = None,
+              on_rows: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """Score `samples` in batches. `done` maps ids to rows a killed run already wrote (kept, not
     scored again); `fields` are added to every record; `append` adds this call's rows to
     `scores_path` after those of an earlier call (several generators in one file) instead of
     replacing it; `row_numbers` are the samples' rows in the input, for messages (a shard's
-    samples are a slice of it). `workers` threads read, hash and decode the next batch's images
+    samples are a slice of it); `on_rows` gets each finished batch's rows (the HTML report's
+    thumbnails are made from them in the background). `workers` threads read, hash and decode the next batch's images
     while the models work on this one (one batch ahead, so memory stays bounded; 0: in line)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
@@ -211,6 +213,11 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     pool = ThreadPoolExecutor(workers, thread_name_prefix="caprecon-read") if workers else None
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     reader = _BatchReader(ctx, caption_only, pool)
+    store = ctx.store
+    behind = store.write_behind
+    # reconstructions are written while the next model (the embedder, a judge) works; each
+    # batch's writes finish before its rows are written, so a row never names a missing file
+    store.write_behind = not store.read_only
     try:
         upcoming = reader.submit(batches[0]) if batches else None
         for number, batch in enumerate(batches):
@@ -236,10 +243,13 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                         _fail(rows[pos], message, failure_reason(runner.metric.name, result))
                     else:
                         rows[pos].update(result)
+            _flush(store)
             for (index, _), row in zip(batch, rows):
                 by_position[index] = row
             if sink:
                 _write_lines(sink, rows)
+            if on_rows:
+                on_rows(rows)
             bar.update(len(batch))
     except KeyboardInterrupt:
         raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
@@ -247,6 +257,11 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         stop.records = [by_position[i] for i in sorted(by_position)]
         raise
     finally:
+        try:
+            store.flush()  # what was generated before a stop is kept
+        except Exception as exc:  # the error that stopped the run is the one to report
+            log.warning("a cache write failed: %s", exc)
+        store.write_behind = behind
         if pool:
             pool.shutdown(cancel_futures=True)
         bar.close()
@@ -256,6 +271,13 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     if scores_path and not append:
         _rewrite(scores_path, records)  # the finished file: every row once, in input order
     return records
+
+
+def _flush(store) -> None:
+    try:
+        store.flush()
+    except StoreError as exc:
+        raise RunError(str(exc)) from exc
 
 
 class _BatchReader:
