@@ -2,18 +2,25 @@
 
 Tiny diffusers + DINOv2 models built locally; every generated image also costs `--busy`
 seconds of pure-Python CPU work (tests/scale_models.BusyGenerator), so the reconstruct stage
-dominates the way a real generator does on a GPU. Each run starts from an empty store. Prints:
+dominates the way a real generator does on a GPU. Each run starts from an empty store.
 
-- Ray's fixed start-up cost (ray.init of a local cluster), and the fixed cost of each Ray run
-  (starting its stages' actors: a run of 2 samples without the extra work)
-- wall time: local executor; Ray with 1 reconstruct worker; Ray with 2
-- speed-up of 2 workers over 1                                (goal >= 1.6 on 2 cores)
+A Ray run pays a fixed cost before its first sample: each actor is a fresh process that
+imports torch and loads its models (on a GPU cluster, loading a real checkpoint: tens of
+seconds). To separate that from how throughput scales, every Ray configuration runs twice,
+on `--small` and on `--samples` samples: the difference is the time the extra samples
+took (the steady state), and what is left of the small run is the fixed cost.
+
+Prints:
+- Ray's start-up (ray.init of a local cluster), once per process
+- per configuration and worker count: wall time of the full run, fixed cost per run, and
+  seconds per sample in the steady state
+- speed-up of 2 workers over 1 in the steady state        (goal >= 1.6 on 2 cores)
+  and over whole runs of `--samples` (fixed costs included)
+- configurations: the metric stage in a pool of its own (the default), and run inside the
+  reconstruct actors (`--stage recon:with=reconstruct`)
 - the machine's load average before and after, since the cores may be shared
 
-The Ray wall times include starting each stage's actors (each imports torch and loads the
-tiny models), which is paid once per run, not per sample.
-
-Usage: python benchmarks/executors.py [--samples 24] [--busy 2.0] [--cpus 2]
+Usage: python benchmarks/executors.py [--samples 24] [--small 4] [--busy 2.0] [--cpus 2]
 """
 
 from __future__ import annotations
@@ -39,13 +46,18 @@ from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.run.ray import StageOptions  # noqa: E402
 from scale_models import BusyGenerator  # noqa: E402
 
+GOAL = 1.6
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=24)
+    parser.add_argument("--small", type=int, default=4, help="samples of the run that measures the fixed cost")
     parser.add_argument("--busy", type=float, default=2.0, help="CPU seconds added to each generated image")
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray cluster")
     args = parser.parse_args()
+    if not 0 < args.small < args.samples:
+        parser.error("--small must be between 0 and --samples")
     load_before = os.getloadavg()
 
     import ray
@@ -61,14 +73,14 @@ def main() -> None:
             Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(path)
             rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i}"})
 
-        def run(name: str, busy: float = args.busy, samples: list = rows, **executor) -> tuple[float, list]:
-            generator = BusyGenerator(DiffusersGenerator(str(sd), steps=2), busy)
+        def run(name: str, samples: list, **executor) -> tuple[float, list]:
+            generator = BusyGenerator(DiffusersGenerator(str(sd), steps=2), args.busy)
             started = time.perf_counter()
             results = caprecon.score(samples, ["recon"], generator=generator, embedder=str(dino), max_side=32,
                                      batch_size=2, no_cache=True, out=tmp / name, **executor)
             return time.perf_counter() - started, results.scores("recon")
 
-        local_wall, local_scores = run("local")
+        local_wall, local_scores = run("local", rows)
 
         path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
         started = time.perf_counter()
@@ -76,24 +88,38 @@ def main() -> None:
                  runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}})
         startup = time.perf_counter() - started
 
-        # what every Ray run pays before its first sample: starting the stages' actors, which
-        # import torch and load their models (2 samples, no extra work)
-        per_run, _ = run("ray-fixed", busy=0.0, samples=rows[:2], executor="ray")
-        walls = {}
-        for workers in (1, 2):
-            # the reconstruct stage gets the CPUs; the light metric stage shares them
-            stages = {"reconstruct": StageOptions(workers=workers, cpus=1), "recon": StageOptions(cpus=0)}
-            walls[workers], scores = run(f"ray{workers}", executor="ray", ray={"stages": stages})
-            assert np.allclose(scores, local_scores, atol=1e-4), "Ray and local scores differ"
+        configurations = {
+            # the reconstruct stage gets the CPUs; the light metric stage shares them ...
+            "separate": lambda w: {"reconstruct": StageOptions(workers=w, cpus=1), "recon": StageOptions(cpus=0)},
+            # ... or runs inside the reconstruct actors
+            "fused": lambda w: {"reconstruct": StageOptions(workers=w, cpus=1), "recon": StageOptions(with_="reconstruct")},
+        }
+        extra = args.samples - args.small
+        measured: dict[str, dict[int, tuple[float, float, float]]] = {}
+        for label, stages in configurations.items():
+            measured[label] = {}
+            for workers in (1, 2):
+                small, _ = run(f"{label}{workers}-small", rows[: args.small], executor="ray",
+                               ray={"stages": stages(workers)})
+                full, scores = run(f"{label}{workers}", rows, executor="ray", ray={"stages": stages(workers)})
+                assert np.allclose(scores, local_scores, atol=1e-4), f"Ray ({label}) and local scores differ"
+                per_sample = (full - small) / extra
+                measured[label][workers] = (full, small - args.small * per_sample, per_sample)
         ray.shutdown()
 
-    print(f"samples                         {args.samples} (each +{args.busy:.2f} CPU s in the generator)")
-    print(f"ray start-up (ray.init)         {startup:8.2f} s   fixed, once per process")
-    print(f"ray per-run cost (actors, 2 samples) {per_run:5.2f} s   fixed, once per run")
-    print(f"local executor: wall            {local_wall:8.2f} s")
-    print(f"ray, 1 worker: wall             {walls[1]:8.2f} s")
-    print(f"ray, 2 workers: wall            {walls[2]:8.2f} s")
-    print(f"speed-up, 2 workers over 1      {walls[1] / walls[2]:8.2f}   goal >= 1.6 on 2 cores")
+    print(f"samples                         {args.samples} (each +{args.busy:.2f} CPU s in the generator); "
+          f"fixed costs from runs of {args.small}")
+    print(f"ray start-up (ray.init)         {startup:8.2f} s   once per process")
+    print(f"local executor: wall            {local_wall:8.2f} s   ({local_wall / args.samples:.2f} s per sample)")
+    titles = {"separate": "recon in a pool of its own (default)",
+              "fused": "recon inside the reconstruct actors (--stage recon:with=reconstruct)"}
+    for label, by_workers in measured.items():
+        print(titles[label])
+        for workers, (full, fixed, per_sample) in by_workers.items():
+            print(f"  {workers} worker(s): wall {full:7.2f} s = fixed {fixed:6.2f} s + {per_sample:5.2f} s per sample")
+        (full1, _, one), (full2, _, two) = by_workers[1], by_workers[2]
+        print(f"  speed-up, 2 workers over 1, steady state   {one / two:6.2f}   goal >= {GOAL} on 2 cores")
+        print(f"  speed-up, 2 workers over 1, whole runs     {full1 / full2:6.2f}   (fixed costs included)")
     print(f"load average before / after     {load_before[0]:.1f} / {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")
 

@@ -204,3 +204,36 @@ def test_turing_needs_questions_for_the_image(judge, bank_file, tmp_path):
     res = caprecon.score([Sample(id="x", image=tmp_path / "x.png", caption="a red circle", image_id="unknown")],
                          [CaptionTuringTest(OracleGenerator(), judge, bank_file)], no_cache=True)
     assert "no questions in the QA bank for image_id 'unknown'" in res.records[0]["error"]
+
+
+def test_judge_stage_fills_the_answers_a_later_score_finds(judge, bank_file, samples, tmp_path, capsys):
+    """`caprecon judge` asks the judge about sources and stored reconstructions only: before
+    `reconstruct` it answers nothing that needs a reconstruction and counts the rows missing;
+    after it, a `score` with the same settings asks the judge nothing and generates nothing."""
+    data = tmp_path / "in.jsonl"
+    data.write_text("\n".join(json.dumps({"id": s.id, "image": str(s.image), "caption": s.caption,
+                                          "image_id": s.image_id}) for s in samples))
+    common = ["-i", str(data), "-m", "turing", "--qa-bank", str(bank_file), "--judge", str(judge.source.path),
+              "--judge-opt", "max_new_tokens=8", "--generator", "oracle:OracleGenerator", "--max-side", "64",
+              "--cache-dir", str(tmp_path / "cache"), "-q"]
+
+    def counts(command):
+        code = main([command, *common])
+        return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    code, before = counts("judge")
+    assert code == 1 and before["missing_reconstruction"] == 2 and before["generated"] == 0
+    assert not list((tmp_path / "cache" / "images").rglob("*.png"))  # nothing generated
+    code, made = counts("reconstruct")
+    assert code == 0 and made["generated"] == 2
+    code, answered = counts("judge")
+    assert code == 0 and answered["missing_reconstruction"] == 0 and answered["generated"] == 0
+    assert answered["computed"]["judge-answer"] == 12  # 4 questions on the shared source, 4 on each reconstruction
+    code = main(["score", *common, "--out", str(tmp_path / "run")])
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert code == 0 and manifest["cache"]["generated"] == 0 and manifest["cache"].get("judge-answer", 0) == 0
+    assert manifest["cache"]["reused"] == 2
+    # asking a stage that has no judge to answer is refused with a message
+    assert main(["judge", "-i", str(data), "-m", "recon", "--generator", "oracle:OracleGenerator",
+                 "--embedder", "oracle:PixelEmbedder", "--cache-dir", str(tmp_path / "cache"), "-q"]) == 2
+    assert "asks a judge" in capsys.readouterr().err

@@ -215,15 +215,41 @@ def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd
     written = [json.loads(line) for line in (tmp_path / "ray" / "scores.jsonl").read_text().splitlines()]
     assert written == json.loads(json.dumps(remote.records))  # the same output file, in input order
 
+    # the metric stage fused into the reconstruct actors: one pool, the same scores and counts
+    from caprecon.run.ray import StageOptions
+
+    fused = caprecon.score(data, ["recon"], out=tmp_path / "fused", no_cache=True, executor="ray",
+                           ray={"workers": 1, "stages": {"recon": StageOptions(with_="reconstruct")}},
+                           **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
+    assert [(r["id"], r.get("recon"), r.get("error")) for r in fused.records] == \
+        [(r["id"], r.get("recon"), r.get("error")) for r in local.records]
+    assert fused.manifest["cache"]["generated"] == 9 and fused.manifest["cache"]["embedded"] == \
+        local.manifest["cache"]["embedded"]
+
 
 def test_ray_stage_options_are_checked():
     from caprecon.run.ray import parse_stage_options
 
     options = parse_stage_options(["reconstruct:workers=2,gpus=0.5,batch_size=4"])
     assert (options["reconstruct"].workers, options["reconstruct"].gpus, options["reconstruct"].batch_size) == (2, 0.5, 4)
-    for bad in ("reconstruct", "reconstruct:speed=2", "recon:workers=0", "recon:gpus=lots"):
+    for bad in ("reconstruct", "reconstruct:speed=2", "recon:workers=0", "recon:gpus=lots",
+                "recon:with=reconstruct,gpus=1"):
         with pytest.raises(ConfigError, match="--stage"):
             parse_stage_options([bad])
+    assert parse_stage_options(["recon:with=reconstruct,batch_size=8"])["recon"].with_ == "reconstruct"
+
+
+def test_a_stage_can_only_join_an_earlier_one(tmp_path, tiny_sd, tiny_dinov2):
+    """`with` names a stage before it in this run; a wrong one fails before Ray starts."""
+    pytest.importorskip("ray")
+    from caprecon.run.ray import StageOptions
+
+    data = _rows(tmp_path)
+    for host in ("turing", "recon"):  # not in the run; itself (not earlier)
+        with pytest.raises(ConfigError, match=f"with={host}: {host} is not a stage before recon"):
+            caprecon.score(data, ["recon"], no_cache=True, executor="ray",
+                           ray={"stages": {"recon": StageOptions(with_=host)}},
+                           **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
 
 
 def test_score_command_scale_options():

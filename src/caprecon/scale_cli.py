@@ -2,6 +2,7 @@
 
     caprecon reconstruct -i captions.jsonl -m recon -g sd3.5-medium --cache-dir /shared/cache
     caprecon embed       -i captions.jsonl -m recon -g sd3.5-medium -e dreamsim --cache-dir /shared/cache
+    caprecon judge       -i captions.jsonl -m turing -g sd3.5-medium --judge qwen2.5-vl-7b --qa-bank bank.jsonl ...
     caprecon score ... --executor ray [--ray-address auto] [--ray-workers 2] [--stage reconstruct:gpus=1]
     caprecon score ... --shard 3/8 --out runs/a-3      (then)  caprecon merge runs/a-* --out runs/a
     caprecon store merge shard-caches/* --into cache
@@ -27,7 +28,8 @@ def add_score_options(p: argparse.ArgumentParser) -> None:
                    help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
     p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
                    help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
-                        "turing:gpus=0.5 (stages: reconstruct and each metric; repeatable)")
+                        "turing:gpus=0.5, or recon:with=reconstruct to run a stage inside an earlier stage's "
+                        "actors (stages: reconstruct and each metric; repeatable)")
     p.add_argument("--retries", type=whole_number(0), default=3,
                    help="--executor ray: times a failed stage task is retried (default 3)")
     _add_shard(p)
@@ -57,7 +59,9 @@ def add_parser(plugins) -> None:
 
     for name, about in (("reconstruct", "fill the store with the reconstructions the metrics need (generator only)"),
                         ("embed", "fill the store with embeddings of sources and stored reconstructions "
-                                  "(embedder only; never calls the generator)")):
+                                  "(embedder only; never calls the generator)"),
+                        ("judge", "fill the store with the judge's answers about sources and stored "
+                                  "reconstructions (turing, vqascore, fleur, captionqa; never calls the generator)")):
         p = plugins.add_parser(name, help=about)
         p.add_argument("--input", "-i", required=True, help="the captions, as for `caprecon score`")
         p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
@@ -88,7 +92,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     from .metrics import Context, build_metric
     from .normalise import normalised_samples
     from .run.shards import parse_shard, select_shard
-    from .run.stages import embed_all, reconstruct_all
+    from .run.stages import embed_all, judge_all, reconstruct_all
     from .samples import load_samples
 
     cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **_settings(args))
@@ -102,7 +106,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     metrics = [build_metric(name, roles, cfg) for name in cfg.metrics]
     check_images(rows, metrics)
     ctx = Context(_open_store(cfg, Path(args.out) if args.out else None))
-    fill = reconstruct_all if args.stage == "reconstruct" else embed_all
+    fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
     counts = fill(rows, metrics, ctx, batch_size=cfg.batch_size, progress=not args.quiet)
     print(json.dumps({**counts, "store": str(ctx.store.root)}))
     return 1 if counts.get("failed") or counts.get("missing_reconstruction") else 0

@@ -6,6 +6,10 @@ worker count, GPU share and batch size; batches stream from one stage to the nex
     reconstruct  (the generator of every metric that rebuilds the image; only when one does)
     <metric>     (one stage per metric, in the order given: recon, turing, ...)
 
+A stage given `with=EARLIER` (`--stage recon:with=reconstruct`) has no pool of its own: it
+runs inside EARLIER's actors, right after it, on the same batch (one process less per
+worker, no hand-over between processes; its models share that stage's GPU).
+
 Each actor unpickles its own copy of the stage's models (backends load weights on first
 use, so what travels is a path and options, not weights) and opens the run's store itself:
 results land in the same store as the local executor's, and a metric stage finds the
@@ -25,9 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -53,10 +58,14 @@ class StageOptions:
     gpus: float = 0.0
     cpus: float = 1.0
     batch_size: int | None = None  # None: the run's --batch-size
+    #: run inside the actors of this earlier stage (`with=reconstruct`): no pool of its own, its
+    #: models load beside that stage's, and its batches never leave the process
+    with_: str | None = None
 
 
 def parse_stage_options(specs: Sequence[str] | None) -> dict[str, StageOptions]:
-    """`--stage NAME:workers=2,gpus=0.5,batch_size=4` (repeatable) as options by stage name."""
+    """`--stage NAME:workers=2,gpus=0.5,batch_size=4` (repeatable) as options by stage name;
+    `--stage recon:with=reconstruct` runs a stage inside an earlier stage's actors."""
     out: dict[str, StageOptions] = {}
     for spec in specs or []:
         name, _, rest = spec.partition(":")
@@ -66,8 +75,12 @@ def parse_stage_options(specs: Sequence[str] | None) -> dict[str, StageOptions]:
         for pair in rest.split(","):
             key, _, value = pair.partition("=")
             key = key.strip().replace("-", "_")
+            if key == "with" and value.strip():
+                options.with_ = value.strip()
+                continue
             if key not in ("workers", "gpus", "cpus", "batch_size") or not value:
-                raise ConfigError(f"--stage {spec!r}: unknown or empty {key!r}; use workers, gpus, cpus, batch_size")
+                raise ConfigError(f"--stage {spec!r}: unknown or empty {key!r}; use workers, gpus, cpus, batch_size "
+                                  f"or with")
             try:
                 number = float(value) if key in ("gpus", "cpus") else int(value)
             except ValueError:
@@ -75,6 +88,9 @@ def parse_stage_options(specs: Sequence[str] | None) -> dict[str, StageOptions]:
             if number < 0 or (key in ("workers", "batch_size") and number < 1):
                 raise ConfigError(f"--stage {spec!r}: {key}={value} is out of range")
             setattr(options, key, number)
+        if options.with_ and (options.workers, options.gpus, options.cpus) != (1, 0.0, 1.0):
+            raise ConfigError(f"--stage {spec!r}: a stage run with={options.with_} uses that stage's actors; "
+                              f"give workers, gpus and cpus to {options.with_}")
         out[name.strip()] = options
     return out
 
@@ -197,11 +213,45 @@ class MetricStage:
         return _encode(batch, records, {k: v for k, v in self.counting.delta().items() if k != "reused"})
 
 
+class ChainStage:
+    """Stages fused into one actor (`--stage NAME:with=EARLIER`): each batch goes through
+    them in order without leaving the process."""
+
+    def __init__(self, steps: list[tuple[type, dict[str, Any]]]):
+        self.steps = [cls(**kwargs) for cls, kwargs in steps]
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        for step in self.steps:
+            batch = step(batch)
+        return batch
+
+
+def _groups(plan: list[tuple[str, type, dict[str, Any]]], stages: dict[str, StageOptions]) -> list[list[tuple]]:
+    """The plan's stages grouped into actor pools: a stage `with` an earlier one joins its group."""
+    groups: list[list[tuple]] = []
+    where: dict[str, int] = {}
+    for step in plan:
+        name = step[0]
+        host = stages[name].with_ if name in stages else None
+        if host is None:
+            where[name] = len(groups)
+            groups.append([step])
+            continue
+        if host not in where:
+            earlier = [n for n in where] or ["(none)"]
+            raise ConfigError(f"--stage {name}:with={host}: {host} is not a stage before {name} in this run; "
+                              f"earlier stages: {', '.join(earlier)}")
+        where[name] = where[host]
+        groups[where[host]].append(step)
+    return groups
+
+
 def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx: Context, *,
             scores_path: Path | None = None, progress: bool = True, done: dict[str, dict[str, Any]] | None = None,
             address: str | None = None, stages: dict[str, StageOptions] | None = None, workers: int = 1,
             retries: int = 3, fields: dict[str, Any] | None = None,
-            row_numbers: Sequence[int] | None = None) -> list[dict[str, Any]]:
+            row_numbers: Sequence[int] | None = None,
+            on_rows: Callable[[list[dict[str, Any]]], None] | None = None) -> list[dict[str, Any]]:
     """Score `samples` with `metrics` on Ray Data; the records `run_local` would return.
 
     `address`: a running cluster to join (`ray://host:10001` or `auto`); without it, a Ray
@@ -222,11 +272,20 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     done = dict(done or {})
     todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
     by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
-    if address or not ray.is_initialized():
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     recipe = store_recipe(ctx.store)
     caption_only = not any(m.needs_source_image for m in metrics)
     pairs = reconstructions_of(metrics)
+    plan: list[tuple[str, type, dict[str, Any]]] = []
+    if pairs:
+        plan.append((RECONSTRUCT, ReconstructStage, {"pairs": pairs, "recipe": recipe, "caption_only": caption_only}))
+    for metric in metrics:
+        own = stages.get(metric.name)
+        plan.append((metric.name, MetricStage, {
+            "metric": metric, "recipe": recipe, "caption_only": caption_only,
+            "batch_size": (own.batch_size if own else None) or cfg.batch_size}))
+    groups = _groups(plan, stages)  # a bad `with` fails before Ray starts
+    if address or not ray.is_initialized():
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     numbers = list(row_numbers) if row_numbers else list(range(len(samples)))
     sink = _open_sink(scores_path, [by_position[i] for i in sorted(by_position)]) if scores_path else None
     bar = tqdm(total=len(samples), initial=len(by_position), desc="scoring (ray)", unit="sample",
@@ -249,14 +308,15 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                      "stats": ""}
                     for i, s in todo]
             ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // cfg.batch_size)))
-            if pairs:
-                ds = ds.map_batches(ReconstructStage, fn_constructor_kwargs={
-                    "pairs": pairs, "recipe": recipe, "caption_only": caption_only}, **pool(RECONSTRUCT))
-            for metric in metrics:
-                options = pool(metric.name)
-                ds = ds.map_batches(MetricStage, fn_constructor_kwargs={
-                    "metric": metric, "recipe": recipe, "batch_size": options["batch_size"],
-                    "caption_only": caption_only}, **options)
+            for group in groups:
+                name, cls, kwargs = group[0]
+                if len(group) > 1:  # fused: the pool of the group's first stage runs them all
+                    cls, kwargs = ChainStage, {"steps": [(c, k) for _, c, k in group]}
+                with warnings.catch_warnings():
+                    # Ray 2.60 deprecates passing the actors' retry limits as remote args (removal in
+                    # 2.64, which the `ray` extra excludes) and names no replacement yet
+                    warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
+                    ds = ds.map_batches(cls, fn_constructor_kwargs=kwargs, **pool(name))
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 rows_done = []
                 for text in batch["stats"]:
@@ -275,6 +335,8 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                     rows_done.append(record)
                 if sink:
                     _write_lines(sink, rows_done)
+                if on_rows:
+                    on_rows(rows_done)
                 bar.update(len(rows_done))
     except KeyboardInterrupt:
         raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None

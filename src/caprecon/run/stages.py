@@ -7,6 +7,9 @@ generator and counts rows whose reconstruction is not there yet. A `score` with 
 settings and store then finds everything cached: its generator is never even loaded (backends
 load weights on first use), so GPU-heavy stages can run on one cluster and scoring anywhere.
 
+`judge` runs only the judges (and VLMs, LLMs) of turing, vqascore, fleur and captionqa over
+the sources and the stored reconstructions, never the generator, and stores their answers.
+
 `merge_stores` copies the results of per-shard stores into one, for filesystems where many
 processes must not share one SQLite index.
 """
@@ -83,6 +86,79 @@ def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
 
             ctx.embed(metric.embedder, present, load)
     return {**counts, "embedded": ctx.stats()["embedded"]}
+
+
+class MissingReconstruction(RuntimeError):
+    """A stage that must not generate was asked for a reconstruction the store lacks."""
+
+
+class StoredOnly:
+    """Stands in for a generator where nothing may be generated: it has the generator's
+    fingerprint, so every stored reconstruction is found as `score` would find it, and it
+    refuses (`MissingReconstruction`) to make one that is not stored."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+
+    @property
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint
+
+    def __getattr__(self, name: str) -> Any:  # depends_on_image_id, native_size, describe, ...
+        return getattr(self.inner, name)
+
+    def generate(self, requests):
+        raise MissingReconstruction(f"{len(requests)} reconstruction(s) not in the store; "
+                                    "run `caprecon reconstruct` with the same settings first")
+
+
+JUDGE_ROLES = ("judge", "vlm", "llm")  # the attributes metrics keep their judge, VLM or LLM in
+
+
+def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
+              progress: bool = True) -> dict[str, int]:
+    """Store the answers of the metrics that ask a judge, VLM or LLM (turing, vqascore,
+    fleur, captionqa) about sources and stored reconstructions. The generator is never
+    called: a row whose reconstruction is not in the store is counted as missing. A later
+    `score` with the same settings finds every answer cached."""
+    judging = [m for m in metrics if any(getattr(m, role, None) is not None for role in JUDGE_ROLES)]
+    if not judging:
+        raise RunError(f"none of the metrics ({', '.join(m.name for m in metrics)}) asks a judge "
+                       "(turing, vqascore, fleur and captionqa do); nothing to answer")
+    counts = {"rows": len(samples), "unreadable": 0, "missing_reconstruction": 0, "failed": 0}
+    caption_only = not any(m.needs_source_image for m in judging)
+    before = ctx.stats()
+    originals = {id(m): m.generator for m in judging if getattr(m, "generator", None) is not None}
+    try:
+        for metric in judging:
+            if id(metric) in originals:
+                metric.generator = StoredOnly(originals[id(metric)])
+        for _, items in _batches(samples, batch_size, caption_only, counts, progress, "judging"):
+            for metric in judging:
+                _answer(metric, items, ctx, counts)
+    finally:
+        for metric in judging:
+            if id(metric) in originals:
+                metric.generator = originals[id(metric)]
+    after = ctx.stats()
+    answered = {k: v - before.get(k, 0) for k, v in after.items()
+                if k not in ("generated", "reused", "damaged", "embedded", "model_seconds") and v != before.get(k, 0)}
+    return {**counts, "computed": answered, "generated": after["generated"] - before["generated"]}
+
+
+def _answer(metric: Metric, items: list, ctx: Context, counts: dict[str, int]) -> None:
+    """Score a batch for its side effect (answers stored); row by row when part of it fails."""
+    try:
+        metric.score(items, ctx)
+        return
+    except FATAL as exc:
+        raise RunError(f"{metric.name}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        if len(items) == 1:
+            counts["missing_reconstruction" if isinstance(exc, MissingReconstruction) else "failed"] += 1
+            return
+    for item in items:
+        _answer(metric, [item], ctx, counts)
 
 
 def _batches(samples, batch_size, caption_only, counts, progress, desc):
