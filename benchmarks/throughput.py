@@ -6,14 +6,14 @@ of prompts (one seeded generator per prompt, as caprecon does) and embeds source
 reconstructions with the same embedder; caprecon runs `caprecon.score` into a fresh cache
 and output folder, with everything it adds (hashing, cache look-ups, PNG writes, JSON
 rows, the manifest). The HTML report written at the end of every score run is timed
-apart and shown both ways. Two model costs (denoising steps), the sides taking turns over
-the rounds; each prints the median.
+apart and shown both ways. Two model costs (denoising steps); in each round both sides
+run back to back, the one going first alternating from round to round.
 
 Prints, per step count: samples/s raw, samples/s caprecon (without and with the report),
 and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
 rounds of each round's side-by-side ratio.
 
-Usage: python benchmarks/throughput.py [--samples 128] [--steps 2 8] [--rounds 4] [--threads 1]
+Usage: python benchmarks/throughput.py [--samples 128] [--steps 2 8] [--rounds 6] [--threads 1]
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=128)
     parser.add_argument("--steps", type=int, nargs="+", default=[2, 8])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--side", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     args = parser.parse_args()
@@ -95,15 +95,22 @@ def main() -> None:
             load = time.perf_counter() - t
             raw, ours, report = [], [], []
             for r in range(args.rounds):
-                t = time.perf_counter()
-                raw_loop(generator, embedder, rows, args.side)
-                raw.append(time.perf_counter() - t)
-                REPORT.seconds.clear()
-                t = time.perf_counter()
-                caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
-                               batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"), out=tmp / f"out-{steps}-{r}")
-                ours.append(time.perf_counter() - t)
-                report.append(sum(REPORT.seconds))
+                def run_raw() -> None:
+                    t = time.perf_counter()
+                    raw_loop(generator, embedder, rows, args.side)
+                    raw.append(time.perf_counter() - t)
+
+                def run_ours() -> None:
+                    REPORT.seconds.clear()
+                    t = time.perf_counter()
+                    caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
+                                   batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"),
+                                   out=tmp / f"out-{steps}-{r}")
+                    ours.append(time.perf_counter() - t)
+                    report.append(sum(REPORT.seconds))
+
+                for side in ((run_raw, run_ours) if r % 2 == 0 else (run_ours, run_raw)):  # who goes first alternates
+                    side()
             raw_s, ours_s, report_s = (statistics.median(v) for v in (raw, ours, report))
             # each round's two sides ran back to back: their ratio is immune to the machine's drift
             with_report = statistics.median(a / b for a, b in zip(raw, ours))

@@ -87,16 +87,12 @@ def test_reconstructions_are_embedded_from_memory_as_from_the_stored_file(tmp_pa
     assert all(r.pixels is None for r in cached)  # found in the store: read from the file when needed
 
 
-def test_report_thumbnails_are_made_while_the_run_works_and_never_again(tmp_path, monkeypatch):
-    """The first run's thumbnails are made by the background writer (none left for the
-    report at the end); a cached run into a new folder encodes none, its report links the
-    store's; pruning the cache drops them, and a later report makes them again."""
+def _counting_encodes(monkeypatch):
+    """Every thumbnail this process encodes, as (thread name, source)."""
     import threading
 
-    from caprecon import cache_cli
     from caprecon.htmlreport import thumbs as thumbs_module
 
-    samples = _samples(tmp_path)
     encodes = []
     real = thumbs_module._encode
 
@@ -105,30 +101,53 @@ def test_report_thumbnails_are_made_while_the_run_works_and_never_again(tmp_path
         return real(source, target, side)
 
     monkeypatch.setattr(thumbs_module, "_encode", counting)
+    return encodes
 
-    def run(out):
-        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
-                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
 
-    run("first")
-    # five photos and five reconstructions, all in the background thread; the broken file is
-    # tried once there and once more by the report, and makes none
-    made = [(name, source) for name, source in encodes if not source.endswith("broken.jpg")]
-    assert len(made) == 10 and {name for name, _ in made} == {"caprecon-thumbs_0"}
-    assert len(encodes) == 12
+def _score_into(samples, folder, out):
+    return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                          batch_size=2, cache_dir=str(folder / "cache"), out=folder / out)
+
+
+def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, monkeypatch):
+    """The first run's thumbnails are made by the helper process while it works (the report
+    at the end encodes none but the broken file's); a cached run into a new folder makes
+    none — its thumbnails are links to the cache's; pruning the cache drops them."""
+    from caprecon import cache_cli
+
+    samples = _samples(tmp_path)
+    encodes = _counting_encodes(monkeypatch)
+    _score_into(samples, tmp_path, "first")
+    broken = str(tmp_path / "broken.jpg")
+    assert [source for _, source in encodes] == [broken]  # this process only retried the unreadable file
     first = sorted(p.name for p in (tmp_path / "first" / "report_files" / "thumbs").iterdir())
-    assert len(first) == 10
-    encodes.clear()
-    run("again")
-    assert [source for _, source in encodes] == [str(tmp_path / "broken.jpg")] * 2
-    again = tmp_path / "again" / "report_files" / "thumbs"
-    assert sorted(p.name for p in again.iterdir()) == first
+    assert len(first) == 10  # five photos and five reconstructions
     cached = {p.name: p for p in (tmp_path / "cache" / "thumbs").rglob("*.jpg")}
-    assert all((again / name).read_bytes() == cached[name].read_bytes() for name in first)
+    assert sorted(cached) == first
+    stamps = {name: path.stat().st_mtime_ns for name, path in cached.items()}
+
+    encodes.clear()
+    _score_into(samples, tmp_path, "again")
+    again = tmp_path / "again" / "report_files" / "thumbs"
+    assert sorted(p.name for p in again.iterdir()) == first and [s for _, s in encodes] == [broken]
+    for name in first:  # the cache's own files, linked, none made again
+        assert (again / name).stat().st_ino == cached[name].stat().st_ino
+        assert cached[name].stat().st_mtime_ns == stamps[name]
     assert cache_cli.cache_info(tmp_path / "cache")["thumbnails"]["files"] == 10
 
     report = cache_cli.prune(tmp_path / "cache", max_size=0)
     assert report["thumbnails_removed"] == 10 and not list((tmp_path / "cache" / "thumbs").rglob("*.jpg"))
-    encodes.clear()
-    run("third")  # everything regenerated (pruned), thumbnails made again
-    assert len(encodes) == 12
+    _score_into(samples, tmp_path, "third")  # everything regenerated (pruned), thumbnails made again
+    assert len(list((tmp_path / "third" / "report_files" / "thumbs").iterdir())) == 10
+
+
+def test_without_a_helper_process_the_thumbnails_are_made_in_a_thread(tmp_path, monkeypatch):
+    from caprecon.htmlreport import thumbs as thumbs_module
+
+    monkeypatch.setattr(thumbs_module, "_start_worker", lambda: None)
+    samples = _samples(tmp_path)
+    encodes = _counting_encodes(monkeypatch)
+    _score_into(samples, tmp_path, "first")
+    made = [(name, source) for name, source in encodes if not source.endswith("broken.jpg")]
+    assert len(made) == 10 and {name for name, _ in made} == {"caprecon-thumbs_0"}
+    assert len(list((tmp_path / "first" / "report_files" / "thumbs").iterdir())) == 10

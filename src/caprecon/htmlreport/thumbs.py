@@ -8,22 +8,26 @@ Two things keep thumbnails off a run's critical path:
 - a store-wide cache (`thumbs/` under the cache folder): a thumbnail made once is linked
   (or copied, across file systems) into every later run's `report_files/thumbs/`, so a
   fully cached run into a new folder decodes and encodes no picture for its report;
-- `ThumbnailWriter`: while a `score` run works, a background thread makes the thumbnails
-  of each finished batch, so the report at the end finds them done.
+- `ThumbnailWriter`: while a `score` run works, a helper process makes the thumbnails of
+  each finished batch, so the report at the end finds them done.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import queue
 import shutil
+import subprocess
+import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from PIL import Image
-from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,8 @@ def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_S
                     progress: bool = False) -> dict[str, str | None]:
     """{source path: thumbnail file name in `folder`, or None when the source is missing or unreadable}.
     With `cache` (a store's thumbnail folder), thumbnails made before are linked rather than made."""
+    from tqdm.auto import tqdm
+
     folder.mkdir(parents=True, exist_ok=True)
     unique = list(dict.fromkeys(sources))
     targets = {src: _name(src) for src in unique}
@@ -137,18 +143,33 @@ def record_images(record: Mapping[str, Any], run: Path) -> tuple[str | None, lis
 
 
 class ThumbnailWriter:
-    """Makes the thumbnails of a run's rows in one background thread while the run works.
+    """Makes the thumbnails of a run's rows while the run works.
 
-    `add(rows)` queues each row's original and reconstructions (those already queued are
-    skipped) and returns at once; `close()` waits for the queue. A thumbnail that cannot
-    be made now is simply left for the report, which tries again and says why."""
+    The work goes to a helper process (this file run as a script, fed paths
+    through a pipe), so decoding and encoding never compete with the run's models for the
+    interpreter lock; where no process can be started, to a background thread. `add(rows)`
+    queues each row's original and reconstructions (those already queued are skipped) and
+    returns at once; `close()` waits for the queue. A thumbnail that could not be made is
+    left for the report, which tries again."""
 
     def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE):
         self.run, self.folder, self.cache, self.side = run, folder, cache, side
+        self.folder.mkdir(parents=True, exist_ok=True)
         self._seen: set[str] = set()
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
+        self._proc = _start_worker()
+        self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
-        self.made = 0
+        if self._proc is not None:
+            self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+            self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
+            self._feeder.start()
+        else:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
+
+    @property
+    def in_process(self) -> bool:
+        """True when the thumbnails are made by a thread of this process (no helper process)."""
+        return self._proc is None
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         paths = []
@@ -156,20 +177,77 @@ class ThumbnailWriter:
             original, recons = record_images(row, self.run)
             paths += [p for p in [original, *recons] if p and p not in self._seen]
         self._seen.update(paths)
-        if paths:
+        if not paths:
+            return
+        if self._proc is not None:
+            cache = str(self.cache) if self.cache else None
+            self._lines.put("".join(json.dumps({"source": p, "folder": str(self.folder), "side": self.side,
+                                                "cache": cache}) + "\n" for p in paths))
+        else:
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._pool.submit(self._make, paths))
+            self._pending.append(self._pool.submit(_make, paths, self.folder, self.side, self.cache))
 
-    def _make(self, paths: list[str]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        for path in paths:
-            name = _name(path)
-            if name and _write(path, self.folder / name, self.side, self.cache):
-                self.made += 1
+    def _feed(self) -> None:
+        """Writes queued jobs into the helper's pipe (a full pipe blocks this thread, not the run)."""
+        stdin = self._proc.stdin
+        while (lines := self._lines.get()) is not None:
+            try:
+                stdin.write(lines)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):  # the helper died: the report makes the rest
+                break
+        try:
+            stdin.close()
+        except OSError:
+            pass
 
     def close(self, *, wait: bool = True) -> None:
-        """Wait for the queued thumbnails (`wait=False`: drop those not started, e.g. on Ctrl-C)."""
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
-        for future in self._pending:
-            if future.done() and not future.cancelled() and future.exception() is not None:
-                log.debug("thumbnails: %s", future.exception())
+        """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+            for future in self._pending:
+                if future.done() and not future.cancelled() and future.exception() is not None:
+                    log.debug("thumbnails: %s", future.exception())
+            return
+        self._lines.put(None)
+        if not wait:
+            self._proc.kill()
+        self._feeder.join()
+        try:
+            self._proc.wait(timeout=None if wait else 5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+
+def _make(paths: Iterable[str], folder: Path, side: int, cache: Path | None) -> int:
+    made = 0
+    for path in paths:
+        name = _name(path)
+        if name and _write(path, folder / name, side, cache):
+            made += 1
+    return made
+
+
+def _start_worker() -> subprocess.Popen | None:
+    """The helper process that makes thumbnails, or None where one cannot be started."""
+    # this file run as a script: it imports only PIL, not the caprecon package (a fraction of a second)
+    try:
+        return subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    except (OSError, ValueError) as exc:
+        log.debug("no thumbnail helper process (%s); making thumbnails in a thread", exc)
+        return None
+
+
+def _serve(lines: Iterable[str]) -> None:
+    """The helper process: one JSON job per line ({source, folder, side, cache}), until end of input."""
+    for line in lines:
+        try:
+            job = json.loads(line)
+            _make([job["source"]], Path(job["folder"]), int(job["side"]), Path(job["cache"]) if job["cache"] else None)
+        except (ValueError, KeyError, TypeError, OSError):
+            continue
+
+
+if __name__ == "__main__":
+    _serve(sys.stdin)
