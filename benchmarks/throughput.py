@@ -13,7 +13,7 @@ Prints, per step count: samples/s raw, samples/s caprecon (without and with the 
 and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
 rounds of each round's side-by-side ratio.
 
-Usage: python benchmarks/throughput.py [--samples 128] [--steps 2 8] [--rounds 6] [--threads 1]
+Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: li
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--samples", type=int, default=128)
+    parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--steps", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--side", type=int, default=64)

@@ -156,9 +156,14 @@ class ThumbnailWriter:
         self.run, self.folder, self.cache, self.side = run, folder, cache, side
         self.folder.mkdir(parents=True, exist_ok=True)
         self._seen: set[str] = set()
-        self._proc = _start_worker()
+        self._started = False  # the helper starts with the first thumbnail the cache lacks
+        self._proc: subprocess.Popen | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+
+    def _start(self) -> None:
+        self._started = True
+        self._proc = _start_worker()
         if self._proc is not None:
             self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
             self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
@@ -166,19 +171,17 @@ class ThumbnailWriter:
         else:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
 
-    @property
-    def in_process(self) -> bool:
-        """True when the thumbnails are made by a thread of this process (no helper process)."""
-        return self._proc is None
-
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         paths = []
         for row in rows:
             original, recons = record_images(row, self.run)
             paths += [p for p in [original, *recons] if p and p not in self._seen]
         self._seen.update(paths)
+        paths = [p for p in paths if not self._linked_from_cache(p)]
         if not paths:
             return
+        if not self._started:
+            self._start()
         if self._proc is not None:
             cache = str(self.cache) if self.cache else None
             self._lines.put("".join(json.dumps({"source": p, "folder": str(self.folder), "side": self.side,
@@ -186,6 +189,13 @@ class ThumbnailWriter:
         else:
             self._pending = [f for f in self._pending if not f.done()]
             self._pending.append(self._pool.submit(_make, paths, self.folder, self.side, self.cache))
+
+    def _linked_from_cache(self, path: str) -> bool:
+        """Put a thumbnail the cache already holds into the run folder, here (a link costs microseconds)."""
+        if self.cache is None or not (name := _name(path)):
+            return False
+        target, cached = self.folder / name, self.cache / name[:2] / name
+        return target.exists() or (cached.exists() and _link(cached, target))
 
     def _feed(self) -> None:
         """Writes queued jobs into the helper's pipe (a full pipe blocks this thread, not the run)."""
@@ -203,6 +213,8 @@ class ThumbnailWriter:
 
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
+        if not self._started:
+            return
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
             for future in self._pending:
