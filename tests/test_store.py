@@ -105,6 +105,21 @@ def test_claims_exclude_others_until_released_or_lapsed(tmp_path):
     assert b.claim(["k2"]) == {"k2"}
 
 
+def test_held_claims_are_renewed_while_the_work_lasts(tmp_path):
+    """The store's one heartbeat keeps every held lease alive past its lifetime (two holds at
+    once), and stops renewing a key once its hold ends."""
+    a, b = Store(tmp_path, lease_seconds=0.3), Store(tmp_path, lease_seconds=0.3)
+    assert a.claim(["k1", "k2"]) == {"k1", "k2"}
+    with a.holding(["k1"]):
+        with a.holding(["k2"]):
+            time.sleep(0.8)  # more than twice the lease
+            assert b.claim(["k1", "k2"]) == set()
+        assert b.claim(["k2"]) == {"k2"}  # released at the end of its hold
+        time.sleep(0.4)
+        assert b.claim(["k1"]) == set()  # still renewed
+    assert b.claim(["k1"]) == {"k1"}
+
+
 def test_claim_of_a_dead_process_is_taken_over_at_once(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     store = Store(tmp_path)

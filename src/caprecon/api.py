@@ -17,6 +17,7 @@ cache). A folder that holds a run of other settings is refused rather than mixed
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import platform
@@ -166,7 +167,7 @@ def score(
         "seconds": round(time.time() - started, 3),
         "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
         "python": platform.python_version(),
-        "platform": platform.platform(),
+        "platform": _platform(),
         "libraries": {lib: _version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
         "config": cfg.to_dict(),
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.seed, "seed_policy": cfg.seed_policy,
@@ -316,6 +317,12 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
 
 
+@functools.lru_cache(maxsize=None)
+def _platform() -> str:
+    return platform.platform()  # reads the interpreter's binary for its libc version: once a process
+
+
+@functools.lru_cache(maxsize=None)
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

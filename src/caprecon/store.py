@@ -34,6 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,6 +137,8 @@ class Store:
         #: queue image writes on a background thread (`put_images` returns at once; every read and
         #: `flush()` wait for them). The local executor turns it on and flushes before it writes rows.
         self.write_behind = False
+        self._held: set[str] = set()  # keys whose leases the heartbeat renews
+        self._beat: threading.Thread | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
@@ -481,26 +484,39 @@ class Store:
     def holding(self, keys: Iterable[str]) -> Iterator[set[str]]:
         """Keep the leases on `keys` alive while the block runs, and release them after —
         except those the block adds to the set it is given (handed to `put_images(release=...)`,
-        which releases them once their images are written)."""
+        which releases them once their images are written). One heartbeat thread per store
+        renews every held lease, so a batch costs no thread of its own."""
         keys = list(keys)
         handed: set[str] = set()
-        stop = threading.Event()
-
-        def heartbeat():
-            while not stop.wait(self.lease_seconds / 3):
-                try:
-                    self.renew(keys)
-                except Exception as exc:  # a missed renewal risks duplicate work, not wrong results
-                    log.warning("could not renew cache claims: %s", exc)
-
-        beat = threading.Thread(target=heartbeat, name="caprecon-claims", daemon=True)
-        beat.start()
+        with self._lock:
+            self._held.update(keys)
+            if self._beat is None:
+                self._beat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self.lease_seconds / 3),
+                                              name="caprecon-claims", daemon=True)
+                self._beat.start()
         try:
             yield handed
         finally:
-            stop.set()
-            beat.join()
+            with self._lock:
+                self._held.difference_update(keys)
             self.release([k for k in keys if k not in handed])
+
+
+def _heartbeat(store_ref: "weakref.ref[Store]", every: float) -> None:
+    """Renews the leases a store holds, until the store is gone (it holds no reference to it between beats)."""
+    while True:
+        time.sleep(every)
+        store = store_ref()
+        if store is None:
+            return
+        with store._lock:
+            keys = list(store._held)
+        if keys:
+            try:
+                store.renew(keys)
+            except Exception as exc:  # a missed renewal risks duplicate work, not wrong results
+                log.warning("could not renew cache claims: %s", exc)
+        del store
 
 
 def _holder_alive(owner: str) -> bool:

@@ -145,90 +145,91 @@ def record_images(record: Mapping[str, Any], run: Path) -> tuple[str | None, lis
 class ThumbnailWriter:
     """Makes the thumbnails of a run's rows while the run works.
 
-    The work goes to a helper process (this file run as a script, fed paths
-    through a pipe), so decoding and encoding never compete with the run's models for the
-    interpreter lock; where no process can be started, to a background thread. `add(rows)`
-    queues each row's original and reconstructions (those already queued are skipped) and
-    returns at once; `close()` waits for the queue. A thumbnail that could not be made is
-    left for the report, which tries again."""
+    `add(rows)` only queues the rows' pictures (those already queued are skipped) and
+    returns at once. A feeder thread links the thumbnails the cache already holds into the
+    run folder, and hands the others to a helper process (this file run as a script, fed
+    paths through a pipe, started at the first thumbnail the cache lacks), so decoding and
+    encoding never compete with the run's models for the interpreter lock; where no process
+    can be started, to a thread. `close()` waits for the queue. A thumbnail that could not
+    be made is left for the report, which tries again."""
 
     def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE):
         self.run, self.folder, self.cache, self.side = run, folder, cache, side
         self.folder.mkdir(parents=True, exist_ok=True)
         self._seen: set[str] = set()
-        self._started = False  # the helper starts with the first thumbnail the cache lacks
+        self._queue: queue.SimpleQueue[list[str] | None] = queue.SimpleQueue()
         self._proc: subprocess.Popen | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
-
-    def _start(self) -> None:
-        self._started = True
-        self._proc = _start_worker()
-        if self._proc is not None:
-            self._lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
-            self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
-            self._feeder.start()
-        else:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
+        self._stopping = False
+        self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
+        self._feeder.start()
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         paths = []
         for row in rows:
             original, recons = record_images(row, self.run)
             paths += [p for p in [original, *recons] if p and p not in self._seen]
-        self._seen.update(paths)
-        paths = [p for p in paths if not self._linked_from_cache(p)]
-        if not paths:
-            return
-        if not self._started:
-            self._start()
+        if paths:
+            self._seen.update(paths)
+            self._queue.put(paths)
+
+    def _feed(self) -> None:
+        while (paths := self._queue.get()) is not None:
+            if self._stopping:
+                continue  # stopped: what is queued is dropped
+            misses = [p for p in paths if not self._linked_from_cache(p)]
+            if misses:
+                self._make_elsewhere(misses)
         if self._proc is not None:
-            cache = str(self.cache) if self.cache else None
-            self._lines.put("".join(json.dumps({"source": p, "folder": str(self.folder), "side": self.side,
-                                                "cache": cache}) + "\n" for p in paths))
-        else:
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._pool.submit(_make, paths, self.folder, self.side, self.cache))
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
 
     def _linked_from_cache(self, path: str) -> bool:
-        """Put a thumbnail the cache already holds into the run folder, here (a link costs microseconds)."""
+        """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
         if self.cache is None or not (name := _name(path)):
             return False
         target, cached = self.folder / name, self.cache / name[:2] / name
         return target.exists() or (cached.exists() and _link(cached, target))
 
-    def _feed(self) -> None:
-        """Writes queued jobs into the helper's pipe (a full pipe blocks this thread, not the run)."""
-        stdin = self._proc.stdin
-        while (lines := self._lines.get()) is not None:
-            try:
-                stdin.write(lines)
-                stdin.flush()
-            except (BrokenPipeError, OSError, ValueError):  # the helper died: the report makes the rest
-                break
+    def _make_elsewhere(self, paths: list[str]) -> None:
+        if self._proc is None and self._pool is None:
+            self._proc = _start_worker()
+            if self._proc is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
+        if self._pool is not None:
+            self._pending = [f for f in self._pending if not f.done()]
+            self._pending.append(self._pool.submit(_make, paths, self.folder, self.side, self.cache))
+            return
+        cache = str(self.cache) if self.cache else None
+        lines = "".join(json.dumps({"source": p, "folder": str(self.folder), "side": self.side, "cache": cache}) + "\n"
+                        for p in paths)
         try:
-            stdin.close()
-        except OSError:
+            self._proc.stdin.write(lines)  # a full pipe blocks this thread, not the run
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):  # the helper died: the report makes the rest
             pass
 
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
-        if not self._started:
-            return
+        if not wait:
+            self._stopping = True
+            if self._proc is not None:
+                self._proc.kill()
+        self._queue.put(None)
+        self._feeder.join()
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
             for future in self._pending:
                 if future.done() and not future.cancelled() and future.exception() is not None:
                     log.debug("thumbnails: %s", future.exception())
-            return
-        self._lines.put(None)
-        if not wait:
-            self._proc.kill()
-        self._feeder.join()
-        try:
-            self._proc.wait(timeout=None if wait else 5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=None if wait else 5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
 
 
 def _make(paths: Iterable[str], folder: Path, side: int, cache: Path | None) -> int:

@@ -43,9 +43,13 @@ class ModelSource:
     def fingerprint(self, **config: Any) -> str:
         """Hash of the model's identity (every file's content, or the hub id and revision)
         plus the settings that change its outputs."""
-        ident: dict[str, Any] = {"name": self.name, "revision": self.revision, "files": self.files}
-        blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:24]
+        memo = self.__dict__.setdefault("_fingerprints", {})  # asked for on every sample: hash once per config
+        known = repr(sorted(config.items()))
+        if known not in memo:
+            ident: dict[str, Any] = {"name": self.name, "revision": self.revision, "files": self.files}
+            blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
+            memo[known] = hashlib.sha256(blob.encode()).hexdigest()[:24]
+        return memo[known]
 
 
 def _folder_signature(folder: Path) -> list:
