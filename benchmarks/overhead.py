@@ -41,7 +41,7 @@ IMPORT_SECONDS = time.perf_counter() - started
 
 import caprecon  # noqa: E402
 import tiny_models  # noqa: E402
-from common import ReportTimer, write_samples  # noqa: E402
+from bench_common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 

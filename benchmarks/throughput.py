@@ -43,7 +43,7 @@ from PIL import Image  # noqa: E402
 
 import caprecon  # noqa: E402
 import tiny_models  # noqa: E402
-from common import ReportTimer, write_samples  # noqa: E402
+from bench_common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct import ReconstructionSpec  # noqa: E402

@@ -280,3 +280,11 @@ def test_score_says_when_clip_reads_a_cut_caption(tmp_path, tiny_clip, capsys):
     path.write_text("\n".join(json.dumps(r) for r in rows))
     assert main(["score", "-i", str(path), "-m", "clipscore", "--clip", str(tiny_clip), "--no-cache"]) == 0
     assert "note: 1 caption(s) exceed CLIP's 77 text tokens and were cut" in capsys.readouterr().out
+
+
+def test_text_to_image_is_another_name_for_t2i():
+    from caprecon.cli import build_parser
+
+    short = build_parser().parse_args(["t2i", "-i", "captions.jsonl", "--caption-column", "caption"])
+    long = build_parser().parse_args(["text-to-image", "-i", "captions.jsonl", "--caption-column", "caption"])
+    assert short.func is long.func and long.caption_column == "caption"

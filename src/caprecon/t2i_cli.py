@@ -22,7 +22,7 @@ _LISTS = ("generators", "judges")
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "t2i", help="prompt adherence of text-to-image models on a caption set (VQAScore on the generated image)",
+        "t2i", aliases=["text-to-image"], help="prompt adherence of text-to-image models on a caption set (VQAScore on the generated image)",
         description="Generate each caption with every --generator, ask every --judge whether the image shows "
                     "the caption, and print each generator's mean with a bootstrap CI and the paired "
                     "differences between generators.")

@@ -1,4 +1,5 @@
-"""Pieces the scoring benchmarks share: the synthetic samples they score and a timer for
+"""Pieces the scoring benchmarks (benchmarks/overhead.py, throughput.py) share, kept beside the
+tiny models they use: the synthetic samples they score and a timer for
 the HTML report every `score` run ends with (timed on its own, so a ratio can be read
 with and without it)."""
 
