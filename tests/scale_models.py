@@ -1,9 +1,24 @@
-"""Generators for the scale-out tests, importable by Ray's worker processes."""
+"""Generator wrappers for the tests (counting, flaky, busy), importable by Ray's worker processes."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+
+class Counting:
+    """Wraps a generator and counts the images it is asked for (in this process)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    @property
+    def fingerprint(self):
+        return self.inner.fingerprint
+
+    def generate(self, requests):
+        self.calls += len(requests)
+        return self.inner.generate(requests)
 
 
 class FlakyGenerator:

@@ -12,6 +12,7 @@ from caprecon.models.embedder import HFVisionEmbedder
 from caprecon.reconstruct import ReconstructionSpec
 from caprecon.store import Store
 from oracle import OracleGenerator, PixelEmbedder, render
+from scale_models import Counting
 
 
 def _write_samples(folder, n=6, size=(40, 30)):
@@ -24,21 +25,6 @@ def _write_samples(folder, n=6, size=(40, 30)):
     path = folder / "samples.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     return path
-
-
-class Counting:
-    """Wraps a generator and counts the images it is asked for."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, 0
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def generate(self, requests):
-        self.calls += len(requests)
-        return self.inner.generate(requests)
 
 
 @pytest.mark.parametrize("model", ["tiny_sd", "tiny_flux"])

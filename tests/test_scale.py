@@ -15,24 +15,9 @@ from caprecon.config import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.run.shards import merge_shards, parse_shard, shard_positions
 from caprecon.samples import Sample
-from scale_models import FlakyGenerator
+from scale_models import Counting, FlakyGenerator
 
 SRC = Path(__file__).parents[1] / "src"
-
-
-class Counting:
-    """Counts the images a generator is asked for (in this process)."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, 0
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def generate(self, requests):
-        self.calls += len(requests)
-        return self.inner.generate(requests)
 
 
 def _rows(tmp_path: Path, images: int = 5, captions_per_image=(1, 3, 2, 1, 2)) -> Path:
