@@ -387,7 +387,7 @@ class Store:
     def flush(self) -> None:
         """Wait for the queued image writes; the first that failed raises here."""
         pending, self._pending = self._pending, []
-        failed = next((f.exception() for f in pending if f.exception() is not None), None)
+        failed = next(filter(None, (f.exception() for f in pending)), None)
         if isinstance(failed, StoreError):
             raise failed
         if failed is not None:  # a full disk, a lost file system: the run cannot keep what it computes

@@ -56,6 +56,11 @@ def cache_folder(store_root: str | Path | None) -> Path | None:
     return folder if root.is_dir() and os.access(root, os.W_OK) else None
 
 
+def _cached(cache: Path, name: str) -> Path:
+    """Where the cache keeps the thumbnail called `name` (folders by the name's first two characters)."""
+    return cache / name[:2] / name
+
+
 class _Unreadable(Exception):
     """The source picture cannot be read: no other place to write its thumbnail would help."""
 
@@ -101,7 +106,7 @@ def _write(source: str, target: Path, side: int, cache: Path | None = None) -> b
         return True
     try:
         if cache is not None:
-            cached = cache / target.name[:2] / target.name
+            cached = _cached(cache, target.name)
             if (cached.exists() or _encode(source, cached, side)) and _link(cached, target):
                 return True
         return _encode(source, target, side)  # no cache, or it cannot be written: the run folder still gets one
@@ -178,7 +183,7 @@ class ThumbnailWriter:
         while (paths := self._queue.get()) is not None:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
-            misses = [p for p in paths if not self._linked_from_cache(p)]
+            misses = [(p, name) for p in paths if (name := _name(p)) and not self._linked_from_cache(name)]
             if misses:
                 self._make_elsewhere(misses)
         if self._proc is not None:
@@ -187,25 +192,26 @@ class ThumbnailWriter:
             except OSError:
                 pass
 
-    def _linked_from_cache(self, path: str) -> bool:
+    def _linked_from_cache(self, name: str) -> bool:
         """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
-        if self.cache is None or not (name := _name(path)):
+        if self.cache is None:
             return False
-        target, cached = self.folder / name, self.cache / name[:2] / name
+        target, cached = self.folder / name, _cached(self.cache, name)
         return target.exists() or (cached.exists() and _link(cached, target))
 
-    def _make_elsewhere(self, paths: list[str]) -> None:
+    def _make_elsewhere(self, jobs: list[tuple[str, str]]) -> None:
+        """Make the thumbnails of (source, name) `jobs` in the helper process (or thread)."""
         if self._proc is None and self._pool is None:
             self._proc = _start_worker()
             if self._proc is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
         if self._pool is not None:
             self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._pool.submit(_make, paths, self.folder, self.side, self.cache))
+            self._pending.append(self._pool.submit(_make, jobs, self.folder, self.side, self.cache))
             return
         cache = str(self.cache) if self.cache else None
-        lines = "".join(json.dumps({"source": p, "folder": str(self.folder), "side": self.side, "cache": cache}) + "\n"
-                        for p in paths)
+        lines = "".join(json.dumps({"source": source, "name": name, "folder": str(self.folder), "side": self.side,
+                                    "cache": cache}) + "\n" for source, name in jobs)
         try:
             self._proc.stdin.write(lines)  # a full pipe blocks this thread, not the run
             self._proc.stdin.flush()
@@ -232,13 +238,9 @@ class ThumbnailWriter:
                 self._proc.kill()
 
 
-def _make(paths: Iterable[str], folder: Path, side: int, cache: Path | None) -> int:
-    made = 0
-    for path in paths:
-        name = _name(path)
-        if name and _write(path, folder / name, side, cache):
-            made += 1
-    return made
+def _make(jobs: Iterable[tuple[str, str]], folder: Path, side: int, cache: Path | None) -> int:
+    """Write the thumbnail of each (source, name) into `folder`; how many there are now."""
+    return sum(_write(source, folder / name, side, cache) for source, name in jobs)
 
 
 def _start_worker() -> subprocess.Popen | None:
@@ -253,11 +255,12 @@ def _start_worker() -> subprocess.Popen | None:
 
 
 def _serve(lines: Iterable[str]) -> None:
-    """The helper process: one JSON job per line ({source, folder, side, cache}), until end of input."""
+    """The helper process: one JSON job per line ({source, name, folder, side, cache}), until end of input."""
     for line in lines:
         try:
             job = json.loads(line)
-            _make([job["source"]], Path(job["folder"]), int(job["side"]), Path(job["cache"]) if job["cache"] else None)
+            _make([(job["source"], job["name"])], Path(job["folder"]), int(job["side"]),
+                  Path(job["cache"]) if job["cache"] else None)
         except (ValueError, KeyError, TypeError, OSError):
             continue
 

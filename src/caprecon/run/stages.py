@@ -127,7 +127,7 @@ def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                        "(turing, vqascore, fleur and captionqa do); nothing to answer")
     counts = {"rows": len(samples), "unreadable": 0, "missing_reconstruction": 0, "failed": 0}
     caption_only = not any(m.needs_source_image for m in judging)
-    before = ctx.stats()
+    before = dict(ctx.computed)
     originals = {id(m): m.generator for m in judging if getattr(m, "generator", None) is not None}
     try:
         for metric in judging:
@@ -140,10 +140,8 @@ def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         for metric in judging:
             if id(metric) in originals:
                 metric.generator = originals[id(metric)]
-    after = ctx.stats()
-    answered = {k: v - before.get(k, 0) for k, v in after.items()
-                if k not in ("generated", "reused", "damaged", "embedded", "model_seconds") and v != before.get(k, 0)}
-    return {**counts, "computed": answered, "generated": after["generated"] - before["generated"]}
+    answered = {kind: n - before.get(kind, 0) for kind, n in ctx.computed.items() if n != before.get(kind, 0)}
+    return {**counts, "computed": answered, "generated": ctx.stats()["generated"]}
 
 
 def _answer(metric: Metric, items: list, ctx: Context, counts: dict[str, int]) -> None:
