@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
-from caprecon.judgments import load_judgments
-from caprecon.meta import bootstrap_ci, kendall_tau, run_meta, scores_from_records
+from caprecon.data.judgments import load_judgments
+from caprecon.stats.meta import bootstrap_ci, kendall_tau, run_meta, scores_from_records
 from caprecon.metrics.reference import ReferenceMetrics
 
 GOAL = 1.2

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from caprecon.htmlreport import write_html_report
+from caprecon.reports.html import write_html_report
 
 CATEGORIES = ("perception", "scene", "spatial", "counting")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -46,7 +46,7 @@ import tiny_models  # noqa: E402
 from bench_common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
-from caprecon.reconstruct import ReconstructionSpec  # noqa: E402
+from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 
 GOAL = 0.95
 BATCH = 16

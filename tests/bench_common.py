@@ -20,7 +20,7 @@ class ReportTimer:
         self.seconds: list[float] = []
 
     def install(self) -> None:
-        import caprecon.htmlreport
+        import caprecon.reports.html
 
         real = caprecon.htmlreport.write_html_report
 

@@ -7,13 +7,13 @@ import numpy as np
 from PIL import Image
 
 import caprecon
-import caprecon.samples as samples_module
+import caprecon.data.samples as samples_module
 from caprecon.metrics import Context
 from caprecon.models.embedder import HFVisionEmbedder
 from caprecon.models.generator import DiffusersGenerator
-from caprecon.reconstruct import ReconstructionSpec
-from caprecon.samples import Sample, open_image
-from caprecon.store import Store, read_verified
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.data.samples import Sample, open_image
+from caprecon.store.index import Store, read_verified
 from oracle import OracleGenerator, PixelEmbedder
 
 
@@ -91,7 +91,7 @@ def _counting_encodes(monkeypatch):
     """Every thumbnail this process encodes, as (thread name, source)."""
     import threading
 
-    from caprecon.htmlreport import thumbs as thumbs_module
+    from caprecon.store import thumbs as thumbs_module
 
     encodes = []
     real = thumbs_module._encode
@@ -113,7 +113,7 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     """The first run's thumbnails are made by the helper process while it works (the report
     at the end encodes none but the broken file's); a cached run into a new folder makes
     none — its thumbnails are links to the cache's; pruning the cache drops them."""
-    from caprecon import cache_cli
+    from caprecon.cli import cache as cache_cli
 
     samples = _samples(tmp_path)
     encodes = _counting_encodes(monkeypatch)
@@ -142,7 +142,7 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
 
 
 def test_without_a_helper_process_the_thumbnails_are_made_in_a_thread(tmp_path, monkeypatch):
-    from caprecon.htmlreport import thumbs as thumbs_module
+    from caprecon.store import thumbs as thumbs_module
 
     monkeypatch.setattr(thumbs_module, "_start_worker", lambda: None)
     samples = _samples(tmp_path)

@@ -18,11 +18,10 @@ import pytest
 from PIL import Image
 
 import tiny_vlm
-from caprecon.models.captioner import (Captioner, CaptionRequest, PROMPTS, Sampling, TransformersCaptioner,
-                                       _SeededSampler, resolve_prompt)
+from caprecon.models.captioner import (Captioner, CaptionRequest, PROMPTS, Sampling, TransformersCaptioner, _SeededSampler, resolve_prompt)
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM, VLMRequest
-from caprecon.selection import Selection, best_of_n, expected_best, select_best, selection_curve
+from caprecon.apps.selection import Selection, best_of_n, expected_best, select_best, selection_curve
 from logged_models import LoggedCaptioner, LoggedGenerator
 
 PROMPT = "Describe the image."
@@ -105,7 +104,7 @@ def test_select_best_and_selection_parsing():
     assert weighted.value({"recon": 0.5}, headlines) is None  # a missing value never wins
     assert weighted.value({"recon": 0.5, "clipscore": 1.0, "error": "x"}, headlines) is None
     assert Selection.parse("recon").is_single
-    from caprecon.config import ConfigError
+    from caprecon.run.config import ConfigError
 
     for bad, message in (("bleu-9", "not a metric"), ("recon=high", "must be a number"), ("recon=0", "every")):
         with pytest.raises(ConfigError, match=message):

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from caprecon.config import ConfigError
+from caprecon.run.config import ConfigError
 from caprecon.metrics import Context
 from caprecon.metrics.fleur import DIGITS, PROMPT, Fleur, fleur_score
-from caprecon.samples import Sample, open_image
+from caprecon.data.samples import Sample, open_image
 
 
 def digits(weights, elsewhere=0.0):

@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from caprecon.qa import LETTERS, QABankError, grade, parse_item, read_box, read_choice, read_yes_no
-from caprecon.samples import LoadedSample, SampleError, SampleFormatError, load_samples, open_image
+from caprecon.data.qa import LETTERS, QABankError, grade, parse_item, read_box, read_choice, read_yes_no
+from caprecon.data.samples import LoadedSample, SampleError, SampleFormatError, load_samples, open_image
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -118,7 +118,7 @@ def test_valid_items_grade_any_answer(kind, prediction):
 def test_model_replies_parse_or_raise_reply_error(reply):
     # json_repair sits behind parse_json_reply: whatever it makes of a reply, the caller sees
     # a strict value, a non-empty repaired object or list, or ReplyError
-    from caprecon.cttd.replies import ReplyError, parse_json_reply
+    from caprecon.apps.cttd.replies import ReplyError, parse_json_reply
 
     try:
         value, repaired = parse_json_reply(reply)

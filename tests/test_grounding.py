@@ -8,8 +8,8 @@ from caprecon.metrics import Context
 from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.models import registry
 from caprecon.models.openai_compat import OpenAICompatVLM
-from caprecon.qa import QAItem
-from caprecon.samples import Sample, open_image
+from caprecon.data.qa import QAItem
+from caprecon.data.samples import Sample, open_image
 from oracle import OracleGenerator, render
 
 # the answer box as fractions of the image; in 0-1000 it is (100, 100, 400, 300), which fits

@@ -12,8 +12,8 @@ from scipy import stats
 
 import caprecon
 from caprecon.cli import main
-from caprecon.htmlreport import redact, write_html_report
-from caprecon.htmlreport.collect import summary_table
+from caprecon.reports.html import redact, write_html_report
+from caprecon.reports.html.collect import summary_table
 
 PAYLOADS = ['</script><script>document.title="owned";alert(1)</script>', '<img src=x onerror="alert(2)">',
             "<!-- <script>alert(3)</script>", '"><svg onload=alert(4)>']
@@ -279,7 +279,7 @@ def _bank_blob(html):
 
 def _build_folder(tmp_path, questions, *, stages=()):
     """A build folder as `cttd build` leaves it: bank.jsonl beside datasheet.json (counted by its own code)."""
-    from caprecon.cttd.datasheet import bank_counts
+    from caprecon.apps.cttd.datasheet import bank_counts
 
     build = tmp_path / "build"
     build.mkdir()

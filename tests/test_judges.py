@@ -13,9 +13,9 @@ from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.llm import TransformersLLM
 from caprecon.models.vlm import TransformersVLM
-from caprecon.qa import grade, load_qa_bank
-from caprecon.samples import Sample, open_image
-from caprecon.store import Store
+from caprecon.data.qa import grade, load_qa_bank
+from caprecon.data.samples import Sample, open_image
+from caprecon.store.index import Store
 from oracle import OracleGenerator, render
 from tiny_vlm import build_qwen2_lm, build_qwen2_vl
 
@@ -83,7 +83,7 @@ def test_turing_scores_categories_and_caches(judge, bank_file, samples, tmp_path
     def not_opened(self):
         raise AssertionError("a cached run must not open reconstructions")
 
-    monkeypatch.setattr("caprecon.reconstruct.Reconstruction.image", not_opened)
+    monkeypatch.setattr("caprecon.reconstruct.reconstructor.Reconstruction.image", not_opened)
     assert metric.score(items, again) == rows and again.computed == {}
 
 
@@ -163,7 +163,7 @@ def test_captionqa_counts_cannot_answer_as_wrong(bank_file, samples):
 
 def test_captionqa_with_text_llm(tmp_path, bank_file, samples):
     from caprecon.metrics.captionqa import captionqa_prompt
-    from caprecon.qa import in_source_terms, score_answer
+    from caprecon.data.qa import in_source_terms, score_answer
 
     llm = TransformersLLM(build_qwen2_lm(tmp_path / "lm"), max_new_tokens=8)
     items = [open_image(s) for s in samples]

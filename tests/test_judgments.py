@@ -7,15 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from caprecon.judgments import (
-    FLICKR8K_CROWDFLOWER,
-    FLICKR8K_EXPERT,
-    PAIRS,
-    SCORES,
-    JudgmentFormatError,
-    load_judgments,
-    load_triples,
-)
+from caprecon.data.judgments import (FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, PAIRS, SCORES, JudgmentFormatError, load_judgments, load_triples)
 
 
 

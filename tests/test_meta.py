@@ -18,30 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from caprecon.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
-from caprecon.meta import (
-    COUNTS,
-    SPATIAL_SWAPS,
-    MetaRow,
-    Perturber,
-    bootstrap_ci,
-    bootstrap_ratio,
-    bootstrap_tau,
-    format_table,
-    kendall_tau,
-    length_robustness,
-    paraphrase_delta,
-    pairwise_accuracy,
-    pearson,
-    run_meta,
-    scores_from_records,
-    spearman,
-    triple_samples,
-    within_image_pairs,
-    write_csv,
-    write_markdown,
-)
-from caprecon.meta_cli import add_meta_arguments, run_meta_command
+from caprecon.data.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
+from caprecon.stats.meta import (COUNTS, SPATIAL_SWAPS, MetaRow, Perturber, bootstrap_ci, bootstrap_ratio, bootstrap_tau, format_table, kendall_tau, length_robustness, paraphrase_delta, pairwise_accuracy, pearson, run_meta, scores_from_records, spearman, triple_samples, within_image_pairs, write_csv, write_markdown)
+from caprecon.cli.meta import add_meta_arguments, run_meta_command
 
 
 

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from caprecon.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, JudgmentFormatError, Judgments
-from caprecon.meta_cli import main as meta_main
-from caprecon.metabench import BENCHMARKS, get_benchmark, loaders
-from caprecon.metabench.compare import paired_bootstrap
-from caprecon.metabench.protocol import run_benchmark
-from caprecon.metabench.verify import compare, our_value
-from caprecon.samples import SampleFormatError, load_samples
+from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, JudgmentFormatError, Judgments
+from caprecon.cli.meta import main as meta_main
+from caprecon.apps.metabench import BENCHMARKS, get_benchmark
+from caprecon.data.loaders import benchmarks as loaders
+from caprecon.stats.compare import paired_bootstrap
+from caprecon.apps.metabench.protocol import run_benchmark
+from caprecon.apps.metabench.verify import compare, our_value
+from caprecon.data.samples import SampleFormatError, load_samples
 
 
 def _write(path, data):
@@ -255,7 +256,7 @@ def test_karpathy_split_as_samples_and_as_references(tmp_path):
 
 def _rated(n_images=30, seed=0):
     rng = np.random.default_rng(seed)
-    from caprecon.judgments import Judgment
+    from caprecon.data.judgments import Judgment
 
     items = [Judgment(id=str(k), image=f"{k // 4}.jpg", caption=f"c{k}", ratings=(float(rng.integers(1, 5)),),
                       image_id=str(k // 4)) for k in range(4 * n_images)]  # fmt: skip
@@ -318,7 +319,7 @@ def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):
 
 
 def test_verify_compare_reads_the_right_numbers():
-    from caprecon.meta import MetaRow
+    from caprecon.stats.meta import MetaRow
 
     row = MetaRow("pascal50s", "bleu-1", "accuracy", 0.7, math.nan, math.nan, 4, 1, 0,
                   extra={"accuracy_HC": 0.5, "accuracy_mean": 0.74})  # fmt: skip

@@ -2,8 +2,8 @@
 
 import pytest
 
-from caprecon.normalise import normalise_caption, normalised_samples
-from caprecon.samples import Sample
+from caprecon.data.normalise import normalise_caption, normalised_samples
+from caprecon.data.samples import Sample
 
 CASES = {
     "plain caption unchanged": ("A brown dog runs across a sunny meadow.", "A brown dog runs across a sunny meadow."),

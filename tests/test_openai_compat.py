@@ -26,15 +26,7 @@ import pytest
 from PIL import Image
 
 from caprecon.models.llm import TextLLM
-from caprecon.models.openai_compat import (
-    LogprobsUnavailableError,
-    OpenAICompatError,
-    OpenAICompatLLM,
-    OpenAICompatTimeout,
-    OpenAICompatVLM,
-    _token_prob,
-    encode_image,
-)
+from caprecon.models.openai_compat import (LogprobsUnavailableError, OpenAICompatError, OpenAICompatLLM, OpenAICompatTimeout, OpenAICompatVLM, _token_prob, encode_image)
 from caprecon.models.vlm import VisionLanguageModel, VLMRequest
 
 SERVED = "tiny-judge"
@@ -399,7 +391,7 @@ def test_captioner_asks_for_n_seeded_choices_per_image(server, faults):
 def test_fleur_over_the_server_reads_the_digits_where_the_rating_was_written(server, faults, tmp_path):
     from caprecon.metrics import Context
     from caprecon.metrics.fleur import Fleur
-    from caprecon.samples import Sample, open_image
+    from caprecon.data.samples import Sample, open_image
 
     IMAGES["red"].save(tmp_path / "red.png")
     item = open_image(Sample(id="r", image=tmp_path / "red.png", caption="a red square"))

@@ -1,6 +1,6 @@
 """The `paper-recon` preset reproduces the ReconScore paper's settings and adds none of its own."""
 
-from caprecon.config import Roles, RunConfig
+from caprecon.run.config import Roles, RunConfig
 
 
 def test_paper_recon_leaves_guidance_to_the_pipeline(tiny_sd):

@@ -18,22 +18,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from caprecon.judgments import SCORES, Judgment, Judgments, ProbeTriple, load_triples
-from caprecon.meta import Perturber
-from caprecon.meta_cli import add_meta_arguments, run_meta_command
+from caprecon.data.judgments import SCORES, Judgment, Judgments, ProbeTriple, load_triples
+from caprecon.stats.meta import Perturber
+from caprecon.cli.meta import add_meta_arguments, run_meta_command
 from caprecon.metrics.base import Context
-from caprecon.probes import (
-    LENGTHS,
-    ProbeWriter,
-    length_samples,
-    length_sets,
-    overlap_problem,
-    paraphrase_triples,
-    reply_caption,
-    reply_triplets,
-    word_overlap,
-)
-from caprecon.store import Store
+from caprecon.stats.probes import (LENGTHS, ProbeWriter, length_samples, length_sets, overlap_problem, paraphrase_triples, reply_caption, reply_triplets, word_overlap)
+from caprecon.store.index import Store
 
 REFS = {
     "i1": ["A black dog runs on the grass .", "Something moves quickly there ."],

@@ -9,8 +9,8 @@ from PIL import Image
 import caprecon
 from caprecon.models.generator import DiffusersGenerator, GenerationRequest
 from caprecon.models.embedder import HFVisionEmbedder
-from caprecon.reconstruct import ReconstructionSpec
-from caprecon.store import Store
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.store.index import Store
 from oracle import OracleGenerator, PixelEmbedder, render
 from scale_models import Counting
 
@@ -145,7 +145,7 @@ def test_reconstruction_size_and_seed_policy():
 
 
 def test_store_keys_and_wal(tmp_path):
-    from caprecon.store import content_key
+    from caprecon.store.index import content_key
 
     store = Store(tmp_path)
     k1 = content_key("reconstruction", caption="a", seed=1)

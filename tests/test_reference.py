@@ -10,14 +10,8 @@ import shutil
 import pytest
 
 from caprecon.metrics import reference
-from caprecon.metrics.reference import (
-    BLEU,
-    ReferenceMetricError,
-    ReferenceMetrics,
-    SpiceUnavailable,
-    reference_metric_name,
-)
-from caprecon.samples import Sample
+from caprecon.metrics.reference import (BLEU, ReferenceMetricError, ReferenceMetrics, SpiceUnavailable, reference_metric_name)
+from caprecon.data.samples import Sample
 
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap needs Java")

@@ -10,11 +10,11 @@ import pytest
 from PIL import Image
 
 import caprecon
-from caprecon.cli import build_parser, main
-from caprecon.config import ConfigError, RunConfig
+from caprecon.cli.commands import build_parser, main
+from caprecon.run.config import ConfigError, RunConfig
 from caprecon.metrics import Metric
 from caprecon.run.local import RunError
-from caprecon.samples import Sample, SampleError, load_samples, open_image
+from caprecon.data.samples import Sample, SampleError, load_samples, open_image
 
 
 def pictures(folder, n=3, rows_extra=None):
@@ -128,8 +128,8 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
     from caprecon.metrics.vqascore import VQAScore
     from caprecon.models.embedder import HFVisionEmbedder
     from caprecon.models.matcher import ClipMatcher
-    from caprecon.qa import load_qa_bank
-    from caprecon.reconstruct import ReconstructionSpec
+    from caprecon.data.qa import load_qa_bank
+    from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
     judge, llm = tiny_judges
     render("a red circle and a blue square", 48, 48).save(tmp_path / "shapes.png")

@@ -6,7 +6,7 @@ import json
 import pytest
 from PIL import Image
 
-from caprecon.report import PAPER_ORDER, category_table, radar_chart, write_report
+from caprecon.reports.categories import PAPER_ORDER, category_table, radar_chart, write_report
 
 
 def row(image, captioner, answers, upper, **extra):

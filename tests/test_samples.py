@@ -6,7 +6,7 @@ import json
 import pytest
 from PIL import Image
 
-from caprecon.samples import SampleError, SampleFormatError, load_samples, open_image
+from caprecon.data.samples import SampleError, SampleFormatError, load_samples, open_image
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ from PIL import Image
 
 import caprecon
 from caprecon.cli import main
-from caprecon.config import ConfigError
+from caprecon.run.config import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.run.shards import merge_shards, parse_shard, shard_positions
-from caprecon.samples import Sample
+from caprecon.data.samples import Sample
 from scale_models import Counting, FlakyGenerator
 
 SRC = Path(__file__).parents[1] / "src"
@@ -238,8 +238,8 @@ def test_a_stage_can_only_join_an_earlier_one(tmp_path, tiny_sd, tiny_dinov2):
 
 
 def test_score_command_scale_options():
-    from caprecon.cli import build_parser
-    from caprecon.scale_cli import score_settings
+    from caprecon.cli.commands import build_parser
+    from caprecon.cli.scale import score_settings
 
     args = build_parser().parse_args(["score", "-i", "x", "--stage", "recon:workers=2"])
     with pytest.raises(ConfigError, match="need --executor ray"):

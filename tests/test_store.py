@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import caprecon
-from caprecon.cache_cli import parse_age, parse_size, prune, verify
+from caprecon.cli.cache import parse_age, parse_size, prune, verify
 from caprecon.cli import main
 from caprecon.run.local import RunError
-from caprecon.store import Store, StoreCorruptError, StoreReadOnlyError, content_key
+from caprecon.store.index import Store, StoreCorruptError, StoreReadOnlyError, content_key
 from oracle import OracleGenerator, PixelEmbedder, render
 
 TESTS = Path(__file__).parent
@@ -352,7 +352,7 @@ def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, caps
 
 
 def test_api_key_from_named_environment_variable(monkeypatch):
-    from caprecon.config import ConfigError, RunConfig, Roles
+    from caprecon.run.config import ConfigError, RunConfig, Roles
     from caprecon.models.openai_compat import OpenAICompatVLM
 
     monkeypatch.setenv("MY_JUDGE_KEY", "sk-from-env")
@@ -384,7 +384,7 @@ def test_old_read_only_index_is_read_verified_and_listed(tmp_path):
 
 
 def test_secret_looking_options_are_masked_and_others_kept():
-    from caprecon.redaction import MASK, redact
+    from caprecon.core.redaction import MASK, redact
 
     masked = redact({"judge_options": {"api_key": "k-123456", "x-api-key": "k-abcdef", "max_new_tokens": 8,
                                        "headers": {"Authorization": "Bearer k-zzzzzz"}, "api_key_env": "MY_KEY",
@@ -406,7 +406,7 @@ def test_written_behind_images_keep_their_claims_until_they_are_in_the_store(tmp
     process's own reads wait for it, and then the claim is released."""
     import threading
 
-    import caprecon.store as store_module
+    import caprecon.store.index as store_module
     from PIL import Image
 
     gate, real = threading.Event(), store_module._png_bytes
@@ -427,7 +427,7 @@ def test_written_behind_images_keep_their_claims_until_they_are_in_the_store(tmp
 
 
 def test_a_failed_cache_write_stops_the_run_and_names_the_cache(tmp_path, monkeypatch):
-    import caprecon.store as store_module
+    import caprecon.store.index as store_module
 
     samples = _samples(tmp_path, n=4)
 

@@ -15,14 +15,14 @@ import pytest
 from PIL import Image
 
 from caprecon.cli import main
-from caprecon.config import ConfigError
+from caprecon.run.config import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM
-from caprecon.suites import SuiteTable, caption_sources, evaluate_suites, load_suites, surrogate_agreement
-from caprecon.suites.entries import SUITES, SuiteEntry
-from caprecon.suites.loaders import SuiteFormatError, image_id_of, load_benchmark
-from caprecon.suites.runner import UPPER
-from caprecon.suites.scoring import Graded, dataset_scores, grade, read_number
+from caprecon.apps.suites import SuiteTable, caption_sources, evaluate_suites, load_suites, surrogate_agreement
+from caprecon.apps.suites.entries import SUITES, SuiteEntry
+from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_benchmark
+from caprecon.apps.suites.runner import UPPER
+from caprecon.apps.suites.scoring import Graded, dataset_scores, grade, read_number
 from oracle import OracleGenerator
 from tiny_vlm import build_qwen2_vl
 
@@ -210,7 +210,7 @@ def test_numbers_are_read_with_commas_fractions_percent_and_units():
 
 
 def _math(answer: str, entry=None, **meta):
-    from caprecon.suites.loaders import BenchQuestion
+    from caprecon.apps.suites.loaders import BenchQuestion
 
     return BenchQuestion(dataset="m", id="0", image_id="i", type="math", question="q", answer=answer, meta=meta)
 

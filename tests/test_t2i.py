@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import caprecon
-from caprecon.caption_sets import load_caption_set
+from caprecon.data.caption_sets import load_caption_set
 from caprecon.cli import main
-from caprecon.config import ConfigError
+from caprecon.run.config import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM
-from caprecon.samples import SampleFormatError
-from caprecon.t2i import adherence_table, entrants, mean_ci
+from caprecon.data.samples import SampleFormatError
+from caprecon.apps.t2i import adherence_table, entrants, mean_ci
 from oracle import OracleGenerator, PixelEmbedder
 from tiny_vlm import build_llava, build_qwen2_vl
 
@@ -241,8 +241,8 @@ def test_caption_set_files_and_column_choice(tmp_path):
 
 
 def test_structured_caption_cells_become_lines():
-    from caprecon.caption_sets import caption_text
-    from caprecon.normalise import normalise_caption
+    from caprecon.data.caption_sets import caption_text
+    from caprecon.data.normalise import normalise_caption
 
     cell = {"subject": "a dog", "setting": "a park", "camera": None}
     assert caption_text(cell) == "subject: a dog\nsetting: a park"
@@ -283,7 +283,7 @@ def test_score_says_when_clip_reads_a_cut_caption(tmp_path, tiny_clip, capsys):
 
 
 def test_text_to_image_is_another_name_for_t2i():
-    from caprecon.cli import build_parser
+    from caprecon.cli.commands import build_parser
 
     short = build_parser().parse_args(["t2i", "-i", "captions.jsonl", "--caption-column", "caption"])
     long = build_parser().parse_args(["text-to-image", "-i", "captions.jsonl", "--caption-column", "caption"])

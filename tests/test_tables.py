@@ -2,7 +2,7 @@
 
 import pytest
 
-from caprecon.tables import CategoryTally, format_table
+from caprecon.core.tables import CategoryTally, format_table
 
 
 def test_category_tally_weighs_questions_and_categories_apart():

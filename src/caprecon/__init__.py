@@ -6,14 +6,14 @@
     recon(images, captions)
 """
 
-from .api import Results, score
-from .metrics import ClipImageScore, Context, Metric, ReconScore
-from .models.embedder import DreamSimEmbedder, HFVisionEmbedder
-from .models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator
-from .models.registry import build
-from .reconstruct import ReconstructionSpec
-from .samples import Sample, load_samples
-from .store import Store
+from caprecon.api import Results, score
+from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
+from caprecon.models.embedder import DreamSimEmbedder, HFVisionEmbedder
+from caprecon.models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator
+from caprecon.models.registry import build
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.data.samples import Sample, load_samples
+from caprecon.store.index import Store
 
 __version__ = "0.1.0"
 

@@ -28,14 +28,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from .config import ConfigError, Roles, RunConfig
-from .metrics import Context, Metric, build_metric
-from .normalise import normalised_samples
-from .redaction import redact
-from .run.local import RunError, RunInterrupted, base_record, read_scores, run_local
-from .samples import Sample, has_image, load_samples
-from .store import Store, default_cache_dir
-from .tables import format_table
+from caprecon.run.config import ConfigError, Roles, RunConfig
+from caprecon.metrics import Context, Metric, build_metric
+from caprecon.data.normalise import normalised_samples
+from caprecon.core.redaction import redact
+from caprecon.run.local import RunError, RunInterrupted, base_record, read_scores, run_local
+from caprecon.data.samples import Sample, has_image, load_samples
+from caprecon.store.index import Store, default_cache_dir
+from caprecon.core.tables import format_table
 
 
 @dataclass
@@ -107,7 +107,7 @@ def score(
         rows = normalised_samples(rows)
     shard_info = row_numbers = None
     if shard is not None:
-        from .run.shards import parse_shard, select_shard
+        from caprecon.run.shards import parse_shard, select_shard
 
         rows, shard_info = select_shard(rows, parse_shard(shard))
         row_numbers = shard_info["positions"]
@@ -131,7 +131,7 @@ def score(
 
     try:
         if executor == "ray":
-            from .run.ray import run_ray
+            from caprecon.run.ray import run_ray
 
             records = run_ray(rows, built, cfg, ctx, done=done, progress=progress, row_numbers=row_numbers,
                               scores_path=out_dir / "scores.jsonl" if out_dir else None,
@@ -186,10 +186,10 @@ def score(
     if out_dir:
         write_run(out_dir, summary, manifest)
         if "turing" in metric_names and summary["metrics"]["turing"]["n"]:
-            from .report import write_report
+            from caprecon.reports.categories import write_report
 
             write_report(records, out_dir, metric="turing")
-        from .htmlreport import write_html_report
+        from caprecon.reports.html import write_html_report
 
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked
@@ -202,8 +202,8 @@ def _thumbnail_writer(out_dir: Path | None, store: Any):
     linked into the run folder), so the report at the end has little left to do."""
     if out_dir is None:
         return None
-    from .htmlreport.page import FILES
-    from .htmlreport.thumbs import ThumbnailWriter, cache_folder
+    from caprecon.reports.html.page import FILES
+    from caprecon.store.thumbs import ThumbnailWriter, cache_folder
 
     return ThumbnailWriter(out_dir, out_dir / FILES / "thumbs",
                            cache=None if store.read_only else cache_folder(store.root))

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from .base import Context, Metric
-from .recon import ClipImageScore, ReconScore
+from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.recon import ClipImageScore, ReconScore
 
 if TYPE_CHECKING:
-    from ..config import Roles, RunConfig
+    from caprecon.run.config import Roles, RunConfig
 
 
 def _recon(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -24,14 +24,14 @@ def _clip_image(roles: "Roles", cfg: "RunConfig") -> Metric:
 
 
 def _turing(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .turing import CaptionTuringTest
+    from caprecon.metrics.turing import CaptionTuringTest
 
     return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
                              judges_for=roles.judges_for)
 
 
 def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .vqascore import VQAScore
+    from caprecon.metrics.vqascore import VQAScore
 
     return VQAScore(roles.judge, template=cfg.vqa_template, on=cfg.vqa_on,
                     generator=roles.generator if cfg.vqa_on != "image" else None, spec=cfg.spec,
@@ -39,25 +39,25 @@ def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
 
 
 def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .captionqa import CaptionQA
+    from caprecon.metrics.captionqa import CaptionQA
 
     return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .fleur import Fleur
+    from caprecon.metrics.fleur import Fleur
 
     return Fleur(roles.judge, **({"prompt": cfg.fleur_prompt} if cfg.fleur_prompt else {}))
 
 
 def _clipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .clipscore import ClipScore
+    from caprecon.metrics.clipscore import ClipScore
 
     return ClipScore(roles.clip_matcher)
 
 
 def _refclipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
-    from .clipscore import RefClipScore
+    from caprecon.metrics.clipscore import RefClipScore
 
     return RefClipScore(roles.clip_matcher)
 
@@ -79,7 +79,7 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
 
 
 def build_metric(name: str, roles: "Roles", config: "RunConfig") -> Metric:
-    from ..config import ConfigError
+    from caprecon.run.config import ConfigError
 
     if name not in METRICS:
         raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}")

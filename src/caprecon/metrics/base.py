@@ -17,11 +17,11 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 from PIL import Image
 
-from ..models.embedder import ImageEmbedder
-from ..models.generator import TextToImage
-from ..reconstruct import Reconstructor, ReconstructionSpec
-from ..samples import LoadedSample, Sample, SampleError, open_image
-from ..store import Store, content_key
+from caprecon.models.embedder import ImageEmbedder
+from caprecon.models.generator import TextToImage
+from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
+from caprecon.data.samples import LoadedSample, Sample, SampleError, open_image
+from caprecon.store.index import Store, content_key
 
 
 class Context:

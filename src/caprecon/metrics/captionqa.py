@@ -11,13 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..models.llm import TextLLM
-from ..models.common import describe_model
-from ..qa import QAItem, build_prompt, in_source_terms, load_qa_bank, score_answer
-from ..samples import LoadedSample
-from ..store import content_key
-from ..tables import CategoryTally
-from .base import Context, Metric
+from caprecon.models.llm import TextLLM
+from caprecon.models.common import describe_model
+from caprecon.data.qa import QAItem, build_prompt, in_source_terms, load_qa_bank, score_answer
+from caprecon.data.samples import LoadedSample
+from caprecon.store.index import content_key
+from caprecon.core.tables import CategoryTally
+from caprecon.metrics.base import Context, Metric
 
 CANNOT = "Cannot answer from the description"
 PREAMBLE = (

@@ -17,12 +17,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..models.embedder import ImageEmbedder
-from ..models.generator import CaptionImageMatcher
-from ..models.common import describe_model
-from ..samples import LoadedSample, SampleError
-from ..store import content_key
-from .base import Context, Metric
+from caprecon.models.embedder import ImageEmbedder
+from caprecon.models.generator import CaptionImageMatcher
+from caprecon.models.common import describe_model
+from caprecon.data.samples import LoadedSample, SampleError
+from caprecon.store.index import content_key
+from caprecon.metrics.base import Context, Metric
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from ..models.common import describe_model
-from ..models.vlm import VisionLanguageModel
-from ..samples import LoadedSample
-from .base import Context, Metric
-from .judging import LazyImages, generations_with_token_probs, require_capability
+from caprecon.models.common import describe_model
+from caprecon.models.vlm import VisionLanguageModel
+from caprecon.data.samples import LoadedSample
+from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.judging import LazyImages, generations_with_token_probs, require_capability
 
 DIGITS = [str(d) for d in range(10)]
 

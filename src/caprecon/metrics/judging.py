@@ -11,9 +11,9 @@ from typing import Any, Callable, Sequence
 
 from PIL import Image
 
-from ..models.vlm import VisionLanguageModel, VLMRequest
-from ..store import content_key
-from .base import Context
+from caprecon.models.vlm import VisionLanguageModel, VLMRequest
+from caprecon.store.index import content_key
+from caprecon.metrics.base import Context
 
 Ask = tuple[str, str]  # (image_key, prompt)
 
@@ -77,7 +77,7 @@ def generations_with_token_probs(ctx: Context, vlm: VisionLanguageModel, asks: S
 def require_capability(model: Any, method: str, metric: str) -> None:
     """Stop before the run when a backend cannot compute a metric at all."""
     if not callable(getattr(model, method, None)):
-        from ..config import ConfigError
+        from caprecon.run.config import ConfigError
 
         raise ConfigError(f"metric {metric} needs a judge that can `{method}`; {type(model).__name__} cannot. "
                           f"Use a transformers judge or an OpenAI-compatible server (base_url=...)")

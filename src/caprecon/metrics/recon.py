@@ -11,12 +11,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..models.embedder import ImageEmbedder
-from ..models.generator import TextToImage
-from ..reconstruct import ReconstructionSpec
-from ..models.common import describe_model
-from ..samples import LoadedSample
-from .base import Context, Metric
+from caprecon.models.embedder import ImageEmbedder
+from caprecon.models.generator import TextToImage
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.models.common import describe_model
+from caprecon.data.samples import LoadedSample
+from caprecon.metrics.base import Context, Metric
 
 
 class ReconScore(Metric):

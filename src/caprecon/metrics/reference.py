@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from caprecon.samples import Sample
+from caprecon.data.samples import Sample
 
 BLEU = ("bleu-1", "bleu-2", "bleu-3", "bleu-4")
 REFERENCE_METRICS = (*BLEU, "meteor", "rouge", "cider", "spice")

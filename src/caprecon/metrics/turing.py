@@ -27,15 +27,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..models.common import describe_model
-from ..models.generator import TextToImage
-from ..models.vlm import VisionLanguageModel
-from ..qa import COORDS, QAItem, build_prompt, grade, in_source_terms, load_qa_bank
-from ..reconstruct import ReconstructionSpec
-from ..samples import LoadedSample
-from ..tables import CategoryTally
-from .base import Context, Metric
-from .judging import LazyImages, answers
+from caprecon.models.common import describe_model
+from caprecon.models.generator import TextToImage
+from caprecon.models.vlm import VisionLanguageModel
+from caprecon.data.qa import COORDS, QAItem, build_prompt, grade, in_source_terms, load_qa_bank
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.data.samples import LoadedSample
+from caprecon.core.tables import CategoryTally
+from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.judging import LazyImages, answers
 
 
 class CaptionTuringTest(Metric):

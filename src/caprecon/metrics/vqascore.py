@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..models.generator import TextToImage
-from ..models.vlm import VisionLanguageModel
-from ..reconstruct import ReconstructionSpec
-from ..models.common import describe_model
-from ..samples import LoadedSample
-from .base import Context, Metric
-from .judging import LazyImages, option_probs, require_capability
+from caprecon.models.generator import TextToImage
+from caprecon.models.vlm import VisionLanguageModel
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.models.common import describe_model
+from caprecon.data.samples import LoadedSample
+from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.judging import LazyImages, option_probs, require_capability
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")

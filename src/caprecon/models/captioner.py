@@ -27,10 +27,10 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
-from .common import derive_seed
-from .llm import NO_PENALTIES, eos_token_ids
-from .openai_compat import OpenAICompatError, OpenAICompatVLM
-from .vlm import TransformersVLM, VLMRequest
+from caprecon.models.common import derive_seed
+from caprecon.models.llm import NO_PENALTIES, eos_token_ids
+from caprecon.models.openai_compat import OpenAICompatError, OpenAICompatVLM
+from caprecon.models.vlm import TransformersVLM, VLMRequest
 
 # Prompt presets, in our own words. `limited` needs `max_words`.
 PROMPTS: dict[str, str] = {

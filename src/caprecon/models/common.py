@@ -97,7 +97,7 @@ def file_digest(path: Path) -> str:
 
 @lru_cache(maxsize=1)
 def _digest_memo() -> sqlite3.Connection | None:
-    from ..store import default_cache_dir
+    from caprecon.store.index import default_cache_dir
 
     try:
         folder = default_cache_dir()

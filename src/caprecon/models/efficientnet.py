@@ -22,8 +22,8 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .common import ModelNotFoundError, file_digest, resolve_device
-from .embedder import l2_normalise
+from caprecon.models.common import ModelNotFoundError, file_digest, resolve_device
+from caprecon.models.embedder import l2_normalise
 
 INPUT_SIZE = 224
 # TF EfficientNet-Lite evaluation: crop the central 224/(224+32) of the shorter side

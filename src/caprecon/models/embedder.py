@@ -14,7 +14,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 from PIL import Image
 
-from .common import ModelNotFoundError, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelNotFoundError, resolve_device, resolve_dtype, resolve_source
 
 
 @runtime_checkable
@@ -145,7 +145,7 @@ class DreamSimEmbedder:
     def fingerprint(self) -> str:
         import hashlib
 
-        from .common import file_digest
+        from caprecon.models.common import file_digest
 
         files = sorted((p.relative_to(self.weights_dir).as_posix(), file_digest(p))
                        for p in self.weights_dir.rglob("*") if p.is_file())

@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 from PIL import Image
 
-from .common import ModelSource, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelSource, resolve_device, resolve_dtype, resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ class RetrievalGenerator:
 
 
 def _gallery_paths(gallery: str | Path | Sequence[str | Path]) -> list[Path]:
-    from ..samples import IMAGE_SUFFIXES
+    from caprecon.data.samples import IMAGE_SUFFIXES
 
     if isinstance(gallery, (str, Path)):
         folder = Path(gallery)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from .common import resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import resolve_device, resolve_dtype, resolve_source
 
 
 @runtime_checkable

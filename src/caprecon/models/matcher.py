@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from .common import ModelNotFoundError, ModelSource, resolve_device
-from .efficientnet import EfficientNetLite0Embedder
-from .embedder import HFVisionEmbedder, l2_normalise
+from caprecon.models.common import ModelNotFoundError, ModelSource, resolve_device
+from caprecon.models.efficientnet import EfficientNetLite0Embedder
+from caprecon.models.embedder import HFVisionEmbedder, l2_normalise
 
 
 def packaged_sentence_encoder() -> Path:

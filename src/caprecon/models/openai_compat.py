@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
-from ..qa import judge_box_coords
-from .vlm import VLMRequest, check_box_coords
+from caprecon.data.qa import judge_box_coords
+from caprecon.models.vlm import VLMRequest, check_box_coords
 
 log = logging.getLogger(__name__)
 

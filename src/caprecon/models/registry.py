@@ -117,27 +117,27 @@ ROLES: dict[str, tuple[dict[str, Entry], str]] = {
 def build_judge(model: str, base_url: str | None = None, **options: Any):
     """A transformers VLM, or with `base_url` a model on an OpenAI-compatible server."""
     if base_url:
-        from .openai_compat import OpenAICompatVLM
+        from caprecon.models.openai_compat import OpenAICompatVLM
 
         return OpenAICompatVLM(model, base_url, **options)
-    from .vlm import TransformersVLM
+    from caprecon.models.vlm import TransformersVLM
 
     return TransformersVLM(model, **options)
 
 
 def build_llm(model: str, base_url: str | None = None, **options: Any):
     if base_url:
-        from .openai_compat import OpenAICompatLLM
+        from caprecon.models.openai_compat import OpenAICompatLLM
 
         return OpenAICompatLLM(model, base_url, **options)
-    from .llm import TransformersLLM
+    from caprecon.models.llm import TransformersLLM
 
     return TransformersLLM(model, **options)
 
 
 def build_captioner(model: str, base_url: str | None = None, **options: Any):
     """A transformers VLM sampling captions, or with `base_url` a model on an OpenAI-compatible server."""
-    from .captioner import OpenAICompatCaptioner, TransformersCaptioner
+    from caprecon.models.captioner import OpenAICompatCaptioner, TransformersCaptioner
 
     if base_url:
         return OpenAICompatCaptioner(model, base_url, **options)
@@ -173,12 +173,12 @@ def build(role: str, spec: str | Any, **options: Any) -> Any:
 
 
 def demo_gallery() -> str:
-    return str(resources.files("caprecon") / "demo" / "images")
+    return str(resources.files("caprecon.data") / "demo" / "images")
 
 
 def build_retrieval(gallery: str | None = None, matcher: str | Any = "imagenet-labels",
                     exclude_source: bool = False, matcher_options: dict[str, Any] | None = None):
-    from .generator import RetrievalGenerator
+    from caprecon.models.generator import RetrievalGenerator
 
     return RetrievalGenerator(gallery or demo_gallery(), build("matcher", matcher, **(matcher_options or {})),
                               exclude_source=exclude_source)

@@ -21,8 +21,8 @@ import hashlib
 import json
 from typing import Any
 
-from .captioner import OpenAICompatCaptioner
-from .openai_compat import OpenAICompatLLM, OpenAICompatVLM
+from caprecon.models.captioner import OpenAICompatCaptioner
+from caprecon.models.openai_compat import OpenAICompatLLM, OpenAICompatVLM
 
 _NO_SERVER = "http://in-process.vllm/v1"  # the HTTP backends want a base URL; nothing is ever sent there
 

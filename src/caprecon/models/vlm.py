@@ -18,10 +18,9 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
-from ..qa import COORDS, judge_box_coords
-from .common import resolve_device, resolve_dtype, resolve_source
-from .llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of,
-                  reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
+from caprecon.data.qa import COORDS, judge_box_coords
+from caprecon.models.common import resolve_device, resolve_dtype, resolve_source
+from caprecon.models.llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..metrics.base import Context, Metric
-from ..models.common import ModelNotFoundError
-from ..redaction import redact_text
-from ..samples import LoadedSample, Sample, SampleError, read_image
-from ..store import StoreError, content_key
+from caprecon.metrics.base import Context, Metric
+from caprecon.models.common import ModelNotFoundError
+from caprecon.core.redaction import redact_text
+from caprecon.data.samples import LoadedSample, Sample, SampleError, read_image
+from caprecon.store.index import StoreError, content_key
 
 log = logging.getLogger(__name__)
 

@@ -36,12 +36,11 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from ..config import ConfigError
-from ..metrics.base import Context, Metric
-from ..samples import Sample, SampleError, open_image
-from ..store import Store
-from .local import (FATAL, RunError, RunInterrupted, _fail, _MetricRunner, _open_sink, _rewrite, _write_lines,
-                    base_record)
+from caprecon.run.config import ConfigError
+from caprecon.metrics.base import Context, Metric
+from caprecon.data.samples import Sample, SampleError, open_image
+from caprecon.store.index import Store
+from caprecon.run.local import (FATAL, RunError, RunInterrupted, _fail, _MetricRunner, _open_sink, _rewrite, _write_lines, base_record)
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +189,8 @@ class MetricStage:
         self.counting = _Counting(self.runner.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from ..redaction import redact_text
-        from .local import failure_reason
+        from caprecon.core.redaction import redact_text
+        from caprecon.run.local import failure_reason
 
         samples, records = _decode(batch)
         items, kept = _opened(samples, records, list(batch["row"]), self.caption_only)

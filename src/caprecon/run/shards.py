@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config import ConfigError
-from ..samples import Sample
-from .local import _rewrite, read_scores
+from caprecon.run.config import ConfigError
+from caprecon.data.samples import Sample
+from caprecon.run.local import _rewrite, read_scores
 
 
 def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]:
@@ -63,7 +63,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
     over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
     or foreign shard before writing anything."""
-    from ..api import summarise, write_run  # the run folder's format is api's
+    from caprecon.api import summarise, write_run  # the run folder's format is api's
 
     if not folders:
         raise ConfigError("caprecon merge needs the shard run folders to combine")

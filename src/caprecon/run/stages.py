@@ -22,11 +22,11 @@ from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
-from ..metrics.base import Context, Metric
-from ..samples import Sample, SampleError, open_image
-from ..store import INDEX, Store, StoreError, sha256
-from .local import FATAL, RunError
-from .ray import reconstructions_of
+from caprecon.metrics.base import Context, Metric
+from caprecon.data.samples import Sample, SampleError, open_image
+from caprecon.store.index import INDEX, Store, StoreError, sha256
+from caprecon.run.local import FATAL, RunError
+from caprecon.run.ray import reconstructions_of
 
 
 def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -76,7 +76,7 @@ def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             present = [k for k in keys if k in stored]
 
             def load(i: int, present=present, stored=stored):
-                from ..store import read_verified
+                from caprecon.store.index import read_verified
 
                 image = read_verified(stored[present[i]][1], stored[present[i]][2])
                 if image is None:

@@ -1,0 +1,231 @@
+"""Question sets from elsewhere, as a QA bank (`caprecon cttd import`).
+
+Two layouts:
+
+- **generic**: JSONL, JSON (a list), CSV or TSV, one question per row. Each bank field
+  (`image_id`, `question`, `answer`, `type`, `category`, `choices`, `coords`, `id`,
+  `image`, `source`) is read from the column of the same name unless `columns` maps it
+  to another; `option_columns` (e.g. A, B, C, D) builds `choices` from one column per
+  option, skipping empty ones. `choices` in a CSV cell is a JSON list or `|`-separated.
+  Without a type: mc when there are choices, yesno for a yes/no answer, box for four
+  numbers, short otherwise. Without an image id: the image file's name without suffix.
+- **vlmevalkit**: the TSV layout of VLMEvalKit benchmarks (MMBench, MMStar, SEED, ...):
+  `index`, `image` (base64; a short number instead refers to the row of that index),
+  `question`, optional `hint` (put before the question), options in columns `A`, `B`, ...,
+  `answer`, `category`. Rows without options become yes/no (answer Yes/No) or short.
+
+Images given inline (base64) or as paths are written to the output's `images/` folder
+as `<image_id>.<format>`, so a captions file can name them and `turing` find them. Any
+row that is not a valid bank item stops the import with the file, line and problem.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import csv
+import io
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from PIL import Image
+
+from caprecon.data.qa import QABankError, parse_item
+from caprecon.core.records import read_records
+from caprecon.apps.cttd.curate import bank_record
+
+FIELDS = ("image_id", "question", "answer", "type", "category", "choices", "coords", "id", "image", "source")
+_YES_NO = {"yes", "no"}
+
+
+class QuestionImportError(QABankError):
+    """A question file that cannot be imported: the message names the file, row and problem."""
+
+
+def allow_long_csv_fields() -> None:
+    # base64 images are far longer than the csv module's default field limit (128 KiB)
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in {"", "nan", "none"})
+
+
+def _choices(value: Any) -> list[str] | None:
+    if _blank(value):
+        return None
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    text = str(value).strip()
+    if text.startswith("["):
+        return [str(v) for v in json.loads(text)]
+    return [part.strip() for part in text.split("|") if part.strip()]
+
+
+def _answer(value: Any) -> Any:
+    """A box written as text in a CSV cell ("[1, 2, 3, 4]") as a list."""
+    if isinstance(value, str) and re.fullmatch(r"\s*\[[\d.,\s]+\]\s*", value):
+        return json.loads(value)
+    return value
+
+
+def infer_type(record: dict[str, Any]) -> str:
+    if record.get("choices"):
+        return "mc"
+    answer = record.get("answer")
+    if isinstance(answer, str) and answer.strip().lower() in _YES_NO:
+        return "yesno"
+    if isinstance(answer, (list, tuple)) and len(answer) == 4:
+        return "box"
+    return "short"
+
+
+class ImageWriter:
+    """Writes each image once, as images/<image_id>.<format>; remembers what it wrote."""
+
+    def __init__(self, folder: Path | None, relative_to: Path):
+        self.folder = folder
+        self.relative_to = relative_to
+        self.written: dict[str, Path] = {}
+
+    def from_bytes(self, image_id: str, data: bytes, where: str) -> str | None:
+        if self.folder is None:
+            return None
+        if image_id not in self.written:
+            try:
+                with Image.open(io.BytesIO(data)) as im:
+                    fmt = (im.format or "png").lower()
+            except Exception as exc:
+                raise QuestionImportError(f"{where}: the image cannot be decoded ({type(exc).__name__})") from None
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{_safe(image_id)}.{'jpg' if fmt == 'jpeg' else fmt}"
+            path.write_bytes(data)
+            self.written[image_id] = path
+        return str(self.written[image_id].relative_to(self.relative_to))
+
+    def from_path(self, image_id: str, path: Path, where: str) -> str | None:
+        if not path.exists():
+            raise QuestionImportError(f"{where}: image not found: {path}")
+        if self.folder is None:
+            return str(path)
+        if image_id not in self.written:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            target = self.folder / f"{_safe(image_id)}{path.suffix.lower()}"
+            shutil.copyfile(path, target)
+            self.written[image_id] = target
+        return str(self.written[image_id].relative_to(self.relative_to))
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^\w.-]", "_", name)
+
+
+def _decode_base64(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=False)
+    except (binascii.Error, ValueError) as exc:
+        raise QuestionImportError(f"{where}: the image is not valid base64 ({exc})") from None
+
+
+def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        item = parse_item(record, where)
+    except QABankError as exc:
+        raise QuestionImportError(str(exc)) from None
+    return bank_record(item)
+
+
+def import_generic(path: str | Path, *, columns: dict[str, str] | None = None,
+                   option_columns: Iterable[str] = (), default_type: str | None = None,
+                   default_category: str = "", source: str | None = None,
+                   images: ImageWriter | None = None) -> list[dict[str, Any]]:
+    """Bank records from a generic question file (see the module doc)."""
+    path = Path(path)
+    columns = dict(columns or {})
+    unknown = sorted(set(columns) - set(FIELDS))
+    if unknown:
+        raise QuestionImportError(f"unknown bank field(s) {unknown} in the column mapping; fields: {', '.join(FIELDS)}")
+    option_columns = list(option_columns)
+    allow_long_csv_fields()
+    out, counters = [], {}
+    for where, row in read_records(path, QuestionImportError):
+        value = {f: row.get(columns.get(f, f)) for f in FIELDS}
+        if _blank(value["question"]):
+            raise QuestionImportError(f"{where}: no question (column {columns.get('question', 'question')!r})")
+        choices = [str(row[c]) for c in option_columns if not _blank(row.get(c))] if option_columns \
+            else _choices(value["choices"])
+        image = value["image"]
+        image_id = None if _blank(value["image_id"]) else str(value["image_id"])
+        if image_id is None:
+            if _blank(image) or len(str(image)) > 512:
+                raise QuestionImportError(f"{where}: no image id (column {columns.get('image_id', 'image_id')!r}) and no "
+                                   f"image path to take it from")
+            image_id = Path(str(image)).stem
+        record: dict[str, Any] = {"image_id": image_id, "question": str(value["question"]),
+                                  "answer": _answer(value["answer"]),
+                                  "category": "" if _blank(value["category"]) else str(value["category"]),
+                                  "source": source or ("" if _blank(value["source"]) else str(value["source"]))
+                                  or path.stem}
+        record["category"] = record["category"] or default_category
+        if choices:
+            record["choices"] = choices
+        if not _blank(value["coords"]):
+            record["coords"] = str(value["coords"])
+        record["type"] = str(value["type"]) if not _blank(value["type"]) else default_type or infer_type(record)
+        n = counters.get(image_id, 0)
+        counters[image_id] = n + 1
+        record["id"] = str(value["id"]) if not _blank(value["id"]) else f"{image_id}#{n}"
+        if images is not None and not _blank(image):
+            text = str(image)
+            record["image"] = images.from_bytes(image_id, _decode_base64(text, where), where) if len(text) > 512 \
+                else images.from_path(image_id, (path.parent / text) if not Path(text).is_absolute() else Path(text),
+                                      where)
+        out.append(_checked(record, where))
+    return out
+
+
+def import_vlmevalkit(path: str | Path, *, images: ImageWriter | None = None, source: str | None = None,
+                      id_prefix: str = "") -> list[dict[str, Any]]:
+    """Bank records from a VLMEvalKit benchmark TSV (see the module doc)."""
+    path = Path(path)
+    allow_long_csv_fields()
+    rows = list(read_records(path, QuestionImportError))
+    if not rows:
+        raise QuestionImportError(f"{path}: no rows")
+    header = set(rows[0][1])
+    missing = [c for c in ("index", "question", "answer") if c not in header]
+    if missing:
+        raise QuestionImportError(f"{path}: not a VLMEvalKit TSV: no column {', '.join(missing)}")
+    letters = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c in header]
+    inline = {str(row["index"]): row.get("image") for _, row in rows if not _blank(row.get("image"))
+              and len(str(row["image"])) > 64}
+    out = []
+    for where, row in rows:
+        index = str(row["index"]).strip()
+        image_id = f"{id_prefix}{index}"
+        question = str(row["question"]).strip()
+        if not _blank(row.get("hint")):
+            question = f"{str(row['hint']).strip()}\n{question}"
+        record: dict[str, Any] = {"id": image_id, "image_id": image_id, "question": question,
+                                  "category": "" if _blank(row.get("category")) else str(row["category"]),
+                                  "source": source or path.stem}
+        choices = [str(row[c]) for c in letters if not _blank(row.get(c))]
+        answer = str(row["answer"]).strip()
+        if choices:
+            record.update(type="mc", choices=choices, answer=answer)
+        else:
+            record.update(type="yesno" if answer.lower() in _YES_NO else "short", answer=answer)
+        if images is not None:
+            raw = row.get("image")
+            if not _blank(raw) and len(str(raw)) <= 64:  # a reference to the row holding the image
+                raw = inline.get(str(raw).strip())
+            if not _blank(raw):
+                record["image"] = images.from_bytes(image_id, _decode_base64(str(raw), where), where)
+            elif not _blank(row.get("image_path")):
+                record["image"] = images.from_path(image_id, path.parent / str(row["image_path"]), where)
+        out.append(_checked(record, where))
+    return out

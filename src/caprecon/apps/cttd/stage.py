@@ -1,0 +1,139 @@
+"""What every stage shares: its job (folder, settings, models, cache), file helpers, and the
+cached model calls with their one repair retry.
+
+Every model result goes through the run's `Context` (the content-addressed store), one
+image at a time, so a stage interrupted half-way finds the images it had finished in the
+store and asks the models only about the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from caprecon.metrics.base import Context
+from caprecon.metrics.judging import LazyImages
+from caprecon.models.vlm import VLMRequest
+from caprecon.core.records import read_jsonl
+from caprecon.store.index import content_key
+from caprecon.apps.cttd.replies import ParseTally, ReplyError, ReplyShapeError, read_reply, repair_prompt
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Job:
+    """One stage's run: where it writes, the build's settings and models, the cache."""
+
+    folder: Path  # this stage's folder inside the build folder
+    build: Path  # the build folder (earlier stages' outputs)
+    config: Any  # BuildConfig
+    models: Any  # BuildModels
+    ctx: Context
+    images: list[dict[str, Any]]  # the image folder's listing (`select.list_images`)
+    progress: bool = True
+    manifest: dict[str, Any] = field(default_factory=dict)  # what the stage reports: counts, drops, prompts
+
+    def upstream(self, stage_folder: str, name: str) -> Path:
+        return self.build / stage_folder / name
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        dropped = self.manifest.setdefault("dropped", {})
+        dropped[reason] = dropped.get(reason, 0) + n
+
+
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
+    """Write records atomically (a partial file never replaces a finished one)."""
+    partial = path.with_suffix(path.suffix + ".part")
+    n = 0
+    with partial.open("w", encoding="utf-8") as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            n += 1
+    partial.replace(path)
+    return n
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    return [record for _, record in read_jsonl(path)] if path.exists() else []
+
+
+def write_json(path: Path, value: Any) -> None:
+    partial = path.with_suffix(path.suffix + ".part")
+    partial.write_text(json.dumps(value, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    partial.replace(path)
+
+
+def fill(template: str, **values: Any) -> str:
+    """A prompt template with `{name}` placeholders filled (str.replace: prompts hold JSON braces)."""
+    for name, value in values.items():
+        template = template.replace("{" + name + "}", str(value))
+    return template
+
+
+# ---------------------------------------------------------------------------------------
+# cached model calls
+
+
+def vlm_replies(ctx: Context, vlm: Any, asks: Sequence[tuple[str, str]], images: LazyImages,
+                max_new_tokens: int) -> list[str]:
+    """Greedy replies of a VLM to (image key, prompt) asks, cached by (VLM, image, prompt,
+    max_new_tokens). All asks about one image go to the model in one call."""
+    keys = [content_key("vlm-reply", model=vlm.fingerprint, image=image_key, prompt=prompt,
+                        max_new_tokens=max_new_tokens) for image_key, prompt in asks]
+
+    def compute(order: list[int]) -> list[str]:
+        requests = [VLMRequest(image=images[asks[i][0]], prompt=asks[i][1], image_key=asks[i][0]) for i in order]
+        with ctx.model_call():
+            return list(vlm.generate(requests, max_new_tokens=max_new_tokens))
+
+    return ctx.cached("vlm-reply", keys, compute) if asks else []
+
+
+def llm_replies(ctx: Context, llm: Any, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    """Greedy replies of a text LLM, cached by (LLM, prompt, max_new_tokens)."""
+    keys = [content_key("llm-answer", model=llm.fingerprint, prompt=p, max_new_tokens=max_new_tokens)
+            for p in prompts]
+
+    def compute(order: list[int]) -> list[str]:
+        with ctx.model_call():
+            return list(llm.generate([prompts[i] for i in order], max_new_tokens=max_new_tokens))
+
+    return ctx.cached("llm-answer", keys, compute) if prompts else []
+
+
+def read_replies(replies: Sequence[str], shape: Callable[[Any], tuple[Any, bool]], shape_text: str,
+                 ask_again: Callable[[list[str]], list[str]], tally: ParseTally,
+                 rejects: list[dict[str, Any]], context: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each reply read as JSON of the wanted shape (None where it could not be): strict,
+    then locally repaired, then one retry that shows the model its reply and the error.
+    What still fails is counted in `tally` and kept in `rejects` with `context[i]`."""
+    values: list[Any] = [None] * len(replies)
+    failed: list[tuple[int, str]] = []
+    for i, reply in enumerate(replies):
+        try:
+            values[i], repaired = read_reply(reply, shape)
+        except (ReplyError, ReplyShapeError) as exc:
+            failed.append((i, str(exc)))
+            continue
+        if repaired:
+            tally.repaired += 1
+        else:
+            tally.strict += 1
+    if not failed:
+        return values
+    second = ask_again([repair_prompt(error, shape_text, replies[i]) for i, error in failed])
+    for (i, error), reply in zip(failed, second):
+        try:
+            values[i], _ = read_reply(reply, shape)
+            tally.retried += 1
+        except (ReplyError, ReplyShapeError) as exc:
+            reason = "wrong shape" if isinstance(exc, ReplyShapeError) else "not JSON"
+            tally.drop(reason)
+            rejects.append({**context[i], "reason": reason, "error": str(exc), "first_error": error,
+                            "reply": replies[i], "retry_reply": reply})
+            log.info("dropped a reply (%s: %s) for %s", reason, exc, context[i])
+    return values

@@ -1,0 +1,99 @@
+"""Running a benchmark's pinned protocol on per-caption scores.
+
+`run_benchmark` takes a `score` callable (Judgments -> metric -> scores aligned with
+`Judgments.samples()`), so the same code serves reference metrics, caprecon's own metrics
+and scores read from files; it calls it once per reference draw where the protocol
+samples references.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from caprecon.data.judgments import Judgments
+from caprecon.stats.meta import MetaRow, bootstrap_ci, pearson, run_meta
+from caprecon.apps.metabench import Benchmark
+from caprecon.data.loaders.benchmarks import pascal_reference_draws, thumb_system
+
+Scorer = Callable[[Judgments], Mapping[str, Sequence[float]]]
+
+
+def run_benchmark(
+    benchmark: Benchmark,
+    judgments: Judgments,
+    score: Scorer,
+    *,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+    tie_credit: float = 0.5,
+) -> list[MetaRow]:
+    """One row per metric (two for Pearson benchmarks: caption- and system-level)."""
+    if benchmark.reference_draws:
+        return _averaged_draws(benchmark, judgments, score, seed=seed, tie_credit=tie_credit)
+    scores = score(judgments)
+    if benchmark.statistic == "pearson":
+        return _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level)
+    variant = benchmark.statistic.removeprefix("tau_") if benchmark.statistic.startswith("tau_") else None
+    rows = run_meta(judgments, scores, tau_variant=variant, n_bootstrap=n_bootstrap, seed=seed, level=level,
+                    tie_credit=tie_credit)  # fmt: skip
+    for row in rows:
+        row.judgments = benchmark.name
+        _add_category_mean(row)
+    return rows
+
+
+def _add_category_mean(row: MetaRow) -> None:
+    # Pascal-50S papers report the unweighted mean of the four category accuracies.
+    per_category = [v for k, v in row.extra.items() if k.startswith("accuracy_")]
+    if len(per_category) > 1:
+        row.extra["accuracy_mean"] = float(np.mean(per_category))
+
+
+def _averaged_draws(benchmark, judgments, score, *, seed, tie_credit) -> list[MetaRow]:
+    """Accuracy averaged over reference draws; no CI (the draws are the variation shown)."""
+    per_draw: list[list[MetaRow]] = []
+    for draw in pascal_reference_draws(judgments, n_draws=benchmark.reference_draws, seed=seed):
+        per_draw.append(run_meta(draw, score(draw), n_bootstrap=0, seed=seed, tie_credit=tie_credit))
+    rows = []
+    for k, first in enumerate(per_draw[0]):
+        draws = [rows_of_draw[k] for rows_of_draw in per_draw]
+        for row in draws:
+            _add_category_mean(row)
+        extra = {key: float(np.mean([r.extra[key] for r in draws])) for key in first.extra}
+        extra["draw_std"] = float(np.std([r.value for r in draws]))
+        rows.append(MetaRow(
+            judgments=benchmark.name, metric=first.metric, statistic="accuracy",
+            value=float(np.mean([r.value for r in draws])), ci_low=math.nan, ci_high=math.nan,
+            n=first.n, n_images=first.n_images, n_failed=max(r.n_failed for r in draws), extra=extra,
+        ))  # fmt: skip
+    return rows
+
+
+def _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level) -> list[MetaRow]:
+    """THumB: Pearson with the human score per caption, and over systems' mean scores."""
+    human = np.array([float(np.mean(it.ratings)) for it in judgments.items])
+    groups = np.array([it.image_id for it in judgments.items], dtype=object)
+    systems = np.array([thumb_system(it) for it in judgments.items], dtype=object)
+    rows = []
+    for name, raw in scores.items():
+        x = np.asarray(raw, float)
+        ok = np.isfinite(x)
+
+        def caption_level(idx: np.ndarray) -> float:
+            idx = idx[ok[idx]]
+            return pearson(x[idx], human[idx])
+
+        low, high = bootstrap_ci(caption_level, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+        names = sorted(set(systems[ok]))
+        metric_means = [x[ok & (systems == s)].mean() for s in names]
+        human_means = [human[ok & (systems == s)].mean() for s in names]
+        common = dict(judgments=benchmark.name, metric=name, n_images=len(set(groups[ok])), n_failed=int((~ok).sum()))
+        rows.append(MetaRow(statistic="pearson", value=caption_level(np.arange(len(x))), ci_low=low, ci_high=high,
+                            n=int(ok.sum()), **common))  # fmt: skip
+        rows.append(MetaRow(statistic="pearson_system", value=pearson(metric_means, human_means),
+                            ci_low=math.nan, ci_high=math.nan, n=len(names), **common))  # fmt: skip
+    return rows

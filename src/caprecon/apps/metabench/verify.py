@@ -1,0 +1,136 @@
+"""`caprecon meta verify`: our numbers beside the published ones, benchmark by benchmark.
+
+For every published value of the chosen benchmark (or of an `--expected` file, which
+replaces them: a CSV with `benchmark, metric, key, value[, source]`, values ×100, `key`
+being `value`, a Pascal-50S category, `mean`, or `system` for THumB's system level) the
+table shows ours, the published value, the difference and pass/fail within
+`--tolerance` points. Reference metrics are computed here; other metrics need their
+per-caption scores in a `--scores` file. A metric that cannot run is listed as skipped
+with the reason (SPICE without its CoreNLP jars, say) rather than silently missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from caprecon.data.judgments import JudgmentFormatError
+from caprecon.stats.meta import MetaRow
+from caprecon.apps.metabench import Benchmark
+
+Expected = dict[str, dict[str, tuple[float, str]]]  # metric -> key -> (value ×100, source)
+
+
+@dataclass
+class VerifyRow:
+    benchmark: str
+    metric: str
+    key: str
+    ours: float  # ×100
+    published: float  # ×100
+    difference: float
+    tolerance: float
+    status: str  # pass, fail or skipped
+    source: str
+    reason: str = ""  # why a row was skipped
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def published_values(benchmark: Benchmark) -> Expected:
+    return {m: {k: (v, benchmark.source) for k, v in keys.items()} for m, keys in benchmark.published.items()}
+
+
+def read_expected(path: str | Path, benchmark: str) -> Expected:
+    """The rows of an expected-values CSV that belong to `benchmark`."""
+    path = Path(path)
+    if not path.is_file():
+        raise JudgmentFormatError(f"expected-values file not found: {path}")
+    out: Expected = {}
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"benchmark", "metric", "key", "value"} - set(reader.fieldnames or ())
+        if missing:
+            raise JudgmentFormatError(f"{path}: missing columns {', '.join(sorted(missing))}")
+        for row in reader:
+            if row["benchmark"] != benchmark:
+                continue
+            try:
+                value = float(row["value"])
+            except ValueError:
+                raise JudgmentFormatError(f"{path}:{reader.line_num}: value {row['value']!r} is not a number") from None
+            out.setdefault(row["metric"], {})[row["key"]] = (value, row.get("source") or str(path))
+    if not out:
+        raise JudgmentFormatError(f"{path}: no expected values for benchmark {benchmark!r}")
+    return out
+
+
+def our_value(rows: Sequence[MetaRow], metric: str, key: str) -> float:
+    """The fraction in `rows` that a published `key` refers to (NaN when absent)."""
+    for row in rows:
+        if row.metric != metric:
+            continue
+        if key == "system" and row.statistic == "pearson_system":
+            return row.value
+        if key == "value" and row.statistic != "pearson_system":
+            return row.value
+        if f"accuracy_{key}" in row.extra:
+            return row.extra[f"accuracy_{key}"]
+    return math.nan
+
+
+def compare(
+    benchmark: str,
+    rows: Sequence[MetaRow],
+    expected: Expected,
+    *,
+    tolerance: float,
+    skipped: Mapping[str, str],
+) -> list[VerifyRow]:
+    out = []
+    for metric, keys in expected.items():
+        for key, (published, source) in keys.items():
+            ours = 100.0 * our_value(rows, metric, key)
+            reason = ""
+            if metric in skipped:
+                status, reason = "skipped", skipped[metric]
+            elif math.isnan(ours):
+                status, reason = "skipped", f"{metric}: not scored (give its per-caption scores with --scores)"
+            else:
+                status = "pass" if abs(ours - published) <= tolerance else "fail"
+            out.append(
+                VerifyRow(benchmark, metric, key, ours, published, ours - published, tolerance, status, source, reason)
+            )
+    return out
+
+
+def format_verify(rows: Sequence[VerifyRow]) -> str:
+    header = ("benchmark", "metric", "key", "ours", "published", "diff", "tol", "status", "source")
+    cells = [
+        (r.benchmark, r.metric, r.key, _num(r.ours), _num(r.published), _num(r.difference, signed=True),
+         f"{r.tolerance:g}", r.status, r.source)
+        for r in rows
+    ]  # fmt: skip
+    widths = [max(len(h), *(len(c[k]) for c in cells)) if cells else len(h) for k, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines += [f"skipped: {reason}" for reason in dict.fromkeys(r.reason for r in rows if r.reason)]
+    return "\n".join(lines)
+
+
+def write_verify_csv(rows: Sequence[VerifyRow], path: str | Path) -> None:
+    with Path(path).open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(VerifyRow.__dataclass_fields__))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: "" if isinstance(v, float) and math.isnan(v) else v for k, v in r.as_dict().items()})
+
+
+def _num(value: float, signed: bool = False) -> str:
+    if math.isnan(value):
+        return ""
+    return f"{value:+.2f}" if signed else f"{value:.2f}"

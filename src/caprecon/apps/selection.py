@@ -1,0 +1,483 @@
+"""Best-of-N caption selection (RemoteDescriber, the ReconScore paper) and its selection curve.
+
+A captioner samples N candidate captions per image; every candidate is scored by one
+metric or a weighted sum of several, through the ordinary scoring machinery (so the
+store serves reconstructions, embeddings and judge answers already known); the best
+candidate of each image is kept:
+
+    run = best_of_n("photos/", captioner="qwen3-vl-8b", select="recon", n=10, temperature=0.8,
+                    generator="z-image", embedder="dreamsim", out="runs/described")
+    run.selected[0]["caption"]
+
+All candidates of one image are reconstructed from the same noise (seed policy
+`per-image`, or `fixed`), so their reconstructions differ only because their texts do.
+Candidates are cached in the store under (captioner fingerprint, prompt, image content,
+seed, n, sampling settings): a killed run starts again where it stopped.
+
+The selection curve is what the candidate-count ablation measures, computed from one pool
+without any new model call: the expected score of the caption selected from a uniformly
+random n-subset of the N candidates, for n = 1..N. With the pool's scores in ascending
+order s_(1) <= ... <= s_(N), the k-th is the best of a random n-subset with probability
+C(k-1, n-1) / C(N, n), so E[best of n] = sum_k s_(k) C(k-1, n-1) / C(N, n) exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import gc
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from PIL import Image
+from tqdm.auto import tqdm
+
+from caprecon.run.config import ConfigError, Roles, RunConfig
+from caprecon.metrics import build_metric
+from caprecon.models import registry
+from caprecon.models.captioner import CaptionRequest, Sampling, resolve_prompt
+from caprecon.models.common import derive_seed, describe_model
+from caprecon.data.samples import IMAGE_SUFFIXES
+from caprecon.store.index import Store, content_key, default_cache_dir
+
+log = logging.getLogger(__name__)
+
+# what `best_of_n` does when neither the caller nor a captioning preset says otherwise
+DEFAULTS: dict[str, Any] = {"prompt": "detailed", "n": 10, "temperature": 0.8, "top_p": 1.0,
+                            "max_new_tokens": 512, "select": "recon"}
+
+
+# ---------------------------------------------------------------------------------------
+# what selects
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The selection score: a weighted sum of metrics' headline values (one metric: weight 1).
+
+    Metrics are summed on their own scales (ReconScore lies in [0, 1], CLIPScore in
+    [0, 2.5]); choose the weights with that in mind.
+    """
+
+    weights: dict[str, float]
+
+    @classmethod
+    def parse(cls, spec: str | Mapping[str, float] | Sequence[str]) -> "Selection":
+        """"recon", "recon=0.7,clipscore=0.3", {"recon": 0.7, ...} or ["recon", "clipscore"]."""
+        from caprecon.metrics import METRICS
+
+        if isinstance(spec, str):
+            spec = [part for part in spec.split(",") if part.strip()]
+        if not isinstance(spec, Mapping):
+            weights: dict[str, float] = {}
+            for part in spec:
+                name, sep, value = str(part).partition("=")
+                try:
+                    weights[name.strip()] = float(value) if sep else 1.0
+                except ValueError:
+                    raise ConfigError(f"selection {part!r}: the weight after '=' must be a number") from None
+            spec = weights
+        weights = {str(k): float(v) for k, v in spec.items()}
+        if not weights:
+            raise ConfigError("name at least one metric to select by, e.g. --select recon")
+        unknown = [name for name in weights if name not in METRICS]
+        if unknown:
+            raise ConfigError(f"cannot select by {', '.join(map(repr, unknown))}: not a metric; "
+                              f"metrics: {', '.join(sorted(METRICS))}")
+        if not any(weights.values()):
+            raise ConfigError("every selection weight is 0: nothing would decide between candidates")
+        return cls(weights)
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.weights)
+
+    @property
+    def is_single(self) -> bool:
+        return len(self.weights) == 1 and next(iter(self.weights.values())) == 1.0
+
+    def value(self, record: Mapping[str, Any], headlines: Mapping[str, str]) -> float | None:
+        """The selection score of a scored candidate; None when it has an error or lacks a value."""
+        if record.get("error"):
+            return None
+        total = 0.0
+        for name, weight in self.weights.items():
+            value = record.get(headlines[name])
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                return None
+            total += weight * value
+        return total
+
+    def describe(self) -> str:
+        return ",".join(f"{k}={v:g}" for k, v in self.weights.items())
+
+
+def select_best(scores: Sequence[float | None]) -> int | None:
+    """Index of the highest score (the first of ties); None when no candidate has one."""
+    best = None
+    for i, s in enumerate(scores):
+        if s is not None and (best is None or s > scores[best]):
+            best = i
+    return best
+
+
+# ---------------------------------------------------------------------------------------
+# the selection curve
+
+
+def expected_best(scores: Sequence[float], n: int, values: Sequence[float] | None = None) -> float:
+    """Expected `values` entry (default: the score) of the best-scoring candidate in a
+    uniformly random n-subset of the pool. Ties go to the earlier candidate, as in
+    `select_best`."""
+    size = len(scores)
+    if not 1 <= n <= size:
+        raise ValueError(f"n must be between 1 and the pool size {size}, not {n}")
+    values = scores if values is None else values
+    # ascending by score; among equal scores the earlier candidate ranks higher, since it wins the tie
+    order = sorted(range(size), key=lambda i: (scores[i], -i))
+    subsets = math.comb(size, n)
+    return math.fsum(values[i] * (math.comb(rank, n - 1) / subsets) for rank, i in enumerate(order))
+
+
+def selection_curve(pools: Sequence[Sequence[float]], extra: Mapping[str, Sequence[Sequence[float]]] | None = None,
+                    ) -> list[dict[str, Any]]:
+    """One row per n = 1..max pool size: the mean over images (those with at least n scored
+    candidates) of the expected selection score, and of each `extra` value of the selected
+    candidate (e.g. each metric of a weighted selection). Pure arithmetic: no model calls."""
+    extra = extra or {}
+    rows = []
+    for n in range(1, max((len(p) for p in pools), default=0) + 1):
+        used = [i for i, p in enumerate(pools) if len(p) >= n]
+        row: dict[str, Any] = {"n": n, "images": len(used),
+                               "score": sum(expected_best(pools[i], n) for i in used) / len(used)}
+        for name, values in extra.items():
+            row[name] = sum(expected_best(pools[i], n, values[i]) for i in used) / len(used)
+        rows.append(row)
+    return rows
+
+
+def curve_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    columns = list(rows[0]) if rows else ["n", "images", "score"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def write_curve(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, label: str = "score") -> dict[str, Path]:
+    """`curve.csv`, `curve.md` and `curve.png` (the expected selected score against n)."""
+    out_dir = Path(out_dir)
+    paths = {"csv": out_dir / "curve.csv", "markdown": out_dir / "curve.md", "plot": out_dir / "curve.png"}
+    columns = list(rows[0]) if rows else ["n", "images", "score"]
+    with paths["csv"].open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    paths["markdown"].write_text(curve_markdown(rows), encoding="utf-8")
+    plot_curve(rows, paths["plot"], label)
+    return paths
+
+
+def plot_curve(rows: Sequence[Mapping[str, Any]], path: str | Path, label: str = "score") -> Path:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # matplotlib is the optional `report` extra
+        raise ImportError("the selection-curve plot needs matplotlib: pip install 'caprecon[report]'") from exc
+    # a Figure without pyplot renders through Agg and leaves the process's backend alone
+    fig = Figure(figsize=(5.5, 3.8), dpi=150)
+    ax = fig.add_subplot()
+    ns = [r["n"] for r in rows]
+    ax.plot(ns, [r["score"] for r in rows], marker="o", color="tab:blue")
+    ax.set_xticks(ns)
+    ax.set_xlabel("candidates n")
+    ax.set_ylabel(f"expected {label} of the selected caption")
+    ax.grid(color="0.88", linewidth=0.7)
+    ax.set_title("best-of-n selection curve", fontsize=11)
+    fig.savefig(path, bbox_inches="tight", facecolor="white")
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------
+# candidates
+
+
+@dataclass
+class Pool:
+    """One image and its candidate captions."""
+
+    image_id: str
+    image: Path
+    seed: int  # the sampling seed of this image's candidates
+    captions: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def list_images(source: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The images of a folder (sorted by name), or the paths given."""
+    if isinstance(source, (str, Path)):
+        folder = Path(source)
+        if not folder.is_dir():
+            raise ConfigError(f"--images must be a folder of images: {folder} is not a folder")
+        paths = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        if not paths:
+            raise ConfigError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in {folder}")
+        return paths
+    return [Path(p) for p in source]
+
+
+def _image_ids(paths: Sequence[Path]) -> list[str]:
+    ids = [p.stem for p in paths]
+    if len(set(ids)) == len(ids):
+        return ids
+    return [p.name for p in paths]  # photo.jpg and photo.png side by side
+
+
+def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int, sampling: Sampling, seed: int,
+                        store: Store, images_per_call: int = 16, progress: bool = False) -> tuple[list[Pool], dict]:
+    """Every image's `n` candidates, from the store where known. Images are decoded only
+    when they must be captioned, `images_per_call` at a time, and each call's results are
+    stored as soon as it returns, so a killed run loses at most the call in flight."""
+    pools, keys = [], []
+    for image_id, path in zip(_image_ids(paths), paths):
+        pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:  # a missing or unreadable file is this image's error, not the run's
+            pool.error = f"{path}: cannot read image: {exc}"
+            digest = None
+        keys.append(content_key("caption-candidates", captioner=captioner.fingerprint, prompt=prompt, image=digest,
+                                seed=pool.seed, n=n, sampling=sampling.to_dict()) if digest else None)
+        pools.append(pool)
+    known = store.get_json([k for k in keys if k])
+    missing = [i for i, k in enumerate(keys) if k and k not in known]
+    bar = tqdm(total=len(missing), desc="captioning", unit="image", disable=not progress or not missing,
+               dynamic_ncols=True)
+    try:
+        for lo in range(0, len(missing), max(1, images_per_call)):
+            requests, chunk = [], []
+            for i in missing[lo : lo + images_per_call]:
+                try:
+                    with Image.open(pools[i].image) as im:
+                        image = im.convert("RGB")
+                except Exception as exc:  # PIL raises several types for corrupt files
+                    pools[i].error = f"{pools[i].image}: cannot decode image: {type(exc).__name__}: {exc}"
+                    continue
+                requests.append(CaptionRequest(image, prompt, n, pools[i].seed, keys[i]))
+                chunk.append(i)
+            if requests:
+                new = {keys[i]: {"captions": c} for i, c in zip(chunk, captioner.caption(requests, sampling))}
+                store.put_json("caption-candidates", new)
+                known.update(new)
+            bar.update(len(missing[lo : lo + images_per_call]))
+    finally:
+        bar.close()
+    for pool, key in zip(pools, keys):
+        if not pool.error:
+            pool.captions = list(known[key]["captions"])
+    generated = sum(1 for i in missing if not pools[i].error)
+    return pools, {"generated": generated, "reused": sum(1 for k in keys if k) - len(missing)}
+
+
+# ---------------------------------------------------------------------------------------
+# the whole run
+
+
+@dataclass
+class BestOfN:
+    candidates: list[dict[str, Any]]  # one per candidate, and one per image that could not be captioned
+    selected: list[dict[str, Any]]  # one per image with a selected caption: the training set
+    curve: list[dict[str, Any]]
+    selection: Selection
+    manifest: dict[str, Any]
+    out: Path | None = None
+
+
+def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = None,
+              captioner_options: dict[str, Any] | None = None, select: Any = None, n: int | None = None,
+              temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
+              prompt: str | None = None, max_words: int | None = None, preset: str | None = None,
+              config: str | Path | None = None, out: str | Path | None = None, progress: bool = False,
+              **settings: Any) -> BestOfN:
+    """Caption every image N times, score every candidate, keep the best (see the module doc).
+
+    `preset` is a captioning preset (`remote-describer`: the captioner, its sampling and
+    the run preset that scores) or a run preset; `settings` are `RunConfig` fields for the
+    scoring (generator, embedder, judge, template, seed, seed_policy, batch_size,
+    cache_dir, no_cache, ...). `seed` seeds both the captions and the reconstructions.
+    """
+    from caprecon.api import score
+
+    started = time.time()
+    caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
+    run_preset = caption_preset.get("run_preset", preset if not caption_preset else None)
+    given = {"captioner": captioner, "prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
+             "max_new_tokens": max_new_tokens, "select": select}
+    chosen = {k: v if v is not None else caption_preset.get(k, DEFAULTS.get(k)) for k, v in given.items()}
+
+    # everything that can be wrong with the configuration fails here, before any model runs
+    selection = Selection.parse(chosen["select"])
+    try:
+        sampling = Sampling(float(chosen["temperature"]), float(chosen["top_p"]), int(chosen["max_new_tokens"]))
+        prompt_text = resolve_prompt(chosen["prompt"], max_words)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    count = int(chosen["n"])
+    if count < 1:
+        raise ConfigError(f"--n must be at least 1, not {count}")
+    if chosen["captioner"] is None:
+        raise ConfigError("this run needs a captioner: set --captioner (see `caprecon models`) or "
+                          "--preset remote-describer")
+    cfg = RunConfig.build(preset=run_preset, file=config, metrics=selection.metrics, **settings)
+    if cfg.seed_policy == "per-sample":
+        if settings.get("seed_policy") == "per-sample":
+            raise ConfigError("best-of-N reconstructs all candidates of an image from the same noise: use "
+                              "--seed-policy per-image (the default here) or fixed, not per-sample")
+        cfg.seed_policy = "per-image"
+    paths = list_images(images)
+    # building the scoring models resolves their sources (weights load on first use), so a wrong
+    # generator or judge stops the run here rather than after every image has been captioned
+    roles = Roles(cfg)
+    metrics = [build_metric(name, roles, cfg) for name in selection.metrics]
+    out_dir = Path(out) if out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.no_cache:
+        store = Store.fresh(out_dir / "store") if out_dir else Store.temporary()
+    else:
+        store = Store(cfg.cache_dir or default_cache_dir())
+    try:
+        model = registry.build("captioner", chosen["captioner"], **(captioner_options or {}))
+    except TypeError as exc:
+        raise ConfigError(f"bad options for captioner {chosen['captioner']!r}: {exc}") from None
+    captioner_info = describe_model(model)
+
+    pools, caption_stats = generate_candidates(model, paths, prompt=prompt_text, n=count, sampling=sampling,
+                                               seed=cfg.seed, store=store, images_per_call=cfg.batch_size,
+                                               progress=progress)
+    if isinstance(chosen["captioner"], str):
+        del model  # built here: free its memory before the scoring models load
+        _release_memory()
+
+    samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image), "caption": c, "image_id": p.image_id,
+                "candidate_index": j, "caption_seed": p.seed}
+               for p in pools if not p.error for j, c in enumerate(p.captions)]
+    scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy, "cache_dir": str(store.root),
+               "no_cache": False}
+    results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress,
+                    **scoring) if samples else None
+    headlines = dict(zip(selection.metrics, results.metric_names)) if results else {}
+    candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)
+
+    chosen_images = {s["image_id"] for s in selected}
+    manifest = {
+        **(results.manifest if results else {}),
+        "config": cfg.to_dict(),
+        "models": roles.describe(),
+        "seconds": round(time.time() - started, 3),
+        "captioner": captioner_info,
+        "captioning": {"prompt": prompt_text, "n": count, "sampling": sampling.to_dict(), "seed": cfg.seed,
+                       "preset": preset, "candidates": caption_stats},
+        "selection": {"weights": selection.weights, "headlines": headlines, "images": len(pools),
+                      "selected": len(selected), "unselected": [p.image_id for p in pools
+                                                                if p.image_id not in chosen_images]},
+        "noise": f"one reconstruction seed per image ({cfg.seed_policy}): candidates differ only by their text",
+    }
+    run = BestOfN(candidates, selected, curve, selection, manifest, out_dir)
+    if out_dir:
+        write_best_of_n(run, out_dir)
+        from caprecon.reports.html import write_html_report
+
+        write_html_report(out_dir)
+    return run
+
+
+def _release_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+    except ImportError:
+        return
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _select(pools: Sequence[Pool], records: Sequence[dict[str, Any]], selection: Selection,
+            headlines: Mapping[str, str]) -> tuple[list[dict], list[dict], list[dict]]:
+    by_image: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_image.setdefault(record["image_id"], []).append(record)
+    candidates, selected, curve_pools = [], [], []
+    extra: dict[str, list[list[float]]] = {name: [] for name in selection.metrics} if not selection.is_single else {}
+    for pool in pools:
+        if pool.error:
+            candidates.append({"image_id": pool.image_id, "image": str(pool.image), "error": pool.error})
+            continue
+        rows = [dict(r) for r in by_image.get(pool.image_id, [])]
+        values = [selection.value(r, headlines) for r in rows]
+        best = select_best(values)
+        for j, (row, value) in enumerate(zip(rows, values)):
+            row["score"] = value
+            row["selected"] = j == best
+            candidates.append(row)
+        scored = [(row, value) for row, value in zip(rows, values) if value is not None]
+        if best is None:
+            continue
+        curve_pools.append([value for _, value in scored])
+        for name in extra:
+            extra[name].append([row[headlines[name]] for row, _ in scored])
+        chosen = rows[best]
+        selected.append({
+            "image": str(Path(pool.image).resolve()), "image_id": pool.image_id, "caption": chosen["caption"],
+            "score": chosen["score"], "candidate": best,
+            "scores": {name: chosen[headlines[name]] for name in selection.metrics},
+            "candidates": [{"candidate": j, "caption": row["caption"], "score": row["score"]}
+                           for j, row in enumerate(rows)],
+        })
+    return candidates, selected, selection_curve(curve_pools, extra)
+
+
+def write_best_of_n(run: BestOfN, out_dir: str | Path) -> dict[str, Path]:
+    """candidates.jsonl, selected.jsonl (+ .parquet with pyarrow), curve.csv/.md/.png, manifest.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"candidates": _write_jsonl(out_dir / "candidates.jsonl", run.candidates),
+             "selected": _write_jsonl(out_dir / "selected.jsonl", run.selected)}
+    parquet = export_parquet(run.selected, out_dir / "selected.parquet")
+    if parquet:
+        paths["parquet"] = parquet
+    if run.curve:
+        label = next(iter(run.selection.weights)) if run.selection.is_single else "selection score"
+        paths.update(write_curve(run.curve, out_dir, label))
+    (out_dir / "manifest.json").write_text(json.dumps(run.manifest, indent=2, default=str), encoding="utf-8")
+    paths["manifest"] = out_dir / "manifest.json"
+    return paths
+
+
+def _write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    return path
+
+
+def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
+    """The selected captions as parquet (image, caption, score, candidates, ...); None
+    without pyarrow (the `data` extra), which the JSONL beside it does not need."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        log.warning("pyarrow is not installed: selected.parquet not written "
+                                            "(pip install 'caprecon[data]'); selected.jsonl holds the same rows")
+        return None
+    pq.write_table(pa.Table.from_pylist(list(rows)), path)
+    return Path(path)

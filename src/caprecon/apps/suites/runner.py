@@ -1,0 +1,552 @@
+"""The whole evaluation: benchmark images -> captions -> reconstructions -> the judge's answers.
+
+For every caption source (a captioner run here, or a file of captions written
+elsewhere) each benchmark image is captioned, its caption normalised (the raw text
+kept) and reconstructed, and the judge answers the benchmark's questions on the
+reconstruction. The same questions on the original images give the upper bound. The
+table follows the Caption Turing Test paper's Table 1: one row per caption source,
+one column per dataset, their average (Eq. 5's S_D, in percent), the upper bound and
+the gap to it; Eq. 4's criterion (mean absolute per-dataset gap <= σ) is reported per
+source alongside.
+
+Work runs in three phases, so that one kind of model is in memory at a time: every
+source's captions (captioners one after another), every reconstruction, then every
+answer. All of it is cached in the store by content: the upper bound is asked once per
+benchmark question whatever the number of sources, a reconstruction once per
+(caption, generator, seed, size), and a rerun makes no model call.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from PIL import Image
+from tqdm.auto import tqdm
+
+from caprecon.run.config import ConfigError, RunConfig
+from caprecon.metrics.base import Context
+from caprecon.metrics.judging import LazyImages, answers
+from caprecon.models import registry
+from caprecon.models.captioner import Sampling, resolve_prompt
+from caprecon.models.common import describe_model
+from caprecon.data.normalise import normalise_caption
+from caprecon.data.qa import COORDS, build_prompt
+from caprecon.core.records import read_records
+from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
+from caprecon.run.local import FATAL
+from caprecon.data.samples import LoadedSample, Sample, SampleError
+from caprecon.apps.t2i import Entrant, entrants
+from caprecon.apps.suites.entries import SuiteEntry
+from caprecon.apps.suites.loaders import BenchQuestion, Benchmark, load_benchmark
+from caprecon.apps.suites.scoring import Graded, dataset_scores, grade
+
+UPPER = "Upper bound"
+DEFAULT_SIGMA = 5.0  # percentage points; the paper leaves σ open
+_FREE_FORM = {"math": "Answer with the final answer only: a number, a word or a short phrase.",
+              "ocr": "Answer the question using a single word or phrase."}
+
+
+def judge_prompt(question: BenchQuestion, box_coords: str | None = None) -> str:
+    if question.item is not None:
+        return build_prompt(question.item, box_coords=box_coords)
+    return f"{question.question}\n{_FREE_FORM[question.type]}"
+
+
+@dataclass(frozen=True)
+class CaptionSource:
+    """A row of the table: a captioner to run, or a file of captions (`image_id` or `dataset` + `index`)."""
+
+    label: str
+    captioner: Entrant | None = None
+    captions_file: Path | None = None
+
+
+def caption_sources(captioners: Iterable[Any] | Mapping[str, Any] = (),
+                    caption_files: Iterable[str] | Mapping[str, str | Path] = ()) -> list[CaptionSource]:
+    """Sources from `[LABEL=]SPEC` captioners and `[LABEL=]FILE` caption files (or mappings)."""
+    sources = [CaptionSource(e.label, captioner=e) for e in entrants(captioners, "captioner")]
+    files = caption_files.items() if isinstance(caption_files, Mapping) else [
+        f.partition("=")[::2] if "=" in str(f) else (Path(str(f)).stem, f) for f in caption_files]
+    for label, path in files:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"captions file not found: {path}")
+        sources.append(CaptionSource(str(label).strip(), captions_file=path))
+    labels = [s.label for s in sources]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ConfigError(f"caption source label(s) {repeated} given twice; name them apart with LABEL=...")
+    if not sources:
+        raise ConfigError("nothing to evaluate: give a --captioner or a --captions file")
+    if UPPER in labels:
+        raise ConfigError(f"{UPPER!r} is the upper bound's row; label the source otherwise")
+    return sources
+
+
+def read_caption_file(path: Path, benchmarks: Sequence[Benchmark]) -> dict[str, str]:
+    """image_id -> caption. Rows name the image by `image_id` (as OUT/images.jsonl lists
+    them) or by `dataset` and `index`; other images of the benchmarks have no caption."""
+    by_index = {(b.entry.name, q.id): q.image_id for b in benchmarks for q in b.questions}
+    known = {q.image_id for b in benchmarks for q in b.questions}
+    captions: dict[str, str] = {}
+    for where, record in read_records(path, ConfigError):
+        caption = record.get("caption")
+        if not isinstance(caption, str):
+            raise ConfigError(f"{where}: no `caption` text")
+        if record.get("image_id"):
+            image_id = str(record["image_id"])
+        elif record.get("dataset") is not None and record.get("index") is not None:
+            image_id = by_index.get((str(record["dataset"]), str(record["index"])), "")
+            if not image_id:
+                continue  # a row of a dataset or question this run does not include
+        else:
+            raise ConfigError(f"{where}: name the image by `image_id` or by `dataset` and `index`")
+        if image_id in known:
+            captions[image_id] = caption
+    return captions
+
+
+@dataclass
+class SuiteTable:
+    """Table 1: per source and dataset the headline score (percent); Eq. 4 per source."""
+
+    datasets: list[SuiteEntry]
+    scores: dict[str, dict[str, dict[str, Any]]]  # row label -> dataset name -> dataset_scores()
+    sources: list[str]
+    sigma: float = DEFAULT_SIGMA
+    notes: list[str] = field(default_factory=list)
+
+    def score(self, row: str, dataset: str) -> float:
+        return self.scores.get(row, {}).get(dataset, {}).get("score", math.nan)
+
+    def average(self, row: str) -> float:
+        values = [self.score(row, d.name) for d in self.datasets]
+        return math.nan if any(math.isnan(v) for v in values) else sum(values) / len(values)
+
+    def gap(self, row: str) -> float:
+        return self.average(UPPER) - self.average(row)
+
+    def mean_abs_gap(self, row: str) -> float:
+        """Eq. 4's left side: (1/n) Σ_i |J(I, D_i) - J(Î, D_i)|, in percentage points."""
+        gaps = [abs(self.score(UPPER, d.name) - self.score(row, d.name)) for d in self.datasets]
+        return math.nan if any(math.isnan(g) for g in gaps) else sum(gaps) / len(gaps)
+
+    def equivalent(self, row: str) -> bool | None:
+        value = self.mean_abs_gap(row)
+        return None if math.isnan(value) else value <= self.sigma
+
+    def grid(self) -> list[list[str]]:
+        header = ["captioner", *(d.label for d in self.datasets), "Avg.", "Gap", "mean|Δ|", f"≤σ={self.sigma:g}"]
+        rows = [header]
+        for label in [UPPER, *self.sources]:
+            cells = [label, *(_num(self.score(label, d.name)) for d in self.datasets), _num(self.average(label))]
+            if label == UPPER:
+                cells += ["", "", ""]
+            else:
+                equivalent = self.equivalent(label)
+                cells += [_num(self.gap(label)), _num(self.mean_abs_gap(label)),
+                          "n/a" if equivalent is None else ("yes" if equivalent else "no")]
+            rows.append(cells)
+        return rows
+
+    def to_text(self) -> str:
+        rows = self.grid()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        text = "\n".join(lines)
+        return text + ("\n\n" + "\n".join(f"note: {n}" for n in self.notes) if self.notes else "")
+
+    def to_markdown(self) -> str:
+        rows = self.grid()
+        cells = [[c.replace("|", "\\|") for c in row] for row in rows]
+        out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(rows[0])]
+        out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
+        return "\n".join(out + [""] + [f"- {n}" for n in self.notes]).rstrip() + "\n"
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Long form: one row per (source, dataset), full precision, plus each source's average."""
+        out = []
+        for label in [UPPER, *self.sources]:
+            for d in self.datasets:
+                s = self.scores.get(label, {}).get(d.name, {})
+                out.append({"captioner": label, "dataset": d.name, "label": d.label, "score": s.get("score"),
+                            "accuracy": s.get("accuracy"), "accuracy_plus": s.get("accuracy_plus"),
+                            "miou": s.get("miou"), "n": s.get("n", 0),
+                            "gap": self.score(UPPER, d.name) - self.score(label, d.name)})
+        return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in out]
+
+    def summary(self) -> dict[str, Any]:
+        def clean(v: float) -> float | None:
+            return None if math.isnan(v) else v
+
+        return {"datasets": [{"name": d.name, "label": d.label} for d in self.datasets], "sigma": self.sigma,
+                "upper_bound": {"average": clean(self.average(UPPER)), "scores": self.scores.get(UPPER, {})},
+                "captioners": {label: {"average": clean(self.average(label)), "gap": clean(self.gap(label)),
+                                       "mean_abs_gap": clean(self.mean_abs_gap(label)),
+                                       "equivalent": self.equivalent(label), "scores": self.scores.get(label, {})}
+                               for label in self.sources},
+                "notes": self.notes}
+
+
+def _num(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{round(value, 2) or 0.0:.2f}"
+
+
+@dataclass
+class SuiteResults:
+    table: SuiteTable
+    records: list[dict[str, Any]]  # one per question x (upper bound or source)
+    captions: list[dict[str, Any]]  # one per source x image
+    manifest: dict[str, Any]
+    out: Path | None = None
+
+
+class _Images:
+    """The benchmarks' images as files named by their id (what captioners and the run read)."""
+
+    def __init__(self, sources: Mapping[str, bytes | Path], folder: Path):
+        self.folder = folder
+        self.paths: dict[str, Path] = {}
+        folder.mkdir(parents=True, exist_ok=True)
+        for image_id, source in sources.items():
+            if isinstance(source, Path):
+                self.paths[image_id] = source
+                continue
+            try:
+                with Image.open(BytesIO(source)) as im:
+                    suffix = "." + (im.format or "png").lower().replace("jpeg", "jpg")
+            except Exception:  # undecodable: kept as bytes, so the row that opens it reports the error
+                suffix = ".bin"
+            path = folder / f"{image_id}{suffix}"
+            if not path.exists():
+                path.write_bytes(source)
+            self.paths[image_id] = path
+        self._info: dict[str, tuple[str, tuple[int, int]] | SampleError] = {}
+
+    def info(self, image_id: str) -> tuple[str, tuple[int, int]]:
+        """(content key, (width, height)) of an original, from its bytes and header only:
+        decoded pixels are never kept, so a benchmark of any size fits in memory."""
+        if image_id not in self._info:
+            path = self.paths[image_id]
+            try:
+                data = path.read_bytes()
+                with Image.open(BytesIO(data)) as im:
+                    self._info[image_id] = (hashlib.sha256(data).hexdigest(), im.size)
+            except Exception as exc:  # PIL raises several types for corrupt files
+                self._info[image_id] = SampleError(f"cannot read image {path}: {exc}")
+        found = self._info[image_id]
+        if isinstance(found, SampleError):
+            raise found
+        return found
+
+    def load(self, image_id: str) -> Image.Image:
+        self.info(image_id)
+        try:
+            with Image.open(self.paths[image_id]) as im:
+                return im.convert("RGB")
+        except Exception as exc:
+            raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
+
+
+def _build(role: str, spec: Any, options: Mapping[str, Any]) -> Any:
+    try:
+        return registry.build(role, spec, **dict(options))
+    except TypeError as exc:
+        raise ConfigError(f"bad options for {role} {spec!r}: {exc}") from None
+
+
+def _release() -> None:
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def evaluate_suites(
+    suites: Sequence[SuiteEntry],
+    sources: Sequence[CaptionSource],
+    *,
+    config: RunConfig | None = None,
+    out: str | Path | None = None,
+    captioner_options: Mapping[str, Any] | None = None,
+    prompt: str | None = None,
+    max_words: int | None = None,
+    caption_max_new_tokens: int = 256,
+    judge_max_new_tokens: int = 32,
+    judge_box_coords: str | None = None,
+    normalise: bool = True,
+    sigma: float = DEFAULT_SIGMA,
+    limit: int | None = None,
+    progress: bool = False,
+    **settings: Any,
+) -> SuiteResults:
+    """Table 1 for `sources` on `suites`; the generator and judge come from the run settings
+    (`config`, or `settings`: generator, judge, their options, size, seed, cache_dir ...).
+
+    Captioners caption greedily (temperature 0, one caption per image) with `prompt` (a
+    preset of `caprecon.models.captioner.PROMPTS` or the text; default `detailed`)."""
+    started = time.time()
+    if config is not None and settings:
+        raise TypeError(f"give either `config` or settings, not both (got {sorted(settings)})")
+    cfg = config or RunConfig.build(**settings)
+    if cfg.generator is None:
+        raise ConfigError("no generator: give --generator (a registry name, hub id or folder)")
+    if cfg.judge is None:
+        raise ConfigError("no judge: give --judge (a registry name, hub id or folder)")
+    if judge_box_coords is not None and judge_box_coords not in COORDS:
+        raise ConfigError(f"judge box coords must be one of {', '.join(COORDS)}, not {judge_box_coords!r}")
+    if not suites:
+        raise ConfigError("no benchmark: give --suite")
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise ConfigError(f"σ must be a positive number of percentage points, not {sigma}")
+    caption_prompt = resolve_prompt(prompt, max_words) if any(s.captioner for s in sources) else None
+
+    # every model resolved (not loaded) and every file read before any model runs
+    judge = _build("judge", cfg.judge, cfg.judge_options)
+    generator = _build("generator", cfg.generator, cfg.generator_options)
+    captioners = {s.label: _build("captioner", s.captioner.spec, {**(captioner_options or {}), **s.captioner.options})
+                  for s in sources if s.captioner}
+    image_sources: dict[str, bytes | Path] = {}
+    benchmarks = []
+    for entry in suites:
+        bench = load_benchmark(entry, image_sources)
+        if limit:
+            bench.questions = bench.questions[:limit]
+        benchmarks.append(bench)
+    files = {s.label: read_caption_file(s.captions_file, benchmarks) for s in sources if s.captions_file}
+
+    out_dir = Path(out) if out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    from caprecon.api import _open_store
+
+    store = _open_store(cfg, out_dir)
+    ctx = Context(store)
+    used = {q.image_id for b in benchmarks for q in b.questions}
+    images = _Images({k: v for k, v in image_sources.items() if k in used}, store.root / "benchmark-images")
+    image_ids = sorted(used)
+    described = {"judge": describe_model(judge), "generator": describe_model(generator), "captioners": {}}
+    cache: dict[str, Any] = {}
+
+    labels = [UPPER, *(s.label for s in sources)]
+    caption_rows = _caption_phase(sources, captioners, files, images, image_ids, store, cfg, cache, described,
+                                  prompt=caption_prompt, max_new_tokens=caption_max_new_tokens, normalise=normalise,
+                                  progress=progress)
+    recons = _reconstruction_phase(caption_rows, generator, images, store, cfg, cache, progress)
+    del generator
+    _release()
+    rows, graded = _answer_phase(labels, benchmarks, recons, images, judge, ctx, cfg,
+                                 max_new_tokens=judge_max_new_tokens, box_coords=judge_box_coords, progress=progress)
+
+    scores: dict[str, dict[str, dict[str, Any]]] = {}
+    for label in labels:
+        for bench in benchmarks:
+            done = graded.get((label, bench.entry.name), [])
+            scores.setdefault(label, {})[bench.entry.name] = dataset_scores(
+                bench.entry, [q for q, _ in done], [g for _, g in done])
+    table = SuiteTable(list(suites), scores, [s.label for s in sources], sigma)
+    for label in labels:
+        missing = sum(1 for r in rows if r["captioner"] == label and r.get("error"))
+        if missing:
+            table.notes.append(f"{label}: {missing} question(s) without an answer (no caption, unreadable image or "
+                               f"failed reconstruction; see records.jsonl) are left out of its scores")
+    cache["judge_answers_computed"] = ctx.computed.get("judge-answer", 0)
+    cache["judge_seconds"] = round(ctx.model_seconds, 4)
+    manifest = {
+        "command": "suite",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+        "seconds": round(time.time() - started, 3),
+        "datasets": [{"name": b.entry.name, "file": str(b.entry.data), "question": b.entry.question,
+                      "metric": b.entry.metric, "questions": len(b.questions)} for b in benchmarks],
+        "images": len(image_ids),
+        "sources": [{"label": s.label, "captioner": str(s.captioner.spec) if s.captioner else None,
+                     "captions_file": str(s.captions_file) if s.captions_file else None} for s in sources],
+        "caption_prompt": caption_prompt,
+        "captions_normalised": normalise,
+        "judge": {"max_new_tokens": judge_max_new_tokens, "box_coords": judge_box_coords},
+        "reconstruction": {"template": cfg.spec.template, "seed": cfg.spec.seed, "seed_policy": cfg.spec.seed_policy,
+                           "size": list(cfg.spec.size) if cfg.spec.size else f"source aspect, long side "
+                                                                               f"{cfg.spec.max_side}"},
+        "sigma": sigma,
+        "models": described,
+        "cache": cache,
+        "store": str(store.root),
+        "config": cfg.to_dict(),
+    }
+    if out_dir:
+        _write(out_dir, table, rows, caption_rows, manifest, images, benchmarks)
+    return SuiteResults(table, rows, caption_rows, manifest, out_dir)
+
+
+def _caption_phase(sources: Sequence[CaptionSource], captioners: dict[str, Any], files: Mapping[str, dict[str, str]],
+                   images: _Images, image_ids: Sequence[str], store, cfg: RunConfig, cache: dict[str, Any],
+                   described: dict[str, Any], *, prompt: str | None, max_new_tokens: int, normalise: bool,
+                   progress: bool) -> list[dict[str, Any]]:
+    """One row per source and image: the caption given to the generator and the raw text.
+    Captioners run one at a time, each released before the next is loaded."""
+    from caprecon.apps.selection import generate_candidates
+
+    rows: list[dict[str, Any]] = []
+    for source in sources:
+        errors: dict[str, str] = {}
+        if source.captions_file:
+            captions = files[source.label]
+        else:
+            captioner = captioners.pop(source.label)
+            sampling = Sampling(temperature=0.0, top_p=1.0, max_new_tokens=max_new_tokens)
+            pools, counts = generate_candidates(captioner, [images.paths[i] for i in image_ids], prompt=prompt, n=1,
+                                                sampling=sampling, seed=cfg.seed, store=store,
+                                                images_per_call=cfg.batch_size, progress=progress)
+            captions = {i: p.captions[0] for i, p in zip(image_ids, pools) if p.captions}
+            errors = {i: p.error for i, p in zip(image_ids, pools) if p.error}
+            cache[f"captions/{source.label}"] = counts
+            described["captioners"][source.label] = describe_model(captioner)
+            del captioner
+            _release()
+        for image_id in image_ids:
+            raw = captions.get(image_id)
+            row = {"captioner": source.label, "image_id": image_id,
+                   "caption": None if raw is None else (normalise_caption(raw) if normalise else raw),
+                   "caption_raw": raw}
+            if image_id in errors:
+                row["error"] = errors[image_id]
+            rows.append(row)
+    return rows
+
+
+def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, images: _Images, store, cfg: RunConfig,
+                          cache: dict[str, Any], progress: bool) -> dict[tuple[str, str], Reconstruction | str]:
+    """(source, image_id) -> its reconstruction, or why there is none."""
+    recons: dict[tuple[str, str], Reconstruction | str] = {}
+    reconstructor = Reconstructor(generator, store, cfg.spec)
+    todo = []
+    for row in caption_rows:
+        key = (row["captioner"], row["image_id"])
+        if not row["caption"] or not row["caption"].strip():
+            recons[key] = row.get("error") or ("no caption for this image" if row["caption_raw"] is None
+                                               else "empty caption")
+        else:
+            todo.append((key, row["caption"]))
+    bar = tqdm(total=len(todo), desc="reconstructing", unit="image", disable=not progress or not todo,
+               dynamic_ncols=True)
+    for lo in range(0, len(todo), max(1, cfg.batch_size)):
+        chunk, items = [], []
+        for (label, image_id), caption in todo[lo: lo + cfg.batch_size]:
+            try:  # the original's size decides the reconstruction's; its pixels are let go after the batch
+                image = images.load(image_id)
+            except SampleError as exc:
+                recons[label, image_id] = str(exc)
+                continue
+            sample = Sample(id=f"{label}:{image_id}", image=images.paths[image_id], caption=caption,
+                            image_id=image_id)
+            chunk.append((label, image_id))
+            items.append(LoadedSample(sample, image, images.info(image_id)[0]))
+        for key, result in zip(chunk, _isolating(reconstructor.reconstruct, items)):
+            recons[key] = result if isinstance(result, Reconstruction) else f"reconstruction failed: {result}"
+        bar.update(len(todo[lo: lo + cfg.batch_size]))
+    bar.close()
+    cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
+    return recons
+
+
+def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
+                  recons: Mapping[tuple[str, str], Reconstruction | str], images: _Images, judge, ctx: Context,
+                  cfg: RunConfig, *, max_new_tokens: int, box_coords: str | None, progress: bool
+                  ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]]]:
+    """The judge on the originals (the upper bound, once per question) and on every
+    reconstruction: one record per question and row, and the graded questions by (row, dataset)."""
+    asks, rows, pending, loaders = [], [], [], []
+    for label in labels:
+        for bench in benchmarks:
+            for q in bench.questions:
+                record = {"captioner": label, "dataset": bench.entry.name, "index": q.id, "image_id": q.image_id,
+                          "category": q.category}
+                rows.append(record)
+                try:
+                    original_key, original_size = images.info(q.image_id)
+                except SampleError as exc:
+                    record["error"] = str(exc)
+                    continue
+                if label == UPPER:
+                    key, seen, load = original_key, original_size, lambda i=q.image_id: images.load(i)
+                else:
+                    recon = recons[label, q.image_id]
+                    if isinstance(recon, str):
+                        record["error"] = recon
+                        continue
+                    key, seen, load = recon.key, (recon.width, recon.height), recon.image
+                    record["reconstruction"] = str(recon.path)
+                asks.append((key, judge_prompt(q, box_coords)))
+                loaders.append(load)
+                pending.append((len(rows) - 1, q, bench.entry, original_size, seen))
+    replies: list[str] = []
+    step = max(1, cfg.batch_size) * 8
+    bar = tqdm(total=len(asks), desc="answering", unit="question", disable=not progress or not asks,
+               dynamic_ncols=True)
+    for lo in range(0, len(asks), step):
+        lazy = LazyImages()  # a chunk's images, opened only where an answer is missing, dropped after it
+        for (key, _), load in zip(asks[lo: lo + step], loaders[lo: lo + step]):
+            lazy.add(key, load)
+        replies += answers(ctx, judge, asks[lo: lo + step], lazy, max_new_tokens)
+        bar.update(len(asks[lo: lo + step]))
+    bar.close()
+    graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
+    for (row, q, entry, source_size, seen), reply in zip(pending, replies):
+        result = grade(q, reply, entry, source_size=source_size, seen_size=seen, box_coords=box_coords)
+        rows[row].update(reply=reply, correct=result.correct, **({"iou": result.iou} if result.iou is not None else {}))
+        graded.setdefault((rows[row]["captioner"], entry.name), []).append((q, result))
+    return rows, graded
+
+
+def _isolating(fn, items: list) -> list[Any]:
+    """`fn(items)`, or item by item after a failure, so one bad row costs only itself."""
+    try:
+        return list(fn(items))
+    except FATAL:
+        raise
+    except Exception as exc:
+        if len(items) == 1:
+            return [f"{type(exc).__name__}: {exc}"]
+        return [_isolating(fn, [item])[0] for item in items]
+
+
+def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def _write(out_dir: Path, table: SuiteTable, rows, caption_rows, manifest, images: _Images,
+           benchmarks: Sequence[Benchmark]) -> None:
+    import csv
+
+    _write_jsonl(out_dir / "records.jsonl", rows)
+    _write_jsonl(out_dir / "captions.jsonl", caption_rows)
+    listed: dict[str, dict[str, Any]] = {}
+    for bench in benchmarks:
+        for q in bench.questions:
+            entry = listed.setdefault(q.image_id, {"image_id": q.image_id, "path": str(images.paths[q.image_id]),
+                                                   "questions": []})
+            entry["questions"].append({"dataset": bench.entry.name, "index": q.id})
+    _write_jsonl(out_dir / "images.jsonl", listed.values())
+    (out_dir / "table.md").write_text(table.to_markdown(), encoding="utf-8")
+    long_rows = table.rows()
+    with (out_dir / "table.csv").open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(long_rows[0]))
+        writer.writeheader()
+        writer.writerows(long_rows)
+    (out_dir / "summary.json").write_text(json.dumps(table.summary(), indent=2, ensure_ascii=False))
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))

@@ -1,0 +1,413 @@
+"""`caprecon cache`: look after the content-addressed store.
+
+    caprecon cache info                    what the cache holds, by kind and by model
+    caprecon cache verify [--repair]       checksums, files missing from the index, index rows missing their file
+    caprecon cache prune --older-than 30d | --model NAME | --max-size 10GB [--dry-run]
+
+Each command is also a function (`cache_info`, `verify`, `prune`) returning a plain dict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, default_cache_dir, read_verified, sha256)
+
+ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SPANS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"size {text!r}: use a number with B, KB, MB, GB, TB (or KiB, MiB, GiB, TiB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_age(text: str) -> float:
+    match = re.fullmatch(r"\s*([\d.]+)\s*([smhdw])\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"age {text!r}: use a number with s, m, h, d or w, e.g. 30d")
+    return float(match.group(1)) * _SPANS[match.group(2)]
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _open(root: Path, *, write: bool) -> Store:
+    if not (root / INDEX).exists():
+        raise StoreError(f"no cache at {root} (no {INDEX} there)")
+    store = Store(root)
+    if write and store.read_only:
+        raise StoreReadOnlyError(f"cache {root} is read-only here; changing it needs write access to the folder")
+    return store
+
+
+def _select(store: Store, columns: list[str]) -> str:
+    """The columns, with NULL for those an old, read-only index lacks."""
+    have = store._columns
+    named = {c: c[c.find("(") + 1 : c.rfind(")")] if "(" in c else c for c in columns}  # length(value) -> value
+    return ", ".join(c if have is None or named[c] in have else f"NULL AS {named[c]}" for c in columns)
+
+
+def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, has_file: bool) -> int:
+    if file_size is None and has_file:  # an entry stored before sizes were recorded
+        path = store.image_path(key)
+        file_size = path.stat().st_size if path.exists() else 0
+    return value_len + (file_size or 0)
+
+
+# -- info ---------------------------------------------------------------------------
+
+
+def cache_info(root: str | Path) -> dict[str, Any]:
+    store = _open(Path(root), write=False)
+    db = store._connect()
+    model, file_size = _select(store, ["model", "file_size"]).split(", ")
+    kinds = [{"kind": k, "entries": n, "bytes": (v or 0) + (f or 0)} for k, n, v, f in db.execute(
+        f"SELECT kind, count(*), sum(length(value)), sum({file_size}) FROM results GROUP BY kind ORDER BY kind")]
+    described = _descriptions(db)
+    models = []
+    for fingerprint, n, v, f in db.execute(f"SELECT {model}, count(*), sum(length(value)), sum({file_size}) "
+                                           f"FROM results GROUP BY 1 ORDER BY 2 DESC"):
+        about = json.loads(described[fingerprint]) if fingerprint in described else {}
+        models.append({"fingerprint": fingerprint, "model": _model_name(about), "entries": n,
+                       "bytes": (v or 0) + (f or 0)})
+    thumbs = _thumbnails(store.root)
+    return {"root": str(store.root), "kinds": kinds, "models": models,
+            "thumbnails": {"files": len(thumbs), "bytes": sum(size for _, size in thumbs)}}
+
+
+def _thumbnails(root: Path) -> list[tuple[Path, int]]:
+    """The report thumbnails cached under the store (`thumbs/`): a disposable cache, made again when missing."""
+    folder = root / "thumbs"
+    out = []
+    for path in folder.rglob("*.jpg") if folder.is_dir() else []:
+        try:
+            out.append((path, path.stat().st_size))
+        except OSError:
+            continue
+    return out
+
+
+def _descriptions(db: sqlite3.Connection) -> dict[str, str]:
+    try:
+        return dict(db.execute("SELECT fingerprint, description FROM models"))
+    except sqlite3.OperationalError:  # an old, read-only index without the models table
+        return {}
+
+
+def _model_name(about: dict[str, Any]) -> str | None:
+    for field in ("model", "name", "weights", "weights_dir", "backend", "class"):
+        if isinstance(about.get(field), str) and about[field]:
+            name = about[field]
+            return name if len(name) <= 60 else "…" + name[-59:]
+    return None
+
+
+# -- verify -------------------------------------------------------------------------
+
+
+def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
+    """Check every entry: value checksums, image files present and matching their checksum,
+    files under images/ that no index row names (orphans), lapsed claims. With `repair`,
+    bad entries and orphans are deleted (they are recomputed when next needed), entries
+    stored before checksums get theirs, and a damaged index is moved aside and rebuilt
+    from whatever rows can still be read."""
+    root = Path(root)
+    report: dict[str, Any] = {"root": str(root), "index": "ok", "entries": 0, "bad_values": [], "missing_files": [],
+                              "damaged_files": [], "orphans": [], "expired_claims": 0, "checksums_added": 0,
+                              "repaired": repair}
+    index = root / INDEX
+    if not index.exists():
+        raise StoreError(f"no cache at {root} (no {INDEX} there)")
+    problem = _index_problem(index)
+    if problem:
+        report["index"] = f"damaged: {problem}"
+        if not repair:
+            report["ok"] = False
+            return report
+        report["salvaged"], report["moved_aside"] = _rebuild_index(index)
+    store = _open(root, write=repair)
+    db = store._connect()
+    bad_keys, backfill = [], []
+    file_keys: set[str] = set()
+    for key, kind, value, checksum, file_checksum, file_size in db.execute(
+            f"SELECT {_select(store, ['key', 'kind', 'value', 'checksum', 'file_checksum', 'file_size'])} FROM results"):
+        report["entries"] += 1
+        if checksum is not None and sha256(value) != checksum:
+            report["bad_values"].append(key)
+            bad_keys.append(key)
+            continue
+        has_file = file_checksum is not None or kind == "reconstruction"
+        new_checksums = {"checksum": checksum or sha256(value)}
+        if has_file:
+            file_keys.add(key)
+            path = store.image_path(key)
+            if not path.exists():
+                report["missing_files"].append(key)
+                bad_keys.append(key)
+                continue
+            if read_verified(path, file_checksum) is None:
+                report["damaged_files"].append(key)
+                bad_keys.append(key)
+                continue
+            if file_checksum is None:
+                data = path.read_bytes()
+                new_checksums.update(file_checksum=sha256(data), file_size=len(data))
+        if checksum is None or (has_file and file_checksum is None):
+            backfill.append((new_checksums["checksum"], new_checksums.get("file_checksum", file_checksum),
+                             new_checksums.get("file_size", file_size), key))
+    now = time.time()
+    images = root / "images"
+    for path in sorted(images.rglob("*")) if images.exists() else []:
+        if not path.is_file() or now - path.stat().st_mtime < ORPHAN_GRACE_SECONDS:
+            continue
+        if path.suffix != ".png" or path.stem not in file_keys:
+            report["orphans"].append(str(path.relative_to(root)))
+    try:
+        report["expired_claims"] = db.execute("SELECT count(*) FROM claims WHERE expires < ?", (now,)).fetchone()[0]
+    except sqlite3.OperationalError:  # an old, read-only index without claims
+        report["expired_claims"] = 0
+    if repair:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
+        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, file_size = ? WHERE key = ?", backfill)
+        db.execute("DELETE FROM claims WHERE expires < ?", (now,))
+        db.execute("COMMIT")
+        report["checksums_added"] = len(backfill)
+        for key in bad_keys:
+            store.image_path(key).unlink(missing_ok=True)
+        for rel in report["orphans"]:
+            (root / rel).unlink(missing_ok=True)
+    problems = [report[k] for k in ("bad_values", "missing_files", "damaged_files", "orphans")]
+    report["ok"] = repair or not any(problems)
+    return report
+
+
+def _index_problem(index: Path) -> str | None:
+    try:
+        db = sqlite3.connect(index, timeout=60)
+        try:
+            result = db.execute("PRAGMA integrity_check").fetchall()
+            db.execute("SELECT count(*) FROM results").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None if result == [("ok",)] else "; ".join(r[0] for r in result[:5])
+
+
+def _rebuild_index(index: Path) -> tuple[int, str]:
+    """Move the damaged index aside, make a new one and copy in every row that still reads."""
+    aside = index.with_name(f"{INDEX}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.move(index, aside)
+    for suffix in ("-wal", "-shm"):
+        extra = index.with_name(INDEX + suffix)
+        if extra.exists():
+            shutil.move(extra, aside.with_name(aside.name + suffix))
+    rows = _readable_rows(aside)
+    store = Store(index.parent, read_only=False)
+    db = store._connect()
+    db.execute("BEGIN")
+    db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, file_size, "
+                   "model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.execute("COMMIT")
+    return len(rows), str(aside)
+
+
+def _readable_rows(damaged: Path) -> list[tuple]:
+    try:
+        db = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+        last = db.execute("SELECT max(rowid) FROM results").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        return []  # nothing in it can be read: every entry is recomputed when next needed
+    wanted = ["key", "kind", "value", "created", "checksum", "file_checksum", "file_size", "model"]
+    select = ", ".join(c if c in columns else f"NULL AS {c}" for c in wanted)
+    rows: list[tuple] = []
+    for start in range(0, last + 1, 256):
+        try:
+            rows.extend(db.execute(f"SELECT {select} FROM results WHERE rowid BETWEEN ? AND ?",
+                                   (start, start + 255)).fetchall())
+        except sqlite3.DatabaseError:
+            for rowid in range(start, start + 256):  # a damaged page: keep the rows around it
+                try:
+                    rows.extend(db.execute(f"SELECT {select} FROM results WHERE rowid = ?", (rowid,)).fetchall())
+                except sqlite3.DatabaseError:
+                    continue
+    db.close()
+    return rows
+
+
+# -- prune --------------------------------------------------------------------------
+
+
+def prune(root: str | Path, *, older_than: float | None = None, model: str | None = None,
+          max_size: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Delete entries older than `older_than` seconds and/or computed by `model` (a
+    fingerprint or its prefix, or the model's name as `cache info` shows it); then, with
+    `max_size`, the oldest entries until the rest fit in that many bytes."""
+    if older_than is None and model is None and max_size is None:
+        raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
+    root = Path(root)
+    store = _open(root, write=not dry_run)
+    db = store._connect()
+    columns = _select(store, ["key", "kind", "created", "model", "length(value)", "file_size", "file_checksum"])
+    entries = [(key, created, fp, _entry_size(store, key, n, fsize, fchk is not None or kind == "reconstruction"))
+               for key, kind, created, fp, n, fsize, fchk in db.execute(
+                   f"SELECT {columns} FROM results ORDER BY created")]
+    fingerprints = _matching_models(db, model) if model is not None else None
+    if model is not None and not fingerprints:
+        raise StoreError(f"no model in {root} matches {model!r}; `caprecon cache info --cache-dir {root}` lists them")
+    now = time.time()
+    doomed = set()
+    if older_than is not None or fingerprints is not None:
+        for key, created, fp, _ in entries:
+            if (older_than is None or now - created > older_than) and (fingerprints is None or fp in fingerprints):
+                doomed.add(key)
+    total = sum(size for *_, size in entries)
+    kept = total - sum(size for key, *_, size in entries if key in doomed)
+    if max_size is not None:
+        for key, _, _, size in entries:  # oldest first
+            if kept <= max_size:
+                break
+            if key not in doomed:
+                doomed.add(key)
+                kept -= size
+    thumbs = _thumbnails(root)
+    report = {"root": str(root), "entries": len(entries), "removed": len(doomed), "bytes_before": total,
+              "bytes_after": kept, "dry_run": dry_run, "thumbnails_removed": len(thumbs) if doomed else 0}
+    if dry_run or not doomed:
+        return report
+    for path, _ in thumbs:  # report thumbnails are not tied to entries: they go, and are made again when needed
+        path.unlink(missing_ok=True)
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+    db.execute("COMMIT")
+    for key in doomed:
+        store.image_path(key).unlink(missing_ok=True)
+    try:
+        db.execute("VACUUM")  # give the space back to the file system
+    except sqlite3.OperationalError as exc:  # another process has the index open in a transaction
+        report["note"] = f"index not compacted ({exc}); run prune again when the cache is idle"
+    return report
+
+
+def _matching_models(db: sqlite3.Connection, wanted: str) -> set[str]:
+    described = _descriptions(db)
+    used = {fp for (fp,) in db.execute("SELECT DISTINCT model FROM results WHERE model IS NOT NULL")}
+    out = set()
+    for fp in used | set(described):
+        about = json.loads(described.get(fp) or "{}")
+        if fp.startswith(wanted) or wanted in {str(about.get(f)) for f in ("model", "name", "weights", "weights_dir")}:
+            out.add(fp)
+    return out
+
+
+# -- the command ----------------------------------------------------------------------
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("cache", help="inspect, verify, repair and prune the cache")
+    sub = p.add_subparsers(dest="cache_command", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--cache-dir", help="the cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+        q.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    q = sub.add_parser("info", help="entries and sizes by kind and by model (with fingerprints for prune --model)")
+    common(q)
+    q.set_defaults(func=_cmd_info)
+
+    q = sub.add_parser("verify", help="check checksums, files without index rows and index rows without files")
+    common(q)
+    q.add_argument("--repair", action="store_true",
+                   help="delete bad entries and orphan files (recomputed when next needed); rebuild a damaged index")
+    q.set_defaults(func=_cmd_verify)
+
+    q = sub.add_parser("prune", help="delete entries by age, by model, or down to a size")
+    common(q)
+    q.add_argument("--older-than", type=parse_age, metavar="AGE", help="entries created longer ago, e.g. 30d, 12h")
+    q.add_argument("--model", help="entries of one model: fingerprint (or prefix) or name, see `cache info`")
+    q.add_argument("--max-size", type=parse_size, metavar="SIZE",
+                   help="delete the oldest entries until the cache fits, e.g. 10GB")
+    q.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")
+    q.set_defaults(func=_cmd_prune)
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    info = cache_info(_root(args))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"cache: {info['root']}")
+    for row in info["kinds"]:
+        print(f"  {row['kind']:20s} {row['entries']:8d} entries  {_human(row['bytes'])}")
+    print("by model:")
+    for row in info["models"]:
+        print(f"  {row['fingerprint'] or '(unrecorded)':26s} {row['model'] or '':40s} {row['entries']:8d} entries  "
+              f"{_human(row['bytes'])}")
+    thumbs = info["thumbnails"]
+    print(f"report thumbnails: {thumbs['files']} files  {_human(thumbs['bytes'])}  (made again when missing)")
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    root = _root(args)
+    report = verify(root, repair=args.repair)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if report["ok"] else 1
+    print(f"cache: {root}")
+    print(f"index: {report['index']}")
+    if "salvaged" in report:
+        print(f"  moved aside to {report['moved_aside']}; {report['salvaged']} readable rows kept")
+    print(f"entries checked: {report['entries']}")
+    labels = {"bad_values": "values failing their checksum", "missing_files": "index rows whose file is missing",
+              "damaged_files": "files failing their checksum", "orphans": "files no index row names"}
+    for key, label in labels.items():
+        if key in report:
+            print(f"{label}: {len(report[key])}")
+    print(f"lapsed claims: {report['expired_claims']}")
+    if args.repair:
+        print(f"repaired: bad entries and orphans deleted (recomputed when next needed); "
+              f"{report['checksums_added']} older entries given checksums")
+    elif not report["ok"]:
+        print(f"run `caprecon cache verify --repair --cache-dir {root}` to fix")
+    return 0 if report["ok"] else 1
+
+
+def _cmd_prune(args: argparse.Namespace) -> int:
+    report = prune(_root(args), older_than=args.older_than, model=args.model, max_size=args.max_size,
+                   dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    verb = "would remove" if report["dry_run"] else "removed"
+    print(f"{verb} {report['removed']} of {report['entries']} entries: "
+          f"{_human(report['bytes_before'])} -> {_human(report['bytes_after'])}")
+    if report["thumbnails_removed"]:
+        print(f"{verb} {report['thumbnails_removed']} cached report thumbnails (made again when a report needs them)")
+    if report.get("note"):
+        print(report["note"])
+    return 0

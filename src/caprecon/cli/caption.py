@@ -1,0 +1,66 @@
+"""`caprecon caption`: sample N captions per image, score them all, keep the best (RemoteDescriber)."""
+
+from __future__ import annotations
+
+import argparse
+
+from caprecon.cli.commands import _add_run_options, _settings
+from caprecon.run.config import parse_options
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "caption", help="best-of-N captioning: sample N captions per image, keep the best-scoring one",
+        description="Sample N candidate captions per image, score every candidate with the selection metric(s) "
+                    "and keep the best. All candidates of one image are reconstructed from the same noise, so "
+                    "they differ only by their text. Writes candidates.jsonl, selected.jsonl/.parquet, "
+                    "curve.csv/.md/.png and manifest.json into --out.")
+    p.add_argument("--images", required=True, help="folder of images to caption")
+    p.add_argument("--out", "-o", required=True, help="folder for the candidates, the selected captions and the curve")
+    p.add_argument("--captioner", "-c", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--captioner-opt", action="append", metavar="KEY=VALUE",
+                   help="captioner option, e.g. dtype=bfloat16, batch_size=20, "
+                        "base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server (repeatable)")
+    p.add_argument("--prompt",
+                   help="detailed (default), limited (with --max-words), remote-sensing, or the prompt text")
+    p.add_argument("--max-words", type=int, help="length limit of the 'limited' prompt")
+    p.add_argument("--n", type=int, help="candidates per image (default 10)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1: off)")
+    p.add_argument("--max-new-tokens", type=int, help="longest caption in tokens (default 512)")
+    p.add_argument("--select", help="metric that selects (recon, turing, vqascore, clipscore, ...) or a weighted "
+                                    "sum such as recon=0.7,clipscore=0.3 (default recon)")
+    p.add_argument("--seed", type=int, help="seeds the candidates' sampling and the reconstructions' noise")
+    _add_run_options(p, for_meta=True)
+    for action in p._actions:  # the shared --preset also takes captioning presets here
+        if action.dest == "preset":
+            action.help = "captioning preset (remote-describer) or run preset (paper-recon, fast, offline)"
+    p.set_defaults(func=cmd_caption)
+    return p
+
+
+def cmd_caption(args: argparse.Namespace) -> int:
+    from caprecon.apps.selection import best_of_n, curve_markdown
+
+    settings = _settings(args)
+    run = best_of_n(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
+                    select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                    max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,
+                    preset=settings.pop("preset", None), config=args.config,
+                    out=args.out, progress=not args.quiet, **settings)
+    if args.quiet:
+        return 0
+    for row in run.selected:
+        caption = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
+        print(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}")
+    unselected = run.manifest["selection"]["unselected"]
+    if unselected:
+        print(f"no caption selected for {len(unselected)} image(s) (see candidates.jsonl): {', '.join(unselected)}")
+    if run.curve:
+        print()
+        print(f"selection curve ({run.selection.describe()}): expected score of the selected caption")
+        print(curve_markdown(run.curve), end="")
+    print(f"written to {run.out}")
+    if run.out and (run.out / "report.html").is_file():
+        print(f"report: {run.out / 'report.html'}")
+    return 0

@@ -1,0 +1,352 @@
+"""The `caprecon` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from caprecon.run.config import ConfigError, parse_options, parse_pairs, whole_number
+from caprecon.models.common import ModelNotFoundError
+from caprecon.core.redaction import install_log_filter, redact_text
+from caprecon.data.samples import SampleFormatError
+from caprecon.store.index import StoreError
+
+# exit statuses: 1 when rows failed (or there were none), 2 when the run could not start or had to stop
+ROWS_FAILED, CANNOT_RUN, INTERRUPTED = 1, 2, 130
+
+
+def _global_options(p: argparse.ArgumentParser, default=None) -> None:
+    """Options accepted before and after the subcommand; after it, they only override when given."""
+    p.add_argument("--verbose", "-v", action="store_true", default=default,
+                   help="log what each stage does (model loading, cache hits, retries)")
+
+
+def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
+    if not for_meta:  # `meta` has its own --metric, --seed and --out
+        p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
+                       help="metric to compute (repeatable); see `caprecon models`")
+        p.add_argument("--seed", type=whole_number(0, 2**63 - 1),
+                       help="base seed of the reconstructions (default 0; see --seed-policy)")
+        p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
+    p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
+    p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
+    p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
+                   help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
+    p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE",
+                   help="embedder option, e.g. dtype=float16, device=cpu (repeatable)")
+    p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
+    p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
+    p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
+                   help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
+    p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
+                   help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
+    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
+    p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
+    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE",
+                   help="text-LLM option, e.g. base_url=... for an OpenAI-compatible server (repeatable)")
+    p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
+    p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
+    p.add_argument("--vqa-template", help="VQAScore question with {caption}")
+    p.add_argument("--vqa-normalise", action="store_const", const=True,
+                   help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
+    p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
+    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
+                   help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
+                        "its candidates; fixed: --seed for every caption")
+    p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
+    p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
+                   help="keep sources smaller than --max-side at their own size")
+    p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
+                   "at --max-side; caption-only rows: the generator's native resolution)")
+    p.add_argument("--normalise-captions", action="store_const", const=True,
+                   help="strip markdown, list markers and line breaks from captions first (raw text kept as "
+                        "caption_raw); off by default so existing scores do not change")
+    p.add_argument("--batch-size", type=whole_number(1),
+                   help="samples per model batch (default 16; halved automatically on out-of-memory)")
+    p.add_argument("--workers", type=whole_number(0),
+                   help="threads that read, hash and decode the next batch's images while the models run "
+                        "(default 4; 0: in line). Raise it when a fast accelerator waits on image decoding")
+    p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+    p.add_argument("--cache-overlay", metavar="DIR",
+                   help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
+    p.add_argument("--cache-read-only", action="store_const", const=True,
+                   help="never write to --cache-dir (a shared cache); new results go to the overlay")
+    p.add_argument("--no-cache", action="store_const", const=True,
+                   help="reuse nothing from earlier runs; keep this run's results in OUT/store")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
+            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
+            "batch_size", "workers", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
+    settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if getattr(args, "judge_for", None):
+        settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
+    for role in ("generator", "embedder", "judge", "llm"):
+        pairs = getattr(args, f"{role}_opt")
+        if pairs:
+            settings[f"{role}_options"] = parse_options(pairs)
+    return settings
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from caprecon.api import score
+    from caprecon.data.samples import load_samples
+    from caprecon.cli.scale import score_settings
+
+    # A split narrows a Karpathy split file; only then are samples read here rather than in score().
+    source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
+                          captions=args.captions, split=args.split) if args.split else args.input
+    results = score(source, metrics=args.metrics, config=args.config, out=args.out,
+                    progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
+                    captions=args.captions, **score_settings(args), **_settings(args))
+    if not args.quiet:
+        _report(results)
+    return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
+
+
+def _outcome(summary: dict, out, *, allow_row_errors: bool) -> int:
+    """The last lines of stdout: rows scored, rows failed by reason, where the outputs are; the exit status."""
+    total, failed = summary["samples"], summary["errors"]
+    print(f"rows scored: {total - failed} of {total}")
+    if failed:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
+        print(f"rows failed: {failed} ({reasons})")
+    print(f"outputs: {out / 'scores.jsonl' if out else 'not saved (no --out)'}")
+    if total == 0:
+        print("caprecon: error: the input holds no rows", file=sys.stderr)
+        return ROWS_FAILED
+    if failed and not allow_row_errors:
+        print(f"caprecon: {failed} row(s) failed; their `error` field says why (--allow-row-errors exits 0)",
+              file=sys.stderr)
+        return ROWS_FAILED
+    return 0
+
+
+def _report(results) -> None:
+    print(results.table())
+    print()
+    print(results.summary_table())
+    clip_cut = sum(1 for r in results.records if r.get("clip_tokens_cut"))
+    if clip_cut:
+        print(f"note: {clip_cut} caption(s) exceed CLIP's 77 text tokens and were cut (clip_tokens_cut); "
+              "CLIP-based scores of long captions judge only their start")
+    used = results.manifest["models"]
+    for role, info in used.items():
+        print(f"{role}: {info.get('model') or info.get('backend') or info}")
+    if "turing" in results.metric_names and results.summary["metrics"]["turing"]["n"]:
+        from caprecon.reports.categories import category_table
+
+        print()
+        print(category_table(results.records).to_text())
+
+
+def cmd_meta(args: argparse.Namespace) -> int:
+    from caprecon.api import score
+    from caprecon.stats.meta import scores_from_records
+    from caprecon.cli.meta import run_meta_command
+
+    settings = _settings(args)
+    settings.pop("seed", None)  # meta's --seed seeds the bootstrap, not the reconstructions
+
+    def score_metric(name, samples):
+        results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
+        return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
+
+    from caprecon.cli.meta import probe_llm_and_store
+
+    from caprecon.metrics import METRICS
+
+    return run_meta_command(args, score_metric=score_metric, scorable=METRICS,
+                            **probe_llm_and_store(settings, args.config))
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from caprecon.reports.html import write_html_report
+    from caprecon.reports.categories import category_table, load_records, write_report
+
+    scores = Path(args.run) if Path(args.run).is_file() else Path(args.run) / "scores.jsonl"
+    if not Path(args.run).exists():
+        raise ConfigError(f"{args.run}: no such run folder")
+    metric = args.metric or "turing"
+    if scores.is_file() and any(metric in record for record in load_records(scores)):
+        table = category_table(scores, metric=metric)
+        paths = write_report(table, args.out or args.run)
+        print(table.to_text())
+        for kind, path in paths.items():
+            print(f"{kind}: {path}")
+    elif args.metric:  # asked for by name: a run without it is a mistake, not a page without a table
+        raise ConfigError(f"{args.run}: no scored row has {args.metric}; the per-category table needs a run "
+                          f"scored with -m {args.metric}")
+    elif scores.is_file():
+        print(f"no {metric} scores in {scores}: no per-category table")
+    print(f"html: {write_html_report(args.run, args.out)}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from caprecon.metrics import METRICS
+    from caprecon.models.registry import describe_registry
+
+    table = describe_registry()
+    table["metric"] = {name: about for name, (_, about) in METRICS.items()}
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    for role in ("preset", "caption-preset", "metric", "generator", "embedder", "matcher", "judge", "llm", "captioner"):
+        print(f"{role}s:")
+        for name, about in table[role].items():
+            print(f"  {name:20s} {about}")
+        print()
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from caprecon.apps.demo import run_demo
+
+    run_demo(out=args.out, quiet=args.quiet)
+    return 0
+
+
+def _show_nested_usage(sub: argparse._SubParsersAction) -> None:
+    """`caprecon cttd --help` (and cache, store) ends with each of its commands' usage, so every
+    option is found from the command a reader starts at, not only one level further down."""
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        if not nested:
+            continue
+        usages = "\n".join(p.format_usage().rstrip() for p in nested[0].choices.values())
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
+        command.epilog = "\n".join(filter(None, [command.epilog, "commands and their options:", usages]))
+
+
+class _Subcommands:
+    """What a command module's `add_parser(subparsers)` receives: `add_parser` as argparse's."""
+
+    def __init__(self, add_parser):
+        self.add_parser = add_parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
+    _global_options(parser, default=False)
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, default=argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser = lambda name, **kw: sub.add_parser(name, parents=[common], **kw)  # noqa: E731
+    plugins = _Subcommands(add_parser)  # command modules register through it, and get the global options too
+
+    p = add_parser("score", help="score captions")
+    p.add_argument("--input", "-i", required=True,
+                   help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
+    p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
+                   help="relative image paths resolve against DIR (default: the input file's folder), and every "
+                        "image must lie inside it: a row whose image escapes it is a row error")
+    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
+                   "split JSON whose sentences become the references")
+    p.add_argument("--split", choices=("train", "val", "test", "restval"),
+                   help="Karpathy split JSON: score only this split's images")
+    p.add_argument("--captions", metavar="FILE",
+                   help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some rows failed (they keep their `error` field)")
+    _add_run_options(p)
+    from caprecon.cli.scale import add_parser as add_scale_parser, add_score_options
+
+    add_score_options(p)
+    p.set_defaults(func=cmd_score)
+
+    p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
+    from caprecon.cli.meta import add_meta_arguments
+
+    add_meta_arguments(p)
+    _add_run_options(p, for_meta=True)
+    p.set_defaults(func=cmd_meta)
+
+    from caprecon.cli.caption import add_parser as add_caption_parser
+
+    add_caption_parser(plugins)
+    from caprecon.cli.t2i import add_parser as add_t2i_parser
+
+    add_t2i_parser(plugins)
+    from caprecon.cli.suite import add_parser as add_suite_parsers
+
+    add_suite_parsers(plugins)
+
+    p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
+                                  "question-bank metric")
+    p.add_argument("run", help="run folder (or its scores.jsonl)")
+    p.add_argument("--metric", choices=("turing", "captionqa"),
+                   help="the question-bank metric of the per-category table and radar (default: turing, when the "
+                        "run has it; named here, a run without it is an error)")
+    p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
+                                 "(default: the run folder)")
+    p.set_defaults(func=cmd_report)
+
+    p = add_parser("models", help="list metrics, presets and registered models")
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    p.set_defaults(func=cmd_models)
+
+    p = add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
+    p.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+    p.set_defaults(func=cmd_demo)
+
+    from caprecon.cli.cache import add_parser as add_cache_parser
+
+    add_cache_parser(plugins)
+
+    from caprecon.cli.cttd import add_parser as add_cttd_parser
+
+    add_cttd_parser(plugins)
+    add_scale_parser(plugins)
+    _show_nested_usage(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    install_log_filter()
+    if not args.verbose:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:  # else it reads HF_HUB_DISABLE_PROGRESS_BARS when first imported
+            from transformers.utils import logging as transformers_logging
+
+            transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
+    from caprecon.run.local import RunError, RunInterrupted
+
+    try:
+        return args.func(args)
+    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError, StoreError) as exc:
+        print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
+        return CANNOT_RUN
+    except RunError as exc:
+        out = getattr(args, "out", None)
+        kept = f"; the {len(exc.records)} rows finished are in {out}/scores.jsonl: fix this and run the same " \
+               "command again to resume" if out and exc.records else ""
+        print(f"caprecon: error: {redact_text(str(exc))}{kept}", file=sys.stderr)
+        return CANNOT_RUN
+    except RunInterrupted as stop:
+        out = getattr(args, "out", None)
+        saved = (f"{len(stop.records)} of {stop.total} rows are in {out}/scores.jsonl and {out}/summary.json "
+                 "sums them up; run the same command again to resume") if out else \
+            "no --out, so no rows were saved; model results already computed are in the cache"
+        print(f"caprecon: interrupted: {saved}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:
+        print("caprecon: interrupted before any row was scored", file=sys.stderr)
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""`caprecon cttd build` and `caprecon cttd import`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    cttd = subparsers.add_parser("cttd", help="build a Caption Turing Test QA bank from images, or import one")
+    sub = cttd.add_subparsers(dest="cttd_command", required=True)
+
+    p = sub.add_parser("build", help="run (or resume) the CTTD pipeline on an image folder",
+                       description="select images, (propose questions and find categories,) generate, curate and "
+                                   "rank QA pairs; a rerun resumes where the last one stopped")
+    p.add_argument("--images", required=True, help="folder of images (searched recursively; sub-folders = sources)")
+    p.add_argument("--out", "-o", required=True, help="build folder: stage outputs, bank.jsonl, datasheet.md/.json")
+    p.add_argument("--config", help="YAML or TOML file of build settings (same names as the options)")
+    for role, about in (("vlm", "questioner VLM (stages 2, 4); default qwen3-vl-32b"),
+                        ("judge", "VLM that checks answers on the original image (stage 5); default: the --vlm"),
+                        ("llm", "text LLM naming clusters and running --blind-filter; default qwen3-8b"),
+                        ("embedder", "image embedder of stage 1; default clip"),
+                        ("matcher", "joint text-image space of stages 3, 5, 6; default clip")):
+        p.add_argument(f"--{role}", help=f"{about} (registry name, hub id, folder or module:Class)")
+        p.add_argument(f"--{role}-opt", action="append", metavar="KEY=VALUE", help=f"{role} option (repeatable)")
+    p.add_argument("--taxonomy", help="paper (the 15 categories, default), discover (stages 2-3), or a JSON file")
+    p.add_argument("--min-side", type=int, help="drop images whose shorter side is under this (default 64)")
+    p.add_argument("--uniform-std", type=float, help="drop near-uniform images: grey std under this (default 4)")
+    p.add_argument("--duplicate-cos", type=float, help="near-duplicate images above this cosine (default 0.95)")
+    p.add_argument("--density-band", type=float, nargs=2, metavar=("LOW", "HIGH"),
+                   help="keep images whose GMM log-density lies between these quantiles (default 0.1 0.9)")
+    p.add_argument("--gmm-components", type=int, help="Gaussian mixture components (default 8)")
+    p.add_argument("--pca-dims", type=int, help="embedding dimensions kept before the mixture (default 64)")
+    p.add_argument("--questions-per-image", type=int, help="stage 2: questions proposed per image (default 10)")
+    p.add_argument("--dbscan-eps", type=float, help="stage 3: DBSCAN radius in cosine distance (default 0.15)")
+    p.add_argument("--dbscan-min-samples", type=int, help="stage 3: DBSCAN core size (default 3)")
+    p.add_argument("--propose-prompt", help="stage 2 prompt (file or text, with {n})")
+    p.add_argument("--name-prompt", help="stage 3 prompt (file or text, with {questions})")
+    p.add_argument("--generate-prompt", help="stage 4 prompt (file or text, with {category} {description} {m} "
+                                             "{types})")
+    p.add_argument("--qas-per-category", type=int, help="stage 4: m, pairs per image and category (default 5)")
+    p.add_argument("--types", help="answer types to ask for, comma-separated (default mc,yesno,short,box)")
+    p.add_argument("--box-coords", choices=["normalized", "1000", "pixel"],
+                   help="box convention asked of the questioner (default normalized)")
+    p.add_argument("--max-new-tokens", type=int, help="reply length limit of stages 2-4 (default 1024)")
+    p.add_argument("--no-judge-check", dest="judge_check", action="store_const", const=False,
+                   help="skip stage 5's answer check on the original image")
+    p.add_argument("--judge-box-coords", choices=["normalized", "1000", "pixel"],
+                   help="the judge's box convention (Qwen2-VL: 1000), else inferred")
+    p.add_argument("--qa-duplicate-cos", type=float, help="stage 5: near-duplicate questions above this (default 0.9)")
+    p.add_argument("--blind-filter", action="store_const", const=True,
+                   help="stage 5: drop questions the --llm answers without the image")
+    p.add_argument("--blind-permutations", type=int, help="choice rotations the blind LLM must all pass (default 3)")
+    p.add_argument("--alpha", type=float, help="stage 6: redundancy weight of the ranking (default 0.5)")
+    p.add_argument("--top-k", type=int, help="stage 6: pairs kept per image (default 15)")
+    p.add_argument("--seed", type=int, help="seed of the image selection's PCA and Gaussian mixture (default 0)")
+    p.add_argument("--cache-dir", help="model-result store (default: OUT/store)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summary")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("import", help="turn an existing question set into a QA bank",
+                       description="generic JSONL/JSON/CSV/TSV question files, or VLMEvalKit benchmark TSVs")
+    p.add_argument("file", help="the question file")
+    p.add_argument("--out", "-o", required=True, help="folder for bank.jsonl, images/ and datasheet.md/.json")
+    p.add_argument("--format", choices=["auto", "generic", "vlmevalkit"], default="auto",
+                   help="auto: vlmevalkit for a .tsv with index, question, answer and option columns")
+    p.add_argument("--column", action="append", metavar="FIELD=COLUMN",
+                   help="read a bank field (image_id, question, answer, type, category, choices, coords, id, image, "
+                        "source) from another column (repeatable)")
+    p.add_argument("--option-columns", help="columns holding one option each, comma-separated (e.g. A,B,C,D)")
+    p.add_argument("--type", choices=["mc", "yesno", "short", "box"], help="type of rows without one")
+    p.add_argument("--category", default="", help="category of rows without one")
+    p.add_argument("--source", help="source name for the datasheet (default: the file's name)")
+    p.add_argument("--id-prefix", default="", help="vlmevalkit: prefix of image ids (default: none, the index)")
+    p.add_argument("--no-images", action="store_true", help="do not write the images to OUT/images")
+    p.set_defaults(func=cmd_import)
+
+
+def _text_or_file(value: str | None) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return path.read_text(encoding="utf-8") if path.is_file() else value
+
+
+def build_config(args: argparse.Namespace):
+    from caprecon.run.config import ConfigError, load_config_file, parse_options
+    from caprecon.apps.cttd.pipeline import BuildConfig
+
+    values = load_config_file(args.config) if args.config else {}
+    for role in ("vlm", "judge", "llm", "embedder", "matcher"):
+        if getattr(args, role) is not None:
+            values[role] = getattr(args, role)
+        options = parse_options(getattr(args, f"{role}_opt"))
+        if options:
+            values[f"{role}_options"] = {**values.get(f"{role}_options", {}), **options}
+    for name in ("taxonomy", "min_side", "uniform_std", "duplicate_cos", "density_band", "gmm_components", "pca_dims",
+                 "questions_per_image", "dbscan_eps", "dbscan_min_samples", "qas_per_category", "box_coords",
+                 "max_new_tokens", "judge_check", "judge_box_coords", "qa_duplicate_cos", "blind_filter",
+                 "blind_permutations", "alpha", "top_k", "seed"):
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    for name in ("propose_prompt", "name_prompt", "generate_prompt"):
+        if getattr(args, name) is not None:
+            values[name] = _text_or_file(getattr(args, name))
+    if args.types:
+        values["types"] = [t.strip() for t in args.types.split(",") if t.strip()]
+    try:
+        return BuildConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"unknown build setting: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from caprecon.run.config import ConfigError
+    from caprecon.reports.html import write_html_report
+    from caprecon.apps.cttd.categorise import TaxonomyError
+    from caprecon.apps.cttd.pipeline import build_bank
+    from caprecon.apps.cttd.select import ImageFolderError
+
+    config = build_config(args)
+    try:
+        result = build_bank(args.images, args.out, config, cache_dir=args.cache_dir, progress=not args.quiet)
+    except (ImageFolderError, TaxonomyError) as exc:
+        raise ConfigError(str(exc)) from None
+    if not args.quiet:
+        sheet = result.datasheet
+        print(f"bank: {result.bank} — {sheet['questions']} questions about {sheet['images']} images")
+        for stage in sheet["stages"]:
+            dropped = ", ".join(f"{k} {v}" for k, v in stage["dropped"].items())
+            state = "skipped" if stage.get("skipped") else "ran" if stage["stage"] in result.ran else "done before"
+            print(f"  {stage['stage']:11s} {state:16s} {dropped}")
+        print(f"datasheet: {result.folder / 'datasheet.md'}")
+    report = write_html_report(result.folder, progress=not args.quiet)
+    if not args.quiet:
+        print(f"report: {report}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from caprecon.run.config import ConfigError, parse_options
+    from caprecon.core.records import read_records
+    from caprecon.apps.cttd.datasheet import bank_counts, datasheet_markdown
+    from caprecon.apps.cttd.importers import (ImageWriter, QuestionImportError, allow_long_csv_fields, import_generic, import_vlmevalkit)
+    from caprecon.apps.cttd.stage import write_json, write_jsonl
+
+    source = Path(args.file)
+    if not source.is_file():
+        raise ConfigError(f"question file not found: {source}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    images = None if args.no_images else ImageWriter(out / "images", out)
+    fmt = args.format
+    try:
+        if fmt == "auto":
+            fmt = "generic"
+            if source.suffix.lower() == ".tsv":
+                allow_long_csv_fields()
+                first = next((row for _, row in read_records(source, QuestionImportError)), {})
+                if {"index", "question", "answer", "A"} <= set(first):
+                    fmt = "vlmevalkit"
+        if fmt == "vlmevalkit":
+            records = import_vlmevalkit(source, images=images, source=args.source, id_prefix=args.id_prefix)
+        else:
+            columns = {k: str(v) for k, v in parse_options(args.column).items()}
+            records = import_generic(source, columns=columns, default_type=args.type, default_category=args.category,
+                                     option_columns=[c.strip() for c in (args.option_columns or "").split(",")
+                                                     if c.strip()], source=args.source, images=images)
+    except QuestionImportError as exc:
+        raise ConfigError(str(exc)) from None
+    write_jsonl(out / "bank.jsonl", records)
+    sheet = {"bank": "bank.jsonl", "imported_from": str(source), "format": fmt, **bank_counts(records),
+             "stages": [], "models": {}, "prompts": {}, "settings": {"format": fmt, "columns": args.column or []}}
+    write_json(out / "datasheet.json", sheet)
+    (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
+    print(f"bank: {out / 'bank.jsonl'} — {len(records)} questions about {sheet['images']} images ({fmt})")
+    if images is not None and images.written:
+        print(f"images: {out / 'images'} ({len(images.written)} written)")
+    return 0

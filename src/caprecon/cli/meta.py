@@ -1,0 +1,413 @@
+"""`caprecon meta`: score human-judged captions with some metrics and report agreement.
+
+    caprecon meta --judgments expert.jsonl crowdflower.jsonl --images DIR \\
+        --metric bleu-4 cider meteor --out runs/meta [--bootstrap 1000] [--seed 0]
+
+The reference metrics (bleu-1..4, meteor, rouge, cider, spice) are computed here, one
+corpus per judgments file. Any other metric name goes to the `score_metric` callable
+given to `run_meta_command`, which is how the main CLI plugs in caprecon's own metrics.
+Scores can also come ready-made from `--scores` files.
+
+Writes to --out: `meta.csv` and `meta.md` (one row per judgments file and metric),
+`scores-<file>.csv` (every caption's score from every metric, reusable via --scores),
+and with --probes or --triples `probes.csv` / `probes.md`, plus the probes' captions
+(`probe-triples.jsonl`, reusable via --triples; `probe-lengths.jsonl`; `probe-rejected.jsonl`).
+
+The probes need an LLM (`TextLLM`) to write their captions: `caprecon meta --llm ...`
+passes one; on its own this module can run only the Δ probe on user --triples.
+
+Also runnable on its own: `python -m caprecon.meta_cli ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Collection, Sequence
+
+import numpy as np
+
+from caprecon.run.config import whole_number
+from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
+from caprecon.stats.meta import (MetaRow, Perturber, ProbeRow, format_table, length_robustness, paraphrase_delta, run_meta, scores_from_records, triple_samples, write_csv, write_markdown)
+from caprecon.metrics.base import Context
+from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
+from caprecon.models.llm import TextLLM
+from caprecon.stats.probes import (LENGTHS, ProbeWriter, as_records, length_samples, length_sets, overlap_problem, paraphrase_triples)
+from caprecon.core.records import read_records
+from caprecon.data.samples import Sample
+from caprecon.store.index import Store
+
+ScoreMetric = Callable[[str, list[Sample]], Sequence[float]]
+"""score_metric(name, samples) -> one score per sample (NaN or None where it failed)."""
+
+
+# Columns of scores-<file>.csv that describe the caption rather than score it.
+_SCORES_INFO_COLUMNS = ("image_id", "caption", "human")
+
+
+class MetaError(RuntimeError):
+    """A problem with the request as a whole; reported as one line, exit status 2."""
+
+
+def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action", nargs="?", choices=("verify",),
+        help="verify: our values beside the published ones for --benchmark (see caprecon.metabench.verify)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judgments", nargs="+", type=Path, metavar="FILE",
+        help="human judgments: Flickr8k-Expert / -CrowdFlower JSONL, pairwise preferences, "
+        "or a generic CSV/JSONL of (image, caption, human score); several files are scored separately",
+    )  # fmt: skip
+    parser.add_argument(
+        "--format", default="auto", choices=("auto", *FORMATS),
+        help="judgments format (default: recognised from the fields)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--captions", type=Path, metavar="FILE",
+        help="Flickr8k.token.txt, needed to read the original ExpertAnnotations.txt / CrowdFlowerAnnotations.txt",
+    )  # fmt: skip
+    parser.add_argument(
+        "--images", type=Path, metavar="DIR",
+        help="folder the judgments' image names are relative to (default: the judgments file's folder); "
+        "the reference metrics do not open images",
+    )  # fmt: skip
+    parser.add_argument(
+        "--metric", nargs="+", action="extend", metavar="NAME",
+        help=f"metrics to evaluate (default: the reference metrics {', '.join(REFERENCE_METRICS)}); "
+        "commas also separate names",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="folder for the CSV and markdown results (optional for verify)"
+    )
+    parser.add_argument(
+        "--scores", nargs="+", type=Path, metavar="FILE",
+        help="precomputed per-caption scores (CSV/JSONL with `id` and a column per metric), one file per "
+        "--judgments file in the same order; metrics found there are not recomputed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bootstrap", type=whole_number(0), default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
+    )
+    parser.add_argument("--seed", type=whole_number(0), default=0, help="seed of the bootstrap and of the perturber")
+    parser.add_argument(
+        "--tau", choices=("b", "c"),
+        help="Kendall variant for rating judgments (default: c for Flickr8k-Expert, b otherwise)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--probes", action="store_true",
+        help="also run the ReconScore paper's probes on the images of the first --judgments file; needs --llm, "
+        "which paraphrases references for the Δ probe (unless --triples is given) and writes captions of three "
+        "lengths from triplets it extracts for the length probe",
+    )  # fmt: skip
+    parser.add_argument(
+        "--triples", type=Path, metavar="FILE",
+        help="your (image, reference, paraphrase, perturbed) rows for the Δ probe; without --probes only the "
+        "Δ probe runs, and it needs no LLM",
+    )  # fmt: skip
+    _add_benchmark_arguments(parser)
+
+
+def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
+    from caprecon.apps.metabench import BENCHMARKS
+
+    parser.add_argument(
+        "--benchmark", choices=tuple(BENCHMARKS),
+        help="run a benchmark's pinned protocol (statistic, references, exclusions) on the files in --data",
+    )  # fmt: skip
+    parser.add_argument("--data", type=Path, metavar="PATH", help="the --benchmark's file or folder, as published")
+    parser.add_argument(
+        "--compare", nargs=2, metavar=("A", "B"),
+        help="paired bootstrap over images: does metric A agree with people better than B? (difference, CI, p)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tolerance", type=float, default=1.0, metavar="POINTS",
+        help="verify: largest |ours - published| that passes, in points (values x100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--expected", type=Path, metavar="FILE",
+        help="verify: CSV (benchmark, metric, key, value[, source]) replacing the built-in published values",
+    )  # fmt: skip
+
+
+def run_meta_command(
+    args: argparse.Namespace,
+    score_metric: ScoreMetric | None = None,
+    *,
+    llm: TextLLM | None = None,
+    store: Store | None = None,
+    scorable: Collection[str] | None = None,
+) -> int:
+    """Run `caprecon meta` with parsed `args`; returns the exit status.
+
+    `score_metric(name, samples)` scores every metric that is not a reference metric and
+    not in a --scores file; without it such a metric is an error. `scorable`, when given,
+    names the metrics it can score, so a misspelt name stops the command before any work.
+    `llm` writes the probes' captions, its replies cached in `store` (a temporary one when
+    not given).
+    """
+    try:
+        return _run(args, score_metric, llm, store, scorable)
+    except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
+        print(f"caprecon meta: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
+         store: Store | None, scorable: Collection[str] | None = None) -> int:
+    if args.action == "verify" or args.benchmark:
+        from caprecon.cli.metabench import run_benchmark_command
+
+        return run_benchmark_command(args, score_metric)
+    if not args.judgments or not args.out:
+        raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
+    metrics = _metric_names(args.metric)
+    if args.compare:
+        metrics += [name for name in _metric_names(args.compare) if name not in metrics]
+    if args.scores and len(args.scores) != len(args.judgments):
+        raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
+    unknown = [m for m in metrics if reference_metric_name(m) is None]
+    if unknown and score_metric is None and not args.scores:
+        raise MetaError(
+            f"no scorer for {', '.join(unknown)}: this command computes only the reference metrics "
+            f"({', '.join(REFERENCE_METRICS)}); give other metrics' scores with --scores"
+        )
+    if unknown and scorable is not None and not args.scores:
+        if misspelt := [m for m in unknown if m not in scorable]:  # found now, not after the reference metrics ran
+            raise MetaError(f"unknown metric {', '.join(misspelt)}; known: {', '.join([*REFERENCE_METRICS, *scorable])}")
+    if args.probes and llm is None:
+        raise MetaError(
+            "--probes needs an LLM (--llm NAME, or --llm MODEL --llm-opt base_url=URL for a server): it writes "
+            "the Δ probe's paraphrases and the length probe's captions of three lengths. Without an LLM only "
+            "the Δ probe on your own triples can run: give --triples FILE without --probes"
+        )
+    files = [load_judgments(path, args.format, captions=args.captions) for path in args.judgments]
+    triples = load_triples(args.triples) if args.triples else None
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[MetaRow] = []
+    notes: list[str] = []
+    with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
+        notes += reference.skipped.values()
+        for k, judgments in enumerate(files):
+            samples = judgments.samples(args.images)
+            given = _read_scores(args.scores[k], samples) if args.scores else {}
+            scores = _score(metrics, samples, reference, score_metric, given)
+            _write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
+            rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+            if args.compare:
+                notes.append(_compare(args, judgments, scores))
+        probe_rows = []
+        if args.probes or triples is not None:
+            writer = None
+            if args.probes:  # an LLM is there: checked above
+                context = Context(store if store is not None else Store.temporary())
+                writer = ProbeWriter(llm, context, progress=not getattr(args, "quiet", False))
+            probe_rows = _probes(args, files[0], triples, writer, metrics, reference, score_metric, notes)
+
+    write_csv(rows, args.out / "meta.csv")
+    write_markdown(rows, args.out / "meta.md", title="Agreement with human judgments", notes=notes)
+    print(format_table(rows))
+    if probe_rows:
+        write_csv(probe_rows, args.out / "probes.csv")
+        write_markdown(probe_rows, args.out / "probes.md", title="Probes", notes=notes)
+        print()
+        print(format_table(probe_rows))
+    for note in notes:
+        print(f"note: {note}")
+    from caprecon.reports.html import write_html_report
+
+    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+    return 0
+
+
+def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
+    """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
+    temporary one under --no-cache); both None when no LLM is set."""
+    from caprecon.run.config import Roles, RunConfig
+    from caprecon.store.index import default_cache_dir
+
+    config = RunConfig.build(file=config_file, **settings)
+    if config.llm is None:
+        return {"llm": None, "store": None}
+    store = Store.temporary() if config.no_cache else Store(config.cache_dir or default_cache_dir())
+    return {"llm": Roles(config).llm, "store": store}
+
+
+def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]) -> str:
+    from caprecon.stats.compare import format_comparison, paired_bootstrap
+
+    a, b = (reference_metric_name(m) or m for m in args.compare)
+    if missing := [m for m in (a, b) if m not in scores]:
+        raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
+    result = paired_bootstrap(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
+                              n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+    return f"{judgments.name}: {format_comparison(result)}"
+
+
+def _metric_names(given: Sequence[str] | None) -> list[str]:
+    if not given:
+        return list(REFERENCE_METRICS)
+    names: list[str] = []
+    for part in given:
+        for name in part.split(","):
+            name = name.strip()
+            name = reference_metric_name(name) or name
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def _score(
+    metrics: Sequence[str],
+    samples: list[Sample],
+    reference: ReferenceMetrics,
+    score_metric: ScoreMetric | None,
+    given: dict[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Scores per metric, aligned with `samples`, in the order metrics were asked for."""
+    ids = [s.id for s in samples]
+    if score_metric is None and (missing := [m for m in metrics if m not in given and m not in reference.names
+                                             and m not in reference.skipped]):
+        raise MetaError(f"metric {missing[0]!r} is neither a reference metric nor in the --scores file")
+    wanted_reference = [m for m in metrics if m in reference.names and m not in given]
+    records = reference.score(samples) if wanted_reference else []
+    scores: dict[str, np.ndarray] = {}
+    for name in metrics:
+        if name in given:
+            scores[name] = given[name]
+        elif name in reference.names:
+            scores[name] = scores_from_records(records, name, ids)
+        elif name in reference.skipped:
+            continue
+        elif score_metric is not None:
+            values = score_metric(name, samples)
+            if len(values) != len(samples):
+                raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(samples)} samples")
+            scores[name] = np.array([math.nan if v is None else float(v) for v in values])
+        else:
+            raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
+    return scores
+
+
+def _read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
+    """Every numeric column of a scores file, aligned with `samples` by `id`."""
+    if not path.is_file():
+        raise MetaError(f"scores file not found: {path}")
+    records = [record for _, record in read_records(path, MetaError)]
+    if not records or "id" not in records[0]:
+        raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
+    ids = [s.id for s in samples]
+    missing = set(ids) - {str(r["id"]) for r in records}
+    if missing:
+        raise MetaError(f"{path}: no scores for {len(missing)} samples (e.g. id {sorted(missing)[0]!r})")
+    # caprecon run folders' scores.jsonl omit metric fields on failed rows: take every key seen
+    keys = dict.fromkeys(k for r in records for k in r)
+    columns = [c for c in keys if c not in ("id", "error", *_SCORES_INFO_COLUMNS)]
+    found = {}
+    for column in columns:
+        values = scores_from_records(records, column, ids)
+        if np.isfinite(values).any():
+            found[reference_metric_name(column) or column] = values
+    return found
+
+
+def _write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[str, np.ndarray], path: Path) -> None:
+    human = []
+    for item in judgments.items:
+        if judgments.pairwise:
+            human += [item.preference, 1.0 - item.preference]
+        else:
+            human.append(float(np.mean(item.ratings)))
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", *_SCORES_INFO_COLUMNS, *scores])
+        for k, s in enumerate(samples):
+            values = ["" if math.isnan(v[k]) else repr(float(v[k])) for v in scores.values()]
+            writer.writerow([s.id, s.image_id, s.caption, human[k], *values])
+
+
+def _probes(
+    args: argparse.Namespace,
+    judgments: Judgments,
+    triples: list[ProbeTriple] | None,
+    writer: ProbeWriter | None,
+    metrics: Sequence[str],
+    reference: ReferenceMetrics,
+    score_metric: ScoreMetric | None,
+    notes: list[str],
+) -> list[ProbeRow]:
+    """The Δ probe (on user `triples`, else on the LLM's paraphrases of the first judgments
+    file's references) and, with --probes, the length probe (captions the LLM writes)."""
+    rejected = []
+    images_root = args.images or (judgments.path.parent if judgments.path else None)
+    if triples is not None:
+        triples_root = args.images or args.triples.parent
+        flagged = [(row, problem) for row, t in enumerate(triples, 1) if (problem := overlap_problem(t))]
+        if flagged:
+            row, problem = flagged[0]
+            notes.append(f"Δ probe: {len(flagged)} of {len(triples)} triples in {args.triples.name} do not contrast a "
+                         f"low-overlap paraphrase with a high-overlap perturbation (e.g. row {row}: {problem})")
+    else:
+        assert writer is not None  # _run refuses --probes without an LLM
+        triples, rejected = paraphrase_triples(judgments, writer, Perturber(seed=args.seed))
+        triples_root = images_root
+        notes.append(f"Δ probe: {len(triples)} triples from the references of {judgments.name} (LLM paraphrase, "
+                     f"rule-based perturbation); {len(rejected)} rejected (see probe-rejected.jsonl)")
+        _write_jsonl(as_records(triples), args.out / "probe-triples.jsonl")
+    if not triples:
+        raise MetaError("the Δ probe has no triples (no reference could be perturbed, or every paraphrase was "
+                        "rejected: see probe-rejected.jsonl)")
+    # Probe captions are new, so --scores files cannot cover them.
+    pluggable = score_metric is not None
+    computable = [m for m in metrics if m in reference.names or (pluggable and reference_metric_name(m) is None)]
+    if skipped := [m for m in metrics if m not in computable and m not in reference.skipped]:
+        notes.append(f"probes skip {', '.join(skipped)}: only --scores were given for them")
+    rows: list[ProbeRow] = []
+    pair_samples = triple_samples(triples, triples_root)
+    pair_scores = _score(computable, pair_samples, reference, score_metric, {})
+    groups = [t.image_id for t in triples]
+    n = len(triples)
+    for name, values in pair_scores.items():
+        rows.append(paraphrase_delta(name, values[:n], values[n:], groups, n_bootstrap=args.bootstrap, seed=args.seed))
+    if args.probes:
+        assert writer is not None
+        sets, length_rejected = length_sets(judgments, writer)
+        rejected += length_rejected
+        notes.append(f"length probe: {len(sets)} images with {', '.join(LENGTHS)} captions written by the LLM from "
+                     f"extracted triplets; {len(length_rejected)} rejected (see probe-rejected.jsonl)")
+        _write_jsonl(as_records(sets), args.out / "probe-lengths.jsonl")
+        if not sets:
+            raise MetaError("the length probe has no image: the LLM's replies gave no usable triplets or captions "
+                            "(see probe-rejected.jsonl)")
+        samples = length_samples(sets, images_root)
+        length_scores = _score(computable, samples, reference, score_metric, {})
+        for name, values in length_scores.items():
+            rows.append(
+                length_robustness(
+                    name, [s.meta["length"] for s in samples], values, [s.image_id for s in samples],
+                    n_bootstrap=args.bootstrap, seed=args.seed,
+                )  # fmt: skip
+            )
+    if rejected:
+        _write_jsonl(as_records(rejected), args.out / "probe-rejected.jsonl")
+    return rows
+
+
+def _write_jsonl(records: Sequence[dict], path: Path) -> None:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
+    )
+    add_meta_arguments(parser)
+    return run_meta_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

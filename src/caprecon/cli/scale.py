@@ -1,0 +1,131 @@
+"""Scale-out commands and options: stages run apart, Ray, shards, merges.
+
+    caprecon reconstruct -i captions.jsonl -m recon -g sd3.5-medium --cache-dir /shared/cache
+    caprecon embed       -i captions.jsonl -m recon -g sd3.5-medium -e dreamsim --cache-dir /shared/cache
+    caprecon judge       -i captions.jsonl -m turing -g sd3.5-medium --judge qwen2.5-vl-7b --qa-bank bank.jsonl ...
+    caprecon score ... --executor ray [--ray-address auto] [--ray-workers 2] [--stage reconstruct:gpus=1]
+    caprecon score ... --shard 3/8 --out runs/a-3      (then)  caprecon merge runs/a-* --out runs/a
+    caprecon store merge shard-caches/* --into cache
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from caprecon.run.config import ConfigError, whole_number
+
+
+def add_score_options(p: argparse.ArgumentParser) -> None:
+    """`score`'s options for running elsewhere than in this process."""
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this process (default); ray: Ray Data, each model stage an actor pool")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="join this Ray cluster (e.g. auto, ray://head:10001); default: start Ray locally")
+    p.add_argument("--ray-workers", type=whole_number(1), default=1,
+                   help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
+    p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
+                   help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
+                        "turing:gpus=0.5, or recon:with=reconstruct to run a stage inside an earlier stage's "
+                        "actors (stages: reconstruct and each metric; repeatable)")
+    p.add_argument("--retries", type=whole_number(0), default=3,
+                   help="--executor ray: times a failed stage task is retried (default 3)")
+    _add_shard(p)
+
+
+def _add_shard(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", metavar="I/N",
+                   help="work on slice I of N (0-based; all captions of an image in one slice); "
+                        "`caprecon merge` joins the slices' run folders")
+
+
+def score_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `api.score` that `add_score_options` sets."""
+    from caprecon.run.ray import parse_stage_options
+
+    out: dict[str, Any] = {"executor": args.executor, "shard": args.shard}
+    if args.executor == "ray":
+        out["ray"] = {"address": args.ray_address, "workers": args.ray_workers, "retries": args.retries,
+                      "stages": parse_stage_options(args.stage)}
+    elif args.ray_address or args.stage or args.ray_workers != 1:
+        raise ConfigError("--ray-address, --ray-workers and --stage need --executor ray")
+    return out
+
+
+def add_parser(plugins) -> None:
+    from caprecon.cli.commands import _add_run_options
+
+    for name, about in (("reconstruct", "fill the store with the reconstructions the metrics need (generator only)"),
+                        ("embed", "fill the store with embeddings of sources and stored reconstructions "
+                                  "(embedder only; never calls the generator)"),
+                        ("judge", "fill the store with the judge's answers about sources and stored "
+                                  "reconstructions (turing, vqascore, fleur, captionqa; never calls the generator)")):
+        p = plugins.add_parser(name, help=about)
+        p.add_argument("--input", "-i", required=True, help="the captions, as for `caprecon score`")
+        p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
+                       help="relative image paths resolve against DIR")
+        p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
+        p.add_argument("--captions", metavar="FILE", help="for an image-folder --input: the captions file")
+        _add_run_options(p)
+        _add_shard(p)
+        p.set_defaults(func=_cmd_fill, stage=name)
+
+    p = plugins.add_parser("merge", help="combine the run folders of `score --shard I/N` into one run folder")
+    p.add_argument("shards", nargs="+", help="the shards' run folders (all N of them, each once)")
+    p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
+    p.set_defaults(func=_cmd_merge)
+
+    p = plugins.add_parser("store", help="operations across stores (see also `caprecon cache`)")
+    sub = p.add_subparsers(dest="store_command", required=True)
+    q = sub.add_parser("merge", help="copy the verified results of per-shard stores into one store")
+    q.add_argument("sources", nargs="+", help="the stores (cache folders) to copy from")
+    q.add_argument("--into", required=True, help="the store to copy into (created if absent)")
+    q.set_defaults(func=_cmd_store_merge)
+
+
+def _cmd_fill(args: argparse.Namespace) -> int:
+    from caprecon.api import _check_unique_ids, _open_store, check_images
+    from caprecon.cli.commands import _settings
+    from caprecon.run.config import Roles, RunConfig
+    from caprecon.metrics import Context, build_metric
+    from caprecon.data.normalise import normalised_samples
+    from caprecon.run.shards import parse_shard, select_shard
+    from caprecon.run.stages import embed_all, judge_all, reconstruct_all
+    from caprecon.data.samples import load_samples
+
+    cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **_settings(args))
+    rows = load_samples(args.input, images_root=args.image_root, annotations=args.annotations, captions=args.captions)
+    _check_unique_ids(rows)
+    if cfg.normalise_captions:
+        rows = normalised_samples(rows)
+    if args.shard:
+        rows, _ = select_shard(rows, parse_shard(args.shard))
+    roles = Roles(cfg)
+    metrics = [build_metric(name, roles, cfg) for name in cfg.metrics]
+    check_images(rows, metrics)
+    ctx = Context(_open_store(cfg, Path(args.out) if args.out else None))
+    fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
+    counts = fill(rows, metrics, ctx, batch_size=cfg.batch_size, progress=not args.quiet)
+    print(json.dumps({**counts, "store": str(ctx.store.root)}))
+    return 1 if counts.get("failed") or counts.get("missing_reconstruction") else 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from caprecon.run.shards import merge_shards
+
+    summary = merge_shards(args.shards, args.out)
+    print(f"merged {len(args.shards)} shards: {summary['samples']} rows, {summary['errors']} with errors")
+    for name, s in summary["metrics"].items():
+        print(f"{name}: mean {s['mean']} (n={s['n']})")
+    print(f"outputs: {Path(args.out) / 'scores.jsonl'}")
+    return 0
+
+
+def _cmd_store_merge(args: argparse.Namespace) -> int:
+    from caprecon.run.stages import merge_stores
+
+    counts = merge_stores(args.sources, args.into)
+    print(json.dumps(counts))
+    return 1 if counts["damaged"] else 0

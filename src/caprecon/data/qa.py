@@ -1,0 +1,450 @@
+"""The question bank: questions about images, the prompts that ask them, and grading.
+
+A bank is a JSONL file, one question per line:
+
+    {"image_id": "img1", "question": "What colour is the bus?", "category": "colour",
+     "type": "mc", "choices": ["red", "blue", "green"], "answer": "B"}
+
+Fields: `image_id`, `question` and `type` are required; `category` (default ""),
+`id` (default "<image_id>#<n>"), `choices` (mc only) and `coords` (box only) are
+optional; any other field is kept in `QAItem.meta`. Types and their answers:
+
+- `mc`: `choices` is a list of at least two options, lettered A, B, C... in order;
+  `answer` is the correct option's letter or its text.
+- `yesno`: `answer` is yes or no.
+- `short`: `answer` is a word or phrase, compared after VQA-style normalisation.
+- `box`: `answer` is [x1, y1, x2, y2]; `coords` says its convention (see below).
+
+Box coordinates come in three conventions: "normalized" (fractions of the width and
+height, 0-1), "1000" (Qwen-VL's 0-1000 grid over each side) and "pixel". A box's
+convention is taken from an explicit value where there is one (the bank's `coords`
+field; `pred_coords` for a model's answer) and otherwise inferred:
+
+1. every value <= 1: normalized;
+2. with the image size known: a value beyond the image's width (x) or height (y) means
+   1000, else pixel. A 0-1000 box that happens to fit inside an image larger than it
+   reads as pixels here, so inference is a last resort: a judge's convention is a
+   property of the judge (`judge_box_coords`: Qwen3-VL and Qwen2-VL "1000", Qwen2.5-VL
+   "pixel", others "normalized"), and `grade` records when it had to guess;
+3. without the image size, pixel and 1000 cannot be told apart: two boxes in the same
+   convention, known or not, are compared as they are (IoU does not change when both
+   boxes are scaled alike); otherwise grading asks for the image size.
+
+Pixel answers are in pixels of the image the model saw: for Qwen2.5-VL that is the image
+after its processor resized it, so `grade` takes that size as `pred_frame`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from caprecon.core.records import read_jsonl
+
+QUESTION_TYPES = ("mc", "yesno", "short", "box")
+COORDS = ("normalized", "1000", "pixel")
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+# The box convention of a judge's own grounding answers, by model family (a model type as
+# transformers names it, or a served model's name): first match wins. Qwen2.5-VL answers
+# in absolute pixels of its resized input; Qwen2-VL and Qwen3-VL on a 0-1000 grid.
+_FAMILY_COORDS = (("qwen2_5_vl", "pixel"), ("qwen2.5-vl", "pixel"), ("qwen3_vl", "1000"), ("qwen3-vl", "1000"),
+                  ("qwen2_vl", "1000"), ("qwen2-vl", "1000"))
+
+Box = tuple[float, float, float, float]
+
+
+class QABankError(ValueError):
+    """A bank line that cannot be used: the message names the file, line and problem."""
+
+
+@dataclass(frozen=True)
+class QAItem:
+    image_id: str
+    question: str
+    type: str
+    answer: Any  # mc: the correct letter; yesno: "yes"/"no"; short: the text; box: (x1, y1, x2, y2)
+    category: str = ""
+    choices: tuple[str, ...] = ()
+    id: str = ""
+    coords: str | None = None  # box convention of `answer`; None: inferred when grading
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """What a judge picks from: the letters of an mc item, Yes/No for a yes/no item."""
+        if self.type == "mc":
+            return tuple(LETTERS[: len(self.choices)])
+        if self.type == "yesno":
+            return ("Yes", "No")
+        raise ValueError(f"a {self.type} question has no options")
+
+    @property
+    def correct_option(self) -> str:
+        return self.answer if self.type == "mc" else ("Yes" if self.answer == "yes" else "No")
+
+
+# ---------------------------------------------------------------------------------------
+# loading
+
+
+def load_qa_bank(path: str | Path) -> dict[str, list[QAItem]]:
+    """Questions per image id, in file order. Blank lines are skipped; any problem raises
+    `QABankError` naming the line."""
+    path = Path(path)
+    bank: dict[str, list[QAItem]] = {}
+    seen: dict[str, str] = {}
+    for where, record in read_jsonl(path, QABankError):
+        item = parse_item(record, where)
+        if not item.id:
+            item = replace(item, id=f"{item.image_id}#{len(bank.get(item.image_id, []))}")
+        if item.id in seen:
+            raise QABankError(f"{where}: id {item.id!r} already used on line {seen[item.id]}")
+        seen[item.id] = where.rsplit(":", 1)[1]
+        bank.setdefault(item.image_id, []).append(item)
+    return bank
+
+
+def parse_item(record: Any, where: str = "item") -> QAItem:
+    """One bank record as a `QAItem` (its id "" when the record has none); `where`
+    prefixes error messages."""
+
+    def fail(problem: str):
+        raise QABankError(f"{where}: {problem}")
+
+    if not isinstance(record, dict):
+        fail(f"expected a JSON object, got {type(record).__name__}")
+    for key in ("image_id", "question", "type", "answer"):
+        if key not in record:
+            fail(f"missing field {key!r}")
+    image_id, question, kind = str(record["image_id"]), record["question"], record["type"]
+    if not isinstance(question, str) or not question.strip():
+        fail("question must be a non-empty string")
+    if kind not in QUESTION_TYPES:
+        fail(f"unknown type {kind!r}; use one of {', '.join(QUESTION_TYPES)}")
+    raw_choices = record.get("choices")
+    if kind != "mc" and raw_choices:
+        fail(f"choices are for mc questions, not {kind}")
+    coords = record.get("coords")
+    if coords is not None and kind != "box":
+        fail(f"coords is for box questions, not {kind}")
+    answer = record["answer"]
+    choices: tuple[str, ...] = ()
+    try:
+        if kind == "mc":
+            if not isinstance(raw_choices, list) or len(raw_choices) < 2:
+                fail("an mc question needs 'choices': a list of at least two options")
+            if len(raw_choices) > len(LETTERS):
+                fail(f"at most {len(LETTERS)} choices")
+            choices = tuple(str(c) for c in raw_choices)
+            if len({_norm_choice(c) for c in choices}) < len(choices):
+                fail(f"two choices read the same: {list(choices)}")
+            answer = _mc_answer(str(answer), choices)
+        elif kind == "yesno":
+            answer = _YES_NO.get(str(answer).strip().lower())
+            if answer is None:
+                fail(f"a yesno answer must be yes or no, got {record['answer']!r}")
+        elif kind == "short":
+            if not isinstance(answer, (str, int, float)) or not normalize_short(str(answer)):
+                fail(f"a short answer must be a non-empty word or phrase, got {answer!r}")
+            answer = str(answer)
+        else:
+            if coords is not None and coords not in COORDS:
+                fail(f"unknown coords {coords!r}; use one of {', '.join(COORDS)}")
+            answer = _answer_box(answer, coords)
+    except ValueError as e:
+        if isinstance(e, QABankError):
+            raise
+        fail(str(e))
+    known = {"image_id", "question", "type", "answer", "category", "choices", "id", "coords"}
+    return QAItem(image_id=image_id, question=question.strip(), type=kind, answer=answer,
+                  category=str(record.get("category") or ""), choices=choices,
+                  id=str(record.get("id") or ""), coords=coords,
+                  meta={k: v for k, v in record.items() if k not in known})
+
+
+def _mc_answer(answer: str, choices: tuple[str, ...]) -> str:
+    """The letter of the correct option, given its letter or its text."""
+    letters = LETTERS[: len(choices)]
+    by_text = [letters[i] for i, c in enumerate(choices) if _norm_choice(c) == _norm_choice(answer)]
+    by_letter = answer.strip().upper() if len(answer.strip()) == 1 and answer.strip().upper() in letters else None
+    if by_text and by_letter and by_text[0] != by_letter:
+        raise ValueError(f"answer {answer!r} is ambiguous: it is the letter of option {by_letter} "
+                         f"({choices[letters.index(by_letter)]!r}) and the text of option {by_text[0]}; "
+                         f"give the other option's text instead")
+    if by_letter or by_text:
+        return by_letter or by_text[0]
+    listed = ", ".join(f"{letters[i]}. {c}" for i, c in enumerate(choices))
+    raise ValueError(f"answer {answer!r} is neither an option letter nor one of the choices ({listed})")
+
+
+def _answer_box(value: Any, coords: str | None) -> Box:
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise ValueError(f"a box answer must be [x1, y1, x2, y2], got {value!r}")
+    try:
+        box = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"a box answer must hold four numbers, got {value!r}") from None
+    if not all(math.isfinite(v) and v >= 0 for v in box):
+        raise ValueError(f"box coordinates must be finite and non-negative, got {list(value)}")
+    x1, y1, x2, y2 = box
+    if x2 <= x1 or y2 <= y1:
+        raise ValueError(f"a box needs x1 < x2 and y1 < y2, got {list(value)}")
+    limit = {"normalized": 1.0, "1000": 1000.0}.get(coords or "")
+    if limit is not None and max(box) > limit:
+        raise ValueError(f"coords is {coords!r} but the box goes beyond {limit:g}: {list(value)}")
+    return box  # type: ignore[return-value]
+
+
+def judge_box_coords(family: str | None) -> str | None:
+    """The box convention of a model family (see `_FAMILY_COORDS`); None when not known."""
+    name = (family or "").lower()
+    return next((coords for key, coords in _FAMILY_COORDS if key in name), None)
+
+
+def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
+    """A box answer in fractions of the source image, so that it can be compared with a box
+    the judge gives on an image of another size (the reconstruction keeps the aspect ratio)."""
+    if item.type != "box":
+        return item
+    coords = item.coords or infer_coords(item.answer, source_size)
+    return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
+
+
+# ---------------------------------------------------------------------------------------
+# prompts
+
+_INSTRUCTIONS = {
+    "mc": "Answer with the option's letter from the given choices directly.",
+    "yesno": "Answer the question with yes or no.",
+    "short": "Answer the question using a single word or phrase.",
+    "box": "Answer with the bounding box as [x1, y1, x2, y2].",
+}
+_BOX_UNITS = {
+    "normalized": " Give the coordinates as fractions of the image width and height, from 0 to 1.",
+    "1000": " Give the coordinates on a 0-1000 scale over the image width and height.",
+    "pixel": " Give the coordinates in pixels.",
+}
+
+
+def build_prompt(item: QAItem, *, box_coords: str | None = None) -> str:
+    """The user turn that asks `item`: the question, the lettered options for mc, and how
+    to answer. For box questions `box_coords` adds the coordinate convention to ask for
+    (grade with the same `pred_coords`)."""
+    parts = [item.question]
+    if item.type == "mc":
+        parts += [f"{letter}. {choice}" for letter, choice in zip(LETTERS, item.choices)]
+    instruction = _INSTRUCTIONS[item.type]
+    if item.type == "box" and box_coords is not None:
+        if box_coords not in COORDS:
+            raise ValueError(f"unknown box_coords {box_coords!r}; use one of {', '.join(COORDS)}")
+        instruction += _BOX_UNITS[box_coords]
+    parts.append(instruction)
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------
+# normalisation
+
+_ARTICLES = {"a", "an", "the"}
+_NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
+                 "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11",
+                 "twelve": "12"}
+_YES_NO = {"yes": "yes", "y": "yes", "yeah": "yes", "yep": "yes", "true": "yes", "correct": "yes",
+           "no": "no", "n": "no", "nope": "no", "false": "no", "incorrect": "no"}
+
+
+def normalize_short(text: str) -> str:
+    """VQA-style normalisation of a short answer: lowercase; thousands separators and
+    punctuation dropped (a decimal point kept); apostrophes dropped, so a contraction
+    matches with or without one ("don't" = "dont"); articles a/an/the removed; number
+    words up to twelve as digits ("two" -> "2"); whitespace collapsed."""
+    text = text.lower().strip()
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)  # 1,000 -> 1000
+    text = re.sub(r"['’`]", "", text)
+    text = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", text)  # a period that is not a decimal point
+    text = re.sub(r"[^\w\s.]|_", " ", text)
+    words = [_NUMBER_WORDS.get(w, w) for w in text.split() if w not in _ARTICLES]
+    return " ".join(words)
+
+
+def _norm_choice(text: str) -> str:
+    """Case- and punctuation-insensitive form of an option's text."""
+    return " ".join(re.sub(r"[^\w\s]|_", " ", str(text).lower()).split())
+
+
+# ---------------------------------------------------------------------------------------
+# grading
+
+
+@dataclass(frozen=True)
+class Grade:
+    correct: bool
+    parsed: Any  # what was read from the prediction: a letter, yes/no, the normalised text, a box; None if nothing
+    iou: float | None = None  # box questions: IoU with the answer box (0 when no box could be read)
+    coords_guessed: bool = False  # box questions: the prediction's convention was inferred from its values
+
+
+def score_answer(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
+                 pred_coords: str | None = None, iou_threshold: float = 0.5,
+                 pred_frame: tuple[int, int] | None = None) -> float:
+    """1.0 if `prediction` answers `item` correctly, else 0.0 (see `grade`)."""
+    return float(grade(item, prediction, image_size=image_size, pred_coords=pred_coords,
+                       iou_threshold=iou_threshold, pred_frame=pred_frame).correct)
+
+
+def grade(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
+          pred_coords: str | None = None, iou_threshold: float = 0.5,
+          pred_frame: tuple[int, int] | None = None) -> Grade:
+    """Grade a free-form answer.
+
+    mc: the option's letter ("B", "(b)", "B. blue", "Answer: B") or its text, case- and
+    punctuation-insensitive. yesno: the first word, or the only yes/no word present.
+    short: exact match after `normalize_short`. box: the first four numbers of the
+    prediction, as [x1, y1, x2, y2] in `pred_coords` (inferred if None, see the module
+    doc), correct when IoU >= `iou_threshold`; `image_size` is (width, height) in pixels,
+    and `pred_frame` the (width, height) that a pixel prediction refers to (default
+    `image_size`; for Qwen2.5-VL the processor's resized size).
+    """
+    prediction = str(prediction)
+    if item.type == "mc":
+        letter = read_choice(prediction, item.choices)
+        return Grade(letter == item.answer, letter)
+    if item.type == "yesno":
+        said = read_yes_no(prediction)
+        return Grade(said == item.answer, said)
+    if item.type == "short":
+        said = normalize_short(prediction)
+        return Grade(said == normalize_short(item.answer), said or None)
+    box = read_box(prediction)
+    if box is None:
+        return Grade(False, None, 0.0)
+    guessed = pred_coords is None
+    if pred_coords is None and image_size is not None:
+        pred_coords = infer_coords(box, image_size)
+    compared = box
+    if pred_coords == "pixel" and pred_frame is not None:
+        compared, pred_coords = to_normalized(box, "pixel", pred_frame), "normalized"
+    iou = box_iou(item.answer, compared, image_size=image_size, a_coords=item.coords, b_coords=pred_coords)
+    return Grade(iou >= iou_threshold, box, iou, coords_guessed=guessed)
+
+
+def read_choice(prediction: str, choices: Sequence[str]) -> str | None:
+    """The option letter a free-form answer picks, or None.
+
+    In order: the whole answer is an option's text; the answer is a letter, alone or
+    wrapped and punctuated ("B", "(B)", "B." , "b)"), after an optional "answer:" /
+    "the answer is" / "option", and possibly followed by text ("B. blue"); exactly one
+    option's text occurs in the answer as whole words.
+    """
+    letters = LETTERS[: len(choices)]
+    said = _norm_choice(prediction)
+    texts = [_norm_choice(c) for c in choices]
+    if said in texts:
+        return letters[texts.index(said)]
+    head = re.sub(r"^\s*(?:(?:the\s+)?(?:correct\s+)?answer\s*(?:is)?\s*[:\-]?|option)\s*", "", prediction.strip(),
+                  flags=re.IGNORECASE)
+    m = re.match(r"^[\(\[]?([A-Za-z])(?:[\)\]]|\s*[.:)\]]|\s*$)", head)
+    if m and m.group(1).upper() in letters:
+        return m.group(1).upper()
+    found = [letters[i] for i, t in enumerate(texts) if t and re.search(rf"\b{re.escape(t)}\b", said)]
+    return found[0] if len(found) == 1 else None
+
+
+def read_yes_no(prediction: str) -> str | None:
+    words = _norm_choice(prediction).split()
+    if not words:
+        return None
+    if words[0] in _YES_NO:
+        return _YES_NO[words[0]]
+    present = {w for w in words if w in ("yes", "no")}
+    return present.pop() if len(present) == 1 else None
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
+
+
+def read_box(prediction: str) -> Box | None:
+    """The first four numbers in the text as (x1, y1, x2, y2), each axis put in order; None
+    with fewer than four. Digits inside words ("x1") are not numbers."""
+    numbers = [float(n) for n in _NUMBER.findall(prediction)[:4]]
+    if len(numbers) < 4:
+        return None
+    x1, y1, x2, y2 = numbers
+    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
+
+
+def infer_coords(box: Sequence[float], image_size: tuple[int, int] | None = None) -> str | None:
+    """The inferred convention of a box (module doc, rules 1-2); None when it is pixel or
+    1000 and there is no image size to tell which."""
+    if max(box) <= 1:
+        return "normalized"
+    if image_size is None:
+        return None
+    width, height = image_size
+    return "1000" if max(box[0], box[2]) > width or max(box[1], box[3]) > height else "pixel"
+
+
+def to_normalized(box: Sequence[float], coords: str, image_size: tuple[int, int] | None = None) -> Box:
+    """A box in fractions of the image's width and height."""
+    if coords == "normalized":
+        return tuple(float(v) for v in box)  # type: ignore[return-value]
+    if coords == "1000":
+        return tuple(float(v) / 1000 for v in box)  # type: ignore[return-value]
+    if coords == "pixel":
+        if image_size is None:
+            raise ValueError(f"box {list(box)} is in pixels: pass image_size to compare it with another convention")
+        width, height = image_size
+        return (box[0] / width, box[1] / height, box[2] / width, box[3] / height)
+    raise ValueError(f"unknown coords {coords!r}; use one of {', '.join(COORDS)}")
+
+
+def box_iou(a: Sequence[float], b: Sequence[float], *, image_size: tuple[int, int] | None = None,
+            a_coords: str | None = None, b_coords: str | None = None) -> float:
+    """Intersection over union of two [x1, y1, x2, y2] boxes, each in its own convention
+    (given, or inferred as the module doc says)."""
+    ca = a_coords or infer_coords(a, image_size)
+    cb = b_coords or infer_coords(b, image_size)
+    if ca == cb:  # one convention, known or not: IoU does not change when both boxes are scaled alike
+        return _iou(a, b)
+    if ca is None or cb is None:
+        raise ValueError(f"cannot tell whether box {list(a if ca is None else b)} is in pixels or 0-1000 "
+                         f"coordinates without the image size; pass image_size or the box's coords")
+    return _iou(to_normalized(a, ca, image_size), to_normalized(b, cb, image_size))
+
+
+def _iou(a: Sequence[float], b: Sequence[float]) -> float:
+    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------
+# probabilities
+
+
+def mc_from_probs(item: QAItem, option_probs: Sequence[float]) -> tuple[str | None, list[float], float]:
+    """From a judge's probabilities for `item.options` (in that order): the predicted
+    option, the probabilities normalised to sum to 1, and P(correct answer).
+
+    When every probability is 0 (no option in a server's top-k, say) nothing is known:
+    the distribution is uniform and no option is predicted.
+    """
+    options = item.options
+    if len(option_probs) != len(options):
+        raise ValueError(f"{item.id}: {len(option_probs)} probabilities for {len(options)} options {list(options)}")
+    probs = [float(p) for p in option_probs]
+    if any(not math.isfinite(p) or p < 0 for p in probs):
+        raise ValueError(f"{item.id}: probabilities must be finite and non-negative, got {probs}")
+    total = sum(probs)
+    if total <= 0:
+        uniform = [1.0 / len(options)] * len(options)
+        return None, uniform, uniform[0]
+    normalised = [p / total for p in probs]
+    best = max(range(len(options)), key=lambda i: normalised[i])
+    return options[best], normalised, normalised[options.index(item.correct_option)]

@@ -1,0 +1,256 @@
+"""Reconstruction: caption -> image, cached by content, shared by every metric that needs it.
+
+`Reconstructor` owns the policy that turns a sample into a generation request (prompt
+template, seed, output size) and the cache around the generator. Two metrics asking for
+the same sample's reconstruction get the same image, generated once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from PIL import Image
+
+from caprecon.models.common import derive_seed
+from caprecon.models.generator import GenerationRequest, TextToImage
+from caprecon.reconstruct.templates import render, resolve_template
+from caprecon.data.samples import LoadedSample
+from caprecon.store.index import Store, StoreError, content_key, read_verified
+
+log = logging.getLogger(__name__)
+
+SEED_POLICIES = ("per-sample", "per-image", "fixed")
+
+
+@dataclass(frozen=True)
+class ReconstructionSpec:
+    """Everything besides the caption and the source's shape that decides an image.
+
+    seed_policy:
+      - "per-sample": seed = hash(seed, image_id, candidate index): every sample gets its
+        own noise, reproducible whatever the batch or order;
+      - "per-image": seed = hash(seed, image_id): all captions of one image (best-of-N
+        candidates) are rebuilt from the same noise, so they differ only by their text;
+      - "fixed": the same seed for every caption, so the initial noise z is one constant
+        across the whole evaluation (the ReconScore paper's protocol).
+    Output size: `size` (width, height) when given, for every sample; otherwise the
+    source's aspect ratio with the long side at `max_side` (never above it; smaller
+    sources are scaled up unless `upscale=False`), both sides rounded to multiples of
+    `multiple`; a caption-only sample (no source image) gets the generator's native
+    resolution (`native_size`; a `max_side` square for generators that have none).
+    """
+
+    template: str = "{caption}"
+    seed: int = 0
+    seed_policy: str = "per-sample"
+    max_side: int = 1024
+    multiple: int = 16
+    upscale: bool = True
+    size: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "template", resolve_template(self.template))
+        if self.size is not None:
+            object.__setattr__(self, "size", parse_size(self.size, self.multiple))
+        if self.seed_policy not in SEED_POLICIES:
+            raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, not {self.seed_policy!r}")
+        if self.max_side < self.multiple:
+            raise ValueError(f"max_side ({self.max_side}) must be at least multiple ({self.multiple})")
+
+    def seed_for(self, image_id: str, candidate: int) -> int:
+        if self.seed_policy == "fixed":
+            return self.seed
+        if self.seed_policy == "per-image":
+            return derive_seed(self.seed, image_id)
+        return derive_seed(self.seed, image_id, candidate)
+
+    def size_for(self, width: int, height: int) -> tuple[int, int]:
+        long_side = max(width, height)
+        target = self.max_side if self.upscale else min(self.max_side, long_side)
+        scale = target / long_side
+        snap = lambda v: max(self.multiple, int(round(v * scale / self.multiple)) * self.multiple)  # noqa: E731
+        return snap(width), snap(height)
+
+
+def parse_size(value: str | Sequence[int], multiple: int = 16) -> tuple[int, int]:
+    """`"WxH"` or (W, H) as a checked (width, height)."""
+    try:
+        parts = value.lower().split("x") if isinstance(value, str) else list(value)
+        width, height = (int(p) for p in parts)
+    except (ValueError, TypeError):
+        raise ValueError(f"size must look like WIDTHxHEIGHT, e.g. 1024x1024, not {value!r}") from None
+    if width <= 0 or height <= 0 or width % multiple or height % multiple:
+        raise ValueError(f"size {width}x{height}: both sides must be positive multiples of {multiple}")
+    return width, height
+
+
+@dataclass
+class Reconstruction:
+    key: str
+    path: Path
+    prompt: str
+    seed: int
+    width: int
+    height: int
+    tokens_cut: int
+    detail: dict[str, Any]
+    checksum: str | None = None  # sha256 of the file, checked whenever it is read
+    #: the pixels as just generated (and stored losslessly), so this run never reads them back
+    pixels: Image.Image | None = field(default=None, repr=False, compare=False)
+    regenerate: Callable[[], "Reconstruction"] | None = field(default=None, repr=False, compare=False)
+
+    def image(self) -> Image.Image:
+        """The pixels, verified against the stored checksum; a damaged file is generated
+        again (when the reconstructor is known) rather than scored."""
+        if self.pixels is not None:
+            return self.pixels
+        image = read_verified(self.path, self.checksum)
+        if image is None and self.regenerate is not None:
+            fresh = self.regenerate()
+            self.path, self.checksum, self.pixels = fresh.path, fresh.checksum, fresh.pixels
+            image = fresh.pixels if fresh.pixels is not None else read_verified(self.path, self.checksum)
+        if image is None:
+            raise StoreError(f"cached reconstruction {self.path} is missing or damaged; "
+                             f"run `caprecon cache verify --repair`")
+        return image
+
+    def record(self) -> dict[str, Any]:
+        out = {"reconstruction": str(self.path), "seed": self.seed, "size": [self.width, self.height],
+               "tokens_cut": self.tokens_cut}
+        out.update(self.detail)
+        return out
+
+
+class Reconstructor:
+    """Generates (or finds in the store) the reconstruction of each sample.
+
+    Processes sharing a store share the work: each generates only the items it holds a
+    claim on, and waits for the items another process is generating.
+    """
+
+    KIND = "reconstruction"
+
+    def __init__(self, generator: TextToImage, store: Store, spec: ReconstructionSpec | None = None,
+                 poll_seconds: float = 0.25):
+        self.generator = generator
+        self.store = store
+        self.spec = spec or ReconstructionSpec()
+        self.poll_seconds = poll_seconds
+        self.generated = 0  # images the generator actually produced (cache misses)
+        self.reused = 0
+        self.damaged = 0  # stored images found missing or damaged, and so generated again
+        self.model_seconds = 0.0  # wall time inside the generator
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self.spec)
+
+    def request_for(self, item: LoadedSample) -> tuple[str, GenerationRequest]:
+        """The request and its cache key. A caption-only sample without a set `size` asks
+        for the generator's native resolution: the key says "native" (the generator's
+        fingerprint pins what that is) and the request's sides stay 0 until generation."""
+        s = item.sample
+        if self.spec.size:
+            width, height = self.spec.size
+        elif item.image_key:  # the size needs no decoding when the file was seen before
+            width, height = self.spec.size_for(*item.size)
+        else:
+            width = height = 0
+        request = GenerationRequest(prompt=render(self.spec.template, s.caption),
+                                    seed=self.spec.seed_for(s.image_id, s.candidate),
+                                    width=width, height=height, image_id=s.image_id)
+        key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
+                          generator=self.generator.fingerprint, seed=request.seed,
+                          size=[width, height] if width else "native",
+                          image_id=s.image_id if getattr(self.generator, "depends_on_image_id", False) else None)
+        return key, request
+
+    def native_size(self) -> tuple[int, int]:
+        size = getattr(self.generator, "native_size", None)
+        return tuple(size) if size else (self.spec.max_side, self.spec.max_side)
+
+    def _sized(self, request: GenerationRequest) -> GenerationRequest:
+        if request.width:
+            return request
+        width, height = self.native_size()
+        return replace(request, width=width, height=height)
+
+    def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
+        keyed = [self.request_for(item) for item in items]
+        wanted: dict[str, GenerationRequest] = {}
+        for key, request in keyed:
+            wanted.setdefault(key, request)
+        damaged_before = self.store.damaged
+        found = self.store.get_images(list(wanted))
+        self.damaged += self.store.damaged - damaged_before
+        generated_before = self.generated
+        missing = {k: r for k, r in wanted.items() if k not in found}
+        if missing:
+            found.update(self._obtain(missing))
+        self.reused += len(keyed) - (self.generated - generated_before)
+        return [self._reconstruction(key, request, found[key]) for key, request in keyed]
+
+    def _reconstruction(self, key: str, request: GenerationRequest, entry: tuple) -> Reconstruction:
+        record, path, checksum, *pixels = entry  # pixels: when generated by this call
+        return Reconstruction(key=key, path=path, prompt=record["prompt"], seed=record["seed"],
+                              width=record["width"], height=record["height"], tokens_cut=record["tokens_cut"],
+                              detail=record["detail"], checksum=checksum, pixels=pixels[0] if pixels else None,
+                              regenerate=lambda: self._regenerate(key, request))
+
+    def _regenerate(self, key: str, request: GenerationRequest) -> Reconstruction:
+        log.warning("cached reconstruction %s fails its checksum; generating it again", key)
+        self.damaged += 1
+        return self._reconstruction(key, request, self._obtain({key: request})[key])
+
+    def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
+        """Generate the items no other process is generating; wait for the others."""
+        out: dict[str, tuple] = {}
+        pending = dict(missing)
+        waited = False
+        while pending:
+            mine = self.store.claim(list(pending))
+            if mine:
+                with self.store.holding(mine) as handed:
+                    # another process may have finished some between our look and our claim
+                    done = self.store.get_images(sorted(mine), verify=True)
+                    todo = {k: pending[k] for k in pending if k in mine and k not in done}
+                    out.update(done)
+                    if todo:
+                        out.update(self._generate(todo, handed))
+                for key in mine:
+                    pending.pop(key)
+            if pending:
+                if not waited:
+                    log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
+                    waited = True
+                time.sleep(self.poll_seconds)
+                done = self.store.get_images(list(pending))
+                out.update(done)
+                for key in done:
+                    pending.pop(key)
+        return out
+
+    def _generate(self, todo: dict[str, GenerationRequest], handed: set[str]) -> dict[str, tuple]:
+        """Generate and store `todo`; their claims go with the write (released once the
+        images are in the store, which may be after this returns: `Store.write_behind`)."""
+        started = time.perf_counter()
+        results = self.generator.generate([self._sized(r) for r in todo.values()])
+        self.model_seconds += time.perf_counter() - started
+        items = {}
+        for (key, request), generated in zip(todo.items(), results):
+            items[key] = (generated.image, {"prompt": request.prompt, "seed": request.seed,
+                                            "width": generated.image.width, "height": generated.image.height,
+                                            "tokens_cut": generated.tokens_cut, "detail": generated.detail})
+        stored = self.store.put_images(self.KIND, items, model=self.generator, release=list(items))
+        handed.update(items)
+        self.generated += len(todo)
+        # PNG is lossless: the pixels in memory are those of the stored file (or will be)
+        return {key: (*entry, _rgb(items[key][0])) for key, entry in stored.items()}
+
+
+def _rgb(image: Image.Image) -> Image.Image:
+    return image if image.mode == "RGB" else image.convert("RGB")

@@ -1,0 +1,330 @@
+"""What the report shows, gathered from a run folder into plain, JSON-able values.
+
+Nothing here writes HTML: `render.py` turns these values into the page, so every piece
+of text from a dataset reaches the page through one escaping path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+
+from caprecon.core.records import read_jsonl
+
+# fields of a score record that are numbers but not scores
+NOT_SCORES = frozenset({"seed", "candidate", "tokens_cut", "size", "match"})
+# scores where a smaller value is the better one; every other score is better when larger
+LOWER_IS_BETTER_SUFFIXES = ("_gap",)
+# the selection curve a best-of-N `caption` run writes beside its candidates
+CURVE_FILES = ("curve.csv", "selection_curve.csv", "selection_curve.jsonl")
+# per-sample records: a `score` run's, else a best-of-N `caption` run's candidates
+RECORD_FILES = ("scores.jsonl", "candidates.jsonl")
+
+# a key names a secret when one of its _-separated words does ("hf_token", "api_key"; not "max_new_tokens")
+_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|token|password|passwd|secret|authori[sz]ation|headers?|cookies?"
+                         r"|credentials?)($|[_-])", re.IGNORECASE)
+# secrets inside strings: KEY=VALUE options (a command line), "Bearer ..." and user:password@ in URLs
+_SECRET_OPTION = re.compile(r"((?<![A-Za-z0-9])(?:\w*[_-])?(?:api[_-]?key|token|password|passwd|secret"
+                            r"|authori[sz]ation)\s*[=:]\s*)[^\s,;&\"']+", re.IGNORECASE)
+_BEARER = re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
+REDACTED = "[redacted]"
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A copy of a manifest (or any JSON value) with every secret-looking entry replaced."""
+    if key and _SECRET_KEY.search(key) and value not in (None, "", [], {}):
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {str(k): redact(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        out = [redact(v) for v in value]
+        for i in range(1, len(out)):  # a command line's "--api-key SECRET": the option names its value
+            previous = value[i - 1]
+            if isinstance(previous, str) and previous.startswith("-") and _SECRET_KEY.search(previous.lstrip("-")):
+                out[i] = REDACTED
+        return out
+    if isinstance(value, str):
+        value = _BEARER.sub(lambda m: m.group(1) + REDACTED, value)
+        value = _SECRET_OPTION.sub(lambda m: m.group(1) + REDACTED, value)
+        return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", value)
+    return value
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric.endswith(LOWER_IS_BETTER_SUFFIXES)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finite_or_none(value: Any) -> float | None:
+    return float(value) if is_number(value) else None
+
+
+@dataclass
+class MeanCI:
+    mean: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> MeanCI:
+    """Mean and Student-t interval (the sample is the rows; no interval below two rows)."""
+    n = len(values)
+    if not n:
+        return MeanCI(None, None, None, 0)
+    mean = sum(values) / n
+    if n < 2:
+        return MeanCI(mean, None, None, 1)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    from scipy.special import stdtrit  # Student-t quantile, without scipy.stats' second of imports
+
+    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
+    return MeanCI(mean, mean - half, mean + half, n)
+
+
+GROUP_BY = ("captioner", "model")
+
+
+def group_of(record: Mapping[str, Any], keys: Sequence[str] = GROUP_BY) -> str:
+    for key in keys:
+        if record.get(key) not in (None, ""):
+            return str(record[key])
+    return "all"
+
+
+def score_fields(records: Sequence[Mapping[str, Any]], headline: Sequence[str] = ()) -> list[str]:
+    """The run's headline metrics first, then every other score a row carries.
+
+    A score is a finite float at the top level of the record (per-category values, with a
+    "/" in their name, are shown with the questions instead); counts and seeds are ints.
+    """
+    found = dict.fromkeys(headline)
+    for record in records:
+        for key, value in record.items():
+            if (isinstance(value, float) and math.isfinite(value) and "/" not in key and key not in NOT_SCORES
+                    and not key.endswith("_n")):
+                found.setdefault(key)
+    return [name for name in found if any(is_number(r.get(name)) for r in records)]
+
+
+@dataclass
+class SummaryTable:
+    metrics: list[str]
+    rows: list[tuple[str, list[MeanCI]]]
+    best: dict[str, str] = field(default_factory=dict)  # metric -> name of the row with the best mean
+
+
+def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str],
+                  group_by: Sequence[str] = GROUP_BY) -> SummaryTable:
+    """One row per captioner (all its rows; for best-of-N runs also the selected captions alone)."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    best_of_n = any("selected" in r for r in records)
+    for record in records:
+        if record.get("error"):
+            continue
+        name = group_of(record, group_by)
+        if best_of_n:
+            groups.setdefault(f"{name} (all candidates)", []).append(record)
+            if record.get("selected") is True:
+                groups.setdefault(f"{name} (selected)", []).append(record)
+        else:
+            groups.setdefault(name, []).append(record)
+    rows = [(name, [mean_ci([r[m] for r in rows if is_number(r.get(m))]) for m in metrics])
+            for name, rows in groups.items()]
+    best: dict[str, str] = {}
+    if len(rows) > 1:
+        for k, metric in enumerate(metrics):
+            scored = [(cells[k].mean, name) for name, cells in rows if cells[k].mean is not None]
+            if scored:
+                best[metric] = (min if lower_is_better(metric) else max)(scored)[1]
+    return SummaryTable(list(metrics), rows, best)
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV or JSONL file, with numbers parsed (empty CSV cells: None)."""
+    if path.suffix == ".jsonl":
+        return [record for _, record in read_jsonl(path)]
+    with path.open(newline="", encoding="utf-8") as fh:
+        return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def _parse_cell(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else None
+
+
+def read_records(run: Path) -> list[dict[str, Any]]:
+    for name in RECORD_FILES:
+        path = run / name
+        if path.is_file():
+            return [record for _, record in read_jsonl(path)]
+    return []
+
+
+def read_manifest(run: Path) -> dict[str, Any]:
+    path = run / "manifest.json"
+    if not path.is_file():
+        return {}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return {"unreadable": f"{path.name} is not valid JSON"}
+    return redact(manifest) if isinstance(manifest, dict) else {}
+
+
+def headline_metrics(run: Path, manifest: Mapping[str, Any]) -> list[str]:
+    """The metrics the run was asked for, in its order (summary.json keeps it)."""
+    path = run / "summary.json"
+    if path.is_file():
+        try:
+            return list(json.loads(path.read_text(encoding="utf-8")).get("metrics", {}))
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    return [m["metric"] for m in manifest.get("metrics", []) if isinstance(m, Mapping) and "metric" in m]
+
+
+def manifest_highlights(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The few facts a reader wants before the full manifest: versions, models, seeds, settings."""
+    out: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            out.append((label, value if isinstance(value, str) else json.dumps(value, default=str)))
+
+    add("caprecon", manifest.get("caprecon"))
+    add("started", manifest.get("started"))
+    add("seconds", manifest.get("seconds"))
+    add("samples", manifest.get("samples"))
+    for role, info in (manifest.get("models") or {}).items():
+        if isinstance(info, Mapping):
+            add(f"{role}", info.get("model") or info.get("source") or info.get("backend") or dict(info))
+        else:
+            add(f"{role}", info)
+    recon = manifest.get("reconstruction") or {}
+    for key in ("template", "seed", "seed_policy", "max_side"):
+        add(key, recon.get(key))
+    add("python", manifest.get("python"))
+    add("libraries", ", ".join(f"{k} {v}" for k, v in (manifest.get("libraries") or {}).items() if v))
+    add("command", " ".join(map(str, manifest["command"])) if manifest.get("command") else None)
+    return out
+
+
+def flips(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The turing questions right on the original and wrong on the reconstruction."""
+    return [
+        {"question": str(f.get("question", "")), "category": str(f.get("category", "")),
+         "answer": _answer_text(f.get("answer"), f.get("choices")),
+         "on_original": str(f.get("on_original", "")), "on_reconstruction": str(f.get("on_reconstruction", ""))}
+        for f in record.get("turing_flipped") or [] if isinstance(f, Mapping)
+    ]
+
+
+def _answer_text(answer: Any, choices: Any) -> str:
+    if isinstance(choices, list) and isinstance(answer, str) and len(answer) == 1 and answer.isalpha():
+        index = ord(answer.upper()) - ord("A")
+        if 0 <= index < len(choices):
+            return f"{answer}. {choices[index]}"
+    return answer if isinstance(answer, str) else json.dumps(answer)
+
+
+def other_scores(record: Mapping[str, Any]) -> dict[str, float]:
+    """Per-category and other sub-scores ("turing/spatial", ...), rounded for the page."""
+    return {k: round(float(v), 6) for k, v in record.items() if "/" in k and is_number(v)}
+
+
+def selection_curve(run: Path) -> list[dict[str, Any]]:
+    for name in CURVE_FILES:
+        if (run / name).is_file():
+            return read_table(run / name)
+    return []
+
+
+def meta_tables(run: Path) -> dict[str, Any]:
+    """A `caprecon meta` folder: agreement rows, probe rows, and every caption's scores per judgments file."""
+    out: dict[str, Any] = {}
+    if (run / "meta.csv").is_file():
+        out["agreement"] = read_table(run / "meta.csv")
+    if (run / "probes.csv").is_file():
+        out["probes"] = read_table(run / "probes.csv")
+    out["scores"] = {path.stem[len("scores-"):]: read_table(path) for path in sorted(run.glob("scores-*.csv"))}
+    return out
+
+
+def numeric_columns(rows: Iterable[Mapping[str, Any]], skip: Iterable[str] = ()) -> list[str]:
+    skip = set(skip)
+    columns: dict[str, None] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in skip and is_number(value):
+                columns.setdefault(key)
+    return list(columns)
+
+
+# a `caprecon cttd build` (or `cttd import`) folder: the bank and the datasheet beside it
+BANK_FILE, DATASHEET_FILE = "bank.jsonl", "datasheet.json"
+
+
+def read_bank(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The QA bank's records and its datasheet, or None when the folder holds no CTTD build."""
+    if not (run / BANK_FILE).is_file() or not (run / DATASHEET_FILE).is_file():
+        return None
+    try:
+        sheet = json.loads((run / DATASHEET_FILE).read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        sheet = {}
+    records = [record for _, record in read_jsonl(run / BANK_FILE) if isinstance(record, Mapping)]
+    return records, redact(sheet) if isinstance(sheet, dict) else {}
+
+
+def bank_question(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One bank question as the page shows it (short keys: a bank holds ~15 per image)."""
+    choices = record.get("choices")
+    item: dict[str, Any] = {"q": str(record.get("question", "")), "c": str(record.get("category") or "(none)"),
+                            "t": str(record.get("type", "")), "a": _answer_text(record.get("answer"), choices)}
+    if isinstance(choices, list) and choices:
+        item["ch"] = [str(c) for c in choices]
+    if record.get("coords") is not None:
+        item["co"] = str(record["coords"])
+    return item
+
+
+def stage_rows(sheet: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The datasheet's stages as table rows: counts, what was dropped and why, replies read, model calls."""
+    rows = []
+    for stage in sheet.get("stages") or []:
+        if not isinstance(stage, Mapping):
+            continue
+        replies = stage.get("replies") if isinstance(stage.get("replies"), Mapping) else None
+        dropped = stage.get("dropped") if isinstance(stage.get("dropped"), Mapping) else {}
+        rows.append({
+            "stage": str(stage.get("stage", "")),
+            "counts": ", ".join(f"{k} {v}" for k, v in (stage.get("counts") or {}).items()) or
+                      str(stage.get("skipped") or ""),
+            "dropped": [(str(reason), n) for reason, n in dropped.items()],
+            "dropped_total": sum(n for n in dropped.values() if is_number(n)),
+            "replies": (f"{replies.get('strict', 0)} strict, {replies.get('repaired', 0)} repaired, "
+                        f"{replies.get('retried', 0)} after retry, {replies.get('dropped', 0)} dropped")
+            if replies else "",
+            "calls": ", ".join(f"{k} {v}" for k, v in (stage.get("model_calls") or {}).items()),
+            "seconds": stage.get("seconds") if is_number(stage.get("seconds")) else None,
+        })
+    return rows

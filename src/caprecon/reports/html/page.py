@@ -1,0 +1,282 @@
+"""Render a run folder's `report.html`."""
+
+from __future__ import annotations
+
+import base64
+import collections
+import hashlib
+import json
+import logging
+import math
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from caprecon.reports.categories import UPPER, category_table, radar_chart
+from caprecon.reports.html import collect, svg
+from caprecon.store.thumbs import cache_folder, make_thumbnails, record_images, resolve
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 24  # gallery cards per page: one screenful or two, drawn in a few milliseconds
+MAX_ERRORS_LISTED = 1000
+FILES = "report_files"  # thumbnails and charts, beside report.html
+CATEGORY_METRICS = ("turing", "captionqa")
+META_TEXT_COLUMNS = ("judgments", "metric", "statistic")
+
+
+def _package_dir(name: str) -> Path:
+    return Path(str(resources.files("caprecon.reports.html") / name))
+
+
+def _num(value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.2f}"
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(str(_package_dir("templates"))), undefined=StrictUndefined,
+                      autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
+                      lstrip_blocks=True)
+    env.filters["num"] = _num
+    env.filters["pct"] = _pct
+    return env
+
+
+def json_for_script(value: Any) -> Markup:
+    """JSON that is safe inside a <script> element: no "</script>", "<!--" or "]]>" can form,
+    because every <, > and & is written as a JSON \\u escape."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _rounded(value: Any) -> float | None:
+    # six decimals: the page shows four, and ten thousand rows of full floats would double the page's size
+    return round(float(value), 6) if collect.is_number(value) else None
+
+
+def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
+             best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
+             progress: bool, cache: Path | None) -> dict[str, Any]:
+    originals, recons = [], []
+    for record in records:
+        original, reconstructions = record_images(record, run)
+        originals.append(original)
+        recons.append(reconstructions)
+    thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps], out / FILES / "thumbs",
+                             cache=cache, progress=progress)
+    items = []
+    for record, original, reconstructions in zip(records, originals, recons):
+        item: dict[str, Any] = {
+            "i": str(record.get("id", "")), "im": str(record.get("image_id", "")),
+            "g": collect.group_of(record, group_by),
+            "c": str(record.get("caption") or ""), "s": [_rounded(record.get(m)) for m in metrics],
+            "o": thumbs.get(original) if original else None, "r": [thumbs[p] for p in reconstructions if thumbs[p]],
+        }
+        if original:
+            item["src"] = os.path.basename(original)
+        if collect.is_number(record.get("tokens_cut")) and record["tokens_cut"] > 0:
+            item["cut"] = int(record["tokens_cut"])
+        if record.get("error"):
+            item["e"] = str(record["error"])
+        if best_of_n and collect.is_number(record.get("candidate")):
+            item["k"] = int(record["candidate"])
+            item["sel"] = record.get("selected") is True
+        if flipped := collect.flips(record):
+            item["f"] = flipped
+        if more := collect.other_scores(record):
+            item["x"] = more
+        items.append(item)
+    return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
+            "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
+            "selection_metric": selection_metric, "items": items}
+
+
+def _categories(records: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:
+    blocks = []
+    for metric in CATEGORY_METRICS:
+        if not any(metric in r and not r.get("error") for r in records):
+            continue
+        table = category_table(records, metric=metric)
+        radar = None
+        if table.categories:
+            try:
+                radar_chart(table, out / FILES / f"radar-{metric}.png", title=f"{metric}: accuracy per category")
+                radar = f"{FILES}/radar-{metric}.png"
+            except ImportError as exc:  # the table alone still says everything
+                log.warning("%s", exc)
+        blocks.append({"metric": metric, "table": table, "radar": radar})
+    return blocks
+
+
+def _curve(run: Path) -> dict[str, Any] | None:
+    rows = collect.selection_curve(run)
+    if not rows:
+        return None
+    columns = list(rows[0])
+    x_column, series_columns = columns[0], collect.numeric_columns(rows, skip=[columns[0]])
+    xs = [r.get(x_column) for r in rows]
+    chart = svg.lines([float(x) for x in xs if collect.is_number(x)],
+                      {c: [collect.finite_or_none(r.get(c)) for r in rows if collect.is_number(r.get(x_column))]
+                       for c in series_columns},
+                      xlabel=x_column, ylabel="expected score of the selected caption", title="selection curve")
+    return {"columns": columns, "rows": rows, "svg": chart}
+
+
+def _meta(run: Path) -> dict[str, Any] | None:
+    tables = collect.meta_tables(run)
+    if not tables.get("agreement") and not tables.get("probes") and not tables["scores"]:
+        return None
+    agreement = [dict(row) for row in tables.get("agreement", [])]
+    best: dict[str, float] = {}
+    for row in agreement:
+        if collect.is_number(row.get("value")):
+            key = str(row.get("judgments"))
+            best[key] = max(best.get(key, -math.inf), row["value"])
+    for row in agreement:
+        row["best"] = collect.is_number(row.get("value")) and row["value"] == best.get(str(row.get("judgments")))
+    columns = [c for c in (agreement[0] if agreement else {}) if c not in ("ci_low", "ci_high", "best")]
+    scatters = []
+    for file, rows in tables["scores"].items():
+        metrics = collect.numeric_columns(rows, skip=("id", "image_id", "caption", "human"))
+        statistic = {str(r.get("metric")): r for r in agreement if str(r.get("judgments", "")).startswith(file)}
+        charts = []
+        for metric in metrics:
+            row = statistic.get(metric)
+            label = f"{metric} ({row['statistic']} {_num(row.get('value'))})" if row else metric
+            charts.append(svg.scatter([r.get(metric) for r in rows], [r.get("human") for r in rows],
+                                      xlabel=label, ylabel="human score", title=f"{file}: {metric} vs human score"))
+        scatters.append((file, [c for c in charts if c]))
+    probes = tables.get("probes", [])
+    return {"agreement": agreement, "columns": columns, "text_columns": META_TEXT_COLUMNS, "scatters": scatters,
+            "probes": probes, "probe_columns": list(probes[0]) if probes else []}
+
+
+def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
+    """A CTTD build folder's bank: the datasheet's counts and stages, and its questions per image."""
+    found = collect.read_bank(run)
+    if found is None:
+        return None
+    records, sheet = found
+    images: dict[str, dict[str, Any]] = {}  # image id -> card, in bank order
+    paths: dict[str, str] = {}
+    for record in records:
+        image_id = str(record.get("image_id", ""))
+        card = images.setdefault(image_id, {"im": image_id, "q": []})
+        card["q"].append(collect.bank_question(record))
+        if record.get("source") and "source" not in card:
+            card["source"] = str(record["source"])
+        if isinstance(record.get("image"), str) and record["image"] and image_id not in paths:
+            paths[image_id] = resolve(record["image"], run)  # an import writes images/ relative to the folder
+    thumbs = make_thumbnails(list(paths.values()), out / FILES / "thumbs", progress=progress)
+    for image_id, card in images.items():
+        if image_id in paths:
+            card["o"] = thumbs.get(paths[image_id])
+            card["src"] = os.path.basename(paths[image_id])
+    questions = [q for card in images.values() for q in card["q"]]
+    total = len(questions) or 1
+    counts = []
+    for title, key, field in (("Category", "by_category", "category"), ("Answer type", "by_type", "type"),
+                              ("Source", "by_source", "source")):
+        table = sheet.get(key) if isinstance(sheet.get(key), Mapping) else None
+        if table is None:  # an unreadable or hand-written datasheet: count the bank itself
+            table = collections.Counter(str(r.get(field) or "") for r in records)
+        counts.append((title, [(str(name) or "(none)", n, 100 * n / total) for name, n in table.items()
+                               if collect.is_number(n)]))
+    models = sheet.get("models") if isinstance(sheet.get("models"), Mapping) else {}
+    data = {"categories": sorted({q["c"] for q in questions}), "types": sorted({q["t"] for q in questions}),
+            "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/", "images": list(images.values())}
+    return {
+        "questions": len(questions), "images": len(images), "counts": counts,
+        "stages": collect.stage_rows(sheet), "imported_from": str(sheet.get("imported_from") or ""),
+        "models": [(str(role), str(d.get("model") or d.get("backend") or d.get("class") or "")
+                    if isinstance(d, Mapping) else str(d)) for role, d in models.items()],
+        "settings": json.dumps(sheet.get("settings"), indent=2, ensure_ascii=False, default=str)
+        if sheet.get("settings") else "",
+        "data": json_for_script(data),
+    }
+
+
+def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None,
+                      group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False) -> Path:
+    """Write `report.html` (and `report_files/`) for a run folder and return its path.
+
+    Reads whatever the folder holds: `scores.jsonl`, `summary.json` and `manifest.json` of a
+    `score` or `caption` run (best-of-N candidates are recognised by their `selected`
+    field; a `selection_curve.csv` beside them is drawn), `meta.csv`, `probes.csv` and
+    `scores-*.csv` of a `meta` run, and `bank.jsonl` with `datasheet.json` of a `cttd
+    build` (its counts, stage drops and questions per image). `out` is the folder to write
+    into (default: the run's).
+    Rows are grouped into summary rows by the first non-empty field of `group_by`.
+    """
+    run = Path(run_dir)
+    if run.is_file():  # a scores.jsonl given directly
+        run = run.parent
+    if not run.is_dir():
+        raise FileNotFoundError(f"run folder not found: {run}")
+    out = Path(out) if out else run
+    (out / FILES).mkdir(parents=True, exist_ok=True)
+
+    records = collect.read_records(run)
+    manifest = collect.read_manifest(run)
+    metrics = collect.score_fields(records, collect.headline_metrics(run, manifest)) if records else []
+    best_of_n = any("selected" in r for r in records)
+    selection = manifest.get("selection") if isinstance(manifest.get("selection"), Mapping) else {}
+    selection_metric = selection.get("metric") if selection.get("metric") in metrics else next(iter(metrics), None)
+    summary = collect.summary_table(records, metrics, group_by) if records and metrics else None
+    categories = _categories(records, out) if records else []
+    curve = _curve(run)
+    meta = _meta(run)
+    errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
+              for r in records if r.get("error")]
+    bank = _bank(run, out, progress=progress)
+    store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
+    gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
+                        group_by=group_by, progress=progress, cache=cache_folder(store.get("root")))
+               if records else None)
+
+    sections = [("summary", "Summary")] if summary else []
+    sections += [("selection", "Selection curve")] if curve else []
+    sections += [(f"categories-{b['metric']}", "Caption Turing Test" if b["metric"] == "turing" else b["metric"])
+                 for b in categories]
+    sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else [])] if meta else []
+    sections += [("bank", "Question bank"), ("bank-gallery", "Questions per image")] if bank else []
+    sections += [("candidates", "Candidates")] if best_of_n else []
+    sections += [("gallery", "Gallery")] if gallery else []
+    sections += [("errors", f"Errors ({len(errors)})")] if errors else []
+    sections += [("run", "Run")] if manifest else []
+
+    script = (_package_dir("static") / "report.js").read_text(encoding="utf-8")
+    script_hash = "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    counts = (f"{len(records)} samples, {len(errors)} with errors" if records
+              else f"{bank['questions']} questions about {bank['images']} images" if bank else "")
+    html = _environment().get_template("report.html").render(
+        title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
+        group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
+        summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
+        categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n,
+        selection_metric=selection_metric,
+        gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],
+        error_count=len(errors), highlights=collect.manifest_highlights(manifest),
+        manifest=json.dumps(manifest, indent=2, ensure_ascii=False, default=str) if manifest else "",
+        css=Markup((_package_dir("static") / "report.css").read_text(encoding="utf-8")), script=Markup(script),
+        script_hash=script_hash,
+    )
+    path = out / "report.html"
+    partial = path.with_suffix(".html.part")
+    partial.write_text(html, encoding="utf-8")
+    os.replace(partial, path)
+    return path

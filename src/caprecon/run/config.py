@@ -1,0 +1,294 @@
+"""A run's configuration: defaults < preset < config file < explicit arguments.
+
+The same `RunConfig` is built from the CLI, a YAML/TOML file or Python keywords, and is
+written whole into the run manifest.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from caprecon.models import registry
+from caprecon.models.common import describe_model
+from caprecon.core.records import read_text
+from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec
+from caprecon.core.redaction import redact, remember_options
+
+
+class ConfigError(ValueError):
+    """The run cannot start: a setting is missing or wrong."""
+
+
+def whole_number(low: int, high: int | None = None):
+    """An argparse `type` for integer options with bounds, so `--batch-size 0` is refused up front."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def _check_int(name: str, value: Any, *, low: int, high: int | None = None) -> None:
+    option = "--" + name.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{option} must be a whole number, not {value!r}")
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise ConfigError(f"{option} must be {bounds}, not {value}")
+
+
+@dataclass
+class RunConfig:
+    metrics: list[str] = field(default_factory=lambda: ["recon"])
+    generator: Any = None
+    generator_options: dict[str, Any] = field(default_factory=dict)
+    embedder: Any = None
+    embedder_options: dict[str, Any] = field(default_factory=dict)
+    clip: Any = "openai/clip-vit-base-patch32"  # the CLIP of clip-image, clipscore and refclipscore
+    judge: Any = None  # the VLM of turing, vqascore and fleur
+    judge_options: dict[str, Any] = field(default_factory=dict)
+    judge_for: dict[str, Any] = field(default_factory=dict)  # turing: category -> its own judge
+    judge_for_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # category -> that judge's options
+    iou_threshold: float = 0.5  # turing/captionqa: a box answer is correct at IoU >= this
+    llm: Any = None  # the text LLM of captionqa
+    llm_options: dict[str, Any] = field(default_factory=dict)
+    qa_bank: str | None = None  # the QA bank (JSONL) of turing and captionqa
+    vqa_template: str = "Is the figure showing: {caption}?"
+    vqa_on: str = "image"  # image, reconstruction or both
+    vqa_normalise: bool = False
+    fleur_prompt: str | None = None  # None: FLEUR's own instruction; any other is named in the manifest
+    template: str = "plain"
+    seed: int = 0
+    seed_policy: str = "per-sample"
+    max_side: int = 1024
+    upscale: bool = True
+    size: str | None = None  # "WxH" for every reconstruction; caption-only rows default to the generator's own
+    normalise_captions: bool = False  # markdown, list markers and line breaks out (caprecon.normalise)
+    batch_size: int = 16
+    workers: int = 4  # threads reading, hashing and decoding images ahead of the models (0: in line)
+    cache_dir: str | None = None
+    cache_overlay: str | None = None  # where new results go when cache_dir is read-only (default OUT/cache-overlay)
+    cache_read_only: bool | None = None  # None: detected; True: never write to cache_dir
+    no_cache: bool = False
+    preset: str | None = None
+
+    def __post_init__(self) -> None:
+        # settings come from the CLI, YAML/TOML files and Python alike: check them once, here
+        _check_int("batch_size", self.batch_size, low=1)
+        _check_int("workers", self.workers, low=0)
+        _check_int("max_side", self.max_side, low=16)
+        _check_int("seed", self.seed, low=0, high=2**63 - 1)
+        for name in ("upscale", "no_cache", "vqa_normalise"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        for name, allowed in (("vqa_on", ("image", "reconstruction", "both")), ("seed_policy", SEED_POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+
+    @classmethod
+    def build(cls, *, preset: str | None = None, file: str | Path | None = None, **explicit: Any) -> "RunConfig":
+        values: dict[str, Any] = {}
+        file_values = load_config_file(file) if file else {}
+        preset = explicit.get("preset") or preset or file_values.get("preset")
+        if preset:
+            if preset not in registry.PRESETS:
+                raise ConfigError(f"unknown preset {preset!r}; presets: {', '.join(sorted(registry.PRESETS))}")
+            values.update({k: v for k, v in registry.PRESETS[preset].items() if k != "about"})
+            values["preset"] = preset
+        values.update(file_values)
+        values.update({k: v for k, v in explicit.items() if v is not None})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {unknown}; known: {sorted(names)}")
+        for key in ("generator_options", "embedder_options", "judge_options", "llm_options", "judge_for",
+                    "judge_for_options"):  # options merge rather than replace
+            merged = {}
+            for layer in (registry.PRESETS.get(preset or "", {}), file_values, explicit):
+                merged.update(layer.get(key) or {})
+            values[key] = merged
+        if isinstance(values.get("metrics"), str):
+            values["metrics"] = [values["metrics"]]
+        return cls(**values)
+
+    @cached_property
+    def spec(self) -> ReconstructionSpec:
+        try:
+            return ReconstructionSpec(template=self.template, seed=self.seed, seed_policy=self.seed_policy,
+                                      max_side=self.max_side, upscale=self.upscale, size=self.size)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for key in ("generator", "embedder", "clip", "judge", "llm"):
+            if out[key] is not None and not isinstance(out[key], (str, int, float)):
+                out[key] = type(out[key]).__name__
+        out["judge_for"] = {cat: spec if isinstance(spec, (str, int, float)) else type(spec).__name__
+                            for cat, spec in self.judge_for.items()}
+        return json.loads(json.dumps(out, default=str))
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    text = read_text(path, ConfigError)
+    if path.suffix == ".toml":
+        import tomllib
+
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+class Roles:
+    """The run's models, built on first use from the configuration and shared by metrics."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    def _build(self, role: str, spec: Any, options: dict[str, Any], setting: str) -> Any:
+        if spec is None:
+            raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`) or a --preset")
+        remember_options(options)  # its secrets are masked in logs and messages from here on
+        try:
+            model = registry.build(role, spec, **options)
+        except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
+            shown = ", ".join(f"{k}={v!r}" for k, v in redact(options).items()) or "none"
+            raise ConfigError(f"bad {role} {spec!r} or options ({shown}): {exc}; "
+                              f"see --{setting}-opt in `caprecon score --help`") from None
+        _check_model_kind(role, setting, model)
+        return model
+
+    @cached_property
+    def generator(self):
+        return self._build("generator", self.config.generator, self.config.generator_options, "generator")
+
+    @cached_property
+    def embedder(self):
+        return self._build("embedder", self.config.embedder, self.config.embedder_options, "embedder")
+
+    @cached_property
+    def clip(self):
+        return self._build("embedder", self.config.clip, {}, "clip")
+
+    @cached_property
+    def clip_matcher(self):
+        from caprecon.models.embedder import HFVisionEmbedder
+        from caprecon.models.matcher import ClipMatcher
+
+        if isinstance(self.clip, HFVisionEmbedder):  # the same CLIP as clip-image: one load, shared cache
+            return ClipMatcher(image_embedder=self.clip)
+        return self._build("matcher", self.config.clip, {}, "clip")
+
+    @cached_property
+    def judge(self):
+        return self._build("judge", self.config.judge, self.config.judge_options, "judge")
+
+    @cached_property
+    def judges_for(self) -> dict[str, Any]:
+        """Judges of single question categories (`judge_for`), each built with its own options."""
+        built = {}
+        for category, spec in self.config.judge_for.items():
+            options = self.config.judge_for_options.get(category, {})
+            built[category] = self._build("judge", spec, options, f"judge-for {category}=MODEL")
+        return built
+
+    @cached_property
+    def llm(self):
+        return self._build("llm", self.config.llm, self.config.llm_options, "llm")
+
+    @cached_property
+    def qa_bank(self):
+        from caprecon.data.qa import load_qa_bank
+
+        if not self.config.qa_bank:
+            raise ConfigError("this metric needs a QA bank: set --qa-bank FILE (JSONL)")
+        return load_qa_bank(self.config.qa_bank)
+
+    def describe(self) -> dict[str, Any]:
+        built = {}
+        for name in ("generator", "embedder", "clip", "clip_matcher", "judge", "llm"):
+            if name in self.__dict__:
+                built[name] = describe_model(self.__dict__[name])
+        for category, judge in self.__dict__.get("judges_for", {}).items():
+            built[f"judge_for/{category}"] = describe_model(judge)
+        return built
+
+
+def _check_model_kind(role: str, setting: str, model: Any) -> None:
+    """Refuse a local folder that holds the wrong kind of model for its role, before any work.
+
+    A diffusers pipeline folder has `model_index.json`; a transformers model, `config.json`.
+    Without this check the mistake shows only when the model is first loaded, as one
+    error per row.
+    """
+    folder = getattr(getattr(model, "source", None), "path", None)
+    if folder is None or not Path(folder).is_dir():
+        return
+    is_pipeline = (Path(folder) / "model_index.json").exists()
+    if role == "generator" and not is_pipeline:
+        found = _model_type(Path(folder))
+        raise ConfigError(f"--{setting} {model.source.name}: not a diffusers text-to-image pipeline (no model_index.json"
+                          f"{'; it holds a ' + found + ' model' if found else ''}); give a generator's folder or hub id")
+    if role != "generator" and is_pipeline:
+        raise ConfigError(f"--{setting} {model.source.name}: this folder holds a diffusers pipeline (a generator), "
+                          f"not {'an' if role[0] in 'aeiou' else 'a'} {role}; pass it to --generator")
+
+
+def _model_type(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` strings from the CLI; values parsed as YAML (numbers, bools, lists)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"option {pair!r} must look like key=value")
+        out[key.replace("-", "_")] = yaml.safe_load(value)
+    return out
+
+
+def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
+    """`name=value` strings kept as text (a model name is never a number or a list)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigError(f"{option} {pair!r} must look like CATEGORY=MODEL")
+        out[key.strip()] = value.strip()
+    return out

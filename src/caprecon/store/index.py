@@ -1,0 +1,559 @@
+"""The content-addressed cache: a SQLite (WAL) index plus image files on disk.
+
+Every deterministic model result (an image generated at a fixed seed, an embedding, a
+greedy or log-probability judge answer) is stored under a key that hashes everything
+that determines it. A second run, a run that adds a metric, or a run resumed after a
+crash finds those results and recomputes nothing.
+
+Layout under the root::
+
+    index.sqlite          results: key -> kind, value (JSON or .npy bytes), created,
+                          checksums of the value and of the file, the model's fingerprint;
+                          models: fingerprint -> description; claims: key -> owner, expiry
+    images/ab/abcd....png reconstructed images, named by their key
+
+Nothing is trusted blindly: values and files carry a sha256 checked when read, and an
+entry that fails the check counts as missing, so it is computed again, never scored.
+Processes sharing a cache claim the items they generate (a lease that the holder renews
+and that expires when it dies), so one item is generated once. A cache that cannot be
+written (a shared, pre-filled one) is read as it is, with new results going to a
+writable overlay store laid over it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+import shutil
+import socket
+import sqlite3
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+from urllib.parse import quote
+
+import numpy as np
+from PIL import Image
+
+log = logging.getLogger(__name__)
+
+INDEX = "index.sqlite"
+LEASE_SECONDS = 120.0  # a claim's lifetime; its holder renews it every third of that while it works
+
+_COLUMNS = {  # added to indexes written before checksums, sizes and models were recorded
+    "checksum": "TEXT", "file_checksum": "TEXT", "file_size": "INTEGER", "model": "TEXT",
+}
+
+
+class StoreError(RuntimeError):
+    """The cache cannot be used as it is; the message names the file and the way out."""
+
+
+class StoreCorruptError(StoreError):
+    pass
+
+
+class StoreReadOnlyError(StoreError):
+    pass
+
+
+def content_key(kind: str, **parts: Any) -> str:
+    """Stable hash of a result's kind and every input that determines it."""
+    blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """`$CAPRECON_CACHE`, else `$XDG_CACHE_HOME/caprecon`, else `~/.cache/caprecon`."""
+    if os.environ.get("CAPRECON_CACHE"):
+        return Path(os.environ["CAPRECON_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "caprecon"
+
+
+def sha256(data: bytes | str) -> str:
+    # indexes written by hand or by old versions may hold a value as TEXT
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+def is_writable(folder: Path) -> bool:
+    """Whether results can be written under `folder`. A folder with no write permission bit
+    counts as read-only even for root (who could write anyway): that is what its owner meant."""
+    probe_at = folder if folder.exists() else next((p for p in folder.parents if p.exists()), None)
+    if probe_at is None or not probe_at.stat().st_mode & 0o222:
+        return False
+    index = folder / INDEX
+    if index.exists() and not index.stat().st_mode & 0o222:
+        return False
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-probe-"):
+            pass
+    except OSError:
+        return False
+    return True
+
+
+def corrupt_message(index: Path, exc: BaseException) -> str:
+    return (f"cache index {index} is damaged ({exc}). Run `caprecon cache verify --repair --cache-dir "
+            f"{index.parent}` to rebuild it (readable entries are kept), or use another --cache-dir.")
+
+
+class Store:
+    """Content-addressed results on disk. `Store.temporary()` gives one that vanishes.
+
+    `read_only`: None detects it (see `is_writable`); True never writes (a write raises
+    `StoreReadOnlyError`). `below`: a read-only store consulted for what this one lacks,
+    so `Store(overlay_dir, below=Store(shared_dir, read_only=True))` reads the shared
+    cache and writes only to the overlay.
+    """
+
+    def __init__(self, root: str | Path, *, read_only: bool | None = None, below: "Store | None" = None,
+                 lease_seconds: float = LEASE_SECONDS):
+        self.root = Path(root)
+        self.index = self.root / INDEX
+        # a folder nobody may write to is frozen: read without even SQLite's reader files
+        self._frozen = read_only is None and not is_writable(self.root)
+        self.read_only = self._frozen if read_only is None else read_only
+        self.below = below
+        self.lease_seconds = lease_seconds
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.damaged = 0  # entries found bad on reading (missing file, checksum mismatch), over this store's life
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._described: set[str] = set()
+        self._folders: set[Path] = set()  # image folders known to exist
+        self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        #: queue image writes on a background thread (`put_images` returns at once; every read and
+        #: `flush()` wait for them). The local executor turns it on and flushes before it writes rows.
+        self.write_behind = False
+        self._held: set[str] = set()  # keys whose leases the heartbeat renews
+        self._beat: threading.Thread | None = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[Future] = []
+        self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
+        if not self.read_only:
+            (self.root / "images").mkdir(parents=True, exist_ok=True)
+        if not self._empty:
+            self._guard(self._prepare)
+
+    @classmethod
+    def temporary(cls) -> "Store":
+        tmp = tempfile.TemporaryDirectory(prefix="caprecon-store-")
+        store = cls(tmp.name, read_only=False)
+        store._tmp = tmp
+        return store
+
+    @classmethod
+    def fresh(cls, root: str | Path) -> "Store":
+        """A store at `root` emptied first: `--no-cache` runs reuse nothing from before."""
+        shutil.rmtree(root, ignore_errors=True)
+        return cls(root, read_only=False)
+
+    @classmethod
+    def open(cls, root: str | Path, *, overlay: str | Path | None = None, read_only: bool | None = None) -> "Store":
+        """The cache at `root`; if it cannot be written and `overlay` is given, a writable
+        store at `overlay` laid over it. Without an overlay, a read-only cache is still
+        usable for what it holds, and the first new result raises `StoreReadOnlyError`."""
+        base = cls(root, read_only=read_only)
+        if not base.read_only:
+            return base
+        if overlay is None:
+            log.warning("cache %s is read-only: cached results are used, new ones are refused", root)
+            return base
+        return cls(overlay, read_only=False, below=base)
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"root": str(self.root), "read_only": self.read_only}
+        if self.below is not None:
+            out["below"] = self.below.describe()
+        return out
+
+    # -- the index --------------------------------------------------------------------
+
+    def _guard(self, action, *args):
+        """Run `action`, turning a damaged index into one clear `StoreCorruptError`."""
+        try:
+            return action(*args)
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise StoreReadOnlyError(self._read_only_message()) from None
+            raise
+        except sqlite3.DatabaseError as exc:  # not a database, malformed image: damage, not contention
+            raise StoreCorruptError(corrupt_message(self.index, exc)) from None
+
+    def _read_only_message(self) -> str:
+        return (f"cache {self.root} is read-only, and this run has new results to store. Pass --cache-overlay DIR "
+                f"(or --out DIR, whose cache-overlay/ then holds them) to keep new results in a writable place.")
+
+    def _prepare(self) -> None:
+        db = self._connect()
+        if self.read_only:
+            # readable, and ours; an index from before checksums is read with those columns empty
+            self._columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+            if not self._columns:
+                raise sqlite3.DatabaseError("no results table")
+            return
+        db.execute("PRAGMA journal_mode=WAL")
+        # one writer at a time: processes opening a new or old cache together must not both add a column
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, "
+                       "created REAL NOT NULL)")
+            have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+            for name, sql_type in _COLUMNS.items():
+                if name not in have:
+                    db.execute(f"ALTER TABLE results ADD COLUMN {name} {sql_type}")
+            db.execute("CREATE INDEX IF NOT EXISTS results_model ON results(model)")
+            db.execute("CREATE TABLE IF NOT EXISTS models (fingerprint TEXT PRIMARY KEY, description TEXT)")
+            db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+                       "expires REAL NOT NULL)")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _connect(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            if self.read_only:
+                db = self._connect_read_only()
+            else:
+                db = sqlite3.connect(self.index, timeout=60, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA synchronous=NORMAL")
+            self._local.db = db
+        return db
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        uri = f"file:{quote(str(self.index.resolve()))}?mode=ro"
+        immutable = uri + "&immutable=1"
+        wal = self.index.with_name(INDEX + "-wal")
+        if self._frozen and not (wal.exists() and wal.stat().st_size):  # everything is in the main file
+            return sqlite3.connect(immutable, uri=True, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(uri, uri=True, timeout=60, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # a WAL index whose -shm file cannot be made here: read the main file as it is
+            db.close()
+            return sqlite3.connect(immutable, uri=True, isolation_level=None, check_same_thread=False)
+
+    def _require_writable(self) -> None:
+        if self.read_only:
+            raise StoreReadOnlyError(self._read_only_message())
+
+    # -- raw values -------------------------------------------------------------------
+
+    def _rows(self, keys: list[str], columns: str) -> list[tuple]:
+        if self._empty or not keys:
+            return []
+        if self._columns is not None:
+            columns = ", ".join(c if c in self._columns else f"NULL AS {c}" for c in columns.split(", "))
+        db = self._connect()
+        out = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            out.extend(self._guard(lambda: db.execute(f"SELECT {columns} FROM results WHERE key IN ({marks})",
+                                                      chunk).fetchall()))
+        return out
+
+    def _get(self, keys: list[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for key, value, checksum in self._rows(keys, "key, value, checksum"):
+            if checksum is not None and sha256(value) != checksum:
+                log.warning("cache entry %s in %s fails its checksum; it will be computed again", key, self.index)
+                self.damaged += 1
+                continue
+            found[key] = value
+        if self.below is not None:
+            rest = [k for k in keys if k not in found]
+            if rest:
+                found.update(self.below._get(rest))
+        return found
+
+    def _put(self, rows: Iterable[tuple[str, str, bytes, dict[str, Any]]], model: Any = None) -> None:
+        """`rows`: (key, kind, value, file columns). `model`: the backend that computed them."""
+        self._require_writable()
+        fingerprint = self._register_model(model)
+        now = time.time()
+        records = [(k, kind, v, now, sha256(v), extra.get("file_checksum"), extra.get("file_size"), fingerprint)
+                   for k, kind, v, extra in rows]
+
+        def write():
+            with self._lock:
+                db = self._connect()
+                db.execute("BEGIN")
+                db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, "
+                               "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", records)
+                db.execute("COMMIT")
+
+        self._guard(write)
+
+    def _register_model(self, model: Any) -> str | None:
+        if model is None:
+            return None
+        if isinstance(model, str):
+            return model
+        fingerprint = getattr(model, "fingerprint", None)
+        if fingerprint and fingerprint not in self._described:
+            from caprecon.models.common import describe_model
+
+            try:
+                description = json.dumps(describe_model(model), default=str)
+            except Exception:  # a description is a convenience for `cache prune --model`, never a reason to fail
+                description = json.dumps({"class": type(model).__name__})
+            self._guard(lambda: self._connect().execute(
+                "INSERT OR REPLACE INTO models (fingerprint, description) VALUES (?, ?)", (fingerprint, description)))
+            self._described.add(fingerprint)
+        return fingerprint
+
+    # -- JSON records -----------------------------------------------------------------
+
+    def get_json(self, keys: list[str]) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._get(keys).items()}
+
+    def put_json(self, kind: str, items: dict[str, Any], model: Any = None) -> None:
+        self._put(((k, kind, json.dumps(v, ensure_ascii=False).encode("utf-8"), {}) for k, v in items.items()), model)
+
+    # -- arrays (embeddings) ----------------------------------------------------------
+
+    def get_arrays(self, keys: list[str]) -> dict[str, np.ndarray]:
+        return {k: np.load(io.BytesIO(v), allow_pickle=False) for k, v in self._get(keys).items()}
+
+    def put_arrays(self, kind: str, items: dict[str, np.ndarray], model: Any = None) -> None:
+        rows = []
+        for k, arr in items.items():
+            buf = io.BytesIO()
+            np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+            rows.append((k, kind, buf.getvalue(), {}))
+        self._put(rows, model)
+
+    # -- images -----------------------------------------------------------------------
+
+    def image_path(self, key: str) -> Path:
+        return self.root / "images" / key[:2] / f"{key}.png"
+
+    def put_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]],
+                   model: Any = None, *, release: Iterable[str] = ()) -> dict[str, tuple[dict[str, Any], Path, str | None]]:
+        """Images with their JSON records; each file's checksum and size go into the index, and
+        the claims on `release` are dropped once they are written. Returns what `get_images`
+        would: (record, path, file checksum) by key — with `write_behind`, the write is queued
+        and the checksum is None (the caller keeps the pixels it gave)."""
+        self._require_writable()
+        release = list(release)
+        if not self.write_behind:
+            return self._write_images(kind, items, model, release)
+        fingerprint = self._register_model(model)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="caprecon-write")
+        self._pending.append(self._writer.submit(self._write_images, kind, items, fingerprint, release))
+        return {key: (record, self.image_path(key), None) for key, (_, record) in items.items()}
+
+    def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
+                      release: list[str]) -> dict[str, tuple[dict[str, Any], Path, str]]:
+        try:
+            rows, stored = [], {}
+            for key, (image, record) in items.items():
+                data = _png_bytes(image)
+                path = self.image_path(key)
+                if path.parent not in self._folders:  # one mkdir per folder and store, not per image
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    self._folders.add(path.parent)
+                partial = path.with_suffix(f".{os.getpid()}.part")
+                partial.write_bytes(data)
+                os.replace(partial, path)  # a crash never leaves a half-written image under the key
+                digest = sha256(data)
+                rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
+                             {"file_checksum": digest, "file_size": len(data)}))
+                stored[key] = (record, path, digest)
+            self._put(rows, model)
+            return stored
+        finally:
+            if release:
+                self.release(release)
+
+    def flush(self) -> None:
+        """Wait for the queued image writes; the first that failed raises here."""
+        pending, self._pending = self._pending, []
+        failed = next(filter(None, (f.exception() for f in pending)), None)
+        if isinstance(failed, StoreError):
+            raise failed
+        if failed is not None:  # a full disk, a lost file system: the run cannot keep what it computes
+            raise StoreError(f"writing to the cache {self.root} failed: {type(failed).__name__}: {failed}") from failed
+
+    def get_images(self, keys: list[str], *, verify: bool = False) -> dict[str, tuple[dict[str, Any], Path, str | None]]:
+        """(record, path, file checksum) of each stored image whose file is present at its
+        recorded size, and with `verify` also matches its checksum. Without `verify` the
+        full check waits until the file is read (`read_verified`), so a run that needs no
+        pixels reads none. Images this store is still writing (`write_behind`) are waited for."""
+        if self._pending:
+            self.flush()
+        found: dict[str, tuple[dict[str, Any], Path, str | None]] = {}
+        for key, value, checksum, file_checksum, file_size in self._rows(
+                keys, "key, value, checksum, file_checksum, file_size"):
+            path = self.image_path(key)
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                size = None
+            bad_value = checksum is not None and sha256(value) != checksum
+            bad_file = size is not None and ((file_size is not None and size != file_size)
+                                             or (verify and read_verified(path, file_checksum) is None))
+            if size is None or bad_value or bad_file:
+                log.warning("cached image %s is %s; it will be generated again", path,
+                            "missing" if size is None else "damaged")
+                self.damaged += 1
+                continue
+            found[key] = (json.loads(value), path, file_checksum)
+        if self.below is not None:
+            rest = [k for k in keys if k not in found]
+            if rest:
+                found.update(self.below.get_images(rest, verify=verify))
+        return found
+
+    # -- claims: one process generates an item, the others wait for it ---------------
+
+    def claim(self, keys: list[str]) -> set[str]:
+        """Take a lease on each key nobody else holds (or whose holder's lease lapsed or
+        whose holder died); returns the keys this store now holds."""
+        self._require_writable()
+        now = time.time()
+
+        def take() -> set[str]:
+            with self._lock:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    held: dict[str, tuple[str, float]] = {}
+                    for start in range(0, len(keys), 500):
+                        chunk = keys[start : start + 500]
+                        marks = ",".join("?" * len(chunk))
+                        for key, owner, expires in db.execute(
+                                f"SELECT key, owner, expires FROM claims WHERE key IN ({marks})", chunk):
+                            held[key] = (owner, expires)
+                    mine = set()
+                    for key in keys:
+                        owner, expires = held.get(key, (self.owner, 0.0))
+                        if owner != self.owner and expires > now and _holder_alive(owner):
+                            continue  # someone alive is generating it
+                        mine.add(key)
+                    db.executemany("INSERT OR REPLACE INTO claims (key, owner, expires) VALUES (?, ?, ?)",
+                                   [(k, self.owner, now + self.lease_seconds) for k in mine])
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                return mine
+
+        return self._guard(take)
+
+    def release(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+
+        def drop():
+            with self._lock:
+                self._connect().executemany("DELETE FROM claims WHERE key = ? AND owner = ?",
+                                            [(k, self.owner) for k in keys])
+
+        if keys:
+            self._guard(drop)
+
+    def renew(self, keys: Iterable[str]) -> None:
+        expires = time.time() + self.lease_seconds
+        rows = [(expires, k, self.owner) for k in keys]
+
+        def extend():
+            with self._lock:
+                self._connect().executemany("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?", rows)
+
+        self._guard(extend)
+
+    @contextmanager
+    def holding(self, keys: Iterable[str]) -> Iterator[set[str]]:
+        """Keep the leases on `keys` alive while the block runs, and release them after —
+        except those the block adds to the set it is given (handed to `put_images(release=...)`,
+        which releases them once their images are written). One heartbeat thread per store
+        renews every held lease, so a batch costs no thread of its own."""
+        keys = list(keys)
+        handed: set[str] = set()
+        with self._lock:
+            self._held.update(keys)
+            if self._beat is None:
+                self._beat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self.lease_seconds / 3),
+                                              name="caprecon-claims", daemon=True)
+                self._beat.start()
+        try:
+            yield handed
+        finally:
+            with self._lock:
+                self._held.difference_update(keys)
+            self.release([k for k in keys if k not in handed])
+
+
+def _heartbeat(store_ref: "weakref.ref[Store]", every: float) -> None:
+    """Renews the leases a store holds, until the store is gone (it holds no reference to it between beats)."""
+    while True:
+        time.sleep(every)
+        store = store_ref()
+        if store is None:
+            return
+        with store._lock:
+            keys = list(store._held)
+        if keys:
+            try:
+                store.renew(keys)
+            except Exception as exc:  # a missed renewal risks duplicate work, not wrong results
+                log.warning("could not renew cache claims: %s", exc)
+        del store
+
+
+def _holder_alive(owner: str) -> bool:
+    """False only when the holder ran on this host and its process is gone."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _png_bytes(image: Image.Image) -> bytes:
+    # zlib level 1: a third of the default level's encode time for ~10% more bytes on photos
+    # (benchmarks/encoding.py); lossless WebP measured faster still, but PNG keeps the store's
+    # files what every reader of it (cache verify, merge, HTML report) already expects
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def read_verified(path: Path, checksum: str | None) -> Image.Image | None:
+    """The image at `path` if its bytes match `checksum` (or, for entries stored before
+    checksums, if it decodes completely); None when it is missing or damaged."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if checksum is not None and sha256(data) != checksum:
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.convert("RGB")
+    except (OSError, SyntaxError, ValueError):
+        return None
