@@ -14,7 +14,7 @@ from PIL import Image
 
 
 class ReportTimer:
-    """Wraps `caprecon.htmlreport.write_html_report` and adds up the seconds it takes."""
+    """Wraps `caprecon.reports.html.write_html_report` and adds up the seconds it takes."""
 
     def __init__(self) -> None:
         self.seconds: list[float] = []
@@ -22,7 +22,7 @@ class ReportTimer:
     def install(self) -> None:
         import caprecon.reports.html
 
-        real = caprecon.htmlreport.write_html_report
+        real = caprecon.reports.html.write_html_report
 
         def write(*args, **kwargs):
             started = time.perf_counter()
@@ -31,7 +31,7 @@ class ReportTimer:
             finally:
                 self.seconds.append(time.perf_counter() - started)
 
-        caprecon.htmlreport.write_html_report = write
+        caprecon.reports.html.write_html_report = write
 
 
 def write_samples(folder: Path, n: int) -> tuple[Path, list[dict]]:

@@ -104,7 +104,7 @@ def test_select_best_and_selection_parsing():
     assert weighted.value({"recon": 0.5}, headlines) is None  # a missing value never wins
     assert weighted.value({"recon": 0.5, "clipscore": 1.0, "error": "x"}, headlines) is None
     assert Selection.parse("recon").is_single
-    from caprecon.run.config import ConfigError
+    from caprecon.core.errors import ConfigError
 
     for bad, message in (("bleu-9", "not a metric"), ("recon=high", "must be a number"), ("recon=0", "every")):
         with pytest.raises(ConfigError, match=message):

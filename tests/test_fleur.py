@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.metrics import Context
 from caprecon.metrics.fleur import DIGITS, PROMPT, Fleur, fleur_score
 from caprecon.data.samples import Sample, open_image

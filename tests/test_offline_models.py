@@ -22,7 +22,7 @@ from caprecon.models.embedder import ImageEmbedder  # noqa: E402
 from caprecon.models.generator import CaptionImageMatcher, GenerationRequest, RetrievalGenerator  # noqa: E402
 from caprecon.models.matcher import ClipMatcher, ImageNetLabelMatcher, _label_text  # noqa: E402
 
-DEMO = Path(__file__).resolve().parents[1] / "src" / "caprecon" / "demo"
+DEMO = Path(__file__).resolve().parents[1] / "src" / "caprecon" / "data" / "demo"
 GALLERY = DEMO / "images"
 DOMESTIC_CATS = {281, 282, 283, 284, 285}  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 COFFEE = {967, 968, 504}  # espresso, cup, coffee mug

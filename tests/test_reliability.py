@@ -11,7 +11,8 @@ from PIL import Image
 
 import caprecon
 from caprecon.cli.commands import build_parser, main
-from caprecon.run.config import ConfigError, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.core.errors import ConfigError
 from caprecon.metrics import Metric
 from caprecon.run.local import RunError
 from caprecon.data.samples import Sample, SampleError, load_samples, open_image

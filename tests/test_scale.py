@@ -11,7 +11,7 @@ from PIL import Image
 
 import caprecon
 from caprecon.cli import main
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.run.shards import merge_shards, parse_shard, shard_positions
 from caprecon.data.samples import Sample

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import caprecon
+import caprecon.run.score
 from caprecon.cli.cache import parse_age, parse_size, prune, verify
 from caprecon.cli import main
 from caprecon.run.local import RunError
@@ -352,7 +353,8 @@ def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, caps
 
 
 def test_api_key_from_named_environment_variable(monkeypatch):
-    from caprecon.run.config import ConfigError, RunConfig, Roles
+    from caprecon.run.config import RunConfig, Roles
+    from caprecon.core.errors import ConfigError
     from caprecon.models.openai_compat import OpenAICompatVLM
 
     monkeypatch.setenv("MY_JUDGE_KEY", "sk-from-env")
@@ -444,7 +446,7 @@ def test_a_failed_cache_write_stops_the_run_and_names_the_cache(tmp_path, monkey
 def test_every_row_written_names_a_stored_reconstruction(tmp_path):
     samples = _samples(tmp_path)
     seen = []
-    real = caprecon.api.run_local
+    real = caprecon.run.score.run_local
 
     def watching(*args, **kwargs):
         given = kwargs.get("on_rows")
@@ -458,7 +460,7 @@ def test_every_row_written_names_a_stored_reconstruction(tmp_path):
 
     import unittest.mock
 
-    with unittest.mock.patch.object(caprecon.api, "run_local", watching):
+    with unittest.mock.patch.object(caprecon.run.score, "run_local", watching):
         result = _score(samples, tmp_path / "cache", batch_size=2, out=tmp_path / "out")
     assert seen == [True] * len(CAPTIONS) and result.manifest["cache"]["generated"] == len(CAPTIONS)
     assert verify(tmp_path / "cache")["ok"]

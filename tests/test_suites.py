@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from caprecon.cli import main
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM
 from caprecon.apps.suites import SuiteTable, caption_sources, evaluate_suites, load_suites, surrogate_agreement

@@ -9,11 +9,12 @@ import pytest
 import caprecon
 from caprecon.data.caption_sets import load_caption_set
 from caprecon.cli import main
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM
 from caprecon.data.samples import SampleFormatError
-from caprecon.apps.t2i import adherence_table, entrants, mean_ci
+from caprecon.apps.t2i import adherence_table, mean_ci
+from caprecon.run.entrants import entrants
 from oracle import OracleGenerator, PixelEmbedder
 from tiny_vlm import build_llava, build_qwen2_vl
 

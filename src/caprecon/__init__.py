@@ -6,19 +6,7 @@
     recon(images, captions)
 """
 
-from caprecon.api import Results, score
-from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
-from caprecon.models.embedder import DreamSimEmbedder, HFVisionEmbedder
-from caprecon.models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator
-from caprecon.models.registry import build
-from caprecon.reconstruct.reconstructor import ReconstructionSpec
-from caprecon.data.samples import Sample, load_samples
-from caprecon.store.index import Store
+from caprecon.api import *  # noqa: F403 -- the public face is chosen in api.py
+from caprecon.api import __all__  # noqa: F401
 
 __version__ = "0.1.0"
-
-__all__ = [
-    "ClipImageScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "GenerationRequest", "HFVisionEmbedder",
-    "Metric", "ReconScore", "ReconstructionSpec", "Results", "RetrievalGenerator", "Sample", "Store", "build",
-    "load_samples", "score",
-]

@@ -23,7 +23,7 @@ def demo_dir() -> Path:
 
 
 def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
-    from caprecon.api import score
+    from caprecon.run.score import score
     from caprecon.core.tables import format_table
 
     results = score(demo_dir() / "captions.jsonl", metrics=["recon"], preset="offline", out=out,

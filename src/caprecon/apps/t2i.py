@@ -36,11 +36,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from caprecon.run.config import ConfigError, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.core.errors import ConfigError
+from caprecon.run.entrants import Entrant, entrants
 from caprecon.metrics.base import Context
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models import registry
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalised_samples
 from caprecon.run.local import run_local
 from caprecon.data.samples import Sample
@@ -48,51 +50,6 @@ from caprecon.data.samples import Sample
 # the paper's judges: LLaVA (its primary score) and InstructBLIP
 DEFAULT_JUDGES = ("llava-1.5-13b", "instructblip-flan-t5-xl")
 COLUMN_PREFIX = "vqa/"
-
-
-@dataclass(frozen=True)
-class Entrant:
-    """A generator or a judge of the run, under the label its rows and columns carry."""
-
-    label: str
-    spec: Any  # registry name, hub id, folder, module:Class, or a built object
-    options: dict[str, Any] = field(default_factory=dict)
-
-
-def default_label(spec: Any) -> str:
-    """A registry name as is; a folder or hub id by its last part; an object by its class."""
-    if not isinstance(spec, str):
-        return type(spec).__name__
-    return spec if "/" not in spec and "\\" not in spec else Path(spec.rstrip("/\\")).name
-
-
-def entrants(given: Iterable[Any] | Mapping[str, Any], role: str) -> list[Entrant]:
-    """Entrants from `LABEL=SPEC` or `SPEC` strings, `{label, model, options}` mappings
-    (config files), or a mapping of labels to specs or built objects (Python)."""
-    if isinstance(given, Mapping):
-        out = [Entrant(str(label), spec) for label, spec in given.items()]
-    else:
-        out = []
-        for entry in given:
-            if isinstance(entry, Mapping):
-                unknown = set(entry) - {"label", "name", "model", "options"}
-                if "model" not in entry or unknown:
-                    raise ConfigError(f"a {role} entry needs `model` (and may have `label`, `options`): {dict(entry)}")
-                spec = entry["model"]
-                out.append(Entrant(str(entry.get("label") or entry.get("name") or default_label(spec)), spec,
-                                   dict(entry.get("options") or {})))
-            elif isinstance(entry, str) and "=" in entry:
-                label, _, spec = entry.partition("=")
-                if not label.strip() or not spec.strip():
-                    raise ConfigError(f"{role} {entry!r} must look like LABEL=SPEC or SPEC")
-                out.append(Entrant(label.strip(), spec.strip()))
-            else:
-                out.append(Entrant(default_label(entry), entry))
-    labels = [e.label for e in out]
-    repeated = sorted({label for label in labels if labels.count(label) > 1})
-    if repeated:
-        raise ConfigError(f"{role} label(s) {repeated} given twice; name them apart with LABEL=SPEC")
-    return out
 
 
 def _build(role: str, entrant: Entrant, shared_options: Mapping[str, Any]) -> Any:
@@ -310,9 +267,9 @@ def evaluate_generators(
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    from caprecon.api import _open_store
+    from caprecon.run.folder import open_store
 
-    store = _open_store(cfg, out_dir)
+    store = open_store(cfg, out_dir)
     columns = [COLUMN_PREFIX + label for label in built_judges]
     described = {"generators": {}, "judges": {label: describe_model(j) for label, j in built_judges.items()}}
     records: list[dict[str, Any]] = []
@@ -366,14 +323,13 @@ def evaluate_generators(
 def _caption_rows(samples: str | Path | Iterable[Sample | dict], caption_column: str | None,
                   limit: int | None) -> tuple[list[Sample], str | None]:
     """Caption-only samples with unique ids (any image a row names is set aside)."""
-    from caprecon.api import _check_unique_ids
     from caprecon.data.caption_sets import load_caption_set
-    from caprecon.data.samples import load_samples
+    from caprecon.data.samples import check_unique_ids, load_samples
 
     if isinstance(samples, (str, Path)):
         rows, column = load_caption_set(samples, caption_column=caption_column, limit=limit)
     else:
         rows, column = load_samples(samples)[:limit], None
     rows = [replace(s, image=None) for s in rows]
-    _check_unique_ids(rows)
+    check_unique_ids(rows)
     return rows, column

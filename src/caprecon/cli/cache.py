@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, default_cache_dir, read_verified, sha256)
+from caprecon.core.paths import default_cache_dir
+from caprecon.store.index import INDEX, Store, StoreError, StoreReadOnlyError, read_verified, sha256
 
 ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
 

@@ -8,7 +8,8 @@ import logging
 import os
 import sys
 
-from caprecon.run.config import ConfigError, parse_options, parse_pairs, whole_number
+from caprecon.run.config import parse_options, parse_pairs, whole_number
+from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
 from caprecon.data.samples import SampleFormatError

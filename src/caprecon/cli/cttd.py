@@ -84,7 +84,8 @@ def _text_or_file(value: str | None) -> str | None:
 
 
 def build_config(args: argparse.Namespace):
-    from caprecon.run.config import ConfigError, load_config_file, parse_options
+    from caprecon.run.config import load_config_file, parse_options
+    from caprecon.core.errors import ConfigError
     from caprecon.apps.cttd.pipeline import BuildConfig
 
     values = load_config_file(args.config) if args.config else {}
@@ -114,7 +115,7 @@ def build_config(args: argparse.Namespace):
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from caprecon.run.config import ConfigError
+    from caprecon.core.errors import ConfigError
     from caprecon.reports.html import write_html_report
     from caprecon.apps.cttd.categorise import TaxonomyError
     from caprecon.apps.cttd.pipeline import build_bank
@@ -140,7 +141,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from caprecon.run.config import ConfigError, parse_options
+    from caprecon.run.config import parse_options
+    from caprecon.core.errors import ConfigError
     from caprecon.core.records import read_records
     from caprecon.apps.cttd.datasheet import bank_counts, datasheet_markdown
     from caprecon.apps.cttd.importers import (ImageWriter, QuestionImportError, allow_long_csv_fields, import_generic, import_vlmevalkit)

@@ -228,7 +228,7 @@ def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
     """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
     temporary one under --no-cache); both None when no LLM is set."""
     from caprecon.run.config import Roles, RunConfig
-    from caprecon.store.index import default_cache_dir
+    from caprecon.core.paths import default_cache_dir
 
     config = RunConfig.build(file=config_file, **settings)
     if config.llm is None:

@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from caprecon.run.config import ConfigError, whole_number
+from caprecon.run.config import whole_number
+from caprecon.core.errors import ConfigError
 
 
 def add_score_options(p: argparse.ArgumentParser) -> None:
@@ -86,7 +87,9 @@ def add_parser(plugins) -> None:
 
 
 def _cmd_fill(args: argparse.Namespace) -> int:
-    from caprecon.api import _check_unique_ids, _open_store, check_images
+    from caprecon.data.samples import check_unique_ids
+    from caprecon.run.folder import open_store
+    from caprecon.run.score import check_images
     from caprecon.cli.commands import _settings
     from caprecon.run.config import Roles, RunConfig
     from caprecon.metrics import Context, build_metric
@@ -97,7 +100,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
 
     cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **_settings(args))
     rows = load_samples(args.input, images_root=args.image_root, annotations=args.annotations, captions=args.captions)
-    _check_unique_ids(rows)
+    check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
     if args.shard:
@@ -105,7 +108,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     roles = Roles(cfg)
     metrics = [build_metric(name, roles, cfg) for name in cfg.metrics]
     check_images(rows, metrics)
-    ctx = Context(_open_store(cfg, Path(args.out) if args.out else None))
+    ctx = Context(open_store(cfg, Path(args.out) if args.out else None))
     fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
     counts = fill(rows, metrics, ctx, batch_size=cfg.batch_size, progress=not args.quiet)
     print(json.dumps({**counts, "store": str(ctx.store.root)}))

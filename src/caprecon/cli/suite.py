@@ -16,7 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.run.config import ConfigError, load_config_file, parse_options, whole_number
+from caprecon.run.config import load_config_file, parse_options, whole_number
+from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
 
 

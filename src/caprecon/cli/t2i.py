@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from caprecon.run.config import ConfigError, load_config_file, parse_options, whole_number
+from caprecon.run.config import load_config_file, parse_options, whole_number
+from caprecon.core.errors import ConfigError
 from caprecon.metrics.vqascore import DEFAULT_TEMPLATE
 from caprecon.apps.t2i import DEFAULT_JUDGES
 

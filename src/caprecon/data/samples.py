@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from PIL import Image, ImageOps
 
+from caprecon.core.errors import ConfigError
 from caprecon.core.records import RECORD_SUFFIXES, read_records, read_text
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
@@ -503,3 +504,10 @@ def _load_image_folder(folder: Path, captions: str | Path | None, root: Path) ->
             s.image = by_stem[s.image_id]
     return rows
 
+
+def check_unique_ids(rows: list[Sample]) -> None:
+    seen: dict[str, int] = {}
+    for i, s in enumerate(rows):
+        if s.id in seen:
+            raise ConfigError(f"sample id {s.id!r} appears in rows {seen[s.id]} and {i}; ids must be unique")
+        seen[s.id] = i

@@ -6,13 +6,16 @@ never imports the judge or text-LLM code.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
+from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.recon import ClipImageScore, ReconScore
 
-if TYPE_CHECKING:
-    from caprecon.run.config import Roles, RunConfig
+# A factory receives the run's shared models (`caprecon.run.config.Roles`: generator, embedder,
+# clip, clip_matcher, judge, judges_for, llm, qa_bank) and its `RunConfig`. Metrics sit below the
+# run layer, so both arrive as plain objects.
+Roles = RunConfig = Any
 
 
 def _recon(roles: "Roles", cfg: "RunConfig") -> Metric:
@@ -79,7 +82,7 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
 
 
 def build_metric(name: str, roles: "Roles", config: "RunConfig") -> Metric:
-    from caprecon.run.config import ConfigError
+    from caprecon.core.errors import ConfigError
 
     if name not in METRICS:
         raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from caprecon.models.llm import TextLLM
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.qa import QAItem, build_prompt, in_source_terms, load_qa_bank, score_answer
 from caprecon.data.samples import LoadedSample
 from caprecon.store.index import content_key

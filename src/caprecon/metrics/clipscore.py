@@ -19,7 +19,7 @@ import numpy as np
 
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import CaptionImageMatcher
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.samples import LoadedSample, SampleError
 from caprecon.store.index import content_key
 from caprecon.metrics.base import Context, Metric

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.samples import LoadedSample
 from caprecon.metrics.base import Context, Metric

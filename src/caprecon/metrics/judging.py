@@ -77,7 +77,7 @@ def generations_with_token_probs(ctx: Context, vlm: VisionLanguageModel, asks: S
 def require_capability(model: Any, method: str, metric: str) -> None:
     """Stop before the run when a backend cannot compute a metric at all."""
     if not callable(getattr(model, method, None)):
-        from caprecon.run.config import ConfigError
+        from caprecon.core.errors import ConfigError
 
         raise ConfigError(f"metric {metric} needs a judge that can `{method}`; {type(model).__name__} cannot. "
                           f"Use a transformers judge or an OpenAI-compatible server (base_url=...)")

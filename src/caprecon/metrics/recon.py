@@ -14,7 +14,7 @@ import numpy as np
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.samples import LoadedSample
 from caprecon.metrics.base import Context, Metric
 

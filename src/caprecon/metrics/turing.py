@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.models.generator import TextToImage
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.qa import COORDS, QAItem, build_prompt, grade, in_source_terms, load_qa_bank

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from caprecon.models.generator import TextToImage
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.samples import LoadedSample
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.judging import LazyImages, option_probs, require_capability

@@ -18,6 +18,8 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from caprecon.core.paths import default_cache_dir
+
 
 class ModelNotFoundError(FileNotFoundError):
     """A configured model cannot be found: the message says how to provide it."""
@@ -97,8 +99,6 @@ def file_digest(path: Path) -> str:
 
 @lru_cache(maxsize=1)
 def _digest_memo() -> sqlite3.Connection | None:
-    from caprecon.store.index import default_cache_dir
-
     try:
         folder = default_cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
@@ -162,10 +162,3 @@ def resolve_dtype(dtype: str | None, device: str):
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
     return table[dtype]
 
-
-def describe_model(model: Any) -> dict[str, Any]:
-    """A backend's own description for manifests, or its class and fingerprint."""
-    describe = getattr(model, "describe", None)
-    if callable(describe):
-        return describe()
-    return {"class": type(model).__name__, "fingerprint": getattr(model, "fingerprint", None)}

@@ -13,14 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from caprecon.models import registry
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
+from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec
 from caprecon.core.redaction import redact, remember_options
-
-
-class ConfigError(ValueError):
-    """The run cannot start: a setting is missing or wrong."""
 
 
 def whole_number(low: int, high: int | None = None):

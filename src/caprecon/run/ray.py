@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.samples import Sample, SampleError, open_image
 from caprecon.store.index import Store

@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
 from caprecon.run.local import _rewrite, read_scores
 
@@ -63,7 +63,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
     over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
     or foreign shard before writing anything."""
-    from caprecon.api import summarise, write_run  # the run folder's format is api's
+    from caprecon.run.folder import summarise, write_run
 
     if not folders:
         raise ConfigError("caprecon merge needs the shard run folders to combine")

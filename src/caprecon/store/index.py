@@ -44,6 +44,8 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image
 
+from caprecon.core.paths import default_cache_dir
+
 log = logging.getLogger(__name__)
 
 INDEX = "index.sqlite"
@@ -70,14 +72,6 @@ def content_key(kind: str, **parts: Any) -> str:
     """Stable hash of a result's kind and every input that determines it."""
     blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def default_cache_dir() -> Path:
-    """`$CAPRECON_CACHE`, else `$XDG_CACHE_HOME/caprecon`, else `~/.cache/caprecon`."""
-    if os.environ.get("CAPRECON_CACHE"):
-        return Path(os.environ["CAPRECON_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "caprecon"
 
 
 def sha256(data: bytes | str) -> str:
@@ -308,7 +302,7 @@ class Store:
             return model
         fingerprint = getattr(model, "fingerprint", None)
         if fingerprint and fingerprint not in self._described:
-            from caprecon.models.common import describe_model
+            from caprecon.core.describe import describe_model
 
             try:
                 description = json.dumps(describe_model(model), default=str)

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from caprecon.metrics.base import Context
 from caprecon.models import registry
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.store.index import Store, content_key
 from caprecon.apps.cttd import categorise, curate, generate, propose, rank, select
 from caprecon.apps.cttd.stage import Job, read_records, write_json

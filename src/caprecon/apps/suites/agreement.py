@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.stats.meta import kendall_tau
 
 

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from caprecon.run.config import ConfigError, load_config_file
+from caprecon.run.config import load_config_file
+from caprecon.core.errors import ConfigError
 
 QUESTION_TYPES = ("mc", "yesno", "math", "ocr", "box")
 METRICS = ("accuracy", "accuracy+", "grounding")

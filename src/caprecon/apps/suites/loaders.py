@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from caprecon.run.config import ConfigError
+from caprecon.core.errors import ConfigError
 from caprecon.data.qa import LETTERS, QABankError, QAItem, parse_item
 from caprecon.core.records import read_records
 from caprecon.apps.suites.entries import SuiteEntry

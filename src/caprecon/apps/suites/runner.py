@@ -31,19 +31,20 @@ from typing import Any, Iterable, Mapping, Sequence
 from PIL import Image
 from tqdm.auto import tqdm
 
-from caprecon.run.config import ConfigError, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.metrics.judging import LazyImages, answers
 from caprecon.models import registry
 from caprecon.models.captioner import Sampling, resolve_prompt
-from caprecon.models.common import describe_model
+from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import read_records
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
 from caprecon.data.samples import LoadedSample, Sample, SampleError
-from caprecon.apps.t2i import Entrant, entrants
+from caprecon.run.entrants import Entrant, entrants
 from caprecon.apps.suites.entries import SuiteEntry
 from caprecon.apps.suites.loaders import BenchQuestion, Benchmark, load_benchmark
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade
@@ -331,9 +332,9 @@ def evaluate_suites(
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    from caprecon.api import _open_store
+    from caprecon.run.folder import open_store
 
-    store = _open_store(cfg, out_dir)
+    store = open_store(cfg, out_dir)
     ctx = Context(store)
     used = {q.image_id for b in benchmarks for q in b.questions}
     images = _Images({k: v for k, v in image_sources.items() if k in used}, store.root / "benchmark-images")
@@ -397,7 +398,7 @@ def _caption_phase(sources: Sequence[CaptionSource], captioners: dict[str, Any],
                    progress: bool) -> list[dict[str, Any]]:
     """One row per source and image: the caption given to the generator and the raw text.
     Captioners run one at a time, each released before the next is loaded."""
-    from caprecon.apps.selection import generate_candidates
+    from caprecon.run.captioning import generate_candidates
 
     rows: list[dict[str, Any]] = []
     for source in sources:

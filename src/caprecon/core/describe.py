@@ -1,0 +1,13 @@
+"""How a model is described in manifests and in the store's model table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def describe_model(model: Any) -> dict[str, Any]:
+    """A backend's own description for manifests, or its class and fingerprint."""
+    describe = getattr(model, "describe", None)
+    if callable(describe):
+        return describe()
+    return {"class": type(model).__name__, "fingerprint": getattr(model, "fingerprint", None)}
