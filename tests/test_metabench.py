@@ -20,7 +20,8 @@ from caprecon.data.loaders import benchmarks as loaders
 from caprecon.stats.compare import paired_bootstrap
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import compare, our_value
-from caprecon.data.samples import SampleFormatError, load_samples
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import SampleFormatError
 
 
 def _write(path, data):

@@ -15,7 +15,8 @@ from caprecon.run.config import RunConfig
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import Metric
 from caprecon.run.local import RunError
-from caprecon.data.samples import Sample, SampleError, load_samples, open_image
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import Sample, SampleError, open_image
 
 
 def pictures(folder, n=3, rows_extra=None):

@@ -6,7 +6,8 @@ import json
 import pytest
 from PIL import Image
 
-from caprecon.data.samples import SampleError, SampleFormatError, load_samples, open_image
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import SampleError, SampleFormatError, open_image
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ Everything here is defined in its own layer (see the README, "How the code is la
 this module only chooses what is public.
 """
 
-from caprecon.data.samples import Sample, load_samples
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import Sample
 from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
 from caprecon.models.embedder import DreamSimEmbedder, HFVisionEmbedder
 from caprecon.models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator

@@ -25,29 +25,25 @@ from __future__ import annotations
 
 import csv
 import gc
-import hashlib
 import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from PIL import Image
-from tqdm.auto import tqdm
 
 from caprecon.run.config import Roles, RunConfig
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import build_metric
 from caprecon.models import registry
-from caprecon.models.captioner import CaptionRequest, Sampling, resolve_prompt
+from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
-from caprecon.models.common import derive_seed
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.paths import default_cache_dir
-from caprecon.run.captioning import Pool, generate_candidates, image_ids
-from caprecon.store.index import Store, content_key
+from caprecon.run.captioning import Pool, generate_candidates
+from caprecon.store.index import Store
 
 log = logging.getLogger(__name__)
 

@@ -324,7 +324,8 @@ def _caption_rows(samples: str | Path | Iterable[Sample | dict], caption_column:
                   limit: int | None) -> tuple[list[Sample], str | None]:
     """Caption-only samples with unique ids (any image a row names is set aside)."""
     from caprecon.data.caption_sets import load_caption_set
-    from caprecon.data.samples import check_unique_ids, load_samples
+    from caprecon.data.loaders import load_samples
+    from caprecon.data.samples import check_unique_ids
 
     if isinstance(samples, (str, Path)):
         rows, column = load_caption_set(samples, caption_column=caption_column, limit=limit)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from caprecon.cli.commands import _add_run_options, _settings
+from caprecon.cli.common import add_run_options, run_settings
 from caprecon.run.config import parse_options
 
 
@@ -31,7 +31,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--select", help="metric that selects (recon, turing, vqascore, clipscore, ...) or a weighted "
                                     "sum such as recon=0.7,clipscore=0.3 (default recon)")
     p.add_argument("--seed", type=int, help="seeds the candidates' sampling and the reconstructions' noise")
-    _add_run_options(p, for_meta=True)
+    add_run_options(p, for_meta=True)
     for action in p._actions:  # the shared --preset also takes captioning presets here
         if action.dest == "preset":
             action.help = "captioning preset (remote-describer) or run preset (paper-recon, fast, offline)"
@@ -42,7 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def cmd_caption(args: argparse.Namespace) -> int:
     from caprecon.apps.selection import best_of_n, curve_markdown
 
-    settings = _settings(args)
+    settings = run_settings(args)
     run = best_of_n(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
                     select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p,
                     max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from caprecon.run.config import parse_options, parse_pairs, whole_number
+from caprecon.cli.common import add_run_options, global_options, run_settings
 from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -19,94 +19,17 @@ from caprecon.store.index import StoreError
 ROWS_FAILED, CANNOT_RUN, INTERRUPTED = 1, 2, 130
 
 
-def _global_options(p: argparse.ArgumentParser, default=None) -> None:
-    """Options accepted before and after the subcommand; after it, they only override when given."""
-    p.add_argument("--verbose", "-v", action="store_true", default=default,
-                   help="log what each stage does (model loading, cache hits, retries)")
-
-
-def _add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
-    if not for_meta:  # `meta` has its own --metric, --seed and --out
-        p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
-                       help="metric to compute (repeatable); see `caprecon models`")
-        p.add_argument("--seed", type=whole_number(0, 2**63 - 1),
-                       help="base seed of the reconstructions (default 0; see --seed-policy)")
-        p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
-    p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
-    p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
-    p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
-    p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
-                   help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
-    p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
-    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE",
-                   help="embedder option, e.g. dtype=float16, device=cpu (repeatable)")
-    p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
-    p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
-    p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
-                   help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
-    p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
-                   help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
-    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
-    p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
-    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE",
-                   help="text-LLM option, e.g. base_url=... for an OpenAI-compatible server (repeatable)")
-    p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
-    p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
-    p.add_argument("--vqa-template", help="VQAScore question with {caption}")
-    p.add_argument("--vqa-normalise", action="store_const", const=True,
-                   help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
-    p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
-    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
-                   help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
-                        "its candidates; fixed: --seed for every caption")
-    p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
-    p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
-                   help="keep sources smaller than --max-side at their own size")
-    p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
-                   "at --max-side; caption-only rows: the generator's native resolution)")
-    p.add_argument("--normalise-captions", action="store_const", const=True,
-                   help="strip markdown, list markers and line breaks from captions first (raw text kept as "
-                        "caption_raw); off by default so existing scores do not change")
-    p.add_argument("--batch-size", type=whole_number(1),
-                   help="samples per model batch (default 16; halved automatically on out-of-memory)")
-    p.add_argument("--workers", type=whole_number(0),
-                   help="threads that read, hash and decode the next batch's images while the models run "
-                        "(default 4; 0: in line). Raise it when a fast accelerator waits on image decoding")
-    p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
-    p.add_argument("--cache-overlay", metavar="DIR",
-                   help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
-    p.add_argument("--cache-read-only", action="store_const", const=True,
-                   help="never write to --cache-dir (a shared cache); new results go to the overlay")
-    p.add_argument("--no-cache", action="store_const", const=True,
-                   help="reuse nothing from earlier runs; keep this run's results in OUT/store")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
-
-
-def _settings(args: argparse.Namespace) -> dict:
-    keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
-            "batch_size", "workers", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
-    settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    if getattr(args, "judge_for", None):
-        settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
-    for role in ("generator", "embedder", "judge", "llm"):
-        pairs = getattr(args, f"{role}_opt")
-        if pairs:
-            settings[f"{role}_options"] = parse_options(pairs)
-    return settings
-
-
 def cmd_score(args: argparse.Namespace) -> int:
     from caprecon.api import score
-    from caprecon.data.samples import load_samples
-    from caprecon.cli.scale import score_settings
+    from caprecon.data.loaders import load_samples
+    from caprecon.cli.common import score_settings
 
     # A split narrows a Karpathy split file; only then are samples read here rather than in score().
     source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
                           captions=args.captions, split=args.split) if args.split else args.input
     results = score(source, metrics=args.metrics, config=args.config, out=args.out,
                     progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
-                    captions=args.captions, **score_settings(args), **_settings(args))
+                    captions=args.captions, **score_settings(args), **run_settings(args))
     if not args.quiet:
         _report(results)
     return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
@@ -153,7 +76,7 @@ def cmd_meta(args: argparse.Namespace) -> int:
     from caprecon.stats.meta import scores_from_records
     from caprecon.cli.meta import run_meta_command
 
-    settings = _settings(args)
+    settings = run_settings(args)
     settings.pop("seed", None)  # meta's --seed seeds the bootstrap, not the reconstructions
 
     def score_metric(name, samples):
@@ -238,9 +161,9 @@ class _Subcommands:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
-    _global_options(parser, default=False)
+    global_options(parser, default=False)
     common = argparse.ArgumentParser(add_help=False)
-    _global_options(common, default=argparse.SUPPRESS)
+    global_options(common, default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser = lambda name, **kw: sub.add_parser(name, parents=[common], **kw)  # noqa: E731
     plugins = _Subcommands(add_parser)  # command modules register through it, and get the global options too
@@ -259,8 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some rows failed (they keep their `error` field)")
-    _add_run_options(p)
-    from caprecon.cli.scale import add_parser as add_scale_parser, add_score_options
+    add_run_options(p)
+    from caprecon.cli.common import add_score_options
+    from caprecon.cli.scale import add_parser as add_scale_parser
 
     add_score_options(p)
     p.set_defaults(func=cmd_score)
@@ -269,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     from caprecon.cli.meta import add_meta_arguments
 
     add_meta_arguments(p)
-    _add_run_options(p, for_meta=True)
+    add_run_options(p, for_meta=True)
     p.set_defaults(func=cmd_meta)
 
     from caprecon.cli.caption import add_parser as add_caption_parser

@@ -13,50 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
-from caprecon.run.config import whole_number
-from caprecon.core.errors import ConfigError
-
-
-def add_score_options(p: argparse.ArgumentParser) -> None:
-    """`score`'s options for running elsewhere than in this process."""
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local: this process (default); ray: Ray Data, each model stage an actor pool")
-    p.add_argument("--ray-address", metavar="ADDRESS",
-                   help="join this Ray cluster (e.g. auto, ray://head:10001); default: start Ray locally")
-    p.add_argument("--ray-workers", type=whole_number(1), default=1,
-                   help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
-    p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
-                   help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
-                        "turing:gpus=0.5, or recon:with=reconstruct to run a stage inside an earlier stage's "
-                        "actors (stages: reconstruct and each metric; repeatable)")
-    p.add_argument("--retries", type=whole_number(0), default=3,
-                   help="--executor ray: times a failed stage task is retried (default 3)")
-    _add_shard(p)
-
-
-def _add_shard(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--shard", metavar="I/N",
-                   help="work on slice I of N (0-based; all captions of an image in one slice); "
-                        "`caprecon merge` joins the slices' run folders")
-
-
-def score_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of `api.score` that `add_score_options` sets."""
-    from caprecon.run.ray import parse_stage_options
-
-    out: dict[str, Any] = {"executor": args.executor, "shard": args.shard}
-    if args.executor == "ray":
-        out["ray"] = {"address": args.ray_address, "workers": args.ray_workers, "retries": args.retries,
-                      "stages": parse_stage_options(args.stage)}
-    elif args.ray_address or args.stage or args.ray_workers != 1:
-        raise ConfigError("--ray-address, --ray-workers and --stage need --executor ray")
-    return out
+from caprecon.cli.common import add_run_options, add_shard_option, run_settings
 
 
 def add_parser(plugins) -> None:
-    from caprecon.cli.commands import _add_run_options
 
     for name, about in (("reconstruct", "fill the store with the reconstructions the metrics need (generator only)"),
                         ("embed", "fill the store with embeddings of sources and stored reconstructions "
@@ -69,8 +30,8 @@ def add_parser(plugins) -> None:
                        help="relative image paths resolve against DIR")
         p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
         p.add_argument("--captions", metavar="FILE", help="for an image-folder --input: the captions file")
-        _add_run_options(p)
-        _add_shard(p)
+        add_run_options(p)
+        add_shard_option(p)
         p.set_defaults(func=_cmd_fill, stage=name)
 
     p = plugins.add_parser("merge", help="combine the run folders of `score --shard I/N` into one run folder")
@@ -90,15 +51,14 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     from caprecon.data.samples import check_unique_ids
     from caprecon.run.folder import open_store
     from caprecon.run.score import check_images
-    from caprecon.cli.commands import _settings
     from caprecon.run.config import Roles, RunConfig
     from caprecon.metrics import Context, build_metric
     from caprecon.data.normalise import normalised_samples
     from caprecon.run.shards import parse_shard, select_shard
     from caprecon.run.stages import embed_all, judge_all, reconstruct_all
-    from caprecon.data.samples import load_samples
+    from caprecon.data.loaders import load_samples
 
-    cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **_settings(args))
+    cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **run_settings(args))
     rows = load_samples(args.input, images_root=args.image_root, annotations=args.annotations, captions=args.captions)
     check_unique_ids(rows)
     if cfg.normalise_captions:

@@ -1,4 +1,5 @@
-"""Reading record files (JSONL, a JSON list, CSV, TSV) with errors that name the line.
+"""Record files (JSONL, a JSON list, CSV, TSV): read with errors that name the line, and JSONL
+written so that a crash never leaves half a file.
 
 Samples, judgments, QA banks, score files and run folders all come as such files; each
 reader passes its own error class so the message says what kind of file was wrong.
@@ -10,8 +11,9 @@ import codecs
 import csv
 import io
 import json
+import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 RECORD_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 
@@ -84,3 +86,25 @@ def _mapping(record: Any, where: str, error: type[Exception]) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise error(f"{where}: expected a record (object), got {type(record).__name__}")
     return record
+
+
+def write_jsonl_atomically(path: Path, rows: Iterable[dict[str, Any]]) -> None:
+    """The whole file at once: written beside it, then renamed over it."""
+    partial = path.with_name(path.name + ".part")
+    with partial.open("w", encoding="utf-8") as fh:
+        append_jsonl(fh, rows)
+        os.fsync(fh.fileno())
+    os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
+
+
+def open_for_append(path: Path, kept: list[dict[str, Any]]):
+    """`path` holding exactly the kept rows, open for appending new ones."""
+    write_jsonl_atomically(path, kept)
+    return path.open("a", encoding="utf-8")
+
+
+def append_jsonl(sink, rows: Iterable[dict[str, Any]]) -> None:
+    """Rows as JSON lines (non-ASCII kept, NaN refused), flushed so a reader sees whole lines."""
+    for row in rows:
+        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+    sink.flush()

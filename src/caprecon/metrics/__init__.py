@@ -82,8 +82,6 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
 
 
 def build_metric(name: str, roles: "Roles", config: "RunConfig") -> Metric:
-    from caprecon.core.errors import ConfigError
-
     if name not in METRICS:
         raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}")
     return METRICS[name][0](roles, config)

@@ -21,7 +21,6 @@ from typing import Any, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
-from caprecon.core.redaction import redact
 from caprecon.data.samples import Sample
 from caprecon.run.config import RunConfig
 from caprecon.run.local import base_record, read_scores

@@ -22,16 +22,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
 from caprecon.metrics.base import Context, Metric
 from caprecon.models.common import ModelNotFoundError
+from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
 from caprecon.data.samples import LoadedSample, Sample, SampleError, read_image
 from caprecon.store.index import StoreError, content_key
@@ -87,7 +87,7 @@ def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
 
-class _MetricRunner:
+class MetricRunner:
     """One metric's scoring across the run: its batch size after OOM, and how it has failed so far."""
 
     def __init__(self, metric: Metric, ctx: Context, batch_size: int):
@@ -177,7 +177,7 @@ def failure_reason(metric: str | None, exc: Exception) -> str:
     return f"{metric}: {type(exc).__name__}"
 
 
-def _fail(row: dict[str, Any], message: str, reason: str) -> None:
+def fail_row(row: dict[str, Any], message: str, reason: str) -> None:
     row["error"] = "; ".join(filter(None, [row.get("error"), message]))
     row.setdefault("error_reasons", []).append(reason)
 
@@ -205,8 +205,8 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     sink = None
     if scores_path:
         sink = (scores_path.open("a", encoding="utf-8") if append
-                else _open_sink(scores_path, [by_position[i] for i in sorted(by_position)]))
-    runners = [_MetricRunner(m, ctx, batch_size) for m in metrics]
+                else open_for_append(scores_path, [by_position[i] for i in sorted(by_position)]))
+    runners = [MetricRunner(m, ctx, batch_size) for m in metrics]
     caption_only = not any(m.needs_source_image for m in metrics)
     bar = tqdm(total=len(samples), initial=len(by_position), desc=desc, unit="sample", disable=not progress,
                dynamic_ncols=True)
@@ -229,7 +229,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             for i, ((index, sample), got) in enumerate(zip(batch, opened)):
                 if isinstance(got, SampleError):
                     row = row_numbers[index] if row_numbers else index
-                    _fail(rows[i], f"row {row} (id {sample.id}): {got}", got.reason)
+                    fail_row(rows[i], f"row {row} (id {sample.id}): {got}", got.reason)
                 else:
                     items.append(got)
                     positions.append(i)
@@ -240,14 +240,14 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                 for pos, result in zip(positions, runner.score(items)):
                     if isinstance(result, Exception):
                         message = redact_text(f"{runner.metric.name}: {type(result).__name__}: {result}")
-                        _fail(rows[pos], message, failure_reason(runner.metric.name, result))
+                        fail_row(rows[pos], message, failure_reason(runner.metric.name, result))
                     else:
                         rows[pos].update(result)
             _flush(store)
             for (index, _), row in zip(batch, rows):
                 by_position[index] = row
             if sink:
-                _write_lines(sink, rows)
+                append_jsonl(sink, rows)
             if on_rows:
                 on_rows(rows)
             bar.update(len(batch))
@@ -269,7 +269,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             sink.close()
     records = [by_position[i] for i in range(len(samples))]
     if scores_path and not append:
-        _rewrite(scores_path, records)  # the finished file: every row once, in input order
+        write_jsonl_atomically(scores_path, records)  # the finished file: every row once, in input order
     return records
 
 
@@ -330,20 +330,6 @@ class _BatchReader:
         return content_key(self.KIND, image=image_key)
 
 
-def _open_sink(path: Path, kept: list[dict[str, Any]]):
-    """`scores.jsonl` holding exactly the kept rows, open for appending new ones."""
-    _rewrite(path, kept)
-    return path.open("a", encoding="utf-8")
-
-
-def _rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
-    partial = path.with_name(path.name + ".part")
-    with partial.open("w", encoding="utf-8") as fh:
-        _write_lines(fh, rows)
-        os.fsync(fh.fileno())
-    os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
-
-
 def read_scores(path: Path) -> list[dict[str, Any]]:
     """The complete rows of a `scores.jsonl` a killed run left behind (its last line may be cut)."""
     rows = []
@@ -357,9 +343,3 @@ def read_scores(path: Path) -> list[dict[str, Any]]:
         if isinstance(row, dict) and "id" in row:
             rows.append(row)
     return rows
-
-
-def _write_lines(sink, rows: Iterable[dict[str, Any]]) -> None:
-    for row in rows:
-        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
-    sink.flush()

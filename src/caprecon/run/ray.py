@@ -14,7 +14,7 @@ Each actor unpickles its own copy of the stage's models (backends load weights o
 use, so what travels is a path and options, not weights) and opens the run's store itself:
 results land in the same store as the local executor's, and a metric stage finds the
 reconstruction stage's images there, so it never calls the generator. A metric stage scores
-with the local executor's `_MetricRunner`, so row errors, OOM halving and run-stopping
+with the local executor's `MetricRunner`, so row errors, OOM halving and run-stopping
 failures mean the same on both executors, and per-sample scores are identical.
 
 Retries: an exception a stage raises (a flaky remote judge, a worker that lost its GPU) is
@@ -40,7 +40,8 @@ from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.samples import Sample, SampleError, open_image
 from caprecon.store.index import Store
-from caprecon.run.local import (FATAL, RunError, RunInterrupted, _fail, _MetricRunner, _open_sink, _rewrite, _write_lines, base_record)
+from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
+from caprecon.run.local import FATAL, MetricRunner, RunError, RunInterrupted, base_record, fail_row
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def _opened(samples: list[Sample], records: list[dict[str, Any]], row_numbers: l
             items.append(open_image(sample, caption_only=caption_only))
             kept.append(i)
         except SampleError as exc:
-            _fail(record, f"row {row_numbers[i]} (id {sample.id}): {exc}", exc.reason)
+            fail_row(record, f"row {row_numbers[i]} (id {sample.id}): {exc}", exc.reason)
             record[_UNOPENED] = True
     return items, kept
 
@@ -184,7 +185,7 @@ class MetricStage:
     """Scores one metric on each batch, exactly as the local executor does."""
 
     def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool):
-        self.runner = _MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
+        self.runner = MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
         self.caption_only = caption_only
         self.counting = _Counting(self.runner.ctx)
 
@@ -205,7 +206,7 @@ class MetricStage:
             for i, result in zip(kept, results):
                 if isinstance(result, Exception):
                     message = redact_text(f"{name}: {type(result).__name__}: {result}")
-                    _fail(records[i], message, failure_reason(name, result))
+                    fail_row(records[i], message, failure_reason(name, result))
                 else:
                     records[i].update(result)
         # the metric stage finds the reconstruct stage's images: "reused" would count them twice
@@ -286,7 +287,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     if address or not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     numbers = list(row_numbers) if row_numbers else list(range(len(samples)))
-    sink = _open_sink(scores_path, [by_position[i] for i in sorted(by_position)]) if scores_path else None
+    sink = open_for_append(scores_path, [by_position[i] for i in sorted(by_position)]) if scores_path else None
     bar = tqdm(total=len(samples), initial=len(by_position), desc="scoring (ray)", unit="sample",
                disable=not progress, dynamic_ncols=True)
 
@@ -333,7 +334,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                     by_position[int(position)] = record
                     rows_done.append(record)
                 if sink:
-                    _write_lines(sink, rows_done)
+                    append_jsonl(sink, rows_done)
                 if on_rows:
                     on_rows(rows_done)
                 bar.update(len(rows_done))
@@ -355,7 +356,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
             sink.close()
     records = [by_position[i] for i in range(len(samples))]
     if scores_path:
-        _rewrite(scores_path, records)
+        write_jsonl_atomically(scores_path, records)
     return records
 
 

@@ -24,7 +24,8 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.core.tables import format_table
 from caprecon.data.normalise import normalised_samples
-from caprecon.data.samples import Sample, check_unique_ids, has_image, load_samples
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
 from caprecon.run.config import Roles, RunConfig
 from caprecon.run.folder import (open_store, package_version, platform_name, prepare_out, resumable_rows, summarise,

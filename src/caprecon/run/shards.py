@@ -20,7 +20,8 @@ from typing import Any, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
-from caprecon.run.local import _rewrite, read_scores
+from caprecon.core.records import write_jsonl_atomically
+from caprecon.run.local import read_scores
 
 
 def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]:
@@ -106,7 +107,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     records = [by_position[p] for p in range(total)]
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _rewrite(out_dir / "scores.jsonl", records)
+    write_jsonl_atomically(out_dir / "scores.jsonl", records)
     metric_names = first["metric_names"]
     summary = summarise(records, metric_names)
     manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}

@@ -1,0 +1,126 @@
+"""The options every run command shares, and the settings they turn into.
+
+`add_run_options` are the models, reconstruction and cache options of `score`, `meta`,
+`caption` and the split stages; `add_score_options` how `score` runs (Ray, shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from caprecon.core.errors import ConfigError
+from caprecon.run.config import parse_options, parse_pairs, whole_number
+
+
+def global_options(p: argparse.ArgumentParser, default=None) -> None:
+    """Options accepted before and after the subcommand; after it, they only override when given."""
+    p.add_argument("--verbose", "-v", action="store_true", default=default,
+                   help="log what each stage does (model loading, cache hits, retries)")
+
+
+def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
+    if not for_meta:  # `meta` has its own --metric, --seed and --out
+        p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
+                       help="metric to compute (repeatable); see `caprecon models`")
+        p.add_argument("--seed", type=whole_number(0, 2**63 - 1),
+                       help="base seed of the reconstructions (default 0; see --seed-policy)")
+        p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
+    p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
+    p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
+    p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
+                   help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
+    p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--embedder-opt", action="append", metavar="KEY=VALUE",
+                   help="embedder option, e.g. dtype=float16, device=cpu (repeatable)")
+    p.add_argument("--clip", help="CLIP model for clip-image (name, hub id or folder)")
+    p.add_argument("--judge", help="VLM judge of turing/vqascore/fleur: name, hub id or folder")
+    p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
+                   help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
+    p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
+                   help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
+    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
+    p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
+    p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE",
+                   help="text-LLM option, e.g. base_url=... for an OpenAI-compatible server (repeatable)")
+    p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
+    p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
+    p.add_argument("--vqa-template", help="VQAScore question with {caption}")
+    p.add_argument("--vqa-normalise", action="store_const", const=True,
+                   help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
+    p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
+    p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
+                   help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
+                        "its candidates; fixed: --seed for every caption")
+    p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
+    p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
+                   help="keep sources smaller than --max-side at their own size")
+    p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
+                   "at --max-side; caption-only rows: the generator's native resolution)")
+    p.add_argument("--normalise-captions", action="store_const", const=True,
+                   help="strip markdown, list markers and line breaks from captions first (raw text kept as "
+                        "caption_raw); off by default so existing scores do not change")
+    p.add_argument("--batch-size", type=whole_number(1),
+                   help="samples per model batch (default 16; halved automatically on out-of-memory)")
+    p.add_argument("--workers", type=whole_number(0),
+                   help="threads that read, hash and decode the next batch's images while the models run "
+                        "(default 4; 0: in line). Raise it when a fast accelerator waits on image decoding")
+    p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+    p.add_argument("--cache-overlay", metavar="DIR",
+                   help="writable store for new results when --cache-dir is read-only (default OUT/cache-overlay)")
+    p.add_argument("--cache-read-only", action="store_const", const=True,
+                   help="never write to --cache-dir (a shared cache); new results go to the overlay")
+    p.add_argument("--no-cache", action="store_const", const=True,
+                   help="reuse nothing from earlier runs; keep this run's results in OUT/store")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+
+
+def run_settings(args: argparse.Namespace) -> dict:
+    keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
+            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
+            "batch_size", "workers", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
+    settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    if getattr(args, "judge_for", None):
+        settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
+    for role in ("generator", "embedder", "judge", "llm"):
+        pairs = getattr(args, f"{role}_opt")
+        if pairs:
+            settings[f"{role}_options"] = parse_options(pairs)
+    return settings
+
+
+def add_score_options(p: argparse.ArgumentParser) -> None:
+    """`score`'s options for running elsewhere than in this process."""
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this process (default); ray: Ray Data, each model stage an actor pool")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="join this Ray cluster (e.g. auto, ray://head:10001); default: start Ray locally")
+    p.add_argument("--ray-workers", type=whole_number(1), default=1,
+                   help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
+    p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
+                   help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
+                        "turing:gpus=0.5, or recon:with=reconstruct to run a stage inside an earlier stage's "
+                        "actors (stages: reconstruct and each metric; repeatable)")
+    p.add_argument("--retries", type=whole_number(0), default=3,
+                   help="--executor ray: times a failed stage task is retried (default 3)")
+    add_shard_option(p)
+
+
+def add_shard_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--shard", metavar="I/N",
+                   help="work on slice I of N (0-based; all captions of an image in one slice); "
+                        "`caprecon merge` joins the slices' run folders")
+
+
+def score_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `api.score` that `add_score_options` sets."""
+    from caprecon.run.ray import parse_stage_options
+
+    out: dict[str, Any] = {"executor": args.executor, "shard": args.shard}
+    if args.executor == "ray":
+        out["ray"] = {"address": args.ray_address, "workers": args.ray_workers, "retries": args.retries,
+                      "stages": parse_stage_options(args.stage)}
+    elif args.ray_address or args.stage or args.ray_workers != 1:
+        raise ConfigError("--ray-address, --ray-workers and --stage need --executor ray")
+    return out
