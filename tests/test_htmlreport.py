@@ -12,7 +12,8 @@ from scipy import stats
 
 import caprecon
 from caprecon.cli import main
-from caprecon.reports.html import redact, write_html_report
+from caprecon.core.redaction import redact
+from caprecon.reports.html import write_html_report
 from caprecon.reports.html.collect import summary_table
 
 PAYLOADS = ['</script><script>document.title="owned";alert(1)</script>', '<img src=x onerror="alert(2)">',

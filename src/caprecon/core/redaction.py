@@ -1,11 +1,23 @@
 """Keep secrets off disk: API keys, tokens and passwords never reach a manifest, a log or a report.
 
-Options whose name looks secret (`api_key`, `token`, `password`, `authorization`,
-`secret`, `headers`, `cookie`, ...) are replaced by a mark wherever a run writes its
-configuration, and `key=value` command-line words naming one are too. A logging filter
-masks the values themselves, so a key that reaches a message by another path is hidden
-as well. Keep keys in the environment (`api_key_env=NAME`, or `OPENAI_API_KEY`), not
-on the command line, where other users of the machine can read them in the process list.
+This is the project's one redactor: run manifests, command lines, log records, error
+messages and the HTML report all go through it.
+
+A name is secret when one of its words is (`api_key`, `hf_token`, `password`, `secret`,
+`authorization`, `cookie`, `headers`, ...), unless the words after it say the value is
+something about the secret rather than the secret: `token_count`, `token_type_ids`,
+`api_key_env` (the name of an environment variable), `password_file` (a path). Plurals are
+other words: `max_new_tokens` and `tokens_cut` count text pieces, `tokenizer` is a model;
+and `eos_token` or `image_token` is an entry of a model's vocabulary.
+Values under a secret name are replaced by a mark (a `headers` mapping whole), and so are,
+inside any text, `name=value` and `--name value` pairs naming one, the credentials of an
+`Authorization: Bearer|Basic ...` header, and the `user:password@` part of a URL.
+
+Every secret value met this way, and those registered by `remember_options`, is
+remembered and masked wherever it appears later, so a key that reaches a message by
+another path is hidden as well. Keep keys in the environment (`api_key_env=NAME`, or
+`OPENAI_API_KEY`), not on the command line, where other users of the machine can read
+them in the process list.
 """
 
 from __future__ import annotations
@@ -15,24 +27,55 @@ import re
 from typing import Any
 
 MASK = "***"
-_SECRET_WORDS = {"apikey", "token", "password", "passwd", "authorization", "authorisation", "secret", "header",
-                 "headers", "cookie", "cookies", "credential", "credentials"}
+# a word, or two adjacent words run together (api_key, secret_key), that names a secret
+_SECRET_WORDS = frozenset({"apikey", "token", "password", "passwd", "secret", "authorization", "authorisation",
+                           "auth", "header", "headers", "cookie", "cookies", "credential", "credentials",
+                           "secretkey", "accesskey", "privatekey"})
+# words that, following the secret word, make the name one for a fact about the secret: when
+# every later word is one of these the value is not secret; any other later word (hf_token_value)
+# leaves it secret, since a name we do not know is safer masked
+_ABOUT_THE_SECRET = frozenset({"count", "counts", "num", "cut", "id", "ids", "type", "types", "prob", "probs",
+                               "logprob", "logprobs", "len", "length", "limit", "budget", "env", "var", "file",
+                               "path"})
+# `eos_token`, `image_token`: a model's vocabulary entry, not a credential
+_VOCABULARY = frozenset({"bos", "eos", "pad", "unk", "sep", "cls", "mask", "image", "special", "start", "end", "stop"})
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# the scheme of an Authorization value is kept; the credentials after it are the secret
+_SCHEME = r"(?:(?i:bearer|basic|digest|token)\s+)?"
+_SCHEMED = re.compile(_SCHEME + r"(\S+)")
 # name=value, name: value, "name": "value" -- found at every position (a lookahead), so the
 # `token=...` inside `--judge-opt=token=...` is seen as well
-_PAIR = re.compile(r"(?=\b([A-Za-z_][\w.-]*)[\"']?\s*[=:]\s*[\"']?([^\s,;&'\"]+))")
-_BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
+_PAIR = re.compile(r"(?=\b([A-Za-z_][\w.-]*)[\"']?\s*[=:]\s*[\"']?" + _SCHEME + r"([^\s,;&'\"]+))")
+# a command line's `--api-key VALUE`
+_FLAG = re.compile(r"-{1,2}([A-Za-z][\w-]*)")
+_FLAG_VALUE = re.compile(r"(?<![\w-])-{1,2}([A-Za-z][\w-]*)[ \t]+(?![-\s])([^\s'\"]+)")
+_BEARER = re.compile(r"\b(bearer\s+)([^\s'\"]+)", re.IGNORECASE)
+# scheme://user:password@host -- the whole user part goes, since a token is often the user itself
+_URL_USERINFO = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#@'\"<>]+)@")
 
-_known: set[str] = set()  # secret values seen while redacting, masked in log messages too
+_known: set[str] = set()  # secret values seen so far, masked wherever they appear
+
+
+def _words(name: str) -> list[str]:
+    return [w for w in re.split(r"[^a-z0-9]+", _CAMEL.sub("_", name).lower()) if w]
 
 
 def is_secret_name(name: str) -> bool:
-    """`api_key`, `x-api-key`, `hf_token`, `password`, `headers`... but not `max_new_tokens`,
-    nor `api_key_env` (it names an environment variable; the name is not the secret)."""
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    if words and words[-1] == "env":
+    """`api_key`, `x-api-key`, `apiKey`, `hf_token`, `password`, `headers`... but not `token_count`,
+    `max_new_tokens`, `tokenizer`, nor `api_key_env`."""
+    words = _words(name)
+    secret_at = [i for i, word in enumerate(words)
+                 if (word in _SECRET_WORDS and not (word == "token" and i and words[i - 1] in _VOCABULARY))
+                 or (i and words[i - 1] + word in _SECRET_WORDS)]
+    if not secret_at:
         return False
-    joined = {a + b for a, b in zip(words, words[1:])}
-    return bool(_SECRET_WORDS & (set(words) | joined))
+    after = words[secret_at[-1] + 1:]
+    return not (after and set(after) <= _ABOUT_THE_SECRET)
+
+
+def _flag_names_secret(word: Any) -> bool:
+    match = _FLAG.fullmatch(word) if isinstance(word, str) else None
+    return bool(match) and is_secret_name(match.group(1))
 
 
 def redact(value: Any) -> Any:
@@ -49,12 +92,14 @@ def _collect(value: Any) -> None:
             else:
                 _collect(item)
     elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect(item)
+        for previous, item in zip((None, *value), value):
+            if _flag_names_secret(previous):
+                _remember(item)
+            else:
+                _collect(item)
     elif isinstance(value, str):
-        for match in _PAIR.finditer(value):
-            if is_secret_name(match.group(1)):
-                _remember(match.group(2))
+        for secret in _find(value)[1]:
+            _remember(secret)
 
 
 def _mask(value: Any) -> Any:
@@ -62,19 +107,33 @@ def _mask(value: Any) -> Any:
         return {key: MASK if isinstance(key, str) and is_secret_name(key) and item not in (None, "", {}, [])
                 else _mask(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_mask(item) for item in value)
+        return type(value)(MASK if _flag_names_secret(previous) and item not in (None, "") else _mask(item)
+                           for previous, item in zip((None, *value), value))
     if isinstance(value, str):
         return redact_text(value)
     return value
 
 
-def redact_text(text: str) -> str:
-    """`api_key=...`, `"token": "..."`, `Bearer ...` and every secret seen before, masked."""
+def _find(text: str) -> tuple[list[tuple[int, int]], list[str]]:
+    """The spans of `text` to mask, and the secret values among them worth remembering."""
     spans = [m.span(2) for m in _PAIR.finditer(text) if is_secret_name(m.group(1))]
+    spans += [m.span(2) for m in _FLAG_VALUE.finditer(text) if is_secret_name(m.group(1))]
+    spans += [m.span(2) for m in _BEARER.finditer(text)]
+    secrets = [text[start:end] for start, end in spans]
+    for match in _URL_USERINFO.finditer(text):
+        spans.append(match.span(1))
+        user, _, password = match.group(1).partition(":")
+        secrets.append(password or user)  # a user name alone is no secret, but a lone token is
+    return spans, secrets
+
+
+def redact_text(text: str) -> str:
+    """`api_key=...`, `"token": "..."`, `Bearer ...`, `user:password@` and every secret seen before, masked."""
+    spans, secrets = _find(text)
+    for secret in secrets:
+        _remember(secret)
     for start, end in reversed(_merge(spans)):
-        _remember(text[start:end])
         text = text[:start] + MASK + text[end:]
-    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
     for secret in sorted(_known, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
@@ -93,8 +152,13 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _remember(value: Any) -> None:
     if isinstance(value, str) and len(value) >= 4:  # shorter values would mask ordinary words
         _known.add(value)
+        if (schemed := _SCHEMED.fullmatch(value)) and len(schemed.group(1)) >= 4:
+            _known.add(schemed.group(1))  # "Basic XXX": XXX may be quoted alone
     elif isinstance(value, dict):
         for item in value.values():
+            _remember(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
             _remember(item)
 
 
@@ -104,12 +168,14 @@ def remember_options(options: dict[str, Any] | None) -> None:
 
 
 class RedactingFilter(logging.Filter):
-    """Masks known secrets and bearer tokens in every record a handler emits."""
+    """Masks secrets in every record a handler emits."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if _known or "earer" in str(record.msg):
-            record.msg = redact_text(record.getMessage())
-            record.args = None
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: the handler's formatter reports it as logging does
+            return True
+        record.msg, record.args = redact_text(message), None
         return True
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-
 from caprecon.core.records import read_jsonl
+from caprecon.core.redaction import redact, redact_text
 
 # fields of a score record that are numbers but not scores
 NOT_SCORES = frozenset({"seed", "candidate", "tokens_cut", "size", "match"})
@@ -25,36 +24,6 @@ LOWER_IS_BETTER_SUFFIXES = ("_gap",)
 CURVE_FILES = ("curve.csv", "selection_curve.csv", "selection_curve.jsonl")
 # per-sample records: a `score` run's, else a best-of-N `caption` run's candidates
 RECORD_FILES = ("scores.jsonl", "candidates.jsonl")
-
-# a key names a secret when one of its _-separated words does ("hf_token", "api_key"; not "max_new_tokens")
-_SECRET_KEY = re.compile(r"(^|[_-])(api[_-]?key|key|token|password|passwd|secret|authori[sz]ation|headers?|cookies?"
-                         r"|credentials?)($|[_-])", re.IGNORECASE)
-# secrets inside strings: KEY=VALUE options (a command line), "Bearer ..." and user:password@ in URLs
-_SECRET_OPTION = re.compile(r"((?<![A-Za-z0-9])(?:\w*[_-])?(?:api[_-]?key|token|password|passwd|secret"
-                            r"|authori[sz]ation)\s*[=:]\s*)[^\s,;&\"']+", re.IGNORECASE)
-_BEARER = re.compile(r"(bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(\w+://)[^/@\s]+@")
-REDACTED = "[redacted]"
-
-
-def redact(value: Any, key: str = "") -> Any:
-    """A copy of a manifest (or any JSON value) with every secret-looking entry replaced."""
-    if key and _SECRET_KEY.search(key) and value not in (None, "", [], {}):
-        return REDACTED
-    if isinstance(value, Mapping):
-        return {str(k): redact(v, str(k)) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        out = [redact(v) for v in value]
-        for i in range(1, len(out)):  # a command line's "--api-key SECRET": the option names its value
-            previous = value[i - 1]
-            if isinstance(previous, str) and previous.startswith("-") and _SECRET_KEY.search(previous.lstrip("-")):
-                out[i] = REDACTED
-        return out
-    if isinstance(value, str):
-        value = _BEARER.sub(lambda m: m.group(1) + REDACTED, value)
-        value = _SECRET_OPTION.sub(lambda m: m.group(1) + REDACTED, value)
-        return _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", value)
-    return value
 
 
 def lower_is_better(metric: str) -> bool:
@@ -176,8 +145,15 @@ def read_records(run: Path) -> list[dict[str, Any]]:
     for name in RECORD_FILES:
         path = run / name
         if path.is_file():
-            return [record for _, record in read_jsonl(path)]
+            return [_with_error_redacted(record) for _, record in read_jsonl(path)]
     return []
+
+
+def _with_error_redacted(record: Any) -> Any:
+    """A row's error quotes an exception, which may hold a URL's password or a key; the rest is data."""
+    if isinstance(record, dict) and isinstance(record.get("error"), str):
+        record["error"] = redact_text(record["error"])
+    return record
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
