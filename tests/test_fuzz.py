@@ -9,8 +9,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from caprecon.data.qa import LETTERS, QABankError, grade, parse_item, read_box, read_choice, read_yes_no
+from caprecon.data.qa import LETTERS, QABankError, parse_item
 from caprecon.data.samples import LoadedSample, SampleError, SampleFormatError, load_samples, open_image
+from caprecon.metrics.grading import grade, read_box, read_choice, read_yes_no
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,7 +13,8 @@ from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.llm import TransformersLLM
 from caprecon.models.vlm import TransformersVLM
-from caprecon.data.qa import grade, load_qa_bank
+from caprecon.data.qa import load_qa_bank
+from caprecon.metrics.grading import grade
 from caprecon.data.samples import Sample, open_image
 from caprecon.store.index import Store
 from oracle import OracleGenerator, render
@@ -163,7 +164,7 @@ def test_captionqa_counts_cannot_answer_as_wrong(bank_file, samples):
 
 def test_captionqa_with_text_llm(tmp_path, bank_file, samples):
     from caprecon.metrics.captionqa import captionqa_prompt
-    from caprecon.data.qa import in_source_terms, score_answer
+    from caprecon.metrics.grading import score_answer
 
     llm = TransformersLLM(build_qwen2_lm(tmp_path / "lm"), max_new_tokens=8)
     items = [open_image(s) for s in samples]
@@ -174,7 +175,7 @@ def test_captionqa_with_text_llm(tmp_path, bank_file, samples):
         # graded by hand from the LLM's own answers to the same prompts
         answers = llm.generate([captionqa_prompt(item.caption, q) for q in questions], max_new_tokens=32)
         size = item.image.size
-        marks = [score_answer(in_source_terms(q, size), a, image_size=size) for q, a in zip(questions, answers)]
+        marks = [score_answer(q, a, image_size=size, source_size=size) for q, a in zip(questions, answers)]
         assert row["captionqa"] == pytest.approx(sum(marks) / 4) and row["captionqa_n"] == 4
 
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from caprecon.data.qa import (QABankError, QAItem, box_iou, build_prompt, grade, infer_coords, load_qa_bank, mc_from_probs, normalize_short, parse_item, read_box, score_answer)
+from caprecon.data.qa import QABankError, QAItem, build_prompt, load_qa_bank, normalize_short, parse_item
+from caprecon.metrics.grading import box_iou, grade, infer_coords, mc_from_probs, read_box, score_answer
 
 MC = QAItem("img", "What colour is the bus?", "mc", "B", choices=("red", "blue", "dark green"))
 YN = QAItem("img", "Is there a dog?", "yesno", "no")

@@ -23,6 +23,7 @@ from caprecon.apps.suites.entries import SUITES, SuiteEntry
 from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_benchmark
 from caprecon.apps.suites.runner import UPPER
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade, read_number
+from caprecon.metrics.grading import BoxReading
 from oracle import OracleGenerator
 from tiny_vlm import build_qwen2_vl
 
@@ -247,14 +248,14 @@ def test_box_grading_by_iou_in_the_judges_convention(bench_files):
     entry = SUITES["refcoco"]
     # on a 32x32 reconstruction, in fractions: the gold box is (.25, .25, .75, .75)
     half = grade(q, "[0.25, 0.25, 0.75, 0.5]", entry, source_size=(40, 40), seen_size=(32, 32),
-                 box_coords="normalized")
+                 reading=BoxReading("normalized"))
     assert half.iou == pytest.approx(0.5) and half.correct  # IoU >= 0.5 counts
     third = grade(q, "[0.5, 0.25, 1.0, 0.75]", entry, source_size=(40, 40), seen_size=(32, 32),
-                  box_coords="normalized")
+                  reading=BoxReading("normalized"))
     assert third.iou == pytest.approx(1 / 3) and not third.correct
-    pixels = grade(q, "[8, 8, 24, 24]", entry, source_size=(40, 40), seen_size=(32, 32), box_coords="pixel")
+    pixels = grade(q, "[8, 8, 24, 24]", entry, source_size=(40, 40), seen_size=(32, 32), reading=BoxReading("pixel"))
     assert pixels.iou == pytest.approx(1.0)
-    grid = grade(q, "(250,250),(750,750)", entry, source_size=(40, 40), seen_size=(32, 32), box_coords="1000")
+    grid = grade(q, "(250,250),(750,750)", entry, source_size=(40, 40), seen_size=(32, 32), reading=BoxReading("1000"))
     assert grid.iou == pytest.approx(1.0)
 
 

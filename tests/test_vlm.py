@@ -16,7 +16,8 @@ from PIL import Image  # noqa: E402
 import tiny_vlm  # noqa: E402
 from caprecon.models.llm import TextLLM, TransformersLLM, reply_text, reply_token_ids  # noqa: E402
 from caprecon.models.vlm import TransformersVLM, VisionLanguageModel, VLMRequest, group_by_image, load_processor
-from caprecon.data.qa import QAItem, mc_from_probs  # noqa: E402
+from caprecon.data.qa import QAItem  # noqa: E402
+from caprecon.metrics.grading import mc_from_probs  # noqa: E402
 
 MC = ("How many birds are there?\nA. 1\nB. 2\nC. 3\nD. 4\n"
       "Answer with the option's letter from the given choices directly.")

@@ -46,7 +46,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-judge-check", dest="judge_check", action="store_const", const=False,
                    help="skip stage 5's answer check on the original image")
     p.add_argument("--judge-box-coords", choices=["normalized", "1000", "pixel"],
-                   help="the judge's box convention (Qwen2-VL: 1000), else inferred")
+                   help="read the judge's boxes in this convention instead of its own (Qwen3-VL: 1000, "
+                        "Qwen2.5-VL: pixel); inferred per answer when neither is known")
     p.add_argument("--qa-duplicate-cos", type=float, help="stage 5: near-duplicate questions above this (default 0.9)")
     p.add_argument("--blind-filter", action="store_const", const=True,
                    help="stage 5: drop questions the --llm answers without the image")

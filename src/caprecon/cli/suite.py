@@ -54,7 +54,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
                    help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable)")
     p.add_argument("--judge-box-coords", choices=COORDS,
-                   help="the judge's box convention for grounding (Qwen2-VL: 1000; default: inferred per answer)")
+                   help="read the judge's grounding boxes in this convention instead of its own (Qwen3-VL: "
+                        "1000, Qwen2.5-VL: pixel); inferred per answer when neither is known")
     p.add_argument("--judge-max-new-tokens", type=int, default=32, help="longest answer (default 32)")
     p.add_argument("--sigma", type=float, default=DEFAULT_SIGMA,
                    help=f"Eq. 4 tolerance in percentage points (default {DEFAULT_SIGMA:g})")

@@ -1,4 +1,4 @@
-"""The question bank: questions about images, the prompts that ask them, and grading.
+"""The question bank: questions about images, and the prompts that ask them.
 
 A bank is a JSONL file, one question per line:
 
@@ -16,22 +16,11 @@ optional; any other field is kept in `QAItem.meta`. Types and their answers:
 - `box`: `answer` is [x1, y1, x2, y2]; `coords` says its convention (see below).
 
 Box coordinates come in three conventions: "normalized" (fractions of the width and
-height, 0-1), "1000" (Qwen-VL's 0-1000 grid over each side) and "pixel". A box's
-convention is taken from an explicit value where there is one (the bank's `coords`
-field; `pred_coords` for a model's answer) and otherwise inferred:
-
-1. every value <= 1: normalized;
-2. with the image size known: a value beyond the image's width (x) or height (y) means
-   1000, else pixel. A 0-1000 box that happens to fit inside an image larger than it
-   reads as pixels here, so inference is a last resort: a judge's convention is a
-   property of the judge (`judge_box_coords`: Qwen3-VL and Qwen2-VL "1000", Qwen2.5-VL
-   "pixel", others "normalized"), and `grade` records when it had to guess;
-3. without the image size, pixel and 1000 cannot be told apart: two boxes in the same
-   convention, known or not, are compared as they are (IoU does not change when both
-   boxes are scaled alike); otherwise grading asks for the image size.
-
-Pixel answers are in pixels of the image the model saw: for Qwen2.5-VL that is the image
-after its processor resized it, so `grade` takes that size as `pred_frame`.
+height, 0-1), "1000" (Qwen-VL's 0-1000 grid over each side) and "pixel". A bank box
+without `coords` has its convention inferred when it is graded. A judge's own
+convention is a property of its model family (`judge_box_coords`: Qwen3-VL and Qwen2-VL
+"1000", Qwen2.5-VL "pixel", in pixels of the image after its processor resized it).
+Grading lives in `caprecon.metrics.grading`.
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from caprecon.core.records import read_jsonl
 
@@ -140,11 +129,11 @@ def parse_item(record: Any, where: str = "item") -> QAItem:
             if len(raw_choices) > len(LETTERS):
                 fail(f"at most {len(LETTERS)} choices")
             choices = tuple(str(c) for c in raw_choices)
-            if len({_norm_choice(c) for c in choices}) < len(choices):
+            if len({norm_choice(c) for c in choices}) < len(choices):
                 fail(f"two choices read the same: {list(choices)}")
             answer = _mc_answer(str(answer), choices)
         elif kind == "yesno":
-            answer = _YES_NO.get(str(answer).strip().lower())
+            answer = YES_NO.get(str(answer).strip().lower())
             if answer is None:
                 fail(f"a yesno answer must be yes or no, got {record['answer']!r}")
         elif kind == "short":
@@ -169,7 +158,7 @@ def parse_item(record: Any, where: str = "item") -> QAItem:
 def _mc_answer(answer: str, choices: tuple[str, ...]) -> str:
     """The letter of the correct option, given its letter or its text."""
     letters = LETTERS[: len(choices)]
-    by_text = [letters[i] for i, c in enumerate(choices) if _norm_choice(c) == _norm_choice(answer)]
+    by_text = [letters[i] for i, c in enumerate(choices) if norm_choice(c) == norm_choice(answer)]
     by_letter = answer.strip().upper() if len(answer.strip()) == 1 and answer.strip().upper() in letters else None
     if by_text and by_letter and by_text[0] != by_letter:
         raise ValueError(f"answer {answer!r} is ambiguous: it is the letter of option {by_letter} "
@@ -203,15 +192,6 @@ def judge_box_coords(family: str | None) -> str | None:
     """The box convention of a model family (see `_FAMILY_COORDS`); None when not known."""
     name = (family or "").lower()
     return next((coords for key, coords in _FAMILY_COORDS if key in name), None)
-
-
-def in_source_terms(item: QAItem, source_size: tuple[int, int]) -> QAItem:
-    """A box answer in fractions of the source image, so that it can be compared with a box
-    the judge gives on an image of another size (the reconstruction keeps the aspect ratio)."""
-    if item.type != "box":
-        return item
-    coords = item.coords or infer_coords(item.answer, source_size)
-    return replace(item, answer=to_normalized(item.answer, coords, source_size), coords="normalized")
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,8 +233,8 @@ _ARTICLES = {"a", "an", "the"}
 _NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
                  "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11",
                  "twelve": "12"}
-_YES_NO = {"yes": "yes", "y": "yes", "yeah": "yes", "yep": "yes", "true": "yes", "correct": "yes",
-           "no": "no", "n": "no", "nope": "no", "false": "no", "incorrect": "no"}
+YES_NO = {"yes": "yes", "y": "yes", "yeah": "yes", "yep": "yes", "true": "yes", "correct": "yes",
+          "no": "no", "n": "no", "nope": "no", "false": "no", "incorrect": "no"}
 
 
 def normalize_short(text: str) -> str:
@@ -271,180 +251,6 @@ def normalize_short(text: str) -> str:
     return " ".join(words)
 
 
-def _norm_choice(text: str) -> str:
+def norm_choice(text: str) -> str:
     """Case- and punctuation-insensitive form of an option's text."""
     return " ".join(re.sub(r"[^\w\s]|_", " ", str(text).lower()).split())
-
-
-# ---------------------------------------------------------------------------------------
-# grading
-
-
-@dataclass(frozen=True)
-class Grade:
-    correct: bool
-    parsed: Any  # what was read from the prediction: a letter, yes/no, the normalised text, a box; None if nothing
-    iou: float | None = None  # box questions: IoU with the answer box (0 when no box could be read)
-    coords_guessed: bool = False  # box questions: the prediction's convention was inferred from its values
-
-
-def score_answer(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
-                 pred_coords: str | None = None, iou_threshold: float = 0.5,
-                 pred_frame: tuple[int, int] | None = None) -> float:
-    """1.0 if `prediction` answers `item` correctly, else 0.0 (see `grade`)."""
-    return float(grade(item, prediction, image_size=image_size, pred_coords=pred_coords,
-                       iou_threshold=iou_threshold, pred_frame=pred_frame).correct)
-
-
-def grade(item: QAItem, prediction: str, *, image_size: tuple[int, int] | None = None,
-          pred_coords: str | None = None, iou_threshold: float = 0.5,
-          pred_frame: tuple[int, int] | None = None) -> Grade:
-    """Grade a free-form answer.
-
-    mc: the option's letter ("B", "(b)", "B. blue", "Answer: B") or its text, case- and
-    punctuation-insensitive. yesno: the first word, or the only yes/no word present.
-    short: exact match after `normalize_short`. box: the first four numbers of the
-    prediction, as [x1, y1, x2, y2] in `pred_coords` (inferred if None, see the module
-    doc), correct when IoU >= `iou_threshold`; `image_size` is (width, height) in pixels,
-    and `pred_frame` the (width, height) that a pixel prediction refers to (default
-    `image_size`; for Qwen2.5-VL the processor's resized size).
-    """
-    prediction = str(prediction)
-    if item.type == "mc":
-        letter = read_choice(prediction, item.choices)
-        return Grade(letter == item.answer, letter)
-    if item.type == "yesno":
-        said = read_yes_no(prediction)
-        return Grade(said == item.answer, said)
-    if item.type == "short":
-        said = normalize_short(prediction)
-        return Grade(said == normalize_short(item.answer), said or None)
-    box = read_box(prediction)
-    if box is None:
-        return Grade(False, None, 0.0)
-    guessed = pred_coords is None
-    if pred_coords is None and image_size is not None:
-        pred_coords = infer_coords(box, image_size)
-    compared = box
-    if pred_coords == "pixel" and pred_frame is not None:
-        compared, pred_coords = to_normalized(box, "pixel", pred_frame), "normalized"
-    iou = box_iou(item.answer, compared, image_size=image_size, a_coords=item.coords, b_coords=pred_coords)
-    return Grade(iou >= iou_threshold, box, iou, coords_guessed=guessed)
-
-
-def read_choice(prediction: str, choices: Sequence[str]) -> str | None:
-    """The option letter a free-form answer picks, or None.
-
-    In order: the whole answer is an option's text; the answer is a letter, alone or
-    wrapped and punctuated ("B", "(B)", "B." , "b)"), after an optional "answer:" /
-    "the answer is" / "option", and possibly followed by text ("B. blue"); exactly one
-    option's text occurs in the answer as whole words.
-    """
-    letters = LETTERS[: len(choices)]
-    said = _norm_choice(prediction)
-    texts = [_norm_choice(c) for c in choices]
-    if said in texts:
-        return letters[texts.index(said)]
-    head = re.sub(r"^\s*(?:(?:the\s+)?(?:correct\s+)?answer\s*(?:is)?\s*[:\-]?|option)\s*", "", prediction.strip(),
-                  flags=re.IGNORECASE)
-    m = re.match(r"^[\(\[]?([A-Za-z])(?:[\)\]]|\s*[.:)\]]|\s*$)", head)
-    if m and m.group(1).upper() in letters:
-        return m.group(1).upper()
-    found = [letters[i] for i, t in enumerate(texts) if t and re.search(rf"\b{re.escape(t)}\b", said)]
-    return found[0] if len(found) == 1 else None
-
-
-def read_yes_no(prediction: str) -> str | None:
-    words = _norm_choice(prediction).split()
-    if not words:
-        return None
-    if words[0] in _YES_NO:
-        return _YES_NO[words[0]]
-    present = {w for w in words if w in ("yes", "no")}
-    return present.pop() if len(present) == 1 else None
-
-
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
-
-
-def read_box(prediction: str) -> Box | None:
-    """The first four numbers in the text as (x1, y1, x2, y2), each axis put in order; None
-    with fewer than four. Digits inside words ("x1") are not numbers."""
-    numbers = [float(n) for n in _NUMBER.findall(prediction)[:4]]
-    if len(numbers) < 4:
-        return None
-    x1, y1, x2, y2 = numbers
-    return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
-
-
-def infer_coords(box: Sequence[float], image_size: tuple[int, int] | None = None) -> str | None:
-    """The inferred convention of a box (module doc, rules 1-2); None when it is pixel or
-    1000 and there is no image size to tell which."""
-    if max(box) <= 1:
-        return "normalized"
-    if image_size is None:
-        return None
-    width, height = image_size
-    return "1000" if max(box[0], box[2]) > width or max(box[1], box[3]) > height else "pixel"
-
-
-def to_normalized(box: Sequence[float], coords: str, image_size: tuple[int, int] | None = None) -> Box:
-    """A box in fractions of the image's width and height."""
-    if coords == "normalized":
-        return tuple(float(v) for v in box)  # type: ignore[return-value]
-    if coords == "1000":
-        return tuple(float(v) / 1000 for v in box)  # type: ignore[return-value]
-    if coords == "pixel":
-        if image_size is None:
-            raise ValueError(f"box {list(box)} is in pixels: pass image_size to compare it with another convention")
-        width, height = image_size
-        return (box[0] / width, box[1] / height, box[2] / width, box[3] / height)
-    raise ValueError(f"unknown coords {coords!r}; use one of {', '.join(COORDS)}")
-
-
-def box_iou(a: Sequence[float], b: Sequence[float], *, image_size: tuple[int, int] | None = None,
-            a_coords: str | None = None, b_coords: str | None = None) -> float:
-    """Intersection over union of two [x1, y1, x2, y2] boxes, each in its own convention
-    (given, or inferred as the module doc says)."""
-    ca = a_coords or infer_coords(a, image_size)
-    cb = b_coords or infer_coords(b, image_size)
-    if ca == cb:  # one convention, known or not: IoU does not change when both boxes are scaled alike
-        return _iou(a, b)
-    if ca is None or cb is None:
-        raise ValueError(f"cannot tell whether box {list(a if ca is None else b)} is in pixels or 0-1000 "
-                         f"coordinates without the image size; pass image_size or the box's coords")
-    return _iou(to_normalized(a, ca, image_size), to_normalized(b, cb, image_size))
-
-
-def _iou(a: Sequence[float], b: Sequence[float]) -> float:
-    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = iw * ih
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
-# ---------------------------------------------------------------------------------------
-# probabilities
-
-
-def mc_from_probs(item: QAItem, option_probs: Sequence[float]) -> tuple[str | None, list[float], float]:
-    """From a judge's probabilities for `item.options` (in that order): the predicted
-    option, the probabilities normalised to sum to 1, and P(correct answer).
-
-    When every probability is 0 (no option in a server's top-k, say) nothing is known:
-    the distribution is uniform and no option is predicted.
-    """
-    options = item.options
-    if len(option_probs) != len(options):
-        raise ValueError(f"{item.id}: {len(option_probs)} probabilities for {len(options)} options {list(options)}")
-    probs = [float(p) for p in option_probs]
-    if any(not math.isfinite(p) or p < 0 for p in probs):
-        raise ValueError(f"{item.id}: probabilities must be finite and non-negative, got {probs}")
-    total = sum(probs)
-    if total <= 0:
-        uniform = [1.0 / len(options)] * len(options)
-        return None, uniform, uniform[0]
-    normalised = [p / total for p in probs]
-    best = max(range(len(options)), key=lambda i: normalised[i])
-    return options[best], normalised, normalised[options.index(item.correct_option)]

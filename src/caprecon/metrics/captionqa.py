@@ -13,11 +13,12 @@ from typing import Any, Sequence
 
 from caprecon.models.llm import TextLLM
 from caprecon.core.describe import describe_model
-from caprecon.data.qa import QAItem, build_prompt, in_source_terms, load_qa_bank, score_answer
+from caprecon.data.qa import QAItem, build_prompt, load_qa_bank
 from caprecon.data.samples import LoadedSample
 from caprecon.store.index import content_key
 from caprecon.core.tables import CategoryTally
 from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.grading import score_answer
 
 CANNOT = "Cannot answer from the description"
 PREAMBLE = (
@@ -68,6 +69,6 @@ class CaptionQA(Metric):
         tallies = [CategoryTally() for _ in items]
         for (row, q), answer in zip(owners, answers):
             size = items[row].size
-            tallies[row].add(q.category, score_answer(in_source_terms(q, size), answer, image_size=size,
+            tallies[row].add(q.category, score_answer(q, answer, image_size=size, source_size=size,
                                                       iou_threshold=self.iou_threshold))
         return [tally.fields("captionqa") for tally in tallies]

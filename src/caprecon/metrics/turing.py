@@ -30,11 +30,12 @@ from typing import Any, Mapping, Sequence
 from caprecon.core.describe import describe_model
 from caprecon.models.generator import TextToImage
 from caprecon.models.vlm import VisionLanguageModel
-from caprecon.data.qa import COORDS, QAItem, build_prompt, grade, in_source_terms, load_qa_bank
+from caprecon.data.qa import COORDS, QAItem, build_prompt, load_qa_bank
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.data.samples import LoadedSample
 from caprecon.core.tables import CategoryTally
 from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.grading import BoxReading, grade_reply
 from caprecon.metrics.judging import LazyImages, answers
 
 
@@ -62,16 +63,15 @@ class CaptionTuringTest(Metric):
     def judge_of(self, category: str) -> VisionLanguageModel:
         return self.judges_for.get(category, self.judge)
 
-    def box_coords_of(self, judge: VisionLanguageModel) -> str | None:
-        """The judge's box convention (None: unknown, guessed per answer and recorded)."""
-        if judge is self.judge and self.judge_box_coords is not None:
-            return self.judge_box_coords
-        return getattr(judge, "box_coords", None)
+    def reading_of(self, judge: VisionLanguageModel) -> BoxReading:
+        """How the judge's box answers are read (coords None: unknown, guessed per answer and
+        recorded); `judge_box_coords` is the default judge's only."""
+        return BoxReading.of(judge, self.judge_box_coords if judge is self.judge else None)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "judge": describe_model(self.judge), "generator": describe_model(self.generator),
                 "judges_for": {cat: describe_model(j) for cat, j in self.judges_for.items()},
-                "box_coords": {cat: self.box_coords_of(self.judge_of(cat)) or "guessed per answer"
+                "box_coords": {cat: self.reading_of(self.judge_of(cat)).coords or "guessed per answer"
                                for cat in ["", *self.judges_for]},
                 "questions": sum(len(v) for v in self.bank.values()), "images_in_bank": len(self.bank),
                 "iou_threshold": self.iou_threshold, "upper_bound": self.upper}
@@ -100,21 +100,18 @@ class CaptionTuringTest(Metric):
                     judge = self.judge_of(q.category)
                     slot = id(judge)
                     judges[slot] = judge
-                    coords = self.box_coords_of(judge)
-                    asks.setdefault(slot, []).append((key, build_prompt(q, box_coords=coords)))
+                    asks.setdefault(slot, []).append((key, build_prompt(q, box_coords=self.reading_of(judge).coords)))
                     owners.setdefault(slot, []).append((row, q, size, index))
             tallies = [CategoryTally() for _ in items]
             ious: list[list[float]] = [[] for _ in items]
             guessed = [0] * len(items)
             graded[field] = [{} for _ in items]
             for slot, judge in judges.items():
-                coords = self.box_coords_of(judge)
+                reading = self.reading_of(judge)
                 replies = answers(ctx, judge, asks[slot], images, self.max_new_tokens)
                 for (row, q, size, index), answer in zip(owners[slot], replies):
-                    frame = judge.box_frame(size) if q.type == "box" and coords == "pixel" and \
-                        hasattr(judge, "box_frame") else None
-                    result = grade(in_source_terms(q, items[row].size), answer, image_size=size,
-                                   pred_coords=coords, iou_threshold=self.iou_threshold, pred_frame=frame)
+                    result = grade_reply(q, answer, reading, seen_size=size, source_size=items[row].size,
+                                         iou_threshold=self.iou_threshold)
                     if q.type == "box":
                         ious[row].append(result.iou)
                         guessed[row] += result.coords_guessed

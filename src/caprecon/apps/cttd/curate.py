@@ -9,9 +9,10 @@ Per image, in this order (each pair dropped by the first check it fails, with th
 4. **near-duplicate**: question embedding cosine above `qa_duplicate_cos` with an earlier
    kept pair of the same image *and* the same answer;
 5. **judge disagrees**: the judge, looking at the original image, answers otherwise
-   (graded as the Caption Turing Test grades; boxes by IoU >= 0.5). Asked only for pairs
-   that survived 1-4, and cached: the same judge's upper-bound answers in a later
-   `turing` run are these;
+   (graded as the Caption Turing Test grades: boxes by IoU >= 0.5, read in the judge's
+   own convention unless `judge_box_coords` says otherwise). Asked only for pairs that
+   survived 1-4, and cached: the same judge's upper-bound answers in a later `turing`
+   run are these;
 6. **answerable without the image** (optional `blind_filter`): a text-only LLM answers an mc
    question correctly under each of `blind_permutations` rotations of its choices, or a
    short-answer question correctly. Yes/no questions are exempt: a coin flip passes half.
@@ -26,8 +27,9 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
+from caprecon.data.qa import LETTERS, QABankError, QAItem, build_prompt, normalize_short, parse_item
+from caprecon.metrics.grading import BoxReading, grade, grade_reply
 from caprecon.metrics.judging import LazyImages, answers
-from caprecon.data.qa import LETTERS, QABankError, QAItem, build_prompt, grade, normalize_short, parse_item
 from caprecon.apps.cttd.categorise import text_embeddings
 from caprecon.apps.cttd.stage import Job, llm_replies, write_jsonl
 
@@ -135,12 +137,13 @@ def _judge_agrees(job: Job, entry: dict[str, Any], items, drop):
         return items
     lazy = LazyImages()
     key = lazy.add(entry["key"], lambda: Image.open(entry["path"]).convert("RGB"))
-    asks = [(key, build_prompt(item, box_coords=cfg.judge_box_coords)) for item, _ in items]
+    reading = BoxReading.of(job.models.judge, cfg.judge_box_coords)
+    asks = [(key, build_prompt(item, box_coords=reading.coords)) for item, _ in items]
     replies = answers(job.ctx, job.models.judge, asks, lazy, cfg.judge_max_new_tokens)  # turing's cache entries
     size = (entry["width"], entry["height"])
     kept = []
     for (item, record), reply in zip(items, replies):
-        result = grade(item, reply, image_size=size, pred_coords=cfg.judge_box_coords)
+        result = grade_reply(item, reply, reading, seen_size=size)
         if result.correct:
             kept.append((item, record))
         else:

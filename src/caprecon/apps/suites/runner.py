@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from caprecon.run.config import RunConfig
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
+from caprecon.metrics.grading import BoxReading
 from caprecon.metrics.judging import LazyImages, answers
 from caprecon.models import registry
 from caprecon.models.captioner import Sampling, resolve_prompt
@@ -349,8 +350,9 @@ def evaluate_suites(
     recons = _reconstruction_phase(caption_rows, generator, images, store, cfg, cache, progress)
     del generator
     _release()
+    reading = BoxReading.of(judge, judge_box_coords)  # the judge's own convention unless told otherwise
     rows, graded = _answer_phase(labels, benchmarks, recons, images, judge, ctx, cfg,
-                                 max_new_tokens=judge_max_new_tokens, box_coords=judge_box_coords, progress=progress)
+                                 max_new_tokens=judge_max_new_tokens, reading=reading, progress=progress)
 
     scores: dict[str, dict[str, dict[str, Any]]] = {}
     for label in labels:
@@ -377,7 +379,7 @@ def evaluate_suites(
                      "captions_file": str(s.captions_file) if s.captions_file else None} for s in sources],
         "caption_prompt": caption_prompt,
         "captions_normalised": normalise,
-        "judge": {"max_new_tokens": judge_max_new_tokens, "box_coords": judge_box_coords},
+        "judge": {"max_new_tokens": judge_max_new_tokens, "box_coords": reading.coords},
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.spec.seed, "seed_policy": cfg.spec.seed_policy,
                            "size": list(cfg.spec.size) if cfg.spec.size else f"source aspect, long side "
                                                                                f"{cfg.spec.max_side}"},
@@ -465,7 +467,7 @@ def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, ima
 
 def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
                   recons: Mapping[tuple[str, str], Reconstruction | str], images: _Images, judge, ctx: Context,
-                  cfg: RunConfig, *, max_new_tokens: int, box_coords: str | None, progress: bool
+                  cfg: RunConfig, *, max_new_tokens: int, reading: BoxReading, progress: bool
                   ) -> tuple[list[dict[str, Any]], dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]]]:
     """The judge on the originals (the upper bound, once per question) and on every
     reconstruction: one record per question and row, and the graded questions by (row, dataset)."""
@@ -490,7 +492,7 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
                         continue
                     key, seen, load = recon.key, (recon.width, recon.height), recon.image
                     record["reconstruction"] = str(recon.path)
-                asks.append((key, judge_prompt(q, box_coords)))
+                asks.append((key, judge_prompt(q, reading.coords)))
                 loaders.append(load)
                 pending.append((len(rows) - 1, q, bench.entry, original_size, seen))
     replies: list[str] = []
@@ -506,7 +508,7 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
     bar.close()
     graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
     for (row, q, entry, source_size, seen), reply in zip(pending, replies):
-        result = grade(q, reply, entry, source_size=source_size, seen_size=seen, box_coords=box_coords)
+        result = grade(q, reply, entry, source_size=source_size, seen_size=seen, reading=reading)
         rows[row].update(reply=reply, correct=result.correct, **({"iou": result.iou} if result.iou is not None else {}))
         graded.setdefault((rows[row]["captioner"], entry.name), []).append((q, result))
     return rows, graded

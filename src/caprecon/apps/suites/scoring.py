@@ -2,8 +2,8 @@
 
 Rules (rule-based throughout, no LLM answer extraction):
 
-- mc / yesno: as the QA bank grades them (`caprecon.qa.grade`): an option's letter or
-  text; the first yes/no word.
+- mc / yesno / box: as every bank question is graded (`caprecon.metrics.grading`): an
+  option's letter or text; the first yes/no word; a box in the judge's own convention.
 - math: the reply's number is the first after "answer is" / "answer:" when the reply
   says so, else its last number. Numbers are read with thousands commas dropped
   ("1,234"), fractions ("3/4", "\\frac{3}{4}") as their value, and units or currency
@@ -16,20 +16,17 @@ Rules (rule-based throughout, no LLM answer extraction):
   in the lower-cased reply; for handwritten mathematical expressions spaces and line
   breaks are dropped on both sides first. ocr `exact` (OCRVQA): the reply equals an
   accepted answer after VQA normalisation.
-- box: the reply's first four numbers as a box in the judge's convention, compared by
-  IoU with the gold box taken to fractions of the original image; the reconstruction
-  keeps the original's aspect ratio, so fractions carry over.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-from caprecon.data.qa import grade as grade_qa
-from caprecon.data.qa import normalize_short, to_normalized
+from caprecon.data.qa import normalize_short
+from caprecon.metrics.grading import BoxReading, grade_reply
 from caprecon.apps.suites.entries import SuiteEntry
 from caprecon.apps.suites.loaders import BenchQuestion
 
@@ -122,21 +119,17 @@ class Graded:
 
 
 def grade(question: BenchQuestion, reply: str, entry: SuiteEntry, *, source_size: tuple[int, int],
-          seen_size: tuple[int, int], box_coords: str | None = None) -> Graded:
+          seen_size: tuple[int, int], reading: BoxReading = BoxReading()) -> Graded:
     """Grade the judge's reply; `source_size` is the original's (width, height), `seen_size`
-    that of the image the judge looked at."""
+    that of the image the judge looked at, `reading` how the judge's boxes read."""
     reply = str(reply)
     if question.type == "math":
         return Graded(grade_math(question, reply, entry))
     if question.type == "ocr":
         return Graded(grade_ocr(question, reply, entry))
-    item = question.item
-    if question.type == "box":
-        item = replace(item, answer=to_normalized(item.answer, "pixel", source_size), coords="normalized")
-        result = grade_qa(item, reply, image_size=seen_size, pred_coords=box_coords,
-                          iou_threshold=entry.iou_threshold)
-        return Graded(result.correct, result.iou)
-    return Graded(grade_qa(item, reply).correct)
+    result = grade_reply(question.item, reply, reading, seen_size=seen_size, source_size=source_size,
+                         iou_threshold=entry.iou_threshold)
+    return Graded(result.correct, result.iou)
 
 
 def dataset_scores(entry: SuiteEntry, questions: Sequence[BenchQuestion], graded: Sequence[Graded]) -> dict[str, Any]:
