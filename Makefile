@@ -20,7 +20,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/caprecon demo
 
+# the layers contract (pyproject.toml) first: an import that runs upward fails the build
 test: $(STAMP)
+	$(BIN)/lint-imports
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
 
 # the tests marked slow (killed and resumed processes, the Flickr8k-dev verification): ~2.5 min

@@ -239,7 +239,7 @@ def test_a_stage_can_only_join_an_earlier_one(tmp_path, tiny_sd, tiny_dinov2):
 
 def test_score_command_scale_options():
     from caprecon.cli.commands import build_parser
-    from caprecon.cli.scale import score_settings
+    from caprecon.cli.common import score_settings
 
     args = build_parser().parse_args(["score", "-i", "x", "--stage", "recon:workers=2"])
     with pytest.raises(ConfigError, match="need --executor ray"):

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from caprecon.models import registry
+from caprecon.models.build import build_model
 from caprecon.core.describe import describe_model
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec
-from caprecon.core.redaction import redact, remember_options
 
 
 def whole_number(low: int, high: int | None = None):
@@ -172,17 +172,9 @@ class Roles:
         self.config = config
 
     def _build(self, role: str, spec: Any, options: dict[str, Any], setting: str) -> Any:
-        if spec is None:
+        if spec is None:  # a run can also take its models from a preset
             raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`) or a --preset")
-        remember_options(options)  # its secrets are masked in logs and messages from here on
-        try:
-            model = registry.build(role, spec, **options)
-        except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
-            shown = ", ".join(f"{k}={v!r}" for k, v in redact(options).items()) or "none"
-            raise ConfigError(f"bad {role} {spec!r} or options ({shown}): {exc}; "
-                              f"see --{setting}-opt in `caprecon score --help`") from None
-        _check_model_kind(role, setting, model)
-        return model
+        return build_model(role, spec, options, setting=setting)
 
     @cached_property
     def generator(self):
@@ -238,33 +230,6 @@ class Roles:
         for category, judge in self.__dict__.get("judges_for", {}).items():
             built[f"judge_for/{category}"] = describe_model(judge)
         return built
-
-
-def _check_model_kind(role: str, setting: str, model: Any) -> None:
-    """Refuse a local folder that holds the wrong kind of model for its role, before any work.
-
-    A diffusers pipeline folder has `model_index.json`; a transformers model, `config.json`.
-    Without this check the mistake shows only when the model is first loaded, as one
-    error per row.
-    """
-    folder = getattr(getattr(model, "source", None), "path", None)
-    if folder is None or not Path(folder).is_dir():
-        return
-    is_pipeline = (Path(folder) / "model_index.json").exists()
-    if role == "generator" and not is_pipeline:
-        found = _model_type(Path(folder))
-        raise ConfigError(f"--{setting} {model.source.name}: not a diffusers text-to-image pipeline (no model_index.json"
-                          f"{'; it holds a ' + found + ' model' if found else ''}); give a generator's folder or hub id")
-    if role != "generator" and is_pipeline:
-        raise ConfigError(f"--{setting} {model.source.name}: this folder holds a diffusers pipeline (a generator), "
-                          f"not {'an' if role[0] in 'aeiou' else 'a'} {role}; pass it to --generator")
-
-
-def _model_type(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:

@@ -199,17 +199,10 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if workers < 0:
         raise ValueError(f"workers must be 0 or more, not {workers}")
-    done = dict(done or {})
-    todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
-    by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
-    sink = None
-    if scores_path:
-        sink = (scores_path.open("a", encoding="utf-8") if append
-                else open_for_append(scores_path, [by_position[i] for i in sorted(by_position)]))
+    out = RunRows(samples, done, scores_path, append=append, on_rows=on_rows, progress=progress, desc=desc)
+    todo = out.todo
     runners = [MetricRunner(m, ctx, batch_size) for m in metrics]
     caption_only = not any(m.needs_source_image for m in metrics)
-    bar = tqdm(total=len(samples), initial=len(by_position), desc=desc, unit="sample", disable=not progress,
-               dynamic_ncols=True)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="caprecon-read") if workers else None
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     reader = _BatchReader(ctx, caption_only, pool)
@@ -244,18 +237,11 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     else:
                         rows[pos].update(result)
             _flush(store)
-            for (index, _), row in zip(batch, rows):
-                by_position[index] = row
-            if sink:
-                append_jsonl(sink, rows)
-            if on_rows:
-                on_rows(rows)
-            bar.update(len(batch))
+            out.finish([index for index, _ in batch], rows)
     except KeyboardInterrupt:
-        raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
+        raise out.interrupted() from None
     except RunError as stop:
-        stop.records = [by_position[i] for i in sorted(by_position)]
-        raise
+        raise out.stopped(stop)
     finally:
         try:
             store.flush()  # what was generated before a stop is kept
@@ -264,13 +250,61 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         store.write_behind = behind
         if pool:
             pool.shutdown(cancel_futures=True)
-        bar.close()
-        if sink:
-            sink.close()
-    records = [by_position[i] for i in range(len(samples))]
-    if scores_path and not append:
-        write_jsonl_atomically(scores_path, records)  # the finished file: every row once, in input order
-    return records
+        out.close()
+    return out.records(rewrite=not append)
+
+
+class RunRows:
+    """A run's rows, kept by input position: those an earlier, killed run left (`done`, by id)
+    and each finished batch, appended to `scores_path` as it comes and handed to `on_rows`.
+    Both executors collect their rows here, so an interrupted or stopped run hands back what
+    finished, and a finished one rewrites its file once, in input order."""
+
+    def __init__(self, samples: Sequence[Sample], done: dict[str, dict[str, Any]] | None, scores_path: Path | None,
+                 *, append: bool = False, on_rows: Callable[[list[dict[str, Any]]], None] | None = None,
+                 progress: bool = True, desc: str = "scoring") -> None:
+        done = dict(done or {})
+        self.total = len(samples)
+        self.todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
+        self.by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
+        self.scores_path, self.on_rows = scores_path, on_rows
+        self.sink = None
+        if scores_path:
+            self.sink = (scores_path.open("a", encoding="utf-8") if append  # after an earlier call's rows
+                         else open_for_append(scores_path, self.so_far()))
+        self.bar = tqdm(total=self.total, initial=len(self.by_position), desc=desc, unit="sample",
+                        disable=not progress, dynamic_ncols=True)
+
+    def so_far(self) -> list[dict[str, Any]]:
+        return [self.by_position[i] for i in sorted(self.by_position)]
+
+    def finish(self, positions: Sequence[int], rows: list[dict[str, Any]]) -> None:
+        for position, row in zip(positions, rows):
+            self.by_position[int(position)] = row
+        if self.sink:
+            append_jsonl(self.sink, rows)
+        if self.on_rows:
+            self.on_rows(rows)
+        self.bar.update(len(rows))
+
+    def interrupted(self) -> RunInterrupted:
+        return RunInterrupted(self.so_far(), self.total)
+
+    def stopped(self, stop: RunError) -> RunError:
+        stop.records = self.so_far()
+        return stop
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.sink:
+            self.sink.close()
+
+    def records(self, *, rewrite: bool = True) -> list[dict[str, Any]]:
+        """Every row in input order; with `rewrite`, the finished file: every row once, in that order."""
+        records = [self.by_position[i] for i in range(self.total)]
+        if self.scores_path and rewrite:
+            write_jsonl_atomically(self.scores_path, records)
+        return records
 
 
 def _flush(store) -> None:

@@ -34,14 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tqdm.auto import tqdm
 
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.samples import Sample, SampleError, open_image
 from caprecon.store.index import Store
-from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
-from caprecon.run.local import FATAL, MetricRunner, RunError, RunInterrupted, base_record, fail_row
+from caprecon.run.local import FATAL, MetricRunner, RunError, RunRows, base_record, fail_row
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +267,6 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     if unknown:
         raise ConfigError(f"--stage names {', '.join(sorted(unknown))}: no such stage in this run; stages are "
                           f"{', '.join([RECONSTRUCT, *(m.name for m in metrics)])}")
-    done = dict(done or {})
-    todo = [(i, s) for i, s in enumerate(samples) if s.id not in done]
-    by_position: dict[int, dict[str, Any]] = {i: done[s.id] for i, s in enumerate(samples) if s.id in done}
     recipe = store_recipe(ctx.store)
     caption_only = not any(m.needs_source_image for m in metrics)
     pairs = reconstructions_of(metrics)
@@ -287,9 +282,8 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     if address or not ray.is_initialized():
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, include_dashboard=False)
     numbers = list(row_numbers) if row_numbers else list(range(len(samples)))
-    sink = open_for_append(scores_path, [by_position[i] for i in sorted(by_position)]) if scores_path else None
-    bar = tqdm(total=len(samples), initial=len(by_position), desc="scoring (ray)", unit="sample",
-               disable=not progress, dynamic_ncols=True)
+    out = RunRows(samples, done, scores_path, on_rows=on_rows, progress=progress, desc="scoring (ray)")
+    todo = out.todo
 
     def pool(name: str) -> dict[str, Any]:
         options = stages.get(name, StageOptions(workers=workers))
@@ -318,7 +312,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                     warnings.filterwarnings("ignore", message=".*ray_remote_args.*deprecated")
                     ds = ds.map_batches(cls, fn_constructor_kwargs=kwargs, **pool(name))
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                rows_done = []
+                positions, rows_done = [], []
                 for text in batch["stats"]:
                     for key, value in (json.loads(text) if text else {}).items():
                         if key == "model_seconds":
@@ -331,33 +325,21 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                     stop = record.pop(_STOP, None)
                     if stop:
                         raise RunError(stop)
-                    by_position[int(position)] = record
+                    positions.append(int(position))
                     rows_done.append(record)
-                if sink:
-                    append_jsonl(sink, rows_done)
-                if on_rows:
-                    on_rows(rows_done)
-                bar.update(len(rows_done))
+                out.finish(positions, rows_done)
     except KeyboardInterrupt:
-        raise RunInterrupted([by_position[i] for i in sorted(by_position)], len(samples)) from None
+        raise out.interrupted() from None
     except RunError as stop:
-        stop.records = [by_position[i] for i in sorted(by_position)]
-        raise
+        raise out.stopped(stop)
     except Exception as exc:  # a stage that kept failing after its retries
         if type(exc).__module__.split(".")[0] == "ray":  # Ray's wrapper around the stage's own exception
-            stop = RunError(f"a Ray stage failed after {retries} retries: {_root_cause(exc)}")
-            stop.records = [by_position[i] for i in sorted(by_position)]
-            raise stop from exc
+            raise out.stopped(RunError(f"a Ray stage failed after {retries} retries: {_root_cause(exc)}")) from exc
         raise
     finally:
         context.actor_task_retry_on_errors, context.enable_progress_bars = before
-        bar.close()
-        if sink:
-            sink.close()
-    records = [by_position[i] for i in range(len(samples))]
-    if scores_path:
-        write_jsonl_atomically(scores_path, records)
-    return records
+        out.close()
+    return out.records()
 
 
 def _root_cause(exc: BaseException) -> str:
