@@ -38,8 +38,10 @@ from caprecon.run.config import Roles, RunConfig
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import build_metric
 from caprecon.models import registry
+from caprecon.models.build import build_model
 from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
+from caprecon.core.redaction import redact
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.paths import default_cache_dir
 from caprecon.run.captioning import Pool, generate_candidates
@@ -279,6 +281,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                               "--seed-policy per-image (the default here) or fixed, not per-sample")
         cfg.seed_policy = "per-image"
     paths = list_images(images)
+    model = build_model("captioner", chosen["captioner"], captioner_options)
     # building the scoring models resolves their sources (weights load on first use), so a wrong
     # generator or judge stops the run here rather than after every image has been captioned
     roles = Roles(cfg)
@@ -290,10 +293,6 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         store = Store.fresh(out_dir / "store") if out_dir else Store.temporary()
     else:
         store = Store(cfg.cache_dir or default_cache_dir())
-    try:
-        model = registry.build("captioner", chosen["captioner"], **(captioner_options or {}))
-    except TypeError as exc:
-        raise ConfigError(f"bad options for captioner {chosen['captioner']!r}: {exc}") from None
     captioner_info = describe_model(model)
 
     pools, caption_stats = generate_candidates(model, paths, prompt=prompt_text, n=count, sampling=sampling,
@@ -314,7 +313,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)
 
     chosen_images = {s["image_id"] for s in selected}
-    manifest = {
+    manifest = redact({  # the options' keys and tokens never reach disk
         **(results.manifest if results else {}),
         "config": cfg.to_dict(),
         "models": roles.describe(),
@@ -326,7 +325,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                       "selected": len(selected), "unselected": [p.image_id for p in pools
                                                                 if p.image_id not in chosen_images]},
         "noise": f"one reconstruction seed per image ({cfg.seed_policy}): candidates differ only by their text",
-    }
+    })
     run = BestOfN(candidates, selected, curve, selection, manifest, out_dir)
     if out_dir:
         write_best_of_n(run, out_dir)

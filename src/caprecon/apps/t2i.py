@@ -38,11 +38,12 @@ import numpy as np
 
 from caprecon.run.config import RunConfig
 from caprecon.core.errors import ConfigError
-from caprecon.run.entrants import Entrant, entrants
+from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
 from caprecon.metrics.vqascore import VQAScore
-from caprecon.models import registry
+from caprecon.models.build import build_model
 from caprecon.core.describe import describe_model
+from caprecon.core.redaction import redact
 from caprecon.data.normalise import normalised_samples
 from caprecon.run.local import run_local
 from caprecon.data.samples import Sample
@@ -50,13 +51,6 @@ from caprecon.data.samples import Sample
 # the paper's judges: LLaVA (its primary score) and InstructBLIP
 DEFAULT_JUDGES = ("llava-1.5-13b", "instructblip-flan-t5-xl")
 COLUMN_PREFIX = "vqa/"
-
-
-def _build(role: str, entrant: Entrant, shared_options: Mapping[str, Any]) -> Any:
-    try:
-        return registry.build(role, entrant.spec, **{**shared_options, **entrant.options})
-    except TypeError as exc:
-        raise ConfigError(f"bad options for {role} {entrant.label!r}: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -75,7 +69,7 @@ class Estimate:
 def mean_ci(values: Sequence[float], ids: Sequence[str], *, n_bootstrap: int = 1000, seed: int = 0,
             level: float = 0.95) -> Estimate:
     """Mean of `values` and its bootstrap CI, resampling the captions (`ids`)."""
-    from caprecon.stats.meta import bootstrap_ci
+    from caprecon.stats.bootstrap import bootstrap_ci
 
     x = np.asarray(values, dtype=float)
     if not len(x):
@@ -262,8 +256,9 @@ def evaluate_generators(
 
     # every model is resolved (not loaded) before any work, so a wrong name stops the run here
     spec = cfg.spec
-    built_judges = {j.label: _build("judge", j, cfg.judge_options) for j in jurors}
-    built_generators = {g.label: _build("generator", g, cfg.generator_options) for g in gens}
+    built_judges = {j.label: build_model("judge", j.spec, {**cfg.judge_options, **j.options}) for j in jurors}
+    built_generators = {g.label: build_model("generator", g.spec, {**cfg.generator_options, **g.options})
+                        for g in gens}
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -295,7 +290,7 @@ def evaluate_generators(
     if errors:
         table.notes.append(f"{errors} caption x generator row(s) have an error (see scores.jsonl); a score such a "
                            f"row lacks leaves its caption out of that mean and of the pairs it belongs to")
-    manifest = {
+    manifest = redact({  # the options' keys and tokens never reach disk
         "command": "t2i",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
@@ -311,7 +306,7 @@ def evaluate_generators(
         "cache": cache,
         "store": str(store.root),
         "config": cfg.to_dict(),
-    }
+    })
     if out_dir:
         table.write(out_dir)
         summary = {"table": [_without_nan(r, None) for r in table.rows()], "notes": table.notes}

@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from caprecon.metrics.base import Context
-from caprecon.models import registry
+from caprecon.models.build import build_model
 from caprecon.core.describe import describe_model
+from caprecon.core.redaction import redact
 from caprecon.store.index import Store, content_key
 from caprecon.apps.cttd import categorise, curate, generate, propose, rank, select
 from caprecon.apps.cttd.stage import Job, read_records, write_json
@@ -112,11 +113,12 @@ class BuildConfig:
                 raise ValueError(f"the generation prompt must contain {', '.join(missing)}")
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as the datasheet records them: the options' keys and tokens masked."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("embedder", "matcher", "vlm", "judge", "llm"):
             if not isinstance(out[key], (str, type(None))):
                 out[key] = type(out[key]).__name__
-        return json.loads(json.dumps(out, default=str))
+        return redact(json.loads(json.dumps(out, default=str)))
 
 
 _ROLES = {"embedder": "embedder", "matcher": "matcher", "vlm": "judge", "judge": "judge", "llm": "llm"}
@@ -132,12 +134,7 @@ class BuildModels:
         spec, options = getattr(self.config, name), getattr(self.config, f"{name}_options")
         if name == "judge" and (spec is None or (spec == self.config.vlm and options == self.config.vlm_options)):
             return self.vlm  # one model in both roles: loaded once
-        if spec is None:
-            raise ValueError(f"this build needs a {name}: set --{name}")
-        try:
-            return registry.build(_ROLES[name], spec, **options)
-        except TypeError as exc:
-            raise ValueError(f"bad options for {name} {spec!r}: {exc}") from None
+        return build_model(_ROLES[name], spec, options, setting=name)
 
     @cached_property
     def embedder(self):
@@ -283,13 +280,13 @@ def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None =
         job = Job(folder=folder, build=out, config=config, models=models, ctx=ctx, images=listing, progress=progress)
         before, started = dict(ctx.computed), time.time()
         stage.run(job)
-        write_json(manifest_path, {
+        write_json(manifest_path, redact({
             "stage": stage.name, "fingerprint": fingerprint,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.time() - started, 3),
             "computed": {k: v - before.get(k, 0) for k, v in ctx.computed.items() if v - before.get(k, 0)},
             "settings": json.loads(json.dumps(settings, default=str)),
             "models": {role: describe_model(getattr(models, role)) for role in roles},
-            **job.manifest})
+            **job.manifest}))
         ran.append(stage.name)
     bank = out / "bank.jsonl"
     shutil.copyfile(out / rank.FOLDER / rank.OUTPUT, bank)

@@ -36,12 +36,13 @@ from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.metrics.grading import BoxReading
 from caprecon.metrics.judging import LazyImages, answers
-from caprecon.models import registry
+from caprecon.models.build import build_model
 from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import read_records
+from caprecon.core.redaction import redact
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
 from caprecon.data.samples import LoadedSample, Sample, SampleError
@@ -259,13 +260,6 @@ class _Images:
             raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
 
 
-def _build(role: str, spec: Any, options: Mapping[str, Any]) -> Any:
-    try:
-        return registry.build(role, spec, **dict(options))
-    except TypeError as exc:
-        raise ConfigError(f"bad options for {role} {spec!r}: {exc}") from None
-
-
 def _release() -> None:
     gc.collect()
     try:
@@ -317,9 +311,10 @@ def evaluate_suites(
     caption_prompt = resolve_prompt(prompt, max_words) if any(s.captioner for s in sources) else None
 
     # every model resolved (not loaded) and every file read before any model runs
-    judge = _build("judge", cfg.judge, cfg.judge_options)
-    generator = _build("generator", cfg.generator, cfg.generator_options)
-    captioners = {s.label: _build("captioner", s.captioner.spec, {**(captioner_options or {}), **s.captioner.options})
+    judge = build_model("judge", cfg.judge, cfg.judge_options)
+    generator = build_model("generator", cfg.generator, cfg.generator_options)
+    captioners = {s.label: build_model("captioner", s.captioner.spec,
+                                       {**(captioner_options or {}), **s.captioner.options})
                   for s in sources if s.captioner}
     image_sources: dict[str, bytes | Path] = {}
     benchmarks = []
@@ -368,7 +363,7 @@ def evaluate_suites(
                                f"failed reconstruction; see records.jsonl) are left out of its scores")
     cache["judge_answers_computed"] = ctx.computed.get("judge-answer", 0)
     cache["judge_seconds"] = round(ctx.model_seconds, 4)
-    manifest = {
+    manifest = redact({  # the options' keys and tokens never reach disk
         "command": "suite",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
@@ -388,7 +383,7 @@ def evaluate_suites(
         "cache": cache,
         "store": str(store.root),
         "config": cfg.to_dict(),
-    }
+    })
     if out_dir:
         _write(out_dir, table, rows, caption_rows, manifest, images, benchmarks)
     return SuiteResults(table, rows, caption_rows, manifest, out_dir)
