@@ -19,7 +19,9 @@ import time
 import numpy as np
 
 from caprecon.data.judgments import load_judgments
-from caprecon.stats.meta import bootstrap_ci, kendall_tau, run_meta, scores_from_records
+from caprecon.stats.agreement import run_meta, scores_from_records
+from caprecon.stats.bootstrap import bootstrap_ci
+from caprecon.stats.correlation import kendall_tau
 from caprecon.metrics.reference import ReferenceMetrics
 
 GOAL = 1.2

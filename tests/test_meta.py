@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 
 from caprecon.data.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
-from caprecon.stats.meta import (COUNTS, SPATIAL_SWAPS, MetaRow, Perturber, bootstrap_ci, bootstrap_ratio, bootstrap_tau, format_table, kendall_tau, length_robustness, paraphrase_delta, pairwise_accuracy, pearson, run_meta, scores_from_records, spearman, triple_samples, within_image_pairs, write_csv, write_markdown)
+from caprecon.stats.agreement import MetaRow, format_table, run_meta, scores_from_records, write_csv, write_markdown
+from caprecon.stats.bootstrap import bootstrap_ci, bootstrap_ratio, bootstrap_tau
+from caprecon.stats.correlation import kendall_tau, pairwise_accuracy, pearson, spearman, within_image_pairs
+from caprecon.stats.probes import COUNTS, SPATIAL_SWAPS, Perturber, length_robustness, paraphrase_delta, triple_samples
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 
 

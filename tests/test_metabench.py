@@ -17,7 +17,7 @@ from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgm
 from caprecon.cli.meta import main as meta_main
 from caprecon.apps.metabench import BENCHMARKS, get_benchmark
 from caprecon.data.loaders import benchmarks as loaders
-from caprecon.stats.compare import paired_bootstrap
+from caprecon.stats.agreement import compare_metrics
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import compare, our_value
 from caprecon.data.loaders import load_samples
@@ -268,12 +268,12 @@ def test_paired_bootstrap_finds_the_better_metric():
     judgments, rng = _rated()
     human = np.array([j.ratings[0] for j in judgments.items])
     good, noise = human + rng.normal(0, 0.3, human.size), rng.normal(size=human.size)
-    result = paired_bootstrap(judgments, "good", good, "noise", noise, n_resamples=300, seed=1)
+    result = compare_metrics(judgments, "good", good, "noise", noise, n_resamples=300, seed=1)
     assert result.difference == pytest.approx(
         stats.kendalltau(good, human)[0] - stats.kendalltau(noise, human)[0]
     )
     assert result.difference > 0 and result.ci_low > 0 and result.p_value < 0.01
-    same = paired_bootstrap(judgments, "good", good, "copy", good.copy(), n_resamples=100, seed=1)
+    same = compare_metrics(judgments, "good", good, "copy", good.copy(), n_resamples=100, seed=1)
     assert same.difference == 0 and same.p_value == 1.0
 
 
@@ -320,7 +320,7 @@ def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):
 
 
 def test_verify_compare_reads_the_right_numbers():
-    from caprecon.stats.meta import MetaRow
+    from caprecon.stats.agreement import MetaRow
 
     row = MetaRow("pascal50s", "bleu-1", "accuracy", 0.7, math.nan, math.nan, 4, 1, 0,
                   extra={"accuracy_HC": 0.5, "accuracy_mean": 0.74})  # fmt: skip

@@ -73,7 +73,7 @@ def _report(results) -> None:
 
 def cmd_meta(args: argparse.Namespace) -> int:
     from caprecon.api import score
-    from caprecon.stats.meta import scores_from_records
+    from caprecon.stats.agreement import scores_from_records
     from caprecon.cli.meta import run_meta_command
 
     settings = run_settings(args)

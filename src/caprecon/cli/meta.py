@@ -33,11 +33,11 @@ import numpy as np
 
 from caprecon.run.config import whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
-from caprecon.stats.meta import (MetaRow, Perturber, ProbeRow, format_table, length_robustness, paraphrase_delta, run_meta, scores_from_records, triple_samples, write_csv, write_markdown)
+from caprecon.stats.agreement import (MetaRow, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
 from caprecon.metrics.base import Context
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
-from caprecon.stats.probes import (LENGTHS, ProbeWriter, as_records, length_samples, length_sets, overlap_problem, paraphrase_triples)
+from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, length_robustness, length_samples, length_sets, overlap_problem, paraphrase_delta, paraphrase_triples, triple_samples)
 from caprecon.core.records import read_records
 from caprecon.data.samples import Sample
 from caprecon.store.index import Store
@@ -238,13 +238,11 @@ def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
 
 
 def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]) -> str:
-    from caprecon.stats.compare import format_comparison, paired_bootstrap
-
     a, b = (reference_metric_name(m) or m for m in args.compare)
     if missing := [m for m in (a, b) if m not in scores]:
         raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
-    result = paired_bootstrap(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
-                              n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+    result = compare_metrics(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
+                             n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
     return f"{judgments.name}: {format_comparison(result)}"
 
 

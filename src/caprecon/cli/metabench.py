@@ -12,10 +12,9 @@ import csv
 from pathlib import Path
 
 from caprecon.data.judgments import Judgments
-from caprecon.stats.meta import format_table, write_csv, write_markdown
+from caprecon.stats.agreement import compare_metrics, format_comparison, format_table, write_csv, write_markdown
 from caprecon.cli.meta import MetaError, ScoreMetric, _metric_names, _read_scores, _score, _write_scores
 from caprecon.apps.metabench import get_benchmark
-from caprecon.stats.compare import format_comparison, paired_bootstrap
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import compare, format_verify, published_values, read_expected, write_verify_csv
 from caprecon.metrics.reference import ReferenceMetrics, reference_metric_name
@@ -89,8 +88,8 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         if missing := [m for m in (a, b) if m not in last["scores"]]:
             raise MetaError(f"--compare: {', '.join(missing)} could not be scored (see the notes above)")
         variant = benchmark.statistic.removeprefix("tau_") if benchmark.statistic.startswith("tau_") else None
-        result = paired_bootstrap(last["judgments"], a, last["scores"][a], b, last["scores"][b], tau_variant=variant,
-                                  n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+        result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b], tau_variant=variant,
+                                 n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
         print(format_comparison(result))
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:

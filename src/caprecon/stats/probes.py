@@ -1,18 +1,23 @@
-"""The captions behind the ReconScore paper's two probes, written by an LLM.
+"""The ReconScore paper's two probes: the captions they need, written by an LLM and by a
+rule-based perturber, and the metric's behaviour on them.
 
 Δ probe (semantic fidelity over lexical overlap). Each reference caption gets two variants:
 a *paraphrase* that changes vocabulary and syntax but keeps every fact (low word overlap
 with the reference) and a *perturbation* that keeps almost every word but changes one fact
 (high word overlap). A metric that follows meaning scores the paraphrase higher; one that
 follows overlap does the opposite. Here the LLM writes the paraphrase and the rule-based
-`Perturber` (meta.py) makes the perturbation. A triple is only a test of that contrast if
-the paraphrase overlaps the reference less than the perturbation does: LLM paraphrases
-that do not are rejected, user triples that do not are flagged.
+`Perturber` makes the perturbation, by swapping a colour, an object noun, a count or a
+spatial relation. A triple is only a test of that contrast if the paraphrase overlaps the
+reference less than the perturbation does: LLM paraphrases that do not are rejected, user
+triples that do not are flagged. `paraphrase_delta` is the mean score of the paraphrases
+minus that of the perturbations: positive when the metric follows meaning rather than
+word overlap.
 
 Length probe. The LLM extracts up to ten (subject, relation, object) triplets from an
 image's reference captions, then writes a short, a medium and a long caption stating
 exactly those triplets: same content, three lengths. Sets whose captions do not grow in
-that order are rejected.
+that order are rejected. `length_robustness` is the spread of a metric's mean over the
+three lengths.
 
 The paper describes both procedures but prints no prompt: the prompts below are ours.
 Every LLM reply is cached in the store like any other deterministic model result (greedy
@@ -21,18 +26,21 @@ decoding), so a rerun asks the LLM nothing it has answered.
 
 from __future__ import annotations
 
+import math
+import random
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from caprecon.data.judgments import Judgments, ProbeTriple
-from caprecon.stats.meta import Perturber
+from caprecon.data.samples import Sample
 from caprecon.metrics.base import Context
 from caprecon.models.llm import TextLLM
-from caprecon.data.samples import Sample
+from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.store.index import content_key
 
 N_TRIPLETS = 10  # the paper extracts 10 triplets per image
@@ -68,6 +76,104 @@ _TRIPLET = re.compile(r"[<(]\s*([^,<>()]+?)\s*,\s*([^,<>()]+?)\s*,\s*([^<>()]+?)
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 Triplet = tuple[str, str, str]
+
+
+# ----------------------------------------------------------------------------- the perturber
+
+COLOURS = (
+    "red", "blue", "green", "yellow", "black", "white", "brown", "orange",
+    "pink", "purple", "gray", "grey",
+)  # fmt: skip
+COUNTS = ("two", "three", "four", "five", "six")
+_OBJECT_PAIRS = (
+    ("man", "woman"), ("men", "women"), ("boy", "girl"), ("boys", "girls"),
+    ("dog", "cat"), ("dogs", "cats"), ("horse", "cow"), ("horses", "cows"),
+    ("car", "truck"), ("cars", "trucks"), ("bicycle", "motorcycle"), ("bike", "skateboard"),
+    ("ball", "frisbee"), ("beach", "field"), ("snow", "sand"), ("water", "grass"),
+    ("street", "river"), ("shirt", "jacket"), ("hat", "helmet"), ("bird", "fish"),
+)  # fmt: skip
+_SPATIAL_PAIRS = (
+    ("in front of", "behind"), ("on top of", "underneath"), ("above", "below"),
+    ("left", "right"), ("inside", "outside"), ("under", "over"), ("up", "down"),
+    ("on", "under"), ("into", "out of"),
+)  # fmt: skip
+
+
+def _symmetric(pairs) -> dict[str, str]:
+    table = {}
+    for a, b in pairs:
+        table.setdefault(a, b)
+        table.setdefault(b, a)
+    return table
+
+
+OBJECT_SWAPS = _symmetric(_OBJECT_PAIRS)
+SPATIAL_SWAPS = _symmetric(_SPATIAL_PAIRS)
+PERTURBATION_KINDS = ("colour", "object", "count", "spatial")
+
+
+@dataclass
+class Perturbation:
+    text: str
+    kind: str
+    original: str
+    replacement: str
+
+
+def _alternation(words) -> re.Pattern:
+    # Longest first, so "on top of" wins over "on".
+    ordered = sorted(words, key=len, reverse=True)
+    return re.compile(r"\b(" + "|".join(re.escape(w).replace(r"\ ", r"\s+") for w in ordered) + r")\b", re.I)
+
+
+class Perturber:
+    """Rule-based minimal perturbations that make a correct caption wrong.
+
+    One word or phrase is replaced: a colour by another colour, an object noun by a
+    different object of the same kind (man/woman, dog/cat, ...), a count word by another
+    count, a spatial relation by its opposite. The choice depends only on `seed` and the
+    caption, so results do not depend on call order.
+    """
+
+    def __init__(self, kinds: Sequence[str] = PERTURBATION_KINDS, seed: int = 0) -> None:
+        unknown = set(kinds) - set(PERTURBATION_KINDS)
+        if unknown:
+            raise ValueError(f"unknown perturbation kinds {sorted(unknown)} (known: {', '.join(PERTURBATION_KINDS)})")
+        self.kinds = tuple(kinds)
+        self.seed = seed
+        self._patterns = {
+            "colour": _alternation(COLOURS),
+            "object": _alternation(OBJECT_SWAPS),
+            "count": _alternation(COUNTS),
+            "spatial": _alternation(SPATIAL_SWAPS),
+        }
+
+    def candidates(self, caption: str) -> list[tuple[str, re.Match]]:
+        """Every place in `caption` one of the enabled perturbations could change."""
+        return [(kind, m) for kind in self.kinds for m in self._patterns[kind].finditer(caption)]
+
+    def perturb(self, caption: str) -> Perturbation | None:
+        """One perturbed version of `caption`, or None if nothing in it can be swapped."""
+        found = self.candidates(caption)
+        if not found:
+            return None
+        rng = random.Random(f"{self.seed}\x00{caption}")
+        kind, match = rng.choice(found)
+        original = match.group(0)
+        key = " ".join(original.lower().split())
+        if kind == "colour":
+            same = {"gray", "grey"} if key in ("gray", "grey") else {key}
+            replacement = rng.choice([c for c in COLOURS if c not in same])
+        elif kind == "count":
+            replacement = rng.choice([c for c in COUNTS if c != key])
+        elif kind == "object":
+            replacement = OBJECT_SWAPS[key]
+        else:
+            replacement = SPATIAL_SWAPS[key]
+        if original[:1].isupper():
+            replacement = replacement[:1].upper() + replacement[1:]
+        text = caption[: match.start()] + replacement + caption[match.end():]
+        return Perturbation(text, kind, original, replacement)
 
 
 # ----------------------------------------------------------------------------- reading replies
@@ -261,17 +367,145 @@ def length_sets(
     return sets, rejected
 
 
+def triple_samples(triples: Sequence[ProbeTriple], images_root: str | Path | None = None) -> list[Sample]:
+    """Samples for the Δ probe: every paraphrase, then every perturbed caption."""
+    paraphrases = [Sample(f"para-{k}", _image_path(t.image, images_root), t.paraphrase, t.refs, t.image_id)
+                   for k, t in enumerate(triples)]
+    perturbed = [Sample(f"pert-{k}", _image_path(t.image, images_root), t.perturbed, t.refs, t.image_id)
+                 for k, t in enumerate(triples)]
+    return paraphrases + perturbed
+
+
 def length_samples(sets: Sequence[LengthSet], images_root: str | Path | None = None) -> list[Sample]:
     """Samples for the length probe: each image's three captions, scored against its references;
     `meta["length"]` says which length a caption is."""
     out = []
     for s in sets:
-        image = Path(s.image) if images_root is None or Path(s.image).is_absolute() else Path(images_root) / s.image
+        image = _image_path(s.image, images_root)
         for k, length in enumerate(LENGTHS):
             out.append(Sample(f"len-{s.image_id}-{length}", image, s.captions[length], list(s.refs), s.image_id, k,
                               meta={"length": length}))
     return out
 
 
+def _image_path(image: str, images_root: str | Path | None) -> Path:
+    path = Path(image)
+    return path if images_root is None or path.is_absolute() else Path(images_root) / path
+
+
 def as_records(items: Sequence[ProbeTriple | LengthSet | Rejected]) -> list[dict]:
     return [asdict(item) for item in items]
+
+
+# ----------------------------------------------------------------------------- a metric on the probes
+
+PROBE_COLUMNS = (
+    ("metric", "metric"),
+    ("probe", "probe"),
+    ("value", "value"),
+    ("ci", "95% CI"),
+    ("n", "n"),
+    ("detail", "detail"),
+)
+
+
+@dataclass
+class ProbeRow:
+    """One metric under one probe."""
+
+    metric: str
+    probe: str  # paraphrase_delta or length_std
+    value: float
+    ci_low: float
+    ci_high: float
+    n: int
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def table_columns(cls, rows: Sequence[ProbeRow]) -> list[tuple[str, str]]:
+        return list(PROBE_COLUMNS)
+
+
+def paraphrase_delta(
+    metric: str,
+    paraphrase_scores: Sequence[float],
+    perturbed_scores: Sequence[float],
+    groups: Sequence,
+    *,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> ProbeRow:
+    """Δ = mean score(paraphrase) − mean score(perturbed), over triples both scored.
+
+    Positive Δ means the metric notices the perturbation. The detail gives both means and
+    the win rate (share of triples whose paraphrase outscored its perturbation; ties half).
+    """
+    para, pert = np.asarray(paraphrase_scores, float), np.asarray(perturbed_scores, float)
+    ok = np.isfinite(para) & np.isfinite(pert)
+
+    def delta(idx: np.ndarray) -> float:
+        idx = idx[ok[idx]]
+        return float(para[idx].mean() - pert[idx].mean()) if len(idx) else math.nan
+
+    low, high = bootstrap_ci(delta, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    n = int(ok.sum())
+    wins = float(np.mean((para[ok] > pert[ok]) + 0.5 * (para[ok] == pert[ok]))) if n else math.nan
+    detail = (
+        f"paraphrase {para[ok].mean():.4g}, perturbed {pert[ok].mean():.4g}, win rate {wins:.3f}"
+        if n
+        else "no triple scored"
+    )
+    return ProbeRow(metric, "paraphrase_delta", delta(np.arange(len(para))), low, high, n, detail)
+
+
+def length_robustness(
+    metric: str,
+    lengths: Sequence[str],
+    scores: Sequence[float],
+    groups: Sequence,
+    *,
+    order: Sequence[str] = ("short", "medium", "long"),
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> ProbeRow:
+    """Standard deviation (over lengths, ddof 0) of the metric's mean score per caption length.
+
+    `lengths[i]` names the length category of caption i (one of `order`) and `groups[i]` its
+    image; each image has one caption per length, all stating the same facts. Only images
+    whose captions of every length were scored count, so every length's mean is over the
+    same images. 0 means the metric is indifferent to length. The value is on the metric's
+    own scale (the paper reports scores ×100); the detail gives each length's mean and the
+    spread relative to the standard deviation of all these captions' scores, which compares
+    across metrics of different scales.
+    """
+    s = np.asarray(scores, float)
+    label = np.asarray(lengths, dtype=object)
+    g = np.asarray(groups, dtype=object).astype(str)
+    unknown = sorted(set(label) - set(order))
+    if unknown:
+        raise ValueError(f"length labels {unknown} are not among {list(order)}")
+    scored = np.isfinite(s)
+    complete = {image for image in set(g) if set(label[(g == image) & scored]) >= set(order)}
+    counted = scored & np.isin(g, list(complete))
+
+    def means(idx: np.ndarray) -> list[float]:
+        idx = idx[counted[idx]]
+        return [float(s[idx][label[idx] == name].mean()) for name in order] if len(idx) else []
+
+    def spread(idx: np.ndarray) -> float:
+        m = means(idx)
+        return float(np.std(m)) if len(m) == len(order) else math.nan
+
+    everything = np.arange(len(s))
+    value = spread(everything)
+    low, high = bootstrap_ci(spread, g, n_resamples=n_bootstrap, seed=seed, level=level)
+    overall = float(np.std(s[counted])) if counted.any() else math.nan
+    relative = value / overall if overall > 0 else math.nan
+    parts = ", ".join(f"{name} {m:.4g}" for name, m in zip(order, means(everything)))
+    detail = f"means {parts or 'none'} over {len(complete)} images; std / overall std {relative:.3f}"
+    return ProbeRow(metric, "length_std", value, low, high, int(counted.sum()), detail)

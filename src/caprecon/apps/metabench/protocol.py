@@ -14,7 +14,9 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from caprecon.data.judgments import Judgments
-from caprecon.stats.meta import MetaRow, bootstrap_ci, pearson, run_meta
+from caprecon.stats.agreement import MetaRow, run_meta
+from caprecon.stats.bootstrap import bootstrap_ci
+from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
 from caprecon.data.loaders.benchmarks import pascal_reference_draws, thumb_system
 

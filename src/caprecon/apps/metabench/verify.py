@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from caprecon.data.judgments import JudgmentFormatError
-from caprecon.stats.meta import MetaRow
+from caprecon.stats.agreement import MetaRow
 from caprecon.apps.metabench import Benchmark
 
 Expected = dict[str, dict[str, tuple[float, str]]]  # metric -> key -> (value ×100, source)

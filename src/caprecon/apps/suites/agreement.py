@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from caprecon.core.errors import ConfigError
-from caprecon.stats.meta import kendall_tau
+from caprecon.stats.correlation import kendall_tau
 
 
 def suite_averages(path: str | Path) -> dict[str, float]:
