@@ -44,6 +44,7 @@ from caprecon.core.describe import describe_model
 from caprecon.core.redaction import redact
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.paths import default_cache_dir
+from caprecon.core.records import write_jsonl_atomically
 from caprecon.run.captioning import Pool, generate_candidates
 from caprecon.store.index import Store
 
@@ -384,8 +385,9 @@ def write_best_of_n(run: BestOfN, out_dir: str | Path) -> dict[str, Path]:
     """candidates.jsonl, selected.jsonl (+ .parquet with pyarrow), curve.csv/.md/.png, manifest.json."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"candidates": _write_jsonl(out_dir / "candidates.jsonl", run.candidates),
-             "selected": _write_jsonl(out_dir / "selected.jsonl", run.selected)}
+    paths = {"candidates": out_dir / "candidates.jsonl", "selected": out_dir / "selected.jsonl"}
+    write_jsonl_atomically(paths["candidates"], run.candidates, allow_nan=True)
+    write_jsonl_atomically(paths["selected"], run.selected, allow_nan=True)
     parquet = export_parquet(run.selected, out_dir / "selected.parquet")
     if parquet:
         paths["parquet"] = parquet
@@ -395,13 +397,6 @@ def write_best_of_n(run: BestOfN, out_dir: str | Path) -> dict[str, Path]:
     (out_dir / "manifest.json").write_text(json.dumps(run.manifest, indent=2, default=str), encoding="utf-8")
     paths["manifest"] = out_dir / "manifest.json"
     return paths
-
-
-def _write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    return path
 
 
 def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:

@@ -16,14 +16,15 @@ and with --probes or --triples `probes.csv` / `probes.md`, plus the probes' capt
 The probes need an LLM (`TextLLM`) to write their captions: `caprecon meta --llm ...`
 passes one; on its own this module can run only the Δ probe on user --triples.
 
-Also runnable on its own: `python -m caprecon.meta_cli ...`.
+`caprecon meta --benchmark NAME --data PATH` and `caprecon meta verify` run a benchmark's
+pinned protocol (`caprecon.apps.metabench`) on its own files, and `verify` sets the result
+beside the published values.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import sys
 from pathlib import Path
@@ -34,11 +35,14 @@ import numpy as np
 from caprecon.run.config import whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (MetaRow, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
+from caprecon.apps.metabench import get_benchmark
+from caprecon.apps.metabench.protocol import run_benchmark
+from caprecon.apps.metabench.verify import compare, format_verify, published_values, read_expected, write_verify_csv
 from caprecon.metrics.base import Context
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
 from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, length_robustness, length_samples, length_sets, overlap_problem, paraphrase_delta, paraphrase_triples, triple_samples)
-from caprecon.core.records import read_records
+from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.data.samples import Sample
 from caprecon.store.index import Store
 
@@ -160,14 +164,13 @@ def run_meta_command(
 def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
          store: Store | None, scorable: Collection[str] | None = None) -> int:
     if args.action == "verify" or args.benchmark:
-        from caprecon.cli.metabench import run_benchmark_command
 
         return run_benchmark_command(args, score_metric)
     if not args.judgments or not args.out:
         raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
-    metrics = _metric_names(args.metric)
+    metrics = metric_names(args.metric)
     if args.compare:
-        metrics += [name for name in _metric_names(args.compare) if name not in metrics]
+        metrics += [name for name in metric_names(args.compare) if name not in metrics]
     if args.scores and len(args.scores) != len(args.judgments):
         raise MetaError(f"--scores takes one file per --judgments file ({len(args.judgments)}), got {len(args.scores)}")
     unknown = [m for m in metrics if reference_metric_name(m) is None]
@@ -194,9 +197,9 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         notes += reference.skipped.values()
         for k, judgments in enumerate(files):
             samples = judgments.samples(args.images)
-            given = _read_scores(args.scores[k], samples) if args.scores else {}
-            scores = _score(metrics, samples, reference, score_metric, given)
-            _write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
+            given = read_scores(args.scores[k], samples) if args.scores else {}
+            scores = score_judgments(metrics, samples, reference, score_metric, given)
+            write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
             rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
             if args.compare:
                 notes.append(_compare(args, judgments, scores))
@@ -246,7 +249,7 @@ def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, n
     return f"{judgments.name}: {format_comparison(result)}"
 
 
-def _metric_names(given: Sequence[str] | None) -> list[str]:
+def metric_names(given: Sequence[str] | None) -> list[str]:
     if not given:
         return list(REFERENCE_METRICS)
     names: list[str] = []
@@ -259,7 +262,7 @@ def _metric_names(given: Sequence[str] | None) -> list[str]:
     return names
 
 
-def _score(
+def score_judgments(
     metrics: Sequence[str],
     samples: list[Sample],
     reference: ReferenceMetrics,
@@ -291,7 +294,7 @@ def _score(
     return scores
 
 
-def _read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
+def read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     """Every numeric column of a scores file, aligned with `samples` by `id`."""
     if not path.is_file():
         raise MetaError(f"scores file not found: {path}")
@@ -313,7 +316,7 @@ def _read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]
     return found
 
 
-def _write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[str, np.ndarray], path: Path) -> None:
+def write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[str, np.ndarray], path: Path) -> None:
     human = []
     for item in judgments.items:
         if judgments.pairwise:
@@ -355,7 +358,7 @@ def _probes(
         triples_root = images_root
         notes.append(f"Δ probe: {len(triples)} triples from the references of {judgments.name} (LLM paraphrase, "
                      f"rule-based perturbation); {len(rejected)} rejected (see probe-rejected.jsonl)")
-        _write_jsonl(as_records(triples), args.out / "probe-triples.jsonl")
+        write_jsonl_atomically(args.out / "probe-triples.jsonl", as_records(triples), allow_nan=True)
     if not triples:
         raise MetaError("the Δ probe has no triples (no reference could be perturbed, or every paraphrase was "
                         "rejected: see probe-rejected.jsonl)")
@@ -366,7 +369,7 @@ def _probes(
         notes.append(f"probes skip {', '.join(skipped)}: only --scores were given for them")
     rows: list[ProbeRow] = []
     pair_samples = triple_samples(triples, triples_root)
-    pair_scores = _score(computable, pair_samples, reference, score_metric, {})
+    pair_scores = score_judgments(computable, pair_samples, reference, score_metric, {})
     groups = [t.image_id for t in triples]
     n = len(triples)
     for name, values in pair_scores.items():
@@ -377,12 +380,12 @@ def _probes(
         rejected += length_rejected
         notes.append(f"length probe: {len(sets)} images with {', '.join(LENGTHS)} captions written by the LLM from "
                      f"extracted triplets; {len(length_rejected)} rejected (see probe-rejected.jsonl)")
-        _write_jsonl(as_records(sets), args.out / "probe-lengths.jsonl")
+        write_jsonl_atomically(args.out / "probe-lengths.jsonl", as_records(sets), allow_nan=True)
         if not sets:
             raise MetaError("the length probe has no image: the LLM's replies gave no usable triplets or captions "
                             "(see probe-rejected.jsonl)")
         samples = length_samples(sets, images_root)
-        length_scores = _score(computable, samples, reference, score_metric, {})
+        length_scores = score_judgments(computable, samples, reference, score_metric, {})
         for name, values in length_scores.items():
             rows.append(
                 length_robustness(
@@ -391,12 +394,8 @@ def _probes(
                 )  # fmt: skip
             )
     if rejected:
-        _write_jsonl(as_records(rejected), args.out / "probe-rejected.jsonl")
+        write_jsonl_atomically(args.out / "probe-rejected.jsonl", as_records(rejected), allow_nan=True)
     return rows
-
-
-def _write_jsonl(records: Sequence[dict], path: Path) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -409,3 +408,94 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# `caprecon meta --benchmark NAME --data PATH` and `caprecon meta verify`: both read the benchmark
+# with its own loader, score every caption (reference metrics here, other metrics through the
+# scorer or a `--scores` file) and run its pinned protocol; `verify` then sets the result beside
+# the published values.
+
+
+def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+    if not args.benchmark or not args.data:
+        raise MetaError("--benchmark NAME and --data PATH are needed together")
+    if args.judgments:
+        raise MetaError("give either --judgments files or --benchmark with --data, not both")
+    if args.scores and len(args.scores) != 1:
+        raise MetaError("with --benchmark, --scores takes one file (the benchmark's per-caption scores)")
+    benchmark = get_benchmark(args.benchmark)
+    if not Path(args.data).exists():
+        raise MetaError(f"--data {args.data} does not exist")
+    judgments = benchmark.load(str(args.data))
+    verifying = args.action == "verify"
+    if not verifying and not args.out:
+        raise MetaError("--out DIR is needed (where the results go)")
+    expected = read_expected(args.expected, benchmark.name) if args.expected else published_values(benchmark)
+    if verifying and not expected:
+        raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
+    given_names = list(read_scores(args.scores[0], judgments.samples(args.images))) if args.scores else []
+    if args.metric:
+        metrics = metric_names(args.metric)
+    elif verifying:
+        # Every published metric we can compute, and every one whose scores were given.
+        metrics = [m for m in expected if reference_metric_name(m) or m in given_names]
+    else:
+        metrics = metric_names(None)
+    if args.compare:
+        args.compare = [reference_metric_name(name) or name for name in args.compare]
+        metrics += [name for name in args.compare if name not in metrics]
+    unknown = [m for m in metrics if reference_metric_name(m) is None and m not in given_names]
+    if unknown and score_metric is None:
+        raise MetaError(f"no scorer for {', '.join(unknown)}: give their per-caption scores with --scores")
+
+    last: dict = {}
+    with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
+
+        def score(draw: Judgments):
+            samples = draw.samples(args.images)
+            given = read_scores(args.scores[0], samples) if args.scores else {}
+            last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
+            return last["scores"]
+
+        n_bootstrap = 0 if verifying else args.bootstrap
+        rows = run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
+        skipped = dict(reference.skipped)
+
+    protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}"
+    if verifying:
+        table = compare(benchmark.name, rows, expected, tolerance=args.tolerance, skipped=skipped)
+        print(format_verify(table))
+        print(f"note: {protocol}")
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            write_verify_csv(table, args.out / "verify.csv")
+        return 1 if any(r.status == "fail" for r in table) else 0
+
+    notes = [protocol, *skipped.values()]
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_scores(last["judgments"], last["samples"], last["scores"], args.out / f"scores-{benchmark.name}.csv")
+    write_csv(rows, args.out / "meta.csv")
+    write_markdown(rows, args.out / "meta.md", title=f"Agreement with people: {benchmark.name}", notes=notes)
+    print(format_table(rows))
+    if args.compare:
+        if benchmark.reference_draws or benchmark.statistic == "pearson":
+            raise MetaError(f"--compare supports τ and accuracy benchmarks without reference draws, not {benchmark.name}")
+        a, b = args.compare
+        if missing := [m for m in (a, b) if m not in last["scores"]]:
+            raise MetaError(f"--compare: {', '.join(missing)} could not be scored (see the notes above)")
+        variant = benchmark.statistic.removeprefix("tau_") if benchmark.statistic.startswith("tau_") else None
+        result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b], tau_variant=variant,
+                                 n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+        print(format_comparison(result))
+        write_csv_comparison(result, args.out / "compare.csv")
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def write_csv_comparison(result, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(result.as_dict()))
+        writer.writeheader()
+        writer.writerow(result.as_dict())

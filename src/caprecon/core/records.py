@@ -88,13 +88,15 @@ def _mapping(record: Any, where: str, error: type[Exception]) -> dict[str, Any]:
     return record
 
 
-def write_jsonl_atomically(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """The whole file at once: written beside it, then renamed over it."""
+def write_jsonl_atomically(path: Path, rows: Iterable[dict[str, Any]], *, allow_nan: bool = False) -> int:
+    """The whole file at once: written beside it, then renamed over it, so a crash leaves the
+    old file or the new one, never half of one. Returns the number of rows."""
     partial = path.with_name(path.name + ".part")
     with partial.open("w", encoding="utf-8") as fh:
-        append_jsonl(fh, rows)
+        count = append_jsonl(fh, rows, allow_nan=allow_nan)
         os.fsync(fh.fileno())
-    os.replace(partial, path)  # a crash leaves the old file or the new one, never half of one
+    os.replace(partial, path)
+    return count
 
 
 def open_for_append(path: Path, kept: list[dict[str, Any]]):
@@ -103,8 +105,12 @@ def open_for_append(path: Path, kept: list[dict[str, Any]]):
     return path.open("a", encoding="utf-8")
 
 
-def append_jsonl(sink, rows: Iterable[dict[str, Any]]) -> None:
-    """Rows as JSON lines (non-ASCII kept, NaN refused), flushed so a reader sees whole lines."""
+def append_jsonl(sink, rows: Iterable[dict[str, Any]], *, allow_nan: bool = False) -> int:
+    """Rows as JSON lines (non-ASCII kept, values JSON cannot hold as `str`, NaN refused unless
+    `allow_nan`), flushed so a reader sees whole lines. Returns the number of rows."""
+    count = 0
     for row in rows:
-        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=allow_nan, default=str) + "\n")
+        count += 1
     sink.flush()
+    return count

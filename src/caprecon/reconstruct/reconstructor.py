@@ -7,7 +7,6 @@ the same sample's reconstruction get the same image, generated once.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass, field, replace

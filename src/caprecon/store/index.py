@@ -44,7 +44,6 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image
 
-from caprecon.core.paths import default_cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Sequence
 from caprecon.metrics.base import Context
 from caprecon.metrics.judging import LazyImages
 from caprecon.models.vlm import VLMRequest
-from caprecon.core.records import read_jsonl
+from caprecon.core.records import read_jsonl, write_jsonl_atomically
 from caprecon.store.index import content_key
 from caprecon.apps.cttd.replies import ParseTally, ReplyError, ReplyShapeError, read_reply, repair_prompt
 
@@ -46,15 +46,8 @@ class Job:
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records atomically (a partial file never replaces a finished one)."""
-    partial = path.with_suffix(path.suffix + ".part")
-    n = 0
-    with partial.open("w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-            n += 1
-    partial.replace(path)
-    return n
+    """A stage's JSONL output, written atomically (a partial file never replaces a finished one)."""
+    return write_jsonl_atomically(path, records, allow_nan=True)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -41,7 +41,7 @@ from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
-from caprecon.core.records import read_records
+from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.core.redaction import redact
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
@@ -521,25 +521,19 @@ def _isolating(fn, items: list) -> list[Any]:
         return [_isolating(fn, [item])[0] for item in items]
 
 
-def _write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-
-
 def _write(out_dir: Path, table: SuiteTable, rows, caption_rows, manifest, images: _Images,
            benchmarks: Sequence[Benchmark]) -> None:
     import csv
 
-    _write_jsonl(out_dir / "records.jsonl", rows)
-    _write_jsonl(out_dir / "captions.jsonl", caption_rows)
+    write_jsonl_atomically(out_dir / "records.jsonl", rows, allow_nan=True)
+    write_jsonl_atomically(out_dir / "captions.jsonl", caption_rows, allow_nan=True)
     listed: dict[str, dict[str, Any]] = {}
     for bench in benchmarks:
         for q in bench.questions:
             entry = listed.setdefault(q.image_id, {"image_id": q.image_id, "path": str(images.paths[q.image_id]),
                                                    "questions": []})
             entry["questions"].append({"dataset": bench.entry.name, "index": q.id})
-    _write_jsonl(out_dir / "images.jsonl", listed.values())
+    write_jsonl_atomically(out_dir / "images.jsonl", listed.values(), allow_nan=True)
     (out_dir / "table.md").write_text(table.to_markdown(), encoding="utf-8")
     long_rows = table.rows()
     with (out_dir / "table.csv").open("w", newline="", encoding="utf-8") as fh:
