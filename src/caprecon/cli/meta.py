@@ -61,7 +61,7 @@ class MetaError(RuntimeError):
 def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action", nargs="?", choices=("verify",),
-        help="verify: our values beside the published ones for --benchmark (see caprecon.metabench.verify)",
+        help="verify: our values beside the published ones for --benchmark (see caprecon.apps.metabench.verify)",
     )  # fmt: skip
     parser.add_argument(
         "--judgments", nargs="+", type=Path, metavar="FILE",

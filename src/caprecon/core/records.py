@@ -71,15 +71,22 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
         for i, record in enumerate(data, 1):
             yield f"{path} item {i}", _mapping(record, f"{path} item {i}", error)
     elif suffix in (".csv", ".tsv"):
-        reader = csv.DictReader(io.StringIO(read_text(path, error), newline=""),
-                                delimiter="\t" if suffix == ".tsv" else ",")
-        for record in reader:
-            where = f"{path}:{reader.line_num}"
-            if None in record:
-                raise error(f"{where}: more fields than the header has")
-            yield where, record
+        yield from read_delimited(io.StringIO(read_text(path, error), newline=""), path,
+                                  "\t" if suffix == ".tsv" else ",", error)
     else:
         raise error(f"{path}: unknown record file type {suffix!r} (use {', '.join(RECORD_SUFFIXES)})")
+
+
+def read_delimited(fh, path: str | Path, delimiter: str,
+                   error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
+    """CSV/TSV rows from an open text stream, each with the line it came from; a row with more
+    fields than the header is an error naming that line."""
+    reader = csv.DictReader(fh, delimiter=delimiter)
+    for record in reader:
+        where = f"{path}:{reader.line_num}"
+        if None in record:
+            raise error(f"{where}: more fields than the header has")
+        yield where, record
 
 
 def _mapping(record: Any, where: str, error: type[Exception]) -> dict[str, Any]:

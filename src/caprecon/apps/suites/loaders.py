@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import LETTERS, QABankError, QAItem, parse_item
-from caprecon.core.records import read_records
+from caprecon.core.records import read_delimited, read_records
 from caprecon.apps.suites.entries import SuiteEntry
 
 _EXPRESSION_FIELDS = ("question", "expression", "sentence", "ref", "referring_expression")
@@ -81,12 +81,7 @@ def _rows(entry: SuiteEntry) -> Iterator[tuple[str, dict[str, Any]]]:
     if fmt == "tsv":  # base64 images overflow the csv module's default field limit
         csv.field_size_limit(sys.maxsize)
         with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh, delimiter="\t")
-            for record in reader:
-                where = f"{path}:{reader.line_num}"
-                if None in record:
-                    raise SuiteFormatError(f"{where}: more fields than the header has")
-                yield where, record
+            yield from read_delimited(fh, path, "\t", SuiteFormatError)
     else:
         suffixed = {"jsonl": ".jsonl", "json": ".json", "csv": ".csv"}[fmt]
         if path.suffix.lower() != suffixed:
