@@ -249,6 +249,30 @@ def test_best_of_n_selects_the_argmax_from_shared_noise(tmp_path, vlm_dirs, tiny
     assert manifest["captioning"]["n"] == 3 and manifest["config"]["seed_policy"] == "per-image"
 
 
+def test_a_read_only_cache_is_never_written_by_captioning(tmp_path, vlm_dirs, tiny_sd, tiny_dinov2):
+    # caption used to open the cache for its candidates on its own, ignoring --cache-read-only;
+    # now it opens the run's store (new results in the overlay), as the scoring after it does
+    import hashlib
+    import sqlite3
+
+    from caprecon.store.index import Store
+
+    def digest(folder):
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+                if p.is_file() and not p.name.endswith(("-shm", "-wal"))}
+
+    cache = tmp_path / "shared"
+    Store(cache)
+    before = digest(cache)
+    run, captioner, _ = _run(_image_folder(tmp_path / "images", 1), vlm_dirs["qwen2_vl"], tiny_sd, tiny_dinov2, cache,
+                             n=2, out=tmp_path / "out", cache_read_only=True)
+    assert captioner.calls == 1 and len(run.selected) == 1
+    assert digest(cache) == before
+    with sqlite3.connect(tmp_path / "out" / "cache-overlay" / "index.sqlite") as db:
+        kinds = dict(db.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind").fetchall())
+    assert kinds.get("caption-candidates") == 1
+
+
 def test_same_seeds_same_candidates_and_choice_and_n1(tmp_path, vlm_dirs, tiny_sd, tiny_dinov2):
     images = _image_folder(tmp_path / "images", 2)
     first, _, _ = _run(images, vlm_dirs["llava"], tiny_sd, tiny_dinov2, tmp_path / "cache-a")

@@ -43,10 +43,9 @@ from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
 from caprecon.core.redaction import redact
 from caprecon.data.samples import IMAGE_SUFFIXES
-from caprecon.core.paths import default_cache_dir
 from caprecon.core.records import write_jsonl_atomically
+from caprecon.run.folder import open_store
 from caprecon.run.captioning import Pool, generate_candidates
-from caprecon.store.index import Store
 
 log = logging.getLogger(__name__)
 
@@ -290,10 +289,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.no_cache:
-        store = Store.fresh(out_dir / "store") if out_dir else Store.temporary()
-    else:
-        store = Store(cfg.cache_dir or default_cache_dir())
+    store = open_store(cfg, out_dir)  # the same store the scoring below opens (a read-only cache: its overlay)
     captioner_info = describe_model(model)
 
     pools, caption_stats = generate_candidates(model, paths, prompt=prompt_text, n=count, sampling=sampling,
@@ -306,8 +302,10 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image), "caption": c, "image_id": p.image_id,
                 "candidate_index": j, "caption_seed": p.seed}
                for p in pools if not p.error for j, c in enumerate(p.captions)]
-    scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy, "cache_dir": str(store.root),
-               "no_cache": False}
+    # the scoring reads and writes the store the candidates went to (under --no-cache: this run's own)
+    where = ({"cache_dir": str(store.below.root), "cache_overlay": str(store.root)} if store.below is not None
+             else {"cache_dir": str(store.root), "cache_read_only": False})
+    scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy, **where, "no_cache": False}
     results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress,
                     **scoring) if samples else None
     headlines = dict(zip(selection.metrics, results.metric_names)) if results else {}

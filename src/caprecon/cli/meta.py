@@ -231,12 +231,12 @@ def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
     """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
     temporary one under --no-cache); both None when no LLM is set."""
     from caprecon.run.config import Roles, RunConfig
-    from caprecon.core.paths import default_cache_dir
+    from caprecon.run.folder import open_store
 
     config = RunConfig.build(file=config_file, **settings)
     if config.llm is None:
         return {"llm": None, "store": None}
-    store = Store.temporary() if config.no_cache else Store(config.cache_dir or default_cache_dir())
+    store = open_store(config, None)
     return {"llm": Roles(config).llm, "store": store}
 
 
