@@ -1,6 +1,7 @@
 """The `paper-recon` preset reproduces the ReconScore paper's settings and adds none of its own."""
 
-from caprecon.run.config import Roles, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.run.roles import Roles
 
 
 def test_paper_recon_leaves_guidance_to_the_pipeline(tiny_sd):

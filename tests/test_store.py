@@ -353,7 +353,8 @@ def test_api_key_never_reaches_disk_logs_or_messages(tmp_path, monkeypatch, caps
 
 
 def test_api_key_from_named_environment_variable(monkeypatch):
-    from caprecon.run.config import RunConfig, Roles
+    from caprecon.run.config import RunConfig
+    from caprecon.run.roles import Roles
     from caprecon.core.errors import ConfigError
     from caprecon.models.openai_compat import OpenAICompatVLM
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from caprecon.core.tables import CategoryTally, format_table
+from caprecon.core.tables import format_table
+from caprecon.metrics.categories import CategoryTally
 
 
 def test_category_tally_weighs_questions_and_categories_apart():

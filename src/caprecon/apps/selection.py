@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 
-from caprecon.run.config import Roles, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.run.roles import Roles
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import build_metric
 from caprecon.models import registry

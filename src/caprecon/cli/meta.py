@@ -230,7 +230,8 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
 def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
     """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
     temporary one under --no-cache); both None when no LLM is set."""
-    from caprecon.run.config import Roles, RunConfig
+    from caprecon.run.config import RunConfig
+    from caprecon.run.roles import Roles
     from caprecon.run.folder import open_store
 
     config = RunConfig.build(file=config_file, **settings)

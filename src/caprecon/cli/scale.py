@@ -51,7 +51,8 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     from caprecon.data.samples import check_unique_ids
     from caprecon.run.folder import open_store
     from caprecon.run.score import check_images
-    from caprecon.run.config import Roles, RunConfig
+    from caprecon.run.config import RunConfig
+    from caprecon.run.roles import Roles
     from caprecon.metrics import Context, build_metric
     from caprecon.data.normalise import normalised_samples
     from caprecon.run.shards import parse_shard, select_shard

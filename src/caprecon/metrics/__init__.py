@@ -12,7 +12,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.recon import ClipImageScore, ReconScore
 
-# A factory receives the run's shared models (`caprecon.run.config.Roles`: generator, embedder,
+# A factory receives the run's shared models (`caprecon.run.roles.Roles`: generator, embedder,
 # clip, clip_matcher, judge, judges_for, llm, qa_bank) and its `RunConfig`. Metrics sit below the
 # run layer, so both arrive as plain objects.
 Roles = RunConfig = Any

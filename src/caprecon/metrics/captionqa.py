@@ -16,7 +16,7 @@ from caprecon.core.describe import describe_model
 from caprecon.data.qa import QAItem, build_prompt, load_qa_bank
 from caprecon.data.samples import LoadedSample
 from caprecon.store.index import content_key
-from caprecon.core.tables import CategoryTally
+from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.grading import score_answer
 

@@ -33,7 +33,7 @@ from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.qa import COORDS, QAItem, build_prompt, load_qa_bank
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.data.samples import LoadedSample
-from caprecon.core.tables import CategoryTally
+from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.grading import BoxReading, grade_reply
 from caprecon.metrics.judging import LazyImages, answers

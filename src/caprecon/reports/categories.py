@@ -26,7 +26,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from caprecon.core.records import read_jsonl
-from caprecon.core.tables import CategoryTally, format_table
+from caprecon.core.tables import format_table
+from caprecon.metrics.categories import CategoryTally
 
 UPPER = "upper bound"
 OVER_QUESTIONS = "mean over questions"

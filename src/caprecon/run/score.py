@@ -27,7 +27,8 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.run.config import Roles, RunConfig
+from caprecon.run.config import RunConfig
+from caprecon.run.roles import Roles
 from caprecon.run.folder import (open_store, package_version, platform_name, prepare_out, resumable_rows, summarise,
                                  write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
