@@ -149,3 +149,12 @@ def test_the_report_shows_token_count_and_never_a_url_password(tmp_path):
                       if p.is_file() and p.name not in ("manifest.json", "scores.jsonl"))
     for secret in ("pw-report-2626", "bob:", "org-report-2727", "sk-report-2828"):
         assert secret not in written, secret
+
+
+def test_a_word_before_an_equals_sign_in_prose_is_not_an_option():
+    # t2i's manifest describes its score as "P(first answer token = 'Yes')": masking (and then
+    # remembering) 'Yes' there would mask every later 'Yes' the process writes
+    text = "P(first answer token = 'Yes')"
+    assert redact_text(text) == text
+    assert redact_text("api_key=abcd1234 and token: efgh5678") == "api_key=*** and token: ***"
+    assert redact_text('{"token" : "ijkl9012"}') == '{"token" : "***"}'

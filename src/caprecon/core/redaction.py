@@ -44,8 +44,9 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _SCHEME = r"(?:(?i:bearer|basic|digest|token)\s+)?"
 _SCHEMED = re.compile(_SCHEME + r"(\S+)")
 # name=value, name: value, "name": "value" -- found at every position (a lookahead), so the
-# `token=...` inside `--judge-opt=token=...` is seen as well
-_PAIR = re.compile(r"(?=\b([A-Za-z_][\w.-]*)[\"']?\s*[=:]\s*[\"']?" + _SCHEME + r"([^\s,;&'\"]+))")
+# `token=...` inside `--judge-opt=token=...` is seen as well. Space before the `=` or `:` only
+# after a quoted name: in prose ("the first answer token = 'Yes'") a word is not an option name
+_PAIR = re.compile(r"(?=\b([A-Za-z_][\w.-]*)(?:[\"']\s*[=:]|[=:])\s*[\"']?" + _SCHEME + r"([^\s,;&'\"]+))")
 # a command line's `--api-key VALUE`
 _FLAG = re.compile(r"-{1,2}([A-Za-z][\w-]*)")
 _FLAG_VALUE = re.compile(r"(?<![\w-])-{1,2}([A-Za-z][\w-]*)[ \t]+(?![-\s])([^\s'\"]+)")
