@@ -150,7 +150,30 @@ def sequence_prob(logprob_rows, target: Sequence[int]) -> float:
 # ---------------------------------------------------------------------------------------
 
 
-class TransformersLLM:
+class TransformersIdentity:
+    """What identifies a local transformers model that answers prompts (the text LLM and the
+    VLM judge): its weights, dtype, system prompt and answer length make the fingerprint
+    every cached answer is keyed by; `describe` adds where it runs. Subclasses name their
+    `backend` and may add settings of their own to the description (`described_settings`)."""
+
+    backend: str
+
+    @property
+    def fingerprint(self) -> str:
+        return self.source.fingerprint(backend=self.backend, dtype=str(self.dtype),
+                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens)
+
+    def described_settings(self) -> dict[str, Any]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.backend, "model": self.source.name, "revision": self.source.revision,
+                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
+                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
+                **self.described_settings(), "fingerprint": self.fingerprint}
+
+
+class TransformersLLM(TransformersIdentity):
     """A transformers causal LM (`AutoModelForCausalLM`): Qwen, Llama, Gemma, Mistral, ...
 
     Prompts go through the tokenizer's chat template when it has one (with
@@ -160,6 +183,8 @@ class TransformersLLM:
     teacher-forced probability of the whole answer. Scoring batches are right-padded (no
     position ids to correct) and generation batches left-padded.
     """
+
+    backend = "transformers-llm"
 
     def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", batch_size: int = 16, max_new_tokens: int = 64,
@@ -173,16 +198,6 @@ class TransformersLLM:
         self._model = None
         self._tokenizer = None
 
-    @property
-    def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="transformers-llm", dtype=str(self.dtype),
-                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "transformers-llm", "model": self.source.name, "revision": self.source.revision,
-                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
-                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
-                "fingerprint": self.fingerprint}
 
     def _load(self):
         if self._model is None:

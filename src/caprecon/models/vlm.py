@@ -20,7 +20,7 @@ from PIL import Image
 
 from caprecon.data.qa import COORDS, judge_box_coords
 from caprecon.models.common import resolve_device, resolve_dtype, resolve_source
-from caprecon.models.llm import (answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
+from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class _Prefix:
     suffixes: list[list[int]]  # the rest of each prompt
 
 
-class TransformersVLM:
+class TransformersVLM(TransformersIdentity):
     """Any transformers `AutoModelForImageTextToText` checkpoint as the judge.
 
     Prompts go through the processor's chat template (image first, then the request's
@@ -145,6 +145,8 @@ class TransformersVLM:
     `batch_size` (image, prompt) pairs whatever the number of images. All give the same answers and probabilities as one
     call per request, within float tolerance.
     """
+
+    backend = "transformers-vlm"
 
     def __init__(self, model, *, revision: str | None = None, device: str | None = "auto",
                  dtype: str | None = "auto", batch_size: int = 16, max_new_tokens: int = 64,
@@ -191,17 +193,9 @@ class TransformersVLM:
                 self._frames[size] = (int(width), int(height))
         return self._frames[size]
 
-    @property
-    def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="transformers-vlm", dtype=str(self.dtype),
-                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens)
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "transformers-vlm", "model": self.source.name, "revision": self.source.revision,
-                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
-                "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
-                "share_prefix": "auto" if self.share_prefix is None else self.share_prefix,
-                "box_coords": self.box_coords, "fingerprint": self.fingerprint}
+    def described_settings(self) -> dict[str, Any]:
+        return {"share_prefix": "auto" if self.share_prefix is None else self.share_prefix,
+                "box_coords": self.box_coords}
 
     # -- loading -------------------------------------------------------------------------
 
