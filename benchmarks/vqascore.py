@@ -33,7 +33,8 @@ import tiny_vlm  # noqa: E402
 from caprecon.metrics import Context  # noqa: E402
 from caprecon.metrics.vqascore import VQAScore  # noqa: E402
 from caprecon.models.vlm import TransformersVLM  # noqa: E402
-from caprecon.data.samples import Sample, open_image  # noqa: E402
+from caprecon.data.images import open_image  # noqa: E402
+from caprecon.data.samples import Sample
 from caprecon.store.index import Store  # noqa: E402
 
 N = 32

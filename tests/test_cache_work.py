@@ -7,12 +7,13 @@ import numpy as np
 from PIL import Image
 
 import caprecon
-import caprecon.data.samples as samples_module
+import caprecon.data.images as images_module
 from caprecon.metrics import Context
 from caprecon.models.embedder import HFVisionEmbedder
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
-from caprecon.data.samples import Sample, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
 from caprecon.store.index import Store, read_verified
 from oracle import OracleGenerator, PixelEmbedder
 
@@ -34,8 +35,8 @@ def _samples(folder, n=5):
 def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
     samples = _samples(tmp_path)
     decodes = []
-    real = samples_module._decoded_bytes
-    monkeypatch.setattr(samples_module, "_decoded_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
+    real = images_module.decode_bytes
+    monkeypatch.setattr(images_module, "decode_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
 
     def run(out):
         return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,

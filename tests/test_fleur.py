@@ -10,7 +10,8 @@ from PIL import Image
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import Context
 from caprecon.metrics.fleur import DIGITS, PROMPT, Fleur, fleur_score
-from caprecon.data.samples import Sample, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
 
 
 def digits(weights, elsewhere=0.0):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from caprecon.data.qa import LETTERS, QABankError, parse_item
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import LoadedSample, SampleError, SampleFormatError, open_image
+from caprecon.data.images import LoadedSample, open_image
+from caprecon.data.samples import SampleError, SampleFormatError
 from caprecon.metrics.grading import grade, read_box, read_choice, read_yes_no
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,7 +15,8 @@ from caprecon.apps.suites.loaders import BenchQuestion
 from caprecon.apps.suites.runner import UPPER
 from caprecon.apps.suites.scoring import grade as suite_grade
 from caprecon.data.qa import QAItem
-from caprecon.data.samples import Sample, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
 from caprecon.metrics import Context
 from caprecon.metrics.grading import BoxReading, box_iou, grade, grade_reply
 from caprecon.metrics.turing import CaptionTuringTest

@@ -9,7 +9,8 @@ from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.models import registry
 from caprecon.models.openai_compat import OpenAICompatVLM
 from caprecon.data.qa import QAItem
-from caprecon.data.samples import Sample, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
 from oracle import OracleGenerator, render
 
 # the answer box as fractions of the image; in 0-1000 it is (100, 100, 400, 300), which fits

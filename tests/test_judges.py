@@ -15,7 +15,8 @@ from caprecon.models.llm import TransformersLLM
 from caprecon.models.vlm import TransformersVLM
 from caprecon.data.qa import load_qa_bank
 from caprecon.metrics.grading import grade
-from caprecon.data.samples import Sample, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
 from caprecon.store.index import Store
 from oracle import OracleGenerator, render
 from tiny_vlm import build_qwen2_lm, build_qwen2_vl

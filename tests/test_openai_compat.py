@@ -391,7 +391,8 @@ def test_captioner_asks_for_n_seeded_choices_per_image(server, faults):
 def test_fleur_over_the_server_reads_the_digits_where_the_rating_was_written(server, faults, tmp_path):
     from caprecon.metrics import Context
     from caprecon.metrics.fleur import Fleur
-    from caprecon.data.samples import Sample, open_image
+    from caprecon.data.images import open_image
+    from caprecon.data.samples import Sample
 
     IMAGES["red"].save(tmp_path / "red.png")
     item = open_image(Sample(id="r", image=tmp_path / "red.png", caption="a red square"))

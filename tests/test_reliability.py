@@ -16,7 +16,8 @@ from caprecon.core.errors import ConfigError
 from caprecon.metrics import Metric
 from caprecon.run.local import RunError
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import Sample, SampleError, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample, SampleError
 
 
 def pictures(folder, n=3, rows_extra=None):

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import SampleError, SampleFormatError, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import SampleError, SampleFormatError
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from PIL import Image
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
-from caprecon.data.samples import LoadedSample, Sample, SampleError, open_image
+from caprecon.data.images import LoadedSample, open_image
+from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import Store, content_key
 
 

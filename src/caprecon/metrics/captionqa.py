@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from caprecon.models.llm import TextLLM
 from caprecon.core.describe import describe_model
 from caprecon.data.qa import QAItem, build_prompt, load_qa_bank
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.store.index import content_key
 from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Context, Metric

@@ -20,7 +20,8 @@ import numpy as np
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import CaptionImageMatcher
 from caprecon.core.describe import describe_model
-from caprecon.data.samples import LoadedSample, SampleError
+from caprecon.data.images import LoadedSample
+from caprecon.data.samples import SampleError
 from caprecon.store.index import content_key
 from caprecon.metrics.base import Context, Metric
 

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from caprecon.core.describe import describe_model
 from caprecon.models.vlm import VisionLanguageModel
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.judging import LazyImages, generations_with_token_probs, require_capability
 

@@ -15,7 +15,7 @@ from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 
 

@@ -32,7 +32,7 @@ from caprecon.models.generator import TextToImage
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.qa import COORDS, QAItem, build_prompt, load_qa_bank
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.grading import BoxReading, grade_reply

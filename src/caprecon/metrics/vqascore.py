@@ -23,7 +23,7 @@ from caprecon.models.generator import TextToImage
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.judging import LazyImages, option_probs, require_capability
 

@@ -18,7 +18,7 @@ from PIL import Image
 from caprecon.models.common import derive_seed
 from caprecon.models.generator import GenerationRequest, TextToImage
 from caprecon.reconstruct.templates import render, resolve_template
-from caprecon.data.samples import LoadedSample
+from caprecon.data.images import LoadedSample
 from caprecon.store.index import Store, StoreError, content_key, read_verified
 
 log = logging.getLogger(__name__)

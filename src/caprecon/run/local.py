@@ -33,7 +33,8 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
-from caprecon.data.samples import LoadedSample, Sample, SampleError, read_image
+from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import StoreError, content_key
 
 log = logging.getLogger(__name__)

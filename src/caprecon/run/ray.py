@@ -37,7 +37,8 @@ from typing import Any, Callable, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
-from caprecon.data.samples import Sample, SampleError, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import Store
 from caprecon.run.local import FATAL, MetricRunner, RunError, RunRows, base_record, fail_row
 

@@ -23,7 +23,8 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from caprecon.metrics.base import Context, Metric
-from caprecon.data.samples import Sample, SampleError, open_image
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
 from caprecon.run.local import FATAL, RunError
 from caprecon.run.ray import reconstructions_of

@@ -45,7 +45,8 @@ from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.core.redaction import redact
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
-from caprecon.data.samples import LoadedSample, Sample, SampleError
+from caprecon.data.images import LoadedSample
+from caprecon.data.samples import Sample, SampleError
 from caprecon.run.entrants import Entrant, entrants
 from caprecon.apps.suites.entries import SuiteEntry
 from caprecon.apps.suites.loaders import BenchQuestion, Benchmark, load_benchmark

@@ -1,0 +1,171 @@
+"""Opening a sample's image: confined to --image-root, read and hashed once, decoded only when
+the pixels are needed, and turned into 8-bit RGB as a person would see it.
+
+Every problem with one row's image is a `SampleError` naming it (missing, unreadable,
+outside the root, not decodable), so it becomes that row's error and the run goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from caprecon.data.samples import Sample, SampleError, has_image
+
+
+class LoadedSample:
+    """A sample whose image has been read: what metrics work on.
+
+    `image_key` is the content hash of the pixels' source (the file's bytes), for caches.
+    The pixels are decoded on first use of `image`: a run whose results are all cached
+    hashes the files and never decodes them. `size` is known without decoding when the
+    executor has seen the same bytes decode before (`known_size`). A caption-only sample
+    (no image, and no metric of the run needs one) has `image` None and an empty key."""
+
+    def __init__(self, sample: Sample, image: Image.Image | None = None, image_key: str = "", *,
+                 data: bytes | None = None, what: str = "", known_size: tuple[int, int] | None = None):
+        self.sample, self.image_key = sample, image_key
+        self._image, self._data, self._what, self._size = image, data, what, known_size
+        self.from_bytes = data is not None  # decoded from a file's (or row's) bytes, on demand
+        self.size_known = known_size is not None  # the size came from an earlier decode of the same bytes
+
+    @property
+    def image(self) -> Image.Image | None:
+        if self._image is None and self._data is not None:
+            self._image = decode_bytes(self._data, self._what)
+            self._data = None  # the pixels replace the bytes
+        return self._image
+
+    @property
+    def decoded(self) -> bool:
+        return self._data is None
+
+    def assume_size(self, size: tuple[int, int]) -> None:
+        """The size the same bytes decoded to before: `size` without decoding."""
+        if self._image is None:
+            self._size, self.size_known = (int(size[0]), int(size[1])), True
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) as oriented for viewing."""
+        if self._size is None:
+            self._size = self.image.size
+        return self._size
+
+    @property
+    def id(self) -> str:
+        return self.sample.id
+
+    @property
+    def caption(self) -> str:
+        return self.sample.caption
+
+    def __repr__(self) -> str:
+        return f"LoadedSample(id={self.id!r}, image_key={self.image_key[:12]!r}, decoded={self.decoded})"
+
+
+def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
+    """Open a sample's image as RGB; raise `SampleError` naming what is wrong.
+
+    With `caption_only`, a sample without an image is valid and comes back with none."""
+    item = read_image(sample, caption_only=caption_only)
+    item.image  # noqa: B018 -- decode now, so a broken file is this row's error here
+    return item
+
+
+def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
+    """Like `open_image`, but a file's pixels are only decoded when first used: the bytes are
+    read and hashed (a missing or unreadable file is still a `SampleError` here)."""
+    if not isinstance(sample.caption, str):
+        raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
+                          "caption not text")
+    if not sample.caption.strip():
+        raise SampleError("empty caption", "empty caption")
+    if not has_image(sample):
+        if caption_only:
+            return LoadedSample(sample, None, "")
+        raise SampleError("no image given", "no image")
+    src = sample.image
+    if isinstance(src, Image.Image):
+        image = decode_image(src, "the image given")
+        key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
+        return LoadedSample(sample, image, key)
+    if isinstance(src, (bytes, bytearray)):  # embedded in a parquet or datasets row
+        return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
+                            what="the embedded image")
+    path = Path(src)
+    if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
+        raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
+    if sample.image_root is not None and not inside(path, sample.image_root):
+        raise SampleError(f"image {path} lies outside --image-root {sample.image_root}", "image outside --image-root")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SampleError(f"image not found: {path}", "image not found") from None
+    except OSError as exc:
+        raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
+    return LoadedSample(sample, image_key=hashlib.sha256(data).hexdigest(), data=data, what=f"image {path}")
+
+
+def inside(path: Path, root: Path) -> bool:
+    # resolve both, so neither `..` nor a symbolic link leads out of the folder
+    return path.resolve().is_relative_to(root.resolve())
+
+
+def decode_bytes(data: bytes, what: str) -> Image.Image:
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return decode_image(im, what)
+    except SampleError:
+        raise
+    except Exception as exc:  # PIL raises several types for corrupt files
+        raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+
+
+def decode_image(im: Image.Image, what: str) -> Image.Image:
+    try:
+        return to_rgb(ImageOps.exif_transpose(im))
+    except Exception as exc:  # truncated data shows only when the pixels are read
+        raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    """8-bit RGB, as a person would see the image.
+
+    PIL's own `convert("RGB")` clips deep integer and float images (a 16-bit PNG turns
+    white) and drops transparency (revealing whatever colour hides under it); here deep
+    images are scaled to 0-255 and transparent pixels are laid over white.
+    """
+    if im.mode == "RGB":
+        return im.copy()
+    if im.mode.startswith("I;16"):  # 16 bits whatever the values: 65535 -> 255
+        return Image.fromarray(np.round(np.asarray(im, dtype=np.float64) / 257.0).astype(np.uint8), "L").convert("RGB")
+    if im.mode in ("I", "F"):
+        return Image.fromarray(to_8bit(np.asarray(im), floating=im.mode == "F"), "L").convert("RGB")
+    if im.mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+    if im.mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        rgba = im.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return im.convert("RGB")
+
+
+def to_8bit(values: np.ndarray, *, floating: bool) -> np.ndarray:
+    """32-bit integer or float pixels to 0-255, by the range they use: [0, 1] floats scale
+    up, 8-bit values stay, 16-bit values scale down, anything else is stretched."""
+    values = np.nan_to_num(values.astype(np.float64))
+    low, high = (float(values.min()), float(values.max())) if values.size else (0.0, 0.0)
+    if floating and low >= 0 and high <= 1.0:
+        scaled = values * 255.0
+    elif low >= 0 and high <= 255:
+        scaled = values
+    elif low >= 0 and high <= 65535:
+        scaled = values / 257.0
+    else:
+        scaled = (values - low) / ((high - low) or 1.0) * 255.0
+    return np.clip(np.round(scaled), 0, 255).astype(np.uint8)
