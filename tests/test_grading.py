@@ -12,7 +12,7 @@ from caprecon.apps.cttd.stage import Job
 from caprecon.apps.suites import caption_sources, evaluate_suites, load_suites
 from caprecon.apps.suites.entries import SUITES
 from caprecon.apps.suites.loaders import BenchQuestion
-from caprecon.apps.suites.runner import UPPER
+from caprecon.apps.suites.table import UPPER
 from caprecon.apps.suites.scoring import grade as suite_grade
 from caprecon.data.qa import QAItem
 from caprecon.data.images import open_image

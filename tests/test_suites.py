@@ -21,7 +21,7 @@ from caprecon.models.vlm import TransformersVLM
 from caprecon.apps.suites import SuiteTable, caption_sources, evaluate_suites, load_suites, surrogate_agreement
 from caprecon.apps.suites.entries import SUITES, SuiteEntry
 from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_benchmark
-from caprecon.apps.suites.runner import UPPER
+from caprecon.apps.suites.table import UPPER
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade, read_number
 from caprecon.metrics.grading import BoxReading
 from oracle import OracleGenerator

@@ -24,7 +24,6 @@ C(k-1, n-1) / C(N, n), so E[best of n] = sum_k s_(k) C(k-1, n-1) / C(N, n) exact
 from __future__ import annotations
 
 import csv
-import gc
 import json
 import logging
 import math
@@ -39,6 +38,7 @@ from caprecon.run.roles import Roles
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import build_metric
 from caprecon.models import registry
+from caprecon.models.common import release_memory
 from caprecon.models.build import build_model
 from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
@@ -298,7 +298,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                                                progress=progress)
     if isinstance(chosen["captioner"], str):
         del model  # built here: free its memory before the scoring models load
-        _release_memory()
+        release_memory()
 
     samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image), "caption": c, "image_id": p.image_id,
                 "candidate_index": j, "caption_seed": p.seed}
@@ -333,16 +333,6 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
 
         write_html_report(out_dir)
     return run
-
-
-def _release_memory() -> None:
-    gc.collect()
-    try:
-        import torch
-    except ImportError:
-        return
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _select(pools: Sequence[Pool], records: Sequence[dict[str, Any]], selection: Selection,

@@ -25,7 +25,6 @@ cached, so a rerun makes no model call.
 from __future__ import annotations
 
 import csv
-import gc
 import itertools
 import json
 import math
@@ -42,6 +41,7 @@ from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.build import build_model
+from caprecon.models.common import release_memory
 from caprecon.core.describe import describe_model
 from caprecon.core.redaction import redact
 from caprecon.data.normalise import normalised_samples
@@ -281,7 +281,7 @@ def evaluate_generators(
         described["generators"][label] = describe_model(generator)
         cache[label] = ctx.stats()
         del generator, metrics, ctx
-        gc.collect()
+        release_memory()
 
     table = adherence_table(records, [g.label for g in gens], columns, n_bootstrap=n_bootstrap, seed=ci_seed,
                             level=level)

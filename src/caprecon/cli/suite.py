@@ -23,7 +23,7 @@ from caprecon.data.qa import COORDS
 
 def add_parser(subparsers) -> None:
     from caprecon.apps.suites.entries import SUITES
-    from caprecon.apps.suites.runner import DEFAULT_SIGMA
+    from caprecon.apps.suites.table import DEFAULT_SIGMA
 
     p = subparsers.add_parser(
         "suite", help="downstream task suites on reconstructions: Table 1 of the Caption Turing Test paper",

@@ -8,11 +8,13 @@ loads a model at all.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
 import re
 import sqlite3
+import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -162,3 +164,11 @@ def resolve_dtype(dtype: str | None, device: str):
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
     return table[dtype]
 
+
+def release_memory() -> None:
+    """Free what dropped models held: Python's garbage first, then the accelerator's cached
+    blocks. Torch is used only if something already imported it."""
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()

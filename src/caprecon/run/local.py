@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,7 +29,7 @@ from typing import Any, Callable, Sequence
 from tqdm.auto import tqdm
 
 from caprecon.metrics.base import Context, Metric
-from caprecon.models.common import ModelNotFoundError
+from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
 from caprecon.data.images import LoadedSample, read_image
@@ -78,12 +77,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
-def _free_accelerator_memory() -> None:
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
 def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
@@ -125,7 +118,7 @@ class MetricRunner:
                 self.batch_size = max(1, len(items) // 2)
                 log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
                             name, len(items), self.batch_size)
-                _free_accelerator_memory()
+                release_memory()
                 return self._in_chunks(items)
             if len(items) == 1:
                 return [exc]

@@ -4,10 +4,7 @@ For every caption source (a captioner run here, or a file of captions written
 elsewhere) each benchmark image is captioned, its caption normalised (the raw text
 kept) and reconstructed, and the judge answers the benchmark's questions on the
 reconstruction. The same questions on the original images give the upper bound. The
-table follows the Caption Turing Test paper's Table 1: one row per caption source,
-one column per dataset, their average (Eq. 5's S_D, in percent), the upper bound and
-the gap to it; Eq. 4's criterion (mean absolute per-dataset gap <= σ) is reported per
-source alongside.
+result is the Caption Turing Test paper's Table 1 (`table`).
 
 Work runs in three phases, so that one kind of model is in memory at a time: every
 source's captions (captioners one after another), every reconstruction, then every
@@ -18,15 +15,13 @@ benchmark question whatever the number of sources, a reconstruction once per
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from PIL import Image
 from tqdm.auto import tqdm
@@ -37,23 +32,23 @@ from caprecon.metrics.base import Context
 from caprecon.metrics.grading import BoxReading
 from caprecon.metrics.judging import LazyImages, answers
 from caprecon.models.build import build_model
+from caprecon.models.common import release_memory
 from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
-from caprecon.core.records import read_records, write_jsonl_atomically
+from caprecon.core.records import write_jsonl_atomically
 from caprecon.core.redaction import redact
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
-from caprecon.run.entrants import Entrant, entrants
 from caprecon.apps.suites.entries import SuiteEntry
 from caprecon.apps.suites.loaders import BenchQuestion, Benchmark, load_benchmark
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade
+from caprecon.apps.suites.sources import CaptionSource, read_caption_file
+from caprecon.apps.suites.table import DEFAULT_SIGMA, UPPER, SuiteResults, SuiteTable
 
-UPPER = "Upper bound"
-DEFAULT_SIGMA = 5.0  # percentage points; the paper leaves σ open
 _FREE_FORM = {"math": "Answer with the final answer only: a number, a word or a short phrase.",
               "ocr": "Answer the question using a single word or phrase."}
 
@@ -62,156 +57,6 @@ def judge_prompt(question: BenchQuestion, box_coords: str | None = None) -> str:
     if question.item is not None:
         return build_prompt(question.item, box_coords=box_coords)
     return f"{question.question}\n{_FREE_FORM[question.type]}"
-
-
-@dataclass(frozen=True)
-class CaptionSource:
-    """A row of the table: a captioner to run, or a file of captions (`image_id` or `dataset` + `index`)."""
-
-    label: str
-    captioner: Entrant | None = None
-    captions_file: Path | None = None
-
-
-def caption_sources(captioners: Iterable[Any] | Mapping[str, Any] = (),
-                    caption_files: Iterable[str] | Mapping[str, str | Path] = ()) -> list[CaptionSource]:
-    """Sources from `[LABEL=]SPEC` captioners and `[LABEL=]FILE` caption files (or mappings)."""
-    sources = [CaptionSource(e.label, captioner=e) for e in entrants(captioners, "captioner")]
-    files = caption_files.items() if isinstance(caption_files, Mapping) else [
-        f.partition("=")[::2] if "=" in str(f) else (Path(str(f)).stem, f) for f in caption_files]
-    for label, path in files:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"captions file not found: {path}")
-        sources.append(CaptionSource(str(label).strip(), captions_file=path))
-    labels = [s.label for s in sources]
-    repeated = sorted({label for label in labels if labels.count(label) > 1})
-    if repeated:
-        raise ConfigError(f"caption source label(s) {repeated} given twice; name them apart with LABEL=...")
-    if not sources:
-        raise ConfigError("nothing to evaluate: give a --captioner or a --captions file")
-    if UPPER in labels:
-        raise ConfigError(f"{UPPER!r} is the upper bound's row; label the source otherwise")
-    return sources
-
-
-def read_caption_file(path: Path, benchmarks: Sequence[Benchmark]) -> dict[str, str]:
-    """image_id -> caption. Rows name the image by `image_id` (as OUT/images.jsonl lists
-    them) or by `dataset` and `index`; other images of the benchmarks have no caption."""
-    by_index = {(b.entry.name, q.id): q.image_id for b in benchmarks for q in b.questions}
-    known = {q.image_id for b in benchmarks for q in b.questions}
-    captions: dict[str, str] = {}
-    for where, record in read_records(path, ConfigError):
-        caption = record.get("caption")
-        if not isinstance(caption, str):
-            raise ConfigError(f"{where}: no `caption` text")
-        if record.get("image_id"):
-            image_id = str(record["image_id"])
-        elif record.get("dataset") is not None and record.get("index") is not None:
-            image_id = by_index.get((str(record["dataset"]), str(record["index"])), "")
-            if not image_id:
-                continue  # a row of a dataset or question this run does not include
-        else:
-            raise ConfigError(f"{where}: name the image by `image_id` or by `dataset` and `index`")
-        if image_id in known:
-            captions[image_id] = caption
-    return captions
-
-
-@dataclass
-class SuiteTable:
-    """Table 1: per source and dataset the headline score (percent); Eq. 4 per source."""
-
-    datasets: list[SuiteEntry]
-    scores: dict[str, dict[str, dict[str, Any]]]  # row label -> dataset name -> dataset_scores()
-    sources: list[str]
-    sigma: float = DEFAULT_SIGMA
-    notes: list[str] = field(default_factory=list)
-
-    def score(self, row: str, dataset: str) -> float:
-        return self.scores.get(row, {}).get(dataset, {}).get("score", math.nan)
-
-    def average(self, row: str) -> float:
-        values = [self.score(row, d.name) for d in self.datasets]
-        return math.nan if any(math.isnan(v) for v in values) else sum(values) / len(values)
-
-    def gap(self, row: str) -> float:
-        return self.average(UPPER) - self.average(row)
-
-    def mean_abs_gap(self, row: str) -> float:
-        """Eq. 4's left side: (1/n) Σ_i |J(I, D_i) - J(Î, D_i)|, in percentage points."""
-        gaps = [abs(self.score(UPPER, d.name) - self.score(row, d.name)) for d in self.datasets]
-        return math.nan if any(math.isnan(g) for g in gaps) else sum(gaps) / len(gaps)
-
-    def equivalent(self, row: str) -> bool | None:
-        value = self.mean_abs_gap(row)
-        return None if math.isnan(value) else value <= self.sigma
-
-    def grid(self) -> list[list[str]]:
-        header = ["captioner", *(d.label for d in self.datasets), "Avg.", "Gap", "mean|Δ|", f"≤σ={self.sigma:g}"]
-        rows = [header]
-        for label in [UPPER, *self.sources]:
-            cells = [label, *(_num(self.score(label, d.name)) for d in self.datasets), _num(self.average(label))]
-            if label == UPPER:
-                cells += ["", "", ""]
-            else:
-                equivalent = self.equivalent(label)
-                cells += [_num(self.gap(label)), _num(self.mean_abs_gap(label)),
-                          "n/a" if equivalent is None else ("yes" if equivalent else "no")]
-            rows.append(cells)
-        return rows
-
-    def to_text(self) -> str:
-        rows = self.grid()
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        text = "\n".join(lines)
-        return text + ("\n\n" + "\n".join(f"note: {n}" for n in self.notes) if self.notes else "")
-
-    def to_markdown(self) -> str:
-        rows = self.grid()
-        cells = [[c.replace("|", "\\|") for c in row] for row in rows]
-        out = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(rows[0])]
-        out += ["| " + " | ".join(row) + " |" for row in cells[1:]]
-        return "\n".join(out + [""] + [f"- {n}" for n in self.notes]).rstrip() + "\n"
-
-    def rows(self) -> list[dict[str, Any]]:
-        """Long form: one row per (source, dataset), full precision, plus each source's average."""
-        out = []
-        for label in [UPPER, *self.sources]:
-            for d in self.datasets:
-                s = self.scores.get(label, {}).get(d.name, {})
-                out.append({"captioner": label, "dataset": d.name, "label": d.label, "score": s.get("score"),
-                            "accuracy": s.get("accuracy"), "accuracy_plus": s.get("accuracy_plus"),
-                            "miou": s.get("miou"), "n": s.get("n", 0),
-                            "gap": self.score(UPPER, d.name) - self.score(label, d.name)})
-        return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in out]
-
-    def summary(self) -> dict[str, Any]:
-        def clean(v: float) -> float | None:
-            return None if math.isnan(v) else v
-
-        return {"datasets": [{"name": d.name, "label": d.label} for d in self.datasets], "sigma": self.sigma,
-                "upper_bound": {"average": clean(self.average(UPPER)), "scores": self.scores.get(UPPER, {})},
-                "captioners": {label: {"average": clean(self.average(label)), "gap": clean(self.gap(label)),
-                                       "mean_abs_gap": clean(self.mean_abs_gap(label)),
-                                       "equivalent": self.equivalent(label), "scores": self.scores.get(label, {})}
-                               for label in self.sources},
-                "notes": self.notes}
-
-
-def _num(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{round(value, 2) or 0.0:.2f}"
-
-
-@dataclass
-class SuiteResults:
-    table: SuiteTable
-    records: list[dict[str, Any]]  # one per question x (upper bound or source)
-    captions: list[dict[str, Any]]  # one per source x image
-    manifest: dict[str, Any]
-    out: Path | None = None
 
 
 class _Images:
@@ -259,17 +104,6 @@ class _Images:
                 return im.convert("RGB")
         except Exception as exc:
             raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
-
-
-def _release() -> None:
-    gc.collect()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
 
 
 def evaluate_suites(
@@ -345,7 +179,7 @@ def evaluate_suites(
                                   progress=progress)
     recons = _reconstruction_phase(caption_rows, generator, images, store, cfg, cache, progress)
     del generator
-    _release()
+    release_memory()
     reading = BoxReading.of(judge, judge_box_coords)  # the judge's own convention unless told otherwise
     rows, graded = _answer_phase(labels, benchmarks, recons, images, judge, ctx, cfg,
                                  max_new_tokens=judge_max_new_tokens, reading=reading, progress=progress)
@@ -414,7 +248,7 @@ def _caption_phase(sources: Sequence[CaptionSource], captioners: dict[str, Any],
             cache[f"captions/{source.label}"] = counts
             described["captioners"][source.label] = describe_model(captioner)
             del captioner
-            _release()
+            release_memory()
         for image_id in image_ids:
             raw = captions.get(image_id)
             row = {"captioner": source.label, "image_id": image_id,

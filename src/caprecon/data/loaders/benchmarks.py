@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from caprecon.data.judgments import (FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, JudgmentFormatError, Judgments, PairJudgment, load_judgments)
+from caprecon.data.judgments import (FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, JudgmentFormatError, Judgments, PairJudgment, load_judgments)
 from caprecon.core.records import RECORD_SUFFIXES, read_records
 
 
