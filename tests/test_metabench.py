@@ -397,3 +397,14 @@ def test_compare_on_judgments_files(tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "judged.jsonl: a vs b (tau_b): 1.0000 - " in printed and "p < 0.02" in printed  # no resample crossed 0
+
+
+def test_the_meta_module_runs_as_a_script_with_a_benchmark(tmp_path):
+    # run as a script, the module's main must come after everything it calls
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "caprecon.cli.meta", "--benchmark", "pascal50s", "--data",
+                           str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr
+    assert f"--data {tmp_path / 'missing'} does not exist" in done.stderr + done.stdout

@@ -399,18 +399,6 @@ def _probes(
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
-    )
-    add_meta_arguments(parser)
-    return run_meta_command(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # `caprecon meta --benchmark NAME --data PATH` and `caprecon meta verify`: both read the benchmark
 # with its own loader, score every caption (reference metrics here, other metrics through the
 # scorer or a `--scores` file) and run its pinned protocol; `verify` then sets the result beside
@@ -500,3 +488,15 @@ def write_csv_comparison(result, path: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(result.as_dict()))
         writer.writeheader()
         writer.writerow(result.as_dict())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
+    )
+    add_meta_arguments(parser)
+    return run_meta_command(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Samples in, from the formats people keep them in: one module per format that needs more
 than a few lines (`karpathy`, `benchmarks` for meta-evaluation judgments), the rest here.
 
-Loading never opens images: rows name them, and `caprecon.data.samples` opens them when a
+Loading never opens images: rows name them, and `caprecon.data.images` opens them when a
 metric needs the pixels.
 """
 
