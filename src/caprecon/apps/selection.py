@@ -24,7 +24,6 @@ C(k-1, n-1) / C(N, n), so E[best of n] = sum_k s_(k) C(k-1, n-1) / C(N, n) exact
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import math
 import time
@@ -42,10 +41,9 @@ from caprecon.models.common import release_memory
 from caprecon.models.build import build_model
 from caprecon.models.captioner import Sampling, resolve_prompt
 from caprecon.core.describe import describe_model
-from caprecon.core.redaction import redact
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
-from caprecon.run.folder import open_store
+from caprecon.run.folder import open_store, write_manifest
 from caprecon.run.captioning import Pool, generate_candidates
 
 log = logging.getLogger(__name__)
@@ -313,7 +311,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)
 
     chosen_images = {s["image_id"] for s in selected}
-    manifest = redact({  # the options' keys and tokens never reach disk
+    manifest = {
         **(results.manifest if results else {}),
         "config": cfg.to_dict(),
         "models": roles.describe(),
@@ -325,7 +323,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
                       "selected": len(selected), "unselected": [p.image_id for p in pools
                                                                 if p.image_id not in chosen_images]},
         "noise": f"one reconstruction seed per image ({cfg.seed_policy}): candidates differ only by their text",
-    })
+    }
     run = BestOfN(candidates, selected, curve, selection, manifest, out_dir)
     if out_dir:
         write_best_of_n(run, out_dir)
@@ -383,8 +381,7 @@ def write_best_of_n(run: BestOfN, out_dir: str | Path) -> dict[str, Path]:
     if run.curve:
         label = next(iter(run.selection.weights)) if run.selection.is_single else "selection score"
         paths.update(write_curve(run.curve, out_dir, label))
-    (out_dir / "manifest.json").write_text(json.dumps(run.manifest, indent=2, default=str), encoding="utf-8")
-    paths["manifest"] = out_dir / "manifest.json"
+    paths["manifest"] = write_manifest(out_dir, run.manifest)
     return paths
 
 

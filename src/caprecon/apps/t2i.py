@@ -36,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from caprecon.run.config import RunConfig
+from caprecon.run.folder import open_store, write_manifest
 from caprecon.core.errors import ConfigError
 from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
@@ -43,7 +44,6 @@ from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.build import build_model
 from caprecon.models.common import release_memory
 from caprecon.core.describe import describe_model
-from caprecon.core.redaction import redact
 from caprecon.data.normalise import normalised_samples
 from caprecon.run.local import run_local
 from caprecon.data.samples import Sample
@@ -262,8 +262,6 @@ def evaluate_generators(
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    from caprecon.run.folder import open_store
-
     store = open_store(cfg, out_dir)
     columns = [COLUMN_PREFIX + label for label in built_judges]
     described = {"generators": {}, "judges": {label: describe_model(j) for label, j in built_judges.items()}}
@@ -290,7 +288,7 @@ def evaluate_generators(
     if errors:
         table.notes.append(f"{errors} caption x generator row(s) have an error (see scores.jsonl); a score such a "
                            f"row lacks leaves its caption out of that mean and of the pairs it belongs to")
-    manifest = redact({  # the options' keys and tokens never reach disk
+    manifest = {
         "command": "t2i",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
@@ -306,12 +304,12 @@ def evaluate_generators(
         "cache": cache,
         "store": str(store.root),
         "config": cfg.to_dict(),
-    })
+    }
     if out_dir:
         table.write(out_dir)
         summary = {"table": [_without_nan(r, None) for r in table.rows()], "notes": table.notes}
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+        write_manifest(out_dir, manifest)
     return T2IResults(records, table, manifest, out_dir)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
+from caprecon.core.redaction import redact
 from caprecon.data.samples import Sample
 from caprecon.run.config import RunConfig
 from caprecon.run.local import base_record, read_scores
@@ -111,7 +112,15 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
         writer.writerow(["metric", "mean", "std", "n"])
         for name, s in summary["metrics"].items():
             writer.writerow([name, s["mean"], s["std"], s["n"]])
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    write_manifest(out_dir, manifest)
+
+
+def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
+    """The run folder's `manifest.json`, redacted: every command writes its manifest here, so
+    no option's key, token or URL password reaches disk whatever the command put in it."""
+    path = out_dir / "manifest.json"
+    path.write_text(json.dumps(redact(manifest), indent=2, default=str))
+    return path
 
 
 @functools.lru_cache(maxsize=None)

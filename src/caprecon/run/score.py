@@ -12,7 +12,6 @@ cache). A folder that holds a run of other settings is refused rather than mixed
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 import time
@@ -30,7 +29,7 @@ from caprecon.metrics import Context, Metric, build_metric
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.run.folder import (open_store, package_version, platform_name, prepare_out, resumable_rows, summarise,
-                                 write_run)
+                                 write_manifest, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
 
@@ -118,9 +117,8 @@ def score(
     if out_dir:
         prepare_out(out_dir)
         done = {} if cfg.no_cache else resumable_rows(out_dir, cfg, metric_names, rows)
-        (out_dir / "manifest.json").write_text(json.dumps(
-            redact({"status": "running", "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows)}),
-            indent=2, default=str))
+        write_manifest(out_dir, {"status": "running", "config": cfg.to_dict(), "metric_names": metric_names,
+                                 "samples": len(rows)})
     store = open_store(cfg, out_dir)
     ctx = Context(store)
     thumbnails = _thumbnail_writer(out_dir, store)
@@ -144,11 +142,11 @@ def score(
         if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
             summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
             status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
-            write_run(out_dir, summary, redact({
+            write_run(out_dir, summary, {
                 "status": status, "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
                 "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
                 "rows_written": len(stop.records), "cache": ctx.stats(),
-                **({"error": str(stop)} if status == "stopped" else {})}))
+                **({"error": str(stop)} if status == "stopped" else {})})
         raise
     except BaseException:
         if thumbnails:
@@ -178,7 +176,7 @@ def score(
         "executor": executor,
         **({"shard": shard_info} if shard_info else {}),
     }
-    manifest = redact(manifest)  # API keys and tokens among the options never reach disk
+    manifest = redact(manifest)  # what Results hold is what manifest.json holds
     if out_dir:
         write_run(out_dir, summary, manifest)
         if "turing" in metric_names and summary["metrics"]["turing"]["n"]:

@@ -27,6 +27,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.run.config import RunConfig
+from caprecon.run.folder import open_store, write_manifest
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.metrics.grading import BoxReading
@@ -38,7 +39,6 @@ from caprecon.core.describe import describe_model
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
-from caprecon.core.redaction import redact
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
 from caprecon.data.images import LoadedSample
@@ -163,8 +163,6 @@ def evaluate_suites(
     out_dir = Path(out) if out else None
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)
-    from caprecon.run.folder import open_store
-
     store = open_store(cfg, out_dir)
     ctx = Context(store)
     used = {q.image_id for b in benchmarks for q in b.questions}
@@ -198,7 +196,7 @@ def evaluate_suites(
                                f"failed reconstruction; see records.jsonl) are left out of its scores")
     cache["judge_answers_computed"] = ctx.computed.get("judge-answer", 0)
     cache["judge_seconds"] = round(ctx.model_seconds, 4)
-    manifest = redact({  # the options' keys and tokens never reach disk
+    manifest = {
         "command": "suite",
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
@@ -218,7 +216,7 @@ def evaluate_suites(
         "cache": cache,
         "store": str(store.root),
         "config": cfg.to_dict(),
-    })
+    }
     if out_dir:
         _write(out_dir, table, rows, caption_rows, manifest, images, benchmarks)
     return SuiteResults(table, rows, caption_rows, manifest, out_dir)
@@ -376,4 +374,4 @@ def _write(out_dir: Path, table: SuiteTable, rows, caption_rows, manifest, image
         writer.writeheader()
         writer.writerows(long_rows)
     (out_dir / "summary.json").write_text(json.dumps(table.summary(), indent=2, ensure_ascii=False))
-    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str))
+    write_manifest(out_dir, manifest)
