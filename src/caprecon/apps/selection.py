@@ -301,11 +301,8 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image), "caption": c, "image_id": p.image_id,
                 "candidate_index": j, "caption_seed": p.seed}
                for p in pools if not p.error for j, c in enumerate(p.captions)]
-    # the scoring reads and writes the store the candidates went to (under --no-cache: this run's own)
-    where = ({"cache_dir": str(store.below.root), "cache_overlay": str(store.root)} if store.below is not None
-             else {"cache_dir": str(store.root), "cache_read_only": False})
-    scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy, **where, "no_cache": False}
-    results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress,
+    scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy}
+    results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress, store=store,
                     **scoring) if samples else None
     headlines = dict(zip(selection.metrics, results.metric_names)) if results else {}
     candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)

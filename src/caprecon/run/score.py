@@ -28,6 +28,7 @@ from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
+from caprecon.store.index import Store
 from caprecon.run.folder import (open_store, package_version, platform_name, prepare_out, resumable_rows, summarise,
                                  write_manifest, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
@@ -81,6 +82,7 @@ def score(
     shard: str | tuple[int, int] | None = None,
     executor: str = "local",
     ray: dict[str, Any] | None = None,
+    store: Store | None = None,
     **settings: Any,
 ) -> Results:
     """Score samples with metrics (names or `Metric` objects; default: the config's, else recon).
@@ -89,7 +91,9 @@ def score(
     seed_policy, max_side, batch_size, cache_dir, no_cache, ...); models may be given as
     registry names, hub ids, local folders or already-built objects. `shard="i/n"` scores
     one slice of the input (`caprecon merge` joins the slices); `executor="ray"` runs the
-    plan on Ray Data, with `ray` the options of `caprecon.run.ray.run_ray`.
+    plan on Ray Data, with `ray` the options of `caprecon.run.ray.run_ray`. `store`, an open
+    store, replaces the one the cache settings name (best-of-N scores in the store its
+    candidates went to).
     """
     started = time.time()
     metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
@@ -119,7 +123,7 @@ def score(
         done = {} if cfg.no_cache else resumable_rows(out_dir, cfg, metric_names, rows)
         write_manifest(out_dir, {"status": "running", "config": cfg.to_dict(), "metric_names": metric_names,
                                  "samples": len(rows)})
-    store = open_store(cfg, out_dir)
+    store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
     thumbnails = _thumbnail_writer(out_dir, store)
 
