@@ -13,27 +13,26 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.recon import ClipImageScore, ReconScore
 
 # A factory receives the run's shared models (`caprecon.run.roles.Roles`: generator, embedder,
-# clip, clip_matcher, judge, judges_for, llm, qa_bank) and its `RunConfig`. Metrics sit below the
-# run layer, so both arrive as plain objects.
-Roles = RunConfig = Any
+# clip, clip_matcher, judge, judges_for, llm, qa_bank) and its `caprecon.run.config.RunConfig`.
+# Metrics sit below the run layer, so both arrive untyped here.
 
 
-def _recon(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _recon(roles: Any, cfg: Any) -> Metric:
     return ReconScore(roles.generator, roles.embedder, cfg.spec)
 
 
-def _clip_image(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _clip_image(roles: Any, cfg: Any) -> Metric:
     return ClipImageScore(roles.generator, roles.clip, cfg.spec)
 
 
-def _turing(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _turing(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.turing import CaptionTuringTest
 
     return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
                              judges_for=roles.judges_for)
 
 
-def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _vqascore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.vqascore import VQAScore
 
     return VQAScore(roles.judge, template=cfg.vqa_template, on=cfg.vqa_on,
@@ -41,31 +40,31 @@ def _vqascore(roles: "Roles", cfg: "RunConfig") -> Metric:
                     normalise=cfg.vqa_normalise)
 
 
-def _captionqa(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _captionqa(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.captionqa import CaptionQA
 
     return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
 
 
-def _fleur(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _fleur(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.fleur import Fleur
 
     return Fleur(roles.judge, **({"prompt": cfg.fleur_prompt} if cfg.fleur_prompt else {}))
 
 
-def _clipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _clipscore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.clipscore import ClipScore
 
     return ClipScore(roles.clip_matcher)
 
 
-def _refclipscore(roles: "Roles", cfg: "RunConfig") -> Metric:
+def _refclipscore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.clipscore import RefClipScore
 
     return RefClipScore(roles.clip_matcher)
 
 
-MetricFactory = Callable[["Roles", "RunConfig"], Metric]
+MetricFactory = Callable[[Any, Any], Metric]
 
 METRICS: dict[str, tuple[MetricFactory, str]] = {
     "recon": (_recon, "ReconScore (1 + cos(F(I), F(Î)))/2, F = --embedder"),
@@ -81,7 +80,7 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
 }
 
 
-def build_metric(name: str, roles: "Roles", config: "RunConfig") -> Metric:
+def build_metric(name: str, roles: Any, config: Any) -> Metric:
     if name not in METRICS:
         raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}")
     return METRICS[name][0](roles, config)
