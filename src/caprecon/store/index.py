@@ -55,6 +55,21 @@ _COLUMNS = {  # added to indexes written before checksums, sizes and models were
 }
 
 
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch the index to write-ahead logging. Two processes opening a new cache at once can
+    both ask; SQLite answers the loser "database is locked" at once, without waiting out the
+    busy timeout, so it is asked again until the winner's switch is done."""
+    for pause in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            time.sleep(pause)
+    db.execute("PRAGMA journal_mode=WAL")
+
+
 class StoreError(RuntimeError):
     """The cache cannot be used as it is; the message names the file and the way out."""
 
@@ -197,7 +212,7 @@ class Store:
             if not self._columns:
                 raise sqlite3.DatabaseError("no results table")
             return
-        db.execute("PRAGMA journal_mode=WAL")
+        _use_wal(db)
         # one writer at a time: processes opening a new or old cache together must not both add a column
         db.execute("BEGIN IMMEDIATE")
         try:
