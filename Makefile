@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS := offline,data,eval,report,serve,cttd,ray,test
+EXTRAS := offline,data,eval,report,serve,cttd,ray,test,docs
 
-.PHONY: demo test test-slow test-all test-extras bench clean
+.PHONY: demo test test-slow test-all test-extras bench docs cli-docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,8 +48,16 @@ $(EXTRAS_STAMP): pyproject.toml
 test-extras: $(EXTRAS_STAMP)
 	HF_HUB_OFFLINE=1 $(EXTRAS_VENV)/bin/python -m pytest -q -m '' tests/test_dreamsim.py
 
+# the documentation site, offline, into site/; --strict fails on broken links, anchors and API references
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# docs/reference/cli.md is generated from the parsers (tests/test_docs.py fails when it is stale)
+cli-docs: $(STAMP)
+	$(BIN)/python scripts/cli_reference.py
+
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/overhead.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache site
