@@ -1,7 +1,7 @@
-"""FLEUR as its reference implementation computes it: the written rating, smoothed by the
-digit distribution at the positions where the judge wrote it."""
-
-import math
+"""FLEUR as its reference code (`fleur.py` in FLEUR's repository) computes it: the rating
+read from the reply's digits and dots, smoothed by the full-vocabulary digit probabilities
+at the positions where the judge wrote the digits of str(float(rating)). Every expected
+value below is worked out by hand from the distributions the test sets."""
 
 import numpy as np
 import pytest
@@ -43,31 +43,67 @@ def item(tmp_path):
     return open_image(Sample(id="a", image=tmp_path / "a.png", caption="a red square"))
 
 
-P1 = {7: 0.6, 8: 0.3, 6: 0.1}
-P2 = {5: 0.5, 0: 0.25, 9: 0.25}
 NONE = [0.0] * 10
+# a distribution that would change the score wherever it were (wrongly) read
+DECOY = digits({9: 1.0})
 
 
-def test_two_decimals_smooth_at_each_written_decimal(item):
-    # "0.75": P at "0" and "." are irrelevant; the first decimal's distribution gives
-    # (7·.6 + 8·.3 + 6·.1)/10 = 0.72, the second's (5·.5 + 0·.25 + 9·.25)/100 = 0.0475
-    rater = ScriptedRater(["0", ".", "7", "5"], [digits({0: 1}), NONE, digits(P1, 0.2), digits(P2, 0.5)])
+def test_the_issues_worked_examples_use_full_vocabulary_probabilities(item):
+    # "0.75": at the first decimal P(7, 8, 6) = (.6, .3, .1) of 80 % of the vocabulary's mass,
+    # i.e. (.48, .24, .08): (7·.48 + 8·.24 + 6·.08)/10 = (3.36 + 1.92 + .48)/10 = .576;
+    # at the second P(5, 0, 9) = (.5, .25, .25) of 50 %, i.e. (.25, .125, .125):
+    # (5·.25 + 0·.125 + 9·.125)/100 = (1.25 + 1.125)/100 = .02375; in all .59975
+    rater = ScriptedRater(["0", ".", "7", "5"], [DECOY, DECOY, digits({7: .6, 8: .3, 6: .1}, 0.2),
+                                                 digits({5: .5, 0: .25, 9: .25}, 0.5)])
     row = Fleur(rater).score([item], Context())[0]
-    assert row["fleur"] == pytest.approx(0.72 + 0.0475, abs=1e-12) and row["fleur_greedy"] == 0.75
+    assert row["fleur"] == pytest.approx(0.59975, abs=1e-12) and row["fleur_greedy"] == 0.75
     assert rater.prompts == [PROMPT.replace("{caption}", "a red square")]
-
-
-def test_one_decimal_and_the_rule_for_one(item):
-    one_decimal = ScriptedRater([" ", "0", ".", "7"], [NONE, digits({0: 1}), NONE, digits(P1, 0.4)])
-    assert Fleur(one_decimal).score([item], Context())[0]["fleur"] == pytest.approx(0.72)
-    # "1.0": 0.9·P("0") + P("1") at the leading digit, renormalised over the digits
-    one = ScriptedRater(["1", ".", "0"], [digits({1: 0.7, 0: 0.2, 9: 0.1}, 0.3), NONE, digits({0: 1})])
+    # "1.0": P(1, 0, 9) = (.7, .2, .1) of 70 % at the "1", i.e. P("1") = .49, P("0") = .14:
+    # .9·.14 + .49 = .616
+    one = ScriptedRater(["1", ".", "0"], [digits({1: .7, 0: .2, 9: .1}, 0.3), DECOY, DECOY])
     row = Fleur(one).score([item], Context())[0]
-    assert row["fleur"] == pytest.approx(0.9 * 0.2 + 0.7) and row["fleur_greedy"] == 1.0
+    assert row["fleur"] == pytest.approx(0.616, abs=1e-12) and row["fleur_greedy"] == 1.0
 
 
-@pytest.mark.parametrize("tokens", [["1", ".", "5"], ["2"], ["good"], ["Score", ":", " ", "7", ".", "0"]])
+@pytest.mark.parametrize("tokens, probs, expected, written", [
+    # "0.50" is 0.5 to float(): its first decimal only; P(5, 4) = (.6, .2), 20 % elsewhere:
+    # (5·.6 + 4·.2)/10 = .38 (the decoy at the written "0" adds nothing)
+    (["0", ".", "5", "0"], [DECOY, DECOY, digits({5: .75, 4: .25}, 0.2), DECOY], 0.38, 0.5),
+    # "0.7": P(7, 6) = (.5, .3), 20 % elsewhere: (7·.5 + 6·.3)/10 = .53
+    (["0", ".", "7"], [DECOY, DECOY, digits({7: .625, 6: .375}, 0.2)], 0.53, 0.7),
+    # "0.05": the first decimal is a "0", read at its second occurrence (the first is the
+    # leading "0", whose decoy is ignored): P(0, 1, 2) = (.4, .4, .1): (0 + .4 + .2)/10 = .06;
+    # the second decimal: P(5, 6) = (.6, .2): (3 + 1.2)/100 = .042; in all .102
+    (["0", ".", "0", "5"], [DECOY, DECOY, digits({0: .4, 1: .4, 2: .1}, 0.1), digits({5: .75, 6: .25}, 0.2)],
+     0.102, 0.05),
+    # "1": as "1.0": P(1, 0, 2) = (.5, .3, .1) at the "1": .9·.3 + .5 = .77
+    (["1"], [digits({1: .5, 0: .3, 2: .1}, 0.1)], 0.77, 1.0),
+    # a bare "0" (str(0.0) = "0.0"): smoothed at that "0" as the first decimal:
+    # P(0, 3, 8) = (.2, .4, .1): (0 + 1.2 + .8)/10 = .2
+    (["0"], [digits({0: .2, 3: .4, 8: .1}, 0.3)], 0.2, 0.0),
+    # the reply's other characters are dropped before float(): "Score: 0.8." reads 0.8;
+    # P(8, 9) = (.3, .3): (2.4 + 2.7)/10 = .51
+    (["Score", ":", " ", "0", ".", "8", "."], [DECOY, DECOY, DECOY, DECOY, DECOY, digits({8: .5, 9: .5}, 0.4),
+                                               DECOY], 0.51, 0.8),
+])
+def test_written_ratings_are_smoothed_where_the_reference_reads_them(tokens, probs, expected, written, item):
+    row = Fleur(ScriptedRater(tokens, probs)).score([item], Context())[0]
+    assert row["fleur"] == pytest.approx(expected, abs=1e-12) and row["fleur_greedy"] == written
+    assert "fleur_unparsed" not in row and "fleur_unsmoothed" not in row
+
+
+def test_a_repeated_second_decimal_is_read_at_its_second_occurrence():
+    # "0.77": the first decimal at the first "7", the second at the second:
+    # (7·.5)/10 + (4·.5)/100 = .35 + .02
+    tokens = ["0", ".", "7", "7"]
+    assert fleur_score(tokens, [DECOY, DECOY, digits({7: 1}, 0.5), digits({4: 1}, 0.5)]) == (
+        pytest.approx(0.37, abs=1e-12), 0.77)
+
+
+@pytest.mark.parametrize("tokens", [["1", ".", "5"], ["2"], ["good"], ["Score", ":", " ", "7", ".", "0"],
+                                    ["0", ".", "8", "/", "1", ".", "0"], ["8", "/", "1", "0"]])
 def test_ratings_outside_zero_one_are_not_parseable(tokens, item):
+    # "0.8/1.0" keeps "0.81.0", which float() refuses; "8/10" keeps "810"
     rater = ScriptedRater(tokens, [digits({1: 1})] * len(tokens))
     row = Fleur(rater).score([item], Context())[0]
     assert row["fleur"] is None and row["fleur_unparsed"] == "".join(tokens)
@@ -75,7 +111,7 @@ def test_ratings_outside_zero_one_are_not_parseable(tokens, item):
 
 def test_digits_sharing_a_token_cannot_be_smoothed():
     assert fleur_score(["0.", "75"], [digits({0: 1}), digits({7: 1})]) == (None, 0.75)
-    assert fleur_score(["0"], [digits({0: 1})]) == (0.0, 0.0)
+    assert fleur_score(["1.0"], [digits({1: 1})]) == (None, 1.0)
 
 
 def test_a_judge_without_the_capability_stops_before_the_run():

@@ -397,13 +397,14 @@ def test_fleur_over_the_server_reads_the_digits_where_the_rating_was_written(ser
     IMAGES["red"].save(tmp_path / "red.png")
     item = open_image(Sample(id="r", image=tmp_path / "red.png", caption="a red square"))
     # "0.75" with the first decimal 7 (p .5), 8 (.3), 6 (.1) and other tokens .1; the second
-    # decimal 5 (.8), 4 (.2); digits missing from the top k count as 0
+    # decimal 5 (.8), 4 (.2); digits missing from the top k count as 0, and the digits'
+    # probabilities are used as the server gives them (FLEUR's reference does not rescale them)
     first, second = {"7": 0.5, "8": 0.3, "6": 0.1, "maybe": 0.1}, {"5": 0.8, "4": 0.2}
     faults.set(script=[{"token": "0", "top": {"0": 0.0}}, {"token": ".", "top": {".": 0.0}},
                        {"token": "7", "top": {t: math.log(p) for t, p in first.items()}},
                        {"token": "5", "top": {t: math.log(p) for t, p in second.items()}}])
     row = Fleur(OpenAICompatVLM(SERVED, server)).score([item], Context())[0]
-    expected = (7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 0.9 / 10 + (5 * 0.8 + 4 * 0.2) / 100
+    expected = (7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 10 + (5 * 0.8 + 4 * 0.2) / 100  # .65 + .048
     assert row["fleur"] == pytest.approx(expected, abs=1e-9) and row["fleur_greedy"] == 0.75
 
 

@@ -1,20 +1,28 @@
 """FLEUR (Lee et al., ACL 2024): an LVLM rates how well the caption describes the image.
 
-As the reference implementation does, the judge answers FLEUR's instruction greedily, the
-rating it writes is parsed, and the score is smoothed with the judge's probabilities over
-the ten digit tokens "0".."9" *at the positions where it wrote the rating's digits*
-(P(d) = the softmax over the digit tokens alone, i.e. full-vocabulary probabilities
-renormalised over the ten digits):
+As FLEUR's reference code (`fleur.py` in its repository) does: the judge answers FLEUR's
+instruction greedily; the rating is read by keeping the reply's digits and dots, dropping
+dots at either end and parsing the rest with `float()`; and the rating is smoothed with
+the judge's full-vocabulary probabilities P(d) of the ten digit tokens "0".."9" at the
+positions where it wrote the digits of `str(float(rating))`. The probabilities are the
+softmax over the whole vocabulary, not rescaled to sum to 1 over the digits:
 
-    written "0.d…"   fleur = Σ_d d·P₁(d) / 10  (+ Σ_d d·P₂(d) / 100 when a second decimal was written)
-    written "1", "1.0"  fleur = 0.9·P₀("0") + 1.0·P₀("1")
+    rating < 1:  fleur = Σ_d d·P₁(d) / 10  (+ Σ_d d·P₂(d) / 100 when str(rating) has a second decimal)
+    rating = 1:  fleur = 0.9·P("0") + P("1"), both at the written "1"
 
-with P₁, P₂ at the first and second decimal and P₀ at the leading digit. A written "0"
-without decimals scores 0. A rating outside [0, 1], or a reply without one, is not
-parseable: the row keeps `fleur` None and the reply in `fleur_unparsed`; a rating whose
-digits share a token (tokenisers that merge digits, unlike LLaVA's and Qwen's) cannot be
-smoothed and keeps the reply in `fleur_unsmoothed`. `fleur_greedy` is the rating as written. Over an OpenAI-compatible server the digit probabilities come
-from the `top_logprobs` of the generated tokens (a digit outside the top k counts as 0).
+P₁ is read at the first decimal, P₂ at the second. So "0.50" (str: "0.5") is smoothed at
+its first decimal only, and a bare "0" (str: "0.0") at that "0" as if it were the first
+decimal. Where the digit occurs more than once among the generated tokens the reference
+picks an occurrence: for the first decimal the second occurrence when the digit is 0 (the
+first is the leading "0"), else the first; for the second decimal the second occurrence.
+
+A reply whose digits and dots do not parse (none, or several numbers such as "0.8/1.0"),
+or parse to a rating outside [0, 1] ("8/10" reads 810), is not parseable: the row keeps
+`fleur` None and the reply in `fleur_unparsed`. A rating whose digit is not a token of its
+own (tokenisers that merge digits, unlike LLaVA's and Qwen's) cannot be smoothed and keeps
+the reply in `fleur_unsmoothed`. `fleur_greedy` is the rating as written. Over an
+OpenAI-compatible server the digit probabilities come from the `top_logprobs` of the
+generated tokens (a digit outside the top k counts as 0).
 """
 
 from __future__ import annotations
@@ -41,48 +49,45 @@ PROMPT = (
     "Score(Choose a rating from 0.0 to 1.0):"
 )
 
-_RATING = re.compile(r"(?<![\d.])(\d+)(?:\.(\d+))?")
+_KEPT = re.compile(r"[\d.]")  # what the reference keeps of the reply before float()
 
 
 def fleur_score(tokens: Sequence[str], probs: Sequence[Sequence[float]]) -> tuple[float | None, float | None]:
     """(smoothed score, written rating) from a greedy reply: its generated tokens' texts and,
-    per token, the probabilities of the digits 0..9 there. (None, None) when no rating in
-    [0, 1] was written, (None, rating) when its digits are not tokens of their own."""
-    text, owner = "", []
-    for k, token in enumerate(tokens):
-        text += token
-        owner += [k] * len(token)
-    match = _RATING.search(text)
-    if match is None:
+    per token, the full-vocabulary probabilities of the digits 0..9 there. (None, None) when
+    the reply gives no rating in [0, 1], (None, rating) when it cannot be smoothed."""
+    try:
+        rating = float("".join(_KEPT.findall("".join(tokens))).strip("."))
+    except ValueError:
         return None, None
-    whole, decimals = match.group(1), match.group(2) or ""
-    written = float(f"{whole}.{decimals}" if decimals else whole)
-    if not 0 <= written <= 1:
+    if not 0 <= rating <= 1:
         return None, None
 
-    def digit_probs(char: int) -> list[float] | None:
-        k = owner[char]
-        if tokens[k].strip() != text[char]:  # the digit shares its token: no digit distribution there
+    def probs_at(digit: str, nth_if_repeated: int) -> list[float] | None:
+        """The digit probabilities where `digit` was generated as a token of its own."""
+        at = [k for k, token in enumerate(tokens) if token.strip() == digit]
+        if not at:
             return None
-        p = [float(v) for v in probs[k]]
-        total = sum(p)
-        return [v / total for v in p] if total > 0 else None
+        return [float(v) for v in probs[at[nth_if_repeated] if len(at) > 1 else at[0]]]
 
-    if written == 1:
-        p = digit_probs(match.start(1) + len(whole) - 1)
-        return (None if p is None else 0.9 * p[0] + 1.0 * p[1]), written
-    if not decimals:
-        return 0.0, written
-    first = digit_probs(match.start(2))
-    if first is None:
-        return None, written
-    score = sum(d * p for d, p in enumerate(first)) / 10
-    if len(decimals) > 1:
-        second = digit_probs(match.start(2) + 1)
-        if second is None:
-            return None, written
-        score += sum(d * p for d, p in enumerate(second)) / 100
-    return score, written
+    if rating == 1:
+        p = probs_at("1", 0)
+        return (None if p is None else 0.9 * p[0] + p[1]), rating
+    written = str(rating)
+    if "." not in written:  # str() writes tiny ratings in exponent form, which the reference cannot smooth
+        return None, rating
+    point = written.index(".")
+    first = written[point + 1]
+    p = probs_at(first, 1 if first == "0" else 0)
+    if p is None:
+        return None, rating
+    score = sum(d * v for d, v in enumerate(p)) / 10
+    if len(written) > point + 2:
+        p = probs_at(written[point + 2], 1)
+        if p is None:
+            return None, rating
+        score += sum(d * v for d, v in enumerate(p)) / 100
+    return score, rating
 
 
 class Fleur(Metric):
@@ -98,8 +103,8 @@ class Fleur(Metric):
         return {"metric": self.name, "vlm": describe_model(self.vlm),
                 "prompt": "FLEUR's instruction" if self.prompt == PROMPT else self.prompt,
                 "max_new_tokens": self.max_new_tokens,
-                "smoothing": "reference rule: digit softmax at the written rating's decimal positions "
-                             "(1.0: 0.9 P('0') + P('1') at the leading digit)"}
+                "smoothing": "FLEUR's reference code: full-vocabulary digit probabilities at the digits of "
+                             "str(float(rating)) (1.0: 0.9 P('0') + P('1') at the '1')"}
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         images = LazyImages()
