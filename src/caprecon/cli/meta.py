@@ -114,6 +114,7 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "Δ probe runs, and it needs no LLM",
     )  # fmt: skip
     _add_benchmark_arguments(parser)
+    _add_fit_arguments(parser)
 
 
 def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
@@ -189,18 +190,25 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
             "the Δ probe on your own triples can run: give --triples FILE without --probes"
         )
     files = [load_judgments(path, args.format, captions=args.captions) for path in args.judgments]
+    _check_fit_arguments(args, files)
     triples = load_triples(args.triples) if args.triples else None
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[MetaRow] = []
     notes: list[str] = []
+    fits: list = []  # (judgments, scores, FitResult) per file, with --fit
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         notes += reference.skipped.values()
         for k, judgments in enumerate(files):
             samples = judgments.samples(args.images)
             given = read_scores(args.scores[k], samples) if args.scores else {}
             scores = score_judgments(metrics, samples, reference, score_metric, given)
-            write_scores(judgments, samples, scores, args.out / f"scores-{Path(judgments.name).stem}.csv")
+            fit = _fit(args, judgments, scores) if args.fit else None
+            written = {**scores, fit.name: fit.predictions} if fit else scores  # the report draws its scatter
+            write_scores(judgments, samples, written, args.out / f"scores-{Path(judgments.name).stem}.csv")
             rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+            if fit:
+                fits.append((judgments, scores, fit))
+                rows.append(fit.rows[0])
             if args.compare:
                 notes.append(_compare(args, judgments, scores))
         probe_rows = []
@@ -211,6 +219,8 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
                 writer = ProbeWriter(llm, context, progress=not getattr(args, "quiet", False))
             probe_rows = _probes(args, files[0], triples, writer, metrics, reference, score_metric, notes)
 
+    if fits:
+        rows += _finish_fit(args, fits, notes)
     write_csv(rows, args.out / "meta.csv")
     write_markdown(rows, args.out / "meta.md", title="Agreement with human judgments", notes=notes)
     print(format_table(rows))
@@ -225,6 +235,109 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
 
     print(f"wrote {args.out} (report: {write_html_report(args.out)})")
     return 0
+
+
+# `--fit`: a combination of the metrics fitted to the judgments (caprecon.stats.fit), cross-validated by
+# image on every file, optionally carried from one file to another, and saved for `score -m fused:FILE`.
+
+
+def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
+    from caprecon.stats.fit import DEFAULT_FOLDS, MODELS
+
+    parser.add_argument(
+        "--fit", action="store_true",
+        help="also fit a combination of the metrics' scores to the human judgments and report its out-of-fold "
+        "agreement (folds grouped by image) beside each metric's, with a paired test against the best one",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fit-model", choices=MODELS, default="linear",
+        help="linear: non-negative weights on standardised scores; logistic: rank-based, on pairs of captions; "
+        "gbt: monotone gradient-boosted trees (ratings only, not savable). Default linear",
+    )  # fmt: skip
+    parser.add_argument("--folds", type=whole_number(2), default=DEFAULT_FOLDS, metavar="K",
+                        help=f"cross-validation folds, grouped by image (default {DEFAULT_FOLDS})")
+    parser.add_argument(
+        "--save", type=Path, metavar="FILE",
+        help="with --fit: write the model fitted on all rows of the --fit-on file (default: the first) as JSON, "
+        "for `caprecon score -m fused:FILE`",
+    )  # fmt: skip
+    parser.add_argument("--fit-on", metavar="FILE", help="with --fit: the --judgments file the transferred and "
+                        "saved model is fitted on (its name or stem; default: the first)")
+    parser.add_argument("--evaluate-on", metavar="FILE",
+                        help="with --fit: another --judgments file the --fit-on file's model is evaluated on")
+
+
+def _check_fit_arguments(args: argparse.Namespace, files: Sequence[Judgments]) -> None:
+    """Misuse of the --fit options stops the command before any scoring."""
+    given = [name for name, value in (("--save", args.save), ("--fit-on", args.fit_on),
+                                      ("--evaluate-on", args.evaluate_on)) if value]
+    if given and not args.fit:
+        raise MetaError(f"{', '.join(given)} need(s) --fit")
+    if not args.fit:
+        return
+    if args.save and args.fit_model == "gbt":
+        raise MetaError("--save writes linear and logistic models only: gradient-boosted trees have no plain-JSON "
+                        "form in scikit-learn, and caprecon does not write pickles (opening one runs code)")
+    for option, name in (("--fit-on", args.fit_on), ("--evaluate-on", args.evaluate_on)):
+        if name:
+            _judgments_named(name, files, option)
+    if args.evaluate_on and _judgments_named(args.evaluate_on, files, "") is _fit_on(args, files):
+        raise MetaError("--evaluate-on names the same file the model is fitted on; its cross-validation is the "
+                        "honest figure there")
+
+
+def _judgments_named(name: str, files: Sequence[Judgments], option: str) -> Judgments:
+    for judgments in files:
+        if name in (judgments.name, Path(judgments.name).stem, str(judgments.path)):
+            return judgments
+    raise MetaError(f"{option} {name!r} is none of the --judgments files ({', '.join(j.name for j in files)})")
+
+
+def _fit_on(args: argparse.Namespace, files: Sequence[Judgments]) -> Judgments:
+    return _judgments_named(args.fit_on, files, "--fit-on") if args.fit_on else files[0]
+
+
+def _fit(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]):
+    from caprecon.stats.fit import FitError, cross_validate
+
+    try:
+        return cross_validate(args.fit_model, judgments, scores, list(scores), n_folds=args.folds,
+                              tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+    except FitError as exc:
+        raise MetaError(f"{judgments.name}: {exc}") from None
+
+
+def _finish_fit(args: argparse.Namespace, fits: list, notes: list[str]) -> list[MetaRow]:
+    """The transfer (--evaluate-on), the fit report and --save; returns the transfer's rows for meta.csv."""
+    from caprecon.reports.fit import result_notes, write_fit_report
+    from caprecon.stats.fit import FitError, fused_model, transfer
+
+    source = _fit_on(args, [j for j, _, _ in fits])
+    _, _, trained = next(f for f in fits if f[0] is source)
+    results = [fit for _, _, fit in fits]
+    rows: list[MetaRow] = []
+    if args.evaluate_on:
+        target = _judgments_named(args.evaluate_on, [j for j, _, _ in fits], "--evaluate-on")
+        _, target_scores, _ = next(f for f in fits if f[0] is target)
+        try:
+            moved = transfer(trained.final, source.name, target, target_scores, tau_variant=args.tau,
+                             n_bootstrap=args.bootstrap, seed=args.seed)
+        except FitError as exc:
+            raise MetaError(f"--evaluate-on {target.name}: {exc}") from None
+        results.append(moved)
+        rows.append(moved.rows[0])
+    write_fit_report(results, args.out)
+    for result in results:
+        print()
+        print(format_table(result.rows))
+        for note in result_notes(result):
+            print(f"  {note}")
+    if args.save:
+        sha256 = fused_model(trained).save(args.save)
+        notes.append(f"saved the {trained.kind} model fitted on all of {source.name} to {args.save} "
+                     f"(sha256 {sha256[:12]}; the out-of-fold figure above estimates it on unseen images); "
+                     f"use it with caprecon score -m fused:{args.save}")
+    return rows
 
 
 def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:

@@ -28,7 +28,8 @@ def _clip_image(roles: Any, cfg: Any) -> Metric:
 def _turing(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.turing import CaptionTuringTest
 
-    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
+    bank = roles.qa_bank  # a bad bank is found before any model loads
+    return CaptionTuringTest(roles.generator, roles.judge, bank, cfg.spec, iou_threshold=cfg.iou_threshold,
                              judges_for=roles.judges_for)
 
 
@@ -43,7 +44,8 @@ def _vqascore(roles: Any, cfg: Any) -> Metric:
 def _captionqa(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.captionqa import CaptionQA
 
-    return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
+    bank = roles.qa_bank  # a bad bank is found before any model loads
+    return CaptionQA(roles.llm, bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: Any, cfg: Any) -> Metric:
@@ -55,7 +57,14 @@ def _fleur(roles: Any, cfg: Any) -> Metric:
 def _clipscore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.clipscore import ClipScore
 
-    return ClipScore(roles.clip_matcher)
+    options = {"weight": cfg.clipscore_weight, "prefix": cfg.clipscore_prefix}
+    return ClipScore(roles.clip_matcher, **{k: v for k, v in options.items() if v is not None})
+
+
+def _clip_s(roles: Any, cfg: Any) -> Metric:
+    from caprecon.metrics.clipscore import ClipS
+
+    return ClipS(roles.clip_matcher)
 
 
 def _refclipscore(roles: Any, cfg: Any) -> Metric:
@@ -75,14 +84,20 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
     "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
     "fleur": (_fleur, "--judge rates the caption 0-1 (FLEUR's instruction), smoothed over the digit "
                       "probabilities where it wrote the rating"),
-    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
+    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip (Hessel et al.; "
+                              "--clipscore-weight, --clipscore-prefix)"),
+    "clip-s": (_clip_s, "100 max(cos(E(I), E(C)), 0), E = --clip: the Caption Turing Test paper's CLIP-S"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }
 
 
 def build_metric(name: str, roles: Any, config: Any) -> Metric:
+    if name.startswith("fused:"):  # a fitted combination: its file names the components
+        from caprecon.metrics.fused import build_fused
+
+        return build_fused(name.partition(":")[2], lambda component: build_metric(component, roles, config))
     if name not in METRICS:
-        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}")
+        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}, fused:FILE")
     return METRICS[name][0](roles, config)
 
 
