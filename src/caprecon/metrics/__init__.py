@@ -28,8 +28,7 @@ def _clip_image(roles: Any, cfg: Any) -> Metric:
 def _turing(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.turing import CaptionTuringTest
 
-    bank = roles.qa_bank  # a bad bank is found before any model loads
-    return CaptionTuringTest(roles.generator, roles.judge, bank, cfg.spec, iou_threshold=cfg.iou_threshold,
+    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
                              judges_for=roles.judges_for)
 
 
@@ -44,8 +43,7 @@ def _vqascore(roles: Any, cfg: Any) -> Metric:
 def _captionqa(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.captionqa import CaptionQA
 
-    bank = roles.qa_bank  # a bad bank is found before any model loads
-    return CaptionQA(roles.llm, bank, iou_threshold=cfg.iou_threshold)
+    return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: Any, cfg: Any) -> Metric:
@@ -57,14 +55,7 @@ def _fleur(roles: Any, cfg: Any) -> Metric:
 def _clipscore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.clipscore import ClipScore
 
-    options = {"weight": cfg.clipscore_weight, "prefix": cfg.clipscore_prefix}
-    return ClipScore(roles.clip_matcher, **{k: v for k, v in options.items() if v is not None})
-
-
-def _clip_s(roles: Any, cfg: Any) -> Metric:
-    from caprecon.metrics.clipscore import ClipS
-
-    return ClipS(roles.clip_matcher)
+    return ClipScore(roles.clip_matcher)
 
 
 def _refclipscore(roles: Any, cfg: Any) -> Metric:
@@ -84,9 +75,7 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
     "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
     "fleur": (_fleur, "--judge rates the caption 0-1 (FLEUR's instruction), smoothed over the digit "
                       "probabilities where it wrote the rating"),
-    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip (Hessel et al.; "
-                              "--clipscore-weight, --clipscore-prefix)"),
-    "clip-s": (_clip_s, "100 max(cos(E(I), E(C)), 0), E = --clip: the Caption Turing Test paper's CLIP-S"),
+    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }
 
