@@ -9,6 +9,7 @@ import io
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -266,7 +267,26 @@ def test_dataset_numbers_mme_accuracy_plus_and_grounding(bench_files):
     assert scores["categories"] == {"color": 75.0}
     ref = load_benchmark(_entry("refcoco", bench_files["refcoco"]), {}).questions
     scores = dataset_scores(SUITES["refcoco"], ref, [Graded(True, 1.0), Graded(False, 1 / 3)])
-    assert scores["score"] == 50.0 and scores["miou"] == pytest.approx(100 * (1 + 1 / 3) / 2)
+    assert scores["accuracy"] == 50.0 and scores["miou"] == pytest.approx(100 * (1 + 1 / 3) / 2)
+
+
+def test_grounding_headline_is_mean_iou_with_accuracy_at_the_threshold_beside_it():
+    """The CO. column and the Avg. of Table 1 take the mean IoU (the paper's grounding metric)."""
+    entry = SuiteEntry(name="co", question="box", metric="grounding", label="CO.")
+    mc = SuiteEntry(name="mc", question="mc", label="MC")
+    # IoUs .9, .6, .2 and a reply without a box: mean (.9 + .6 + .2 + 0)/4 = .425; two of four at >= .5
+    graded = [Graded(True, 0.9), Graded(True, 0.6), Graded(False, 0.2), Graded(False, 0.0)]
+    scores = dataset_scores(entry, [SimpleNamespace(category="", group="")] * 4, graded)
+    assert scores["score"] == pytest.approx(42.5) and scores["miou"] == pytest.approx(42.5)
+    assert scores["accuracy"] == 50.0 and scores["iou_threshold"] == 0.5
+    table = SuiteTable([mc, entry], {UPPER: {"mc": {"score": 80.0}, "co": {"score": 60.0}},
+                                     "a": {"mc": {"score": 70.0}, "co": scores}}, ["a"])
+    assert table.score("a", "co") == pytest.approx(42.5)
+    assert table.average("a") == pytest.approx((70 + 42.5) / 2)  # 56.25
+    row = next(r for r in table.rows() if r["captioner"] == "a" and r["dataset"] == "co")
+    assert (row["score"], row["accuracy"], row["miou"]) == (pytest.approx(42.5), 50.0, pytest.approx(42.5))
+    assert next(line for line in table.to_text().splitlines() if line.startswith("a ")).split()[1:4] == [
+        "70.00", "42.50", "56.25"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -378,13 +398,15 @@ def test_table_one_with_a_scripted_judge(tmp_path, bench_files):
                               size="32x32", judge_box_coords="normalized", cache_dir=str(tmp_path / "cache"),
                               out=tmp_path / "run", sigma=40)
     table = results.table
-    expected = {"mmbench": 200 / 3, "mme": 75.0, "mathvista": 200 / 3, "ocrbench": 50.0, "refcoco": 50.0}
+    # refcoco's headline is its mean IoU: IoU 1 and 1/3 on the two questions
+    expected = {"mmbench": 200 / 3, "mme": 75.0, "mathvista": 200 / 3, "ocrbench": 50.0,
+                "refcoco": 100 * (1 + 1 / 3) / 2}
     for name, value in expected.items():
         assert table.score(UPPER, name) == 100.0
         assert table.score("drawn", name) == pytest.approx(value)
         assert table.score("blank", name) == 0.0
     assert table.scores["drawn"]["mme"]["accuracy_plus"] == 50.0
-    assert table.scores["drawn"]["refcoco"]["miou"] == pytest.approx(100 * (1 + 1 / 3) / 2)
+    assert table.scores["drawn"]["refcoco"]["accuracy"] == 50.0  # Acc@IoU>=0.5 beside it
     average = sum(expected.values()) / 5
     assert table.average("drawn") == pytest.approx(average) and table.gap("drawn") == pytest.approx(100 - average)
     assert table.mean_abs_gap("drawn") == pytest.approx(100 - average) and table.equivalent("drawn") is True
@@ -490,7 +512,9 @@ def test_suite_command_end_to_end_and_rerun_makes_no_model_call(tmp_path, bench_
     summary = json.loads((out / "summary.json").read_text())
     for label in ("tinyqwen", "published"):
         for dataset in ("mmbench", "refcoco"):
-            right = [r["correct"] for r in records if r["captioner"] == label and r["dataset"] == dataset]
+            rows = [r for r in records if r["captioner"] == label and r["dataset"] == dataset]
+            # mmbench: the share of right answers; refcoco (grounding): the mean IoU
+            right = [r["iou"] if dataset == "refcoco" else r["correct"] for r in rows]
             assert summary["captioners"][label]["scores"][dataset]["score"] == pytest.approx(
                 100 * sum(right) / len(right))
         row = summary["captioners"][label]

@@ -20,7 +20,7 @@ Question types: `mc` (options in columns A, B, C...), `yesno`, `math` (free-form
 answers compared as numbers, or an option letter when the row has options), `ocr`
 (text answers, one or several accepted), `box` (a referring expression and its box).
 Metrics: `accuracy`; `accuracy+` (MME: also the share of images whose questions are
-all right); `grounding` (accuracy at IoU >= `iou_threshold`, mean IoU alongside).
+all right); `grounding` (mean IoU, with the accuracy at IoU >= `iou_threshold` alongside).
 """
 
 from __future__ import annotations

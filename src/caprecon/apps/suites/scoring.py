@@ -134,7 +134,9 @@ def grade(question: BenchQuestion, reply: str, entry: SuiteEntry, *, source_size
 
 def dataset_scores(entry: SuiteEntry, questions: Sequence[BenchQuestion], graded: Sequence[Graded]) -> dict[str, Any]:
     """The dataset's numbers, in percent: `score` (the headline) and what goes with it
-    (`accuracy`, `accuracy_plus`, `miou`), plus `n` and per-category accuracy."""
+    (`accuracy`, `accuracy_plus`, `miou`), plus `n` and per-category accuracy. The headline
+    is the accuracy, except for grounding: the mean IoU (the Caption Turing Test paper's
+    grounding number), with the accuracy at IoU >= `iou_threshold` beside it."""
     if not graded:
         return {"score": math.nan, "n": 0}
     correct = [float(g.correct) for g in graded]
@@ -144,10 +146,11 @@ def dataset_scores(entry: SuiteEntry, questions: Sequence[BenchQuestion], graded
         for q, c in zip(questions, correct):
             groups.setdefault(q.group, []).append(c)
         out["accuracy_plus"] = 100 * sum(all(v) for v in groups.values()) / len(groups)
+    out["score"] = out["accuracy"]
     if entry.metric == "grounding":
         ious = [g.iou or 0.0 for g in graded]
-        out["miou"] = 100 * sum(ious) / len(ious)
-    out["score"] = out["accuracy"]
+        out["miou"] = out["score"] = 100 * sum(ious) / len(ious)
+        out["iou_threshold"] = entry.iou_threshold
     by_category: dict[str, list[float]] = {}
     for q, c in zip(questions, correct):
         if q.category:
