@@ -49,6 +49,11 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
     p.add_argument("--vqa-template", help="VQAScore question with {caption}")
     p.add_argument("--vqa-normalise", action="store_const", const=True,
                    help="VQAScore as P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
+    p.add_argument("--clipscore-weight", type=float, metavar="W",
+                   help="clipscore's w in w·max(cos, 0) (default 2.5, Hessel et al.; 100 is the Caption Turing "
+                        "Test paper's CLIP-S, also the metric clip-s)")
+    p.add_argument("--clipscore-prefix", metavar="TEXT",
+                   help="clipscore's text before the caption (default 'A photo depicts '; '' for none)")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
     p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
                    help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
@@ -78,8 +83,9 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "template", "seed", "seed_policy", "max_side", "upscale", "size", "normalise_captions",
-            "batch_size", "workers", "cache_dir", "cache_overlay", "cache_read_only", "no_cache", "iou_threshold")
+            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "template", "seed", "seed_policy", "max_side",
+            "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
+            "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "judge_for", None):
         settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")

@@ -55,7 +55,14 @@ def _fleur(roles: Any, cfg: Any) -> Metric:
 def _clipscore(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.clipscore import ClipScore
 
-    return ClipScore(roles.clip_matcher)
+    options = {"weight": cfg.clipscore_weight, "prefix": cfg.clipscore_prefix}
+    return ClipScore(roles.clip_matcher, **{k: v for k, v in options.items() if v is not None})
+
+
+def _clip_s(roles: Any, cfg: Any) -> Metric:
+    from caprecon.metrics.clipscore import ClipS
+
+    return ClipS(roles.clip_matcher)
 
 
 def _refclipscore(roles: Any, cfg: Any) -> Metric:
@@ -75,7 +82,9 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
     "captionqa": (_captionqa, "--llm answers the --qa-bank questions from the caption alone"),
     "fleur": (_fleur, "--judge rates the caption 0-1 (FLEUR's instruction), smoothed over the digit "
                       "probabilities where it wrote the rating"),
-    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip"),
+    "clipscore": (_clipscore, "2.5 max(cos(E(I), E('A photo depicts ' + C)), 0), E = --clip (Hessel et al.; "
+                              "--clipscore-weight, --clipscore-prefix)"),
+    "clip-s": (_clip_s, "100 max(cos(E(I), E(C)), 0), E = --clip: the Caption Turing Test paper's CLIP-S"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
 }
 

@@ -1,13 +1,17 @@
-"""CLIPScore and RefCLIPScore (Hessel et al., 2021).
+"""CLIPScore and RefCLIPScore (Hessel et al., 2021), and the Caption Turing Test paper's CLIP-S.
 
     clipscore    = w · max(cos(E_img(I), E_txt("A photo depicts " + c)), 0),   w = 2.5
     refclipscore = harmonic mean of clipscore and
                    max(max_r cos(E_txt("A photo depicts " + c), E_txt("A photo depicts " + r)), 0)
+    clip-s       = 100 · max(cos(E_img(I), E_txt(c)), 0)
 
-following the paper's definitions and its reference implementation (jmhessel/clipscore,
-which embeds references and candidates through the same prefixed text path; w = 2.5, and
-a reference part without w). CLIP's text encoder reads 77 tokens: longer captions are cut, which a
-warning reports and the row records as `clip_tokens_cut`.
+clipscore and refclipscore follow Hessel's definitions and reference implementation
+(jmhessel/clipscore, which embeds references and candidates through the same prefixed text
+path; w = 2.5, and a reference part without w). clip-s is the baseline of the Caption
+Turing Test paper (its appendix: max(0, cos(E(I), E(C))), reported ×100 in its Table 2;
+torchmetrics' CLIPScore): no prefix, w = 100. `clipscore`'s w and prefix are options, so
+either reading can be had under either name. CLIP's text encoder reads 77 tokens: longer
+captions are cut, which a warning reports and the row records as `clip_tokens_cut`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "A photo depicts "
 WEIGHT = 2.5
+CLIP_S_WEIGHT = 100.0  # the Caption Turing Test paper's CLIP-S: a percentage, no prefix
 
 
 def text_embeddings(ctx: Context, matcher: CaptionImageMatcher, texts: Sequence[str]) -> np.ndarray:
@@ -64,7 +69,11 @@ class ClipScore(Metric):
     name = "clipscore"
 
     def __init__(self, clip: CaptionImageMatcher, *, prefix: str = PREFIX, weight: float = WEIGHT):
-        self.clip, self.prefix, self.weight = clip, prefix, weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
+            raise ValueError(f"{self.name} weight must be a positive number, not {weight!r}")
+        if not isinstance(prefix, str):
+            raise ValueError(f"{self.name} prefix must be text, not {prefix!r}")
+        self.clip, self.prefix, self.weight = clip, prefix, float(weight)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "clip": describe_model(self.clip), "prefix": self.prefix, "w": self.weight}
@@ -88,8 +97,17 @@ class ClipScore(Metric):
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         values, _, rows = self._clip_s(items, ctx)
         for row, v in zip(rows, values):
-            row["clipscore"] = float(v)
+            row[self.name] = float(v)
         return rows
+
+
+class ClipS(ClipScore):
+    """CLIP-S of the Caption Turing Test paper: 100 · max(cos, 0) on the bare caption."""
+
+    name = "clip-s"
+
+    def __init__(self, clip: CaptionImageMatcher, *, prefix: str = "", weight: float = CLIP_S_WEIGHT):
+        super().__init__(clip, prefix=prefix, weight=weight)
 
 
 class RefClipScore(ClipScore):

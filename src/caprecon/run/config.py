@@ -65,6 +65,8 @@ class RunConfig:
     vqa_on: str = "image"  # image, reconstruction or both
     vqa_normalise: bool = False
     fleur_prompt: str | None = None  # None: FLEUR's own instruction; any other is named in the manifest
+    clipscore_weight: float | None = None  # None: clipscore's own w = 2.5 (Hessel); clip-s keeps 100
+    clipscore_prefix: str | None = None  # None: "A photo depicts "; "" for the bare caption
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"
@@ -89,6 +91,12 @@ class RunConfig:
         for name in ("upscale", "no_cache", "vqa_normalise"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        weight = self.clipscore_weight
+        if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                                   or not weight > 0):
+            raise ConfigError(f"clipscore_weight must be a positive number, not {weight!r}")
+        if self.clipscore_prefix is not None and not isinstance(self.clipscore_prefix, str):
+            raise ConfigError(f"clipscore_prefix must be text, not {self.clipscore_prefix!r}")
         for name, allowed in (("vqa_on", ("image", "reconstruction", "both")), ("seed_policy", SEED_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
