@@ -36,76 +36,239 @@ def _outcome(code: int, err: str) -> str:
     return f"exit {code}: {lines[-1] if lines else ''}"
 
 
-def test_bad_input_catalogue(tmp_path, tiny_clip, tiny_sd, tiny_dinov2, capsys):
+class Workspace:
+    """Files the bad-input cases share: a picture, a one-row input and the tiny models."""
+
+    def __init__(self, root, tiny_clip, tiny_sd, tiny_dinov2):
+        self.root, self.tiny_clip, self.tiny_sd, self.tiny_dinov2 = root, tiny_clip, tiny_sd, tiny_dinov2
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(root / "pic.png")
+        self.good = [{"id": "a", "image": "pic.png", "caption": "a picture"}]
+        self.ok = _jsonl(root / "in.jsonl", self.good)
+        self.clip = ["-m", "clipscore", "--clip", str(tiny_clip), "--cache-dir", str(root / "cache"), "-q"]
+        self.sd = ["--generator", str(tiny_sd), "--embedder", str(tiny_dinov2), "-m", "recon", "--max-side", "32"]
+
+    def file(self, name, text, encoding="utf-8"):
+        return _write(self.root / name, text, encoding)
+
+    def rows(self, name, rows):
+        return _jsonl(self.root / name, rows)
+
+    def score(self, input_path, *extra, out=None):
+        out = out or f"run-{input_path.stem}"
+        return ["score", "-i", str(input_path), *self.clip, "--out", str(self.root / out), *extra]
+
+    def scored_run(self):
+        run = self.root / "run-clip"
+        if not (run / "scores.jsonl").exists():
+            assert main(self.score(self.rows("clip.jsonl", self.good), out="run-clip")) == 0
+        return run
+
+    def unwritable(self):
+        if os.geteuid() == 0:  # permissions do not stop root; a folder under /sys does
+            return "/sys/caprecon-run"
+        locked = self.root / "locked"
+        locked.mkdir(exist_ok=True)
+        locked.chmod(0o500)
+        return str(locked)
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory, tiny_clip, tiny_sd, tiny_dinov2):
+    return Workspace(tmp_path_factory.mktemp("bad-inputs"), tiny_clip, tiny_sd, tiny_dinov2)
+
+
+def _coco_annotations(w):
+    return w.file("ann.json", json.dumps({"images": [{"id": 1, "file_name": "pic.png"}],
+                                          "annotations": [{"image_id": 1, "caption": "a pic"}]}))
+
+
+# kind -> (the command for it, the exit status, what stderr's last line must say)
+WHOLE_FILE = {
+    "input not UTF-8 (Latin-1 CSV)": lambda w: (
+        w.score(w.file("l1.csv", "id,image,caption\na,pic.png,café\n", "latin-1")), 2, "not UTF-8 text"),
+    "a JSONL line that is not JSON": lambda w: (w.score(w.file("bad.jsonl", '{"id": "a"\n')), 2, "not valid JSON"),
+    "COCO results that are not JSON": lambda w: (
+        w.score(w.file("res.json", "[{image_id: 1}"), "--annotations", str(_coco_annotations(w))), 2,
+        "not valid JSON"),
+    "COCO annotations that are not JSON": lambda w: (
+        w.score(w.file("r.json", '[{"image_id": 1, "caption": "x"}]'), "--annotations", str(w.file("a.json", "{oops"))),
+        2, "not valid JSON"),
+    "COCO results without --annotations": lambda w: (
+        w.score(w.file("r2.json", '[{"image_id": 1, "caption": "x"}]')), 2, "add --annotations"),
+    "CSV image column named otherwise": lambda w: (
+        w.score(w.file("p.csv", "id,path,caption\na,pic.png,x\n")), 2, "name it one of image, image_path, file_name"),
+    "no caption column": lambda w: (w.score(w.file("nc.csv", "id,image\na,pic.png\n")), 2, "no 'caption' field"),
+    "the same id twice": lambda w: (w.score(w.rows("dup.jsonl", w.good * 2)), 2, "ids must be unique"),
+    "an empty input": lambda w: (w.score(w.file("empty.jsonl", "")), 1, "the input holds no rows"),
+    "refs that are not a list": lambda w: (
+        w.score(w.rows("refs.jsonl", [{**w.good[0], "refs": 3}])), 2, "refs must be a list"),
+    "--out is a file": lambda w: (w.score(w.ok, out="in.jsonl"), 2, "is a file"),
+    "--out not writable": lambda w: (["score", "-i", str(w.ok), *w.clip, "--out", w.unwritable()], 2, "not writable"),
+    "--batch-size 0": lambda w: (w.score(w.ok, "--batch-size", "0"), 2, "argument --batch-size: must be at least 1"),
+    "--seed -1": lambda w: (w.score(w.ok, "--seed", "-1"), 2, "argument --seed: must be between 0"),
+    "bad --generator-opt value (steps=abc)": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "steps=abc"), 2, "steps='abc'"),
+    "--generator-opt without =": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "steps"), 2, "must look like key=value"),
+    "broken YAML config": lambda w: (
+        w.score(w.ok, "--config", str(w.file("c.yaml", "seed: [1,\n"))), 2, "not valid YAML at line"),
+    "broken TOML config": lambda w: (w.score(w.ok, "--config", str(w.file("c.toml", "seed = \n"))), 2, "not valid TOML"),
+    "config with batch_size: 0": lambda w: (
+        w.score(w.ok, "--config", str(w.file("b.yaml", "batch_size: 0\n"))), 2, "--batch-size must be at least 1"),
+    "report on a run without the metric": lambda w: (
+        ["report", str(w.scored_run()), "--metric", "turing"], 2, "needs a run scored with -m turing"),
+    "a generator folder given as --embedder": lambda w: (
+        w.score(w.ok, "-m", "recon", "--generator", str(w.tiny_sd), "--embedder", str(w.tiny_sd)), 2,
+        "holds a diffusers pipeline"),
+    "an embedder folder given as --generator": lambda w: (
+        w.score(w.ok, *w.sd[2:], "--generator", str(w.tiny_dinov2)), 2, "not a diffusers text-to-image pipeline"),
+    "a model folder that does not exist": lambda w: (
+        w.score(w.ok, "--clip", str(w.root / "nothing")), 2, "folder not found"),
+    "an unknown metric": lambda w: (w.score(w.ok, "-m", "bleurt"), 2, "unknown metric"),
+    # a row without an image is valid only for metrics that never look at the source (issue 16)
+    "a row without an image, for a metric that needs one": lambda w: (
+        w.score(w.rows("noimage.jsonl", [*w.good, {"id": "none", "caption": "x"}])), 2, "have no image"),
+    # issue 22: each of these was a traceback
+    **{f"--iou-threshold {value}": (lambda value: lambda w: (
+        w.score(w.ok, "--iou-threshold", value), 2, "--iou-threshold must be a number above 0 and at most 1"))(value)
+       for value in ("nan", "-1", "2", "inf")},
+    "--vqa-template with another placeholder": lambda w: (
+        w.score(w.ok, "-m", "vqascore", "--judge", str(w.root / "no-judge"), "--vqa-template", "{foo}"), 2,
+        "--vqa-template must hold {caption} and no other"),
+    "a .parquet file that is not parquet": lambda w: (
+        w.score(w.file("fake.parquet", "id,caption\n")), 2, "not a readable parquet file"),
+    "a caption with a lone surrogate": lambda w: (
+        w.score(w.file("surrogate.jsonl", '{"id": "a", "image": "pic.png", "caption": "half \\ud800"}\n')), 2,
+        "surrogate.jsonl:1: holds half a UTF-16 surrogate pair"),
+    "a JSON line nested 100k deep": lambda w: (
+        w.score(w.file("deep.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")), 2, "deep.jsonl:1: nested too deeply"),
+    "--config names a folder": lambda w: (w.score(w.ok, "--config", str(w.root)), 2, "not a file"),
+    "report on a file that is not a scores file": lambda w: (
+        ["report", str(w.file("notes.txt", "some notes\n"))], 2, "notes.txt:1: not valid JSON"),
+    "a CSV quote never closed": lambda w: (
+        w.score(w.file("quote.csv", 'id,image,caption\na,pic.png,"a cat\nb,pic.png,a dog\n')), 2,
+        "quote.csv:2: a quote opened on this row is never closed"),
+    "a NUL in an image path": lambda w: (
+        w.score(w.rows("nul.jsonl", [{**w.good[0], "image": "pic\0.png"}])), 1, "row(s) failed"),
+}
+
+
+def _expect(code, err, expected_code, message):
+    assert "Traceback" not in err, err
+    outcome = _outcome(code, err)
+    assert code == expected_code and message in outcome, outcome
+
+
+@pytest.mark.parametrize("kind", list(WHOLE_FILE))
+def test_bad_input(kind, ws, capsys):
+    argv, expected_code, message = WHOLE_FILE[kind](ws)
+    code, _, err = _run(argv, capsys)
+    _expect(code, err, expected_code, message)
+
+
+# every kind of QA-bank mistake (`QABankError`): one line naming the bank's line, before any model loads
+BANK_ERRORS = {
+    "not JSON": ('{"image_id": "a"', "not valid JSON"),
+    "not an object": ("[1, 2]", "expected a record (object), got list"),
+    "a field missing": ('{"image_id": "a", "question": "q?", "type": "yesno"}', "missing field 'answer'"),
+    "an empty question": ('{"image_id": "a", "question": " ", "type": "yesno", "answer": "yes"}',
+                          "question must be a non-empty string"),
+    "an unknown type": ('{"image_id": "a", "question": "q?", "type": "essay", "answer": "x"}', "unknown type 'essay'"),
+    "choices on a yesno": ('{"image_id": "a", "question": "q?", "type": "yesno", "answer": "yes", "choices": ["a"]}',
+                           "choices are for mc questions"),
+    "coords on a yesno": ('{"image_id": "a", "question": "q?", "type": "yesno", "answer": "yes", "coords": "pixel"}',
+                          "coords is for box questions"),
+    "mc without choices": ('{"image_id": "a", "question": "q?", "type": "mc", "answer": "A"}', "needs 'choices'"),
+    "mc with 27 choices": (json.dumps({"image_id": "a", "question": "q?", "type": "mc", "answer": "A",
+                                       "choices": [f"c{i}" for i in range(27)]}), "at most 26 choices"),
+    "mc with two equal choices": ('{"image_id": "a", "question": "q?", "type": "mc", "answer": "A", '
+                                  '"choices": ["cat", "Cat"]}', "two choices read the same"),
+    "mc answer both a letter and a text": ('{"image_id": "a", "question": "q?", "type": "mc", "answer": "B", '
+                                           '"choices": ["B", "dog"]}', "is ambiguous"),
+    "mc answer not an option": ('{"image_id": "a", "question": "q?", "type": "mc", "answer": "fish", '
+                                '"choices": ["cat", "dog"]}', "neither an option letter nor one of the choices"),
+    "yesno answered maybe": ('{"image_id": "a", "question": "q?", "type": "yesno", "answer": "maybe"}',
+                             "must be yes or no"),
+    "short answer empty": ('{"image_id": "a", "question": "q?", "type": "short", "answer": ""}',
+                           "a short answer must be a non-empty"),
+    "unknown coords": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [0, 0, 1, 1], "coords": "cm"}',
+                       "unknown coords 'cm'"),
+    "box not four values": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [0, 1]}',
+                            "must be [x1, y1, x2, y2]"),
+    "box not numbers": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [0, 0, "a", 1]}',
+                        "must hold four numbers"),
+    "box negative": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [-1, 0, 1, 1]}',
+                     "finite and non-negative"),
+    "box inside out": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [5, 0, 1, 1]}', "x1 < x2"),
+    "box beyond its coords": ('{"image_id": "a", "question": "q?", "type": "box", "answer": [0, 0, 2, 1], '
+                              '"coords": "normalized"}', "goes beyond 1"),
+    "an id used twice": ('{"image_id": "a", "question": "q?", "type": "yesno", "answer": "yes", "id": "x"}\n'
+                         '{"image_id": "a", "question": "q2?", "type": "yesno", "answer": "no", "id": "x"}',
+                         "id 'x' already used on line 1"),
+    "an empty bank": ("\n", "the QA bank holds no questions"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BANK_ERRORS))
+def test_bad_qa_bank(kind, ws, capsys):
+    line, message = BANK_ERRORS[kind]
+    bank = ws.file(f"bank-{kind.replace(' ', '-')}.jsonl", line + "\n")
+    # the text LLM does not exist: the bank is read, and refused, before any model is looked for
+    code, _, err = _run(ws.score(ws.ok, "-m", "captionqa", "--llm", str(ws.root / "no-llm"), "--qa-bank", str(bank)),
+                        capsys)
+    _expect(code, err, 2, message)
+
+
+def test_disk_full_on_out_keeps_the_rows_written(ws, capsys, monkeypatch):
+    import errno
+
+    import caprecon.run.local as local
+    from caprecon.core.records import append_jsonl
+
+    rows = ws.rows("three.jsonl", [{**ws.good[0], "id": f"r{i}"} for i in range(3)])
+    writes = []
+
+    def fill_up(sink, batch, **kw):  # the second batch finds the disk full after half a line
+        writes.append(batch)
+        if len(writes) == 2:
+            sink.write('{"id": "r1", "capt')
+            sink.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return append_jsonl(sink, batch, **kw)
+
+    monkeypatch.setattr(local, "append_jsonl", fill_up)
+    argv = ws.score(rows, "--batch-size", "1", out="full")
+    code, _, err = _run(argv, capsys)
+    _expect(code, err, 2, f"{ws.root / 'full'} is full")
+    kept = [json.loads(line) for line in (ws.root / "full" / "scores.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in kept] == ["r0"] and isinstance(kept[0]["clipscore"], float)
+    monkeypatch.undo()
+    code, _, err = _run(argv, capsys)  # space again: the run resumes from the row kept
+    assert code == 0, err
+    assert [r["id"] for r in map(json.loads, (ws.root / "full" / "scores.jsonl").open())] == ["r0", "r1", "r2"]
+
+
+def test_output_piped_into_head_ends_quietly(ws):
+    import subprocess
+    import sys
+
+    # the reader closes the pipe before anything is written, as `| head` does once it has its lines
+    command = [sys.executable, "-m", "caprecon.cli", "cache", "info", "--json", "--cache-dir", str(ws.root / "cache")]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and err == ""
+
+
+def test_bad_rows(tmp_path, tiny_clip, capsys):
     pic = tmp_path / "pic.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(pic)
-    good = [{"id": "a", "image": "pic.png", "caption": "a picture"}]
+    (tmp_path / "ok.jsonl").write_text("{}\n")
     clip = ["-m", "clipscore", "--clip", str(tiny_clip), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    table = []
 
     def score(input_path, *extra, out="run"):
         return ["score", "-i", str(input_path), *clip, "--out", str(tmp_path / out), *extra]
-
-    coco_ann = _write(tmp_path / "ann.json", json.dumps({"images": [{"id": 1, "file_name": "pic.png"}],
-                                                         "annotations": [{"image_id": 1, "caption": "a pic"}]}))
-    scored_run = tmp_path / "run-clip"
-    assert main(score(_jsonl(tmp_path / "ok.jsonl", good), out="run-clip")) == 0
-    unwritable = tmp_path / "locked"
-    unwritable.mkdir()
-    unwritable.chmod(0o500)
-    if os.geteuid() == 0:  # permissions do not stop root; a folder under /sys does
-        unwritable = "/sys/caprecon-run"
-    sd = ["--generator", str(tiny_sd), "--embedder", str(tiny_dinov2), "-m", "recon", "--max-side", "32"]
-    ok = _jsonl(tmp_path / "in.jsonl", good)
-
-    whole_file = {  # kind -> (argv, what the outcome must say)
-        "input not UTF-8 (Latin-1 CSV)": (score(_write(tmp_path / "l1.csv", "id,image,caption\na,pic.png,café\n",
-                                                       "latin-1")), "exit 2: caprecon: error: "),
-        "a JSONL line that is not JSON": (score(_write(tmp_path / "bad.jsonl", '{"id": "a"\n')), "not valid JSON"),
-        "COCO results that are not JSON": (score(_write(tmp_path / "res.json", "[{image_id: 1}"), "--annotations",
-                                                 str(coco_ann)), "not valid JSON"),
-        "COCO annotations that are not JSON": (score(_write(tmp_path / "r.json", '[{"image_id": 1, "caption": "x"}]'),
-                                                     "--annotations", str(_write(tmp_path / "a.json", "{oops"))),
-                                               "not valid JSON"),
-        "COCO results without --annotations": (score(_write(tmp_path / "r2.json", '[{"image_id": 1, "caption": "x"}]')),
-                                               "add --annotations"),
-        "CSV image column named otherwise": (score(_write(tmp_path / "p.csv", "id,path,caption\na,pic.png,x\n")),
-                                             "name it one of image, image_path, file_name"),
-        "no caption column": (score(_write(tmp_path / "nc.csv", "id,image\na,pic.png\n")), "no 'caption' field"),
-        "the same id twice": (score(_jsonl(tmp_path / "dup.jsonl", good * 2)), "ids must be unique"),
-        "an empty input": (score(_write(tmp_path / "empty.jsonl", "")), "exit 1: caprecon: error: the input holds no rows"),
-        "refs that are not a list": (score(_jsonl(tmp_path / "refs.jsonl", [{**good[0], "refs": 3}])),
-                                     "refs must be a list"),
-        "--out is a file": (score(ok, out="ok.jsonl"), "is a file"),
-        "--out not writable": (["score", "-i", str(ok), *clip, "--out", str(unwritable)], "not writable"),
-        "--batch-size 0": (score(ok, "--batch-size", "0"), "argument --batch-size: must be at least 1"),
-        "--seed -1": (score(ok, "--seed", "-1"), "argument --seed: must be between 0"),
-        "bad --generator-opt value (steps=abc)": (score(ok, *sd, "--generator-opt", "steps=abc"), "steps='abc'"),
-        "--generator-opt without =": (score(ok, *sd, "--generator-opt", "steps"), "must look like key=value"),
-        "broken YAML config": (score(ok, "--config", str(_write(tmp_path / "c.yaml", "seed: [1,\n"))),
-                               "not valid YAML at line"),
-        "broken TOML config": (score(ok, "--config", str(_write(tmp_path / "c.toml", "seed = \n"))),
-                               "not valid TOML"),
-        "config with batch_size: 0": (score(ok, "--config", str(_write(tmp_path / "b.yaml", "batch_size: 0\n"))),
-                                      "--batch-size must be at least 1"),
-        "report on a run without the metric": (["report", str(scored_run), "--metric", "turing"], "needs a run scored with -m turing"),
-        "a generator folder given as --embedder": (score(ok, "-m", "recon", "--generator", str(tiny_sd), "--embedder",
-                                                         str(tiny_sd)), "holds a diffusers pipeline"),
-        "an embedder folder given as --generator": (score(ok, *sd[2:], "--generator", str(tiny_dinov2)),
-                                                    "not a diffusers text-to-image pipeline"),
-        "a model folder that does not exist": (score(ok, "--clip", str(tmp_path / "nothing")), "folder not found"),
-        "an unknown metric": (score(ok, "-m", "bleurt"), "unknown metric"),
-        # a row without an image is valid only for metrics that never look at the source (issue 16)
-        "a row without an image, for a metric that needs one": (
-            score(_jsonl(tmp_path / "noimage.jsonl", [*good, {"id": "none", "caption": "x"}])),
-            "have no image"),
-    }
-    table = []
-    for kind, (argv, expected) in whole_file.items():
-        code, out, err = _run(argv, capsys)
-        outcome = _outcome(code, err)
-        table.append((kind, outcome))
-        assert expected in outcome, (kind, outcome)
-        assert code in (1, 2) and "Traceback" not in err, (kind, err)
 
     # one run, one row per kind of bad row: each becomes that row's error, the rest is scored
     images = tmp_path / "images"

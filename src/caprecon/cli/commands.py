@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -12,11 +13,17 @@ from caprecon.cli.common import add_run_options, global_options, run_settings
 from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
+from caprecon.data.qa import QABankError
 from caprecon.data.samples import SampleFormatError
 from caprecon.store.index import StoreError
 
-# exit statuses: 1 when rows failed (or there were none), 2 when the run could not start or had to stop
-ROWS_FAILED, CANNOT_RUN, INTERRUPTED = 1, 2, 130
+# exit statuses: 1 when rows failed (or there were none), 2 when the run could not start or had to stop,
+# 141 (a shell's 128 + SIGPIPE) when the reader of stdout went away, as `caprecon ... | head` does
+ROWS_FAILED, CANNOT_RUN, INTERRUPTED, READER_GONE = 1, 2, 130, 141
+# what the user can fix: printed as one line, never a traceback
+USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError)
+# a disk that cannot take what a command writes: the user's to fix, like a bad setting
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -251,9 +258,24 @@ def main(argv: list[str] | None = None) -> int:
     from caprecon.run.local import RunError, RunInterrupted
 
     try:
-        return args.func(args)
-    except (ConfigError, ModelNotFoundError, SampleFormatError, FileNotFoundError, StoreError) as exc:
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away is seen here, not in the interpreter's last flush
+        return code
+    except USER_ERRORS as exc:
         print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
+        return CANNOT_RUN
+    except BrokenPipeError:
+        # stdout's reader has all it wanted; point stdout at nothing so the exit's flush is quiet too
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, ValueError, OSError):  # stdout is no file (captured in-process)
+            pass
+        return READER_GONE
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"caprecon: error: {exc.strerror}{where}", file=sys.stderr)
         return CANNOT_RUN
     except RunError as exc:
         out = getattr(args, "out", None)

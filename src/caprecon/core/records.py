@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -52,7 +53,25 @@ def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterato
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise error(f"{where}: nested too deeply to read") from None
+        if _LONE_SURROGATE.search(line):
+            _refuse_lone_surrogates(record, where, error)
         yield where, _mapping(record, where, error)
+
+
+# an escaped UTF-16 surrogate (\ud800-\udfff): only a pair of them makes a character
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_lone_surrogates(record: Any, where: str, error: type[Exception]) -> None:
+    """JSON lets a string hold half of a surrogate pair, which no UTF-8 file (scores.jsonl
+    included) can store: refused here, where the line is known, not when the row is written."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(f"{where}: holds half a UTF-16 surrogate pair ({exc.object[exc.start]!r}), which is not "
+                    "text; write the character itself or both halves of its pair") from None
 
 
 def read_records(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -66,9 +85,12 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
             data = json.loads(read_text(path, error))
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except RecursionError:
+            raise error(f"{path}: nested too deeply to read") from None
         if not isinstance(data, list):
             raise error(f"{path}: a .json file of records must hold a list")
         for i, record in enumerate(data, 1):
+            _refuse_lone_surrogates(record, f"{path} item {i}", error)
             yield f"{path} item {i}", _mapping(record, f"{path} item {i}", error)
     elif suffix in (".csv", ".tsv"):
         yield from read_delimited(io.StringIO(read_text(path, error), newline=""), path,
@@ -80,13 +102,44 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
 def read_delimited(fh, path: str | Path, delimiter: str,
                    error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
     """CSV/TSV rows from an open text stream, each with the line it came from; a row with more
-    fields than the header is an error naming that line."""
-    reader = csv.DictReader(fh, delimiter=delimiter)
+    fields than the header, or a quote never closed, is an error naming that line."""
+    lines = _RecordLines(fh)
+    reader = csv.DictReader(lines, delimiter=delimiter)
+    if reader.fieldnames is None:  # an empty file
+        return
+    lines.take()  # the header's lines are no row's
+    held = None  # each row waits for the next: only the last can hold a quote that runs to the end
     for record in reader:
         where = f"{path}:{reader.line_num}"
         if None in record:
             raise error(f"{where}: more fields than the header has")
-        yield where, record
+        if held:
+            yield held
+        held, first_line, text = (where, record), reader.line_num - len(lines.taken) + 1, lines.take()
+    if held:
+        try:
+            list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True))
+        except csv.Error as exc:
+            if "end of data" in str(exc):
+                raise error(f"{path}:{first_line}: a quote opened on this row is never closed, so every line "
+                            "after it would be read into one field; close or remove the quote") from None
+        yield held
+
+
+class _RecordLines:
+    """The lines of a delimited file, keeping those of the row being read."""
+
+    def __init__(self, fh):
+        self.fh, self.taken = fh, []
+
+    def __iter__(self):
+        for line in self.fh:
+            self.taken.append(line)
+            yield line
+
+    def take(self) -> str:
+        text, self.taken = "".join(self.taken), []
+        return text
 
 
 def _mapping(record: Any, where: str, error: type[Exception]) -> dict[str, Any]:

@@ -28,7 +28,8 @@ def _clip_image(roles: Any, cfg: Any) -> Metric:
 def _turing(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.turing import CaptionTuringTest
 
-    return CaptionTuringTest(roles.generator, roles.judge, roles.qa_bank, cfg.spec, iou_threshold=cfg.iou_threshold,
+    bank = roles.qa_bank  # a bad bank is found before any model loads
+    return CaptionTuringTest(roles.generator, roles.judge, bank, cfg.spec, iou_threshold=cfg.iou_threshold,
                              judges_for=roles.judges_for)
 
 
@@ -43,7 +44,8 @@ def _vqascore(roles: Any, cfg: Any) -> Metric:
 def _captionqa(roles: Any, cfg: Any) -> Metric:
     from caprecon.metrics.captionqa import CaptionQA
 
-    return CaptionQA(roles.llm, roles.qa_bank, iou_threshold=cfg.iou_threshold)
+    bank = roles.qa_bank  # a bad bank is found before any model loads
+    return CaptionQA(roles.llm, bank, iou_threshold=cfg.iou_threshold)
 
 
 def _fleur(roles: Any, cfg: Any) -> Metric:

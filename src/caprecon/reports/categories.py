@@ -25,6 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_jsonl
 from caprecon.core.tables import format_table
 from caprecon.metrics.categories import CategoryTally
@@ -166,7 +167,7 @@ def load_records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Mappi
     path = Path(source)
     if path.is_dir():
         path = path / "scores.jsonl"
-    return [record for _, record in read_jsonl(path)]
+    return [record for _, record in read_jsonl(path, ConfigError)]
 
 
 def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: str = "turing",

@@ -7,6 +7,7 @@ written whole into the run manifest.
 from __future__ import annotations
 
 import json
+import string
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -43,6 +44,14 @@ def _check_int(name: str, value: Any, *, low: int, high: int | None = None) -> N
     if value < low or (high is not None and value > high):
         bounds = f"at least {low}" if high is None else f"between {low} and {high}"
         raise ConfigError(f"{option} must be {bounds}, not {value}")
+
+
+def _placeholders(template: str) -> set[str] | None:
+    """The `{names}` a format string fills; None when it is not a valid one."""
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -97,6 +106,12 @@ class RunConfig:
             raise ConfigError(f"clipscore_weight must be a positive number, not {weight!r}")
         if self.clipscore_prefix is not None and not isinstance(self.clipscore_prefix, str):
             raise ConfigError(f"clipscore_prefix must be text, not {self.clipscore_prefix!r}")
+        if isinstance(self.iou_threshold, bool) or not isinstance(self.iou_threshold, (int, float)) \
+                or not 0 < self.iou_threshold <= 1:  # NaN fails this too
+            raise ConfigError(f"--iou-threshold must be a number above 0 and at most 1, not {self.iou_threshold!r}")
+        if not isinstance(self.vqa_template, str) or _placeholders(self.vqa_template) != {"caption"}:
+            raise ConfigError(f"--vqa-template must hold {{caption}} and no other {{...}} placeholder, not "
+                              f"{self.vqa_template!r} (write a literal brace as {{{{ or }}}})")
         for name, allowed in (("vqa_on", ("image", "reconstruction", "both")), ("seed_policy", SEED_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
@@ -149,6 +164,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: not a file (give the YAML or TOML file of settings)")
     text = read_text(path, ConfigError)
     if path.suffix == ".toml":
         import tomllib

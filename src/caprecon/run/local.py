@@ -19,9 +19,11 @@ What is a row error and what stops the run:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -276,10 +278,27 @@ class RunRows:
         for position, row in zip(positions, rows):
             self.by_position[int(position)] = row
         if self.sink:
-            append_jsonl(self.sink, rows)
+            self._append(rows)
         if self.on_rows:
             self.on_rows(rows)
         self.bar.update(len(rows))
+
+    def _append(self, rows: list[dict[str, Any]]) -> None:
+        """Rows onto the scores file; when the disk refuses them, the file is cut back to the
+        rows before, so it stays whole lines that a re-run resumes from, and the run stops."""
+        start = self.sink.tell()
+        try:
+            append_jsonl(self.sink, rows)
+        except OSError as exc:
+            sink, self.sink = self.sink, None
+            try:
+                sink.close()  # flushing what is left in its buffer fails the same way
+            except OSError:
+                pass
+            os.truncate(self.scores_path, start)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise RunError(f"{self.scores_path.parent} is full ({exc.strerror}): free space there" if full
+                           else f"cannot write {self.scores_path}: {exc.strerror or exc}") from exc
 
     def interrupted(self) -> RunInterrupted:
         return RunInterrupted(self.so_far(), self.total)

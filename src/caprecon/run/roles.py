@@ -67,7 +67,10 @@ class Roles:
 
         if not self.config.qa_bank:
             raise ConfigError("this metric needs a QA bank: set --qa-bank FILE (JSONL)")
-        return load_qa_bank(self.config.qa_bank)
+        bank = load_qa_bank(self.config.qa_bank)
+        if not bank:  # else every row would fail alike, one "no questions" error each
+            raise ConfigError(f"{self.config.qa_bank}: the QA bank holds no questions")
+        return bank
 
     def describe(self) -> dict[str, Any]:
         built = {}

@@ -236,10 +236,14 @@ def _load_coco_results(results: Any, annotations: Path, images_root: Path | None
 
 def _load_parquet(path: Path, root: Path) -> list[Sample]:
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise SampleFormatError("reading parquet needs pyarrow: pip install 'caprecon[data]'") from None
-    rows = pq.read_table(path).to_pylist()
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except pa.ArrowException as exc:
+        raise SampleFormatError(f"{path}: not a readable parquet file ({exc})") from None
     _require_caption_column(rows, path)
     return [_sample_from_record(r, i, root) for i, r in enumerate(rows)]
 
