@@ -493,3 +493,77 @@ def test_two_processes_creating_one_new_cache_at_once_both_open_it(tmp_path):
             p.join(timeout=60)
         seen += [results.get(timeout=5) for _ in procs]
     assert seen == ["ok"] * 50
+
+
+# -- issue 21 item 9: each computation's code revision and its numeric libraries are in the keys --
+
+
+def test_bumping_a_code_revision_recomputes_what_it_computes_and_nothing_else(tmp_path, tiny_sd, tiny_clip,
+                                                                              monkeypatch):
+    from caprecon.models.embedder import HFVisionEmbedder
+    from caprecon.models.generator import DiffusersGenerator
+    from caprecon.reconstruct.reconstructor import Reconstructor
+
+    samples = _samples(tmp_path, n=2)
+
+    def run():
+        cache = caprecon.score(samples, ["recon"], generator=str(tiny_sd), embedder=str(tiny_clip),
+                               generator_options={"steps": 1}, max_side=32,
+                               cache_dir=str(tmp_path / "cache")).manifest["cache"]
+        return cache["generated"], cache["embedded"]
+
+    assert run() == (2, 4)  # two reconstructions; the two sources and the two reconstructions embedded
+    assert run() == (0, 0)  # unchanged revisions: everything reused
+    monkeypatch.setattr(HFVisionEmbedder, "code_revision", HFVisionEmbedder.code_revision + 1)
+    assert run() == (0, 4)
+    monkeypatch.setattr(DiffusersGenerator, "code_revision", DiffusersGenerator.code_revision + 1)
+    assert run() == (2, 2)  # new reconstructions, embedded; the sources' embeddings are still valid
+    monkeypatch.setattr(Reconstructor, "code_revision", Reconstructor.code_revision + 1)
+    assert run() == (2, 2)
+    assert run() == (0, 0)
+
+
+def test_a_judge_or_llm_revision_is_in_its_fingerprint():
+    from caprecon.models.openai_compat import OpenAICompatLLM, OpenAICompatVLM
+
+    for backend in (OpenAICompatVLM, OpenAICompatLLM):
+        before = backend("judge", "http://127.0.0.1:9/v1").fingerprint
+        assert backend("judge", "http://127.0.0.1:9/v1").fingerprint == before
+        backend.code_revision += 1
+        try:
+            assert backend("judge", "http://127.0.0.1:9/v1").fingerprint != before
+        finally:
+            backend.code_revision -= 1
+
+
+def test_an_upgrade_of_a_numeric_library_changes_the_keys(tiny_clip, monkeypatch):
+    import caprecon.models.common as common
+    from caprecon.models.embedder import HFVisionEmbedder
+
+    installed = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "diffusers": "0.42.1"}
+    monkeypatch.setattr(common, "installed_version", lambda package: installed.get(package))
+
+    def fingerprint(**versions):
+        installed.update(versions)
+        common.library_versions.cache_clear()
+        return HFVisionEmbedder(tiny_clip, device="cpu").fingerprint
+
+    try:
+        before = fingerprint()
+        assert fingerprint(torch="2.13.1+cu128") == before  # torch: major.minor only, build label ignored
+        assert fingerprint(diffusers="0.43.0") == before  # not one this embedder computes with
+        assert fingerprint(transformers="5.24.1") != before
+        assert fingerprint(transformers="5.24.0", torch="2.14.0") != before
+        assert fingerprint(torch="2.13.0") == before
+    finally:
+        common.library_versions.cache_clear()
+
+
+def test_library_versions_are_read_without_importing_torch_or_transformers():
+    code = ("import sys; from caprecon.models.common import library_versions; "
+            "v = dict(library_versions(('torch', 'transformers', 'no-such-package'))); "
+            "print(v['torch'].count('.'), v['transformers'] is not None, v['no-such-package'], "
+            "'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(SRC)}).stdout.split()
+    assert out == ["1", "True", "None", "False", "False"]

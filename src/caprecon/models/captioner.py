@@ -27,7 +27,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
-from caprecon.models.common import derive_seed
+from caprecon.models.common import computation, derive_seed
 from caprecon.models.llm import NO_PENALTIES, eos_token_ids
 from caprecon.models.openai_compat import OpenAICompatError, OpenAICompatVLM
 from caprecon.models.vlm import TransformersVLM, VLMRequest
@@ -184,7 +184,7 @@ class TransformersCaptioner(TransformersVLM):
     @property
     def fingerprint(self) -> str:
         return self.source.fingerprint(backend="transformers-captioner", dtype=str(self.dtype),
-                                       system_prompt=self.system_prompt)
+                                       system_prompt=self.system_prompt, **computation(self))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "transformers-captioner", "model": self.source.name, "revision": self.source.revision,

@@ -17,6 +17,7 @@ import sqlite3
 import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,43 @@ class ModelSource:
             blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
             memo[known] = hashlib.sha256(blob.encode()).hexdigest()[:24]
         return memo[known]
+
+
+def installed_version(package: str) -> str | None:
+    """A package's installed version from its metadata: reading it imports nothing, so a
+    fully cached run can build its keys without loading torch."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# torch's patch releases and build labels (+cpu, +cu128) do not change numerics, and a cache shared by
+# a CPU and a GPU machine should agree; transformers' and diffusers' patch releases do fix preprocessing
+_MAJOR_MINOR_ONLY = {"torch"}
+
+
+@lru_cache(maxsize=None)
+def library_versions(packages: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+    """The versions, as cache keys see them, of the libraries a backend computes with."""
+    out = []
+    for package in packages:
+        version = installed_version(package)
+        if version is not None:
+            version = version.split("+")[0]
+            if package in _MAJOR_MINOR_ONLY:
+                version = ".".join(version.split(".")[:2])
+        out.append((package, version))
+    return tuple(out)
+
+
+def computation(backend: Any) -> dict[str, Any]:
+    """What decides a backend's outputs besides its weights and settings: the revision of its
+    code (`code_revision`, bumped when the way it computes changes: a preprocessing fix, a
+    new scoring formula) and the versions of the libraries that do its numerics
+    (`numeric_libraries`). Folded into every fingerprint, hence into every cache key."""
+    return {"code_revision": backend.code_revision,
+            "libraries": dict(library_versions(tuple(backend.numeric_libraries)))}
 
 
 def _folder_signature(folder: Path) -> list:

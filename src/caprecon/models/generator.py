@@ -14,12 +14,12 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelSource, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelSource, computation, resolve_device, resolve_dtype, resolve_source
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,9 @@ class DiffusersGenerator:
     once) rather than failing, so one configuration style serves every family.
     """
 
+    code_revision: ClassVar[int] = 1  # bump when a change here changes the images generated
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch", "diffusers", "transformers")
+
     def __init__(
         self,
         model: str | Path,
@@ -94,6 +97,7 @@ class DiffusersGenerator:
         return self.source.fingerprint(
             backend="diffusers", steps=self.steps, guidance=self.guidance, negative_prompt=self.negative_prompt,
             max_sequence_length=self.max_sequence_length, dtype=str(self.dtype), call_kwargs=self.call_kwargs,
+            **computation(self),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -245,6 +249,9 @@ class RetrievalGenerator:
     `make demo` with the ImageNet-label matcher.
     """
 
+    code_revision: ClassVar[int] = 1  # bump when a change here changes which image is retrieved
+    numeric_libraries: ClassVar[tuple[str, ...]] = ()  # the matcher's fingerprint carries its own
+
     def __init__(self, gallery: str | Path | Sequence[str | Path], matcher: CaptionImageMatcher, *,
                  exclude_source: bool = False):
         paths = _gallery_paths(gallery)
@@ -268,7 +275,7 @@ class RetrievalGenerator:
         for p in self.paths:
             h.update(p.name.encode())
             h.update(hashlib.sha256(p.read_bytes()).digest())
-        h.update(f"{self.matcher.fingerprint}|{self.exclude_source}".encode())
+        h.update(f"{self.matcher.fingerprint}|{self.exclude_source}|{computation(self)}".encode())
         return h.hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:

@@ -9,9 +9,9 @@ vision-language backend in `vlm.py`.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
-from caprecon.models.common import resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import computation, resolve_device, resolve_dtype, resolve_source
 
 
 @runtime_checkable
@@ -157,11 +157,15 @@ class TransformersIdentity:
     `backend` and may add settings of their own to the description (`described_settings`)."""
 
     backend: str
+    # bump in a subclass when a change to its prompting, decoding or scoring changes the answers
+    code_revision: ClassVar[int] = 1
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers")
 
     @property
     def fingerprint(self) -> str:
         return self.source.fingerprint(backend=self.backend, dtype=str(self.dtype),
-                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens)
+                                       system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens,
+                                       **computation(self))
 
     def described_settings(self) -> dict[str, Any]:
         return {}

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelNotFoundError, ModelSource, resolve_device
+from caprecon.models.common import ModelNotFoundError, ModelSource, computation, resolve_device
 from caprecon.models.efficientnet import EfficientNetLite0Embedder
 from caprecon.models.embedder import HFVisionEmbedder, l2_normalise
 
@@ -68,6 +68,9 @@ class ImageNetLabelMatcher:
     fraction of a second and ten.
     """
 
+    code_revision: ClassVar[int] = 1  # bump when a change here changes the embeddings
+    numeric_libraries: ClassVar[tuple[str, ...]] = ("torch", "transformers", "sentence-transformers")
+
     def __init__(self, classifier: EfficientNetLite0Embedder | None = None, *, top_k: int = 5,
                  template: str = "a photo of a {}", text_model: str | Path | None = None,
                  device: str | None = "cpu", batch_size: int = 64):
@@ -92,7 +95,8 @@ class ImageNetLabelMatcher:
     def fingerprint(self) -> str:
         labels = hashlib.sha256("\n".join(self.label_names).encode()).hexdigest()
         return self.text_source.fingerprint(backend="imagenet-labels", top_k=self.top_k, template=self.template,
-                                            labels=labels, classifier=self.classifier.fingerprint)
+                                            labels=labels, classifier=self.classifier.fingerprint,
+                                            **computation(self))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "imagenet-labels", "text_model": str(self.text_source.path),
@@ -156,7 +160,8 @@ class ClipMatcher:
 
     @property
     def fingerprint(self) -> str:
-        # one checkpoint and dtype decide both sides; text and image entries differ by kind
+        # one checkpoint and dtype decide both sides (HFVisionEmbedder's code_revision covers the text side's
+        # code here too); text and image entries differ by kind
         return self.image_embedder.fingerprint
 
     def describe(self) -> dict[str, Any]:

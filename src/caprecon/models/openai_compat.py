@@ -42,6 +42,7 @@ from urllib.parse import urlsplit
 from PIL import Image
 
 from caprecon.data.qa import judge_box_coords
+from caprecon.models.common import computation
 from caprecon.models.vlm import VLMRequest, check_box_coords
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ class _ChatBackend:
     """What the vision and text roles share: settings, HTTP with retries, fan-out, parsing."""
 
     _backend = "openai-compat"
+    # bump when a change to the requests or to reading the replies changes the answers; the server's
+    # libraries are invisible from here
+    code_revision = 1
+    numeric_libraries: tuple[str, ...] = ()
 
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
                  max_concurrency: int = 8, timeout: float = 60, max_retries: int = 4, backoff: float = 1.0,
@@ -104,7 +109,7 @@ class _ChatBackend:
     def fingerprint(self) -> str:
         """Server, model name and the settings that change outputs. The weights behind a served
         name are invisible from here: serve a new checkpoint under a new name."""
-        blob = json.dumps(self._output_settings(), sort_keys=True, default=str)
+        blob = json.dumps({**self._output_settings(), **computation(self)}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def describe(self) -> dict[str, Any]:

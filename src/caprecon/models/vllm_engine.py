@@ -17,8 +17,6 @@ first model call needs it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from caprecon.models.captioner import OpenAICompatCaptioner
@@ -31,6 +29,7 @@ class _Engine:
     """Replaces the HTTP transport of a chat backend with an in-process vLLM engine."""
 
     _backend = "vllm-engine"
+    numeric_libraries = ("torch", "transformers", "vllm")  # in this process: their versions decide the answers
 
     def _setup_engine(self, engine: dict[str, Any] | None) -> None:
         self.engine_options = dict(engine or {})
@@ -40,11 +39,6 @@ class _Engine:
         settings = {**super()._output_settings(), "engine": self.engine_options}  # type: ignore[misc]
         settings.pop("base_url", None)
         return settings
-
-    @property
-    def fingerprint(self) -> str:
-        blob = json.dumps(self._output_settings(), sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_http": None, "_llm": None}  # each process builds its own engine

@@ -11,7 +11,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 from PIL import Image
 
@@ -133,6 +133,9 @@ class Reconstructor:
     """
 
     KIND = "reconstruction"
+    # bump when a change here (request sizing, seeding, prompting) changes the images stored under a key;
+    # the generator's own code and libraries are in its fingerprint
+    code_revision: ClassVar[int] = 1
 
     def __init__(self, generator: TextToImage, store: Store, spec: ReconstructionSpec | None = None,
                  poll_seconds: float = 0.25):
@@ -163,7 +166,7 @@ class Reconstructor:
                                     seed=self.spec.seed_for(s.image_id, s.candidate),
                                     width=width, height=height, image_id=s.image_id)
         key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
-                          generator=self.generator.fingerprint, seed=request.seed,
+                          generator=self.generator.fingerprint, reconstructor=self.code_revision, seed=request.seed,
                           size=[width, height] if width else "native",
                           image_id=s.image_id if getattr(self.generator, "depends_on_image_id", False) else None)
         return key, request
