@@ -428,3 +428,79 @@ def test_vectorised_bootstrap_of_pair_accuracy_equals_the_loop():
     credit = np.where(metric == 0, 0.25, (metric == np.sign(pref - 0.5)).astype(float))
     assert bootstrap_ratio(np.where(decided, credit, 0.0), decided.astype(float), groups, n_resamples=150,
                            seed=2) == pytest.approx(bootstrap_ci(accuracy, groups, n_resamples=150, seed=2), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- issue 21 item 10: τ_b and τ_c, ranks
+
+
+def test_rating_rows_report_tau_b_and_tau_c_side_by_side(tmp_path):
+    from scipy.stats import kendalltau
+
+    # The expert case counted by hand above: τ_c = 8/9, τ_b = 24 / sqrt(810), whichever is the headline.
+    for variant in ("b", "c"):
+        [row] = run_meta(_expert_case(), {"m": [0.1, 0.5, 0.9]}, tau_variant=variant, n_bootstrap=0)
+        assert row.tau_b == pytest.approx(24 / math.sqrt(810)) and row.tau_c == pytest.approx(8 / 9)
+    x, y = np.repeat([0.1, 0.5, 0.9], 3), [1, 1, 2, 2, 2, 3, 3, 4, 4]
+    assert row.tau_b == pytest.approx(kendalltau(x, y, variant="b")[0])
+    assert row.tau_c == pytest.approx(kendalltau(x, y, variant="c")[0])
+    write_csv([row], tmp_path / "meta.csv")
+    [written] = list(csv.DictReader((tmp_path / "meta.csv").open()))
+    assert float(written["tau_b"]) == pytest.approx(24 / math.sqrt(810)) and float(written["tau_c"]) == pytest.approx(8 / 9)
+    header = format_table([row]).splitlines()[0].split()
+    assert header[header.index("CI") + 1: header.index("CI") + 3] == ["tau_b", "tau_c"]
+    # pair judgments have no τ: no such columns
+    pairs = Judgments(PAIRS, [PairJudgment("p1", "i1.jpg", "a", "b", 1.0, image_id="i1")])
+    assert "tau_b" not in format_table(run_meta(pairs, {"m": [2, 1]}, n_bootstrap=0)).splitlines()[0]
+
+
+def _ranked_case() -> Judgments:
+    # The expert case as ranks (1 = best): rank = 5 - rating.
+    return Judgments(FLICKR8K_EXPERT, [Judgment(it.id, it.image, it.caption, tuple(5 - r for r in it.ratings),
+                                                image_id=it.image_id) for it in _expert_case().items])
+
+
+def test_ranks_declared_ascending_give_the_ratings_tau():
+    from caprecon.stats.agreement import compare_metrics
+
+    scores = {"m": [0.1, 0.5, 0.9]}
+    [undeclared] = run_meta(_ranked_case(), scores, n_bootstrap=0)
+    [ranks] = run_meta(_ranked_case(), scores, human_order="ascending", n_bootstrap=50)
+    # A better caption has a smaller rank: read as ratings every pair turns discordant.
+    assert undeclared.value == pytest.approx(-8 / 9) and undeclared.pair_accuracy == 0.0
+    assert ranks.value == pytest.approx(8 / 9) and ranks.tau_b == pytest.approx(24 / math.sqrt(810))
+    assert ranks.spearman > 0 and ranks.pearson > 0 and ranks.pair_accuracy == 1.0
+    assert 0 < ranks.ci_low <= ranks.ci_high
+    better = compare_metrics(_ranked_case(), "m", scores["m"], "reversed", [0.9, 0.5, 0.1], human_order="ascending",
+                             n_resamples=50)
+    assert better.value_a == pytest.approx(8 / 9) and better.value_b == pytest.approx(-8 / 9)
+    with pytest.raises(ValueError, match="human order"):
+        run_meta(_ranked_case(), scores, human_order="up")
+
+
+def test_command_human_order(tmp_path, capsys):
+    path = tmp_path / "ranks.csv"
+    rows = ["image,caption,human"]
+    for i in range(6):  # the longer caption is the better one: rank 1
+        rows += [f"img{i}.jpg,a short one,2", f"img{i}.jpg,a somewhat longer caption here,1"]
+    path.write_text("\n".join(rows) + "\n")
+
+    def words(name, samples):
+        return [len(s.caption.split()) for s in samples]
+
+    def tau(*extra):
+        out = tmp_path / f"out{len(extra)}"
+        assert run_meta_command(_parse(["--judgments", str(path), "--metric", "words", "--out", str(out),
+                                        "--bootstrap", "0", *extra]), score_metric=words) == 0
+        [row] = list(csv.DictReader((out / "meta.csv").open()))
+        return float(row["tau_b"]), float(row["tau_c"])
+
+    # 12 observations, 6 short (3 words) and 6 long (5): the 36 cross pairs all agree, every other pair is tied
+    # in both. τ_b = 36 / sqrt((66 - 30)(66 - 30)) = 1; τ_c = 2 * 36 / (144 * 1/2) = 1.
+    assert tau("--human-order", "ascending") == (pytest.approx(1.0), pytest.approx(1.0))
+    assert tau() == (pytest.approx(-1.0), pytest.approx(-1.0))
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"image": "i.jpg", "caption_a": "a", "caption_b": "b", "preference": 1}\n')
+    capsys.readouterr()
+    rc = run_meta_command(_parse(["--judgments", str(pairs), "--metric", "words", "--out", str(tmp_path / "p"),
+                                  "--human-order", "ascending"]), score_metric=words)
+    assert rc == 2 and "--human-order" in capsys.readouterr().err

@@ -34,7 +34,7 @@ import numpy as np
 
 from caprecon.run.config import whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
-from caprecon.stats.agreement import (MetaRow, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
+from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
 from caprecon.apps.metabench import get_benchmark
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import compare, format_verify, published_values, read_expected, write_verify_csv
@@ -100,7 +100,13 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=whole_number(0), default=0, help="seed of the bootstrap and of the perturber")
     parser.add_argument(
         "--tau", choices=("b", "c"),
-        help="Kendall variant for rating judgments (default: c for Flickr8k-Expert, b otherwise)",
+        help="Kendall variant for rating judgments (default: c for Flickr8k-Expert, b otherwise); "
+        "both are reported, this one with its CI",
+    )  # fmt: skip
+    parser.add_argument(
+        "--human-order", choices=HUMAN_ORDERS, default="descending",
+        help="descending: a larger human score is better (ratings, the default); ascending: a smaller one is "
+        "(ranks, 1 = best), so tau is computed against the reversed ranks and stays positive for agreement",
     )  # fmt: skip
     parser.add_argument(
         "--probes", action="store_true",
@@ -190,6 +196,11 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
             "the Δ probe on your own triples can run: give --triples FILE without --probes"
         )
     files = [load_judgments(path, args.format, captions=args.captions) for path in args.judgments]
+    for judgments in files:
+        try:
+            check_human_order(judgments, args.human_order)
+        except ValueError as exc:
+            raise MetaError(f"--human-order: {exc}") from None
     _check_fit_arguments(args, files)
     triples = load_triples(args.triples) if args.triples else None
     args.out.mkdir(parents=True, exist_ok=True)
@@ -205,7 +216,8 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
             fit = _fit(args, judgments, scores) if args.fit else None
             written = {**scores, fit.name: fit.predictions} if fit else scores  # the report draws its scatter
             write_scores(judgments, samples, written, args.out / f"scores-{Path(judgments.name).stem}.csv")
-            rows += run_meta(judgments, scores, tau_variant=args.tau, n_bootstrap=args.bootstrap, seed=args.seed)
+            rows += run_meta(judgments, scores, tau_variant=args.tau, human_order=args.human_order,
+                             n_bootstrap=args.bootstrap, seed=args.seed)
             if fit:
                 fits.append((judgments, scores, fit))
                 rows.append(fit.rows[0])
@@ -359,7 +371,8 @@ def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, n
     if missing := [m for m in (a, b) if m not in scores]:
         raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
     result = compare_metrics(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
-                             n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+                             human_order=args.human_order, n_resamples=args.bootstrap or 1000,
+                             seed=args.seed)  # fmt: skip
     return f"{judgments.name}: {format_comparison(result)}"
 
 
@@ -523,6 +536,8 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         raise MetaError("--benchmark NAME and --data PATH are needed together")
     if args.judgments:
         raise MetaError("give either --judgments files or --benchmark with --data, not both")
+    if args.human_order != "descending":
+        raise MetaError("--human-order: a --benchmark's protocol fixes how its judgments are read")
     if args.scores and len(args.scores) != 1:
         raise MetaError("with --benchmark, --scores takes one file (the benchmark's per-caption scores)")
     benchmark = get_benchmark(args.benchmark)

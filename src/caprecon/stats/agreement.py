@@ -6,11 +6,13 @@ metric, the reference metrics, or numbers from a file), aligned with
 that caption is left out of the statistics and counted in `n_failed`.
 
 Rating judgments
-    Kendall τ (τ_c for Flickr8k-Expert, τ_b otherwise), Spearman and Pearson between
-    metric scores and human scores. Each human judgment is its own observation: a
-    Flickr8k-Expert caption rated by three experts contributes three (score, rating)
-    pairs, all sharing the caption's score. Pairwise accuracy over the captions of one
-    image comes beside them.
+    Kendall τ (τ_c for Flickr8k-Expert, τ_b otherwise, with its CI), Spearman and Pearson
+    between metric scores and human scores, and τ_b and τ_c side by side (the ReconScore
+    paper reports both). Each human judgment is its own observation: a Flickr8k-Expert
+    caption rated by three experts contributes three (score, rating) pairs, all sharing
+    the caption's score. Pairwise accuracy over the captions of one image comes beside
+    them. Ratings where smaller is better (ranks, 1 = best) are declared with
+    `human_order="ascending"` and turned around, so a positive τ always means agreement.
 Pair judgments
     How often the metric orders the two captions of a pair the way people did.
 Confidence intervals
@@ -52,6 +54,8 @@ class MetaRow:
     spearman: float = math.nan
     pearson: float = math.nan
     pair_accuracy: float = math.nan  # captions of one image ordered as by their mean human score
+    tau_b: float = math.nan  # rating judgments: both variants, whichever `statistic` is
+    tau_c: float = math.nan
     extra: dict[str, float] = field(default_factory=dict)  # e.g. accuracy per Pascal-50S category
 
     def as_dict(self) -> dict:
@@ -62,7 +66,11 @@ class MetaRow:
     @classmethod
     def table_columns(cls, rows: Sequence[MetaRow]) -> list[tuple[str, str]]:
         extra = sorted({k for r in rows for k in r.extra})
-        return list(META_COLUMNS) + [(k, k.replace("_", " ")) for k in extra]
+        columns = list(META_COLUMNS)
+        if any(not math.isnan(r.tau_b) for r in rows):
+            at = columns.index(("ci", "95% CI")) + 1
+            columns[at:at] = [("tau_b", "tau_b"), ("tau_c", "tau_c")]
+        return columns + [(k, k.replace("_", " ")) for k in extra]
 
 
 def scores_from_records(records: Sequence[Mapping], field_name: str, ids: Sequence[str]) -> np.ndarray:
@@ -84,11 +92,32 @@ def scores_from_records(records: Sequence[Mapping], field_name: str, ids: Sequen
     return out
 
 
+HUMAN_ORDERS = ("descending", "ascending")
+
+
+def check_human_order(judgments: Judgments, human_order: str) -> None:
+    if human_order not in HUMAN_ORDERS:
+        raise ValueError(f"human order must be one of {', '.join(HUMAN_ORDERS)}, not {human_order!r}")
+    if judgments.pairwise and human_order != "descending":
+        raise ValueError(f"{judgments.name} holds pair preferences, which say which caption won: "
+                         f"a human order applies to ratings and ranks only")
+
+
+def human_ratings(judgments: Judgments, human_order: str = "descending") -> np.ndarray:
+    """Every human rating of rating judgments, one per judgment in item order, oriented so
+    that larger is better: `human_order="ascending"` declares ratings where smaller is better
+    (ranks, 1 = best), which are negated."""
+    check_human_order(judgments, human_order)
+    sign = -1.0 if human_order == "ascending" else 1.0
+    return sign * np.array([r for it in judgments.items for r in it.ratings], float)
+
+
 def run_meta(
     judgments: Judgments,
     scores_by_metric: Mapping[str, Sequence[float]],
     *,
     tau_variant: str | None = None,
+    human_order: str = "descending",
     n_bootstrap: int = 1000,
     seed: int = 0,
     level: float = 0.95,
@@ -99,8 +128,9 @@ def run_meta(
     `scores_by_metric[name]` holds one score per sample of `judgments.samples()`, in that
     order (NaN for a caption the metric failed on). Rating judgments are summarised by
     Kendall τ (`tau_variant`, default: the file's protocol, τ_c for Flickr8k-Expert and
-    τ_b otherwise); pair judgments by pairwise accuracy.
+    τ_b otherwise), oriented by `human_order`; pair judgments by pairwise accuracy.
     """
+    check_human_order(judgments, human_order)
     expected = len(judgments.items) * (2 if judgments.pairwise else 1)
     rows = []
     for name, raw in scores_by_metric.items():
@@ -110,16 +140,17 @@ def run_meta(
         if judgments.pairwise:
             rows.append(_pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit))
         else:
-            rows.append(_ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level, tie_credit))
+            rows.append(_ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap, seed, level,
+                                     tie_credit))
     return rows
 
 
-def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level, tie_credit) -> MetaRow:
+def _ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap, seed, level, tie_credit) -> MetaRow:
     variant = tau_variant or judgments.tau_variant
     items: list[Judgment] = judgments.items
     # One row per human judgment, all pointing at their caption's score.
     item_of = np.array([k for k, it in enumerate(items) for _ in it.ratings])
-    human = np.array([r for it in items for r in it.ratings], float)
+    human = human_ratings(judgments, human_order)
     groups = np.array([it.image_id for it in items for _ in it.ratings], dtype=object)
     x = scores[item_of]
     ok = np.isfinite(x)
@@ -127,7 +158,7 @@ def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level,
     low, high = bootstrap_tau(x, human, groups, variant=variant, n_resamples=n_bootstrap, seed=seed, level=level)
     scored = np.isfinite(scores)
     item_groups = [it.image_id for k, it in enumerate(items) if scored[k]]
-    item_human = [float(np.mean(it.ratings)) for k, it in enumerate(items) if scored[k]]
+    item_human = [float(np.mean(human[item_of == k])) for k in range(len(items)) if scored[k]]
     i, j, pref = within_image_pairs(item_groups, item_human)
     kept = scores[scored]
     return MetaRow(
@@ -143,6 +174,8 @@ def _ratings_row(judgments, name, scores, tau_variant, n_bootstrap, seed, level,
         spearman=spearman(x[ok], human[ok]),
         pearson=pearson(x[ok], human[ok]),
         pair_accuracy=pairwise_accuracy(kept[i], kept[j], pref, tie_credit=tie_credit).accuracy,
+        tau_b=kendall_tau(x[ok], human[ok], "b"),
+        tau_c=kendall_tau(x[ok], human[ok], "c"),
     )
 
 
@@ -199,13 +232,15 @@ class Comparison:
 
 
 def agreement_statistic(
-    judgments: Judgments, scores: Sequence[float], *, tau_variant: str | None = None, tie_credit: float = 0.5
+    judgments: Judgments, scores: Sequence[float], *, tau_variant: str | None = None, tie_credit: float = 0.5,
+    human_order: str = "descending",
 ) -> tuple[str, Callable[[np.ndarray], float], np.ndarray]:
     """(statistic name, statistic of observation indices, image of each observation).
 
     Observations are human judgments for ratings (a caption rated three times is three)
     and pairs for pair judgments, as in `run_meta`.
     """
+    check_human_order(judgments, human_order)
     s = np.asarray(scores, float)
     if judgments.pairwise:
         a, b = s[0::2], s[1::2]
@@ -219,7 +254,7 @@ def agreement_statistic(
         return "accuracy", accuracy, np.array([it.image_id for it in judgments.items], dtype=object)
     variant = tau_variant or judgments.tau_variant
     item_of = np.array([k for k, it in enumerate(judgments.items) for _ in it.ratings])
-    human = np.array([r for it in judgments.items for r in it.ratings], float)
+    human = human_ratings(judgments, human_order)
     x = s[item_of]
     ok = np.isfinite(x)
 
@@ -243,11 +278,14 @@ def compare_metrics(
     seed: int = 0,
     level: float = 0.95,
     tie_credit: float = 0.5,
+    human_order: str = "descending",
 ) -> Comparison:
     """Is metric A's agreement with people better than metric B's? A paired bootstrap over
     images: both metrics' statistics on the same resampled judgments."""
-    statistic, stat_a, groups = agreement_statistic(judgments, scores_a, tau_variant=tau_variant, tie_credit=tie_credit)
-    _, stat_b, _ = agreement_statistic(judgments, scores_b, tau_variant=tau_variant, tie_credit=tie_credit)
+    statistic, stat_a, groups = agreement_statistic(judgments, scores_a, tau_variant=tau_variant,
+                                                    tie_credit=tie_credit, human_order=human_order)
+    _, stat_b, _ = agreement_statistic(judgments, scores_b, tau_variant=tau_variant, tie_credit=tie_credit,
+                                       human_order=human_order)
     d = paired_bootstrap(stat_a, stat_b, groups, n_resamples=n_resamples, seed=seed, level=level)
     return Comparison(name_a, name_b, statistic, d.value_a, d.value_b, d.difference, d.ci_low, d.ci_high, d.p_value,
                       d.n_resamples, level)
