@@ -440,6 +440,75 @@ def test_table_one_with_a_scripted_judge(tmp_path, bench_files):
     assert any("third: 8 question(s) without an answer" in n for n in again.table.notes)
 
 
+class GridJudge(ScriptedJudge):
+    """A grounding judge of its own, answering on Qwen3-VL's 0-1000 grid."""
+
+    box_coords = "1000"
+
+    @property
+    def fingerprint(self) -> str:
+        return "scripted-grid-judge-v1"
+
+
+def test_a_dataset_has_a_judge_of_its_own(tmp_path, bench_files):
+    names = ["mmbench", "refcoco"]
+    suites = load_suites(names, [str(bench_files[n]) for n in names])
+    image_ids = sorted({q.image_id for s in suites for q in load_benchmark(s, {}).questions})
+    drawn = write_jsonl(tmp_path / "drawn.jsonl", [{"image_id": i, "caption": "a red square"} for i in image_ids])
+    default = ScriptedJudge({k: v for k, v in SCRIPT.items() if not k.startswith("the ")})  # no refcoco
+    # the gold boxes are (.25, .25, .75, .75) of their images: on the grid (250, 250, 750, 750)
+    grounding = GridJudge({"the red card on the left": ("[250, 250, 750, 750]", "[250, 250, 750, 750]"),
+                           "the green card at the top": ("[250, 250, 750, 750]", "[500, 250, 1000, 750]")})
+    results = evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+                              judge=default, judge_for={"refcoco": grounding}, size="32x32",
+                              judge_box_coords="normalized", cache_dir=str(tmp_path / "cache"))
+    # every refcoco question, on the originals and on the reconstructions, went to its own judge
+    assert len(grounding.asked) == 2 * 2 and all("Answer with the bounding box" in p for _, p in grounding.asked)
+    assert len(default.asked) == 3 * 2 and not any("bounding box" in p for _, p in default.asked)
+    # read in the grid judge's own convention (the run's `normalized` is the default judge's):
+    # IoU 1 and, for (.5, .25, 1, .75) against (.25, .25, .75, .75), .25/.75 = 1/3
+    ious = [r["iou"] for r in results.records if r["captioner"] == "drawn" and r["dataset"] == "refcoco"]
+    assert ious == [pytest.approx(1.0), pytest.approx(1 / 3)]
+    assert results.table.score(UPPER, "refcoco") == pytest.approx(100.0)
+    assert results.table.score("drawn", "refcoco") == pytest.approx(100 * (1 + 1 / 3) / 2)
+    assert results.table.score("drawn", "mmbench") == pytest.approx(200 / 3)
+    assert results.manifest["judge"]["box_coords"] == "normalized"
+    assert results.manifest["judge"]["judge_for"] == {"refcoco": {"box_coords": "1000"}}
+    assert [r["dataset"] for r in results.records] == ["mmbench"] * 3 + ["refcoco"] * 2 + ["mmbench"] * 3 + [
+        "refcoco"] * 2  # upper bound, then the source, each in the suite's order
+
+    # only the datasets without a judge of their own need the default one
+    alone = evaluate_suites(suites[1:], caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+                            judge_for={"refcoco": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
+    assert alone.table.score("drawn", "refcoco") == pytest.approx(100 * (1 + 1 / 3) / 2)
+    with pytest.raises(ConfigError, match="no judge"):
+        evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+                        judge_for={"refcoco": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="--judge-for refcocog: no such dataset in this suite"):
+        evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(), judge=default,
+                        judge_for={"refcocog": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
+
+
+def test_suite_command_passes_judge_for_from_the_options_and_the_config_file(tmp_path, bench_files, monkeypatch):
+    import caprecon.apps.suites as suites_app
+
+    seen = {}
+
+    def capture(suites, sources, *, config, **kwargs):
+        seen["judge_for"] = config.judge_for
+        return SimpleNamespace(out=None)
+
+    monkeypatch.setattr(suites_app, "evaluate_suites", capture)
+    captions = write_jsonl(tmp_path / "c.jsonl", [{"dataset": "mmbench", "index": "10", "caption": "a red card"}])
+    config = tmp_path / "run.yaml"
+    config.write_text("judge_for: {mmbench: qwen3-vl-8b, refcoco: qwen2.5-vl-7b}\n")
+    argv = ["suite", "--suite", "mmbench", "--data", str(bench_files["mmbench"]), "--suite", "refcoco", "--data",
+            str(bench_files["refcoco"]), "--generator", "x:Y", "--judge", "a:B", "--captions",
+            f"c={captions}", "--config", str(config), "--judge-for", "refcoco=qwen2.5-vl-72b", "--quiet"]
+    assert main(argv) == 0
+    assert seen["judge_for"] == {"mmbench": "qwen3-vl-8b", "refcoco": "qwen2.5-vl-72b"}
+
+
 # ---------------------------------------------------------------------------------------
 # `caprecon suite` end to end on tiny models
 
@@ -540,3 +609,5 @@ def test_suite_command_errors_stop_before_any_work(tmp_path, bench_files, capsys
     assert "captions file not found" in capsys.readouterr().err
     assert main(["suite", "--suite", "mmbench", "--captions", str(bench_files["mme"])]) == 2
     assert "no data file" in capsys.readouterr().err
+    assert main(base + ["--judge", "a:B", "--judge-for", "refcoco"]) == 2
+    assert "--judge-for 'refcoco' must look like" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 agreement with the CTTD surrogate.
 
     caprecon suite --suite suites.yaml --captioner qwen3-vl-2b --captions blip=blip_captions.jsonl \\
-        --generator sd3.5-medium --judge qwen2.5-vl-7b --out runs/suite
+        --generator qwen-image --judge qwen3-vl-8b --judge-for refcoco=qwen2.5-vl-72b --out runs/suite
     caprecon suite-agree --suite-run runs/suite --turing qwen3-vl-2b=runs/turing-qwen --turing blip=0.52
 
 `suite` writes to --out: `table.md`/`table.csv` (Table 1), `summary.json`, `records.jsonl`
@@ -16,7 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.run.config import load_config_file, parse_options, whole_number
+from caprecon.run.config import load_config_file, parse_options, parse_pairs, whole_number
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
 
@@ -53,6 +53,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--judge", help="VLM that answers the benchmarks: registry name, hub id or folder")
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
                    help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 (repeatable)")
+    p.add_argument("--judge-for", action="append", metavar="DATASET=MODEL",
+                   help="a judge of one dataset's questions, on the originals and the reconstructions, e.g. "
+                        "refcoco=qwen2.5-vl-72b (repeatable; its options: `judge_for_options: {refcoco: {...}}` "
+                        "in --config)")
     p.add_argument("--judge-box-coords", choices=COORDS,
                    help="read the judge's grounding boxes in this convention instead of its own (Qwen3-VL: "
                         "1000, Qwen2.5-VL: pixel); inferred per answer when neither is known")
@@ -103,6 +107,8 @@ def cmd_suite(args: argparse.Namespace) -> int:
         given = parse_options(getattr(args, f"{role}_opt"))
         if given:
             settings[f"{role}_options"] = {**(file_values.get(f"{role}_options") or {}), **given}
+    if args.judge_for:
+        settings["judge_for"] = {**(file_values.get("judge_for") or {}), **parse_pairs(args.judge_for, "--judge-for")}
     cfg = RunConfig.build(**settings)
     suites = load_suites(args.suite, args.data)
     sources = caption_sources(args.captioners or [], args.captions or [])

@@ -11,6 +11,11 @@ source's captions (captioners one after another), every reconstruction, then eve
 answer. All of it is cached in the store by content: the upper bound is asked once per
 benchmark question whatever the number of sources, a reconstruction once per
 (caption, generator, seed, size), and a rerun makes no model call.
+
+A dataset may have a judge of its own (`judge_for`: dataset name -> model, as `score`'s
+per-category judges; the paper judged grounding with Qwen2.5-VL-72B and the rest with
+Qwen3-VL-8B). It answers that dataset's questions on the originals and on every
+reconstruction, in its own box convention; judges answer one after another.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
+from caprecon.run.roles import Roles
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
 from caprecon.apps.suites.entries import SuiteEntry
@@ -135,18 +141,23 @@ def evaluate_suites(
     cfg = config or RunConfig.build(**settings)
     if cfg.generator is None:
         raise ConfigError("no generator: give --generator (a registry name, hub id or folder)")
-    if cfg.judge is None:
+    if not suites:
+        raise ConfigError("no benchmark: give --suite")
+    names = [s.name for s in suites]
+    unknown = sorted(set(cfg.judge_for) - set(names))
+    if unknown:
+        raise ConfigError(f"--judge-for {unknown[0]}: no such dataset in this suite (datasets: {', '.join(names)})")
+    if cfg.judge is None and set(names) - set(cfg.judge_for):
         raise ConfigError("no judge: give --judge (a registry name, hub id or folder)")
     if judge_box_coords is not None and judge_box_coords not in COORDS:
         raise ConfigError(f"judge box coords must be one of {', '.join(COORDS)}, not {judge_box_coords!r}")
-    if not suites:
-        raise ConfigError("no benchmark: give --suite")
     if not math.isfinite(sigma) or sigma <= 0:
         raise ConfigError(f"σ must be a positive number of percentage points, not {sigma}")
     caption_prompt = resolve_prompt(prompt, max_words) if any(s.captioner for s in sources) else None
 
     # every model resolved (not loaded) and every file read before any model runs
-    judge = build_model("judge", cfg.judge, cfg.judge_options)
+    judge = build_model("judge", cfg.judge, cfg.judge_options) if cfg.judge is not None else None
+    judges_for = Roles(cfg).judges_for
     generator = build_model("generator", cfg.generator, cfg.generator_options)
     captioners = {s.label: build_model("captioner", s.captioner.spec,
                                        {**(captioner_options or {}), **s.captioner.options})
@@ -168,7 +179,9 @@ def evaluate_suites(
     used = {q.image_id for b in benchmarks for q in b.questions}
     images = _Images({k: v for k, v in image_sources.items() if k in used}, store.root / "benchmark-images")
     image_ids = sorted(used)
-    described = {"judge": describe_model(judge), "generator": describe_model(generator), "captioners": {}}
+    described = {"judge": describe_model(judge) if judge is not None else None,
+                 "judges_for": {name: describe_model(j) for name, j in judges_for.items()},
+                 "generator": describe_model(generator), "captioners": {}}
     cache: dict[str, Any] = {}
 
     labels = [UPPER, *(s.label for s in sources)]
@@ -178,9 +191,34 @@ def evaluate_suites(
     recons = _reconstruction_phase(caption_rows, generator, images, store, cfg, cache, progress)
     del generator
     release_memory()
-    reading = BoxReading.of(judge, judge_box_coords)  # the judge's own convention unless told otherwise
-    rows, graded = _answer_phase(labels, benchmarks, recons, images, judge, ctx, cfg,
-                                 max_new_tokens=judge_max_new_tokens, reading=reading, progress=progress)
+    # each judge answers its datasets, then is let go before the next is loaded; its boxes are
+    # read in its own convention (`judge_box_coords` overrides the default judge's only)
+    groups: list[tuple[BoxReading, list[Benchmark]]] = []
+    for bench in benchmarks:
+        own = judges_for.get(bench.entry.name)
+        asker = judge if own is None else own
+        group = next((g for g in groups if g[0].judge is asker), None)
+        if group is None:
+            groups.append((BoxReading.of(asker, judge_box_coords if own is None else None), [bench]))
+        else:
+            group[1].append(bench)
+    default_coords = BoxReading.of(judge, judge_box_coords).coords if judge is not None else None
+    own_coords = {b.entry.name: reading.coords for reading, group in groups for b in group
+                  if b.entry.name in judges_for}
+    del judge, judges_for
+    answered: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
+    while groups:
+        reading, group = groups.pop(0)
+        group_rows, group_graded = _answer_phase(labels, group, recons, images, reading.judge, ctx, cfg,
+                                                 max_new_tokens=judge_max_new_tokens, reading=reading,
+                                                 progress=progress)
+        for row in group_rows:
+            answered.setdefault((row["captioner"], row["dataset"]), []).append(row)
+        graded.update(group_graded)
+        del reading
+        release_memory()
+    rows = [row for label in labels for bench in benchmarks for row in answered.get((label, bench.entry.name), [])]
 
     scores: dict[str, dict[str, dict[str, Any]]] = {}
     for label in labels:
@@ -207,7 +245,8 @@ def evaluate_suites(
                      "captions_file": str(s.captions_file) if s.captions_file else None} for s in sources],
         "caption_prompt": caption_prompt,
         "captions_normalised": normalise,
-        "judge": {"max_new_tokens": judge_max_new_tokens, "box_coords": reading.coords},
+        "judge": {"max_new_tokens": judge_max_new_tokens, "box_coords": default_coords,
+                  "judge_for": {name: {"box_coords": coords} for name, coords in own_coords.items()}},
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.spec.seed, "seed_policy": cfg.spec.seed_policy,
                            "size": list(cfg.spec.size) if cfg.spec.size else f"source aspect, long side "
                                                                                f"{cfg.spec.max_side}"},
