@@ -310,8 +310,8 @@ def fused_model(result: FitResult) -> FusedModel:
     rows = np.flatnonzero(training.usable)
     fused = result.rows[0]
     info = {
-        "trained_on": {"judgments": [result.judgments], "rows": int(len(rows)),
-                       "images": int(len(set(training.groups[rows]))), "sha256": training.fingerprint()},
+        "trained_on": {"judgments": [result.judgments], "rows": len(rows),
+                       "images": len(set(training.groups[rows])), "sha256": training.fingerprint()},
         "evaluation": {"statistic": fused.statistic, "out_of_fold": _json_number(fused.value),
                        "ci": [_json_number(fused.ci_low), _json_number(fused.ci_high)],
                        "folds": int(result.fold.max() + 1)},
