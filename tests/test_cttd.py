@@ -174,6 +174,58 @@ def test_replies_are_retried_once_then_dropped_and_counted():
     assert [r["n"] for r in rejects] == [4, 6] and rejects[1]["retry_reply"] == "sorry"
 
 
+class SameVector:
+    """Every question embeds alike: any two pairs with the same answer are twins."""
+
+    fingerprint = "same-vector"
+
+    def embed_texts(self, texts):
+        return np.ones((len(texts), 4), dtype=np.float32) / 2
+
+
+class RefutesOne:
+    """A judge that says "no" to one question and "yes" to every other."""
+
+    fingerprint = "refutes-one"
+
+    def __init__(self, refuted):
+        self.refuted, self.prompts = refuted, []
+
+    def generate(self, requests, max_new_tokens=32):
+        self.prompts += [r.prompt for r in requests]
+        return ["no" if self.refuted in r.prompt else "yes" for r in requests]
+
+
+def test_curation_asks_the_judge_before_removing_near_duplicates(tmp_path):
+    """The paper's order: inconsistent pairs go first, then near-duplicates. A (refuted) and B
+    (accepted) are twins with the same answer; B is later, so removing duplicates first
+    would drop it as A's twin and then A as refuted, leaving nothing."""
+    import types
+
+    from caprecon.apps.cttd import curate
+    from caprecon.apps.cttd.stage import Job
+    from caprecon.metrics import Context
+
+    render("a red circle", 64, 64).save(tmp_path / "im.png")
+    folder = tmp_path / "05-curate"
+    folder.mkdir()
+    judge = RefutesOne("Is the shape red?")
+    job = Job(folder=folder, build=tmp_path, config=BuildConfig(),
+              models=types.SimpleNamespace(judge=judge, matcher=SameVector()), ctx=Context(), images=[],
+              progress=False)
+    entry = {"image_id": "im", "key": "im-key", "path": str(tmp_path / "im.png"), "width": 64, "height": 64}
+    pairs = [{"id": "im#A", "image_id": "im", "category": "colour", "question": "Is the shape red?", "type": "yesno",
+              "answer": "yes"},
+             {"id": "im#B", "image_id": "im", "category": "colour", "question": "Is the shape in red?",
+              "type": "yesno", "answer": "yes"}]
+    curate.run(job, [entry], pairs)
+    kept = [json.loads(line) for line in (folder / curate.OUTPUT).read_text().splitlines()]
+    dropped = [json.loads(line) for line in (folder / "dropped.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in kept] == ["im#B"]
+    assert [(r["id"], r["dropped"]) for r in dropped] == [("im#A", "judge disagrees")]
+    assert len(judge.prompts) == 2  # both asked: the judge runs before the twins are compared
+
+
 # ---------------------------------------------------------------------------------------
 # the pipeline
 

@@ -1,18 +1,22 @@
 """Stage 5: keep the pairs that are complete, correct and not redundant.
 
-Per image, in this order (each pair dropped by the first check it fails, with that reason):
+Per image, in this order (each pair dropped by the first check it fails, with that reason);
+the judge comes before the near-duplicates as in the paper ("discard pairs with missing
+answers or answers flagged as inconsistent with the image, remove near-duplicates with
+identical answers"), so a pair the judge accepts survives although an earlier twin of it
+was refuted:
 
 1. **missing answer**: no answer, or an empty one;
 2. **type not asked for**: a type outside the build's `types`;
 3. **malformed**: not a valid bank item (e.g. an mc answer that is none of the choices, a
    box that is not four ordered numbers) — the bank's own reader decides;
-4. **near-duplicate**: question embedding cosine above `qa_duplicate_cos` with an earlier
+4. **judge disagrees**: the judge, looking at the original image, answers otherwise
+   (graded by the one grader, `caprecon.metrics.grading`, as the Caption Turing Test
+   grades: boxes by IoU >= 0.5, read in the judge's own convention unless
+   `judge_box_coords` says otherwise). Asked for the pairs that survived 1-3, and cached:
+   the same judge's upper-bound answers in a later `turing` run are these;
+5. **near-duplicate**: question embedding cosine above `qa_duplicate_cos` with an earlier
    kept pair of the same image *and* the same answer;
-5. **judge disagrees**: the judge, looking at the original image, answers otherwise
-   (graded as the Caption Turing Test grades: boxes by IoU >= 0.5, read in the judge's
-   own convention unless `judge_box_coords` says otherwise). Asked only for pairs that
-   survived 1-4, and cached: the same judge's upper-bound answers in a later `turing`
-   run are these;
 6. **answerable without the image** (optional `blind_filter`): a text-only LLM answers an mc
    question correctly under each of `blind_permutations` rotations of its choices, or a
    short-answer question correctly. Yes/no questions are exempt: a coin flip passes half.
@@ -105,8 +109,8 @@ def run(job: Job, images: list[dict[str, Any]], candidates: list[dict[str, Any]]
                     items.append((parse_item(record, record["id"]), record))
                 except QABankError as exc:
                     drop(record, "malformed", str(exc))
-        items = _without_duplicates(job, items, drop)
         items = _judge_agrees(job, entry, items, drop)
+        items = _without_duplicates(job, items, drop)
         if cfg.blind_filter:
             items = _needs_image(job, items, drop)
         kept_all += [bank_record(item) for item, _ in items]
