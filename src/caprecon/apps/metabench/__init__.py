@@ -2,25 +2,23 @@
 
 An entry names how its files are read, which statistic the literature reports on it
 (Kendall τ_c or τ_b, pairwise accuracy per category, Pearson), how references are
-handled, and the values published for the reference metrics, each with its source.
+handled, and the file or folder names it goes by where people keep it (`find_benchmarks`).
+The values published for it live in `published.csv` beside this module (benchmark,
+metric, key, value ×100, source: paper and table), read by `verify.published_values`.
 `caprecon meta --benchmark NAME --data PATH` runs an entry's protocol;
 `caprecon meta verify` puts our numbers beside the published ones.
-
-Published values are ×100 (as papers print them); our statistics are fractions.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Callable
 
 from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgments
 from caprecon.data.loaders import benchmarks as loaders
-
-CLIPSCORE = "CLIPScore paper (Hessel et al. 2021), Tables 1-3"
-
-PASCAL_KEYS = ("HC", "HI", "HM", "MM", "mean")
 
 
 @dataclass(frozen=True)
@@ -30,13 +28,25 @@ class Benchmark:
     load: Callable[[str], Judgments]
     statistic: str  # tau_c, tau_b, accuracy or pearson
     references: str  # how references are chosen, in words
-    published: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> key -> value ×100
-    source: str = ""  # where `published` comes from
     reference_draws: int = 0  # > 0: sample 5 references per pair this many times and average (Pascal-50S 48 refs)
+    # names (case-insensitive) the data goes by under a data root: files, folders, or a Hugging Face
+    # cache folder `datasets--owner--name`, whose newest snapshot is then read
+    finds: tuple[str, ...] = ()
+    find_folder: bool = False  # hand the loader the folder holding the found file
 
 
-def _pascal(values: tuple[float, ...]) -> dict[str, float]:
-    return dict(zip(PASCAL_KEYS, values))
+def _longcap(test: str, perspective: str) -> Benchmark:
+    split = loaders.LONGCAP_SPLITS[test]
+    return Benchmark(
+        f"longcaparena-{test}-{perspective}",
+        f"LongCap-Arena {test[:4].title()}{test[4:].upper()} ({split}), {loaders.LONGCAP_PERSPECTIVES[perspective]}: "
+        "human scores of long captions",
+        partial(loaders.load_longcap, split=split, perspective=perspective),
+        "tau_c",
+        "the long reference caption(s) of each row",
+        finds=("datasets--Ka2ukiMatsuda--LongCap-Arena", "LongCap-Arena", "longcaparena", f"{perspective}_{split}.csv"),
+        find_folder=True,
+    )
 
 
 BENCHMARKS: dict[str, Benchmark] = {
@@ -48,12 +58,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             partial(loaders.load_flickr8k, format=FLICKR8K_EXPERT),
             "tau_c",
             "the image's 5 references; a candidate that is one of them is skipped",
-            {
-                "bleu-1": {"value": 32.3}, "bleu-4": {"value": 30.8}, "rouge": {"value": 32.3},
-                "meteor": {"value": 41.8}, "cider": {"value": 43.9}, "spice": {"value": 44.9},
-                "clipscore": {"value": 51.2}, "refclipscore": {"value": 53.0},
-            },  # fmt: skip
-            CLIPSCORE,
+            finds=("flickr8k.json", "datasets--yuwd--Flickr8k-HumanEval"),
         ),
         Benchmark(
             "flickr8k-crowdflower",
@@ -61,25 +66,16 @@ BENCHMARKS: dict[str, Benchmark] = {
             partial(loaders.load_flickr8k, format=FLICKR8K_CROWDFLOWER),
             "tau_b",
             "the image's references less the candidate itself when it is one of them",
-            {
-                "bleu-1": {"value": 17.9}, "bleu-4": {"value": 16.9}, "rouge": {"value": 19.9},
-                "meteor": {"value": 22.2}, "cider": {"value": 24.6}, "spice": {"value": 24.4},
-                "clipscore": {"value": 34.4}, "refclipscore": {"value": 36.4},
-            },  # fmt: skip
-            CLIPSCORE,
+            finds=("crowdflower_flickr8k.json", "datasets--yuwd--Flickr8k-HumanEval"),
         ),
         Benchmark(
             "composite",
             "Composite: 1-5 correctness ratings on Flickr8k, Flickr30k and COCO captions",
             loaders.load_composite,
             "tau_c",
-            "the references given with each row",
-            {
-                "bleu-1": {"value": 31.3}, "bleu-4": {"value": 30.6}, "rouge": {"value": 32.4},
-                "meteor": {"value": 38.9}, "cider": {"value": 37.7}, "spice": {"value": 40.3},
-                "clipscore": {"value": 53.8}, "refclipscore": {"value": 55.4},
-            },  # fmt: skip
-            CLIPSCORE,
+            "the image's references less the rated caption when it is one of them",
+            finds=("composite.json", "en_test_composite_da2.csv", "en_test_composite_da.csv",
+                   "datasets--yuwd--Composite"),
         ),
         Benchmark(
             "pascal50s",
@@ -87,16 +83,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_pascal50s,
             "accuracy",
             "the 5 references stored with each pair",
-            {
-                "bleu-1": _pascal((51.1, 95.2, 91.2, 58.2, 73.9)),
-                "bleu-4": _pascal((52.5, 90.4, 84.9, 55.3, 70.8)),
-                "rouge": _pascal((55.6, 95.1, 93.3, 57.7, 75.4)),
-                "meteor": _pascal((58.9, 97.7, 94.2, 66.4, 79.3)),
-                "cider": _pascal((53.0, 98.0, 91.5, 64.5, 76.8)),
-                "clipscore": _pascal((56.5, 99.3, 96.4, 70.4, 80.7)),
-                "refclipscore": _pascal((64.5, 99.6, 95.4, 72.8, 83.1)),
-            },
-            CLIPSCORE,
+            finds=("pascal50s.json", "pascal_50s.json"),
         ),
         Benchmark(
             "pascal50s-48",
@@ -104,45 +91,57 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_pascal50s,
             "accuracy",
             "5 of the pair's 48 references, sampled under --seed, 5 draws, accuracy averaged",
-            {},
-            "published numbers are for the 5-reference copies (see pascal50s)",
             reference_draws=5,
         ),
         Benchmark(
             "foil-1ref",
-            "FOIL-COCO: correct caption vs. the same caption with one word foiled",
+            "FOIL-COCO: original caption vs. the same caption with one word foiled",
             partial(loaders.load_foil, n_refs=1),
             "accuracy",
-            "1 other correct caption of the image",
+            "the first COCO caption of the image other than the original (captions_val2014.json)",
+            finds=(loaders.FOIL_FILE,),
         ),
         Benchmark(
             "foil-4ref",
-            "FOIL-COCO: correct caption vs. the same caption with one word foiled",
+            "FOIL-COCO: original caption vs. the same caption with one word foiled",
             partial(loaders.load_foil, n_refs=4),
             "accuracy",
-            "4 other correct captions of the image",
+            "the first 4 COCO captions of the image other than the original (captions_val2014.json)",
+            finds=(loaders.FOIL_FILE,),
         ),
         Benchmark(
             "thumb",
             "THumB 1.0: precision/recall/total human scores of COCO system captions",
             loaders.load_thumb,
             "pearson",
-            "the references given with each row",
+            "the 4 references of mscoco_references.json, by seg_id",
+            finds=(loaders.THUMB_FILE,),
         ),
         Benchmark(
             "polaris",
-            "Polaris: human scores of candidate captions (local datasets folder, test split)",
-            loaders.load_hf_judgments,
+            "Polaris: human scores of candidate captions, test split",
+            loaders.load_polaris,
             "tau_c",
             "the `refs` of each row",
+            finds=("datasets--yuwd--Polaris", loaders.POLARIS_CSV, "Polaris"),
         ),
         Benchmark(
             "nebula",
-            "Nebula: human scores of candidate captions (local datasets folder, test split)",
-            loaders.load_hf_judgments,
+            "Nebula: human scores of candidate captions, test split, labels corrected from Spica",
+            loaders.load_nebula,
             "tau_c",
             "the `refs` of each row",
+            finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
         ),
+        Benchmark(
+            "nebula-raw",
+            "Nebula: human scores of candidate captions, test split, labels as released",
+            partial(loaders.load_nebula, corrected=False),
+            "tau_c",
+            "the `refs` of each row",
+            finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
+        ),
+        *(_longcap(test, p) for test in loaders.LONGCAP_SPLITS for p in loaders.LONGCAP_PERSPECTIVES),
     )
 }
 
@@ -152,3 +151,32 @@ def get_benchmark(name: str) -> Benchmark:
         return BENCHMARKS[name]
     except KeyError:
         raise KeyError(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})") from None
+
+
+def find_benchmarks(root: str | Path, *, depth: int = 4) -> list[tuple[Benchmark, Path]]:
+    """Every benchmark whose data lies under `root` (at most `depth` folders down), with the
+    path its loader takes; the first name in `Benchmark.finds` that is found wins."""
+    root = Path(root)
+    found: dict[str, Path] = {}
+    base = len(root.parts)
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")) if len(here.parts) - base < depth else []
+        for name in [*dirs, *sorted(files)]:
+            found.setdefault(name.lower(), here / name)
+    out = []
+    for bench in BENCHMARKS.values():
+        for name in bench.finds:
+            path = found.get(name.lower())
+            if path is None:
+                continue
+            if name.lower().startswith("datasets--"):
+                snapshots = sorted((path / "snapshots").glob("*"), key=lambda p: p.stat().st_mtime)
+                if not snapshots:
+                    continue
+                path = snapshots[-1]
+            elif bench.find_folder and path.is_file():
+                path = path.parent
+            out.append((bench, path))
+            break
+    return out

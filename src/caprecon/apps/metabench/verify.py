@@ -1,9 +1,11 @@
 """`caprecon meta verify`: our numbers beside the published ones, benchmark by benchmark.
 
-For every published value of the chosen benchmark (or of an `--expected` file, which
-replaces them: a CSV with `benchmark, metric, key, value[, source]`, values ×100, `key`
-being `value`, a Pascal-50S category, `mean`, or `system` for THumB's system level) the
-table shows ours, the published value, the difference and pass/fail within
+For every published value of the chosen benchmark (`published.csv` beside this module,
+or an `--expected` file, which replaces it: a CSV with `benchmark, metric, key,
+value[, source]`, values ×100, `key` being `tau_b` or `tau_c` (either Kendall variant,
+whichever the benchmark's protocol reports), `accuracy`, a Pascal-50S category, `mean`,
+`pearson`, `system` for THumB's system level, or `value` for the protocol's own statistic)
+the table shows ours, the published value, the difference and pass/fail within
 `--tolerance` points. Reference metrics are computed here; other metrics need their
 per-caption scores in a `--scores` file. A metric that cannot run is listed as skipped
 with the reason (SPICE without its CoreNLP jars, say) rather than silently missing.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -40,12 +43,21 @@ class VerifyRow:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def table_columns(cls, rows: Sequence[VerifyRow]) -> list[tuple[str, str]]:
+        return [(k, k) for k in cls.__dataclass_fields__]
+
+
+PUBLISHED = resources.files("caprecon.apps.metabench") / "published.csv"
+
 
 def published_values(benchmark: Benchmark) -> Expected:
-    return {m: {k: (v, benchmark.source) for k, v in keys.items()} for m, keys in benchmark.published.items()}
+    """The values published for `benchmark` (empty when none are recorded)."""
+    with resources.as_file(PUBLISHED) as path:
+        return read_expected(path, benchmark.name, required=False)
 
 
-def read_expected(path: str | Path, benchmark: str) -> Expected:
+def read_expected(path: str | Path, benchmark: str, *, required: bool = True) -> Expected:
     """The rows of an expected-values CSV that belong to `benchmark`."""
     path = Path(path)
     if not path.is_file():
@@ -64,7 +76,7 @@ def read_expected(path: str | Path, benchmark: str) -> Expected:
             except ValueError:
                 raise JudgmentFormatError(f"{path}:{reader.line_num}: value {row['value']!r} is not a number") from None
             out.setdefault(row["metric"], {})[row["key"]] = (value, row.get("source") or str(path))
-    if not out:
+    if not out and required:
         raise JudgmentFormatError(f"{path}: no expected values for benchmark {benchmark!r}")
     return out
 
@@ -76,8 +88,10 @@ def our_value(rows: Sequence[MetaRow], metric: str, key: str) -> float:
             continue
         if key == "system" and row.statistic == "pearson_system":
             return row.value
-        if key == "value" and row.statistic != "pearson_system":
+        if key in ("value", row.statistic) and row.statistic != "pearson_system":
             return row.value
+        if key in row.extra:
+            return row.extra[key]
         if f"accuracy_{key}" in row.extra:
             return row.extra[f"accuracy_{key}"]
     return math.nan

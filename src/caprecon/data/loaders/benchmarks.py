@@ -8,15 +8,18 @@ accepted alternatives are listed in the reader's docstring; anything else is a
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
 from caprecon.data.judgments import (FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, JudgmentFormatError, Judgments, PairJudgment, load_judgments)
-from caprecon.core.records import RECORD_SUFFIXES, read_records
+from caprecon.core.records import RECORD_SUFFIXES, read_jsonl, read_records
+from caprecon.data.loaders import hub
 
 
 def _norm(text: Any) -> str:
@@ -50,10 +53,31 @@ def _float(value: Any, where: str, what: str) -> float:
 def _str_list(value: Any, where: str, what: str) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
-        value = json.loads(text) if text.startswith("[") else [p for p in text.split("|") if p.strip()]
+        value = _literal_list(text, where, what) if text.startswith("[") else [p for p in text.split("|") if p.strip()]
     if not isinstance(value, (list, tuple)):
         raise JudgmentFormatError(f"{where}: {what} must be a list of captions, got {value!r}")
     return [_norm(v) for v in value]
+
+
+def _literal_list(text: str, where: str, what: str) -> Any:
+    # JSON, or the Python repr of a list (single quotes) that the Polos and VELA CSVs hold
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise JudgmentFormatError(f"{where}: {what} {text[:60]!r} is neither a JSON nor a Python list") from None
+
+
+def _without_candidate(refs: Sequence[str], caption: str) -> list[str]:
+    """A rated caption that is also one of its image's references leaves the references."""
+    return [r for r in refs if r != caption]
+
+
+def _records(rows: Sequence[dict], where: str) -> list[tuple[str, dict]]:
+    return [(f"{where} row {k}", {str(key).strip().lower(): v for key, v in row.items()}) for k, row in enumerate(rows, 1)]
 
 
 # ------------------------------------------------------------------- Flickr8k (CLIPScore JSON)
@@ -69,7 +93,15 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
     rating is skipped. The pinned reference handling: an Expert candidate that is one of
     its image's own references is skipped (SPICE's protocol); a CrowdFlower candidate is
     kept and removed from that image's references. Other files go to `load_judgments`.
+
+    A folder (or the repo id `yuwd/Flickr8k-HumanEval` in the local Hugging Face cache) is
+    read as CaptionEvalKit reads that dataset: config `expert` or `crowdflower`, split
+    `test`, columns `img`/`imgid`/`file_name`, `cand`/`mt`, `refs`, `human_score`/`score`.
+    Assumption: one row per rating, as in the JSON; rows of one (image, caption) are
+    gathered the same way.
     """
+    if hub.looks_like_repo_id(path) or Path(path).is_dir():
+        return _own_caption_protocol(_flickr8k_hub(path, format), format)
     path = Path(path)
     if path.suffix.lower() != ".json" or not isinstance(data := _load_json(path), dict):
         return _own_caption_protocol(load_judgments(path, format), format)
@@ -105,6 +137,42 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
     return _own_caption_protocol(Judgments(format, list(gathered.values()), path), format)
 
 
+def _flickr8k_hub(source: str | Path, format: str) -> Judgments:
+    config = "expert" if format == FLICKR8K_EXPERT else "crowdflower"
+    folder, rows = hub.read_rows(source, "test", config=config)
+    gathered: dict[tuple[str, str], Judgment] = {}
+    for where, record in _records(rows, str(folder)):
+        image, caption, rating, refs = _hub_fields(record, where)
+        if math.isnan(rating):
+            continue
+        key = (Path(image).stem, caption)
+        if key not in gathered:
+            gathered[key] = Judgment(id=f"{key[0]}:{len(gathered)}", image=image, caption=caption, ratings=(),
+                                     refs=refs, image_id=key[0], row=len(gathered) + 1)  # fmt: skip
+        gathered[key].ratings += (rating,)
+    if not gathered:
+        raise JudgmentFormatError(f"{folder}: no Flickr8k judgments in split 'test' of config {config!r}")
+    return Judgments(format, list(gathered.values()), folder)
+
+
+_HUB_IMAGE = ("file_name", "imgid", "img", "image", "image_path", "img_path")
+_HUB_CAPTION = ("cand", "mt", "caption", "candidate")
+_HUB_SCORE = ("human_score", "score", "rating", "human")
+
+
+def _hub_fields(record: dict, where: str, scores: Sequence[str] = _HUB_SCORE) -> tuple[str, str, float, list[str]]:
+    """(image name, candidate, human score, references) of one row of a Hugging Face benchmark table."""
+    caption = _first(record, _HUB_CAPTION)
+    score = _first(record, scores)
+    if caption is None or score is None:
+        raise JudgmentFormatError(f"{where}: needs a candidate ({'/'.join(_HUB_CAPTION)}) and a human score "
+                                  f"({'/'.join(scores)}); fields: {sorted(record)}")  # fmt: skip
+    image = _first(record, _HUB_IMAGE)
+    refs = _first(record, ("refs", "references"))
+    return (str(image) if image is not None else where.rsplit(" ", 1)[-1], _norm(caption), _float(score, where, "score"),
+            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+
+
 def _own_caption_protocol(judgments: Judgments, format: str) -> Judgments:
     items = []
     for item in judgments.items:
@@ -123,6 +191,8 @@ def _own_caption_protocol(judgments: Judgments, format: str) -> Judgments:
 # ----------------------------------------------------------------------------- Composite
 
 COMPOSITE_SUBSETS = ("flickr8k", "flickr30k", "coco")
+# The image folders FLEUR's fleur_com.py joins a Composite JSON's `image` to, per subset.
+COMPOSITE_IMAGE_FOLDERS = {"flickr8k": "flickr8k", "flickr30k": "flickr30k", "coco": "coco2014"}
 
 
 def composite_subset(name: str) -> str | None:
@@ -137,20 +207,138 @@ def composite_subset(name: str) -> str | None:
     return None
 
 
+def composite_subset_of_image(name: str) -> str | None:
+    """The subset an image belongs to, from its file name alone.
+
+    COCO names start `COCO_`; Flickr8k names are `<digits>_<hex>` (`1000268201_693b08cb0e`);
+    Flickr30k names are digits only (`1000092795`). Used where a copy of Composite keeps no
+    subset column (the Polos CSV, the Hugging Face dataset).
+    """
+    stem = Path(str(name)).stem
+    if stem.upper().startswith("COCO_"):
+        return "coco"
+    if re.fullmatch(r"\d+_[0-9a-f]+", stem):
+        return "flickr8k"
+    if re.fullmatch(r"\d+", stem):
+        return "flickr30k"
+    return None
+
+
 def load_composite(path: str | Path, subsets: Sequence[str] = COMPOSITE_SUBSETS) -> Judgments:
     """Composite (Aditya et al. 2015): 1-5 correctness ratings of captions of Flickr8k,
-    Flickr30k and COCO images.
+    Flickr30k and COCO images. Whatever the copy, a candidate that is one of its image's
+    references is taken out of that image's references before scoring.
 
-    Read from a folder of record files (CSV/TSV/JSON/JSONL), one per subset, named after it
-    (`flickr8k*`, `*8k*`, `flickr30k*`, `*30k*`, `coco*`), or from one file with a
-    `subset` (or `dataset`) column. Each row: the image (`image`, `image_path`,
-    `file_name` or `imgid`), the candidate (`caption`, `candidate`), the references
-    (`refs`/`references`: a JSON list or `|`-separated) and the rating (`rating`,
-    `score`, `correctness`, `human`: one number, or a list when several people rated).
-    This is a documented normalised layout, not a byte copy of the release, whose column
-    names we could not check here.
+    Copies read, by what `path` is:
+
+    - `composite.json` as FLEUR / PAC-S / Polos use it (FLEUR's `fleur_com.py` reads it):
+      `{"flickr8k": [{"image", "caption", "human", ...}], "flickr30k": [...], "coco": [...]}`;
+      `human` is the correctness rating. References, where the copy has them, are read from
+      `refs`, `references` or `ground_truth` (assumption: FLEUR's reader does not read
+      references, so their field name is not pinned by it). Images resolve as FLEUR's do:
+      `flickr8k/`, `flickr30k/`, `coco2014/` joined to `image` under `--images`.
+    - The Polos CSV `en_test_composite_da.csv` (or `..._da2.csv`; columns `mt`, `refs` as
+      a Python list, `score`, `imgid`), as CaptionEvalKit reads it from a data folder.
+    - A Hugging Face dataset (`yuwd/Composite` in the local cache, or its folder): split
+      `test`, columns `img`/`imgid`, `cand`/`mt`, `refs`, `human_score`/`score`.
+    - caprecon's own normalised layout: a folder of record files, one per subset, named
+      after it (`flickr8k*`, `*8k*`, `flickr30k*`, `*30k*`, `coco*`), or one file with a
+      `subset` column; rows with `image`, `caption`, `refs` and `rating` (1-5 or a list).
+
+    Where a copy carries no subset, it is told from the image's file name
+    (`composite_subset_of_image`), which `subsets` then filters on.
     """
+    if hub.looks_like_repo_id(path):
+        return _composite_hub(path, subsets)
     path = Path(path)
+    if path.is_dir():
+        if (path / "composite.json").is_file():
+            return _composite_json(path / "composite.json", subsets)
+        for name in ("en_test_composite_da2.csv", "en_test_composite_da.csv"):
+            if (path / name).is_file():
+                return _composite_polos_csv(path / name, subsets)
+        if (path / "dataset_dict.json").is_file() or any(path.rglob("*.parquet")) or any(path.rglob("*.arrow")):
+            return _composite_hub(path, subsets)
+        return _composite_own(path, subsets)
+    if path.suffix.lower() == ".json" and path.is_file():
+        data = _load_json(path)
+        if isinstance(data, dict) and set(data) & set(COMPOSITE_SUBSETS):
+            return _composite_json(path, subsets, data)
+    if path.suffix.lower() == ".csv" and path.is_file() and "mt" in next(iter(_csv_header(path)), {}):
+        return _composite_polos_csv(path, subsets)
+    return _composite_own(path, subsets)
+
+
+def _csv_header(path: Path) -> list[dict]:
+    for _, record in read_records(path, JudgmentFormatError):
+        return [{str(k).strip().lower() for k in record}]
+    return []
+
+
+def _composite_item(items: list[Judgment], subset: str | None, image: str, caption: str,
+                    ratings: tuple[float, ...], refs: list[str]) -> None:
+    stem = Path(image).stem
+    items.append(Judgment(
+        id=str(len(items) + 1), image=image, caption=caption, ratings=ratings,
+        refs=_without_candidate(refs, caption), image_id=f"{subset}/{stem}" if subset else stem, row=len(items) + 1,
+    ))  # fmt: skip
+
+
+def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None) -> Judgments:
+    data = _load_json(path) if data is None else data
+    items: list[Judgment] = []
+    for subset in COMPOSITE_SUBSETS:
+        if subset not in subsets or subset not in data:
+            continue
+        rows = data[subset]
+        if not isinstance(rows, list):
+            raise JudgmentFormatError(f"{path} [{subset!r}]: expected a list of rated captions")
+        for k, raw in enumerate(rows):
+            where = f"{path} {subset}[{k}]"
+            record = {str(key).strip().lower(): v for key, v in raw.items()} if isinstance(raw, dict) else {}
+            image = _first(record, ("image", "image_path", "file_name"))
+            caption = _first(record, ("caption", "candidate", "cand", "mt"))
+            rating = _first(record, ("human", "rating", "correctness", "score"))
+            if image is None or caption is None or rating is None:
+                raise JudgmentFormatError(f"{where}: a Composite entry needs `image`, `caption` and `human`")
+            refs = _first(record, ("refs", "references", "ground_truth"))
+            folder = COMPOSITE_IMAGE_FOLDERS[subset]
+            _composite_item(items, subset, f"{folder}/{image}", _norm(caption), (_float(rating, where, "human"),),
+                            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+    if not items:
+        raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
+    return Judgments(SCORES, items, path)
+
+
+def _composite_polos_csv(path: Path, subsets: Sequence[str]) -> Judgments:
+    items: list[Judgment] = []
+    for where, raw in read_records(path, JudgmentFormatError):
+        record = {str(k).strip().lower(): v for k, v in raw.items()}
+        image, caption, rating, refs = _hub_fields(record, where)
+        subset = composite_subset_of_image(image)
+        if subset is not None and subset not in subsets:
+            continue
+        _composite_item(items, subset, image, caption, (rating,), refs)
+    if not items:
+        raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
+    return Judgments(SCORES, items, path)
+
+
+def _composite_hub(source: str | Path, subsets: Sequence[str]) -> Judgments:
+    folder, rows = hub.read_rows(source, "test")
+    items: list[Judgment] = []
+    for where, record in _records(rows, str(folder)):
+        image, caption, rating, refs = _hub_fields(record, where)
+        subset = composite_subset_of_image(image)
+        if subset is not None and subset not in subsets:
+            continue
+        _composite_item(items, subset, image, caption, (rating,), refs)
+    if not items:
+        raise JudgmentFormatError(f"{folder}: no Composite judgments for subsets {', '.join(subsets)}")
+    return Judgments(SCORES, items, folder)
+
+
+def _composite_own(path: Path, subsets: Sequence[str]) -> Judgments:
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in RECORD_SUFFIXES) if path.is_dir() else [path]
     if not files:
         raise JudgmentFormatError(f"{path}: no Composite files (.csv, .tsv, .json, .jsonl) in the folder")
@@ -177,17 +365,8 @@ def load_composite(path: str | Path, subsets: Sequence[str] = COMPOSITE_SUBSETS)
             if any(not 1 <= r <= 5 for r in ratings):
                 raise JudgmentFormatError(f"{where}: Composite ratings are 1-5, got {ratings}")
             refs = _first(record, ("refs", "references"))
-            items.append(
-                Judgment(
-                    id=str(len(items) + 1),
-                    image=str(image),
-                    caption=_norm(caption),
-                    ratings=ratings,
-                    refs=_str_list(refs, where, "refs") if refs is not None else [],
-                    image_id=f"{subset}/{Path(str(image)).stem}",
-                    row=len(items) + 1,
-                )
-            )
+            _composite_item(items, subset, str(image), _norm(caption), ratings,
+                            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
     return Judgments(SCORES, items, path if path.is_file() else path / files[0].name)
@@ -272,50 +451,80 @@ def pascal_reference_draws(judgments: Judgments, *, n_refs: int = 5, n_draws: in
 
 # ----------------------------------------------------------------------------- FOIL
 
+FOIL_FILE = "foilv1.0_test_2017.json"
+COCO_CAPTIONS_FILE = "captions_val2014.json"
 
-def load_foil(path: str | Path, *, n_refs: int = 4) -> Judgments:
-    """FOIL-COCO (`foilv1.0_test_2017.json`): COCO-style `images` and `annotations`, each
-    annotation `{"image_id", "caption", "foil": bool, ...}`.
 
-    Each foil caption is paired with a correct caption of its image (the one that differs
-    from it in the fewest words, i.e. the caption it was made from); people prefer the
-    correct one. The references are the image's other correct captions, the first `n_refs`
-    of them (1 and 4 are the settings papers report). Images left with no reference are
-    skipped.
+def load_foil(path: str | Path, *, n_refs: int = 4, coco_captions: str | Path | None = None) -> Judgments:
+    """FOIL-COCO as its authors ship it (`foilv1.0_test_2017.json`): COCO-style `images`
+    and `annotations`, each annotation `{"id", "image_id", "caption", "foil": bool, ...}`.
+
+    `path` is that file or a folder holding it. Pairing follows the Polos validation code
+    (`validate/compute_foil.py`): an original caption and the foils made from it share the
+    annotation `id`, and each foil is paired with its original (people prefer the
+    original). References, as there, are the image's COCO captions from
+    `captions_val2014.json` (beside the FOIL file, or `coco_captions`) less the original
+    caption, the first `n_refs` of them (1 and 4 are the settings papers report).
+
+    Without the COCO captions file the references are the image's other correct captions
+    in the FOIL file itself; without shared ids (a copy that dropped them) each foil is
+    paired with the correct caption it differs from in the fewest words. Pairs left with
+    no reference are skipped.
     """
     path = Path(path)
-    data = _load_json(path)
+    file = path / FOIL_FILE if path.is_dir() else path
+    data = _load_json(file)
     if not isinstance(data, dict) or "annotations" not in data:
-        raise JudgmentFormatError(f"{path}: not a FOIL file (expected COCO-style `annotations`)")
+        raise JudgmentFormatError(f"{file}: not a FOIL file (expected COCO-style `annotations`)")
+    coco = Path(coco_captions) if coco_captions else file.parent / COCO_CAPTIONS_FILE
+    coco_refs = _coco_captions(coco) if coco.is_file() else None
     files = {img.get("id"): img.get("file_name", "") for img in data.get("images", [])}
+    groups: dict[Any, dict[str, list[str]]] = defaultdict(lambda: {"orig": [], "foil": []})
     correct: dict[Any, list[str]] = defaultdict(list)
-    foils: dict[Any, list[str]] = defaultdict(list)
+    foils: list[tuple[Any, Any, str]] = []  # (image id, annotation id, foil caption)
     for k, ann in enumerate(data["annotations"]):
         if "image_id" not in ann or "caption" not in ann:
-            raise JudgmentFormatError(f"{path} annotations[{k}]: needs `image_id` and `caption`")
-        foil = ann.get("foil")
-        if foil is None:
-            raise JudgmentFormatError(f"{path} annotations[{k}]: no `foil` flag")
-        bucket = foils if (foil is True or str(foil).lower() in ("true", "1")) else correct
+            raise JudgmentFormatError(f"{file} annotations[{k}]: needs `image_id` and `caption`")
+        if ann.get("foil") is None:
+            raise JudgmentFormatError(f"{file} annotations[{k}]: no `foil` flag")
+        is_foil = ann["foil"] is True or str(ann["foil"]).lower() in ("true", "1")
         caption = _norm(ann["caption"])
-        if caption not in bucket[ann["image_id"]]:
-            bucket[ann["image_id"]].append(caption)
+        if is_foil:
+            foils.append((ann["image_id"], ann.get("id"), caption))
+        elif caption not in correct[ann["image_id"]]:
+            correct[ann["image_id"]].append(caption)
+        if ann.get("id") is not None:
+            groups[(ann["image_id"], ann["id"])]["foil" if is_foil else "orig"].append(caption)
+    by_id = bool(groups) and all(len(g["orig"]) == 1 for g in groups.values() if g["foil"])
     items: list[PairJudgment] = []
-    for image_id, foiled in foils.items():
+    for image_id, ann_id, foil in foils:
         good = correct.get(image_id, [])
-        for foil in foiled:
-            if len(good) < 2:
-                continue
+        if by_id:
+            source = groups[(image_id, ann_id)]["orig"][0]
+        elif good:
             source = min(good, key=lambda c: _word_distance(c, foil))
-            refs = [c for c in good if c != source][:n_refs]
-            image = files.get(image_id) or str(image_id)
-            items.append(PairJudgment(
-                id=f"{image_id}-{len(items)}", image=str(image), caption_a=source, caption_b=foil,
-                preference=1.0, refs=refs, image_id=str(image_id), category=f"{n_refs}-ref", row=len(items) + 1,
-            ))  # fmt: skip
+        else:
+            continue
+        pool = coco_refs.get(image_id, []) if coco_refs is not None else good
+        refs = [c for c in pool if c != source][:n_refs]
+        if not refs:
+            continue
+        items.append(PairJudgment(
+            id=f"{image_id}-{len(items)}", image=str(files.get(image_id) or image_id), caption_a=source, caption_b=foil,
+            preference=1.0, refs=refs, image_id=str(image_id), category=f"{n_refs}-ref", row=len(items) + 1,
+        ))  # fmt: skip
     if not items:
-        raise JudgmentFormatError(f"{path}: no foil caption has a correct caption and a reference of its image")
-    return Judgments(PAIRS, items, path)
+        raise JudgmentFormatError(f"{file}: no foil caption has an original caption and a reference of its image")
+    return Judgments(PAIRS, items, file)
+
+
+def _coco_captions(path: Path) -> dict[Any, list[str]]:
+    data = _load_json(path)
+    refs: dict[Any, list[str]] = defaultdict(list)
+    for ann in data.get("annotations", []) if isinstance(data, dict) else []:
+        if "image_id" in ann and "caption" in ann:
+            refs[ann["image_id"]].append(_norm(ann["caption"]))
+    return refs
 
 
 def _word_distance(a: str, b: str) -> int:
@@ -325,88 +534,194 @@ def _word_distance(a: str, b: str) -> int:
 
 # ----------------------------------------------------------------------------- THumB
 
+THUMB_FILE = "mscoco_THumB-1.0.jsonl"
+THUMB_REFERENCES = "mscoco_references.json"
+
 
 def load_thumb(path: str | Path, target: str = "total") -> Judgments:
-    """THumB 1.0 (Kasai et al. 2022): JSONL, one row per (image, system caption), with
-    precision, recall and total human scores.
+    """THumB 1.0 (Kasai et al. 2022) as `jungokasai/THumB` ships it: `mscoco/mscoco_THumB-1.0.jsonl`,
+    one row per (image, system caption) with `seg_id`, `image`, `hyp`, `SYS`, `P`
+    (precision), `R` (recall), the penalties and `human_score` (the total), and
+    `mscoco/mscoco_references.json` beside it (JSON lines `{"seg_id", "refs"}`).
 
-    Accepted fields: caption `hyp`/`caption`/`candidate`; image `image`/`image_id`;
-    system `model`/`system`; scores `P`/`precision`, `R`/`recall`, `Total`/`total`;
-    references `refs`/`references` when the copy carries them. `target` picks which
-    human score is correlated (total, precision or recall). The system is kept in
-    `Judgment.id`'s prefix (`<system>:<row>`) for system-level correlation.
+    `path` is the JSONL file or the folder holding both. `target` picks which human score
+    is correlated (total, precision or recall). References come from the references file
+    by `seg_id` (or a row's own `refs`, caprecon's layout). Also accepted, for copies that
+    renamed fields: `caption`/`candidate`, `image_id`, `model`/`system`, `Total`/`total`,
+    `precision`, `recall`. The system is kept in `Judgment.id`'s prefix (`<system>:<row>`)
+    for system-level correlation.
     """
-    names = {"total": ("total",), "precision": ("p", "precision"), "recall": ("r", "recall")}
+    names = {"total": ("human_score", "total"), "precision": ("p", "precision"), "recall": ("r", "recall")}
     if target not in names:
         raise JudgmentFormatError(f"THumB target must be one of {', '.join(names)}, not {target!r}")
     path = Path(path)
-    if not path.is_file():
-        raise JudgmentFormatError(f"benchmark file not found: {path}")
+    file = path / THUMB_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise JudgmentFormatError(f"benchmark file not found: {file}")
+    references = _thumb_references(file.parent / THUMB_REFERENCES)
     items: list[Judgment] = []
-    for row, (where, raw) in enumerate(read_records(path, JudgmentFormatError), 1):
+    for row, (where, raw) in enumerate(read_records(file, JudgmentFormatError), 1):
         record = {str(k).strip().lower(): v for k, v in raw.items()}
         caption = _first(record, ("hyp", "caption", "candidate"))
         image = _first(record, ("image", "image_id"))
-        system = _first(record, ("model", "system"))
+        system = _first(record, ("sys", "model", "system"))
         score = _first(record, names[target])
         if caption is None or image is None or system is None or score is None:
             raise JudgmentFormatError(
-                f"{where}: a THumB row needs hyp, image, model and {'/'.join(names[target])} (fields: {sorted(record)})"
+                f"{where}: a THumB row needs hyp, image, SYS and {'/'.join(names[target])} (fields: {sorted(record)})"
             )
         refs = _first(record, ("refs", "references"))
+        refs = _str_list(refs, where, "refs") if refs is not None else references.get(str(record.get("seg_id")), [])
         items.append(Judgment(
             id=f"{system}:{row}", image=str(image), caption=_norm(caption),
-            ratings=(_float(score, where, target),), refs=_str_list(refs, where, "refs") if refs is not None else [],
-            image_id=Path(str(image)).stem, row=row,
+            ratings=(_float(score, where, target),), refs=refs, image_id=Path(str(image)).stem, row=row,
         ))  # fmt: skip
     if not items:
-        raise JudgmentFormatError(f"{path}: no THumB rows")
-    return Judgments(SCORES, items, path)
+        raise JudgmentFormatError(f"{file}: no THumB rows")
+    return Judgments(SCORES, items, file)
+
+
+def _thumb_references(path: Path) -> dict[str, list[str]]:
+    # JSON lines despite the .json suffix, as the THumB repository ships it
+    if not path.is_file():
+        return {}
+    return {str(record.get("seg_id")): _str_list(record.get("refs") or [], where, "refs")
+            for where, record in read_jsonl(path, JudgmentFormatError)}  # fmt: skip
 
 
 def thumb_system(judgment: Judgment) -> str:
     return judgment.id.rsplit(":", 1)[0]
 
 
-# ------------------------------------------------------------------- Polaris and Nebula
+# ------------------------------------------------- Polaris, Nebula, LongCap-Arena (Hugging Face)
 
 
 def load_hf_judgments(path: str | Path, split: str = "test") -> Judgments:
-    """Polaris / Nebula: a Hugging Face `datasets` folder on this machine (`save_to_disk`,
-    or a folder of its parquet/CSV/JSON files); never a hub download.
+    """A Hugging Face benchmark table on this machine (`caprecon.data.loaders.hub`): a
+    `save_to_disk` folder, a dataset snapshot folder, the `datasets` cache, or a repo id in
+    the local Hub cache; never a download.
 
-    Fields: candidate `mt` (also `cand`, `caption`, `candidate`), references `refs`,
-    human score `score` (also `human_score`), image `img` (a file path, or a stored image,
-    which is then referred to by its row) or `image`.
+    Fields: candidate `cand`/`mt` (also `caption`, `candidate`), references `refs`, human
+    score `human_score`/`score`, image `file_name`/`imgid` or a stored image (`img`,
+    `image`), referred to by the name it was stored under.
     """
-    path = Path(path)
-    if not path.is_dir():
-        raise JudgmentFormatError(f"{path}: expected a local datasets folder (save_to_disk or data files)")
-    try:
-        import datasets
-    except ImportError:
-        raise JudgmentFormatError("reading Polaris/Nebula needs `datasets`: pip install 'caprecon[data]'") from None
-    if any((path / n).exists() for n in ("dataset_info.json", "state.json", "dataset_dict.json")):
-        ds = datasets.load_from_disk(str(path))
-    else:
-        ds = datasets.load_dataset(str(path))  # a local folder of data files: nothing is fetched
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise JudgmentFormatError(f"{path}: no split {split!r} (has {', '.join(ds)})")
-        ds = ds[split]
+    folder, rows = hub.read_rows(path, split)
     items: list[Judgment] = []
-    for row, record in enumerate(ds, 1):
-        where = f"{path} row {row}"
-        caption = _first(record, ("mt", "cand", "caption", "candidate"))
-        score = _first(record, ("score", "human_score"))
-        if caption is None or score is None:
-            raise JudgmentFormatError(f"{where}: needs `mt` and `score` (fields: {sorted(record)})")
-        image = _first(record, ("img", "image", "image_path"))
-        name = image if isinstance(image, str) else (getattr(image, "filename", "") or f"row-{row}")
-        items.append(Judgment(
-            id=str(row), image=str(name), caption=_norm(caption), ratings=(_float(score, where, "score"),),
-            refs=_str_list(record.get("refs") or [], where, "refs"), image_id=Path(str(name)).stem or str(row), row=row,
-        ))  # fmt: skip
+    for row, (where, record) in enumerate(_records(rows, str(folder)), 1):
+        image, caption, score, refs = _hub_fields(record, where)
+        items.append(Judgment(id=str(row), image=image, caption=caption, ratings=(score,), refs=refs,
+                              image_id=Path(image).stem or str(row), row=row))  # fmt: skip
     if not items:
-        raise JudgmentFormatError(f"{path}: no rows in split {split!r}")
+        raise JudgmentFormatError(f"{folder}: no rows in split {split!r}")
+    return Judgments(SCORES, items, folder)
+
+
+POLARIS_CSV = "polaris_test.csv"
+
+
+def load_polaris(path: str | Path) -> Judgments:
+    """Polaris (Wada et al. 2024), test split: the Hugging Face dataset `yuwd/Polaris`
+    (columns `refs`, `cand`, `img`, `human_score`; a local folder or the Hub cache), or the
+    Polos release's `polaris_test.csv` (columns `mt`, `refs` as a Python list, `score`,
+    `imgid`; the file or its folder), the two ways CaptionEvalKit reads it.
+    """
+    if not hub.looks_like_repo_id(path):
+        path = Path(path)
+        csv = path / POLARIS_CSV if path.is_dir() else path
+        if csv.suffix.lower() == ".csv" and csv.is_file():
+            return _scores_from_csv(csv)
+    return load_hf_judgments(path, "test")
+
+
+def _scores_from_csv(path: Path) -> Judgments:
+    items: list[Judgment] = []
+    for row, (where, raw) in enumerate(read_records(path, JudgmentFormatError), 1):
+        image, caption, score, refs = _hub_fields({str(k).strip().lower(): v for k, v in raw.items()}, where)
+        items.append(Judgment(id=str(row), image=image, caption=caption, ratings=(score,), refs=refs,
+                              image_id=Path(image).stem or str(row), row=row))  # fmt: skip
+    if not items:
+        raise JudgmentFormatError(f"{path}: no rows")
     return Judgments(SCORES, items, path)
+
+
+SPICA_REPO = "hiranohachiman/Spica"
+SPICA_FILES = ("spica_train.csv", "spica_val.csv", "spica_test.csv")
+
+
+def load_nebula(path: str | Path, *, corrected: bool = True, spica: str | Path | None = None) -> Judgments:
+    """Nebula (Matsuda et al. 2024, `Ka2ukiMatsuda/Nebula`), test split: columns
+    `file_name`, `image`, `refs`, `mt`, `human_score`.
+
+    With `corrected` the test labels are replaced as CaptionEvalKit does after the
+    correction noted in arXiv:2512.21582: a row whose (image file stem, whitespace-normalised
+    `mt`) appears in the Spica release (`hiranohachiman/Spica`: `spica_train.csv`,
+    `spica_val.csv`, `spica_test.csv`, columns `imgid`, `mt`, `score`) takes the mean
+    Spica score of that key; other rows keep theirs. The Spica files are looked for in
+    `spica`, in the Nebula folder, in a `Spica` folder beside it, then in the local Hub
+    cache; without them the corrected benchmark refuses to run (use `nebula-raw`).
+    """
+    judgments = load_hf_judgments(path, "test")
+    if not corrected:
+        return judgments
+    lookup = _spica_scores(_spica_files(path, spica))
+    for item in judgments.items:
+        score = lookup.get((Path(item.image).stem, item.caption))
+        if score is not None:
+            item.ratings = (score,)
+    return judgments
+
+
+def _spica_files(nebula: str | Path, spica: str | Path | None) -> list[Path]:
+    places: list[Path] = []
+    if spica is not None:
+        places.append(hub.resolve(spica))
+    if not hub.looks_like_repo_id(nebula):
+        places += [Path(nebula), Path(nebula).parent / "Spica", Path(nebula).parent / "spica"]
+    for place in places:
+        found = [place / name for name in SPICA_FILES if (place / name).is_file()]
+        if found:
+            return found
+    try:
+        cached = hub.resolve(SPICA_REPO)
+    except JudgmentFormatError:
+        cached = None
+    found = [cached / name for name in SPICA_FILES if cached is not None and (cached / name).is_file()]
+    if not found:
+        raise JudgmentFormatError(
+            f"the Spica correction of Nebula's test labels ({', '.join(SPICA_FILES)} from {SPICA_REPO}) was not found in "
+            f"{', '.join(str(p) for p in places) or 'the Nebula folder'} nor in the Hugging Face cache; "
+            "put them beside the Nebula data, or run --benchmark nebula-raw for the labels as released"
+        )
+    return found
+
+
+def _spica_scores(files: Sequence[Path]) -> dict[tuple[str, str], float]:
+    totals: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for file in files:
+        for where, raw in read_records(file, JudgmentFormatError):
+            record = {str(k).strip().lower(): v for k, v in raw.items()}
+            if record.get("imgid") is None or record.get("mt") is None or record.get("score") is None:
+                raise JudgmentFormatError(f"{where}: a Spica row needs imgid, mt and score")
+            totals[(Path(str(record["imgid"])).stem, _norm(record["mt"]))].append(_float(record["score"], where, "score"))
+    return {key: sum(v) / len(v) for key, v in totals.items()}
+
+
+LONGCAP_PERSPECTIVES = {"desc": "Descriptiveness", "rel": "Relevance", "flu": "Fluency"}
+LONGCAP_SPLITS = {"testa": "dci_val", "testb": "dci_test"}
+
+
+def load_longcap(path: str | Path, *, split: str, perspective: str) -> Judgments:
+    """LongCap-Arena (Matsuda et al. 2025, `Ka2ukiMatsuda/LongCap-Arena`): one benchmark per
+    test set and perspective, as CaptionEvalKit names them: TestA is split `dci_val`,
+    TestB `dci_test`, the perspective `desc`, `rel` or `flu` (Hub split `dci_test.desc`,
+    ...; columns `file_name`, `image`, `refs`, `cand`, `score`).
+
+    Also read: the VELA release's CSVs (`desc_dci_test.csv`, ...; columns `mt`/`cand`,
+    `refs`, `score`, `image`/`imgid`) in `path` or `path/test`.
+    """
+    if not hub.looks_like_repo_id(path):
+        folder = Path(path)
+        for csv in (folder / f"{perspective}_{split}.csv", folder / "test" / f"{perspective}_{split}.csv"):
+            if csv.is_file():
+                return _scores_from_csv(csv)
+    return load_hf_judgments(path, f"{split}.{perspective}")
