@@ -121,6 +121,15 @@ def test_rank_logistic_on_pair_judgments():
         cross_validate("gbt", judgments, {"a": a, "b": b}, ["a", "b"], n_bootstrap=0)
 
 
+def test_ranks_are_learnt_turned_around():
+    judgments, scores, human = _known_combination()
+    ranks = Judgments(SCORES, [Judgment(it.id, it.image, it.caption, (-it.ratings[0],), image_id=it.image_id)
+                               for it in judgments.items])  # smaller is better
+    result = cross_validate("linear", ranks, scores, ["a", "b", "c"], human_order="ascending", n_bootstrap=0)
+    assert result.importance == pytest.approx({"a": 2.0, "b": 1.0, "c": 0.0}, abs=1e-9)
+    assert np.allclose(result.predictions, human, atol=1e-9) and result.rows[0].value == pytest.approx(1.0)
+
+
 def test_failed_component_rows_are_left_out_of_every_row_alike():
     judgments, scores, _ = _known_combination()
     scores = dict(scores)

@@ -45,7 +45,7 @@ import numpy as np
 
 from caprecon.data.judgments import Judgments
 from caprecon.metrics.fused import FusedModel
-from caprecon.stats.agreement import Comparison, MetaRow, compare_metrics, run_meta
+from caprecon.stats.agreement import Comparison, MetaRow, compare_metrics, human_ratings, run_meta
 from caprecon.stats.correlation import within_image_pairs
 
 MODELS = ("linear", "logistic", "gbt")
@@ -65,13 +65,16 @@ class Training:
     x: np.ndarray  # samples x features
     usable: np.ndarray  # every feature finite (for pairs: in both captions of the pair)
     groups: np.ndarray  # image of each sample
+    human_order: str = "descending"  # ascending: ratings are ranks (1 = best), learnt turned around
 
     @property
     def target(self) -> np.ndarray:
-        """Mean human rating per sample (ratings); the preference for the sample (pairs)."""
+        """Mean human rating per sample, larger is better (ratings); the preference for the sample (pairs)."""
         if self.judgments.pairwise:
             return np.array([v for it in self.judgments.items for v in (it.preference, 1.0 - it.preference)])
-        return np.array([float(np.mean(it.ratings)) for it in self.judgments.items])
+        ratings = human_ratings(self.judgments, self.human_order)
+        item_of = np.repeat(np.arange(len(self.judgments.items)), [len(it.ratings) for it in self.judgments.items])
+        return np.bincount(item_of, weights=ratings) / np.bincount(item_of)
 
     @property
     def weight(self) -> np.ndarray:
@@ -89,7 +92,8 @@ class Training:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], features: Sequence[str]) -> Training:
+def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], features: Sequence[str],
+                 human_order: str = "descending") -> Training:
     if missing := [f for f in features if f not in scores]:
         raise FitError(f"--fit: no scores for {', '.join(missing)} on {judgments.name}")
     if not features:
@@ -102,7 +106,7 @@ def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], fe
         groups = np.array([it.image_id for it in judgments.items for _ in range(2)], dtype=object)
     else:
         groups = np.array([it.image_id for it in judgments.items], dtype=object)
-    return Training(judgments, list(features), x, usable, groups)
+    return Training(judgments, list(features), x, usable, groups, human_order)
 
 
 def grouped_folds(groups: Sequence, rows: np.ndarray, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -234,12 +238,13 @@ def cross_validate(
     *,
     n_folds: int = DEFAULT_FOLDS,
     tau_variant: str | None = None,
+    human_order: str = "descending",
     n_bootstrap: int = 1000,
     seed: int = 0,
 ) -> FitResult:
     """Out-of-fold predictions by image-grouped folds, their agreement beside the components',
     and the final model on all usable rows."""
-    training = training_set(judgments, scores, features)
+    training = training_set(judgments, scores, features, human_order)
     rows = np.flatnonzero(training.usable)
     folds = grouped_folds(training.groups, rows, n_folds)
     oof = np.full(len(training.x), math.nan)
@@ -264,11 +269,12 @@ def transfer(
     scores: Mapping[str, Sequence[float]],
     *,
     tau_variant: str | None = None,
+    human_order: str = "descending",
     n_bootstrap: int = 1000,
     seed: int = 0,
 ) -> FitResult:
     """A model fitted on one judgments file, evaluated on another."""
-    training = training_set(judgments, scores, final.features)
+    training = training_set(judgments, scores, final.features, human_order)
     predictions = np.full(len(training.x), math.nan)
     predictions[training.usable] = final.predict(training.x[training.usable])
     name = f"fused-{final.kind} (fit on {trained_on})"
@@ -278,14 +284,15 @@ def transfer(
 def _evaluate(name, kind, judgments, scores, training, predictions, final, tau_variant, n_bootstrap, seed) -> FitResult:
     usable = training.usable
     same_rows = {f: np.where(usable, np.asarray(scores[f], float), math.nan) for f in training.features}
-    rows = run_meta(judgments, {name: predictions, **same_rows}, tau_variant=tau_variant, n_bootstrap=n_bootstrap,
-                    seed=seed)
+    rows = run_meta(judgments, {name: predictions, **same_rows}, tau_variant=tau_variant,
+                    human_order=training.human_order, n_bootstrap=n_bootstrap, seed=seed)
     components = [r for r in rows[1:] if math.isfinite(r.value)]
     comparison = None
     if components:
         best = max(components, key=lambda r: r.value)
         comparison = compare_metrics(judgments, name, predictions, best.metric, same_rows[best.metric],
-                                     tau_variant=tau_variant, n_resamples=n_bootstrap or 1000, seed=seed)
+                                     tau_variant=tau_variant, human_order=training.human_order,
+                                     n_resamples=n_bootstrap or 1000, seed=seed)
     in_sample = np.full(len(training.x), math.nan)
     in_sample[usable] = final.predict(training.x[usable])
     importance, importance_kind = final.weights(), "weight on the standardised score"
@@ -311,7 +318,8 @@ def fused_model(result: FitResult) -> FusedModel:
     fused = result.rows[0]
     info = {
         "trained_on": {"judgments": [result.judgments], "rows": len(rows),
-                       "images": len(set(training.groups[rows])), "sha256": training.fingerprint()},
+                       "images": len(set(training.groups[rows])), "human_order": training.human_order,
+                       "sha256": training.fingerprint()},
         "evaluation": {"statistic": fused.statistic, "out_of_fold": _json_number(fused.value),
                        "ci": [_json_number(fused.ci_low), _json_number(fused.ci_high)],
                        "folds": int(result.fold.max() + 1)},
