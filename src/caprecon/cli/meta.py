@@ -38,6 +38,8 @@ from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, 
 from caprecon.apps.metabench import get_benchmark
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import compare, format_verify, published_values, read_expected, write_verify_csv
+from caprecon.data.loaders.hub import looks_like_repo_id
+from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
 from caprecon.metrics.base import Context
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
@@ -143,6 +145,12 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
         "--expected", type=Path, metavar="FILE",
         help="verify: CSV (benchmark, metric, key, value[, source]) replacing the built-in published values",
     )  # fmt: skip
+    parser.add_argument(
+        "--all", action="store_true",
+        help="verify: every benchmark found under --data-root, one table (verify.csv/.md, meta.csv, report) in --out",
+    )  # fmt: skip
+    parser.add_argument("--data-root", type=Path, metavar="DIR",
+                        help="verify --all: the folder the benchmarks' files (or the Hugging Face cache) are under")
 
 
 def run_meta_command(
@@ -533,16 +541,16 @@ def _probes(
 
 
 def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+    if args.all or args.data_root:
+        return verify_all_command(args, score_metric)
     if not args.benchmark or not args.data:
         raise MetaError("--benchmark NAME and --data PATH are needed together")
     if args.judgments:
         raise MetaError("give either --judgments files or --benchmark with --data, not both")
     if args.human_order != "descending":
         raise MetaError("--human-order: a --benchmark's protocol fixes how its judgments are read")
-    if args.scores and len(args.scores) != 1:
-        raise MetaError("with --benchmark, --scores takes one file (the benchmark's per-caption scores)")
     benchmark = get_benchmark(args.benchmark)
-    if not Path(args.data).exists():
+    if not Path(args.data).exists() and not looks_like_repo_id(args.data):
         raise MetaError(f"--data {args.data} does not exist")
     judgments = benchmark.load(str(args.data))
     verifying = args.action == "verify"
@@ -551,7 +559,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     expected = read_expected(args.expected, benchmark.name) if args.expected else published_values(benchmark)
     if verifying and not expected:
         raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
-    given_names = list(read_scores(args.scores[0], judgments.samples(args.images))) if args.scores else []
+    given_names = list(benchmark_scores(args.scores, judgments.samples(args.images), [])) if args.scores else []
     if args.metric:
         metrics = metric_names(args.metric)
     elif verifying:
@@ -567,29 +575,24 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         raise MetaError(f"no scorer for {', '.join(unknown)}: give their per-caption scores with --scores")
 
     last: dict = {}
+    score_notes: list[str] = []
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
-
-        def score(draw: Judgments):
-            samples = draw.samples(args.images)
-            given = read_scores(args.scores[0], samples) if args.scores else {}
-            last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
-            return last["scores"]
-
         n_bootstrap = 0 if verifying else args.bootstrap
-        rows = run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
+        rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, n_bootstrap, last, score_notes)
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}"
     if verifying:
         table = compare(benchmark.name, rows, expected, tolerance=args.tolerance, skipped=skipped)
         print(format_verify(table))
-        print(f"note: {protocol}")
+        for note in [protocol, *dict.fromkeys(score_notes)]:
+            print(f"note: {note}")
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, args.out / "verify.csv")
         return 1 if any(r.status == "fail" for r in table) else 0
 
-    notes = [protocol, *skipped.values()]
+    notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes)]
     args.out.mkdir(parents=True, exist_ok=True)
     write_scores(last["judgments"], last["samples"], last["scores"], args.out / f"scores-{benchmark.name}.csv")
     write_csv(rows, args.out / "meta.csv")
@@ -617,6 +620,103 @@ def write_csv_comparison(result, path: Path) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(result.as_dict()))
         writer.writeheader()
         writer.writerow(result.as_dict())
+
+
+def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], reference: ReferenceMetrics,
+                  score_metric: ScoreMetric | None, args: argparse.Namespace, n_bootstrap: int, last: dict,
+                  score_notes: list[str]) -> list[MetaRow]:
+    """The benchmark's protocol on `judgments`; `last` keeps the (last draw's) judgments, samples and scores."""
+
+    def score(draw: Judgments):
+        samples = draw.samples(args.images)
+        given = benchmark_scores(args.scores, samples, score_notes) if args.scores else {}
+        last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
+        return last["scores"]
+
+    return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
+
+
+def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: list[str]) -> dict[str, np.ndarray]:
+    """Per-caption scores from `--scores` files, aligned with `samples`: caprecon's CSV/JSONL by `id`, or
+    result files as metric authors release them (`caprecon.data.loaders.released`), joined by image and
+    caption; several files add up (FLEUR releases Pascal-50S as one file per category)."""
+    found: dict[str, np.ndarray] = {}
+    released = []
+    for path in paths:
+        if is_released_scores(path):
+            try:
+                released += read_released_scores(path)
+            except ReleasedScoresError as exc:
+                raise MetaError(str(exc)) from None
+        else:
+            found.update(read_scores(path, samples))
+    if released:
+        joined, missing = join_released(released, [str(s.image) for s in samples], [s.caption for s in samples])
+        if missing == len(samples):
+            raise MetaError(f"--scores {', '.join(map(str, paths))}: no caption of the benchmark is in the released "
+                            "file(s) (joined by image file name and caption)")
+        if missing:
+            notes.append(f"--scores: {missing} of {len(samples)} captions have no released score and are left out")
+        found.update(joined)
+    return found
+
+
+def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+    """`meta verify --all --data-root DIR --out DIR`: every benchmark found under DIR, one table."""
+    from caprecon.apps.metabench import find_benchmarks
+    from caprecon.apps.metabench.verify import VerifyRow
+    from caprecon.reports.html import write_html_report
+
+    if args.action != "verify" or not args.all or not args.data_root or not args.out:
+        raise MetaError("give `meta verify --all --data-root DIR --out DIR` (all three go together)")
+    if args.benchmark or args.data or args.scores or args.judgments:
+        raise MetaError("--all finds every benchmark under --data-root: give no --benchmark, --data, --scores or --judgments")
+    if not args.data_root.is_dir():
+        raise MetaError(f"--data-root {args.data_root} is not a folder")
+    found = find_benchmarks(args.data_root)
+    if not found:
+        raise MetaError(f"no benchmark data under {args.data_root} (see the README's list of benchmarks and their files)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    plans = []
+    for benchmark, path in found:
+        expected = read_expected(args.expected, benchmark.name, required=False) if args.expected else published_values(benchmark)
+        metrics = metric_names(args.metric) if args.metric else [m for m in expected if reference_metric_name(m)]
+        plans.append((benchmark, path, expected, metrics))
+    table: list[VerifyRow] = []
+    meta_rows: list[MetaRow] = []
+    notes: list[str] = []
+    wanted = dict.fromkeys(m for *_, metrics in plans for m in metrics if reference_metric_name(m))
+    with ReferenceMetrics(list(wanted), skip_unavailable=True) as reference:
+        for benchmark, path, expected, metrics in plans:
+            if not expected and not args.metric:
+                notes.append(f"{benchmark.name}: found at {path}; no published values to check it against")
+                continue
+            try:
+                judgments = benchmark.load(str(path))
+            except JudgmentFormatError as exc:
+                reason = f"{benchmark.name}: {exc}"
+                table += [VerifyRow(benchmark.name, metric, key, math.nan, value, math.nan, args.tolerance, "skipped",
+                                    source, reason) for metric, keys in expected.items()
+                          for key, (value, source) in keys.items()]  # fmt: skip
+                notes.append(reason)
+                continue
+            last: dict = {}
+            rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, 0, last, notes)
+            table += compare(benchmark.name, rows, expected, tolerance=args.tolerance, skipped=reference.skipped)
+            meta_rows += rows
+            if last:
+                write_scores(last["judgments"], last["samples"], last["scores"], args.out / f"scores-{benchmark.name}.csv")
+            notes.append(f"{benchmark.name} ({path}): {benchmark.statistic}; references: {benchmark.references}")
+        notes += reference.skipped.values()
+    print(format_verify(table))
+    write_verify_csv(table, args.out / "verify.csv")
+    write_markdown(table, args.out / "verify.md", title="Ours beside the published values", notes=notes)
+    write_csv(meta_rows, args.out / "meta.csv")
+    write_markdown(meta_rows, args.out / "meta.md", title="Agreement with people, every benchmark found", notes=notes)
+    for note in notes:
+        print(f"note: {note}")
+    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+    return 1 if any(r.status == "fail" for r in table) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
