@@ -144,11 +144,13 @@ def test_qwen25_pixels_count_the_resized_image():
 # where the copies disagreed
 
 
-def test_curation_keeps_a_perfect_grid_answer_on_a_large_image(tmp_path, big_image):
-    # a Qwen3-VL-like judge (its own convention 0-1000), no judge_box_coords set: before,
-    # curation guessed pixels and dropped the pair (IoU 0.3348)
+@pytest.mark.parametrize("item", [box_item((0.5, 0.5, 0.9, 0.7), "normalized"), box_item()],
+                         ids=["bank-box-normalized", "bank-box-pixels"])
+def test_curation_keeps_a_perfect_grid_answer_on_a_large_image(tmp_path, big_image, item):
+    # a Qwen3-VL-like judge (its own convention 0-1000), no judge_box_coords set, on
+    # 1280x960: before, curation guessed pixels and dropped the pair (IoU 0.3348)
     judge = Judge("1000", GRID_REPLY)
-    assert curation_keeps(tmp_path, big_image, box_item((0.5, 0.5, 0.9, 0.7), "normalized"), judge)
+    assert curation_keeps(tmp_path, big_image, item, judge)
     assert all("0-1000" in p for p in judge.prompts)  # asked as turing asks it: the same cache entry
 
 
@@ -177,6 +179,27 @@ def test_suite_refcoco_row_with_a_grid_judge_scores_iou_one_on_1024x768(tmp_path
     assert results.table.scores["drawn"]["refcoco"]["miou"] == pytest.approx(100.0)
     assert results.manifest["judge"]["box_coords"] == "1000"
     assert all("0-1000" in p for p in judge.prompts)
+
+
+@pytest.mark.parametrize("coords, reply", [("1000", GRID_REPLY), ("pixel", FRAME_REPLY)])
+def test_suite_scores_iou_one_on_the_1024x768_reconstruction_of_a_1280x960_original(coords, reply, tmp_path,
+                                                                                   big_image):
+    # the reconstruction takes the original's aspect at the default long side 1024: 1024x768.
+    # A grid reply is the same on both; Qwen2.5-VL's frame of 1024x768 on a 320000-pixel budget
+    # is (644, 476) as for 1280x960 (beta = sqrt(1024*768/320000) = 1.5677: 23 and 17 patches of 28)
+    bench = tmp_path / "refcoco.jsonl"
+    x, y, x2, y2 = BOX_PIXELS
+    bench.write_text(json.dumps({"index": 0, "image": str(big_image), "expression": "the red square",
+                                 "bbox": [x, y, x2 - x, y2 - y]}) + "\n")
+    captions = tmp_path / "drawn.jsonl"
+    captions.write_text(json.dumps({"dataset": "refcoco", "index": "0", "caption": "a red square"}) + "\n")
+    results = evaluate_suites(load_suites(["refcoco"], [str(bench)]), caption_sources([], {"drawn": captions}),
+                              generator=OracleGenerator(), judge=Judge(coords, reply),
+                              cache_dir=str(tmp_path / "cache"))
+    rows = {r["captioner"]: r for r in results.records}
+    assert Image.open(rows["drawn"]["reconstruction"]).size == (1024, 768)
+    assert rows["drawn"]["iou"] == pytest.approx(1.0) and rows[UPPER]["iou"] == pytest.approx(1.0)
+    assert results.table.score("drawn", "refcoco") == pytest.approx(100.0)  # the mean IoU, in percent
 
 
 # ---------------------------------------------------------------------------------------
