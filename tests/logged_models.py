@@ -53,6 +53,9 @@ class LoggedCaptioner(_Logged):
             inner = TransformersCaptioner(model, **options)
         super().__init__(inner, log, block_after, marker)
 
+    def generation_defaults(self):
+        return self.inner.generation_defaults()
+
     def caption(self, requests, sampling):
         self._before_call()
         out = self.inner.caption(requests, sampling)

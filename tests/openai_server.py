@@ -6,7 +6,7 @@ backend cannot be exercised against it. This module serves a real (tiny, random-
 transformers causal LM over `/v1/chat/completions` with greedy decoding and
 `logprobs`/`top_logprobs` taken from the model's full-vocabulary next-token softmax,
 in the response shape vLLM and SGLang use. At a temperature above 0 it samples `n`
-choices (with `top_p`) from the request's `seed`, as a captioner asks.
+choices (with `top_p` and vLLM's extra `top_k`) from the request's `seed`, as a captioner asks.
 
 The model reads text only. An image sent as a data URL is decoded and replaced by a
 textual digest of it (the nearest named colour of each quadrant), so that two different
@@ -17,7 +17,8 @@ chat requests with an HTTP error, sleep before answering, or leave out logprobs 
 way a server without logprobs support does, or answer with a scripted reply (`script`: a
 list of {"token", "top": {token: logprob}} entries, the generated tokens and their top-k,
 so a test controls the distribution at every position); `GET /_test/stats` counts the requests it
-received and the most it had in flight at once (`DELETE /_test/stats` restarts that peak).
+received, the most it had in flight at once (`DELETE /_test/stats` restarts that peak) and the
+sampling fields of the last chat request (`last_sampling`: temperature, top_p, top_k, n, seed as sent).
 
 `python tests/openai_server.py --model DIR --served-name NAME --port-file FILE` binds
 127.0.0.1 on a free port and writes the port number to FILE; the server is ready once
@@ -120,7 +121,7 @@ def create_app(model_dir: str, served_name: str):
     # never depends on what else was in flight.
     model_lock = threading.Lock()
     faults = {"fail_next": 0, "status": 503, "delay": 0.0, "logprobs": True, "script": None}
-    stats = {"chat_requests": 0, "in_flight": 0, "max_in_flight": 0}
+    stats = {"chat_requests": 0, "in_flight": 0, "max_in_flight": 0, "last_sampling": None}
     stats_lock = threading.Lock()
     app = FastAPI()
 
@@ -174,6 +175,7 @@ def create_app(model_dir: str, served_name: str):
             stats["chat_requests"] += 1
             stats["in_flight"] += 1
             stats["max_in_flight"] = max(stats["max_in_flight"], stats["in_flight"])
+            stats["last_sampling"] = {k: body[k] for k in ("temperature", "top_p", "top_k", "n", "seed") if k in body}
             fail = faults["fail_next"] > 0
             if fail:
                 faults["fail_next"] -= 1
@@ -206,7 +208,7 @@ def create_app(model_dir: str, served_name: str):
         # temperature > 0 samples, like vLLM: `n` choices from the request's `seed`. One request at a
         # time holds the model, so seeding the process-wide generator here seeds this request alone.
         sampling = {"do_sample": True, "temperature": temperature, "top_p": float(body.get("top_p") or 1.0),
-                    "top_k": 0} if temperature > 0 else {"do_sample": False}
+                    "top_k": int(body.get("top_k") or 0)} if temperature > 0 else {"do_sample": False}
         if faults["script"]:
             return scripted(faults["script"], top_k, bool(body.get("logprobs")))
         with model_lock, torch.no_grad():

@@ -396,3 +396,54 @@ def test_a_wrong_scoring_model_stops_the_run_before_captioning(tmp_path, vlm_dir
         best_of_n(_image_folder(tmp_path / "images", 1), captioner=captioner, generator=str(tmp_path / "nowhere"),
                   embedder="dinov2", cache_dir=str(tmp_path / "cache"))
     assert captioner.calls == 0
+
+
+# ---------------------------------------------------------------------------------------
+# issue 21 item 11: the captioner's own sampling settings
+
+
+def test_seeded_sampler_applies_top_k():
+    import torch
+
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.2, 0.0]))
+    rows = 4000
+    chosen = _SeededSampler(range(rows), Sampling(top_k=2))(None, logits.repeat(rows, 1)).argmax(-1)
+    counts = torch.bincount(chosen, minlength=4)
+    # the two likeliest tokens, renormalised: 0.5 / 0.8 and 0.3 / 0.8
+    assert counts[2] == 0 and counts[3] == 0 and abs(counts[0] / rows - 0.625) < 0.03
+
+
+def _with_generation_config(folder: Path, into: Path, **settings) -> Path:
+    import shutil
+
+    shutil.copytree(folder, into)
+    path = into / "generation_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **settings}))
+    return into
+
+
+def test_the_checkpoints_generation_config_samples_unless_set(tmp_path, vlm_dirs, tiny_sd, tiny_dinov2):
+    model = _with_generation_config(vlm_dirs["qwen2_vl"], tmp_path / "captioner", temperature=0.6, top_p=0.7,
+                                    top_k=5)
+    captioner = TransformersCaptioner(model)
+    request = CaptionRequest(_image(3), PROMPT, 4, seed=21)
+    unset = captioner.caption([request], Sampling(temperature=1.0, max_new_tokens=6))
+    assert unset == captioner.caption([request], Sampling(temperature=1.0, top_p=0.7, top_k=5, max_new_tokens=6))
+    assert unset != captioner.caption([request], Sampling(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=6))
+
+    images = _image_folder(tmp_path / "images", 1)
+    run, _, _ = _run(images, model, tiny_sd, tiny_dinov2, tmp_path / "cache", n=2, temperature=None)
+    captioning = run.manifest["captioning"]
+    assert captioning["sampling"] == {"temperature": 0.6, "top_p": 0.7, "top_k": 5, "max_new_tokens": 6}
+    assert captioning["sampling_from"] == {"temperature": "captioner", "top_p": "captioner", "top_k": "captioner"}
+    # what the user sets wins, setting by setting
+    run, _, _ = _run(images, model, tiny_sd, tiny_dinov2, tmp_path / "cache", n=2, temperature=0.9, top_k=3)
+    captioning = run.manifest["captioning"]
+    assert captioning["sampling"] == {"temperature": 0.9, "top_p": 0.7, "top_k": 3, "max_new_tokens": 6}
+    assert captioning["sampling_from"] == {"temperature": "call", "top_p": "captioner", "top_k": "call"}
+    # a checkpoint without sampling settings: ours (temperature 0.8), top-k and top-p off
+    run, _, _ = _run(images, vlm_dirs["qwen2_vl"], tiny_sd, tiny_dinov2, tmp_path / "cache", n=2, temperature=None)
+    assert run.manifest["captioning"]["sampling"] == {"temperature": 0.8, "top_p": None, "top_k": None,
+                                                      "max_new_tokens": 6}
+    assert run.manifest["captioning"]["sampling_from"] == {"temperature": "default", "top_p": "default",
+                                                           "top_k": "default"}

@@ -416,3 +416,24 @@ def test_token_probs_per_position_match_the_first_token_probabilities(server):
     for reply, probs, text in zip(replies, first, vlm.generate(requests)):
         assert reply["probs"][0] == pytest.approx(probs) and reply["text"] == text
         assert len(reply["tokens"]) == len(reply["probs"]) >= 1
+
+
+def test_captioner_sends_the_checkpoints_sampling_settings_as_the_local_backend_uses_them(server, faults, tmp_path):
+    from caprecon.models.captioner import CaptionRequest, OpenAICompatCaptioner, Sampling
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "generation_config.json").write_text('{"temperature": 0.6, "top_p": 0.7, "top_k": 5}')
+    request = [CaptionRequest(IMAGES["red"], "Caption the image.", 2, seed=5, image_key="red")]
+    unset = Sampling(temperature=1.0, max_new_tokens=4)
+
+    OpenAICompatCaptioner(SERVED, server, generation_config=str(checkpoint)).caption(request, unset)
+    assert faults.stats()["last_sampling"] == {"temperature": 1.0, "top_p": 0.7, "top_k": 5, "n": 2, "seed": 5}
+    # (test_caption: a transformers captioner of a checkpoint with this file samples with the same top_p and top_k)
+    # the user's settings win
+    OpenAICompatCaptioner(SERVED, server, generation_config=str(checkpoint)).caption(
+        request, Sampling(temperature=1.0, top_p=0.9, top_k=3, max_new_tokens=4))
+    assert faults.stats()["last_sampling"] == {"temperature": 1.0, "top_p": 0.9, "top_k": 3, "n": 2, "seed": 5}
+    # no checkpoint to read: unset settings are left to the server (vLLM applies the checkpoint's)
+    OpenAICompatCaptioner(SERVED, server).caption(request, unset)
+    assert faults.stats()["last_sampling"] == {"temperature": 1.0, "n": 2, "seed": 5}

@@ -27,7 +27,7 @@ import csv
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -39,7 +39,7 @@ from caprecon.metrics import build_metric
 from caprecon.models import registry
 from caprecon.models.common import release_memory
 from caprecon.models.build import build_model
-from caprecon.models.captioner import Sampling, resolve_prompt
+from caprecon.models.captioner import Sampling, complete_sampling, resolve_prompt
 from caprecon.core.describe import describe_model
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
@@ -48,9 +48,11 @@ from caprecon.run.captioning import Pool, generate_candidates
 
 log = logging.getLogger(__name__)
 
-# what `best_of_n` does when neither the caller nor a captioning preset says otherwise
-DEFAULTS: dict[str, Any] = {"prompt": "detailed", "n": 10, "temperature": 0.8, "top_p": 1.0,
-                            "max_new_tokens": 512, "select": "recon"}
+# what `best_of_n` does when neither the caller nor a captioning preset says otherwise; the
+# temperature only where the captioner's checkpoint names none either, and top_p/top_k are the
+# checkpoint's (off where it has none)
+DEFAULTS: dict[str, Any] = {"prompt": "detailed", "n": 10, "temperature": 0.8, "max_new_tokens": 512,
+                            "select": "recon"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,7 +242,8 @@ class BestOfN:
 
 def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = None,
               captioner_options: dict[str, Any] | None = None, select: Any = None, n: int | None = None,
-              temperature: float | None = None, top_p: float | None = None, max_new_tokens: int | None = None,
+              temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+              max_new_tokens: int | None = None,
               prompt: str | None = None, max_words: int | None = None, preset: str | None = None,
               config: str | Path | None = None, out: str | Path | None = None, progress: bool = False,
               **settings: Any) -> BestOfN:
@@ -250,6 +253,8 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     the run preset that scores) or a run preset; `settings` are `RunConfig` fields for the
     scoring (generator, embedder, judge, template, seed, seed_policy, batch_size,
     cache_dir, no_cache, ...). `seed` seeds both the captions and the reconstructions.
+    Sampling settings nobody set (neither the call nor the preset) are the captioner's own,
+    from its checkpoint's generation config; the manifest records what was used and whence.
     """
     from caprecon.run.score import score
 
@@ -257,13 +262,17 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
     run_preset = caption_preset.get("run_preset", preset if not caption_preset else None)
     given = {"captioner": captioner, "prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
-             "max_new_tokens": max_new_tokens, "select": select}
+             "top_k": top_k, "max_new_tokens": max_new_tokens, "select": select}
     chosen = {k: v if v is not None else caption_preset.get(k, DEFAULTS.get(k)) for k, v in given.items()}
+    sampling_from = {k: "call" if given[k] is not None else "preset" if caption_preset.get(k) is not None else None
+                     for k in ("temperature", "top_p", "top_k")}
 
     # everything that can be wrong with the configuration fails here, before any model runs
     selection = Selection.parse(chosen["select"])
     try:
-        sampling = Sampling(float(chosen["temperature"]), float(chosen["top_p"]), int(chosen["max_new_tokens"]))
+        sampling = Sampling(float(chosen["temperature"]),
+                            None if chosen["top_p"] is None else float(chosen["top_p"]),
+                            int(chosen["max_new_tokens"]), None if chosen["top_k"] is None else int(chosen["top_k"]))
         prompt_text = resolve_prompt(chosen["prompt"], max_words)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
@@ -281,6 +290,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         cfg.seed_policy = "per-image"
     paths = list_images(images)
     model = build_model("captioner", chosen["captioner"], captioner_options)
+    sampling, sampling_from = _captioners_sampling(model, sampling, sampling_from)
     # building the scoring models resolves their sources (weights load on first use), so a wrong
     # generator or judge stops the run here rather than after every image has been captioned
     roles = Roles(cfg)
@@ -314,8 +324,9 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         "models": roles.describe(),
         "seconds": round(time.time() - started, 3),
         "captioner": captioner_info,
-        "captioning": {"prompt": prompt_text, "n": count, "sampling": sampling.to_dict(), "seed": cfg.seed,
-                       "preset": preset, "candidates": caption_stats},
+        "captioning": {"prompt": prompt_text, "n": count, "sampling": sampling.to_dict(),
+                       "sampling_from": sampling_from, "seed": cfg.seed, "preset": preset,
+                       "candidates": caption_stats},
         "selection": {"weights": selection.weights, "headlines": headlines, "images": len(pools),
                       "selected": len(selected), "unselected": [p.image_id for p in pools
                                                                 if p.image_id not in chosen_images]},
@@ -328,6 +339,29 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
 
         write_html_report(out_dir)
     return run
+
+
+def _captioners_sampling(model: Any, sampling: Sampling,
+                         sampling_from: dict[str, str | None]) -> tuple[Sampling, dict[str, str]]:
+    """The sampling the captioner will use: what the call or preset set, the rest from the
+    checkpoint's generation config (`generation_defaults`, where the backend can read it), and
+    where that has no temperature either, ours. `sampling_from` says whence each setting came:
+    call, preset, captioner, default (ours), or server (left to an OpenAI-compatible server)."""
+    read = getattr(model, "generation_defaults", None)
+    try:
+        own = read() if callable(read) else {}
+    except ValueError as exc:
+        raise ConfigError(f"captioner: {exc}") from None
+    if sampling_from["temperature"] is None and own.get("temperature") is not None:
+        sampling = replace(sampling, temperature=float(own["temperature"]))
+    try:
+        completed = complete_sampling(sampling, own)
+    except ValueError as exc:
+        raise ConfigError(f"captioner's generation config: {exc}") from None
+    unknown = "server" if hasattr(model, "base_url") else "default"
+    whence = {key: given or ("captioner" if key in own else "default" if key == "temperature" else unknown)
+              for key, given in sampling_from.items()}
+    return completed, whence
 
 
 def _select(pools: Sequence[Pool], records: Sequence[dict[str, Any]], selection: Selection,

@@ -25,8 +25,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="detailed (default), limited (with --max-words), remote-sensing, or the prompt text")
     p.add_argument("--max-words", type=int, help="length limit of the 'limited' prompt")
     p.add_argument("--n", type=int, help="candidates per image (default 10)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (default 0.8)")
-    p.add_argument("--top-p", type=float, help="nucleus sampling mass (default 1: off)")
+    p.add_argument("--temperature", type=float,
+                   help="sampling temperature (default: the captioner's generation config, else 0.8)")
+    p.add_argument("--top-p", type=float,
+                   help="nucleus sampling mass (default: the captioner's generation config, else 1: off)")
+    p.add_argument("--top-k", type=int,
+                   help="sample from the k likeliest tokens (default: the captioner's generation config, else 0: off)")
     p.add_argument("--max-new-tokens", type=int, help="longest caption in tokens (default 512)")
     p.add_argument("--select", help="metric that selects (recon, turing, vqascore, clipscore, ...) or a weighted "
                                     "sum such as recon=0.7,clipscore=0.3 (default recon)")
@@ -44,7 +48,7 @@ def cmd_caption(args: argparse.Namespace) -> int:
 
     settings = run_settings(args)
     run = best_of_n(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
-                    select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p,
+                    select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                     max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,
                     preset=settings.pop("preset", None), config=args.config,
                     out=args.out, progress=not args.quiet, **settings)

@@ -1,10 +1,13 @@
 """The captioner role: write N candidate captions of an image by sampling.
 
 Best-of-N selection (RemoteDescriber, the ReconScore paper) needs diverse candidates:
-the captioner samples with a temperature (and optionally top-p) and returns `n`
+the captioner samples with a temperature (and optionally top-k and top-p) and returns `n`
 captions per request, in one batched call per group of images. Sampling is seeded:
 the same request (image, prompt, seed, n) and the same sampling settings give the same
-candidates.
+candidates. A setting left unset (None) is the checkpoint's own, from its
+`generation_config.json` (Qwen3-VL's top_k 20, top_p 0.8, for instance): `complete`
+fills it in where the backend can read that file, so both backends sample alike and the
+manifest can say what was used.
 
 Two backends:
 
@@ -22,7 +25,9 @@ Two backends:
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
@@ -72,24 +77,57 @@ def resolve_prompt(prompt: str | None, max_words: int | None = None) -> str:
     return text
 
 
+SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # what a checkpoint's generation_config.json may set
+
+
 @dataclass(frozen=True)
 class Sampling:
-    """How candidates are drawn. temperature 0 is greedy: every candidate is the same."""
+    """How candidates are drawn. temperature 0 is greedy: every candidate is the same.
+    top_k 0 and top_p 1 are off; None leaves the setting to the checkpoint (see `complete`),
+    and where that is unknown, off (a server applies its own default)."""
 
     temperature: float = 1.0
-    top_p: float = 1.0
+    top_p: float | None = None
     max_new_tokens: int = 256
+    top_k: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, not {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], not {self.top_p}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                                       or self.top_k < 0):
+            raise ValueError(f"top_k must be a whole number >= 0 (0: off), not {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def generation_defaults(path: str | Path | None) -> dict[str, Any]:
+    """The sampling settings a checkpoint ships (temperature, top_p, top_k of its
+    `generation_config.json`; `path` is that file or its folder), read without loading
+    anything; {} when there is none."""
+    if path is None:
+        return {}
+    path = Path(path)
+    file = path / "generation_config.json" if path.is_dir() else path
+    try:
+        config = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the generation config {file}: {exc}") from None
+    return {key: config[key] for key in SAMPLING_KEYS if config.get(key) is not None}
+
+
+def complete_sampling(sampling: Sampling, defaults: dict[str, Any]) -> Sampling:
+    """`sampling` with its unset top_p/top_k taken from `defaults` (a checkpoint's)."""
+    filled = {key: defaults[key] for key in ("top_p", "top_k")
+              if getattr(sampling, key) is None and defaults.get(key) is not None}
+    return replace(sampling, **filled) if filled else sampling
 
 
 @dataclass(frozen=True)
@@ -112,6 +150,9 @@ class Captioner(Protocol):
         """`request.n` captions per request, in request order."""
         ...
 
+    # Optional: `generation_defaults() -> dict`, the checkpoint's own temperature/top_p/top_k, which
+    # best-of-N uses for the settings nobody set (`complete_sampling`).
+
 
 # ---------------------------------------------------------------------------------------
 # transformers
@@ -121,7 +162,7 @@ class _SeededSampler:
     """A logits processor that picks each row's next token with the row's own generator.
 
     transformers samples with the process-wide random state, shared by the whole batch.
-    This processor applies temperature and top-p, draws the token by inverse CDF from a
+    This processor applies temperature, top-k and top-p (in transformers' order), draws the token by inverse CDF from a
     uniform number of the row's own CPU `torch.Generator` (so the draws do not depend on the
     device either), and returns logits that allow only that token, so the sampler that
     follows has one choice.
@@ -135,7 +176,7 @@ class _SeededSampler:
 
     def __call__(self, input_ids, scores):
         import torch
-        from transformers import TopPLogitsWarper
+        from transformers import TopKLogitsWarper, TopPLogitsWarper
 
         if scores.shape[0] != len(self.generators):
             raise RuntimeError(f"generate gave {scores.shape[0]} rows for {len(self.generators)} seeded candidates")
@@ -144,7 +185,9 @@ class _SeededSampler:
             chosen = logits.argmax(-1)
         else:
             logits = logits / self.sampling.temperature
-            if self.sampling.top_p < 1:
+            if self.sampling.top_k:
+                logits = TopKLogitsWarper(self.sampling.top_k)(input_ids, logits)
+            if self.sampling.top_p is not None and self.sampling.top_p < 1:
                 logits = TopPLogitsWarper(self.sampling.top_p)(input_ids, logits)
             cdf = logits.softmax(-1).double().cumsum(-1)
             draws = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
@@ -191,9 +234,14 @@ class TransformersCaptioner(TransformersVLM):
                 "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
                 "system_prompt": self.system_prompt, "fingerprint": self.fingerprint}
 
+    def generation_defaults(self) -> dict[str, Any]:
+        # the file `model.generation_config` is read from; a hub id not yet downloaded has none to read
+        return generation_defaults(self.source.path)
+
     def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
         import torch
 
+        sampling = complete_sampling(sampling, self.generation_defaults())
         model, processor = self._load()
         out: list[list[str]] = []
         for n, group in itertools.groupby(requests, key=lambda r: r.n):  # callers normally use one n throughout
@@ -225,8 +273,15 @@ class OpenAICompatCaptioner(OpenAICompatVLM):
     """A captioner behind an OpenAI-compatible `/v1/chat/completions` server.
 
     Each request is one HTTP call asking for `n` choices (`n`, `temperature`, `top_p`,
-    `max_tokens` from the sampling settings, and the request's `seed`); up to
-    `max_concurrency` calls are in flight. The image goes as a data URL (`image_format`).
+    `top_k`, `max_tokens` from the sampling settings, and the request's `seed`); up to
+    `max_concurrency` calls are in flight. `top_k` is not in OpenAI's API; vLLM and SGLang
+    take it in the body, and it is sent only when set. The image goes as a data URL
+    (`image_format`).
+
+    The checkpoint's own sampling settings come from `generation_config` (its folder or
+    `generation_config.json`), else from the served name when it is a folder here, else
+    from its snapshot in the local Hugging Face cache. Where neither exists, an unset top_p/top_k is left out of the request and
+    the server applies its default (vLLM: the checkpoint's generation_config.json too).
     """
 
     _backend = "openai-compat-captioner"
@@ -234,11 +289,27 @@ class OpenAICompatCaptioner(OpenAICompatVLM):
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
                  max_concurrency: int = 8, timeout: float = 300, max_retries: int = 4, backoff: float = 1.0,
                  image_format: str = "png", system_prompt: str | None = None,
-                 extra_body: dict[str, Any] | None = None):
+                 extra_body: dict[str, Any] | None = None, generation_config: str | None = None):
         super().__init__(model, base_url, api_key=api_key, api_key_env=api_key_env,
                          max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, image_format=image_format,
                          system_prompt=system_prompt, extra_body=extra_body)
+        self.generation_config = generation_config
+        if generation_config is not None and not Path(generation_config).exists():
+            raise FileNotFoundError(f"captioner generation_config not found: {generation_config}")
+
+    def generation_defaults(self) -> dict[str, Any]:
+        if self.generation_config is not None:
+            return generation_defaults(self.generation_config)
+        if Path(self.model).is_dir():  # served (or, in process, loaded) from a folder this machine sees
+            return generation_defaults(self.model)
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(self.model, "generation_config.json")
+        except Exception:  # a served name that is no hub id, or no hub library: nothing to read
+            return {}
+        return generation_defaults(cached) if isinstance(cached, str) else {}
 
     def _output_settings(self) -> dict[str, Any]:
         # sampling settings come with each call and are part of the cache key, not of the backend
@@ -249,10 +320,12 @@ class OpenAICompatCaptioner(OpenAICompatVLM):
 
     def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
         contents = self._contents([VLMRequest(r.image, r.prompt, r.image_key) for r in requests])
+        sampling = complete_sampling(sampling, self.generation_defaults())
         bodies = []
         for request, content in zip(requests, contents):
             body = self._body(content, sampling.max_new_tokens, logprobs=False)
-            body.update(temperature=sampling.temperature, top_p=sampling.top_p, n=request.n, seed=request.seed)
+            body.update(temperature=sampling.temperature, n=request.n, seed=request.seed)
+            body.update({key: getattr(sampling, key) for key in ("top_p", "top_k") if getattr(sampling, key) is not None})
             bodies.append(body)
         out = []
         for request, response in zip(requests, self._chat_all(bodies)):

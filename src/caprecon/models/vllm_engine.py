@@ -61,6 +61,7 @@ class _Engine:
         bodies = [{**body, **self.extra_body} for body in bodies]
         params = [SamplingParams(max_tokens=b.get("max_tokens"), temperature=b.get("temperature", 0.0),
                                  top_p=b.get("top_p", 1.0), n=b.get("n", 1), seed=b.get("seed"),
+                                 **({"top_k": b["top_k"]} if b.get("top_k") is not None else {}),
                                  logprobs=b.get("top_logprobs") if b.get("logprobs") else None) for b in bodies]
         template = bodies[0].get("chat_template_kwargs") if bodies else None
         outputs = self._engine().chat([b["messages"] for b in bodies], params, use_tqdm=False,
