@@ -60,7 +60,9 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
                         "its candidates; fixed: --seed for every caption")
     p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
-                   help="keep sources smaller than --max-side at their own size")
+                   help="keep sources smaller than --max-side at their own size (paper-recon's setting)")
+    p.add_argument("--upscale", dest="upscale", action="store_const", const=True,
+                   help="scale sources smaller than --max-side up to it (the default, except under paper-recon)")
     p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
                    "at --max-side; caption-only rows: the generator's native resolution)")
     p.add_argument("--normalise-captions", action="store_const", const=True,

@@ -190,9 +190,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         # The paper gives steps (28), text length (512 tokens) and size, not a guidance scale:
         # the pipeline's own default applies unless the user sets one.
         "about": "the ReconScore paper: Z-Image, 28 steps, 512 text tokens, the pipeline's default guidance, "
-                 "long side 1024, DreamSim, remote-sensing template (our wording), one fixed noise for every caption",
+                 "the source's aspect ratio with the long side capped at 1024 (smaller sources kept at their "
+                 "size), DreamSim, remote-sensing template (our wording), one fixed noise for every caption",
         "generator": "z-image", "generator_options": {"steps": 28, "max_sequence_length": 512},
-        "embedder": "dreamsim", "template": "remote-sensing", "max_side": 1024, "seed_policy": "fixed",
+        "embedder": "dreamsim", "template": "remote-sensing", "max_side": 1024, "upscale": False,
+        "seed_policy": "fixed",
     },
     "fast": {
         "about": "screening: SDXL-Turbo in 4 steps at long side 512, DINOv2 features",
@@ -211,9 +213,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 CAPTION_PRESETS: dict[str, dict[str, Any]] = {
     "remote-describer": {
         "about": "RemoteDescriber (ReconScore paper): Qwen3-VL-8B-Instruct, remote-sensing prompt, N = 10 at "
-                 "temperature 0.8, up to 512 new tokens (Z-Image reads 512), selected by ReconScore under "
-                 "paper-recon (Z-Image, 28 steps, DreamSim, one fixed noise)",
-        "captioner": "qwen3-vl-8b", "prompt": "remote-sensing", "n": 10, "temperature": 0.8, "top_p": 1.0,
+                 "temperature 0.8 (top-k and top-p: the checkpoint's own, as the paper names none), up to 512 "
+                 "new tokens (Z-Image reads 512), selected by ReconScore under paper-recon (Z-Image, 28 steps, "
+                 "DreamSim, one fixed noise)",
+        "captioner": "qwen3-vl-8b", "prompt": "remote-sensing", "n": 10, "temperature": 0.8,
         "max_new_tokens": 512, "select": "recon", "run_preset": "paper-recon",
     },
 }
