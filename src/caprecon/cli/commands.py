@@ -10,6 +10,7 @@ import os
 import sys
 
 from caprecon.cli.common import add_run_options, global_options, run_settings
+from caprecon.run.config import whole_number
 from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -33,9 +34,11 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     # A split narrows a Karpathy split file; only then are samples read here rather than in score().
     source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
-                          captions=args.captions, split=args.split) if args.split else args.input
+                          captions=args.captions, split=args.split,
+                          max_image_bytes=args.max_image_bytes) if args.split else args.input
     results = score(source, metrics=args.metrics, config=args.config, out=args.out,
-                    progress=not args.quiet, images_root=args.image_root, annotations=args.annotations,
+                    progress=not args.quiet, images_root=args.image_root, max_image_bytes=args.max_image_bytes,
+                    annotations=args.annotations,
                     captions=args.captions, **score_settings(args), **run_settings(args))
     if not args.quiet:
         _report(results)
@@ -181,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
                    help="relative image paths resolve against DIR (default: the input file's folder), and every "
                         "image must lie inside it: a row whose image escapes it is a row error")
+    p.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
+                   help="a row whose image file holds more bytes is a row error (default 64 MiB)")
     p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
                    "split JSON whose sentences become the references")
     p.add_argument("--split", choices=("train", "val", "test", "restval"),

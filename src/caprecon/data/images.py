@@ -2,19 +2,29 @@
 the pixels are needed, and turned into 8-bit RGB as a person would see it.
 
 Every problem with one row's image is a `SampleError` naming it (missing, unreadable,
-outside the root, not decodable), so it becomes that row's error and the run goes on.
+outside the root, not a regular file, too large, not decodable), so it becomes that row's
+error and the run goes on.
+
+`read_image_file` is the one way anything in caprecon reads an image file (scoring, the
+report's thumbnails, CTTD, the suites, question import): whatever it refuses, nothing opens.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageOps
 
 from caprecon.data.samples import Sample, SampleError, has_image
+
+# the most bytes an image file may hold: ten times a large camera photo, far below what
+# exhausts memory (an endless device or a huge file stops here, as that row's error)
+MAX_IMAGE_BYTES = 64 * 2**20
 
 
 class LoadedSample:
@@ -98,17 +108,51 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
+    data = read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    return LoadedSample(sample, image_key=hashlib.sha256(data).hexdigest(), data=data, what=f"image {path}")
+
+
+def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None) -> bytes:
+    """The bytes of the image file at `path`; a `SampleError` naming the problem when it lies
+    outside `image_root` (by `..`, an absolute path or a symbolic link), is missing, is not a
+    regular file (a FIFO would block for ever, /dev/zero never ends) or holds more than
+    `max_bytes` (default `MAX_IMAGE_BYTES`)."""
+    path = Path(path)
     if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
         raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
-    if sample.image_root is not None and not inside(path, sample.image_root):
-        raise SampleError(f"image {path} lies outside --image-root {sample.image_root}", "image outside --image-root")
+    if image_root is not None and not inside(path, Path(image_root)):
+        raise SampleError(f"image {path} lies outside --image-root {image_root}", "image outside --image-root")
+    limit = max_bytes or MAX_IMAGE_BYTES
     try:
-        data = path.read_bytes()
+        # non-blocking, so a FIFO opens at once (and is refused below) instead of waiting for a writer
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise SampleError(f"image not found: {path}", "image not found") from None
     except OSError as exc:
         raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
-    return LoadedSample(sample, image_key=hashlib.sha256(data).hexdigest(), data=data, what=f"image {path}")
+    info = os.fstat(fd)  # of what was opened, so a file swapped in after a check cannot slip by
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise SampleError(f"cannot read image {path}: not a regular file ({_kind(info.st_mode)})", "image unreadable")
+    with os.fdopen(fd, "rb") as fh:
+        if info.st_size > limit:
+            raise SampleError(f"image {path} holds {info.st_size} bytes, over the limit of {limit} "
+                              f"(--max-image-bytes)", "image too large")
+        try:
+            data = fh.read(limit + 1)  # a file growing while read stops at the limit too
+        except OSError as exc:
+            raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
+    if len(data) > limit:
+        raise SampleError(f"image {path} holds over {limit} bytes (--max-image-bytes)", "image too large")
+    return data
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 def inside(path: Path, root: Path) -> bool:

@@ -58,6 +58,8 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict)
     #: when set, the image must lie inside this folder (for files received from others)
     image_root: Path | None = None
+    #: the most bytes the image file may hold (None: `caprecon.data.images.MAX_IMAGE_BYTES`)
+    max_image_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self.id = str(self.id)

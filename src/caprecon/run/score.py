@@ -12,6 +12,7 @@ cache). A folder that holds a run of other settings is refused rather than mixed
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -77,6 +78,7 @@ def score(
     out: str | Path | None = None,
     progress: bool = False,
     images_root: str | Path | None = None,
+    max_image_bytes: int | None = None,
     annotations: str | Path | None = None,
     captions: str | Path | None = None,
     shard: str | tuple[int, int] | None = None,
@@ -93,14 +95,16 @@ def score(
     one slice of the input (`caprecon merge` joins the slices); `executor="ray"` runs the
     plan on Ray Data, with `ray` the options of `caprecon.run.ray.run_ray`. `store`, an open
     store, replaces the one the cache settings name (best-of-N scores in the store its
-    candidates went to).
+    candidates went to). `images_root` confines every image to a folder and `max_image_bytes`
+    caps an image file's size (see `load_samples`).
     """
     started = time.time()
     metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
     names = [m for m in metrics if isinstance(m, str)]
     cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
     metrics = metrics or list(cfg.metrics)  # none given: the config's (default: recon)
-    rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions)
+    rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions,
+                        max_image_bytes=max_image_bytes)
     check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
@@ -116,16 +120,17 @@ def score(
     built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
     check_images(rows, built)
     metric_names = [m.headline for m in built]
+    image_root = confining_root(rows)
     out_dir = Path(out) if out else None
     done: dict[str, dict[str, Any]] = {}
     if out_dir:
         prepare_out(out_dir)
         done = {} if cfg.no_cache else resumable_rows(out_dir, cfg, metric_names, rows)
         write_manifest(out_dir, {"status": "running", "config": cfg.to_dict(), "metric_names": metric_names,
-                                 "samples": len(rows)})
+                                 "samples": len(rows), "image_root": image_root})
     store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
-    thumbnails = _thumbnail_writer(out_dir, store)
+    thumbnails = _thumbnail_writer(out_dir, store, image_root)
 
     try:
         if executor == "ray":
@@ -148,7 +153,7 @@ def score(
             status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
             write_run(out_dir, summary, {
                 "status": status, "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
-                "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows),
+                "config": cfg.to_dict(), "metric_names": metric_names, "samples": len(rows), "image_root": image_root,
                 "rows_written": len(stop.records), "cache": ctx.stats(),
                 **({"error": str(stop)} if status == "stopped" else {})})
         raise
@@ -176,6 +181,7 @@ def score(
         "store": store.describe(),
         "cache": ctx.stats(),
         "samples": len(rows),
+        "image_root": image_root,
         "metric_names": metric_names,
         "executor": executor,
         **({"shard": shard_info} if shard_info else {}),
@@ -195,7 +201,17 @@ def score(
     return Results(records, summary, manifest, out_dir, metric_names)
 
 
-def _thumbnail_writer(out_dir: Path | None, store: Any):
+def confining_root(rows: Sequence[Sample]) -> str | None:
+    """The folder (absolute) every row's image must lie in, which the report's thumbnails keep
+    to as well; None when the rows are not confined. Rows confined to different folders (built
+    in Python) share no folder: the null device then stands for one that holds no original."""
+    roots = {str(Path(s.image_root).resolve()) if s.image_root is not None else None for s in rows}
+    if not roots or roots == {None}:
+        return None
+    return roots.pop() if len(roots) == 1 else os.devnull
+
+
+def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
     """Makes the report's thumbnails while the run works (into the store's thumbnail cache,
     linked into the run folder), so the report at the end has little left to do."""
     if out_dir is None:
@@ -203,7 +219,7 @@ def _thumbnail_writer(out_dir: Path | None, store: Any):
     from caprecon.reports.html.page import FILES
     from caprecon.store.thumbs import ThumbnailWriter, cache_folder
 
-    return ThumbnailWriter(out_dir, out_dir / FILES / "thumbs",
+    return ThumbnailWriter(out_dir, out_dir / FILES / "thumbs", image_root=image_root,
                            cache=None if store.read_only else cache_folder(store.root))
 
 

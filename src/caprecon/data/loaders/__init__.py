@@ -24,6 +24,7 @@ def load_samples(
     annotations: str | Path | None = None,
     captions: str | Path | None = None,
     split: str | None = None,
+    max_image_bytes: int | None = None,
 ) -> list[Sample]:
     """Read samples from any supported source.
 
@@ -44,6 +45,8 @@ def load_samples(
     against itself). `images_root`, when given, is what they resolve against instead, and
     every image must lie inside it: a row whose image escapes it (`..`, an absolute path,
     a symbolic link) is a row error — the safe way to score files received from others.
+    `max_image_bytes` caps what an image file may hold (default
+    `caprecon.data.images.MAX_IMAGE_BYTES`); a larger one is a row error too.
     """
     confine = Path(images_root) if images_root else None
     if not isinstance(source, (str, Path)):
@@ -53,6 +56,9 @@ def load_samples(
     if confine is not None:
         for sample in samples:
             sample.image_root = confine
+    if max_image_bytes is not None:
+        for sample in samples:
+            sample.max_image_bytes = max_image_bytes
     return samples
 
 

@@ -70,14 +70,17 @@ def _rounded(value: Any) -> float | None:
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
-             progress: bool, cache: Path | None) -> dict[str, Any]:
+             progress: bool, cache: Path | None, image_root: str | None) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
         original, reconstructions = record_images(record, run)
         originals.append(original)
         recons.append(reconstructions)
-    thumbs = make_thumbnails([p for p in originals if p] + [p for ps in recons for p in ps], out / FILES / "thumbs",
-                             cache=cache, progress=progress)
+    # the originals are confined to the run's --image-root, as scoring confined them
+    thumbs = make_thumbnails([p for p in originals if p], out / FILES / "thumbs", cache=cache, progress=progress,
+                             image_root=image_root)
+    thumbs.update(make_thumbnails([p for ps in recons for p in ps], out / FILES / "thumbs", cache=cache,
+                                  progress=progress))
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
@@ -245,7 +248,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     bank = _bank(run, out, progress=progress)
     store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
-                        group_by=group_by, progress=progress, cache=cache_folder(store.get("root")))
+                        group_by=group_by, progress=progress, cache=cache_folder(store.get("root")),
+                        image_root=manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None)
                if records else None)
 
     sections = [("summary", "Summary")] if summary else []

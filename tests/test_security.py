@@ -1,0 +1,190 @@
+"""Security probes: nothing is read outside --image-root (thumbnails, CTTD import), only regular
+files of bounded size are images, secrets never reach any output, terminal control characters in
+captions cannot forge the table, and a config file cannot run code without --allow-plugins.
+
+Expected values are written out by hand or read from the pictures the test itself drew (their
+colours), never computed by the code under test.
+"""
+
+import base64
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from caprecon.cli import main
+
+RED, BLUE, GREEN = (220, 20, 20), (20, 20, 220), (20, 200, 20)
+# what a subprocess probing a hang or an endless read may use, so a failure cannot take the machine with it
+PROBE_MEMORY = 3 * 2**30
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _png(path, colour, size=(32, 24)):
+    Image.new("RGB", size, colour).save(path)
+    return path
+
+
+def _run(argv, capsys):
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as stop:  # argparse refuses the option itself
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _gallery(page: str) -> dict:
+    text = re.search(r'<script type="application/json" id="gallery-data">(.*?)</script>', page, re.S).group(1)
+    return json.loads(text)
+
+
+def _mean_colour(path) -> tuple[int, ...]:
+    with Image.open(path) as im:
+        return tuple(int(round(v)) for v in np.asarray(im.convert("RGB"), dtype=np.float64).mean(axis=(0, 1)))
+
+
+def _limited():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY, PROBE_MEMORY))
+
+
+def _probe(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter with bounded memory and time (a hang is a failure, not a stuck test)."""
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                              preexec_fn=_limited, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout} s: {code}")
+
+
+# --------------------------------------------------------------------------- 1: thumbnails keep to --image-root
+
+
+@pytest.fixture
+def escaping_rows(tmp_path):
+    """An --image-root holding one red picture, and rows whose blue picture lies outside it by
+    `..`, an absolute path and a symbolic link."""
+    root = tmp_path / "root"
+    root.mkdir()
+    _png(root / "inside.png", RED)
+    outside = _png(tmp_path / "outside.png", BLUE)
+    (root / "link.png").symlink_to(outside)
+    rows = [{"id": "inside", "image": "inside.png", "caption": "a red picture"},
+            {"id": "dotdot", "image": "../outside.png", "caption": "a blue picture"},
+            {"id": "absolute", "image": str(outside), "caption": "a blue picture"},
+            {"id": "symlink", "image": "link.png", "caption": "a blue picture"}]
+    return root, _jsonl(root / "rows.jsonl", rows)
+
+
+def test_the_report_shows_no_thumbnail_of_an_image_outside_the_root(tmp_path, tiny_clip, escaping_rows, capsys):
+    root, rows = escaping_rows
+    cache = tmp_path / "cache"
+    clip = ["-m", "clipscore", "--clip", tiny_clip, "--cache-dir", cache, "-q"]
+    # an earlier, unconfined run of the outside picture leaves its thumbnail in the store's cache
+    _jsonl(tmp_path / "trusted.jsonl", [{"id": "t", "image": "outside.png", "caption": "a blue picture"}])
+    assert _run(["score", "-i", tmp_path / "trusted.jsonl", *clip, "--out", tmp_path / "trusted"], capsys)[0] == 0
+    assert len(list((tmp_path / "trusted" / "report_files" / "thumbs").glob("*.jpg"))) == 1
+
+    run = tmp_path / "run"
+    code, _, err = _run(["score", "-i", rows, *clip, "--image-root", root, "--out", run], capsys)
+    assert code == 1 and "Traceback" not in err  # the three escaping rows are row errors
+    scores = {r["id"]: r for r in map(json.loads, (run / "scores.jsonl").open())}
+    assert {i for i, r in scores.items() if r.get("error")} == {"dotdot", "absolute", "symlink"}
+
+    def check():
+        thumbs = list((run / "report_files" / "thumbs").glob("*.jpg"))
+        assert len(thumbs) == 1 and _mean_colour(thumbs[0])[0] > 150  # the red one alone
+        items = {item["i"]: item for item in _gallery((run / "report.html").read_text(encoding="utf-8"))["items"]}
+        assert items["inside"]["o"] == thumbs[0].name
+        assert [items[i]["o"] for i in ("dotdot", "absolute", "symlink")] == [None, None, None]
+
+    check()
+    # rendered again by `caprecon report`, from scratch
+    for thumb in (run / "report_files" / "thumbs").glob("*.jpg"):
+        thumb.unlink()
+    assert _run(["report", run], capsys)[0] == 0
+    check()
+
+
+# --------------------------------------------------------------------------- 4: only regular files, of bounded size
+
+
+def test_a_fifo_or_an_endless_device_as_image_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    probe = _probe(f"""
+import time
+from caprecon.data.images import read_image
+from caprecon.data.samples import Sample, SampleError
+for path in ({str(fifo)!r}, "/dev/zero", {str(tmp_path)!r}):
+    started = time.monotonic()
+    try:
+        read_image(Sample(id="r", image=path, caption="c"))
+        print("read", path)
+    except SampleError as exc:
+        print(exc.reason, "|", exc, "|", round(time.monotonic() - started, 1))
+""")
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    lines = [line.split(" | ") for line in probe.stdout.strip().splitlines()]
+    assert [(reason, message) for reason, message, _ in lines] == [
+        ("image unreadable", f"cannot read image {fifo}: not a regular file (a named pipe)"),
+        ("image unreadable", "cannot read image /dev/zero: not a regular file (a device)"),
+        ("image unreadable", f"cannot read image {tmp_path}: not a regular file (a folder)")]
+    assert all(float(seconds) < 5 for _, _, seconds in lines)
+
+
+def test_score_refuses_fifo_and_dev_zero_rows_and_scores_the_rest(tmp_path, tiny_clip):
+    os.mkfifo(tmp_path / "pipe.png")
+    _png(tmp_path / "ok.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "ok", "image": "ok.png", "caption": "red"},
+                                            {"id": "fifo", "image": "pipe.png", "caption": "red"},
+                                            {"id": "zero", "image": "/dev/zero", "caption": "red"}])
+    probe = _probe(f"""
+import sys
+from caprecon.cli import main
+sys.exit(main(["score", "-i", {str(rows)!r}, "-m", "clipscore", "--clip", {str(tiny_clip)!r}, "--cache-dir",
+               {str(tmp_path / "cache")!r}, "--out", {str(tmp_path / "run")!r}, "-q"]))
+""", timeout=180)
+    assert probe.returncode == 1 and "Traceback" not in probe.stderr, probe.stderr[-2000:]
+    scores = {r["id"]: r for r in map(json.loads, (tmp_path / "run" / "scores.jsonl").open())}
+    assert isinstance(scores["ok"]["clipscore"], float)
+    assert scores["fifo"]["error_reasons"] == ["image unreadable"] and "a named pipe" in scores["fifo"]["error"]
+    assert scores["zero"]["error_reasons"] == ["image unreadable"] and "a device" in scores["zero"]["error"]
+
+
+def test_an_image_file_over_max_image_bytes_is_a_row_error(tmp_path, tiny_clip, capsys):
+    _png(tmp_path / "small.png", RED, (8, 8))
+    big = _png(tmp_path / "big.png", BLUE, (64, 64))
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "small", "image": "small.png", "caption": "red"},
+                                            {"id": "big", "image": "big.png", "caption": "blue"}])
+    limit = (tmp_path / "small.png").stat().st_size
+    assert big.stat().st_size > limit
+    code, out, err = _run(["score", "-i", rows, "-m", "clipscore", "--clip", tiny_clip, "--cache-dir",
+                           tmp_path / "cache", "--out", tmp_path / "run", "--max-image-bytes", limit, "-q"], capsys)
+    assert code == 1 and "Traceback" not in err
+    scores = {r["id"]: r for r in map(json.loads, (tmp_path / "run" / "scores.jsonl").open())}
+    assert isinstance(scores["small"]["clipscore"], float)
+    assert scores["big"]["error_reasons"] == ["image too large"]
+    assert scores["big"]["error"] == (f"row 1 (id big): image {big} holds {big.stat().st_size} bytes, over the limit of {limit} "
+                                      f"(--max-image-bytes)")
+    code, _, err = _run(["score", "-i", rows, "--max-image-bytes", "0"], capsys)
+    assert code == 2 and "--max-image-bytes" in err
+
+
+def test_the_default_byte_cap_is_64_mib():
+    from caprecon.data.images import MAX_IMAGE_BYTES
+
+    assert MAX_IMAGE_BYTES == 64 * 1024 * 1024
