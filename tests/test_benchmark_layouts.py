@@ -240,11 +240,23 @@ def test_nebula_test_labels_corrected_from_spica(tmp_path):
 # ----------------------------------------------------------------------------- Polaris, LongCap-Arena
 
 
-def test_polaris_polos_csv(tmp_path):
+def test_polaris_polos_csv_and_the_datasets_cache(tmp_path):
     path = _csv(tmp_path / "polaris" / loaders.POLARIS_CSV, ["mt", "refs", "score", "imgid"],
                 [["a dog", repr(["a dog runs", "dog"]), "0.5", "p1.jpg"]])
     (item,) = get_benchmark("polaris").load(str(path.parent)).items
     assert (item.caption, item.refs, item.ratings, item.image_id) == ("a dog", ["a dog runs", "dog"], (0.5,), "p1")
+    # the datasets library's cache: Arrow streams named <dataset>-<split>[-shard].arrow
+    cache = tmp_path / "yuwd___polaris" / "default" / "0.0.0" / "abc"
+    cache.mkdir(parents=True)
+    for split, score in (("test", 0.25), ("train", 0.75)):
+        table = pa.table({"refs": [["r"]], "cand": [f"{split} caption"], "human_score": [score],
+                          "img": pa.array([{"bytes": b"x", "path": "c1.jpg"}],
+                                          type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))})
+        with pa.OSFile(str(cache / f"polaris-{split}-00000-of-00001.arrow"), "wb") as sink, \
+                pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    (item,) = get_benchmark("polaris").load(str(tmp_path / "yuwd___polaris")).items
+    assert (item.caption, item.ratings, item.image) == ("test caption", (0.25,), "c1.jpg")
 
 
 def test_longcap_arena_splits_and_vela_csv(tmp_path):
@@ -411,3 +423,19 @@ def test_published_values_csv_is_package_data():
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert "apps/metabench/*.csv" in pyproject["tool"]["setuptools"]["package-data"]["caprecon"]
     assert io.StringIO(PUBLISHED.read_text(encoding="utf-8")).readline().startswith("benchmark,metric,key,value,source")
+
+
+def test_a_repo_id_is_read_from_the_local_hub_cache_only(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    with pytest.raises(JudgmentFormatError, match="yuwd/Polaris: not in the local Hugging Face cache"):
+        get_benchmark("polaris").load("yuwd/Polaris")
+    repo = cache / "datasets--yuwd--Polaris"
+    _parquet(repo / "snapshots" / "rev1" / "data" / "test-00000-of-00001.parquet",
+             {"refs": [["r"]], "cand": ["a cat"], "img": ["c.jpg"], "human_score": [0.5]})
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("rev1")
+    (item,) = get_benchmark("polaris").load("yuwd/Polaris").items
+    assert (item.caption, item.ratings) == ("a cat", (0.5,))

@@ -7,7 +7,7 @@ machine in one of three shapes, all read here with pyarrow:
 - a snapshot of the dataset repository (`data/test-00000-of-00001.parquet`, a split named
   `dci_test.desc` as `data/dci_test.desc-*.parquet`, a config as a subfolder), which is
   also what the Hub cache keeps under `snapshots/<revision>/`;
-- the `datasets` library's own cache (`<name>-<split>.arrow` files).
+- the `datasets` library's own cache (`<name>-<split>.arrow`, `<name>-<split>-00000-of-00002.arrow`).
 
 `source` is a folder of one of these shapes, or a repository id (`owner/name`) looked up
 in the local Hub cache with `local_files_only=True`. Image columns are not decoded: a
@@ -125,6 +125,7 @@ def _in_split(path: Path, folder: Path, split: str) -> bool:
         name == split
         or name.startswith(f"{split}-")
         or name.endswith(f"-{split}")
+        or f"-{split}-" in name  # datasets cache: nebula-test-00000-of-00002.arrow
         or (split in parents and len(name.split(".")) == 1 and name.split("-")[0].isdigit())  # default/test/0000.parquet
     )
 
