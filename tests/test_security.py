@@ -188,3 +188,28 @@ def test_the_default_byte_cap_is_64_mib():
     from caprecon.data.images import MAX_IMAGE_BYTES
 
     assert MAX_IMAGE_BYTES == 64 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------- 5: terminal escapes in captions
+
+FORGING = "a cat\x1b[2J\x1b]0;owned\x07\rrow ok\x08\x08\u202eevil\x9b31m\x00"
+FORGING_SHOWN = "a cat\\x1b[2J\\x1b]0;owned\\x07\\rrow ok\\x08\\x08\\u202eevil\\x9b31m\\x00"
+
+
+def test_format_table_shows_control_characters_escaped():
+    from caprecon.core.tables import format_table
+
+    assert format_table([["id", "caption"], ["r\x1b", FORGING], ["plain", "一只猫 é 😀"]]) == (
+        "id     caption\n"
+        f"r\\x1b  {FORGING_SHOWN}\n"
+        "plain  一只猫 é 😀")
+
+
+def test_score_prints_a_forging_caption_escaped(tmp_path, tiny_clip, capsys):
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": FORGING}])
+    code, out, err = _run(["score", "-i", rows, "-m", "clipscore", "--clip", tiny_clip, "--cache-dir",
+                           tmp_path / "cache", "--out", tmp_path / "run"], capsys)
+    assert code == 0, err
+    assert FORGING_SHOWN in out
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", out)  # newlines and tabs of the layout only

@@ -45,6 +45,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def cmd_caption(args: argparse.Namespace) -> int:
     from caprecon.apps.selection import best_of_n, curve_markdown
+    from caprecon.core.tables import terminal_safe
 
     settings = run_settings(args)
     run = best_of_n(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
@@ -56,7 +57,7 @@ def cmd_caption(args: argparse.Namespace) -> int:
         return 0
     for row in run.selected:
         caption = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
-        print(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}")
+        print(terminal_safe(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}"))
     unselected = run.manifest["selection"]["unselected"]
     if unselected:
         print(f"no caption selected for {len(unselected)} image(s) (see candidates.jsonl): {', '.join(unselected)}")

@@ -1,8 +1,21 @@
-"""`format_table`: the one plain-text table layout of every command."""
+"""`format_table`: the one plain-text table layout of every command, and `terminal_safe`, how
+text from a dataset (a caption, an id) is shown on a terminal."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
+
+# what a terminal acts on instead of showing: C0 and C1 controls (ESC starts colour, cursor and
+# title sequences; CR and BS overwrite what was printed), DEL, line and paragraph separators,
+# and the bidirectional overrides and isolates that reorder what follows them
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every character a terminal would act on written as its escape (ESC as
+    `\\x1b`, CR as `\\r`, U+202E as `\\u202e`), so a caption cannot forge what is printed."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def format_table(rows: Sequence[Sequence[Any]], *, right: Sequence[int] = (), rule: bool = False) -> str:
@@ -26,4 +39,4 @@ def format_table(rows: Sequence[Sequence[Any]], *, right: Sequence[int] = (), ru
 
 
 def _cell(value: Any) -> str:
-    return "" if value is None else str(value)
+    return "" if value is None else terminal_safe(str(value))
