@@ -407,6 +407,8 @@ def test_verify_all_finds_every_benchmark_and_writes_one_table(tmp_path, capsys)
     assert table[("nebula", "length")]["status"] == "skipped" and "Spica" in table[("nebula", "length")]["reason"]
     for name in ("verify.md", "meta.csv", "meta.md", "report.html", "scores-polaris.csv"):
         assert (tmp_path / "out" / name).is_file(), name
+    report = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "Ours beside the published values" in report and 'id="verify-table"' in report
     assert "polaris" in capsys.readouterr().out
 
 

@@ -235,12 +235,15 @@ def selection_curve(run: Path) -> list[dict[str, Any]]:
 
 
 def meta_tables(run: Path) -> dict[str, Any]:
-    """A `caprecon meta` folder: agreement rows, probe rows, and every caption's scores per judgments file."""
+    """A `caprecon meta` folder: agreement rows, probe rows, verify rows, and every caption's scores per
+    judgments file."""
     out: dict[str, Any] = {}
     if (run / "meta.csv").is_file():
         out["agreement"] = read_table(run / "meta.csv")
     if (run / "probes.csv").is_file():
         out["probes"] = read_table(run / "probes.csv")
+    if (run / "verify.csv").is_file():  # `meta verify`: ours beside the published values
+        out["verify"] = read_table(run / "verify.csv")
     out["scores"] = {path.stem[len("scores-"):]: read_table(path) for path in sorted(run.glob("scores-*.csv"))}
     return out
 

@@ -141,7 +141,7 @@ def _curve(run: Path) -> dict[str, Any] | None:
 
 def _meta(run: Path) -> dict[str, Any] | None:
     tables = collect.meta_tables(run)
-    if not tables.get("agreement") and not tables.get("probes") and not tables["scores"]:
+    if not any(tables.get(k) for k in ("agreement", "probes", "verify", "scores")):
         return None
     agreement = [dict(row) for row in tables.get("agreement", [])]
     best: dict[str, float] = {}
@@ -164,8 +164,10 @@ def _meta(run: Path) -> dict[str, Any] | None:
                                       xlabel=label, ylabel="human score", title=f"{file}: {metric} vs human score"))
         scatters.append((file, [c for c in charts if c]))
     probes = tables.get("probes", [])
+    verify = tables.get("verify", [])
     return {"agreement": agreement, "columns": columns, "text_columns": META_TEXT_COLUMNS, "scatters": scatters,
-            "probes": probes, "probe_columns": list(probes[0]) if probes else []}
+            "probes": probes, "probe_columns": list(probes[0]) if probes else [],
+            "verify": verify, "verify_columns": list(verify[0]) if verify else []}
 
 
 def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
@@ -256,7 +258,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     sections += [("selection", "Selection curve")] if curve else []
     sections += [(f"categories-{b['metric']}", "Caption Turing Test" if b["metric"] == "turing" else b["metric"])
                  for b in categories]
-    sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else [])] if meta else []
+    sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else []),
+                 *([("verify", "Published values")] if meta["verify"] else [])] if meta else []
     sections += [("bank", "Question bank"), ("bank-gallery", "Questions per image")] if bank else []
     sections += [("candidates", "Candidates")] if best_of_n else []
     sections += [("gallery", "Gallery")] if gallery else []
