@@ -264,15 +264,15 @@ def load_composite(path: str | Path, subsets: Sequence[str] = COMPOSITE_SUBSETS)
         data = _load_json(path)
         if isinstance(data, dict) and set(data) & set(COMPOSITE_SUBSETS):
             return _composite_json(path, subsets, data)
-    if path.suffix.lower() == ".csv" and path.is_file() and "mt" in next(iter(_csv_header(path)), {}):
+    if path.suffix.lower() == ".csv" and path.is_file() and "mt" in _csv_columns(path):
         return _composite_polos_csv(path, subsets)
     return _composite_own(path, subsets)
 
 
-def _csv_header(path: Path) -> list[dict]:
+def _csv_columns(path: Path) -> set[str]:
     for _, record in read_records(path, JudgmentFormatError):
-        return [{str(k).strip().lower() for k in record}]
-    return []
+        return {str(k).strip().lower() for k in record}
+    return set()
 
 
 def _composite_item(items: list[Judgment], subset: str | None, image: str, caption: str,
