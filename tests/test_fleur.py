@@ -112,6 +112,8 @@ def test_ratings_outside_zero_one_are_not_parseable(tokens, item):
 def test_digits_sharing_a_token_cannot_be_smoothed():
     assert fleur_score(["0.", "75"], [digits({0: 1}), digits({7: 1})]) == (None, 0.75)
     assert fleur_score(["1.0"], [digits({1: 1})]) == (None, 1.0)
+    # str(0.00001) is "1e-05": no decimal to read, as the reference finds none
+    assert fleur_score(list("0.00001"), [DECOY] * 7) == (None, 1e-05)
 
 
 def test_a_judge_without_the_capability_stops_before_the_run():

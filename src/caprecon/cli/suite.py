@@ -58,8 +58,9 @@ def add_parser(subparsers) -> None:
                         "refcoco=qwen2.5-vl-72b (repeatable; its options: `judge_for_options: {refcoco: {...}}` "
                         "in --config)")
     p.add_argument("--judge-box-coords", choices=COORDS,
-                   help="read the judge's grounding boxes in this convention instead of its own (Qwen3-VL: "
-                        "1000, Qwen2.5-VL: pixel); inferred per answer when neither is known")
+                   help="read the --judge's grounding boxes in this convention instead of its own (Qwen3-VL: "
+                        "1000, Qwen2.5-VL: pixel; a --judge-for judge keeps its own); inferred per answer when "
+                        "neither is known")
     p.add_argument("--judge-max-new-tokens", type=int, default=32, help="longest answer (default 32)")
     p.add_argument("--sigma", type=float, default=DEFAULT_SIGMA,
                    help=f"Eq. 4 tolerance in percentage points (default {DEFAULT_SIGMA:g})")
