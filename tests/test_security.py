@@ -213,3 +213,34 @@ def test_score_prints_a_forging_caption_escaped(tmp_path, tiny_clip, capsys):
     assert code == 0, err
     assert FORGING_SHOWN in out
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202e]", out)  # newlines and tabs of the layout only
+
+
+# --------------------------------------------------------------------------- 4: sizes PIL takes for a bomb
+
+# PIL sets Image.MAX_IMAGE_PIXELS to 1024**3 // 4 // 3 = 89478485: 9459^2 = 89472681 is under it, 9460^2 = 89491600 over
+@pytest.mark.parametrize("option, message", [
+    (["--size", "65536x65536"], "size 65536x65536: 4294967296 pixels, over the 89478485 that PIL treats as a "
+                                "possible decompression bomb (PIL.Image.MAX_IMAGE_PIXELS)"),
+    (["--max-side", "100000"], "max_side 100000: a square reconstruction would have 10000000000 pixels, over the "
+                               "89478485 that PIL treats as a possible decompression bomb "
+                               "(PIL.Image.MAX_IMAGE_PIXELS); at most 9459"),
+    (["--max-side", "9460"], "max_side 9460: a square reconstruction would have 89491600 pixels"),
+])
+def test_a_reconstruction_size_over_pils_pixel_limit_stops_before_any_work(tmp_path, option, message, capsys):
+    assert Image.MAX_IMAGE_PIXELS == 89478485
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    # the generator named does not exist: the size must be refused before anything looks for it
+    commands = [["score", "-i", rows, "-m", "recon", "--generator", tmp_path / "no-generator"]]
+    if option[0] == "--size":  # t2i has no --max-side
+        commands.append(["t2i", "-i", rows, "--generator", tmp_path / "no-generator", "--judge", "j"])
+    for command in commands:
+        code, _, err = _run([*command, *option, "--out", tmp_path / "run"], capsys)
+        assert code == 2 and "Traceback" not in err
+        assert err.strip().splitlines()[-1].startswith(f"caprecon: error: {message}"), err
+
+
+def test_a_size_under_the_limit_is_accepted():
+    from caprecon.run.config import RunConfig
+
+    assert RunConfig(size="9472x9440", max_side=9459).spec.size == (9472, 9440)

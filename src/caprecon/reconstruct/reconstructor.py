@@ -8,6 +8,7 @@ the same sample's reconstruction get the same image, generated once.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -60,6 +61,7 @@ class ReconstructionSpec:
             raise ValueError(f"seed_policy must be one of {SEED_POLICIES}, not {self.seed_policy!r}")
         if self.max_side < self.multiple:
             raise ValueError(f"max_side ({self.max_side}) must be at least multiple ({self.multiple})")
+        check_max_side(self.max_side)
 
     def seed_for(self, image_id: str, candidate: int) -> int:
         if self.seed_policy == "fixed":
@@ -85,7 +87,21 @@ def parse_size(value: str | Sequence[int], multiple: int = 16) -> tuple[int, int
         raise ValueError(f"size must look like WIDTHxHEIGHT, e.g. 1024x1024, not {value!r}") from None
     if width <= 0 or height <= 0 or width % multiple or height % multiple:
         raise ValueError(f"size {width}x{height}: both sides must be positive multiples of {multiple}")
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and width * height > limit:
+        raise ValueError(f"size {width}x{height}: {width * height} pixels, over the {limit} that PIL treats as a "
+                         f"possible decompression bomb (PIL.Image.MAX_IMAGE_PIXELS)")
     return width, height
+
+
+def check_max_side(max_side: int) -> None:
+    """A long side whose square image PIL would take for a decompression bomb is refused before
+    any work: such a request asks the generator for tens of gigabytes."""
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit and max_side * max_side > limit:
+        raise ValueError(f"max_side {max_side}: a square reconstruction would have {max_side * max_side} pixels, "
+                         f"over the {limit} that PIL treats as a possible decompression bomb "
+                         f"(PIL.Image.MAX_IMAGE_PIXELS); at most {math.isqrt(limit)}")
 
 
 @dataclass

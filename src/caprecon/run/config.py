@@ -16,7 +16,7 @@ from typing import Any
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
-from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec
+from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
 def whole_number(low: int, high: int | None = None):
@@ -96,6 +96,12 @@ class RunConfig:
         _check_int("batch_size", self.batch_size, low=1)
         _check_int("workers", self.workers, low=0)
         _check_int("max_side", self.max_side, low=16)
+        try:  # sizes the generator could not allocate stop here, not at the first reconstruction
+            check_max_side(self.max_side)
+            if self.size is not None:
+                parse_size(self.size)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         _check_int("seed", self.seed, low=0, high=2**63 - 1)
         for name in ("upscale", "no_cache", "vqa_normalise"):
             if not isinstance(getattr(self, name), bool):
