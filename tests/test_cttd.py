@@ -21,9 +21,8 @@ from caprecon.apps.cttd import BuildConfig, build_bank
 from caprecon.apps.cttd.categorise import cluster_questions
 from caprecon.apps.cttd.generate import shape_qas
 from caprecon.apps.cttd.rank import relevance_diversity, top_k
-from caprecon.apps.cttd.replies import ParseTally, ReplyError, parse_json_reply
+from caprecon.core.replies import ParseTally, ReplyError, parse_json_reply, read_replies
 from caprecon.apps.cttd.select import density_filter
-from caprecon.apps.cttd.stage import read_replies
 from caprecon.data.qa import load_qa_bank
 from cttd_fakes import TAXONOMY, ScriptedLLM, ScriptedVLM, WordMatcher
 from oracle import OracleGenerator, PixelEmbedder, render

@@ -121,7 +121,7 @@ def test_valid_items_grade_any_answer(kind, prediction):
 def test_model_replies_parse_or_raise_reply_error(reply):
     # json_repair sits behind parse_json_reply: whatever it makes of a reply, the caller sees
     # a strict value, a non-empty repaired object or list, or ReplyError
-    from caprecon.apps.cttd.replies import ReplyError, parse_json_reply
+    from caprecon.core.replies import ReplyError, parse_json_reply
 
     try:
         value, repaired = parse_json_reply(reply)

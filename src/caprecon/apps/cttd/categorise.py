@@ -126,7 +126,7 @@ def name_prompt(template: str, examples: Sequence[str]) -> str:
 
 
 def shape_category(value: Any) -> tuple[tuple[str, str], bool]:
-    from caprecon.apps.cttd.replies import ReplyShapeError
+    from caprecon.core.replies import ReplyShapeError
 
     adjusted = not (isinstance(value, dict) and set(value) == {"name", "description"})
     if isinstance(value, list) and len(value) == 1:
@@ -160,8 +160,8 @@ def text_embeddings(job, texts: Sequence[str]) -> np.ndarray:
 
 def run(job, questions: list[dict[str, Any]]) -> None:
     """Cluster the proposed questions and name each cluster; or write the given taxonomy."""
-    from caprecon.apps.cttd.replies import ParseTally
-    from caprecon.apps.cttd.stage import llm_replies, read_replies, write_json, write_jsonl
+    from caprecon.core.replies import ParseTally, read_replies
+    from caprecon.apps.cttd.stage import llm_replies, write_json, write_jsonl
 
     cfg = job.config
     if cfg.taxonomy != "discover":

@@ -13,8 +13,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.metrics.judging import LazyImages
-from caprecon.apps.cttd.replies import ParseTally, ReplyShapeError
-from caprecon.apps.cttd.stage import Job, fill, read_replies, vlm_replies, write_jsonl
+from caprecon.core.replies import ParseTally, ReplyShapeError, read_replies
+from caprecon.apps.cttd.stage import Job, fill, vlm_replies, write_jsonl
 
 FOLDER = "02-propose"
 OUTPUT = "questions.jsonl"

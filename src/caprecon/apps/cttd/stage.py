@@ -1,5 +1,5 @@
 """What every stage shares: its job (folder, settings, models, cache), file helpers, and the
-cached model calls with their one repair retry.
+cached model calls (their JSON replies are read, repaired and retried by `caprecon.core.replies`).
 
 Every model result goes through the run's `Context` (the content-addressed store), one
 image at a time, so a stage interrupted half-way finds the images it had finished in the
@@ -9,19 +9,15 @@ store and asks the models only about the rest.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from caprecon.metrics.base import Context
 from caprecon.metrics.judging import LazyImages
 from caprecon.models.vlm import VLMRequest
 from caprecon.core.records import read_jsonl, write_jsonl_atomically
 from caprecon.store.index import content_key
-from caprecon.apps.cttd.replies import ParseTally, ReplyError, ReplyShapeError, read_reply, repair_prompt
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -96,37 +92,3 @@ def llm_replies(ctx: Context, llm: Any, prompts: Sequence[str], max_new_tokens: 
             return list(llm.generate([prompts[i] for i in order], max_new_tokens=max_new_tokens))
 
     return ctx.cached("llm-answer", keys, compute) if prompts else []
-
-
-def read_replies(replies: Sequence[str], shape: Callable[[Any], tuple[Any, bool]], shape_text: str,
-                 ask_again: Callable[[list[str]], list[str]], tally: ParseTally,
-                 rejects: list[dict[str, Any]], context: Sequence[dict[str, Any]]) -> list[Any]:
-    """Each reply read as JSON of the wanted shape (None where it could not be): strict,
-    then locally repaired, then one retry that shows the model its reply and the error.
-    What still fails is counted in `tally` and kept in `rejects` with `context[i]`."""
-    values: list[Any] = [None] * len(replies)
-    failed: list[tuple[int, str]] = []
-    for i, reply in enumerate(replies):
-        try:
-            values[i], repaired = read_reply(reply, shape)
-        except (ReplyError, ReplyShapeError) as exc:
-            failed.append((i, str(exc)))
-            continue
-        if repaired:
-            tally.repaired += 1
-        else:
-            tally.strict += 1
-    if not failed:
-        return values
-    second = ask_again([repair_prompt(error, shape_text, replies[i]) for i, error in failed])
-    for (i, error), reply in zip(failed, second):
-        try:
-            values[i], _ = read_reply(reply, shape)
-            tally.retried += 1
-        except (ReplyError, ReplyShapeError) as exc:
-            reason = "wrong shape" if isinstance(exc, ReplyShapeError) else "not JSON"
-            tally.drop(reason)
-            rejects.append({**context[i], "reason": reason, "error": str(exc), "first_error": error,
-                            "reply": replies[i], "retry_reply": reply})
-            log.info("dropped a reply (%s: %s) for %s", reason, exc, context[i])
-    return values

@@ -1,4 +1,7 @@
-"""Reading JSON out of model replies: strict first, then a repair by `json_repair`.
+"""Reading JSON out of model replies: strict first, then a repair by `json_repair`, then one
+retry that shows the model its reply and the error (`read_replies`).
+
+Shared by the CTTD builder's stages and the claim extraction of the `halluc` metric.
 
 A reply is read by `parse_json_reply`: `json.loads` on the whole text; failing that, the
 inside of a Markdown code fence (a missing closing fence is tolerated) or else the whole
@@ -16,11 +19,14 @@ the model once more with the error (`REPAIR_PROMPT`) before dropping a reply.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import json_repair
+
+log = logging.getLogger(__name__)
 
 
 class ReplyError(ValueError):
@@ -94,3 +100,37 @@ def read_reply(text: str, shape: Callable[[Any], tuple[Any, bool]]) -> tuple[Any
     value, repaired = parse_json_reply(text)
     shaped, adjusted = shape(value)
     return shaped, repaired or adjusted
+
+
+def read_replies(replies: Sequence[str], shape: Callable[[Any], tuple[Any, bool]], shape_text: str,
+                 ask_again: Callable[[list[str]], list[str]], tally: ParseTally,
+                 rejects: list[dict[str, Any]], context: Sequence[dict[str, Any]]) -> list[Any]:
+    """Each reply read as JSON of the wanted shape (None where it could not be): strict,
+    then locally repaired, then one retry that shows the model its reply and the error.
+    What still fails is counted in `tally` and kept in `rejects` with `context[i]`."""
+    values: list[Any] = [None] * len(replies)
+    failed: list[tuple[int, str]] = []
+    for i, reply in enumerate(replies):
+        try:
+            values[i], repaired = read_reply(reply, shape)
+        except (ReplyError, ReplyShapeError) as exc:
+            failed.append((i, str(exc)))
+            continue
+        if repaired:
+            tally.repaired += 1
+        else:
+            tally.strict += 1
+    if not failed:
+        return values
+    second = ask_again([repair_prompt(error, shape_text, replies[i]) for i, error in failed])
+    for (i, error), reply in zip(failed, second):
+        try:
+            values[i], _ = read_reply(reply, shape)
+            tally.retried += 1
+        except (ReplyError, ReplyShapeError) as exc:
+            reason = "wrong shape" if isinstance(exc, ReplyShapeError) else "not JSON"
+            tally.drop(reason)
+            rejects.append({**context[i], "reason": reason, "error": str(exc), "first_error": error,
+                            "reply": replies[i], "retry_reply": reply})
+            log.info("dropped a reply (%s: %s) for %s", reason, exc, context[i])
+    return values
