@@ -96,13 +96,19 @@ def _command(names: list[str], summary: str, parser: argparse.ArgumentParser, de
 
 
 def render() -> str:
-    os.environ["COLUMNS"] = WIDTH
     from caprecon.cli.commands import build_parser
 
-    parser = build_parser()
-    lines = [HEADER]
-    for names, summary, sub in _subcommands(parser):
-        lines += _command(names, summary, sub, 2)
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = WIDTH
+    try:
+        lines = [HEADER]
+        for names, summary, sub in _subcommands(build_parser()):
+            lines += _command(names, summary, sub, 2)
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
     return "\n".join(lines).rstrip() + "\n"
 
 
