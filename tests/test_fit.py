@@ -89,7 +89,7 @@ def test_linear_fit_recovers_a_known_combination_and_beats_each_component():
 
 @pytest.mark.parametrize("kind", ["logistic", "gbt"])
 def test_other_models_beat_each_component_out_of_fold(kind):
-    judgments, scores, _ = _known_combination(n_images=60)
+    judgments, scores, _ = _known_combination()
     result = cross_validate(kind, judgments, scores, ["a", "b", "c"], n_folds=5, n_bootstrap=0)
     fused, *components = result.rows
     assert all(fused.value > row.value for row in components)
