@@ -10,6 +10,7 @@ run in bash. docs/contributing.md describes the convention.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -46,6 +47,30 @@ def _parsers(parser):
         if isinstance(action.choices, dict):
             for sub in action.choices.values():
                 yield from _parsers(sub)
+
+
+def unknown_options(argv: list[str]) -> list[str]:
+    """The options on a `caprecon` command line that its own sub-command's parser does not define
+    in full (argparse takes any unambiguous prefix, so an old, shorter name of a renamed option
+    would still parse; and another command's option of the same name is no help either)."""
+    root = parser = build_parser()
+    for word in argv:
+        if word.startswith("-"):
+            continue
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or word not in subs[0].choices:
+            break
+        parser = subs[0].choices[word]
+    known = {s for p in {id(root): root, id(parser): parser}.values() for a in p._actions for s in a.option_strings}
+    return [w for w in argv if w.startswith("-") and w.split("=", 1)[0] not in known and not _number(w)]
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False
 
 
 def _options_on(text: str) -> set[str]:
@@ -150,10 +175,7 @@ class Shell:
     def _caprecon(self, argv: list[str], assignments: dict[str, str], command: str) -> None:
         for folder in filter(None, assignments.get("PYTHONPATH", "").split(os.pathsep)):
             assert (self.cwd / folder).is_dir(), f"{command}\nPYTHONPATH names no folder: {folder}"
-        # argparse takes any unambiguous prefix: an example still spelling a renamed option's old,
-        # shorter name would parse, so each option must be one a parser defines in full
-        known = {s for p in _parsers(build_parser()) for a in p._actions for s in a.option_strings}
-        unknown = [w for w in argv if w.startswith("--") and w.split("=", 1)[0] not in known]
+        unknown = unknown_options(argv)
         assert not unknown, f"{command}\nexit 2: no such option {unknown}"
         out, err = io.StringIO(), io.StringIO()
         before_env, before_cwd = dict(os.environ), os.getcwd()
@@ -199,6 +221,35 @@ def test_runnable_examples_run(page, tmp_path, docs_cache):
                 shell.run(command)
             except AssertionError as failure:
                 raise AssertionError(f"docs/{page}, block at line {line}:\n{failure}") from None
+
+
+def _shown_commands(text: str) -> list[list[str]]:
+    """The words of every `caprecon` command in the page's fenced blocks, marked or not."""
+    commands = []
+    for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", text, flags=re.S | re.M):
+        for command in _commands(block):
+            words = shlex.split(command.split("\n")[0], comments=True)
+            while words and re.match(r"^[A-Za-z_]\w*=", words[0]):
+                words.pop(0)
+            if words[:1] == ["caprecon"]:
+                commands.append(words[1:])
+    return commands
+
+
+def test_docs_name_only_options_that_exist():
+    # unmarked examples (real weights, a GPU) cannot run here, but a renamed option still fails them:
+    # each command's options against its own parser, and any option named in prose against all of them.
+    # The contributing page also speaks of mkdocs' own options.
+    known = {s for p in _parsers(build_parser()) for a in p._actions for s in a.option_strings}
+    wrong = set()
+    for page in DOCS.rglob("*.md"):
+        text, name = page.read_text(), page.relative_to(DOCS)
+        wrong |= {f"{name}: caprecon {' '.join(argv[:2])} ... {option}"
+                  for argv in _shown_commands(text) for option in unknown_options(argv)}
+        if page.name != "contributing.md":
+            wrong |= {f"{name}: {option}" for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text)
+                      if option not in known}
+    assert wrong == set()
 
 
 def test_every_task_page_has_a_runnable_example():
