@@ -20,6 +20,13 @@ from caprecon.metrics.base import Context, Metric
 
 
 class ReconScore(Metric):
+    """(1 + cos(F(I), F(Î))) / 2: the source image I against its reconstruction Î from the caption.
+
+    `generator` rebuilds each caption (through `spec`: template, size, seed policy; or the
+    `spec_options` that make one) and `embedder` is F. Called on images and captions, it
+    returns one score per pair; inside a run, `score` reads and writes the run's cache.
+    """
+
     name = "recon"
 
     def __init__(self, generator: TextToImage, embedder: ImageEmbedder, spec: ReconstructionSpec | None = None,
