@@ -209,7 +209,7 @@ def _scratch(tmp_path: Path, cache: Path) -> Shell:
     return Shell(tmp_path / "try", env)
 
 
-PAGES = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if RUN_MARK in p.read_text())
+PAGES = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if runnable_blocks(p.read_text()))
 
 
 @pytest.mark.parametrize("page", PAGES)
