@@ -244,3 +244,69 @@ def test_a_size_under_the_limit_is_accepted():
     from caprecon.run.config import RunConfig
 
     assert RunConfig(size="9472x9440", max_side=9459).spec.size == (9472, 9440)
+
+
+# --------------------------------------------------------------------------- 6: config files name no code
+
+
+def _evil_config(tmp_path, marker, key="generator", labelled=False):
+    spec = "g=os:system" if labelled else "os:system"
+    config = tmp_path / "settings.yaml"
+    config.write_text(f'{key}: {json.dumps([spec] if labelled else spec)}\n'
+                      f'generator_options: {{command: "touch {marker}"}}\n', encoding="utf-8")
+    return config
+
+
+@pytest.mark.parametrize("command", ["score", "t2i", "cttd build", "suite", "caption"])
+def test_a_plugin_named_in_a_config_file_needs_allow_plugins(tmp_path, command, capsys):
+    marker = tmp_path / "ran"
+    config = _evil_config(tmp_path, marker)
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    argv = {"score": ["score", "-i", rows, "-m", "recon"],
+            "t2i": ["t2i", "-i", rows],
+            "cttd build": ["cttd", "build", "--images", tmp_path, "--out", tmp_path / "bank"],
+            "suite": ["suite", "--suite", "mmstar"],
+            "caption": ["caption", "--images", tmp_path, "--captioner", "c", "--out", tmp_path / "run"]}[command]
+    code, _, err = _run([*argv, "--config", config], capsys)
+    assert code == 2 and not marker.exists()
+    assert err.strip().splitlines()[-1] == (
+        f"caprecon: error: {config}: generator names the plug-in 'os:system', code the run would import and call; "
+        "plug-ins named in a config file load only with --allow-plugins (give it if you trust this file, or name "
+        "the plug-in on the command line)")
+
+
+def test_labelled_and_nested_plugins_in_a_config_file_are_found_too(tmp_path, capsys):
+    marker = tmp_path / "ran"
+    config = _evil_config(tmp_path, marker, key="generators", labelled=True)
+    _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "caption": "red"}])
+    code, _, err = _run(["t2i", "-i", tmp_path / "rows.jsonl", "--config", config], capsys)
+    assert code == 2 and not marker.exists() and "generators[0] names the plug-in 'g=os:system'" in err
+    judge_for = tmp_path / "judge-for.toml"
+    judge_for.write_text('[judge_for]\ncolour = "os:system"\n', encoding="utf-8")
+    code, _, err = _run(["score", "-i", tmp_path / "rows.jsonl", "--config", judge_for], capsys)
+    assert code == 2 and "judge_for.colour names the plug-in 'os:system'" in err
+
+
+def test_allow_plugins_loads_them_and_the_command_line_needs_nothing(tmp_path, capsys):
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    config = _evil_config(tmp_path, tmp_path / "from-config")
+    for flags in (["--allow-plugins", "score"], ["score", "--allow-plugins"]):
+        _run([*flags, "-i", rows, "-m", "recon", "--config", config, "--out", tmp_path / "run"], capsys)
+    assert (tmp_path / "from-config").exists()
+    _run(["score", "-i", rows, "-m", "recon", "--generator", "os:system", "--generator-opt",
+          f"command=touch {tmp_path / 'from-cli'}", "--out", tmp_path / "run2"], capsys)
+    assert (tmp_path / "from-cli").exists()
+
+
+def test_prompts_and_urls_in_a_config_file_are_not_taken_for_plugins(tmp_path):
+    from caprecon.run.config import load_config_file
+
+    config = tmp_path / "ok.yaml"
+    config.write_text('vqa_template: "Question: is the figure showing {caption}?"\n'
+                      'judge_options: {base_url: "http://127.0.0.1:8000/v1"}\ntemplate: "photo:{caption}"\n'
+                      'cache_dir: "C:\\\\caches\\\\caprecon"\n', encoding="utf-8")
+    assert load_config_file(config) == {"vqa_template": "Question: is the figure showing {caption}?",
+                                        "judge_options": {"base_url": "http://127.0.0.1:8000/v1"},
+                                        "template": "photo:{caption}", "cache_dir": "C:\\caches\\caprecon"}

@@ -17,6 +17,9 @@ def global_options(p: argparse.ArgumentParser, default=None) -> None:
     """Options accepted before and after the subcommand; after it, they only override when given."""
     p.add_argument("--verbose", "-v", action="store_true", default=default,
                    help="log what each stage does (model loading, cache hits, retries)")
+    p.add_argument("--allow-plugins", action="store_true", default=default,
+                   help="load plug-ins (module:Class) named in a --config file: they are code the run imports and "
+                        "calls, so only for files you trust (plug-ins given as options always load)")
 
 
 def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
@@ -91,6 +94,7 @@ def run_settings(args: argparse.Namespace) -> dict:
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "judge_for", None):
         settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
+    settings["allow_plugins"] = bool(getattr(args, "allow_plugins", False))  # for the --config file
     for role in ("generator", "embedder", "judge", "llm"):
         pairs = getattr(args, f"{role}_opt")
         if pairs:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from caprecon.cli.common import global_options
+
 
 def add_parser(subparsers) -> None:
     cttd = subparsers.add_parser("cttd", help="build a Caption Turing Test QA bank from images, or import one")
@@ -16,6 +18,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--images", required=True, help="folder of images (searched recursively; sub-folders = sources)")
     p.add_argument("--out", "-o", required=True, help="build folder: stage outputs, bank.jsonl, datasheet.md/.json")
     p.add_argument("--config", help="YAML or TOML file of build settings (same names as the options)")
+    global_options(p, default=argparse.SUPPRESS)  # --allow-plugins (for --config) and --verbose here too
     for role, about in (("vlm", "questioner VLM (stages 2, 4); default qwen3-vl-32b"),
                         ("judge", "VLM that checks answers on the original image (stage 5); default: the --vlm"),
                         ("llm", "text LLM naming clusters and running --blind-filter; default qwen3-8b"),
@@ -89,7 +92,7 @@ def build_config(args: argparse.Namespace):
     from caprecon.core.errors import ConfigError
     from caprecon.apps.cttd.pipeline import BuildConfig
 
-    values = load_config_file(args.config) if args.config else {}
+    values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     for role in ("vlm", "judge", "llm", "embedder", "matcher"):
         if getattr(args, role) is not None:
             values[role] = getattr(args, role)

@@ -101,7 +101,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
     from caprecon.apps.suites import caption_sources, evaluate_suites, load_suites
 
-    file_values = load_config_file(args.config) if args.config else {}
+    file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     keys = ("generator", "judge", "size", "max_side", "template", "seed", "batch_size", "cache_dir", "no_cache")
     settings = {**file_values, **{k: getattr(args, k) for k in keys if getattr(args, k) is not None}}
     for role in ("generator", "judge"):

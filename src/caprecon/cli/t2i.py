@@ -83,7 +83,7 @@ def cmd_t2i(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
     from caprecon.apps.t2i import evaluate_generators
 
-    file_values = load_config_file(args.config) if args.config else {}
+    file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     lists = {key: file_values.pop(key) for key in _LISTS if key in file_values}
     for key, value in lists.items():
         if not isinstance(value, list):

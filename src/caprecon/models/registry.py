@@ -157,6 +157,12 @@ def _import(target: str) -> Callable[..., Any]:
         raise ValueError(f"cannot import {target!r}: {exc}") from None
 
 
+def imports_code(spec: Any) -> bool:
+    """Whether `build` takes `spec` for a plug-in, `module:attribute`, and so imports and calls
+    code (a hub id or folder has a `/` or `\\`; registry names are looked up before this)."""
+    return isinstance(spec, str) and ":" in spec and "/" not in spec and "\\" not in spec
+
+
 def build(role: str, spec: str | Any, **options: Any) -> Any:
     """Construct a role's backend from a spec (see the module doc); objects pass through."""
     if role not in ROLES:
@@ -167,7 +173,7 @@ def build(role: str, spec: str | Any, **options: Any) -> Any:
     if spec in table:
         entry = table[spec]
         return _import(entry.factory)(**{**entry.defaults, **options})
-    if ":" in spec and "/" not in spec and "\\" not in spec:
+    if imports_code(spec):
         return _import(spec)(**options)
     return _import(default_backend)(spec, **options)
 

@@ -7,11 +7,12 @@ written whole into the run manifest.
 from __future__ import annotations
 
 import json
+import re
 import string
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
@@ -123,9 +124,12 @@ class RunConfig:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
 
     @classmethod
-    def build(cls, *, preset: str | None = None, file: str | Path | None = None, **explicit: Any) -> "RunConfig":
+    def build(cls, *, preset: str | None = None, file: str | Path | None = None, allow_plugins: bool = False,
+              **explicit: Any) -> "RunConfig":
+        """Defaults < `preset` < the config `file` < `explicit` settings. A plug-in (`module:Class`)
+        named in the file is refused unless `allow_plugins` (see `load_config_file`)."""
         values: dict[str, Any] = {}
-        file_values = load_config_file(file) if file else {}
+        file_values = load_config_file(file, allow_plugins=allow_plugins) if file else {}
         preset = explicit.get("preset") or preset or file_values.get("preset")
         if preset:
             if preset not in registry.PRESETS:
@@ -166,7 +170,12 @@ class RunConfig:
         return json.loads(json.dumps(out, default=str))
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
+def load_config_file(path: str | Path, *, allow_plugins: bool = False) -> dict[str, Any]:
+    """The settings of a YAML or TOML file. A file can come from anyone, and a plug-in it names
+    (`generator: "pkg.module:Class"`) is code the run would import and call, with the file's
+    options as arguments (`os:system` runs a command): unless `allow_plugins`, such a value
+    stops with a `ConfigError`. Plug-ins given on the command line are the user's own and load
+    as always."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
@@ -195,8 +204,28 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    if not allow_plugins:
+        for where, spec in _plugins(data):
+            raise ConfigError(f"{path}: {where} names the plug-in {spec!r}, code the run would import and call; "
+                              f"plug-ins named in a config file load only with --allow-plugins (give it if you "
+                              f"trust this file, or name the plug-in on the command line)")
     """`key=value` strings from the CLI; values parsed as YAML (numbers, bools, lists)."""
     import yaml
+
+def _plugins(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """(setting, spec) of every value in a config file that `registry.build` would import as
+    `module:attribute`, at any depth, alone or as the SPEC of a LABEL=SPEC entry. Prompts and
+    templates (spaces or braces) are text, never a model."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _plugins(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _plugins(item, f"{where}[{i}]")
+    elif isinstance(value, str) and not re.search(r"[\s{}]", value):
+        if any(registry.imports_code(spec) for spec in {value, value.partition("=")[2]}):
+            yield where, value
+
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
