@@ -57,6 +57,8 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
                         "Test paper's CLIP-S, also the metric clip-s)")
     p.add_argument("--clipscore-prefix", metavar="TEXT",
                    help="clipscore's text before the caption (default 'A photo depicts '; '' for none)")
+    p.add_argument("--beta", type=float, help="halluc's F_beta of precision and coverage (default 1; above 1 "
+                   "weighs coverage more)")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
     p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
                    help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
@@ -88,8 +90,8 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "template", "seed", "seed_policy", "max_side",
-            "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
+            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy",
+            "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     if getattr(args, "judge_for", None):

@@ -73,6 +73,20 @@ def _refclipscore(roles: Any, cfg: Any) -> Metric:
     return RefClipScore(roles.clip_matcher)
 
 
+def _halluc(report: str) -> Callable[[Any, Any], Metric]:
+    def build(roles: Any, cfg: Any) -> Metric:
+        from caprecon.metrics.halluc import Hallucination
+
+        bank = roles.qa_bank if cfg.qa_bank else None
+        # precision alone needs no generator; coverage (and F) is checked on the reconstruction
+        generator = roles.generator if cfg.generator is not None or report != "precision" else None
+        return Hallucination(roles.judge, roles.llm, generator=generator, bank=bank, spec=cfg.spec, beta=cfg.beta,
+                             normalise=cfg.vqa_normalise, iou_threshold=cfg.iou_threshold,
+                             judges_for=roles.judges_for if bank else None, report=report)
+
+    return build
+
+
 MetricFactory = Callable[[Any, Any], Metric]
 
 METRICS: dict[str, tuple[MetricFactory, str]] = {
@@ -88,6 +102,11 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
                               "--clipscore-weight, --clipscore-prefix)"),
     "clip-s": (_clip_s, "100 max(cos(E(I), E(C)), 0), E = --clip: the Caption Turing Test paper's CLIP-S"),
     "refclipscore": (_refclipscore, "harmonic mean of CLIPScore and the best reference similarity"),
+    "halluc": (_halluc("precision"), "soft precision of the caption's claims (--llm splits it) checked by --judge "
+                                     "on I; coverage on Î and F (--beta) beside it"),
+    "halluc-coverage": (_halluc("coverage"), "halluc's coverage: turing with --qa-bank, else the references' claims "
+                                             "checked on Î"),
+    "halluc-f": (_halluc("f"), "F_beta (--beta) of halluc's precision and coverage"),
 }
 
 

@@ -105,6 +105,8 @@ class Metric:
     primary: ClassVar[str] = ""
     #: whether it looks at the source image; if not, caption-only samples are valid
     needs_source_image: bool = True
+    #: other fields of `score`'s output summarised beside the headline (mean, std, n)
+    companions: tuple[str, ...] = ()
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         raise NotImplementedError

@@ -25,10 +25,24 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
-from caprecon.metrics.judging import LazyImages, option_probs, require_capability
+from caprecon.metrics.judging import Ask, LazyImages, option_probs, require_capability
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")
+
+
+def yes_probabilities(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask], images: LazyImages, *,
+                      normalise: bool = False) -> list[float]:
+    """The judge's P(yes) for each (image key, prompt) ask, in one cached batch: the first
+    answer token's full-vocabulary probability of "Yes", or with `normalise` P(yes) / (P(yes)
+    + P(no)) over Yes/yes and No/no (0.5 where the model puts no mass on either)."""
+    if not normalise:
+        return [p[0] for p in option_probs(ctx, vlm, asks, images, ["Yes"])]
+    out = []
+    for p in option_probs(ctx, vlm, asks, images, [*YES, *NO]):
+        yes, no = sum(p[: len(YES)]), sum(p[len(YES) :])
+        out.append(yes / (yes + no) if yes + no > 0 else 0.5)
+    return out
 
 
 class VQAScore(Metric):
@@ -67,14 +81,7 @@ class VQAScore(Metric):
 
     def _probability(self, ctx: Context, images: LazyImages, keys: list[str], captions: list[str]) -> list[float]:
         asks = [(k, self.template.replace("{caption}", c.strip())) for k, c in zip(keys, captions)]
-        if not self.normalise:
-            return [p[0] for p in option_probs(ctx, self.vlm, asks, images, ["Yes"])]
-        probs = option_probs(ctx, self.vlm, asks, images, [*YES, *NO])
-        out = []
-        for p in probs:
-            yes, no = sum(p[: len(YES)]), sum(p[len(YES) :])
-            out.append(yes / (yes + no) if yes + no > 0 else 0.5)
-        return out
+        return yes_probabilities(ctx, self.vlm, asks, images, normalise=self.normalise)
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         captions = [it.caption for it in items]

@@ -77,6 +77,7 @@ class RunConfig:
     fleur_prompt: str | None = None  # None: FLEUR's own instruction; any other is named in the manifest
     clipscore_weight: float | None = None  # None: clipscore's own w = 2.5 (Hessel); clip-s keeps 100
     clipscore_prefix: str | None = None  # None: "A photo depicts "; "" for the bare caption
+    beta: float = 1.0  # halluc's F_beta: beta > 1 weighs coverage more, beta < 1 precision
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"
@@ -111,6 +112,9 @@ class RunConfig:
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
                                    or not weight > 0):
             raise ConfigError(f"clipscore_weight must be a positive number, not {weight!r}")
+        if isinstance(self.beta, bool) or not isinstance(self.beta, (int, float)) \
+                or not 0 < self.beta < float("inf"):  # NaN fails this too
+            raise ConfigError(f"--beta must be a positive number, not {self.beta!r}")
         if self.clipscore_prefix is not None and not isinstance(self.clipscore_prefix, str):
             raise ConfigError(f"clipscore_prefix must be text, not {self.clipscore_prefix!r}")
         if isinstance(self.iou_threshold, bool) or not isinstance(self.iou_threshold, (int, float)) \

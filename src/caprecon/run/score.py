@@ -120,6 +120,8 @@ def score(
     built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
     check_images(rows, built)
     metric_names = [m.headline for m in built]
+    # fields a metric reports beside its headline (halluc: coverage and F) are summarised with it
+    summarised = list(dict.fromkeys([*metric_names, *(c for m in built for c in m.companions)]))
     image_root = confining_root(rows)
     out_dir = Path(out) if out else None
     done: dict[str, dict[str, Any]] = {}
@@ -149,7 +151,7 @@ def score(
         if thumbnails:
             thumbnails.close(wait=False)
         if out_dir and stop.records is not None:  # what finished is summarised; the manifest says it can resume
-            summary = {**summarise(stop.records, metric_names), "complete": False, "total": len(rows)}
+            summary = {**summarise(stop.records, summarised), "complete": False, "total": len(rows)}
             status = "interrupted" if isinstance(stop, RunInterrupted) else "stopped"
             write_run(out_dir, summary, {
                 "status": status, "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
@@ -161,7 +163,7 @@ def score(
         if thumbnails:
             thumbnails.close(wait=False)
         raise
-    summary = summarise(records, metric_names)
+    summary = summarise(records, summarised)
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),

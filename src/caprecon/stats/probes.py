@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 from caprecon.data.judgments import Judgments, ProbeTriple
 from caprecon.data.samples import Sample
 from caprecon.metrics.base import Context
+from caprecon.metrics.claims import Claim
 from caprecon.models.llm import TextLLM
 from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.store.index import content_key
@@ -509,3 +510,76 @@ def length_robustness(
     parts = ", ".join(f"{name} {m:.4g}" for name, m in zip(order, means(everything)))
     detail = f"means {parts or 'none'} over {len(complete)} images; std / overall std {relative:.3f}"
     return ProbeRow(metric, "length_std", value, low, high, int(counted.sum()), detail)
+
+
+# ----------------------------------------------------------------------------- the inserted-object probe
+#
+# Hallucination probe. Each caption gets one object appended that its image does not show:
+# an entity claimed about another image (by the `halluc` metric's claim splitter) whose
+# words appear in none of this image's own claims. The caption now claims one thing more,
+# and that thing is false: a precision metric must drop, while coverage (what of the image
+# the caption carries) must not move, since nothing true was taken out.
+
+_ARTICLE = re.compile(r"^(?:a|an|the|some|one|two|three|four|five|six|several|many|\d+)\b", re.I)
+
+
+def _object_words(claim: Claim) -> set[str]:
+    return set(_WORD.findall((claim.span or claim.text).lower()))
+
+
+def inserted_object_captions(captions: Sequence[str], image_ids: Sequence[str], claims: Sequence[Sequence[Claim]],
+                             *, seed: int = 0) -> list[str | None]:
+    """Each caption with an absent object appended ("..., and a green triangle."), taken
+    from the entity claims of other images' captions (`claims[i]`: caption i's claims);
+    None where no other image offers an object this image's claims do not mention. The
+    choice depends only on `seed` and the row's position."""
+    own: dict[str, set[str]] = {}
+    for image, found in zip(image_ids, claims):
+        words = own.setdefault(str(image), set())
+        for claim in found:
+            words |= _object_words(claim)
+    out: list[str | None] = []
+    for i, (caption, image) in enumerate(zip(captions, image_ids)):
+        candidates = sorted({(c.span or c.text).strip() for other, found in zip(image_ids, claims)
+                             if str(other) != str(image) for c in found
+                             if c.type == "entity" and _object_words(c) and not _object_words(c) <= own[str(image)]})
+        if not candidates:
+            out.append(None)
+            continue
+        phrase = random.Random(f"{seed}:{i}").choice(candidates)
+        if not _ARTICLE.match(phrase):
+            phrase = ("an " if phrase[0].lower() in "aeiou" else "a ") + phrase
+        out.append(f"{caption.rstrip().rstrip('.')}, and {phrase}.")
+    return out
+
+
+def insertion_probe(
+    metric: str,
+    precision_before: Sequence[float],
+    precision_after: Sequence[float],
+    coverage_before: Sequence[float],
+    coverage_after: Sequence[float],
+    groups: Sequence,
+    *,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> list[ProbeRow]:
+    """Two rows: `insert_precision_drop` = mean precision before − after (positive: the
+    inserted object was noticed) and `insert_coverage_change` = mean coverage after − before
+    (0: coverage ignores what was added), each over the captions scored both ways."""
+    rows = []
+    for probe, before, after, sign in (("insert_precision_drop", precision_before, precision_after, 1.0),
+                                       ("insert_coverage_change", coverage_before, coverage_after, -1.0)):
+        b, a = np.asarray(before, float), np.asarray(after, float)
+        ok = np.isfinite(b) & np.isfinite(a)
+
+        def change(idx: np.ndarray, b=b, a=a, ok=ok, sign=sign) -> float:
+            idx = idx[ok[idx]]
+            return float(sign * (b[idx].mean() - a[idx].mean())) if len(idx) else math.nan
+
+        low, high = bootstrap_ci(change, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+        n = int(ok.sum())
+        detail = f"before {b[ok].mean():.4g}, after {a[ok].mean():.4g}" if n else "no caption scored"
+        rows.append(ProbeRow(metric, probe, change(np.arange(len(b))), low, high, n, detail))
+    return rows

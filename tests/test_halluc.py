@@ -1,0 +1,200 @@
+"""The halluc metric: claims of a caption checked on the original image (precision), the
+references' claims or the QA bank checked on the reconstruction (coverage), and their F.
+
+Scripted models (`halluc_fakes`): the claim splitter names two claims per coloured shape
+(an entity and an attribute depending on it), the judge reads the pixels and says P(yes) =
+0.9 for a true claim, 0.2 for a false one; the expected values below are written out by
+hand from those two numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from PIL import Image
+
+import caprecon
+from caprecon.core.errors import ConfigError
+from caprecon.core.replies import ParseTally
+from caprecon.data.images import open_image
+from caprecon.data.samples import Sample
+from caprecon.metrics.base import Context
+from caprecon.metrics.claims import extract_claims, levels
+from caprecon.metrics.halluc import Hallucination
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.run.config import RunConfig
+from caprecon.stats.probes import inserted_object_captions, insertion_probe
+from caprecon.store.index import Store
+from halluc_fakes import NO, YES, ClaimLLM, PixelJudge
+from oracle import OracleGenerator, render
+
+SPEC = ReconstructionSpec(max_side=96)
+
+
+def _items(rows: list[tuple[str, str, str, list[str]]], folder) -> list:
+    """(id, scene drawn as the image, caption, references) -> opened samples."""
+    out = []
+    for sid, drawn, caption, refs in rows:
+        path = folder / f"{abs(hash(drawn))}.png"
+        render(drawn, 96, 96).save(path)
+        out.append(open_image(Sample(id=sid, image=path, caption=caption, refs=refs, image_id=drawn)))
+    return out
+
+
+def test_claim_lists_are_read_strictly_repaired_retried_or_dropped():
+    llm, ctx, tally = ClaimLLM(), Context(Store.temporary()), ParseTally()
+    captions = ["a red circle", "fenced a blue square", "prose a green triangle", "garbled words",
+                "hopeless words", "sloppy a yellow square"]
+    sets = extract_claims(ctx, llm, captions, tally=tally)
+    texts = [[c.text for c in s.claims] for s in sets]
+    assert texts[0] == ["there is a red shape", "the red shape is a circle"]
+    assert texts[1] == ["there is a blue shape", "the blue shape is a square"]  # fence and trailing comma
+    assert texts[2] == ["there is a green shape", "the green shape is a triangle"]  # quotes and prose
+    assert texts[3] == ["there is a red shape", "the red shape is a circle"]  # what the retry said
+    assert sets[4].claims == () and sets[4].unreadable
+    assert [c.depends_on for c in sets[0].claims] == [(), (0,)]
+    sloppy = sets[5]
+    assert sloppy.dropped == 2 and len(sloppy.claims) == 2  # no text; an unknown type
+    assert sloppy.claims[0].depends_on == ()  # it named a later claim
+    assert sloppy.claims[0].span == "yellow square"
+    assert tally.to_dict() == {"strict": 1, "repaired": 3, "retried": 1, "dropped": 1,
+                               "drop_reasons": {"not JSON": 1}}
+    asked = len(llm.prompts)
+    again = extract_claims(ctx, llm, captions)  # cached per (LLM, caption)
+    assert len(llm.prompts) == asked and again == sets
+
+
+def test_levels_follow_dependencies():
+    from caprecon.metrics.claims import Claim
+
+    claims = [Claim("a", "entity", "?"), Claim("b", "attribute", "?", depends_on=(0,)),
+              Claim("c", "relation", "?", depends_on=(0, 1)), Claim("d", "entity", "?")]
+    assert levels(claims) == [0, 1, 2, 0]
+
+
+def test_a_false_parent_gates_its_children_and_one_batch_per_level(tmp_path):
+    # image: red circle, blue square; the caption claims a green triangle (absent: its shape is
+    # never asked) and a blue circle (present, wrong shape: asked, false)
+    items = _items([("a", "a red circle and a blue square", "a red circle and a green triangle and a blue circle", []),
+                    ("b", "a yellow square", "a yellow square", [])], tmp_path)
+    judge = PixelJudge()
+    rows = Hallucination(judge, ClaimLLM()).score(items, Context(Store.temporary()))
+    # level 0: the 3 + 1 entity claims; level 1: the attributes of present shapes only (2 + 1)
+    assert [len(b) for b in judge.batches] == [4, 3]
+    asked = [q for batch in judge.batches for _, q in batch]
+    assert "Is the green shape a triangle?" not in asked
+    assert {q for _, q in judge.batches[0]} == {"Is there a red shape?", "Is there a green shape?",
+                                                "Is there a blue shape?", "Is there a yellow shape?"}
+    assert (rows[0]["halluc_asked"], rows[0]["halluc_skipped"]) == (5, 1)
+    assert (rows[1]["halluc_asked"], rows[1]["halluc_skipped"]) == (2, 0)
+    gated = [u for u in rows[0]["halluc_unsupported"] if u["gated"]]
+    assert [(u["claim"], u["p_yes"]) for u in gated] == [("the green shape is a triangle", 0.0)]
+
+
+def test_precision_coverage_and_f_by_hand(tmp_path):
+    image = tmp_path / "scene.png"
+    render("a red circle and a blue square", 96, 96).save(image)
+    sample = {"id": "a", "image": str(image), "caption": "a red circle and a green triangle and a blue circle",
+              "refs": ["a red circle and a blue square"]}
+    judge = PixelJudge()
+    res = caprecon.score([sample], ["halluc"], generator=OracleGenerator(), judge=judge, llm=ClaimLLM(),
+                         max_side=96, beta=2.0)
+    row = res.records[0]
+    # on I: red shape yes, red circle yes, green shape no, green triangle gated (0), blue shape yes,
+    # blue circle no (a square)
+    precision = (YES + YES + NO + 0 + YES + NO) / 6
+    # the reference's claims on Î (red circle, green triangle, blue circle): blue square no
+    coverage = (YES + YES + YES + NO) / 4
+    assert row["halluc"] == pytest.approx(precision)
+    assert row["halluc/entity"] == pytest.approx((YES + NO + YES) / 3)
+    assert row["halluc/attribute"] == pytest.approx((YES + 0 + NO) / 3)
+    assert row["halluc_rate"] == pytest.approx(3 / 6)
+    assert row["halluc_coverage"] == pytest.approx(coverage)
+    assert row["halluc_coverage/attribute"] == pytest.approx((YES + NO) / 2)
+    assert row["halluc_coverage_source"] == "references"
+    assert row["halluc_f"] == pytest.approx(5 * precision * coverage / (4 * precision + coverage))  # beta 2
+    assert [(u["claim"], u["span"]) for u in row["halluc_unsupported"]] == [
+        ("there is a green shape", "green triangle"), ("the green shape is a triangle", "triangle"),
+        ("the blue shape is a circle", "circle")]
+    # the pair (and F) side by side in the summary
+    metrics = res.summary["metrics"]
+    assert list(metrics)[:4] == ["halluc", "halluc_coverage", "halluc_f", "halluc_rate"]
+    assert metrics["halluc_coverage"]["mean"] == pytest.approx(coverage)
+    f1 = caprecon.score([sample], ["halluc-f"], generator=OracleGenerator(), judge=judge, llm=ClaimLLM(),
+                        max_side=96)
+    assert f1.records[0]["halluc_f"] == pytest.approx(2 * precision * coverage / (precision + coverage))
+    assert f1.metric_names == ["halluc_f"]
+
+
+def test_precision_needs_no_generator_and_beta_is_checked(tmp_path):
+    image = tmp_path / "scene.png"
+    render("a red circle", 96, 96).save(image)
+    res = caprecon.score([{"id": "a", "image": str(image), "caption": "a red circle"}], ["halluc"],
+                         judge=PixelJudge(), llm=ClaimLLM())
+    assert res.records[0]["halluc"] == pytest.approx(YES) and "halluc_coverage" not in res.records[0]
+    assert list(res.summary["metrics"]) == ["halluc", "halluc_rate"]
+    for bad in (0, -1.0, math.nan, True):
+        with pytest.raises(ConfigError, match="--beta"):
+            RunConfig(beta=bad)
+
+
+def test_coverage_is_the_turing_value_when_a_bank_is_given(tmp_path):
+    import json
+
+    image = tmp_path / "scene.png"
+    render("a red circle and a blue square", 96, 96).save(image)
+    bank = tmp_path / "bank.jsonl"
+    questions = [{"image_id": "s", "question": f"Is there a {c} shape in the image?", "type": "yesno",
+                  "answer": a, "category": "perception"} for c, a in (("red", "yes"), ("blue", "yes"), ("green", "no"))]
+    bank.write_text("\n".join(json.dumps(q) for q in questions) + "\n")
+    sample = {"id": "a", "image": str(image), "image_id": "s", "caption": "a red circle and a green square"}
+    res = caprecon.score([sample], ["halluc", "turing"], generator=OracleGenerator(), judge=PixelJudge(),
+                         llm=ClaimLLM(), qa_bank=str(bank), max_side=96)
+    row = res.records[0]
+    # Î shows a red circle and a green square: red yes (right), blue no (wrong), green yes (wrong)
+    assert row["turing"] == pytest.approx(1 / 3)
+    assert row["halluc_coverage"] == row["turing"] and row["halluc_coverage_source"] == "turing"
+    assert row["halluc_coverage/perception"] == row["turing/perception"]
+
+
+def test_an_inserted_absent_object_lowers_precision_and_leaves_coverage(tmp_path):
+    scenes = ["a red circle and a blue square", "a green triangle", "a yellow square"]
+    items = _items([(str(i), s, s, [s]) for i, s in enumerate(scenes)], tmp_path)
+    llm, judge, ctx = ClaimLLM(), PixelJudge(), Context(Store.temporary())
+    claims = [s.claims for s in extract_claims(ctx, llm, scenes)]
+    inserted = inserted_object_captions(scenes, scenes, claims, seed=0)
+    for caption, original in zip(inserted, scenes):
+        assert caption.startswith(original + ", and a ")
+        added = caption[len(original) + len(", and a "):-1]
+        assert added.split()[0] not in original  # another image's shape, in a colour this image lacks
+    metric = Hallucination(judge, llm, generator=OracleGenerator(), spec=SPEC)
+    before = metric.score(items, ctx)
+    after_items = _items([(str(i), s, c, [s]) for i, (s, c) in enumerate(zip(scenes, inserted))], tmp_path)
+    after = metric.score(after_items, ctx)
+    for b, a in zip(before, after):
+        assert b["halluc"] == pytest.approx(YES)
+        assert a["halluc"] < b["halluc"]
+        assert a["halluc_coverage"] == pytest.approx(b["halluc_coverage"])
+    drop, change = insertion_probe("halluc", [r["halluc"] for r in before], [r["halluc"] for r in after],
+                                   [r["halluc_coverage"] for r in before], [r["halluc_coverage"] for r in after],
+                                   scenes, n_bootstrap=50)
+    # each caption gained an absent entity (0.2) and its gated attribute (0) to its 2k true claims
+    expected_after = [(4 * YES + NO) / 6, (2 * YES + NO) / 4, (2 * YES + NO) / 4]
+    assert drop.probe == "insert_precision_drop"
+    assert drop.value == pytest.approx(YES - sum(expected_after) / 3)
+    assert change.probe == "insert_coverage_change" and change.value == pytest.approx(0.0)
+
+
+def test_no_other_image_offers_an_absent_object():
+    from caprecon.metrics.claims import Claim
+
+    red = [Claim("there is a red shape", "entity", "?", span="red circle")]
+    assert inserted_object_captions(["a red circle", "a red circle too"], ["x", "y"], [red, red]) == [None, None]
+
+
+def test_unused_image_rows_keep_their_own_image():
+    # a sample whose image is not a file: Image objects work the same way
+    items = [open_image(Sample(id="a", image=Image.new("RGB", (32, 32), "white"), caption="a red circle"))]
+    rows = Hallucination(PixelJudge(), ClaimLLM()).score(items, Context(Store.temporary()))
+    assert rows[0]["halluc"] == pytest.approx(NO / 2)  # red shape absent; its attribute gated
