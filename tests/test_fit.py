@@ -290,3 +290,12 @@ def test_fit_on_one_file_evaluate_on_another(tmp_path, capsys):
     expected = kendall_tau(model.predict(x_second), [float(r["human"]) for r in second], "b")
     assert float(row["value"]) == pytest.approx(expected)
     assert "fused-linear (fit on first.jsonl) vs m0" in capsys.readouterr().out
+
+    # the weights, in fit-weights.csv and in the report's table of what each fused metric is made of
+    weights = {(r["fused"], r["component"]): float(r["value"]) for r in table(out / "fit-weights.csv")
+               if r["judgments"] == "second.jsonl"}
+    assert weights[("fused-linear (fit on first.jsonl)", "m0")] == pytest.approx(model["r"].coef_[0])
+    assert weights[("fused-linear (fit on first.jsonl)", "m1")] == pytest.approx(model["r"].coef_[1])
+    html = (out / "report.html").read_text()
+    assert 'id="fit-table"' in html and f'data-v="{float(model["r"].coef_[0])!r}"' in html
+    assert 'data-points="60"' in html  # second.jsonl's out-of-fold scatter among the metric scatters

@@ -244,6 +244,8 @@ def meta_tables(run: Path) -> dict[str, Any]:
         out["probes"] = read_table(run / "probes.csv")
     if (run / "verify.csv").is_file():  # `meta verify`: ours beside the published values
         out["verify"] = read_table(run / "verify.csv")
+    if (run / "fit-weights.csv").is_file():  # `meta --fit`: what each fitted combination is made of
+        out["fit_weights"] = read_table(run / "fit-weights.csv")
     out["scores"] = {path.stem[len("scores-"):]: read_table(path) for path in sorted(run.glob("scores-*.csv"))}
     return out
 

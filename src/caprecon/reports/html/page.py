@@ -165,9 +165,11 @@ def _meta(run: Path) -> dict[str, Any] | None:
         scatters.append((file, [c for c in charts if c]))
     probes = tables.get("probes", [])
     verify = tables.get("verify", [])
+    weights = tables.get("fit_weights", [])
     return {"agreement": agreement, "columns": columns, "text_columns": META_TEXT_COLUMNS, "scatters": scatters,
             "probes": probes, "probe_columns": list(probes[0]) if probes else [],
-            "verify": verify, "verify_columns": list(verify[0]) if verify else []}
+            "verify": verify, "verify_columns": list(verify[0]) if verify else [],
+            "fit_weights": weights, "fit_weight_columns": list(weights[0]) if weights else []}
 
 
 def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
@@ -259,7 +261,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     sections += [(f"categories-{b['metric']}", "Caption Turing Test" if b["metric"] == "turing" else b["metric"])
                  for b in categories]
     sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else []),
-                 *([("verify", "Published values")] if meta["verify"] else [])] if meta else []
+                 *([("verify", "Published values")] if meta["verify"] else []),
+                 *([("fit", "Fitted combinations")] if meta["fit_weights"] else [])] if meta else []
     sections += [("bank", "Question bank"), ("bank-gallery", "Questions per image")] if bank else []
     sections += [("candidates", "Candidates")] if best_of_n else []
     sections += [("gallery", "Gallery")] if gallery else []
