@@ -11,7 +11,7 @@
 - `fit.csv` (every result's rows) and `fit-weights.csv` (every result's weights).
 
 The `meta` HTML report shows the fused rows and their scatter through `meta.csv` and the
-`scores-*.csv` columns, which the command adds.
+`scores-*.csv` columns, which the command adds, and `fit-weights.csv` as a table of its own.
 """
 
 from __future__ import annotations
