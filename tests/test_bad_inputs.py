@@ -2,15 +2,18 @@
 does with it — one clear line and exit 2 for the run as a whole, a row error for one row.
 The test prints the catalogue as a table (kind -> outcome) and checks every entry."""
 
+import base64
 import io
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from caprecon.cli import main
+from tiny_vlm import build_qwen2_lm
 
 
 def _write(path, text, encoding="utf-8"):
@@ -41,6 +44,7 @@ class Workspace:
 
     def __init__(self, root, tiny_clip, tiny_sd, tiny_dinov2):
         self.root, self.tiny_clip, self.tiny_sd, self.tiny_dinov2 = root, tiny_clip, tiny_sd, tiny_dinov2
+        self.tiny_lm = build_qwen2_lm(root / "text-lm")
         Image.fromarray(np.random.default_rng(0).integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(root / "pic.png")
         self.good = [{"id": "a", "image": "pic.png", "caption": "a picture"}]
         self.ok = _jsonl(root / "in.jsonl", self.good)
@@ -62,6 +66,17 @@ class Workspace:
         if not (run / "scores.jsonl").exists():
             assert main(self.score(self.rows("clip.jsonl", self.good), out="run-clip")) == 0
         return run
+
+    def shards(self, name, captions):
+        """Two shards of an input of two images, one caption each, scored with clipscore."""
+        Image.new("RGB", (16, 16), (200, 10, 10)).save(self.root / "red.png")
+        rows = self.rows(f"{name}.jsonl", [{"id": f"{name}-{i}", "image": image, "caption": caption}
+                                          for i, (image, caption) in enumerate(zip(("pic.png", "red.png"), captions))])
+        folders = [self.root / f"{name}-shard{i}" for i in range(2)]
+        for i, folder in enumerate(folders):
+            if not (folder / "manifest.json").exists():
+                assert main(self.score(rows, "--shard", f"{i}/2", out=folder.name)) == 0
+        return [str(f) for f in folders]
 
     def unwritable(self):
         if os.geteuid() == 0:  # permissions do not stop root; a folder under /sys does
@@ -134,7 +149,7 @@ WHOLE_FILE = {
        for value in ("nan", "-1", "2", "inf")},
     "--vqa-template with another placeholder": lambda w: (
         w.score(w.ok, "-m", "vqascore", "--judge", str(w.root / "no-judge"), "--vqa-template", "{foo}"), 2,
-        "--vqa-template must hold {caption} and no other"),
+        "--vqa-template must contain {caption} and no other"),
     "a .parquet file that is not parquet": lambda w: (
         w.score(w.file("fake.parquet", "id,caption\n")), 2, "not a readable parquet file"),
     "a caption with a lone surrogate": lambda w: (
@@ -148,6 +163,41 @@ WHOLE_FILE = {
     "a CSV quote never closed": lambda w: (
         w.score(w.file("quote.csv", 'id,image,caption\na,pic.png,"a cat\nb,pic.png,a dog\n')), 2,
         "quote.csv:2: a quote opened on this row is never closed"),
+    # issue 22: options the backend would have taken silently, or failed on every row
+    "--generator-opt steps=-1": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "steps=-1"), 2, "steps must be at least 1, not -1"),
+    "--generator-opt steps=0": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "steps=0"), 2, "steps must be at least 1, not 0"),
+    "--generator-opt guidance=inf": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "guidance=inf"), 2,
+        "--generator-opt guidance='inf': guidance must be a finite number"),
+    "--generator-opt steps=2.5": lambda w: (
+        w.score(w.ok, *w.sd, "--generator-opt", "steps=2.5"), 2, "--generator-opt steps=2.5: steps must be a whole"),
+    "a text-only model as --judge": lambda w: (
+        w.score(w.ok, "-m", "vqascore", "--judge", str(w.tiny_lm)), 2, "a text-only language model (qwen2) cannot see"),
+    "a suite TSV whose base64 is not an image": lambda w: (
+        ["suite", "--suite", "mme", "--data", str(w.file("mme.tsv", "index\timage\tquestion\tanswer\tcategory\n0\t"
+                                                          + base64.b64encode(b"no picture in here, only words").decode()
+                                                          + "\tIs there a card?\tYes\tcolor\n")),
+         "--captions", f"x={w.file('suite-captions.jsonl', '')}", "--generator", str(w.tiny_sd),
+         "--judge", str(w.tiny_dinov2), "--cache-dir", str(w.root / "cache"), "-q"], 2,
+        "mme.tsv:2: the base64 `image` is not a picture"),
+    "cttd build --taxonomy with a name that is not text": lambda w: (
+        ["cttd", "build", "--images", str(w.root), "--out", str(w.root / "cttd"), "--taxonomy",
+         str(w.file("taxonomy.json", '[{"name": 1}]'))], 2, "taxonomy.json item 1: needs a 'name' that is non-empty text"),
+    **{f"t2i --limit {n}": (lambda n: lambda w: (
+        ["t2i", "--input", str(w.ok), "--generator", str(w.tiny_sd), "--limit", n], 2,
+        f"argument --limit: must be at least 1, not {n}"))(n) for n in ("0", "-2")},
+    # issue 22: merges that went through
+    "merge shards of different inputs": lambda w: (
+        ["merge", w.shards("one", ("a cat", "a dog"))[0], w.shards("two", ("a cow", "a hen"))[1],
+         "--out", str(w.root / "merged-mix")], 2, "are shards of different inputs"),
+    "merge --out one of the shards": lambda w: (
+        ["merge", *w.shards("one", ("a cat", "a dog")), "--out", w.shards("one", ("a cat", "a dog"))[1]], 2,
+        "is one of the shards; merge into a new folder"),
+    "merge --out another run": lambda w: (
+        ["merge", *w.shards("one", ("a cat", "a dog")), "--out", str(w.scored_run())], 2,
+        "already holds something other than a merge of these shards"),
     "a NUL in an image path": lambda w: (
         w.score(w.rows("nul.jsonl", [{**w.good[0], "image": "pic\0.png"}])), 1, "row(s) failed"),
 }
@@ -337,3 +387,40 @@ def test_bad_rows(tmp_path, tiny_clip, capsys):
         print(f"\n{'kind'.ljust(width)}  outcome")
         for kind, outcome in table:
             print(f"{kind.ljust(width)}  {outcome}")
+
+
+@pytest.fixture
+def read_only_cache(ws, monkeypatch):
+    """A healthy cache on what behaves as a read-only mount: no write permission, and SQLite
+    cannot open its index read-write (root ignores the permission bits; a mount does not)."""
+    import shutil
+    import sqlite3
+
+    ws.scored_run()  # fills ws.root / "cache"
+    cache = ws.root / "ro-cache"
+    if not cache.exists():
+        shutil.copytree(ws.root / "cache", cache)
+    for path in [cache, *cache.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    connect = sqlite3.connect
+
+    def read_only_mount(database, *args, **kwargs):
+        if not kwargs.get("uri") and Path(str(database)).parent == cache:
+            raise sqlite3.OperationalError("unable to open database file")
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", read_only_mount)
+    yield cache
+    for path in [cache, *cache.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+
+
+@pytest.mark.parametrize("repair", [False, True], ids=["verify", "verify --repair"])
+def test_cache_verify_on_a_read_only_cache(read_only_cache, repair, capsys):
+    before = sorted(p.name for p in read_only_cache.iterdir())
+    code, out, err = _run(["cache", "verify", "--cache-dir", str(read_only_cache), *(["--repair"] * repair)], capsys)
+    if repair:
+        _expect(code, err, 2, "is read-only here; --repair needs write access")
+    else:
+        assert code == 0 and "index: ok" in out and "entries checked: 0" not in out, out + err
+    assert sorted(p.name for p in read_only_cache.iterdir()) == before  # nothing moved aside or added

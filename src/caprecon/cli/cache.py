@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from caprecon.core.paths import default_cache_dir
-from caprecon.store.index import INDEX, Store, StoreError, StoreReadOnlyError, read_verified, sha256
+from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
+                                  sha256)
 
 ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
 
@@ -137,7 +138,11 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
     index = root / INDEX
     if not index.exists():
         raise StoreError(f"no cache at {root} (no {INDEX} there)")
-    problem = _index_problem(index)
+    writable = is_writable(root)
+    if repair and not writable:
+        raise StoreReadOnlyError(f"cache {root} is read-only here; --repair needs write access to the folder "
+                                 "(without --repair, verify only reads)")
+    problem = _index_problem(index, read_only=not writable)
     if problem:
         report["index"] = f"damaged: {problem}"
         if not repair:
@@ -201,14 +206,17 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
     return report
 
 
-def _index_problem(index: Path) -> str | None:
+def _index_problem(index: Path, *, read_only: bool) -> str | None:
     try:
-        db = sqlite3.connect(index, timeout=60)
+        # read-only, SQLite cannot make the reader files of a WAL index: read it as the store does
+        db = Store(index.parent, read_only=True)._connect() if read_only else sqlite3.connect(index, timeout=60)
         try:
             result = db.execute("PRAGMA integrity_check").fetchall()
             db.execute("SELECT count(*) FROM results").fetchone()
         finally:
             db.close()
+    except StoreError as exc:  # the read-only store found the damage first
+        return str(exc)
     except sqlite3.DatabaseError as exc:
         return str(exc)
     return None if result == [("ok",)] else "; ".join(r[0] for r in result[:5])

@@ -15,7 +15,11 @@ Every command (score, caption, t2i, suite, cttd build) builds its models through
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
+import types
+import typing
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -38,13 +42,82 @@ def build_model(role: str, spec: Any, options: Mapping[str, Any] | None = None, 
     remember_options(options)  # masked in logs, messages and manifests from here on
     if spec is None:
         raise ConfigError(f"this run needs a {role}: set --{setting} (see `caprecon models`)")
+    flag = f"--{setting}-opt" if setting in _OPTION_FLAGS else f"--{setting}"
+    check_option_types(_constructor(role, spec), options, flag)  # before the backend converts them
     try:
         model = registry.build(role, spec, **options)
     except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
         shown = ", ".join(f"{k}={v!r}" for k, v in redact(options).items()) or "none"
         raise ConfigError(f"--{setting} {spec!r}: bad {role} or options ({shown}): {exc}") from None
     check_model_kind(role, setting, model)
+    check_option_types(type(model), options, flag)  # a factory may pass options on to the class it picks
     return model
+
+
+def _constructor(role: str, spec: Any) -> Any:
+    """What `registry.build` calls for a registry name or a model path; None for an object or
+    a plug-in (`module:Class`), which are not imported here."""
+    if not isinstance(spec, str) or role not in registry.ROLES:
+        return None
+    table, default_backend = registry.ROLES[role]
+    if spec in table:
+        target = table[spec].factory
+    elif ":" in spec and "/" not in spec and "\\" not in spec:
+        return None
+    else:
+        target = default_backend
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name, None)
+
+
+# the settings whose options come from a --NAME-opt flag
+_OPTION_FLAGS = ("generator", "embedder", "judge", "llm", "captioner")
+
+
+def check_option_types(constructor: Any, options: Mapping[str, Any], flag: str) -> None:
+    """Each option that `constructor` declares must have the declared type (a float a finite
+    number): backends convert with int()/float() or pass a value on, so a wrong type would
+    otherwise surface only when the model runs, as one error per row, or never."""
+    if constructor is None:
+        return
+    if isinstance(constructor, type):
+        constructor = constructor.__init__
+    try:
+        hints = typing.get_type_hints(constructor)
+    except (NameError, TypeError, AttributeError):  # an annotation this Python cannot evaluate: left to the backend
+        return
+    for key, value in options.items():
+        expected = hints.get(key)
+        if expected is not None and not _has_type(value, expected):
+            raise ConfigError(f"{flag} {key}={value!r}: {key} must be {_describe(expected)}")
+
+
+def _has_type(value: Any, expected: Any) -> bool:
+    origin = typing.get_origin(expected)
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, arg) for arg in typing.get_args(expected))
+    if expected is Any or isinstance(expected, typing.TypeVar):
+        return True
+    if expected is type(None):
+        return value is None
+    if expected is bool:
+        return isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if expected is Path:
+        return isinstance(value, (str, Path))
+    cls = origin or expected
+    return not isinstance(cls, type) or isinstance(value, cls)
+
+
+def _describe(expected: Any) -> str:
+    if typing.get_origin(expected) in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in typing.get_args(expected))
+    names = {int: "a whole number", float: "a finite number", bool: "true or false", str: "text",
+             type(None): "unset (null)", Path: "a path"}
+    return names.get(expected, getattr(typing.get_origin(expected) or expected, "__name__", str(expected)))
 
 
 def check_model_kind(role: str, setting: str, model: Any) -> None:

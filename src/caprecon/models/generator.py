@@ -79,6 +79,10 @@ class DiffusersGenerator:
         cpu_offload: bool = False,
         call_kwargs: dict[str, Any] | None = None,
     ):
+        if int(steps) < 1:
+            raise ValueError(f"steps must be at least 1, not {steps}")
+        if guidance is not None and not guidance >= 0:
+            raise ValueError(f"guidance must be 0 or more, not {guidance}")
         self.source: ModelSource = resolve_source(model, revision, kind="generator")
         self.steps = int(steps)
         self.guidance = guidance

@@ -13,6 +13,7 @@ once, and writes the folder the unsharded run would have written.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -57,7 +58,22 @@ def select_shard(samples: Sequence[Sample], shard: tuple[int, int]) -> tuple[lis
     index, count = shard
     positions = shard_positions(samples, count)[index]
     return [samples[p] for p in positions], {"index": index, "count": count, "input_rows": len(samples),
-                                             "positions": positions}
+                                             "input": input_fingerprint(samples), "positions": positions}
+
+
+def input_fingerprint(samples: Sequence[Sample]) -> str:
+    """What the whole input's rows say (id, image, caption, references), hashed: shards of one
+    input agree on it, and shards of two inputs of the same length do not."""
+    digest = hashlib.sha256()
+    for sample in samples:
+        image = sample.image
+        if isinstance(image, bytes):
+            image = hashlib.sha256(image).hexdigest()
+        elif not isinstance(image, (str, Path, dict, type(None))):  # a decoded picture: its repr is an address
+            image = None
+        digest.update(json.dumps([sample.id, sample.image_id, image, sample.caption, list(sample.refs or [])],
+                                 default=repr).encode("utf-8"))
+    return digest.hexdigest()[:24]
 
 
 def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
@@ -78,6 +94,9 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
             raise ConfigError(f"{folder} is shard {shard['index']}/{shard['count']} of {shard['input_rows']} rows, "
                               f"but {folders[0]} is of {count} shards of {first['shard']['input_rows']} rows: "
                               "not the same sharded run")
+        if shard.get("input") != first["shard"].get("input"):
+            raise ConfigError(f"{folder} and {folders[0]} are shards of different inputs (the rows' ids, images or "
+                              "captions differ); only shards of one input can be merged")
         if _comparable(manifest) != _comparable(first):
             raise ConfigError(f"{folder} was scored with other settings or metrics than {folders[0]}; "
                               "only shards of one run can be merged")
@@ -87,6 +106,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     missing = sorted(set(range(count)) - set(seen))
     if missing:
         raise ConfigError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge needs all {count}")
+    _check_merge_target(Path(out), [seen[i] for i in range(count)])
 
     by_position: dict[int, dict[str, Any]] = {}
     for folder, manifest in zip(map(Path, folders), manifests):
@@ -116,6 +136,26 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
                      "seconds": round(sum(m.get("seconds") or 0 for m in manifests), 3)})
     write_run(out_dir, summary, manifest)
     return summary
+
+
+def _check_merge_target(out: Path, shards: list[Path]) -> None:
+    """`out` is new, empty, or this same merge done before: never a shard (it would be
+    overwritten while being read) nor another run (its scores replaced, its report left)."""
+    resolved = out.resolve()
+    for shard in shards:
+        if shard.resolve() == resolved:
+            raise ConfigError(f"--out {out} is one of the shards; merge into a new folder")
+    if out.is_file():
+        raise ConfigError(f"--out {out} is a file; give a folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    try:
+        earlier = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("merged_from")
+    except (OSError, ValueError, AttributeError):
+        earlier = None
+    if earlier is None or sorted(Path(p).resolve() for p in earlier) != sorted(s.resolve() for s in shards):
+        raise ConfigError(f"--out {out} already holds something other than a merge of these shards; merge into a "
+                          "new or empty folder")
 
 
 def _manifest(folder: Path) -> dict[str, Any]:

@@ -76,8 +76,10 @@ def load_taxonomy(path: str | Path) -> tuple[Category, ...]:
         raise TaxonomyError(f"{path}: a taxonomy is a non-empty JSON list of {{\"name\", \"description\"}}")
     out, seen = [], set()
     for i, entry in enumerate(data, 1):
-        if not isinstance(entry, dict) or not str(entry.get("name") or "").strip():
-            raise TaxonomyError(f"{path} item {i}: needs a non-empty 'name'")
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise TaxonomyError(f"{path} item {i}: needs a 'name' that is non-empty text")
+        if not isinstance(entry.get("description", ""), (str, type(None))):
+            raise TaxonomyError(f"{path} item {i}: 'description' must be text")
         name = category_slug(entry["name"])
         if name in seen:
             raise TaxonomyError(f"{path} item {i}: category {name!r} appears twice")

@@ -97,9 +97,11 @@ class BuildConfig:
             raise ValueError(f"box_coords must be normalized, 1000 or pixel, got {self.box_coords!r}")
         if len(self.density_band) != 2 or not 0 <= self.density_band[0] < self.density_band[1] <= 1:
             raise ValueError(f"density_band must be two quantiles 0 <= low < high <= 1, got {self.density_band}")
-        if self.taxonomy not in ("paper", "discover") and not Path(self.taxonomy).is_file():
-            raise ValueError(f"taxonomy must be 'paper', 'discover' or a taxonomy JSON file; {self.taxonomy!r} is "
-                             f"none of these")
+        if self.taxonomy not in ("paper", "discover"):
+            if not Path(self.taxonomy).is_file():
+                raise ValueError(f"taxonomy must be 'paper', 'discover' or a taxonomy JSON file; {self.taxonomy!r} "
+                                 f"is none of these")
+            categorise.load_taxonomy(self.taxonomy)  # a bad file stops here, before stage 1's models run
         for name in ("qas_per_category", "top_k", "questions_per_image", "blind_permutations", "max_new_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1")

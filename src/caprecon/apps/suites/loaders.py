@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from caprecon.core.errors import ConfigError
+from caprecon.data.images import decode_bytes
 from caprecon.data.qa import LETTERS, QABankError, QAItem, parse_item
+from caprecon.data.samples import SampleError
 from caprecon.core.records import read_delimited, read_records
 from caprecon.apps.suites.entries import SuiteEntry
 
@@ -146,6 +148,11 @@ class _Images:
         except (binascii.Error, ValueError):
             raise SuiteFormatError(f"{where}: image is neither a file nor base64 (nor the index of another "
                                    f"row): {value[:40]!r}") from None
+        try:  # else it would fail every judge call on it, after the models have loaded
+            decode_bytes(data, "its base64 image")
+        except SampleError:
+            raise SuiteFormatError(f"{where}: the base64 `image` is not a picture PIL can decode: "
+                                   f"{value[:40]!r}") from None
         image_id = image_id_of(data)
         self.store.setdefault(image_id, data)
         return image_id
