@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS := offline,data,eval,report,serve,cttd,ray,test,docs
 
-.PHONY: demo test test-slow test-all test-extras bench docs cli-docs clean
+.PHONY: demo test test-slow test-all test-extras bench docs cli-docs mutants clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ cli-docs: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/overhead.py
+
+# the mutation check of the headline formulas (scripts/mutants.py): each one-token change of
+# a formula must make a test fail. About 15 minutes on two cores; not part of `make test` or CI.
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache site

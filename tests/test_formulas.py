@@ -113,7 +113,7 @@ TEXTS = {
     "dogs": (0.6, 0.0, 0.8),
     "A photo depicts a kite": (0.6, -0.8, 0.0),
     "a kite": (0.28, 0.96, 0.0),
-    "A photo depicts a boat": (0.8, -0.6, 0.0),
+    "A photo depicts a boat": (0.28, -0.96, 0.0),
     "a boat": (1.0, 0.0, 0.0),
 }
 
@@ -143,8 +143,8 @@ def test_refclipscore_is_the_harmonic_mean_with_the_best_clamped_reference():
              loaded("red", "two dogs", refs=["a kite", "a boat"], sample_id="none")]
     rows = RefClipScore(matcher()).score(items, Context())
     # clipscore 2.5 * 0.6 = 1.5 for both. Reference part: the best cos of the prefixed candidate with
-    # a prefixed reference, clamped at 0: max(-0.28, 0.8) = 0.8, then max(-0.28, 0.0, 0) = 0 (the boat
-    # is orthogonal: 0.48 - 0.48)
+    # a prefixed reference, clamped at 0: max(-0.28, 0.8) = 0.8, then max(-0.28, -0.6, 0) = 0 (the boat:
+    # 0.168 - 0.768)
     assert rows[0]["clipscore"] == pytest.approx(1.5, abs=1e-6)
     assert rows[0]["refclipscore"] == pytest.approx(2 * 1.5 * 0.8 / (1.5 + 0.8), abs=1e-6)
     assert rows[1]["refclipscore"] == pytest.approx(0.0, abs=1e-6)
@@ -320,7 +320,8 @@ def test_relevance_minus_redundancy():
     qa = np.array([[2.0, 0.0], [0.0, 3.0], [0.3, 0.4]])
     e = np.array([1.6, 1.2])
     relevance = [0.8, 0.6, 0.96]
-    # mean cosine of each q_i with all n = 3 (itself included): (1 + 0 + 0.6) / 3, (0 + 1 + 0.8) / 3, (0.6 + 0.8 + 1) / 3
+    # mean cosine of each q_i with all n = 3 (itself included):
+    # (1 + 0 + 0.6) / 3, (0 + 1 + 0.8) / 3, (0.6 + 0.8 + 1) / 3
     redundancy = [1.6 / 3, 1.8 / 3, 2.4 / 3]
     expected = [r - 0.5 * d for r, d in zip(relevance, redundancy)]
     np.testing.assert_allclose(relevance_diversity(qa, e, 0.5), expected, atol=1e-12)
@@ -350,7 +351,7 @@ def test_expected_best_of_n_by_hand():
 
 
 def _pairs(x, y):
-    """Concordant, discordant, tied-in-x-only... counted over every pair by hand."""
+    """Concordant and discordant pairs, and pairs untied in x and in y, counted one pair at a time."""
     concordant = discordant = untied_x = untied_y = 0
     for i, j in itertools.combinations(range(len(x)), 2):
         dx, dy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
@@ -400,3 +401,23 @@ def test_paired_bootstrap_resamples_both_statistics_together():
     assert (d.value_a, d.value_b, d.difference) == pytest.approx((4.5, 3.5, 1.0))
     assert (d.ci_low, d.ci_high) == pytest.approx((0.2 + 0.75 * 0.3, 1.0 + 0.25 * (7 / 3 - 1)), rel=1e-12)
     assert d.p_value == 0.0 and d.n_resamples == 4
+
+
+def test_bootstrapped_tau_of_one_resample_counted_by_hand():
+    """`bootstrap_tau` forms τ's pair counts from draw counts; one resample of one-row groups,
+    expanded by hand and counted pair by pair, checks both variants' formulas (x and y have
+    different ties and numbers of levels, so swapping them or the variants shows)."""
+    from caprecon.stats.bootstrap import bootstrap_tau
+
+    x = np.array([0.1, 0.4, 0.35, 0.8, 0.6, 0.9, 0.4, 0.2])
+    y = np.array([1.0, 2.0, 1.0, 3.0, 3.0, 2.0, 1.0, 1.0])
+    groups = [f"g{k}" for k in range(len(x))]  # names sort in row order
+    # the documented draws: resample r takes groups default_rng(seed).integers(0, n, (resamples, n))[r]
+    rows = np.random.default_rng(5).integers(0, len(x), (1, len(x)))[0]
+    p, q, untied_x, untied_y = _pairs(x[rows], y[rows])
+    n, m = len(rows), min(len(set(x[rows])), len(set(y[rows])))
+    assert untied_x != untied_y and m >= 2
+    by_hand = {"b": (p - q) / math.sqrt(untied_x * untied_y), "c": 2 * (p - q) / (n**2 * (m - 1) / m)}
+    for variant, tau in by_hand.items():
+        low, high = bootstrap_tau(x, y, groups, variant=variant, n_resamples=1, seed=5)
+        assert low == pytest.approx(tau, rel=1e-12) and high == pytest.approx(tau, rel=1e-12)

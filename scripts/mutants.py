@@ -1,0 +1,232 @@
+"""The mutation check of the headline formulas: change each by one token and see a test fail.
+
+    python scripts/mutants.py                 # every mutant (make mutants)
+    python scripts/mutants.py -k recon clip   # those whose name contains one of the words
+
+Each mutant is data: the file (under src/caprecon), a snippet that must occur in it exactly
+once, what replaces it, and the tests that should notice. The script copies src/ to a
+temporary folder, applies one mutant there (never in the working tree), runs its tests with
+PYTHONPATH pointing at the copy, and puts the snippet back. A snippet that no longer occurs
+exactly once is reported as `stale` (the code moved: update the list) rather than skipped.
+First the tests run once on the unchanged copy, which must pass. Exit status 1 when any
+mutant survives or is stale, or the unchanged copy fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FORMULAS = "tests/test_formulas.py"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str  # the formula, and what the mutant does to it
+    file: str  # under src/caprecon
+    original: str
+    mutated: str
+    tests: tuple[str, ...] = (FORMULAS,)
+
+
+MUTANTS = [
+    # ReconScore paper: (1 + cos) / 2; CLIP-Image: the raw cosine of source and reconstruction
+    Mutant("ReconScore (1+cos)/2 -> cos", "metrics/recon.py", "(1.0 + cos) / 2.0", "cos",
+           (FORMULAS, "tests/test_recon.py")),
+    Mutant("ReconScore (1+cos)/2 -> (1-cos)/2", "metrics/recon.py", "(1.0 + cos) / 2.0", "(1.0 - cos) / 2.0"),
+    Mutant("CLIP-Image cos(source, reconstruction) -> cos(source, source)", "metrics/recon.py",
+           "np.sum(source * rebuilt, axis=1)", "np.sum(source * source, axis=1)"),
+    # CLIPScore (Hessel): 2.5 max(cos, 0) with "A photo depicts "; CLIP-S: 100 max(cos, 0), no prefix
+    Mutant("CLIPScore clamp max(cos, 0) removed", "metrics/clipscore.py", "self.weight * np.maximum(cos, 0.0)",
+           "self.weight * cos", (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("CLIPScore weight 2.5 -> 2", "metrics/clipscore.py", "WEIGHT = 2.5", "WEIGHT = 2",
+           (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("CLIPScore prefix removed", "metrics/clipscore.py", 'PREFIX = "A photo depicts "', 'PREFIX = ""',
+           (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("CLIP-S weight 100 -> 1", "metrics/clipscore.py", "CLIP_S_WEIGHT = 100.0", "CLIP_S_WEIGHT = 1.0",
+           ("tests/test_clipscore.py", FORMULAS)),
+    Mutant("CLIP-S gains CLIPScore's prefix", "metrics/clipscore.py", 'prefix: str = "", weight: float = CLIP_S_WEIGHT',
+           "prefix: str = PREFIX, weight: float = CLIP_S_WEIGHT", ("tests/test_clipscore.py", FORMULAS)),
+    # RefCLIPScore: harmonic mean of clipscore and the best (clamped) reference similarity
+    Mutant("RefCLIPScore harmonic -> arithmetic mean", "metrics/clipscore.py",
+           "float(2 * clip_s * ref_part / (clip_s + ref_part))", "float((clip_s + ref_part) / 2)",
+           (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("RefCLIPScore best reference -> mean reference", "metrics/clipscore.py", "np.max(refs @ cand)",
+           "np.mean(refs @ cand)", (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("RefCLIPScore reference clamp removed", "metrics/clipscore.py", "max(float(np.max(refs @ cand)), 0.0)",
+           "float(np.max(refs @ cand))", (FORMULAS, "tests/test_clipscore.py")),
+    Mutant("RefCLIPScore references without the prefix", "metrics/clipscore.py",
+           "[self.prefix + r.strip() for r in item.sample.refs]", "[r.strip() for r in item.sample.refs]",
+           (FORMULAS, "tests/test_clipscore.py")),
+    # VQAScore: P("Yes") at the first answer token, softmax over the whole vocabulary
+    Mutant("answer softmax over the vocabulary -> over positions", "models/llm.py",
+           "torch.log_softmax(logits[i, s : s + c].float(), dim=-1)",
+           "torch.log_softmax(logits[i, s : s + c].float(), dim=0)"),
+    Mutant("VQAScore P('Yes') -> P('yes')", "metrics/vqascore.py", 'asks, images, ["Yes"])', 'asks, images, ["yes"])'),
+    Mutant("VQAScore normalised P(yes)/(P(yes)+P(no)) -> P(no)/(...)", "metrics/vqascore.py",
+           "yes / (yes + no) if", "no / (yes + no) if"),
+    Mutant("VQAScore question wording", "metrics/vqascore.py", 'DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"',
+           'DEFAULT_TEMPLATE = "Does the figure show: {caption}?"'),
+    # the Caption Turing Test: accuracy over questions, boxes by IoU >= threshold, mean IoU
+    Mutant("IoU union + inter instead of - inter", "metrics/grading.py",
+           "(b[2] - b[0]) * (b[3] - b[1]) - inter", "(b[2] - b[0]) * (b[3] - b[1]) + inter",
+           (FORMULAS, "tests/test_qa.py")),
+    Mutant("box correct at IoU >= t -> IoU > t", "metrics/grading.py", "Grade(iou >= iou_threshold,",
+           "Grade(iou > iou_threshold,"),
+    Mutant("Turing mean IoU -> max IoU / n", "metrics/turing.py", "sum(ious[row]) / len(ious[row])",
+           "max(ious[row]) / len(ious[row])"),
+    Mutant("accuracy over questions -> over categories", "metrics/categories.py",
+           "self.total_correct / self.total_asked if", "self.total_correct / len(self.asked) if"),
+    Mutant("Turing gap upper - score -> score - upper", "metrics/turing.py",
+           'row["turing_gap"] = row["turing_upper"] - row["turing"]',
+           'row["turing_gap"] = row["turing"] - row["turing_upper"]'),
+    # CaptionQA: S = (1/k) sum 1[a_i = J(C, q_i)]
+    Mutant("CaptionQA grades the gold answer instead of the LLM's", "metrics/captionqa.py",
+           "score_answer(q, answer,", "score_answer(q, q.answer,"),
+    Mutant("CaptionQA prompt without the caption", "metrics/captionqa.py",
+           'PREAMBLE.replace("{caption}", caption.strip())', 'PREAMBLE.replace("{caption}", "")'),
+    # the Caption Turing Test paper's Eq. 5 (average over datasets) and Eq. 4 (mean |gap| <= sigma)
+    Mutant("Eq. 5 mean over datasets -> max", "apps/suites/table.py", "sum(values) / len(values)", "max(values)"),
+    Mutant("Eq. 4 |J(I) - J(Î)| -> J(I) - J(Î)", "apps/suites/table.py",
+           "abs(self.score(UPPER, d.name) - self.score(row, d.name))",
+           "(self.score(UPPER, d.name) - self.score(row, d.name))"),
+    Mutant("Eq. 4 <= sigma -> < sigma", "apps/suites/table.py", "value <= self.sigma", "value < self.sigma"),
+    # Eq. 7: cos(q_i, e) - alpha (1/n) sum_j cos(q_i, q_j)
+    Mutant("Eq. 7 minus redundancy -> plus", "apps/cttd/rank.py", "q @ e - alpha *", "q @ e + alpha *"),
+    Mutant("Eq. 7 (1/n) sum -> sum", "apps/cttd/rank.py", "(q @ q.T).mean(axis=1)", "(q @ q.T).sum(axis=1)"),
+    # best-of-N: E[best of n] = sum_k s_(k) C(k-1, n-1) / C(N, n), averaged over images with >= n candidates
+    Mutant("N-curve C(k-1, n-1) -> C(k-1, n)", "apps/selection.py", "math.comb(rank, n - 1)", "math.comb(rank, n)",
+           (FORMULAS, "tests/test_caption.py::test_expected_best_equals_enumeration_of_subsets")),
+    Mutant("N-curve ascending -> descending order", "apps/selection.py", "key=lambda i: (scores[i], -i)",
+           "key=lambda i: (-scores[i], -i)",
+           (FORMULAS, "tests/test_caption.py::test_expected_best_equals_enumeration_of_subsets")),
+    Mutant("N-curve mean over images with n candidates -> over all images", "apps/selection.py",
+           "for i in used) / len(used)}", "for i in used) / len(pools)}"),
+    # Kendall tau_b / tau_c, direct and bootstrapped
+    Mutant("kendall_tau ignores the variant (always tau_b)", "stats/correlation.py",
+           "np.asarray(y, float), variant=variant)", 'np.asarray(y, float), variant="b")'),
+    Mutant("bootstrap tau_b sqrt(untied_x untied_y) -> sqrt(untied_x untied_x)", "stats/bootstrap.py",
+           "concordance / np.sqrt(untied_x * untied_y)", "concordance / np.sqrt(untied_x * untied_x)",
+           (FORMULAS, "tests/test_bootstrap.py")),
+    Mutant("bootstrap tau_c (m - 1)/m -> m/m", "stats/bootstrap.py", "(size**2 * (classes - 1) / classes)",
+           "(size**2 * (classes) / classes)", (FORMULAS, "tests/test_bootstrap.py")),
+    # the paired bootstrap: both statistics on the same resample
+    Mutant("paired bootstrap unpaired (B on all rows)", "stats/bootstrap.py",
+           "lambda idx: statistic_a(idx) - statistic_b(idx)", "lambda idx: statistic_a(idx) - statistic_b(everything)",
+           (FORMULAS, "tests/test_bootstrap.py")),
+    # FLEUR's reference rule (its tests are tests/test_fleur.py)
+    Mutant("FLEUR second decimal / 100 -> / 10", "metrics/fleur.py",
+           "score += sum(d * v for d, v in enumerate(p)) / 100", "score += sum(d * v for d, v in enumerate(p)) / 10",
+           ("tests/test_fleur.py",)),
+    Mutant("FLEUR 1.0 -> 0.9 P(0) + P(0)", "metrics/fleur.py", "0.9 * p[0] + p[1]", "0.9 * p[0] + p[0]",
+           ("tests/test_fleur.py",)),
+]
+
+
+def _environment(src: Path) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(src), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _pytest(tests: tuple[str, ...], src: Path, timeout: float) -> tuple[int, str]:
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=_environment(src), capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "timed out"
+    return done.returncode, done.stdout + done.stderr
+
+
+def _first_failure(output: str) -> str:
+    found = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    return found.group(1) if found else ("timed out" if output == "timed out" else "(see output)")
+
+
+def _check_snippets(mutants: list[Mutant], package: Path) -> dict[str, str]:
+    """Mutant name -> why it cannot be applied (its snippet is missing or ambiguous)."""
+    problems = {}
+    for m in mutants:
+        path = package / m.file
+        if not path.is_file():
+            problems[m.name] = f"{m.file} does not exist"
+            continue
+        count = path.read_text(encoding="utf-8").count(m.original)
+        if count != 1:
+            problems[m.name] = f"snippet found {count} times in {m.file}: {m.original!r}"
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", nargs="+", metavar="WORD", help="only mutants whose name contains one of these")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per test run (default 600)")
+    args = parser.parse_args(argv)
+    names = {m.name for m in MUTANTS}
+    if len(names) != len(MUTANTS):
+        raise SystemExit("two mutants share a name")
+    mutants = [m for m in MUTANTS if not args.k or any(w.lower() in m.name.lower() for w in args.k)]
+    if not mutants:
+        raise SystemExit(f"no mutant matches {args.k}")
+
+    with tempfile.TemporaryDirectory(prefix="caprecon-mutants-") as tmp:
+        src = Path(tmp) / "src"
+        shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        package = src / "caprecon"
+        where = subprocess.run([sys.executable, "-c", "import caprecon; print(caprecon.__file__)"], cwd=ROOT,
+                               env=_environment(src), capture_output=True, text=True).stdout.strip()
+        if not where.startswith(str(package)):
+            print(f"the tests would import caprecon from {where or '?'}, not from the copy {package}")
+            return 1
+        problems = _check_snippets(mutants, package)
+
+        every_test = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
+        started = time.perf_counter()
+        code, output = _pytest(every_test, src, args.timeout)
+        if code != 0:
+            print(output[-4000:])
+            print(f"the unchanged code fails its tests ({_first_failure(output)}): fix that first")
+            return 1
+        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s)\n")
+
+        rows = []
+        for m in mutants:
+            if m.name in problems:
+                rows.append((m, "STALE", problems[m.name], 0.0))
+                print(f"STALE     {m.name}: {problems[m.name]}", flush=True)
+                continue
+            path = package / m.file
+            text = path.read_text(encoding="utf-8")
+            path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
+            started = time.perf_counter()
+            try:
+                code, output = _pytest(m.tests, src, args.timeout)
+            finally:
+                path.write_text(text, encoding="utf-8")
+            seconds = time.perf_counter() - started
+            status = "killed" if code != 0 else "SURVIVED"
+            by = _first_failure(output) if code != 0 else "no test failed"
+            rows.append((m, status, by, seconds))
+            print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s]", flush=True)
+
+    print("\n| mutant | file | result | first failing test |\n|---|---|---|---|")
+    for m, status, by, _ in rows:
+        print(f"| {m.name} | {m.file} | {status} | {by} |")
+    bad = [m.name for m, status, _, _ in rows if status != "killed"]
+    verdict = f"; not killed: {', '.join(bad)}" if bad else ""
+    print(f"\n{len(rows) - len(bad)} of {len(rows)} mutants killed{verdict}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
