@@ -124,7 +124,7 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
 
     from caprecon.metrics import METRICS
     from caprecon.metrics.captionqa import CaptionQA
-    from caprecon.metrics.clipscore import ClipScore, RefClipScore
+    from caprecon.metrics.clipscore import ClipS, ClipScore, RefClipScore
     from caprecon.metrics.fleur import Fleur
     from caprecon.metrics.recon import ClipImageScore, ReconScore
     from caprecon.metrics.turing import CaptionTuringTest
@@ -149,7 +149,8 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
                ClipImageScore(oracle, HFVisionEmbedder(tiny_clip), spec),
                CaptionTuringTest(oracle, judge, load_qa_bank(bank), spec),
                VQAScore(judge, on="both", generator=oracle, spec=spec), CaptionQA(llm, load_qa_bank(bank)),
-               Fleur(judge), ClipScore(ClipMatcher(tiny_clip)), RefClipScore(ClipMatcher(tiny_clip))]
+               Fleur(judge), ClipScore(ClipMatcher(tiny_clip)), RefClipScore(ClipMatcher(tiny_clip)),
+               ClipS(ClipMatcher(tiny_clip))]
     assert {m.name for m in metrics} == set(METRICS)  # a new metric must join this test
     results = caprecon.score(samples, metrics=metrics, out=tmp_path / "run", cache_dir=str(tmp_path / "cache"))
     written = json.loads((tmp_path / "run" / "scores.jsonl").read_text())
