@@ -198,3 +198,29 @@ def test_unused_image_rows_keep_their_own_image():
     items = [open_image(Sample(id="a", image=Image.new("RGB", (32, 32), "white"), caption="a red circle"))]
     rows = Hallucination(PixelJudge(), ClaimLLM()).score(items, Context(Store.temporary()))
     assert rows[0]["halluc"] == pytest.approx(NO / 2)  # red shape absent; its attribute gated
+
+
+def test_categories_md_puts_precision_and_coverage_side_by_side_per_captioner(tmp_path):
+    image = tmp_path / "scene.png"
+    render("a red circle and a blue square", 96, 96).save(image)
+    right, wrong = "a red circle and a blue square", "a red circle and a green triangle and a blue circle"
+    samples = [{"id": name, "image": str(image), "caption": caption, "refs": [right], "captioner": name}
+               for name, caption in (("alpha", right), ("beta", wrong))]
+    caprecon.score(samples, ["halluc"], generator=OracleGenerator(), judge=PixelJudge(), llm=ClaimLLM(),
+                   max_side=96, out=tmp_path / "run")
+    text = (tmp_path / "run" / "categories.md").read_text()
+    precision, coverage = (3 * YES + 2 * NO) / 6, (3 * YES + NO) / 4  # beta's, as worked out above
+
+    def pct(v):
+        return f"{100 * v:.2f}"
+
+    # precision by claim type: attribute, entity, over claims, over types
+    assert f"| alpha | {pct(YES)} | {pct(YES)} | {pct(YES)} | {pct(YES)} |" in text
+    assert (f"| beta | {pct((YES + NO) / 3)} | {pct((2 * YES + NO) / 3)} | {pct(precision)} | "
+            f"{pct(((2 * YES + NO) / 3 + (YES + NO) / 3) / 2)} |") in text
+    assert "## coverage by claim type or question category (halluc_coverage)" in text
+    assert f"| alpha | {pct(YES)} | {pct(YES)} | {pct(YES)} | 0.00 of 4 | 0 of 1 |" in text
+    f1 = 2 * precision * coverage / (precision + coverage)
+    assert f"| beta | {pct(precision)} | {pct(coverage)} | {pct(f1)} | 50.00 of 6 | 1 of 1 |" in text
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert 'id="gallery-halluc"' in html

@@ -379,3 +379,27 @@ def test_bank_gallery_in_chromium(tmp_path, browser):
     assert page.locator("script").count() == 2 and page.locator("img[src='x'], svg[onload]").count() == 0
     assert page.title() == "caprecon report: build" and problems == []
     page.close()
+
+
+def test_unsupported_claims_are_marked_and_filtered_in_chromium(tmp_path, browser):
+    unsupported = [{"claim": "there is a green shape", "type": "entity", "span": "green triangle", "p_yes": 0.2,
+                    "gated": False},
+                   {"claim": "the green shape is a triangle", "type": "attribute", "span": "triangle", "p_yes": 0.0,
+                    "gated": True},
+                   {"claim": "the dog is purple", "type": "attribute", "span": "words nowhere", "p_yes": 0.1,
+                    "gated": False}]
+    records = [{"id": "h", "caption": "a red circle and a green triangle", "halluc": 0.5,
+                "halluc_unsupported": unsupported},
+               {"id": "ok", "caption": "a red circle", "halluc": 0.9, "halluc_unsupported": []}]
+    page, problems = _open(browser, write_html_report(_run(tmp_path, records)))
+    marks = page.locator("#gallery-items .card[data-id='h'] mark.halluc")
+    # the entity's words are marked once; the gated attribute's lie inside them; the third is not in the caption
+    assert marks.all_text_contents() == ["green triangle"]
+    assert "P(yes) 0.2000" in marks.first.get_attribute("title")
+    listed = page.locator("#gallery-items .card[data-id='h'] details.halluc li .question").all_text_contents()
+    assert listed == [u["claim"] for u in unsupported]
+    assert page.locator("#gallery-items .card[data-id='ok'] mark").count() == 0
+    page.check("#gallery-halluc")
+    ids = page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")
+    assert ids == ["h"] and problems == []
+    page.close()

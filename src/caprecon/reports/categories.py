@@ -13,6 +13,10 @@ A cell is correct answers / questions, summed over all of a captioner's rows, so
 with many spatial questions weighs more in "spatial" than one with a single question. The
 upper bound answers the bank on the original image, which does not depend on the caption:
 each image enters it once, however many captioners described it.
+
+For the `halluc` metric the cells are soft precision per claim type (mean P(yes) over the
+claims), and `categories.md` adds coverage by category and, per captioner, precision and
+coverage side by side with F and how many captions hallucinate.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class CategoryTable:
     categories: list[str]
     rows: dict[str, dict[str, float | None]]
     questions: dict[str, int] = field(default_factory=dict)
+    appendix: str = ""  # more Markdown for categories.md (halluc: coverage and the per-captioner pair)
 
     @property
     def columns(self) -> list[str]:
@@ -182,7 +187,8 @@ def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: st
     upper = CategoryTally()
     bank: dict[str, float] = {}
     seen_images: set[str] = set()
-    for record in load_records(records):
+    records = load_records(records)
+    for record in records:
         if not isinstance(record.get(metric), (int, float)):  # an error in another metric does not matter here
             continue
         _pool(pools.setdefault(_group(record, group_by), CategoryTally()), record, metric, metric)
@@ -199,8 +205,48 @@ def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: st
     rows = {name: _row(pool, categories) for name, pool in pools.items()}
     if upper.total_asked:
         rows[UPPER] = _row(upper, categories)
-    return CategoryTable(metric=metric, captioners=list(pools), categories=categories, rows=rows,
-                         questions={c: int(round(bank[c])) for c in categories if c in bank})
+    table = CategoryTable(metric=metric, captioners=list(pools), categories=categories, rows=rows,
+                          questions={c: int(round(bank[c])) for c in categories if c in bank})
+    if metric == "halluc":
+        table.appendix = _halluc_appendix(records, table, group_by)
+    return table
+
+
+def _halluc_appendix(records: Iterable[Mapping[str, Any]], precision: CategoryTable, group_by: Sequence[str]) -> str:
+    """Coverage by category beside precision by claim type, and per captioner the pair: pooled
+    over claims, F as the mean of the rows' F (their beta), how many captions hallucinate."""
+    parts = []
+    try:
+        coverage = category_table(records, metric="halluc_coverage", group_by=group_by)
+    except ValueError:  # no row has coverage (no generator): precision only
+        coverage = None
+    if coverage is not None:
+        parts += ["\n## coverage by claim type or question category (halluc_coverage)\n\n", coverage.to_markdown()]
+    per: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        if _number(record.get("halluc")) is None:
+            continue
+        cells = per.setdefault(_group(record, group_by), {"f": [], "unsupported": [], "claims": [], "flagged": []})
+        n = _count(record.get("halluc_n"))
+        cells["claims"].append(n)
+        cells["unsupported"].append((_number(record.get("halluc_rate")) or 0.0) * n)
+        cells["flagged"].append(float(bool(record.get("halluc_unsupported"))))
+        if _number(record.get("halluc_f")) is not None:
+            cells["f"].append(float(record["halluc_f"]))
+    header = ["captioner", "precision", "coverage", "F", "unsupported claims", "captions hallucinating"]
+    body = []
+    for name in precision.captioners:
+        cells = per.get(name, {"f": [], "unsupported": [], "claims": [], "flagged": []})
+        claims = sum(cells["claims"])
+        body.append([name, _pct(precision.rows[name][OVER_QUESTIONS]),
+                     _pct(coverage.rows[name][OVER_QUESTIONS]) if coverage and name in coverage.rows else "",
+                     _pct(sum(cells["f"]) / len(cells["f"])) if cells["f"] else "",
+                     f"{_pct(sum(cells['unsupported']) / claims) if claims else ''} of {int(claims)}",
+                     f"{int(sum(cells['flagged']))} of {len(cells['flagged'])}"])
+    rule = "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"
+    parts += ["\n## per captioner: precision and coverage side by side\n\n",
+              "\n".join([_markdown_row(header), rule, *map(_markdown_row, body)]) + "\n"]
+    return "".join(parts)
 
 
 def radar_chart(table: CategoryTable, path: str | Path, title: str | None = None) -> Path:
@@ -280,9 +326,11 @@ def write_report(records: CategoryTable | str | Path | Iterable[Mapping[str, Any
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     markdown = out_dir / "categories.md"
-    markdown.write_text(table.to_markdown(), encoding="utf-8")
+    title = "## precision by claim type (halluc)\n\n" if table.appendix else ""
+    markdown.write_text(title + table.to_markdown() + table.appendix, encoding="utf-8")
     return {
         "markdown": markdown,
         "csv": table.to_csv(out_dir / "categories.csv"),
-        "radar": radar_chart(table, out_dir / "radar.png", title=f"{metric}: accuracy per category"),
+        "radar": radar_chart(table, out_dir / "radar.png", title=f"{table.metric}: " + (
+            "soft precision per claim type" if table.metric == "halluc" else "accuracy per category")),
     }

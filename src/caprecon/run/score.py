@@ -195,6 +195,10 @@ def score(
             from caprecon.reports.categories import write_report
 
             write_report(records, out_dir, metric="turing")
+        elif "halluc" in metric_names and summary["metrics"]["halluc"]["n"]:
+            from caprecon.reports.categories import write_report
+
+            write_report(records, out_dir, metric="halluc")
         from caprecon.reports.html import write_html_report
 
         if thumbnails:

@@ -214,6 +214,16 @@ def flips(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def unsupported(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The halluc claims the judge did not find on the original image, with P(yes); `g`: not
+    asked, a claim it depends on was false."""
+    return [
+        {"claim": str(u.get("claim", "")), "type": str(u.get("type", "")), "span": str(u.get("span") or ""),
+         "p": round(float(u["p_yes"]), 4) if is_number(u.get("p_yes")) else None, "g": u.get("gated") is True}
+        for u in record.get("halluc_unsupported") or [] if isinstance(u, Mapping)
+    ]
+
+
 def _answer_text(answer: Any, choices: Any) -> str:
     if isinstance(choices, list) and isinstance(answer, str) and len(answer) == 1 and answer.isalpha():
         index = ord(answer.upper()) - ord("A")

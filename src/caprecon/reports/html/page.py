@@ -100,6 +100,8 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["sel"] = record.get("selected") is True
         if flipped := collect.flips(record):
             item["f"] = flipped
+        if claims := collect.unsupported(record):
+            item["h"] = claims
         if more := collect.other_scores(record):
             item["x"] = more
         items.append(item)
@@ -279,6 +281,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
         summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
         categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n,
         selection_metric=selection_metric,
+        hallucinations=bool(gallery) and any("h" in item for item in gallery["items"]),
         gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],
         error_count=len(errors), highlights=collect.manifest_highlights(manifest),
         manifest=json.dumps(manifest, indent=2, ensure_ascii=False, default=str) if manifest else "",

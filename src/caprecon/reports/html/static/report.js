@@ -192,16 +192,44 @@
   function markedCaption(item) {
     var p = el("p", "caption");
     var caption = item.c || "";
-    if (!item.cut) { p.textContent = caption; return p; }
-    // tokens_cut counts the text encoder's tokens; word and punctuation pieces stand in for them
-    var pieces = [], re = /[\w]+|[^\w\s]/g, m;
-    while ((m = re.exec(caption)) !== null) pieces.push(m.index);
-    var start = pieces.length > item.cut ? pieces[pieces.length - item.cut] : 0;
-    p.appendChild(document.createTextNode(caption.slice(0, start)));
-    var mark = el("mark", "cut", caption.slice(start));
-    mark.title = "about " + item.cut + " tokens past the text encoder's limit: the generator never read them " +
-      "(marked by word, approximately)";
-    p.appendChild(mark);
+    var end = caption.length;
+    if (item.cut) {
+      // tokens_cut counts the text encoder's tokens; word and punctuation pieces stand in for them
+      var pieces = [], re = /[\w]+|[^\w\s]/g, m;
+      while ((m = re.exec(caption)) !== null) pieces.push(m.index);
+      end = pieces.length > item.cut ? pieces[pieces.length - item.cut] : 0;
+    }
+    // each unsupported claim's words in the caption, the first place they occur and overlap no other mark
+    var marks = [], lower = caption.toLowerCase();
+    (item.h || []).forEach(function (h) {
+      var span = h.span.toLowerCase(), from = 0, at;
+      if (!span) return;
+      while ((at = lower.indexOf(span, from)) >= 0) {
+        var stop = at + span.length;
+        if (stop <= end && !marks.some(function (k) { return at < k.stop && k.start < stop; })) {
+          marks.push({ start: at, stop: stop, h: h });
+          return;
+        }
+        from = at + 1;
+      }
+    });
+    marks.sort(function (a, b) { return a.start - b.start; });
+    var done = 0;
+    marks.forEach(function (k) {
+      p.appendChild(document.createTextNode(caption.slice(done, k.start)));
+      var mark = el("mark", "halluc", caption.slice(k.start, k.stop));
+      mark.title = k.h.claim + " (" + k.h.type + "): " + (k.h.g ? "not asked, a claim it depends on is false"
+        : "P(yes) " + fmt(k.h.p) + " on the original");
+      p.appendChild(mark);
+      done = k.stop;
+    });
+    p.appendChild(document.createTextNode(caption.slice(done, end)));
+    if (end < caption.length) {
+      var cut = el("mark", "cut", caption.slice(end));
+      cut.title = "about " + item.cut + " tokens past the text encoder's limit: the generator never read them " +
+        "(marked by word, approximately)";
+      p.appendChild(cut);
+    }
     return p;
   }
 
@@ -270,19 +298,37 @@
       flips.appendChild(list);
       text.appendChild(flips);
     }
+    if (item.h && item.h.length) {
+      var claims = el("details", "flips halluc");
+      claims.open = true;
+      claims.appendChild(el("summary", null, item.h.length + (item.h.length > 1 ? " claims" : " claim") +
+        " not supported by the original"));
+      var unsupported = el("ul");
+      item.h.forEach(function (h) {
+        var li = el("li");
+        li.appendChild(el("span", "question", h.claim));
+        li.appendChild(el("span", "category", h.type));
+        li.appendChild(el("span", "wrong", h.g ? "not asked: a claim it depends on is false"
+          : "P(yes) on the original: " + fmt(h.p)));
+        unsupported.appendChild(li);
+      });
+      claims.appendChild(unsupported);
+      text.appendChild(claims);
+    }
     if (item.e) text.appendChild(el("p", "error", item.e));
     article.appendChild(text);
     return article;
   }
 
   var state = { sort: metrics.length ? 0 : -1, worstFirst: true, query: "", group: "", errorsOnly: false,
-                selectedOnly: false, page: 0, size: data.page_size };
+                selectedOnly: false, hallucOnly: false, page: 0, size: data.page_size };
   var sortSelect = document.getElementById("gallery-sort");
   var groupSelect = document.getElementById("gallery-group");
   var query = document.getElementById("gallery-filter");
   var direction = document.getElementById("gallery-dir");
   var errorsOnly = document.getElementById("gallery-errors");
   var selectedOnly = document.getElementById("gallery-selected");
+  var hallucOnly = document.getElementById("gallery-halluc");
   var list = document.getElementById("gallery-items");
   var count = document.getElementById("gallery-count");
   var pagers = document.querySelectorAll(".gallery-pager");
@@ -309,6 +355,7 @@
       if (state.group && item.g !== state.group) return false;
       if (state.errorsOnly && !item.e) return false;
       if (state.selectedOnly && !item.sel) return false;
+      if (state.hallucOnly && !(item.h && item.h.length)) return false;
       if (!q) return true;
       return ((item.c || "") + "\n" + item.i + "\n" + (item.g || "") + "\n" + (item.src || "")).toLowerCase().indexOf(q) >= 0;
     });
@@ -347,6 +394,9 @@
   errorsOnly.addEventListener("change", function () { state.errorsOnly = errorsOnly.checked; state.page = 0; draw(); });
   if (selectedOnly) selectedOnly.addEventListener("change", function () {
     state.selectedOnly = selectedOnly.checked; state.page = 0; draw();
+  });
+  if (hallucOnly) hallucOnly.addEventListener("change", function () {
+    state.hallucOnly = hallucOnly.checked; state.page = 0; draw();
   });
   draw();
   performance.mark("gallery-drawn"); // benchmarks/report.py reads when the first page was ready
