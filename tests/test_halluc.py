@@ -224,3 +224,38 @@ def test_categories_md_puts_precision_and_coverage_side_by_side_per_captioner(tm
     assert f"| beta | {pct(precision)} | {pct(coverage)} | {pct(f1)} | 50.00 of 6 | 1 of 1 |" in text
     html = (tmp_path / "run" / "report.html").read_text()
     assert 'id="gallery-halluc"' in html
+
+
+def test_meta_takes_precision_coverage_and_f_like_any_metric(tmp_path):
+    import argparse
+    import csv
+
+    from caprecon.cli.meta import add_meta_arguments, run_meta_command
+    from caprecon.metrics import METRICS
+    from caprecon.stats.agreement import scores_from_records
+
+    # per image, three captions: right, one shape wrong, two shapes invented; people rate them 3, 2, 1
+    rows = ["image,caption,human,refs"]
+    for i, (a, b) in enumerate((("red", "blue"), ("green", "yellow"), ("black", "purple"))):
+        scene = f"a {a} circle and a {b} square"
+        render(scene, 96, 96).save(tmp_path / f"i{i}.png")
+        rows += [f"i{i}.png,{scene},3,{scene}", f"i{i}.png,a {a} circle and a {b} circle,2,{scene}",
+                 f"i{i}.png,a {a} triangle and a {b} triangle and a {'red' if a != 'red' else 'green'} circle,1,"
+                 f"{scene}"]
+    (tmp_path / "judged.csv").write_text("\n".join(rows) + "\n")
+    models = {"generator": OracleGenerator(), "judge": PixelJudge(), "llm": ClaimLLM()}
+
+    def score_metric(name, samples):
+        res = caprecon.score(samples, [name], max_side=96, images_root=tmp_path, **models)
+        return scores_from_records(res.records, res.metric_names[0], [s.id for s in samples])
+
+    parser = argparse.ArgumentParser()
+    add_meta_arguments(parser)
+    args = parser.parse_args(["--judgments", str(tmp_path / "judged.csv"), "--metric", "halluc", "halluc-coverage",
+                              "halluc-f", "--out", str(tmp_path / "meta"), "--bootstrap", "20"])
+    assert run_meta_command(args, score_metric=score_metric, scorable=METRICS) == 0
+    found = {r["metric"]: r for r in csv.DictReader((tmp_path / "meta" / "meta.csv").open())}
+    assert set(found) >= {"halluc", "halluc-coverage", "halluc-f"}
+    for name in ("halluc", "halluc-coverage", "halluc-f"):
+        assert found[name]["n"] == "9"
+    assert float(found["halluc"]["pair_accuracy"]) == 1.0  # precision orders every image's captions as people do
