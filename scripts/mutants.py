@@ -100,6 +100,11 @@ MUTANTS = [
            "abs(self.score(UPPER, d.name) - self.score(row, d.name))",
            "(self.score(UPPER, d.name) - self.score(row, d.name))"),
     Mutant("Eq. 4 <= sigma -> < sigma", "apps/suites/table.py", "value <= self.sigma", "value < self.sigma"),
+    # the suites' per-dataset numbers: grounding by mean IoU (the paper's), MME by accuracy+
+    Mutant("suite grounding headline mean IoU -> accuracy", "apps/suites/scoring.py",
+           'out["miou"] = out["score"] = 100 * sum(ious) / len(ious)', 'out["miou"] = 100 * sum(ious) / len(ious)'),
+    Mutant("suite accuracy+ all questions of an image -> any", "apps/suites/scoring.py",
+           "sum(all(v) for v in groups.values())", "sum(any(v) for v in groups.values())"),
     # Eq. 7: cos(q_i, e) - alpha (1/n) sum_j cos(q_i, q_j)
     Mutant("Eq. 7 minus redundancy -> plus", "apps/cttd/rank.py", "q @ e - alpha *", "q @ e + alpha *"),
     Mutant("Eq. 7 (1/n) sum -> sum", "apps/cttd/rank.py", "(q @ q.T).mean(axis=1)", "(q @ q.T).sum(axis=1)"),

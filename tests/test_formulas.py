@@ -309,6 +309,28 @@ def test_suite_average_and_equivalence_criterion():
     assert table.equivalent("A") is False and table.equivalent("B") is True
 
 
+def test_suite_dataset_scores_accuracy_accuracy_plus_and_mean_iou():
+    from caprecon.apps.suites.entries import SuiteEntry
+    from caprecon.apps.suites.loaders import BenchQuestion
+    from caprecon.apps.suites.scoring import Graded, dataset_scores
+
+    def questions(kind, n):
+        return [BenchQuestion("d", f"q{k}", f"i{k // 2}", kind, "?", "yes", group=f"i{k // 2}") for k in range(n)]
+
+    # grounding: the headline is the mean IoU, an unreadable box (None) counting 0:
+    # 100 (1 + 0.5 + 0.25 + 0) / 4 = 43.75; accuracy at IoU >= 0.5 is 2 of 4
+    graded = [Graded(True, 1.0), Graded(True, 0.5), Graded(False, 0.25), Graded(False, None)]
+    scores = dataset_scores(SuiteEntry(name="g", question="box", metric="grounding"), questions("box", 4), graded)
+    assert scores["score"] == pytest.approx(43.75) and scores["miou"] == pytest.approx(43.75)
+    assert scores["accuracy"] == pytest.approx(50.0)
+    # MME's accuracy+: an image counts when both its questions are right; images i0 (right, right),
+    # i1 (right, wrong), i2 (wrong, wrong): 1 of 3. Accuracy: 3 of 6.
+    graded = [Graded(c) for c in (True, True, True, False, False, False)]
+    scores = dataset_scores(SuiteEntry(name="mme", question="yesno", metric="accuracy+"), questions("yesno", 6),
+                            graded)
+    assert scores["accuracy_plus"] == pytest.approx(100 / 3) and scores["score"] == pytest.approx(50.0)
+
+
 # ----------------------------------------------------------------------------- Eq. 7 (CTTD ranking)
 
 
