@@ -224,6 +224,11 @@ def test_categories_md_puts_precision_and_coverage_side_by_side_per_captioner(tm
     assert f"| beta | {pct(precision)} | {pct(coverage)} | {pct(f1)} | 50.00 of 6 | 1 of 1 |" in text
     html = (tmp_path / "run" / "report.html").read_text()
     assert 'id="gallery-halluc"' in html
+    from caprecon.cli import main
+
+    (tmp_path / "run" / "categories.md").unlink()
+    assert main(["report", str(tmp_path / "run"), "--metric", "halluc"]) == 0
+    assert (tmp_path / "run" / "categories.md").read_text() == text
 
 
 def test_meta_takes_precision_coverage_and_f_like_any_metric(tmp_path):

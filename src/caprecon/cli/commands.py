@@ -221,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
                                   "question-bank metric")
     p.add_argument("run", help="run folder (or its scores.jsonl)")
-    p.add_argument("--metric", choices=("turing", "captionqa"),
-                   help="the question-bank metric of the per-category table and radar (default: turing, when the "
-                        "run has it; named here, a run without it is an error)")
+    p.add_argument("--metric", choices=("turing", "captionqa", "halluc"),
+                   help="the metric of the per-category table and radar (default: turing, when the run has it; "
+                        "halluc: precision by claim type, coverage and the pair per captioner; named here, a run "
+                        "without it is an error)")
     p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
                                  "(default: the run folder)")
     p.set_defaults(func=cmd_report)
