@@ -24,7 +24,6 @@ C(k-1, n-1) / C(N, n), so E[best of n] = sum_k s_(k) C(k-1, n-1) / C(N, n) exact
 from __future__ import annotations
 
 import csv
-import logging
 import math
 import time
 from dataclasses import dataclass, replace
@@ -44,89 +43,14 @@ from caprecon.core.describe import describe_model
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.run.folder import open_store, write_manifest
-from caprecon.run.captioning import Pool, generate_candidates
+from caprecon.run.captioning import Pool, Selection, export_parquet, generate_candidates, select_best
 
-log = logging.getLogger(__name__)
 
 # what `best_of_n` does when neither the caller nor a captioning preset says otherwise; the
 # temperature only where the captioner's checkpoint names none either, and top_p/top_k are the
 # checkpoint's (off where it has none)
 DEFAULTS: dict[str, Any] = {"prompt": "detailed", "n": 10, "temperature": 0.8, "max_new_tokens": 512,
                             "select": "recon"}
-
-
-# ---------------------------------------------------------------------------------------
-# what selects
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The selection score: a weighted sum of metrics' headline values (one metric: weight 1).
-
-    Metrics are summed on their own scales (ReconScore lies in [0, 1], CLIPScore in
-    [0, 2.5]); choose the weights with that in mind.
-    """
-
-    weights: dict[str, float]
-
-    @classmethod
-    def parse(cls, spec: str | Mapping[str, float] | Sequence[str]) -> "Selection":
-        """"recon", "recon=0.7,clipscore=0.3", {"recon": 0.7, ...} or ["recon", "clipscore"]."""
-        from caprecon.metrics import METRICS
-
-        if isinstance(spec, str):
-            spec = [part for part in spec.split(",") if part.strip()]
-        if not isinstance(spec, Mapping):
-            weights: dict[str, float] = {}
-            for part in spec:
-                name, sep, value = str(part).partition("=")
-                try:
-                    weights[name.strip()] = float(value) if sep else 1.0
-                except ValueError:
-                    raise ConfigError(f"selection {part!r}: the weight after '=' must be a number") from None
-            spec = weights
-        weights = {str(k): float(v) for k, v in spec.items()}
-        if not weights:
-            raise ConfigError("name at least one metric to select by, e.g. --select recon")
-        unknown = [name for name in weights if name not in METRICS]
-        if unknown:
-            raise ConfigError(f"cannot select by {', '.join(map(repr, unknown))}: not a metric; "
-                              f"metrics: {', '.join(sorted(METRICS))}")
-        if not any(weights.values()):
-            raise ConfigError("every selection weight is 0: nothing would decide between candidates")
-        return cls(weights)
-
-    @property
-    def metrics(self) -> list[str]:
-        return list(self.weights)
-
-    @property
-    def is_single(self) -> bool:
-        return len(self.weights) == 1 and next(iter(self.weights.values())) == 1.0
-
-    def value(self, record: Mapping[str, Any], headlines: Mapping[str, str]) -> float | None:
-        """The selection score of a scored candidate; None when it has an error or lacks a value."""
-        if record.get("error"):
-            return None
-        total = 0.0
-        for name, weight in self.weights.items():
-            value = record.get(headlines[name])
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-                return None
-            total += weight * value
-        return total
-
-    def describe(self) -> str:
-        return ",".join(f"{k}={v:g}" for k, v in self.weights.items())
-
-
-def select_best(scores: Sequence[float | None]) -> int | None:
-    """Index of the highest score (the first of ties); None when no candidate has one."""
-    best = None
-    for i, s in enumerate(scores):
-        if s is not None and (best is None or s > scores[best]):
-            best = i
-    return best
 
 
 # ---------------------------------------------------------------------------------------
@@ -414,17 +338,3 @@ def write_best_of_n(run: BestOfN, out_dir: str | Path) -> dict[str, Path]:
         paths.update(write_curve(run.curve, out_dir, label))
     paths["manifest"] = write_manifest(out_dir, run.manifest)
     return paths
-
-
-def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
-    """The selected captions as parquet (image, caption, score, candidates, ...); None
-    without pyarrow (the `data` extra), which the JSONL beside it does not need."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        log.warning("pyarrow is not installed: selected.parquet not written "
-                                            "(pip install 'caprecon[data]'); selected.jsonl holds the same rows")
-        return None
-    pq.write_table(pa.Table.from_pylist(list(rows)), path)
-    return Path(path)

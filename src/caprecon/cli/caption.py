@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from caprecon.cli.common import add_run_options, run_settings
-from caprecon.run.config import parse_options
+from caprecon.cli.common import add_run_options, failed_records, row_failures, run_settings
+from caprecon.cli.refine import add_refine_options
+from caprecon.run.config import parse_options, whole_number
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,10 +36,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--select", help="metric that selects (recon, turing, vqascore, clipscore, ...) or a weighted "
                                     "sum such as recon=0.7,clipscore=0.3 (default recon)")
     p.add_argument("--seed", type=int, help="seeds the candidates' sampling and the reconstructions' noise")
+    p.add_argument("--refine", type=whole_number(1), metavar="R",
+                   help="then refine each selected caption for up to R rounds with the captioner, as `caprecon "
+                        "refine` does (written to OUT/refine)")
+    add_refine_options(p)
     add_run_options(p, for_meta=True)
     for action in p._actions:  # the shared --preset also takes captioning presets here
         if action.dest == "preset":
             action.help = "captioning preset (remote-describer) or run preset (paper-recon, fast, offline)"
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some images could not be captioned or candidates not scored")
     p.set_defaults(func=cmd_caption)
     return p
 
@@ -53,8 +60,10 @@ def cmd_caption(args: argparse.Namespace) -> int:
                     max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,
                     preset=settings.pop("preset", None), config=args.config,
                     out=args.out, progress=not args.quiet, **settings)
+    refined = _refine_selected(args, run, settings) if args.refine and run.selected else None
+    problems = failed_records(run.candidates, "candidate")
     if args.quiet:
-        return 0
+        return row_failures(problems, allow=args.allow_row_errors)
     for row in run.selected:
         caption = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
         print(terminal_safe(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}"))
@@ -68,4 +77,25 @@ def cmd_caption(args: argparse.Namespace) -> int:
     print(f"written to {run.out}")
     if run.out and (run.out / "report.html").is_file():
         print(f"report: {run.out / 'report.html'}")
-    return 0
+    if refined:
+        from caprecon.cli.refine import print_refined
+
+        print()
+        print_refined(refined)
+    return row_failures(problems, allow=args.allow_row_errors)
+
+
+def _refine_selected(args: argparse.Namespace, run, settings: dict):
+    """The selected captions refined by the captioner that wrote them, scored by the same --select."""
+    from caprecon.apps.refine import refine
+    from caprecon.models import registry
+
+    preset = args.preset
+    caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
+    rows = [{"id": r["image_id"], "image": r["image"], "image_id": r["image_id"], "caption": r["caption"]}
+            for r in run.selected]
+    return refine(rows, captioner=args.captioner or caption_preset.get("captioner"),
+                  captioner_options=parse_options(args.captioner_opt), select=run.selection.weights,
+                  rounds=args.refine, margin=args.margin, feedback=args.feedback, out=run.out / "refine",
+                  preset=caption_preset.get("run_preset", preset if not caption_preset else None),
+                  config=args.config, progress=not args.quiet, **settings)

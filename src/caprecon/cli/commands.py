@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     from caprecon.cli.caption import add_parser as add_caption_parser
 
     add_caption_parser(plugins)
+    from caprecon.cli.refine import add_parser as add_refine_parser
+
+    add_refine_parser(plugins)
     from caprecon.cli.t2i import add_parser as add_t2i_parser
 
     add_t2i_parser(plugins)

@@ -202,6 +202,14 @@ class DiffusersGenerator:
                 counts[attr] = max(0, len(one) - limit)
         return out
 
+    def token_room(self, prompt: str) -> int | None:
+        """Tokens `prompt` could still grow by before the most limiting text encoder cuts it
+        (negative: it is cut by that many); None when no encoder has a limit. What a caption
+        reviser may spend (`caprecon.apps.refine`)."""
+        rooms = [limit - len(tok([prompt], add_special_tokens=True, verbose=False)["input_ids"][0])
+                 for _, tok, limit in self._token_limits]
+        return min(rooms, default=None)
+
     @cached_property
     def _token_limits(self) -> list[tuple[str, Any, int]]:
         """(name, tokenizer, limit) per text encoder, read once from the pipeline.

@@ -1,0 +1,510 @@
+"""Captions improved by their own reconstructions, with a guard (`caprecon refine`).
+
+Each round, for every caption still being refined:
+
+1. its reconstruction Î (the scoring's, so from the store) and its **feedback**: the Caption
+   Turing Test questions answered right on I but wrong on Î (`flipped`, with a QA bank), the
+   claims the judge finds unsupported by I (`unsupported`, the hallucination metric's), and
+   the differences between I and Î (`differences`: the judge describes each image, the LLM
+   lists where the description of Î departs from that of I);
+2. a **revision**: the captioner, seeing I, or the LLM, seeing only the caption and the
+   feedback, is asked to add what is missing, remove what is unsupported and stay within a
+   length budget (the room the generator's text encoder leaves after the prompt template);
+   a revision the encoder would cut is rejected unscored;
+3. the **guard**: the revision is scored with the selection score (`--select`, as in best-of-N)
+   and kept only if it beats the caption it revises by more than `margin`. A caption whose
+   revision is rejected, or that has no feedback left, stops.
+
+So a caption's score never falls from one round to the next, and `rounds.csv` (the mean
+score of the captions as they stand after each round) cannot decrease.
+
+Every model call goes through the store (reconstructions and judge answers by the scoring,
+descriptions, differences and revisions here), and each finished round appends one row per
+caption to `rounds.jsonl`: a killed run, started again with the same settings, reads the
+finished rounds back and goes on from the round it reached.
+
+RICO (EMNLP 2025) revises captions from the differences between the image and its
+reconstruction, without a guard; the guard and the question feedback are ours.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from caprecon.core.describe import describe_model
+from caprecon.core.errors import ConfigError
+from caprecon.core.records import append_jsonl, read_jsonl, write_jsonl_atomically
+from caprecon.data.images import decode_bytes, read_image
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import Sample, check_unique_ids
+from caprecon.metrics import build_metric
+from caprecon.metrics.base import Context
+from caprecon.models.build import build_model
+from caprecon.models.captioner import CaptionRequest, Sampling
+from caprecon.models.vlm import VLMRequest
+from caprecon.reconstruct.templates import render
+from caprecon.run.captioning import Selection, export_parquet
+from caprecon.run.config import RunConfig
+from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.roles import Roles
+from caprecon.store.index import content_key
+
+log = logging.getLogger(__name__)
+
+FEEDBACK = ("flipped", "unsupported", "differences")
+# the metric whose per-row values carry each feedback source
+FEEDBACK_METRIC = {"flipped": "turing", "unsupported": "halluc"}
+
+DESCRIBE_PROMPT = ("Describe this image in detail: every object with its colour, shape, size, count and position, "
+                   "the setting, and any visible text. Describe only what can be seen. Answer in plain prose.")
+COMPARE_PROMPT = (
+    "Two descriptions follow. The first describes a photograph. The second describes a picture that was drawn "
+    "from a caption of that photograph.\n\nThe photograph: {original}\n\nThe drawing: {reconstruction}\n\n"
+    "List each way the drawing differs from the photograph (something missing, wrong or added), one per line, "
+    "each line starting with \"- \". If they agree, write \"- none\".")
+
+REVISION_MAX_NEW_TOKENS = 512
+DESCRIPTION_MAX_NEW_TOKENS = 256
+
+
+@dataclass
+class Refined:
+    captions: list[dict[str, Any]]  # one per input caption: original, final, every round
+    rounds: list[dict[str, Any]]  # rounds.csv: per round, the mean score and the share improved
+    selection: Selection
+    manifest: dict[str, Any]
+    out: Path | None = None
+
+
+# ---------------------------------------------------------------------------------------
+# prompts
+
+
+def revision_prompt(caption: str, feedback: Mapping[str, Sequence[Any]], *, sees_image: bool,
+                    words: int | None) -> str:
+    """What the reviser is asked: the caption, what to add or correct, what to remove, the budget."""
+    add = [f'Asked "{f["question"]}", the answer is "{f["answer"]}", but the picture suggested '
+           f'"{f["on_reconstruction"]}".' for f in feedback.get("flipped", [])]
+    add += list(feedback.get("differences", []))
+    remove = [c["claim"] for c in feedback.get("unsupported", [])]
+    lines = [("You can see the image. " if sees_image else "") + "Here is a caption of the image:", "",
+             caption.strip(), "",
+             "A picture was drawn from this caption alone and compared with the image."]
+    if add:
+        lines += ["", "Add or correct (the picture got these wrong):", *(f"- {a}" for a in add)]
+    if remove:
+        lines += ["", "Remove (the image does not show these):", *(f"- {r}" for r in remove)]
+    budget = f" Use at most {words} words." if words else ""
+    lines += ["", "Rewrite the caption: keep what is right, add what is missing, remove what is not in the image."
+              f"{budget} Reply with the caption only."]
+    return "\n".join(lines)
+
+
+def parse_differences(reply: str) -> list[str]:
+    """The '- ' lines of the LLM's comparison; '- none' means none."""
+    items = [line.strip()[2:].strip() for line in reply.splitlines() if line.strip().startswith("- ")]
+    return [i for i in items if i and i.lower().rstrip(".") != "none"]
+
+
+def clean_revision(reply: str) -> str:
+    text = reply.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def words_budget(tokens: int | None) -> int | None:
+    """Words that fit in `tokens` text-encoder tokens, leaving room for words of several tokens."""
+    return None if tokens is None else max(1, tokens * 3 // 4)
+
+
+# ---------------------------------------------------------------------------------------
+# the models asked here, each call through the store
+
+
+class Asker:
+    """Revisions, descriptions and differences, each cached by content key in the run's store."""
+
+    def __init__(self, ctx: Context, *, reviser: Any, sees_image: bool, judge: Any = None, llm: Any = None,
+                 seed: int = 0):
+        self.ctx, self.reviser, self.sees_image = ctx, reviser, sees_image
+        self.judge, self.llm, self.seed = judge, llm, seed
+        self.sampling = Sampling(temperature=0.0, max_new_tokens=REVISION_MAX_NEW_TOKENS)  # greedy: reproducible
+
+    def revise(self, asks: Sequence[tuple[str, Any]]) -> list[str]:
+        """One revision per (prompt, original LoadedSample)."""
+        keys = [content_key("refine-revision", reviser=self.reviser.fingerprint, prompt=prompt,
+                            image=item.image_key if self.sees_image else None, seed=self.seed,
+                            sampling=self.sampling.to_dict() if self.sees_image else REVISION_MAX_NEW_TOKENS)
+                for prompt, item in asks]
+
+        def compute(order: list[int]) -> list[dict[str, str]]:
+            if self.sees_image:
+                requests = [CaptionRequest(asks[i][1].image, asks[i][0], 1, self.seed, asks[i][1].image_key)
+                            for i in order]
+                with self.ctx.model_call():
+                    replies = [c[0] for c in self.reviser.caption(requests, self.sampling)]
+            else:
+                with self.ctx.model_call():
+                    replies = self.reviser.generate([asks[i][0] for i in order], REVISION_MAX_NEW_TOKENS)
+            return [{"text": r} for r in replies]
+
+        return [clean_revision(r["text"]) for r in self.ctx.cached("refine-revision", keys, compute,
+                                                                   model=self.reviser)]
+
+    def describe(self, images: Sequence[tuple[str, Any]]) -> list[str]:
+        """The judge's description of each (content key, loader of the image)."""
+        keys = [content_key("refine-description", judge=self.judge.fingerprint, prompt=DESCRIBE_PROMPT, image=k)
+                for k, _ in images]
+
+        def compute(order: list[int]) -> list[dict[str, str]]:
+            requests = [VLMRequest(images[i][1](), DESCRIBE_PROMPT, images[i][0]) for i in order]
+            with self.ctx.model_call():
+                return [{"text": t} for t in self.judge.generate(requests, DESCRIPTION_MAX_NEW_TOKENS)]
+
+        return [r["text"] for r in self.ctx.cached("refine-description", keys, compute, model=self.judge)]
+
+    def differences(self, pairs: Sequence[tuple[str, str]]) -> list[list[str]]:
+        """The LLM's list of differences between each (description of I, description of Î)."""
+        prompts = [COMPARE_PROMPT.format(original=a.strip(), reconstruction=b.strip()) for a, b in pairs]
+        keys = [content_key("refine-differences", llm=self.llm.fingerprint, prompt=p) for p in prompts]
+
+        def compute(order: list[int]) -> list[dict[str, str]]:
+            with self.ctx.model_call():
+                return [{"text": t} for t in self.llm.generate([prompts[i] for i in order],
+                                                                DESCRIPTION_MAX_NEW_TOKENS)]
+
+        return [parse_differences(r["text"]) for r in self.ctx.cached("refine-differences", keys, compute,
+                                                                      model=self.llm)]
+
+
+# ---------------------------------------------------------------------------------------
+# the run
+
+
+def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, captioner: Any = None,
+           captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
+           margin: float = 0.0, feedback: str | Sequence[str] | None = None, out: str | Path | None = None,
+           preset: str | None = None, config: str | Path | None = None, progress: bool = False,
+           **settings: Any) -> Refined:
+    """Refine every caption for up to `rounds` rounds (see the module doc).
+
+    The reviser is `captioner` (it sees the image) when given, else the run's `llm` (it sees
+    the caption and the feedback only). `feedback` names the sources (flipped, unsupported,
+    differences; default: every one the configuration allows). `settings` are `RunConfig`
+    fields (generator, embedder, judge, llm, qa_bank, template, seed, cache_dir, ...).
+    """
+    started = time.time()
+    selection = Selection.parse(select or "recon")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ConfigError(f"--rounds must be a whole number >= 1, not {rounds!r}")
+    if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
+        raise ConfigError(f"--margin must be a number >= 0, not {margin!r}")
+    cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
+    if cfg.seed_policy == "per-sample":
+        if settings.get("seed_policy") == "per-sample":
+            raise ConfigError("refinement reconstructs every version of a caption from the same noise: use "
+                              "--seed-policy per-image (the default here) or fixed, not per-sample")
+        cfg.seed_policy = "per-image"
+    sources = _feedback_sources(feedback, cfg, selection)
+    if captioner is None and cfg.llm is None:
+        raise ConfigError("refinement needs a reviser: --captioner (it sees the image) or --llm (it sees the "
+                          "caption and the feedback)")
+    rows = load_samples(captions) if isinstance(captions, (str, Path)) else load_samples(list(captions))
+    check_unique_ids(rows)
+    if not rows:
+        raise ConfigError("no captions to refine")
+
+    # everything that can be wrong with the configuration fails here, before any model runs
+    roles = Roles(cfg)
+    names = list(dict.fromkeys([*selection.metrics, *(FEEDBACK_METRIC[s] for s in sources if s in FEEDBACK_METRIC)]))
+    metrics = [build_metric(name, roles, cfg) for name in names]
+    headlines = {name: m.headline for name, m in zip(names, metrics)}
+    reviser = build_model("captioner", captioner, captioner_options) if captioner is not None else roles.llm
+    out_dir = Path(out) if out else None
+    if out_dir:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    store = open_store(cfg, out_dir)
+    ctx = Context(store)
+    asker = Asker(ctx, reviser=reviser, sees_image=captioner is not None, seed=cfg.seed,
+                  judge=roles.judge if "differences" in sources else None,
+                  llm=roles.llm if "differences" in sources else None)
+    generator = roles.generator
+    room = _token_room(generator, render(cfg.spec.template, ""))
+    words = words_budget(room)
+
+    run_key = content_key("refine-run", captions=[[s.id, str(s.image_id), s.caption] for s in rows],
+                          select=selection.weights, margin=margin, feedback=sources, reviser=reviser.fingerprint,
+                          sees_image=captioner is not None, generator=generator.fingerprint,
+                          template=cfg.spec.template, seed=cfg.seed, seed_policy=cfg.seed_policy)
+    history = _read_rounds(out_dir, run_key) if out_dir else {}
+    settings_record = {"key": run_key, "select": selection.weights, "headlines": headlines, "margin": margin,
+                       "feedback": sources, "rounds": rounds, "reviser": describe_model(reviser),
+                       "reviser_sees_image": captioner is not None, "token_room": room, "words": words}
+    if out_dir:
+        write_manifest(out_dir, {"status": "running", "refine": settings_record, "config": cfg.to_dict()})
+    sink = (out_dir / "rounds.jsonl").open("a", encoding="utf-8") if out_dir else None
+    loaded: dict[str, Any] = {}
+
+    def original(sample: Sample):
+        if sample.id not in loaded:
+            loaded[sample.id] = read_image(sample)
+        return loaded[sample.id]
+
+    def score_versions(versions: list[tuple[Sample, int, str]]) -> list[dict[str, Any]]:
+        from caprecon.run.score import score
+
+        samples = [replace(s, id=f"{s.id}@{r}", caption=text) for s, r, text in versions]
+        scored = score(samples, metrics=metrics, preset=preset, config=config, store=store, progress=progress,
+                       **{**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy}).records
+        return [_version(record, selection, headlines) for record in scored]
+
+    def append(new_rows: list[dict[str, Any]]) -> None:
+        for row in new_rows:
+            history.setdefault(row["id"], []).append(row)
+        if sink:
+            append_jsonl(sink, new_rows, allow_nan=True)
+
+    try:
+        fresh = [s for s in rows if s.id not in history]
+        if fresh:
+            append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, **v}
+                    for s, v in zip(fresh, score_versions([(s, 0, s.caption) for s in fresh]))])
+        for round_no in range(1, rounds + 1):
+            due = [s for s in rows if _due(history[s.id], round_no)]
+            if not due:
+                continue
+            log.info("refinement round %d: %d caption(s)", round_no, len(due))
+            states = {s.id: _current(history[s.id]) for s in due}
+            notes = _feedback(due, states, sources, asker, original)
+            asks, held = [], []
+            for s in due:
+                if not any(notes[s.id].values()):
+                    append([{"id": s.id, "round": round_no, "caption": None, "accepted": False,
+                             "reason": "no feedback: nothing left to fix", "feedback": notes[s.id]}])
+                    continue
+                asks.append((revision_prompt(states[s.id]["caption"], notes[s.id], sees_image=asker.sees_image,
+                                             words=words), original(s)))
+                held.append(s)
+            revisions = asker.revise(asks) if asks else []
+            verdicts, to_score = {}, []
+            for s, text in zip(held, revisions):
+                over = -_token_room(generator, render(cfg.spec.template, text)) if room is not None else 0
+                if not text:
+                    verdicts[s.id] = "empty revision"
+                elif over > 0:
+                    verdicts[s.id] = f"over the generator's text limit by {over} token(s): it would be cut"
+                else:
+                    to_score.append((s, round_no, text))
+            scored = dict(zip([s.id for s, _, _ in to_score], score_versions(to_score))) if to_score else {}
+            new_rows = []
+            for s, text in zip(held, revisions):
+                before = states[s.id]["score"]
+                row = {"id": s.id, "round": round_no, "caption": text, "feedback": notes[s.id],
+                       "previous_score": before, **scored.get(s.id, {"score": None})}
+                row["accepted"], row["reason"] = _verdict(row, before, margin, verdicts.get(s.id))
+                new_rows.append(row)
+            append(new_rows)
+    finally:
+        if sink:
+            sink.close()
+
+    results = [_refined(s, history[s.id], selection) for s in rows]
+    curve = rounds_table(history, [s.id for s in rows], rounds)
+    manifest = {"status": "complete", "refine": settings_record, "config": cfg.to_dict(),
+                "models": roles.describe(), "store": store.describe(), "cache": ctx.stats(),
+                "captions": len(rows), "improved": sum(1 for r in results if r["improved"]),
+                "seconds": round(time.time() - started, 3),
+                "noise": f"one reconstruction seed per image ({cfg.seed_policy}): versions differ only by their text"}
+    run = Refined(results, curve, selection, manifest, out_dir)
+    if out_dir:
+        write_refined(run, out_dir)
+        from caprecon.reports.html import write_html_report
+
+        write_html_report(out_dir)
+    return run
+
+
+def _feedback_sources(feedback: str | Sequence[str] | None, cfg: RunConfig, selection: Selection) -> list[str]:
+    if feedback is None:
+        sources = (["flipped"] if cfg.qa_bank else []) + (["unsupported"] if "halluc" in selection.metrics else [])
+        sources += ["differences"] if cfg.judge is not None and cfg.llm is not None else []
+        if not sources:
+            raise ConfigError("refinement needs feedback: give --qa-bank (the questions that flip), or --judge "
+                              "with --llm (the differences between the image and its reconstruction)")
+        return sources
+    wanted = [part.strip() for part in (feedback.split(",") if isinstance(feedback, str) else feedback)
+              if part.strip()]
+    unknown = [w for w in wanted if w not in FEEDBACK]
+    if unknown or not wanted:
+        raise ConfigError(f"--feedback {','.join(wanted) or repr(feedback)}: choose from {', '.join(FEEDBACK)}")
+    if "flipped" in wanted and not cfg.qa_bank:
+        raise ConfigError("--feedback flipped needs a QA bank: set --qa-bank FILE")
+    if "differences" in wanted and (cfg.judge is None or cfg.llm is None):
+        raise ConfigError("--feedback differences needs --judge (it describes both images) and --llm (it "
+                          "compares the descriptions)")
+    return list(dict.fromkeys(wanted))
+
+
+def _token_room(generator: Any, prompt: str) -> int | None:
+    """What the generator's most limiting text encoder leaves after `prompt`; None: no limit known."""
+    room = getattr(generator, "token_room", None)
+    return room(prompt) if callable(room) else None
+
+
+def _version(record: Mapping[str, Any], selection: Selection, headlines: Mapping[str, str]) -> dict[str, Any]:
+    """What a round keeps of a scored version: its score, the metrics' values, its
+    reconstruction and the feedback fields of the next round."""
+    kept = {"score": selection.value(record, headlines),
+            "scores": {name: record.get(field) for name, field in headlines.items()}}
+    for key in ("reconstruction", "tokens_cut", "error", "turing_flipped", "halluc_unsupported"):
+        if record.get(key) is not None:
+            kept[key] = record[key]
+    return kept
+
+
+def _verdict(row: Mapping[str, Any], before: float | None, margin: float, refused: str | None) -> tuple[bool, str]:
+    if refused:
+        return False, refused
+    if row.get("error"):
+        return False, f"the revision could not be scored: {row['error']}"
+    if row.get("tokens_cut"):
+        return False, f"the generator cut {row['tokens_cut']} token(s) of the revision"
+    if row["score"] is None:
+        return False, "the revision has no score"
+    if row["score"] > before + margin:
+        return True, f"score {before:.4f} -> {row['score']:.4f}"
+    return False, f"no gain: {row['score']:.4f} against {before:.4f}" + (f" + margin {margin:g}" if margin else "")
+
+
+def _current(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The caption as it stands: the last accepted version."""
+    return [r for r in rows if r["accepted"]][-1]
+
+
+def _due(rows: Sequence[Mapping[str, Any]], round_no: int) -> bool:
+    """Whether a caption is refined in this round: not stopped, round not done, first version scored."""
+    last = rows[-1]
+    return last["round"] < round_no and last["accepted"] and last.get("score") is not None
+
+
+def _feedback(due: Sequence[Sample], states: Mapping[str, Mapping[str, Any]], sources: Sequence[str],
+              asker: Asker, original) -> dict[str, dict[str, list]]:
+    notes: dict[str, dict[str, list]] = {s.id: {} for s in due}
+    for s in due:
+        if "flipped" in sources:
+            notes[s.id]["flipped"] = list(states[s.id].get("turing_flipped") or [])
+        if "unsupported" in sources:
+            notes[s.id]["unsupported"] = list(states[s.id].get("halluc_unsupported") or [])
+    if "differences" in sources:
+        with_recon = [s for s in due if states[s.id].get("reconstruction")]
+        for s in due:
+            notes[s.id]["differences"] = []
+        if with_recon:
+            originals = asker.describe([(original(s).image_key, lambda s=s: original(s).image) for s in with_recon])
+            recons = asker.describe([_recon_image(states[s.id]["reconstruction"]) for s in with_recon])
+            for s, listed in zip(with_recon, asker.differences(list(zip(originals, recons)))):
+                notes[s.id]["differences"] = listed
+    return notes
+
+
+def _recon_image(path: str) -> tuple[str, Any]:
+    data = Path(path).read_bytes()
+    return hashlib.sha256(data).hexdigest(), lambda: decode_bytes(data, path)
+
+
+# ---------------------------------------------------------------------------------------
+# resuming and the outputs
+
+
+def _read_rounds(out_dir: Path, run_key: str) -> dict[str, list[dict[str, Any]]]:
+    """The finished rounds of an earlier run of the same settings in `out_dir`. A line cut by a
+    kill is dropped; an earlier run of other settings is refused rather than mixed in."""
+    path = out_dir / "rounds.jsonl"
+    if not path.is_file():
+        return {}
+    try:
+        before = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8")).get("refine", {}).get("key")
+    except (OSError, ValueError, AttributeError):
+        before = None
+    if before != run_key:
+        raise ConfigError(f"--out {out_dir} holds a refinement of other captions or settings; give another --out, "
+                          f"or delete {path} to start this folder over")
+    text = path.read_text(encoding="utf-8")
+    whole = text[: text.rfind("\n") + 1]  # a kill mid-write leaves a last line without its newline
+    if whole != text:
+        path.write_text(whole, encoding="utf-8")
+    history: dict[str, list[dict[str, Any]]] = {}
+    for _, row in read_jsonl(path, ConfigError):
+        history.setdefault(row["id"], []).append(row)
+    # a round is complete for a caption only with its row; rows are appended round by round
+    return history
+
+
+def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequence[str],
+                 rounds: int) -> list[dict[str, Any]]:
+    """Per round 0..R: the mean score of the captions as they stand after it (those whose
+    original has a score), the share of them above their original, and the revisions asked
+    and accepted in it. The standing caption changes only by an accepted, higher revision,
+    so the mean cannot fall."""
+    scored = [i for i in ids if history[i] and history[i][0].get("score") is not None]
+    table = []
+    for round_no in range(rounds + 1):
+        standing = [_current([r for r in history[i] if r["round"] <= round_no])["score"] for i in scored]
+        firsts = [history[i][0]["score"] for i in scored]
+        asked = [r for i in ids for r in history[i] if r["round"] == round_no and round_no and r["caption"]]
+        table.append({"round": round_no, "captions": len(scored),
+                      "mean_score": sum(standing) / len(standing) if standing else None,
+                      "improved": (sum(1 for a, b in zip(standing, firsts) if a > b) / len(scored)) if scored else None,
+                      "revised": len(asked), "accepted": sum(1 for r in asked if r["accepted"])})
+    return table
+
+
+def _refined(sample: Sample, rows: Sequence[Mapping[str, Any]], selection: Selection) -> dict[str, Any]:
+    first, final = rows[0], _current(rows)
+    before_flips = {f["question"] for f in first.get("turing_flipped") or []}
+    after_flips = {f["question"] for f in final.get("turing_flipped") or []}
+    stop = next((r["reason"] for r in rows[1:] if not r["accepted"]), None)
+    return {
+        "id": sample.id, "image": str(sample.image) if isinstance(sample.image, (str, Path)) else None,
+        "image_id": sample.image_id, "original": sample.caption, "caption": final["caption"],
+        "score_before": first.get("score"), "score": final.get("score"),
+        "improved": final is not first, "accepted_rounds": [r["round"] for r in rows[1:] if r["accepted"]],
+        "stopped": stop, "scores_before": first.get("scores"), "scores": final.get("scores"),
+        "reconstruction_before": first.get("reconstruction"), "reconstruction": final.get("reconstruction"),
+        "fixed": [f for f in first.get("turing_flipped") or [] if f["question"] in before_flips - after_flips],
+        "error": first.get("error"),
+        "rounds": [{k: r.get(k) for k in ("round", "caption", "score", "accepted", "reason", "feedback")}
+                   for r in rows],
+        "selection": selection.describe(),
+    }
+
+
+def write_refined(run: Refined, out_dir: str | Path) -> dict[str, Path]:
+    """refined.jsonl (+ .parquet with pyarrow), rounds.csv and manifest.json; rounds.jsonl is
+    written as the rounds finish."""
+    out_dir = Path(out_dir)
+    paths = {"refined": out_dir / "refined.jsonl", "rounds": out_dir / "rounds.csv"}
+    write_jsonl_atomically(paths["refined"], run.captions, allow_nan=True)
+    # parquet wants one type per column: the nested rounds and feedback travel as JSON text there
+    flat = [{**r, "rounds": json.dumps(r["rounds"], ensure_ascii=False), "fixed": json.dumps(r["fixed"]),
+             "scores_before": json.dumps(r["scores_before"]), "scores": json.dumps(r["scores"])}
+            for r in run.captions]
+    parquet = export_parquet(flat, out_dir / "refined.parquet")
+    if parquet:
+        paths["parquet"] = parquet
+    with paths["rounds"].open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["round", "captions", "mean_score", "improved", "revised", "accepted"])
+        writer.writeheader()
+        writer.writerows(run.rounds)
+    paths["manifest"] = write_manifest(out_dir, run.manifest)
+    return paths
+

@@ -1,0 +1,73 @@
+"""`caprecon refine`: captions revised from their own reconstructions, a revision kept only if it scores higher."""
+
+from __future__ import annotations
+
+import argparse
+
+from caprecon.cli.common import add_run_options, run_settings
+from caprecon.run.config import parse_options, whole_number
+
+
+def add_refine_options(p: argparse.ArgumentParser, *, rounds_flag: str = "--rounds") -> None:
+    """The options `refine` and `caption --refine` share (the reviser and --select are each command's own)."""
+    p.add_argument("--margin", type=float, default=0.0,
+                   help="keep a revision only if it beats the caption it revises by more than this (default 0)")
+    p.add_argument("--feedback", metavar="SOURCES",
+                   help="what the reviser is told, comma-separated: flipped (the Caption Turing Test questions "
+                        "answered right on the image and wrong on its reconstruction; needs --qa-bank), "
+                        "unsupported (the hallucination metric's unsupported claims; needs halluc in --select), "
+                        "differences (the judge describes both images, the --llm lists the differences). "
+                        "Default: every source the settings allow")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "refine", help="improve captions from their own reconstructions: revise, rescore, keep only gains",
+        description="Each round, every caption is reconstructed and its feedback collected (the questions that "
+                    "flip, unsupported claims, differences between the image and the reconstruction); the "
+                    "captioner (seeing the image) or the LLM (seeing the caption and the feedback) revises it "
+                    "within the generator's token budget, and the revision is kept only if it scores higher by "
+                    "--select. A caption stops when a round brings no gain. Writes refined.jsonl/.parquet, "
+                    "rounds.jsonl (resumable), rounds.csv, report.html and manifest.json into --out.")
+    p.add_argument("--input", "-i", required=True, help="captions to refine: JSONL/CSV with id, image, caption")
+    p.add_argument("--out", "-o", required=True, help="run folder (a killed run resumes from it)")
+    p.add_argument("--captioner", "-c", help="reviser that sees the image: registry name, hub id, folder or "
+                                             "module:Class (default: the --llm, which sees only the text)")
+    p.add_argument("--captioner-opt", action="append", metavar="KEY=VALUE", help="captioner option (repeatable)")
+    p.add_argument("--rounds", type=whole_number(1), default=2, help="most revisions per caption (default 2)")
+    p.add_argument("--select", help="metric that decides (recon, turing, ...) or a weighted sum such as "
+                                    "recon=0.7,turing=0.3 (default recon)")
+    p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="seeds the reconstructions' noise")
+    add_refine_options(p)
+    add_run_options(p, for_meta=True)
+    p.set_defaults(func=cmd_refine)
+    return p
+
+
+def cmd_refine(args: argparse.Namespace) -> int:
+    from caprecon.apps.refine import refine
+
+    settings = run_settings(args)
+    run = refine(args.input, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
+                 select=args.select, rounds=args.rounds, margin=args.margin, feedback=args.feedback, out=args.out,
+                 preset=settings.pop("preset", None), config=args.config, progress=not args.quiet, **settings)
+    if not args.quiet:
+        print_refined(run)
+    return 0
+
+
+def print_refined(run) -> None:
+    from caprecon.core.tables import format_table, terminal_safe
+
+    table = [["round", "captions", "mean score", "improved", "revised", "accepted"]]
+    for row in run.rounds:
+        mean = "" if row["mean_score"] is None else f"{row['mean_score']:.4f}"
+        improved = "" if row["improved"] is None else f"{row['improved']:.0%}"
+        table.append([str(row["round"]), str(row["captions"]), mean, improved, str(row["revised"]),
+                      str(row["accepted"])])
+    for line in format_table(table).splitlines():
+        print(terminal_safe(line))
+    print(f"improved {run.manifest['improved']} of {run.manifest['captions']} caption(s) "
+          f"(selection {run.selection.describe()}); written to {run.out}")
+    if run.out and (run.out / "report.html").is_file():
+        print(f"report: {run.out / 'report.html'}")

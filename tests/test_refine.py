@@ -1,0 +1,255 @@
+"""Refinement (`caprecon refine`) on the shapes world: the oracle generator draws exactly the
+shapes a caption names, the scripted judge answers from pixels, and scripted revisers
+(`refine_fakes`) fix, spoil or repeat a caption. Expected scores are computed here from the
+oracle's drawing and the pixel embedder, not read from the code under test."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from caprecon.apps.refine import refine, revision_prompt
+from caprecon.cli.commands import main
+from caprecon.core.errors import ConfigError
+from oracle import OracleGenerator, PixelEmbedder, render
+from refine_fakes import DescribingVLM, FailingGenerator, ReviserLLM
+
+SCENE = "a red square and a blue square and a green square"
+QUESTIONS = {  # question -> the bank's answer; on the scene, the judge gets all right but the purple one
+    "Is there a red shape in the image?": "yes",
+    "Is there a blue shape in the image?": "yes",
+    "Is there a green shape in the image?": "yes",
+    "Is there a purple shape in the image?": "yes",  # a wrong bank answer: wrong on I too, so never flipped
+    "Is the background white?": "yes",
+}
+
+
+def recon(caption: str, scene: str = SCENE) -> float:
+    """ReconScore (1 + cos) / 2 of the oracle's drawing of `caption` against the scene, by hand."""
+    a, b = PixelEmbedder().embed([render(scene, 96, 96), render(caption, 96, 96)])
+    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
+
+
+@pytest.fixture
+def world(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    render(SCENE, 96, 96).save(folder / "scene.png")
+    bank = tmp_path / "bank.jsonl"
+    bank.write_text("".join(json.dumps({"image_id": "scene", "question": q, "category": "colour", "type": "yesno",
+                                        "answer": a}) + "\n" for q, a in QUESTIONS.items()))
+    captions = tmp_path / "captions.jsonl"
+    captions.write_text(json.dumps({"id": "c1", "image": str(folder / "scene.png"), "caption": "a red square"}) + "\n")
+    return {"images": folder, "bank": bank, "captions": captions, "cache": tmp_path / "cache", "tmp": tmp_path}
+
+
+def settings(world, **overrides):
+    base = dict(generator=OracleGenerator(), embedder=PixelEmbedder(), judge=DescribingVLM(),
+                qa_bank=str(world["bank"]), max_side=96, cache_dir=str(world["cache"]), feedback="flipped")
+    return {**base, **overrides}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_feedback_is_exactly_the_flipped_questions(world):
+    llm = ReviserLLM("same")
+    run = refine(world["captions"], rounds=1, llm=llm, **settings(world))
+    feedback = run.captions[0]["rounds"][1]["feedback"]
+    # "a red square" draws no blue and no green shape: those two flip; red and the background stay
+    # right, and the purple question is wrong on the original too
+    assert [f["question"] for f in feedback["flipped"]] == ["Is there a blue shape in the image?",
+                                                           "Is there a green shape in the image?"]
+    assert [(f["answer"], f["on_original"], f["on_reconstruction"]) for f in feedback["flipped"]] == \
+        [("yes", "yes", "no"), ("yes", "yes", "no")]
+    prompt = llm.prompts[0]
+    assert "blue shape" in prompt and "green shape" in prompt
+    assert "purple" not in prompt and "red shape" not in prompt and "background" not in prompt
+
+
+def test_a_revision_that_scores_lower_is_rejected(world):
+    llm = ReviserLLM("worse")  # "a red square" -> "a yellow square"
+    run = refine(world["captions"], rounds=2, llm=llm, out=world["tmp"] / "out", **settings(world))
+    row = run.captions[0]
+    assert recon("a yellow square") < recon("a red square")  # the premise, by hand
+    first, second = row["rounds"]
+    assert second["caption"] == "a yellow square" and not second["accepted"]
+    assert second["score"] == pytest.approx(recon("a yellow square"), abs=1e-6)
+    assert row["caption"] == "a red square" and row["score"] == pytest.approx(recon("a red square"), abs=1e-6)
+    assert not row["improved"] and row["stopped"].startswith("no gain")
+    assert llm.calls == 1  # stopped after the rejected round: round 2 asked nothing
+
+
+def test_the_loop_stops_when_a_round_brings_no_gain(world):
+    llm = ReviserLLM("same")
+    out = world["tmp"] / "out"
+    run = refine(world["captions"], rounds=3, llm=llm, out=out, **settings(world))
+    assert llm.calls == 1
+    assert [r["round"] for r in run.captions[0]["rounds"]] == [0, 1]
+    table = read_csv(out / "rounds.csv")
+    assert [int(r["round"]) for r in table] == [0, 1, 2, 3]
+    assert [int(r["revised"]) for r in table] == [0, 1, 0, 0]
+    assert len({r["mean_score"] for r in table}) == 1
+
+
+def test_accepted_revisions_raise_the_score_round_by_round(world):
+    llm = ReviserLLM("fix")
+    out = world["tmp"] / "out"
+    run = refine(world["captions"], rounds=3, llm=llm, out=out, **settings(world))
+    row = run.captions[0]
+    versions = ["a red square", "a red square and a blue square", SCENE]
+    assert [r["caption"] for r in row["rounds"][:3]] == versions
+    assert [r["score"] for r in row["rounds"][:3]] == pytest.approx([recon(v) for v in versions], abs=1e-6)
+    # round 3: the full scene flips no question, so there is nothing left to fix
+    assert row["rounds"][3]["caption"] is None and row["stopped"] == "no feedback: nothing left to fix"
+    assert row["caption"] == SCENE and row["improved"] and row["accepted_rounds"] == [1, 2]
+    assert [f["question"] for f in row["fixed"]] == ["Is there a blue shape in the image?",
+                                                     "Is there a green shape in the image?"]
+    table = read_csv(out / "rounds.csv")
+    means = [float(r["mean_score"]) for r in table]
+    assert means == pytest.approx([recon(v) for v in versions] + [recon(SCENE)], abs=1e-6)
+    assert means == sorted(means)  # non-decreasing
+    assert [float(r["improved"]) for r in table] == [0.0, 1.0, 1.0, 1.0]
+    saved = [json.loads(line) for line in (out / "refined.jsonl").read_text().splitlines()]
+    assert saved[0]["caption"] == SCENE and saved[0]["original"] == "a red square"
+    assert (out / "report.html").is_file() and (out / "manifest.json").is_file()
+
+
+def test_differences_feedback_from_descriptions(world):
+    llm = ReviserLLM("fix")
+    run = refine(world["captions"], rounds=1, llm=llm, **settings(world, feedback="differences"))
+    rounds = run.captions[0]["rounds"]
+    # the judge describes the scene's three colours and the drawing's one; the LLM lists the two missing
+    assert rounds[1]["feedback"] == {"differences": ["the drawing has no blue shape", "the drawing has no green shape"]}
+    assert rounds[1]["caption"] == "a red square and a blue square" and rounds[1]["accepted"]
+
+
+class BudgetGenerator(OracleGenerator):
+    """The oracle with a text encoder of six tokens, one per word."""
+
+    def token_room(self, prompt: str) -> int:
+        return 6 - len(prompt.split())
+
+
+def test_a_revision_over_the_token_budget_is_rejected_unscored(world):
+    llm = ReviserLLM("fix")
+    generator = BudgetGenerator()
+    run = refine(world["captions"], rounds=1, llm=llm, **settings(world, generator=generator))
+    assert "Use at most 4 words." in llm.prompts[0]  # 6 tokens, three words in four
+    revision = run.captions[0]["rounds"][1]
+    assert revision["caption"] == "a red square and a blue square"  # 7 words
+    assert not revision["accepted"] and revision["score"] is None
+    assert revision["reason"] == "over the generator's text limit by 1 token(s): it would be cut"
+
+
+def test_the_diffusers_generator_knows_its_token_room(tiny_sd):
+    from caprecon.models.generator import DiffusersGenerator
+
+    generator = DiffusersGenerator(str(tiny_sd), device="cpu")
+    # the tiny CLIP tokenizer: one token per letter, none for spaces, plus start and end; limit 77
+    assert generator.token_room("word " * 10) == 77 - (10 * 4 + 2)
+    assert generator.token_room("word " * 20) == 77 - (20 * 4 + 2)
+
+
+def test_resume_after_a_kill_mid_round_recomputes_only_what_was_missing(world):
+    out = world["tmp"] / "out"
+    FailingGenerator.failed = False
+    with pytest.raises(KeyboardInterrupt):  # round 2's revision (it adds green) is asked, then its drawing fails
+        refine(world["captions"], rounds=3, llm=ReviserLLM("fix"), out=out,
+               **settings(world, generator=FailingGenerator("green")))
+    kept = [json.loads(line) for line in (out / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in kept] == [0, 1]
+
+    llm, judge = ReviserLLM("fix"), DescribingVLM()
+    generated = OracleGenerator.calls
+    run = refine(world["captions"], rounds=3, llm=llm, out=out, **settings(world, judge=judge))
+    assert llm.calls == 0  # round 2's revision is in the store; round 3 has nothing to fix
+    assert OracleGenerator.calls - generated == 1  # only the drawing the kill interrupted
+    assert judge.calls == len(QUESTIONS)  # only the questions on that drawing; the original's are stored
+    assert run.captions[0]["caption"] == SCENE
+    assert [r["round"] for r in run.captions[0]["rounds"]] == [0, 1, 2, 3]
+
+
+def test_other_settings_in_the_same_folder_are_refused(world):
+    out = world["tmp"] / "out"
+    refine(world["captions"], rounds=1, llm=ReviserLLM("same"), out=out, **settings(world))
+    with pytest.raises(ConfigError, match="other captions or settings"):
+        refine(world["captions"], rounds=1, llm=ReviserLLM("same"), out=out, margin=0.5, **settings(world))
+
+
+def test_bad_settings_stop_before_any_model_runs(world):
+    with pytest.raises(ConfigError, match="--rounds"):
+        refine(world["captions"], rounds=0, llm=ReviserLLM(), **settings(world))
+    with pytest.raises(ConfigError, match="needs a QA bank"):
+        refine(world["captions"], llm=ReviserLLM(), **settings(world, qa_bank=None))
+    with pytest.raises(ConfigError, match="reviser"):
+        refine(world["captions"], **settings(world))
+    with pytest.raises(ConfigError, match="choose from"):
+        refine(world["captions"], llm=ReviserLLM(), **settings(world, feedback="vibes"))
+
+
+def test_revision_prompt_names_what_to_add_remove_and_the_budget():
+    prompt = revision_prompt("a cat", {"flipped": [{"question": "Is it red?", "answer": "yes",
+                                                    "on_reconstruction": "no"}],
+                                       "unsupported": [{"claim": "a hat"}], "differences": ["no sofa"]},
+                             sees_image=True, words=12)
+    assert prompt.startswith("You can see the image.")
+    assert '- Asked "Is it red?", the answer is "yes", but the picture suggested "no".' in prompt
+    assert "- no sofa" in prompt and "Remove (the image does not show these):\n- a hat" in prompt
+    assert "Use at most 12 words." in prompt
+
+
+def test_caption_select_then_refine(world, capsys):
+    out = world["tmp"] / "caption-run"
+    code = main(["caption", "--images", str(world["images"]), "--captioner", "refine_fakes:ShapesCaptioner",
+                 "--n", "2", "--generator", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder",
+                 "--judge", "refine_fakes:DescribingVLM", "--qa-bank", str(world["bank"]), "--max-side", "96",
+                 "--cache-dir", str(world["cache"]), "--out", str(out), "--refine", "3", "--feedback", "flipped"])
+    assert code == 0, capsys.readouterr().err
+    selected = [json.loads(line) for line in (out / "selected.jsonl").read_text().splitlines()]
+    assert selected[0]["caption"] == "a red square"  # beats "a yellow square"
+    refined = [json.loads(line) for line in (out / "refine" / "refined.jsonl").read_text().splitlines()]
+    # the captioner sees the image and adds one missing shape per round
+    assert refined[0]["original"] == "a red square" and refined[0]["caption"] == SCENE
+    means = [float(r["mean_score"]) for r in read_csv(out / "refine" / "rounds.csv")]
+    assert means == sorted(means) and means[0] == pytest.approx(recon("a red square"), abs=1e-6)
+    assert "improved 1 of 1 caption(s)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_refine_command_resumes_after_sigkill(world):
+    out = world["tmp"] / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "caprecon", "refine", "-i", str(world["captions"]), "--out", str(out),
+               "--llm", "refine_fakes:SlowReviserLLM", "--generator", "oracle:OracleGenerator",
+               "--embedder", "oracle:PixelEmbedder", "--judge", "refine_fakes:DescribingVLM",
+               "--qa-bank", str(world["bank"]), "--max-side", "96", "--cache-dir", str(world["cache"]),
+               "--rounds", "3", "--feedback", "flipped", "-q"]
+    marker = world["tmp"] / "blocked"
+    proc = subprocess.Popen(command, env={**env, "REFINE_BLOCK_MARKER": str(marker)})
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), "the reviser never reached round 2"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()] == [0, 1]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    refined = [json.loads(line) for line in (out / "refined.jsonl").read_text().splitlines()]
+    assert refined[0]["caption"] == SCENE
+    assert [r["round"] for r in refined[0]["rounds"]] == [0, 1, 2, 3]
