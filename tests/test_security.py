@@ -22,8 +22,9 @@ from PIL import Image
 from caprecon.cli import main
 
 RED, BLUE, GREEN = (220, 20, 20), (20, 20, 220), (20, 200, 20)
-# what a subprocess probing a hang or an endless read may use, so a failure cannot take the machine with it
-PROBE_MEMORY = 3 * 2**30
+# what a subprocess probing a hang or an endless read may use, so a failure cannot take the machine with
+# it: memory, and the size of any one file it writes (a copy of /dev/zero fills the disk otherwise)
+PROBE_MEMORY, PROBE_FILE_SIZE = 3 * 2**30, 256 * 2**20
 
 
 def _jsonl(path, rows):
@@ -59,6 +60,7 @@ def _limited():
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (PROBE_MEMORY, PROBE_MEMORY))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (PROBE_FILE_SIZE, PROBE_FILE_SIZE))
 
 
 def _probe(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -310,3 +312,98 @@ def test_prompts_and_urls_in_a_config_file_are_not_taken_for_plugins(tmp_path):
     assert load_config_file(config) == {"vqa_template": "Question: is the figure showing {caption}?",
                                         "judge_options": {"base_url": "http://127.0.0.1:8000/v1"},
                                         "template": "photo:{caption}", "cache_dir": "C:\\caches\\caprecon"}
+
+
+# --------------------------------------------------------------------------- 2: cttd import decodes and confines
+
+
+def _png_bytes(colour, size=(40, 30)) -> bytes:
+    """A PNG of `colour` with a little noise, so it is a few kilobytes (base64 over 512 characters)."""
+    noise = np.random.default_rng(sum(colour)).integers(-8, 8, (size[1], size[0], 3))
+    pixels = np.clip(np.array(colour)[None, None, :] + noise, 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_cttd_import_writes_only_decoded_images_inside_the_root(tmp_path, capsys):
+    root = tmp_path / "root"
+    (root / "pics").mkdir(parents=True)
+    ok = root / "pics" / "ok.png"
+    ok.write_bytes(_png_bytes(RED))
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(_png_bytes(BLUE))
+    (root / "pics" / "link.png").symlink_to(outside)
+    os.mkfifo(root / "pics" / "pipe.png")
+    (root / "pics" / "text.png").write_text("not a picture\n")
+    inline = base64.b64encode(_png_bytes(GREEN)).decode()
+    assert len(inline) > 512  # the importer takes a long value for base64, a short one for a path
+    questions = tmp_path / "elsewhere" / "q.jsonl"
+    questions.parent.mkdir()
+    rows = [("ok", "pics/ok.png"), ("passwd", "/etc/passwd"), ("dotdot", "../outside.png"),
+            ("absolute", str(outside)), ("symlink", "pics/link.png"), ("fifo", "pics/pipe.png"),
+            ("text", "pics/text.png"), ("missing", "pics/none.png"), ("inline", inline),
+            ("badbase64", "@" * 600), ("notimage", base64.b64encode(b"plain text " * 60).decode())]
+    _jsonl(questions, [{"image_id": i, "image": image, "question": "What colour?", "answer": "red"}
+                       for i, image in rows])
+    out = tmp_path / "bank"
+    code, stdout, err = _run(["cttd", "import", questions, "--out", out, "--image-root", root], capsys)
+    assert code == 1 and "Traceback" not in err
+    # the two decodable images inside the root, byte for byte as given; nothing else
+    assert sorted(p.name for p in (out / "images").iterdir()) == ["inline.png", "ok.png"]
+    assert (out / "images" / "ok.png").read_bytes() == ok.read_bytes()
+    assert (out / "images" / "inline.png").read_bytes() == base64.b64decode(inline)
+    assert [json.loads(line)["image_id"] for line in (out / "bank.jsonl").open()] == ["ok", "inline"]
+    expected = {  # image id -> reason, line of the question file
+        "passwd": ("image outside --image-root", 2), "dotdot": ("image outside --image-root", 3),
+        "absolute": ("image outside --image-root", 4), "symlink": ("image outside --image-root", 5),
+        "fifo": ("image unreadable", 6), "text": ("image not decodable", 7), "missing": ("image not found", 8),
+        "badbase64": ("image not base64", 10), "notimage": ("image not decodable", 11)}
+    sheet = json.loads((out / "datasheet.json").read_text())
+    assert {d["image_id"]: (d["reason"], int(d["where"].rsplit(":", 1)[1])) for d in sheet["dropped_questions"]} \
+        == expected
+    assert sheet["stages"][0]["dropped"] == {"image outside --image-root": 4, "image unreadable": 1,
+                                             "image not decodable": 2, "image not found": 1, "image not base64": 1}
+    assert err.splitlines()[0] == ("dropped: 9 question(s) whose image could not be used (image outside --image-root: "
+                                   "4, image unreadable: 1, image not decodable: 2, image not found: 1, image not "
+                                   "base64: 1); datasheet.json lists them")
+    for image_id, (_, line) in expected.items():
+        assert f"  {questions}:{line} (image {image_id}): " in err
+
+
+def test_cttd_import_without_a_root_still_refuses_what_is_not_an_image(tmp_path):
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(_png_bytes(BLUE))
+    questions = _jsonl(tmp_path / "q.jsonl", [
+        {"image_id": "passwd", "image": "/etc/passwd", "question": "What colour?", "answer": "red"},
+        {"image_id": "hostname", "image": "../../../../../../etc/hostname", "question": "What colour?",
+         "answer": "red"},
+        {"image_id": "zero", "image": "/dev/zero", "question": "What colour?", "answer": "red"},
+        {"image_id": "blue", "image": str(outside), "question": "What colour?", "answer": "blue"}])
+    out = tmp_path / "bank"
+    # in a bounded subprocess: an import that copies /dev/zero would otherwise fill the disk
+    probe = _probe(f"""
+import sys
+from caprecon.cli import main
+sys.exit(main(["cttd", "import", {str(questions)!r}, "--out", {str(out)!r}]))
+""")
+    assert probe.returncode == 1, probe.stderr[-2000:]
+    assert [p.name for p in (out / "images").iterdir()] == ["blue.png"]  # no root given: any real image may come
+    assert "dropped: 3 question(s)" in probe.stderr
+    assert "/etc/passwd: not in any image format PIL reads" in probe.stderr
+    assert "cannot read image /dev/zero: not a regular file (a device)" in probe.stderr
+
+
+def test_cttd_import_of_a_vlmevalkit_tsv_names_a_row_whose_base64_is_no_image(tmp_path, capsys):
+    good = base64.b64encode(_png_bytes(RED)).decode()
+    bad = base64.b64encode(b"\x89PNG but nothing after it " * 10).decode()
+    header = ["index", "image", "question", "A", "B", "answer", "category"]
+    rows = [["1", good, "Colour?", "red", "blue", "A", "colour"], ["2", bad, "Colour?", "red", "blue", "A", "colour"],
+            ["3", "1", "Is it red?", "", "", "Yes", "colour"]]
+    tsv = tmp_path / "Bench.tsv"
+    tsv.write_text("\n".join("\t".join(r) for r in [header, *rows]) + "\n")
+    out = tmp_path / "bank"
+    code, stdout, err = _run(["cttd", "import", tsv, "--out", out], capsys)
+    assert code == 1 and "2 questions about 2 images" in stdout  # row 3 names row 1's image
+    assert [json.loads(line)["id"] for line in (out / "bank.jsonl").open()] == ["1", "3"]
+    assert err.splitlines()[1].startswith(f"  {tsv}:3 (image 2): cannot decode the image of {tsv}:3:")

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections import Counter
 from pathlib import Path
 
 from caprecon.cli.common import global_options
+
+
+# the drops `cttd import` names one per line before it says "and N more"
+SHOWN_DROPS = 20
+# exit status when questions were dropped, as `score` exits when rows failed
+ROWS_DROPPED = 1
 
 
 def add_parser(subparsers) -> None:
@@ -80,6 +88,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=cmd_import)
 
 
+    p.add_argument("--image-root", metavar="DIR",
+                   help="relative image paths resolve against DIR (default: the question file's folder), and every "
+                        "image must lie inside it: a question whose image escapes it is dropped")
 def _text_or_file(value: str | None) -> str | None:
     if value is None:
         return None
@@ -157,10 +168,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise ConfigError(f"question file not found: {source}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    images = None if args.no_images else ImageWriter(out / "images", out)
+    images = None if args.no_images else ImageWriter(out / "images", out,
+                                                      image_root=Path(args.image_root) if args.image_root else None)
     fmt = args.format
     try:
         if fmt == "auto":
+    from caprecon.core.tables import terminal_safe
             fmt = "generic"
             if source.suffix.lower() == ".tsv":
                 allow_long_csv_fields()
@@ -185,3 +198,18 @@ def cmd_import(args: argparse.Namespace) -> int:
     if images is not None and images.written:
         print(f"images: {out / 'images'} ({len(images.written)} written)")
     return 0
+    dropped = images.dropped if images is not None else []
+    if dropped:  # the report's stage table shows the counts; the list names every question
+        sheet["stages"] = [{"stage": "import", "counts": {"questions": len(records) + len(dropped),
+                                                         "kept": len(records)},
+                            "dropped": dict(Counter(d.reason for d in dropped)), "model_calls": {}}]
+        sheet["dropped_questions"] = [vars(d) for d in dropped]
+    if dropped:
+        counts = ", ".join(f"{reason}: {n}" for reason, n in Counter(d.reason for d in dropped).items())
+        print(f"dropped: {len(dropped)} question(s) whose image could not be used ({counts}); datasheet.json "
+              f"lists them", file=sys.stderr)
+        for d in dropped[:SHOWN_DROPS]:
+            print(terminal_safe(f"  {d.where} (image {d.image_id}): {d.error}"), file=sys.stderr)
+        if len(dropped) > SHOWN_DROPS:
+            print(f"  ... and {len(dropped) - SHOWN_DROPS} more", file=sys.stderr)
+        return ROWS_DROPPED

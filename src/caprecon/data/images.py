@@ -18,7 +18,7 @@ import stat
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
 from caprecon.data.samples import Sample, SampleError, has_image
 
@@ -166,6 +166,8 @@ def decode_bytes(data: bytes, what: str) -> Image.Image:
             return decode_image(im, what)
     except SampleError:
         raise
+    except UnidentifiedImageError:  # its message names only the in-memory buffer
+        raise SampleError(f"cannot decode {what}: not in any image format PIL reads", "image not decodable") from None
     except Exception as exc:  # PIL raises several types for corrupt files
         raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
 

@@ -15,8 +15,11 @@ Two layouts:
   `answer`, `category`. Rows without options become yes/no (answer Yes/No) or short.
 
 Images given inline (base64) or as paths are written to the output's `images/` folder
-as `<image_id>.<format>`, so a captions file can name them and `turing` find them. Any
-row that is not a valid bank item stops the import with the file, line and problem.
+as `<image_id>.<format>`, so a captions file can name them and `turing` find them. Each is
+decoded first and only the bytes that decoded are written: a question whose image is not
+base64, not an image, missing, not a regular file or outside `image_root` is dropped,
+counted and named (`ImageWriter.dropped`), and the import goes on. Any row that is not a
+valid bank item stops the import with the file, line and problem.
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ import csv
 import io
 import json
 import re
-import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from PIL import Image
 
+from caprecon.data.images import decode_bytes, read_image_file
 from caprecon.data.qa import QABankError, parse_item
+from caprecon.data.samples import SampleError
 from caprecon.core.records import read_records
 from caprecon.apps.cttd.curate import bank_record
 
@@ -84,51 +89,89 @@ def infer_type(record: dict[str, Any]) -> str:
     return "short"
 
 
-class ImageWriter:
-    """Writes each image once, as images/<image_id>.<format>; remembers what it wrote."""
+@dataclass
+class Dropped:
+    """A question left out because its image could not be used."""
 
-    def __init__(self, folder: Path | None, relative_to: Path):
+    where: str  # file:line
+    image_id: str
+    reason: str  # the kind of problem, for counts
+    error: str  # the problem, naming the image
+
+
+class ImageDropped(Exception):
+    """This row's image cannot be used: the row is left out (`ImageWriter.dropped` says why)."""
+
+
+class ImageWriter:
+    """Writes each image once, as images/<image_id>.<format>, after decoding it; remembers what
+    it wrote and which questions it dropped. Image paths are read through
+    `caprecon.data.images.read_image_file`: relative ones resolve against `image_root` when it
+    is given (else the question file's folder), and every one must then lie inside it."""
+
+    def __init__(self, folder: Path | None, relative_to: Path, *, image_root: Path | None = None):
         self.folder = folder
         self.relative_to = relative_to
+        self.image_root = image_root
         self.written: dict[str, Path] = {}
+        self.dropped: list[Dropped] = []
+        self._refused: dict[str, SampleError] = {}  # image id -> why, so its other questions are dropped alike
+
+    def locate(self, text: str, file_folder: Path) -> Path:
+        """Where an image column's path points: absolute as given, else under `image_root` or the file's folder."""
+        path = Path(text)
+        return path if path.is_absolute() else (self.image_root or file_folder) / path
+
+    def from_base64(self, image_id: str, text: str, where: str) -> str | None:
+        if image_id not in self.written and image_id not in self._refused:
+            try:
+                data = base64.b64decode("".join(text.split()), validate=True)
+            except (binascii.Error, ValueError) as exc:
+                self._refused[image_id] = SampleError(f"the image is not valid base64 ({exc})", "image not base64")
+            else:
+                return self.from_bytes(image_id, data, where)
+        return self._result(image_id, where)
 
     def from_bytes(self, image_id: str, data: bytes, where: str) -> str | None:
-        if self.folder is None:
-            return None
-        if image_id not in self.written:
-            try:
-                with Image.open(io.BytesIO(data)) as im:
-                    fmt = (im.format or "png").lower()
-            except Exception as exc:
-                raise QuestionImportError(f"{where}: the image cannot be decoded ({type(exc).__name__})") from None
-            self.folder.mkdir(parents=True, exist_ok=True)
-            path = self.folder / f"{_safe(image_id)}.{'jpg' if fmt == 'jpeg' else fmt}"
-            path.write_bytes(data)
-            self.written[image_id] = path
-        return str(self.written[image_id].relative_to(self.relative_to))
+        if image_id not in self.written and image_id not in self._refused:
+            self._write(image_id, data, f"the image of {where}")
+        return self._result(image_id, where)
 
     def from_path(self, image_id: str, path: Path, where: str) -> str | None:
-        if not path.exists():
-            raise QuestionImportError(f"{where}: image not found: {path}")
+        if image_id not in self.written and image_id not in self._refused:
+            try:
+                data = read_image_file(path, self.image_root)
+            except SampleError as exc:
+                self._refused[image_id] = exc
+            else:
+                self._write(image_id, data, f"image {path}")
+        return self._result(image_id, where)
+
+    def _write(self, image_id: str, data: bytes, what: str) -> None:
+        try:
+            decode_bytes(data, what)  # every pixel, so a truncated file is refused too
+            with Image.open(io.BytesIO(data)) as im:
+                fmt = (im.format or "png").lower()
+        except SampleError as exc:
+            self._refused[image_id] = exc
+            return
         if self.folder is None:
-            return str(path)
-        if image_id not in self.written:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            target = self.folder / f"{_safe(image_id)}{path.suffix.lower()}"
-            shutil.copyfile(path, target)
-            self.written[image_id] = target
-        return str(self.written[image_id].relative_to(self.relative_to))
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"{_safe(image_id)}.{'jpg' if fmt == 'jpeg' else fmt}"
+        path.write_bytes(data)  # the bytes that decoded, read once: nothing else reaches the folder
+        self.written[image_id] = path
+
+    def _result(self, image_id: str, where: str) -> str | None:
+        refused = self._refused.get(image_id)
+        if refused is not None:
+            self.dropped.append(Dropped(where, image_id, refused.reason, str(refused)))
+            raise ImageDropped(image_id)
+        return str(self.written[image_id].relative_to(self.relative_to)) if image_id in self.written else None
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]", "_", name)
-
-
-def _decode_base64(text: str, where: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=False)
-    except (binascii.Error, ValueError) as exc:
-        raise QuestionImportError(f"{where}: the image is not valid base64 ({exc})") from None
 
 
 def _checked(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -181,9 +224,11 @@ def import_generic(path: str | Path, *, columns: dict[str, str] | None = None,
         record["id"] = str(value["id"]) if not _blank(value["id"]) else f"{image_id}#{n}"
         if images is not None and not _blank(image):
             text = str(image)
-            record["image"] = images.from_bytes(image_id, _decode_base64(text, where), where) if len(text) > 512 \
-                else images.from_path(image_id, (path.parent / text) if not Path(text).is_absolute() else Path(text),
-                                      where)
+            try:
+                record["image"] = images.from_base64(image_id, text, where) if len(text) > 512 \
+                    else images.from_path(image_id, images.locate(text, path.parent), where)
+            except ImageDropped:
+                continue
         out.append(_checked(record, where))
     return out
 
@@ -223,9 +268,13 @@ def import_vlmevalkit(path: str | Path, *, images: ImageWriter | None = None, so
             raw = row.get("image")
             if not _blank(raw) and len(str(raw)) <= 64:  # a reference to the row holding the image
                 raw = inline.get(str(raw).strip())
-            if not _blank(raw):
-                record["image"] = images.from_bytes(image_id, _decode_base64(str(raw), where), where)
-            elif not _blank(row.get("image_path")):
-                record["image"] = images.from_path(image_id, path.parent / str(row["image_path"]), where)
+            try:
+                if not _blank(raw):
+                    record["image"] = images.from_base64(image_id, str(raw), where)
+                elif not _blank(row.get("image_path")):
+                    record["image"] = images.from_path(image_id, images.locate(str(row["image_path"]), path.parent),
+                                                       where)
+            except ImageDropped:
+                continue
         out.append(_checked(record, where))
     return out
