@@ -28,15 +28,36 @@ from caprecon.store.index import Store, content_key
 class Context:
     def __init__(self, store: Store | None = None):
         self.store = store if store is not None else Store.temporary()
-        self._reconstructors: dict[tuple[int, ReconstructionSpec], Reconstructor] = {}
+        self._reconstructors: dict[tuple[int, ReconstructionSpec, int], Reconstructor] = {}
+        #: which of a caption's K seeds the metrics reconstruct from now (`seed`)
+        self.seed_index = 0
+        self._held: dict[str, tuple] = {}  # the last `reconstruct_seeds` batch, shared by its reconstructors
         self.model_seconds = 0.0  # wall time inside model calls made through the context
         self.computed: dict[str, int] = {}  # model results computed (not found in the store), by kind
 
     def reconstructor(self, generator: TextToImage, spec: ReconstructionSpec) -> Reconstructor:
-        slot = (id(generator), spec)
+        slot = (id(generator), spec, self.seed_index)
         if slot not in self._reconstructors:
-            self._reconstructors[slot] = Reconstructor(generator, self.store, spec)
+            self._reconstructors[slot] = Reconstructor(generator, self.store, spec, seed_index=self.seed_index,
+                                                       held=self._held)
         return self._reconstructors[slot]
+
+    @contextmanager
+    def seed(self, index: int) -> Iterator[None]:
+        """Metrics called inside reconstruct from the `index`-th seed of each caption."""
+        before, self.seed_index = self.seed_index, index
+        try:
+            yield
+        finally:
+            self.seed_index = before
+
+    def reconstruct_seeds(self, generator: TextToImage, spec: ReconstructionSpec, items: Sequence[LoadedSample],
+                          seeds: int) -> list[list[Any]]:
+        """All `seeds` reconstructions of each item in one go (see `Reconstructor.reconstruct_seeds`);
+        they are held in memory until the next call, for the metric passes of each seed."""
+        self._held.clear()
+        with self.seed(0):
+            return self.reconstructor(generator, spec).reconstruct_seeds(items, seeds)
 
     def _cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
                 get: Callable, put: Callable, model: Any = None) -> list[Any]:

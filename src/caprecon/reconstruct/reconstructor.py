@@ -38,6 +38,9 @@ class ReconstructionSpec:
         candidates) are rebuilt from the same noise, so they differ only by their text;
       - "fixed": the same seed for every caption, so the initial noise z is one constant
         across the whole evaluation (the ReconScore paper's protocol).
+    A caption rebuilt from K seeds (`--seeds K`) takes the policy's seed as its first and
+    derives the others from it, so the first seed's images (and caches) are those of a
+    one-seed run, and every caption sharing a noise under the policy shares all K.
     Output size: `size` (width, height) when given, for every sample; otherwise the
     source's aspect ratio with the long side at `max_side` (never above it; smaller
     sources are scaled up unless `upscale=False`), both sides rounded to multiples of
@@ -63,12 +66,15 @@ class ReconstructionSpec:
             raise ValueError(f"max_side ({self.max_side}) must be at least multiple ({self.multiple})")
         check_max_side(self.max_side)
 
-    def seed_for(self, image_id: str, candidate: int) -> int:
+    def seed_for(self, image_id: str, candidate: int, index: int = 0) -> int:
+        """The seed of the `index`-th reconstruction (of K) of a caption."""
         if self.seed_policy == "fixed":
-            return self.seed
-        if self.seed_policy == "per-image":
-            return derive_seed(self.seed, image_id)
-        return derive_seed(self.seed, image_id, candidate)
+            first = self.seed
+        elif self.seed_policy == "per-image":
+            first = derive_seed(self.seed, image_id)
+        else:
+            first = derive_seed(self.seed, image_id, candidate)
+        return first if index == 0 else derive_seed(first, "seed", index)
 
     def size_for(self, width: int, height: int) -> tuple[int, int]:
         long_side = max(width, height)
@@ -145,7 +151,10 @@ class Reconstructor:
     """Generates (or finds in the store) the reconstruction of each sample.
 
     Processes sharing a store share the work: each generates only the items it holds a
-    claim on, and waits for the items another process is generating.
+    claim on, and waits for the items another process is generating. `seed_index` picks
+    which of a caption's K seeds this reconstructor rebuilds from; `held` is where
+    `reconstruct_seeds` leaves the images it just generated, so the reconstructors of
+    the other seeds (sharing the dict) take their pixels from memory.
     """
 
     KIND = "reconstruction"
@@ -154,10 +163,12 @@ class Reconstructor:
     code_revision: ClassVar[int] = 1
 
     def __init__(self, generator: TextToImage, store: Store, spec: ReconstructionSpec | None = None,
-                 poll_seconds: float = 0.25):
+                 poll_seconds: float = 0.25, *, seed_index: int = 0, held: dict[str, tuple] | None = None):
         self.generator = generator
         self.store = store
         self.spec = spec or ReconstructionSpec()
+        self.seed_index = seed_index
+        self.held = held if held is not None else {}
         self.poll_seconds = poll_seconds
         self.generated = 0  # images the generator actually produced (cache misses)
         self.reused = 0
@@ -167,8 +178,8 @@ class Reconstructor:
     def describe(self) -> dict[str, Any]:
         return asdict(self.spec)
 
-    def request_for(self, item: LoadedSample) -> tuple[str, GenerationRequest]:
-        """The request and its cache key. A caption-only sample without a set `size` asks
+    def request_for(self, item: LoadedSample, seed_index: int | None = None) -> tuple[str, GenerationRequest]:
+        """The request and its cache key (of this reconstructor's seed, or of `seed_index`). A caption-only sample without a set `size` asks
         for the generator's native resolution: the key says "native" (the generator's
         fingerprint pins what that is) and the request's sides stay 0 until generation."""
         s = item.sample
@@ -179,7 +190,8 @@ class Reconstructor:
         else:
             width = height = 0
         request = GenerationRequest(prompt=render(self.spec.template, s.caption),
-                                    seed=self.spec.seed_for(s.image_id, s.candidate),
+                                    seed=self.spec.seed_for(s.image_id, s.candidate, self.seed_index
+                                                            if seed_index is None else seed_index),
                                     width=width, height=height, image_id=s.image_id)
         key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
                           generator=self.generator.fingerprint, reconstructor=self.code_revision, seed=request.seed,
@@ -198,18 +210,33 @@ class Reconstructor:
         return replace(request, width=width, height=height)
 
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
-        keyed = [self.request_for(item) for item in items]
+        return self._reconstruct([self.request_for(item) for item in items])
+
+    def reconstruct_seeds(self, items: Sequence[LoadedSample], seeds: int) -> list[list[Reconstruction]]:
+        """Each item's reconstructions from seeds 0..`seeds`-1, those missing from the store
+        generated in one generator call, a caption's seeds side by side (so they share a
+        pipeline batch); they stay in `held` for the reconstructors of each seed."""
+        keyed = [self.request_for(item, k) for item in items for k in range(seeds)]
+        flat = self._reconstruct(keyed, hold=True)
+        return [flat[i * seeds : (i + 1) * seeds] for i in range(len(items))]
+
+    def _reconstruct(self, keyed: list[tuple[str, GenerationRequest]], hold: bool = False) -> list[Reconstruction]:
         wanted: dict[str, GenerationRequest] = {}
         for key, request in keyed:
             wanted.setdefault(key, request)
+        found = {k: self.held[k] for k in wanted if k in self.held}
+        held = sum(1 for key, _ in keyed if key in found)
         damaged_before = self.store.damaged
-        found = self.store.get_images(list(wanted))
+        found.update(self.store.get_images([k for k in wanted if k not in found]))
         self.damaged += self.store.damaged - damaged_before
         generated_before = self.generated
         missing = {k: r for k, r in wanted.items() if k not in found}
         if missing:
             found.update(self._obtain(missing))
-        self.reused += len(keyed) - (self.generated - generated_before)
+        # an image held from this batch's `reconstruct_seeds` was counted there
+        self.reused += len(keyed) - held - (self.generated - generated_before)
+        if hold:
+            self.held.update({k: found[k] for k in wanted})
         return [self._reconstruction(key, request, found[key]) for key, request in keyed]
 
     def _reconstruction(self, key: str, request: GenerationRequest, entry: tuple) -> Reconstruction:

@@ -81,6 +81,7 @@ class RunConfig:
     template: str = "plain"
     seed: int = 0
     seed_policy: str = "per-sample"
+    seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
     max_side: int = 1024
     upscale: bool = True
     size: str | None = None  # "WxH" for every reconstruction; caption-only rows default to the generator's own
@@ -105,6 +106,7 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         _check_int("seed", self.seed, low=0, high=2**63 - 1)
+        _check_int("seeds", self.seeds, low=1)
         for name in ("upscale", "no_cache", "vqa_normalise"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")

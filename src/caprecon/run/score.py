@@ -27,6 +27,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
+from caprecon.metrics.seeds import SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
@@ -118,6 +119,8 @@ def score(
     # everything that can be wrong with the configuration fails here, before any work
     roles = Roles(cfg)
     built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
+    if cfg.seeds > 1:  # a metric that rebuilds the image scores each caption from K seeds
+        built = [SeedAveraged(m, cfg.seeds) if uses_reconstruction(m) else m for m in built]
     check_images(rows, built)
     metric_names = [m.headline for m in built]
     # fields a metric reports beside its headline (halluc: coverage and F) are summarised with it
@@ -176,7 +179,7 @@ def score(
         "libraries": {lib: package_version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
         "config": cfg.to_dict(),
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.seed, "seed_policy": cfg.seed_policy,
-                           "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
+                           "seeds": cfg.seeds, "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
         "captions_normalised": cfg.normalise_captions,
         "models": roles.describe(),
         "metrics": [m.describe() for m in built],

@@ -1,0 +1,105 @@
+"""A score over K noise seeds: the mean, its spread and a 95 % interval, per caption.
+
+A reconstruction metric scores one draw of the generator's noise. `SeedAveraged` wraps
+such a metric (anything with a `generator` and a `spec`: recon, clip-image, turing,
+vqascore on Î, halluc's coverage) and scores each caption from K seeds:
+
+    <field>          mean over the K seeds (the metric's value, summarised like any)
+    <field>_seeds    the K per-seed values, seed 0 first
+    <field>_sd       their sample standard deviation (n - 1)
+    <field>_ci       [low, high], the 95 % Student-t interval of the mean:
+                     mean ± t(0.975, K - 1) · sd / √K
+
+for the headline and its companions (suffixes, not "/": a "/" field is a question category);
+every other fractional number of the row is its mean over the seeds, and the rest (counts,
+paths, answers) is seed 0's. `reconstructions` lists the K images and
+`seeds` their seeds. The K images of a batch are generated in one generator call first,
+so a caption's seeds share a pipeline batch, and each is stored like any reconstruction:
+raising K later generates only the new seeds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from caprecon.data.images import LoadedSample
+from caprecon.metrics.base import Context, Metric
+
+LEVEL = 0.95
+
+
+def uses_reconstruction(metric: Metric) -> bool:
+    """Whether the metric scores a reconstruction, and so depends on the noise seed."""
+    return getattr(metric, "generator", None) is not None and getattr(metric, "spec", None) is not None
+
+
+def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float | None, list[float] | None]:
+    """(mean, sample sd, [low, high]) of per-seed values: the Student-t interval of the mean.
+    One value has no spread: sd and interval are None."""
+    from scipy.stats import t
+
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, None, None
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return mean, sd, [mean - half, mean + half]
+
+
+class SeedAveraged(Metric):
+    """`inner` scored from `seeds` reconstructions of each caption; see the module doc."""
+
+    def __init__(self, inner: Metric, seeds: int):
+        if not uses_reconstruction(inner):
+            raise ValueError(f"{inner.name} scores no reconstruction: its value does not depend on the seed")
+        if int(seeds) < 2:
+            raise ValueError(f"seeds must be at least 2 to average over, not {seeds}")
+        self.inner, self.seeds = inner, int(seeds)
+        self.name = inner.name
+        self.primary = inner.headline
+        self.companions = tuple(inner.companions)
+        self.needs_source_image = inner.needs_source_image
+        self.generator, self.spec = inner.generator, inner.spec
+
+    @property
+    def headline(self) -> str:
+        return self.inner.headline
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "seeds": self.seeds, "interval": f"{LEVEL:.0%} Student-t over seeds"}
+
+    def seed_fields(self) -> list[str]:
+        fields = [self.headline, *self.companions]
+        if getattr(self.inner, "on", None) == "both":  # vqascore: the image side is the headline
+            fields.append("vqascore_recon")
+        return fields
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        recons = ctx.reconstruct_seeds(self.generator, self.spec, items, self.seeds)
+        passes = []
+        for k in range(self.seeds):
+            with ctx.seed(k):
+                passes.append(self.inner.score(items, ctx))
+        return [self._combine(list(rows), row_recons) for rows, row_recons in zip(zip(*passes), recons)]
+
+    def _combine(self, rows: list[dict[str, Any]], recons: list[Any]) -> dict[str, Any]:
+        out = dict(rows[0])
+        for key, value in rows[0].items():
+            values = [r.get(key) for r in rows]
+            if all(_number(v) for v in values) and any(isinstance(v, float) for v in values):
+                out[key] = math.fsum(values) / len(values)
+        for name in self.seed_fields():
+            values = [r.get(name) for r in rows]
+            if not all(_number(v) for v in values):
+                continue  # the metric left this field out (no value for this row)
+            mean, sd, ci = seed_interval(values)
+            out.update({name: mean, f"{name}_seeds": values, f"{name}_sd": sd, f"{name}_ci": ci})
+        out["reconstructions"] = [str(r.path) for r in recons]
+        out["seeds"] = [r.seed for r in recons]
+        return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
