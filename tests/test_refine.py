@@ -124,6 +124,11 @@ def test_accepted_revisions_raise_the_score_round_by_round(world):
     saved = [json.loads(line) for line in (out / "refined.jsonl").read_text().splitlines()]
     assert saved[0]["caption"] == SCENE and saved[0]["original"] == "a red square"
     assert (out / "report.html").is_file() and (out / "manifest.json").is_file()
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('<section id="refinement">'):]
+    section = section[: section.index("</section>")]
+    assert "<ins>and a blue square and a green square</ins>" in section
+    assert "<li>Is there a green shape in the image?</li>" in section and section.count("<img ") == 3
 
 
 def test_differences_feedback_from_descriptions(world):

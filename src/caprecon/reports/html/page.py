@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import difflib
 import hashlib
 import json
 import logging
@@ -16,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from caprecon.core.records import read_jsonl
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
 from caprecon.store.thumbs import cache_folder, make_thumbnails, record_images, resolve
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 24  # gallery cards per page: one screenful or two, drawn in a few milliseconds
 MAX_ERRORS_LISTED = 1000
 FILES = "report_files"  # thumbnails and charts, beside report.html
+MAX_REFINED_SHOWN = 200  # before/after cards of a refine run: the largest gains
 CATEGORY_METRICS = ("turing", "captionqa")
 META_TEXT_COLUMNS = ("judgments", "metric", "statistic")
 
@@ -141,6 +144,55 @@ def _curve(run: Path) -> dict[str, Any] | None:
     return {"columns": columns, "rows": rows, "svg": chart}
 
 
+def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None) -> dict[str, Any] | None:
+    """A `refine` run's before/after view: the rounds' mean score, and per caption the word diff
+    of the original and the final caption, the image with both reconstructions, and the Caption
+    Turing Test questions that no longer flip. Captions with the largest gain first."""
+    path = run / "refined.jsonl"
+    if not path.is_file():
+        return None
+    captions = [row for _, row in read_jsonl(path)]
+    rounds = collect.read_table(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
+    xs = [float(r["round"]) for r in rounds if collect.is_number(r.get("round"))]
+    chart = svg.lines(xs, {"mean score": [collect.finite_or_none(r.get("mean_score")) for r in rounds
+                                          if collect.is_number(r.get("round"))]},
+                      xlabel="round", ylabel="mean score of the captions", title="refinement rounds")
+
+    def gain(row: Mapping[str, Any]) -> float:
+        before, after = row.get("score_before"), row.get("score")
+        return after - before if collect.is_number(before) and collect.is_number(after) else -math.inf
+
+    shown = sorted(captions, key=gain, reverse=True)[:MAX_REFINED_SHOWN]
+    images = [(r.get("image"), r.get("reconstruction_before"), r.get("reconstruction")) for r in shown]
+    thumbs = make_thumbnails([p for trio in images for p in trio if isinstance(p, str)], out / FILES / "thumbs",
+                             cache=cache, progress=progress)
+    items = []
+    for row, trio in zip(shown, images):
+        items.append({"id": str(row.get("id", "")), "before": row.get("score_before"), "after": row.get("score"),
+                      "improved": row.get("improved") is True, "stopped": row.get("stopped"),
+                      "diff": word_diff(str(row.get("original") or ""), str(row.get("caption") or "")),
+                      "thumbs": [(label, f"{FILES}/thumbs/{thumbs[p]}" if isinstance(p, str) and thumbs.get(p) else None)
+                                 for label, p in zip(("image", "reconstruction before", "reconstruction after"), trio)],
+                      "fixed": [str(f.get("question", "")) for f in row.get("fixed") or [] if isinstance(f, Mapping)]})
+    return {"svg": chart, "rounds": rounds, "cards": items, "total": len(captions),
+            "improved": sum(1 for r in captions if r.get("improved") is True)}
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """(kind, text) segments turning `before` into `after` word by word: kind is "same", "del" or "ins"."""
+    a, b = before.split(), after.split()
+    segments: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            segments.append(("same", " ".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            segments.append(("del", " ".join(a[i1:i2])))
+        if j2 > j1:
+            segments.append(("ins", " ".join(b[j1:j2])))
+    return segments
+
+
 def _meta(run: Path) -> dict[str, Any] | None:
     tables = collect.meta_tables(run)
     if not any(tables.get(k) for k in ("agreement", "probes", "verify", "scores")):
@@ -253,6 +305,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
               for r in records if r.get("error")]
     bank = _bank(run, out, progress=progress)
     store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
+    refinement = _refinement(run, out, progress=progress, cache=cache_folder(store.get("root")))
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
                         group_by=group_by, progress=progress, cache=cache_folder(store.get("root")),
                         image_root=manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None)
@@ -267,6 +320,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
                  *([("fit", "Fitted combinations")] if meta["fit_weights"] else [])] if meta else []
     sections += [("bank", "Question bank"), ("bank-gallery", "Questions per image")] if bank else []
     sections += [("candidates", "Candidates")] if best_of_n else []
+    sections += [("refinement", "Refinement")] if refinement else []
     sections += [("gallery", "Gallery")] if gallery else []
     sections += [("errors", f"Errors ({len(errors)})")] if errors else []
     sections += [("run", "Run")] if manifest else []
@@ -279,7 +333,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
         title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
         group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
         summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
-        categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n,
+        categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n, refinement=refinement,
         selection_metric=selection_metric,
         hallucinations=bool(gallery) and any("h" in item for item in gallery["items"]),
         gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],
