@@ -264,3 +264,26 @@ def test_meta_takes_precision_coverage_and_f_like_any_metric(tmp_path):
     for name in ("halluc", "halluc-coverage", "halluc-f"):
         assert found[name]["n"] == "9"
     assert float(found["halluc"]["pair_accuracy"]) == 1.0  # precision orders every image's captions as people do
+
+
+def test_a_real_judge_gives_each_claim_the_vqascore_of_its_question(tmp_path):
+    """On the tiny random Qwen2-VL: an image's claims asked in one batch (on the image's
+    shared prefix) get what VQAScore gives each question asked alone, at judge batch 1."""
+    from caprecon.metrics.claims import Claim, check_claims
+    from caprecon.metrics.judging import LazyImages
+    from caprecon.metrics.vqascore import VQAScore
+    from caprecon.models.vlm import TransformersVLM
+    from tiny_vlm import build_qwen2_vl
+
+    path = build_qwen2_vl(tmp_path / "vl")
+    picture = render("a red circle and a blue square", 64, 48)
+    questions = ["Is there a red shape?", "Is there a green shape?", "Is the red shape a circle?",
+                 "Is the blue shape a square?", "Are there two shapes?"]
+    claims = [Claim(q, "entity", q) for q in questions]
+    images = LazyImages()
+    [checked] = check_claims(Context(Store.temporary()), TransformersVLM(path, batch_size=16), images,
+                             [(images.add("picture", lambda: picture), claims)])
+    alone = VQAScore(TransformersVLM(path, batch_size=1), template="{caption}")
+    expected = [alone([picture], [q], store=Store.temporary())[0] for q in questions]
+    assert [c.p_yes for c in checked] == pytest.approx(expected, abs=1e-6)
+    assert len(set(round(p, 6) for p in expected)) > 1  # the questions are told apart
