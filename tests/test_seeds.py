@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from logged_models import LoggedGenerator
+from oracle import OracleGenerator, PixelEmbedder, render
 from PIL import Image
 
 import caprecon
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.seeds import seed_interval
 from caprecon.models.generator import DiffusersGenerator, Generated
-from logged_models import LoggedGenerator
-from oracle import OracleGenerator, PixelEmbedder, render
 
 # Student t quantiles t(0.975, df) from a printed table
 T975 = {1: 12.706, 3: 3.182, 7: 2.365}
@@ -63,8 +63,8 @@ def test_the_interval_is_the_textbook_student_t_one():
 
 def test_rows_report_the_mean_over_seeds_with_sd_and_interval(tmp_path):
     samples = _samples(tmp_path)
-    common = dict(generator=ShiftingOracle(), embedder=PixelEmbedder(), max_side=48, batch_size=2,
-                  cache_dir=str(tmp_path / "cache"))
+    common = {"generator": ShiftingOracle(), "embedder": PixelEmbedder(), "max_side": 48, "batch_size": 2,
+                  "cache_dir": str(tmp_path / "cache")}
     one = caprecon.score(samples, ["recon"], **common)
     four = caprecon.score(samples, ["recon"], seeds=4, out=tmp_path / "four", **common)
     for single, row in zip(one.records, four.records):
@@ -88,8 +88,8 @@ def test_rows_report_the_mean_over_seeds_with_sd_and_interval(tmp_path):
 def test_k8_after_k4_generates_only_the_four_new_seeds_in_one_call_per_batch(tmp_path, tiny_sd):
     samples = _samples(tmp_path, n=2)
     generator = LoggedGenerator(inner=DiffusersGenerator(tiny_sd, steps=1, batch_size=4))
-    common = dict(generator=generator, embedder=PixelEmbedder(), max_side=32, batch_size=2,
-                  cache_dir=str(tmp_path / "cache"))
+    common = {"generator": generator, "embedder": PixelEmbedder(), "max_side": 32, "batch_size": 2,
+                  "cache_dir": str(tmp_path / "cache")}
     caprecon.score(samples, ["recon"], seeds=4, **common)
     assert generator.calls == 1 and len(generator.produced) == 8  # two captions x four seeds, one call
     first_four = {image: set(seeds) for image, seeds in generator.seeds.items()}
@@ -107,3 +107,102 @@ def test_seeds_must_be_a_whole_number_from_one(tmp_path):
     with pytest.raises(ConfigError, match="--seeds"):
         caprecon.score(_samples(tmp_path, n=1), ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
                        seeds=0)
+
+
+# ----------------------------------------------------------------------------- compare, stability
+
+
+def test_the_seed_level_of_the_bootstrap_by_hand():
+    from caprecon.stats.bootstrap import paired_bootstrap_seeds
+
+    # one image; A's seeds score 1 and 0, B's 0 and 0: a resample's A is the mean of two seeds drawn from {1, 0}:
+    # 0 with probability 1/4, 0.5 with 1/2, 1 with 1/4; the observed difference is 0.5
+    result = paired_bootstrap_seeds(np.array([[1.0, 0.0]]), np.array([[0.0, 0.0]]), n_resamples=20000)
+    assert result.difference == 0.5
+    assert result.flip == pytest.approx(0.25, abs=0.01)
+    assert (result.ci_low, result.ci_high) == (0.0, 1.0)
+
+
+def test_one_seed_per_image_is_the_image_bootstrap():
+    from caprecon.stats.bootstrap import paired_bootstrap, paired_bootstrap_seeds
+
+    rng = np.random.default_rng(3)
+    a, b = rng.random(25), rng.random(25)
+
+    seeded = paired_bootstrap_seeds(a[:, None], b[:, None], n_resamples=500, seed=4)
+    # groups named so that their sorted order is the rows' order, as the images of `compare` are
+    plain = paired_bootstrap(lambda i: a[i].mean(), lambda i: b[i].mean(), [f"{i:02d}" for i in range(25)],
+                             n_resamples=500, seed=4)
+    assert (seeded.ci_low, seeded.ci_high, seeded.p_value) == pytest.approx((plain.ci_low, plain.ci_high,
+                                                                              plain.p_value))
+
+
+def _rows(values, captioner=None, metric="recon"):
+    rows = []
+    for i, seeds in enumerate(values):
+        row = {"id": f"{captioner}-{i}", "image_id": f"img{i}", metric: float(np.mean(seeds)),
+               f"{metric}_seeds": [float(v) for v in seeds]}
+        if captioner:
+            row["captioner"] = captioner
+        rows.append(row)
+    return rows
+
+
+def test_a_difference_one_seed_makes_is_not_significant_over_eight(tmp_path):
+    from caprecon.cli import main
+    from caprecon.stats.seeds import compare
+
+    rng = np.random.default_rng(0)
+    base = rng.random((30, 1))
+    lucky = 0.1 * np.array([1, -1, 1, -1, 1, -1, 1, -1])  # A's seed 0 happens to suit it; over seeds it evens out
+    a = base + lucky + rng.normal(0, 0.01, (30, 8))
+    b = base + rng.normal(0, 0.01, (30, 8))
+    one = compare(_rows(a[:, :1]), _rows(b[:, :1]), "recon")
+    assert one.ci_low > 0 and one.p_value < 0.05 and one.flip < 0.025
+    eight = compare(_rows(a), _rows(b), "recon")
+    assert eight.ci_low < 0 < eight.ci_high and eight.p_value > 0.05 and eight.flip > 0.1
+    assert (eight.seeds_a, eight.seeds_b, eight.images) == (8, 8, 30)
+
+    for name, values in (("A", a), ("B", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in _rows(values)))
+    assert main(["compare", str(tmp_path / "A"), str(tmp_path / "B"), "--out", str(tmp_path / "cmp.jsonl")]) == 0
+    written = json.loads((tmp_path / "cmp.jsonl").read_text())
+    assert written["difference"] == pytest.approx(eight.difference) and written["flip"] == pytest.approx(eight.flip)
+    # the same two systems as captioners of one run
+    (tmp_path / "both").mkdir()
+    (tmp_path / "both" / "scores.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in _rows(a, "A") + _rows(b, "B")))
+    assert main(["compare", str(tmp_path / "both"), "--out", str(tmp_path / "within.jsonl")]) == 0
+    within = json.loads((tmp_path / "within.jsonl").read_text())
+    assert (within["a"], within["b"]) == ("A", "B") and within["flip"] == pytest.approx(eight.flip)
+
+
+def test_stability_curve_on_constructed_rankings(tmp_path):
+    from caprecon.cli import main
+    from caprecon.stats.seeds import seeds_needed, stability
+
+    # final means A .1 < B .2 < C .3 < D .4; at one seed B (.05) falls below A: one discordant pair of six,
+    # tau = (5 - 1) / 6; from two seeds on (B at .2) the ranking is the final one
+    values = [[0.1] * 4, [0.05, 0.35, 0.2, 0.2], [0.3] * 4, [0.4] * 4]
+    curve = stability(_rows(values), "recon", n_resamples=200)
+    assert [p.k for p in curve] == [1, 2, 3, 4]
+    assert [p.tau for p in curve] == pytest.approx([4 / 6, 1, 1, 1])
+    assert (curve[-1].ci_low, curve[-1].ci_high) == (1.0, 1.0)
+    assert curve[0].ci_low <= 4 / 6 <= curve[0].ci_high
+    assert seeds_needed(curve, 0.9) == 2 and seeds_needed(curve, 0.5) == 1
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in _rows(values)))
+    assert main(["seeds", str(run), "--resamples", "50"]) == 0
+    lines = (run / "seeds.csv").read_text().splitlines()
+    assert lines[0] == "metric,k,tau,ci_low,ci_high,units,threshold,seeds_needed"
+    assert len(lines) == 5 and all(line.endswith(",0.9,2") for line in lines[1:])
+
+
+def test_a_one_seed_run_has_no_stability_to_show(tmp_path):
+    from caprecon.stats.seeds import stability
+
+    with pytest.raises(ConfigError, match="--seeds"):
+        stability([{"id": "a", "recon": 0.5}, {"id": "b", "recon": 0.4}], "recon")

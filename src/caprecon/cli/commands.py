@@ -248,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     from caprecon.cli.cttd import add_parser as add_cttd_parser
 
     add_cttd_parser(plugins)
+    from caprecon.cli.seeds import add_parser as add_seeds_parsers
+
+    add_seeds_parsers(plugins)
     add_scale_parser(plugins)
     _show_nested_usage(sub)
     return parser

@@ -21,7 +21,8 @@ raising K later generates only the new seeds.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
@@ -86,7 +87,7 @@ class SeedAveraged(Metric):
 
     def _combine(self, rows: list[dict[str, Any]], recons: list[Any]) -> dict[str, Any]:
         out = dict(rows[0])
-        for key, value in rows[0].items():
+        for key in rows[0]:
             values = [r.get(key) for r in rows]
             if all(_number(v) for v in values) and any(isinstance(v, float) for v in values):
                 out[key] = math.fsum(values) / len(values)

@@ -8,7 +8,8 @@ the number of groups, so every statistic and every metric bootstrapped with the 
 seed sees the same resampled group sets: intervals are reproducible and comparable, and
 two statistics on the same resamples form a paired bootstrap.
 
-`bootstrap_ci` evaluates any statistic on each resample's rows. `bootstrap_tau` and
+`bootstrap_ci` evaluates any statistic on each resample's rows; `paired_bootstrap_seeds`
+resamples seeds within each drawn image too. `bootstrap_tau` and
 `bootstrap_ratio` give the same intervals for Kendall's τ and for a ratio of sums without
 materialising the resamples, from how often each resample draws each group.
 """
@@ -16,8 +17,8 @@ materialising the resamples, from how often each resample draws each group.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -114,6 +115,52 @@ def paired_bootstrap(
     low, high = _percentile_interval(differences, level)
     far_side = np.mean(differences <= 0) if observed > 0 else np.mean(differences >= 0)
     return PairedDifference(value_a, value_b, observed, low, high, min(1.0, 2.0 * float(far_side)), len(differences))
+
+
+@dataclass(frozen=True)
+class SeededDifference(PairedDifference):
+    """`PairedDifference` of two systems scored from several seeds per image, with the share of
+    resamples whose ranking of the two is not the observed one."""
+
+    flip: float = math.nan
+
+
+def paired_bootstrap_seeds(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> SeededDifference:
+    """Mean of `a` minus mean of `b` over images, each image's score a mean over seeds:
+    `a` is images x seeds of system A (and `b` of B, on the same images, in the same order).
+
+    A two-level bootstrap: each resample draws images with replacement (the same draws as
+    every bootstrap here, images being the groups), and for each drawn image draws its seeds
+    with replacement, each system's on its own (their noises are not paired). So the seed's
+    share of the uncertainty is in the interval: a difference that one lucky seed makes is
+    not significant once the seeds are many. `flip` is the share of resamples where the
+    difference is zero or has the other sign than the observed one (p-value = 2 flip).
+    """
+    a, b = np.atleast_2d(np.asarray(a, float)), np.atleast_2d(np.asarray(b, float))
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} images for A but {len(b)} for B")
+    value_a, value_b = float(a.mean()), float(b.mean())
+    observed = value_a - value_b
+    if n_resamples <= 0 or not len(a) or not math.isfinite(observed):
+        return SeededDifference(value_a, value_b, observed, math.nan, math.nan, math.nan, 0, math.nan)
+    picked = draws(len(a), n_resamples, seed)  # resamples x images
+    rng = np.random.default_rng([seed, 1])  # the seed level, apart from the image draws
+
+    def resampled_means(x: np.ndarray) -> np.ndarray:
+        seeds = rng.integers(0, x.shape[1], (n_resamples, x.shape[0], x.shape[1]))
+        return x[picked[:, :, None], seeds].mean(axis=(1, 2))
+
+    differences = resampled_means(a) - resampled_means(b)
+    low, high = _percentile_interval(differences, level)
+    flip = float(np.mean(differences <= 0) if observed > 0 else np.mean(differences >= 0))
+    return SeededDifference(value_a, value_b, observed, low, high, min(1.0, 2.0 * flip), n_resamples, flip)
 
 
 # ----------------------------------------------------------------------------- all resamples at once

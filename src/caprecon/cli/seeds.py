@@ -1,0 +1,116 @@
+"""`caprecon compare` (two systems, seed-aware) and `caprecon seeds` (how many seeds a ranking needs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from caprecon.core.errors import ConfigError
+from caprecon.core.records import read_records, write_jsonl_atomically
+from caprecon.core.tables import format_table
+from caprecon.run.config import whole_number
+
+
+def load_run(run: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """A run folder's (or scores file's) rows and the metric names its manifest lists."""
+    path = Path(run)
+    scores = path if path.is_file() else path / "scores.jsonl"
+    if not scores.is_file():
+        raise ConfigError(f"{run}: no scores.jsonl (give a run folder or its scores.jsonl)")
+    manifest = scores.parent / "manifest.json"
+    names = []
+    if manifest.is_file():
+        try:
+            names = list(json.loads(manifest.read_text(encoding="utf-8")).get("metric_names") or [])
+        except (ValueError, AttributeError):
+            names = []
+    return [record for _, record in read_records(scores, ConfigError)], names
+
+
+def _metric(args: argparse.Namespace, names: list[str]) -> str:
+    if args.metric:
+        return args.metric
+    return names[0] if names else "recon"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from caprecon.stats.seeds import compare, compare_within
+
+    records, names = load_run(args.runs[0])
+    metric = _metric(args, names)
+    options = {"n_resamples": args.resamples, "seed": args.bootstrap_seed}
+    if len(args.runs) == 2:
+        comparisons = [compare(records, load_run(args.runs[1])[0], metric, names=tuple(args.runs), **options)]
+    elif len(args.runs) == 1:
+        comparisons = compare_within(records, metric, by=args.by, **options)
+    else:
+        raise ConfigError(f"compare takes one run (systems by --by) or two, not {len(args.runs)}")
+    header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)"]
+    table = [header] + [[c.a, c.b, c.images, f"{c.seeds_a}/{c.seeds_b}", _fmt(c.mean_a), _fmt(c.mean_b),
+                         _fmt(c.difference), f"[{c.ci_low:.4f}, {c.ci_high:.4f}]", _fmt(c.p_value), _fmt(c.flip)]
+                        for c in comparisons]
+    print(f"{metric}: paired difference, bootstrap over images and seeds ({args.resamples} resamples)")
+    print(format_table(table))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl_atomically(out, [c.row() for c in comparisons], allow_nan=True)
+        print(f"written: {out}")
+    return 0
+
+
+def cmd_seeds(args: argparse.Namespace) -> int:
+    from caprecon.stats.seeds import seeds_needed, stability, write_stability
+
+    records, names = load_run(args.run)
+    metric = _metric(args, names)
+    curve = stability(records, metric, by=args.by, n_resamples=args.resamples, seed=args.bootstrap_seed)
+    units = f"systems by {args.by}" if args.by else "captions"
+    print(f"{metric}: Kendall tau between the ranking of {curve[0].units} {units} at k seeds and at "
+          f"{curve[-1].k}, with a 95% bootstrap interval over images")
+    print(format_table([["k", "tau", "95% interval"]] +
+                       [[p.k, _fmt(p.tau), f"[{p.ci_low:.4f}, {p.ci_high:.4f}]"] for p in curve]))
+    needed = seeds_needed(curve, args.threshold)
+    print(f"seeds needed for tau >= {args.threshold}: {needed if needed is not None else 'more than ' + str(curve[-1].k)}")
+    out = Path(args.out) if args.out else (Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
+    print(f"written: {write_stability(curve, out / 'seeds.csv', metric=metric, threshold=args.threshold)}")
+    return 0
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metric", "-m", help="the score to compare (default: the run's first metric)")
+    p.add_argument("--resamples", type=whole_number(1), default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--bootstrap-seed", type=whole_number(0), default=0, help="seed of the bootstrap (default 0)")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "compare", help="two captioners on the same images: paired difference, bootstrap over images and seeds, "
+                        "probability the ranking flips",
+        description="Compare two runs (RUN_A RUN_B) on the images both scored, or the systems of one run "
+                    "(RUN --by captioner). Rows scored with --seeds K carry their per-seed values; the bootstrap "
+                    "resamples images and, within each, seeds, so a difference one seed made is not mistaken "
+                    "for one between the captioners.")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="one or two run folders (or scores.jsonl files)")
+    p.add_argument("--by", default="captioner", help="with one run: the field naming the system (default captioner)")
+    p.add_argument("--out", help="also write the comparisons as JSONL here")
+    _shared(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser(
+        "seeds", help="how many seeds are enough: ranking stability at k of K seeds (writes seeds.csv)",
+        description="From a run scored with --seeds K: Kendall tau between the ranking at the first k seeds and "
+                    "at all K, for k = 1..K, with a bootstrap interval over images, and the smallest k whose tau "
+                    "reaches --threshold (and stays there).")
+    p.add_argument("run", help="run folder (or its scores.jsonl) scored with --seeds K")
+    p.add_argument("--by", help="rank systems (values of this field, e.g. captioner) instead of captions")
+    p.add_argument("--threshold", type=float, default=0.9, help="tau a ranking must reach (default 0.9)")
+    p.add_argument("--out", help="folder for seeds.csv (default: the run folder)")
+    _shared(p)
+    p.set_defaults(func=cmd_seeds)
