@@ -148,3 +148,32 @@ class SlowReviserLLM(ReviserLLM):
             Path(marker).write_text("blocked")
             time.sleep(3600)
         return super().generate(prompts, max_new_tokens)
+
+
+class ClaimReviserLLM:
+    """The halluc tests' claim splitter (`halluc_fakes.ClaimLLM`) that also revises: asked for a
+    revision, it drops each shape whose colour the prompt's Remove list names."""
+
+    fingerprint = "claim-reviser-llm-v1"
+
+    def __init__(self):
+        from halluc_fakes import ClaimLLM
+
+        self.splitter = ClaimLLM()
+        self.revision_prompts: list[str] = []
+
+    def _reply(self, prompt: str) -> str:
+        if "Rewrite the caption" not in prompt:
+            return self.splitter._reply(prompt)
+        self.revision_prompts.append(prompt)
+        caption = revised_caption(prompt)
+        removed = prompt.split("Remove (the image does not show these):")[1] if "Remove (" in prompt else ""
+        for colour in re.findall(r"- there is an? (\w+) shape", removed):
+            caption = re.sub(rf"\s*and an? {colour} \w+", "", caption)
+        return caption
+
+    def generate(self, prompts, max_new_tokens: int = 64):
+        return [self._reply(p) for p in prompts]
+
+    def option_probs(self, prompts, options):
+        raise NotImplementedError

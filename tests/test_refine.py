@@ -140,6 +140,28 @@ def test_differences_feedback_from_descriptions(world):
     assert rounds[1]["caption"] == "a red square and a blue square" and rounds[1]["accepted"]
 
 
+def test_unsupported_claims_feedback_removes_a_hallucination(world):
+    from halluc_fakes import PixelJudge
+
+    from refine_fakes import ClaimReviserLLM
+
+    llm = ClaimReviserLLM()
+    captions = world["tmp"] / "hallucinated.jsonl"
+    captions.write_text(json.dumps({"id": "h1", "image": str(world["images"] / "scene.png"),
+                                    "caption": "a red square and a black circle"}) + "\n")
+    run = refine(captions, rounds=2, select="halluc",
+                 **settings(world, judge=PixelJudge(), llm=llm, feedback="unsupported"))
+    rounds = run.captions[0]["rounds"]
+    # no black shape in the scene: its entity claim is unsupported, and its shape claim gated with it
+    assert [c["claim"] for c in rounds[1]["feedback"]["unsupported"]] == ["there is a black shape",
+                                                                          "the black shape is a circle"]
+    assert rounds[1]["caption"] == "a red square" and rounds[1]["accepted"]
+    # soft precision by hand: P(yes) 0.9 for a true claim, 0.2 for a false one, 0 for a gated one
+    assert rounds[0]["score"] == pytest.approx((0.9 + 0.9 + 0.2 + 0.0) / 4)
+    assert rounds[1]["score"] == pytest.approx((0.9 + 0.9) / 2)
+    assert rounds[2]["reason"] == "no feedback: nothing left to fix" and len(llm.revision_prompts) == 1
+
+
 class BudgetGenerator(OracleGenerator):
     """The oracle with a text encoder of six tokens, one per word."""
 
