@@ -254,6 +254,21 @@ def test_caption_select_then_refine(world, capsys):
     assert "improved 1 of 1 caption(s)" in capsys.readouterr().out
 
 
+def test_refine_command_interrupted_says_how_to_resume(world, capsys):
+    out = world["tmp"] / "out"
+    args = ["refine", "-i", str(world["captions"]), "--out", str(out), "--generator", "oracle:OracleGenerator",
+            "--embedder", "oracle:PixelEmbedder", "--judge", "refine_fakes:DescribingVLM", "--qa-bank",
+            str(world["bank"]), "--max-side", "96", "--cache-dir", str(world["cache"]), "--rounds", "3",
+            "--feedback", "flipped", "-q"]
+    code = main([*args, "--llm", "refine_fakes:ReviserLLM", "--llm-opt", "fail_on_call=2"])
+    assert code == 130
+    assert "finished rounds are in" in capsys.readouterr().err
+    assert [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()] == [0, 1]
+    assert main([*args, "--llm", "refine_fakes:ReviserLLM"]) == 0
+    refined = json.loads((out / "refined.jsonl").read_text().splitlines()[0])
+    assert refined["caption"] == SCENE and [r["round"] for r in refined["rounds"]] == [0, 1, 2, 3]
+
+
 @pytest.mark.slow
 def test_refine_command_resumes_after_sigkill(world):
     out = world["tmp"] / "out"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from caprecon.cli.common import add_run_options, run_settings
 from caprecon.run.config import parse_options, whole_number
@@ -47,10 +48,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def cmd_refine(args: argparse.Namespace) -> int:
     from caprecon.apps.refine import refine
 
+    from caprecon.cli.commands import INTERRUPTED
+
     settings = run_settings(args)
-    run = refine(args.input, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
-                 select=args.select, rounds=args.rounds, margin=args.margin, feedback=args.feedback, out=args.out,
-                 preset=settings.pop("preset", None), config=args.config, progress=not args.quiet, **settings)
+    try:
+        run = refine(args.input, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
+                     select=args.select, rounds=args.rounds, margin=args.margin, feedback=args.feedback,
+                     out=args.out, preset=settings.pop("preset", None), config=args.config, progress=not args.quiet,
+                     **settings)
+    except KeyboardInterrupt:  # Ctrl-C, also inside a round's scoring (RunInterrupted)
+        print(f"caprecon: interrupted: the finished rounds are in {args.out}/rounds.jsonl and every model result "
+              "computed is in the cache; run the same command again to resume", file=sys.stderr)
+        return INTERRUPTED
     if not args.quiet:
         print_refined(run)
     return 0
