@@ -11,6 +11,7 @@ asking for the same captions) captions nothing twice.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import math
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.core.errors import ConfigError
+from caprecon.data.images import read_image_file
+from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
 from caprecon.store.index import Store, content_key
@@ -55,9 +58,9 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
     for image_id, path in zip(image_ids(paths), paths):
         pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
         try:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        except OSError as exc:  # a missing or unreadable file is this image's error, not the run's
-            pool.error = f"{path}: cannot read image: {exc}"
+            digest = hashlib.sha256(read_image_file(path)).hexdigest()
+        except SampleError as exc:  # a missing, unreadable or oversized file is this image's error, not the run's
+            pool.error = str(exc)  # it names the file
             digest = None
         keys.append(content_key("caption-candidates", captioner=captioner.fingerprint, prompt=prompt, image=digest,
                                 seed=pool.seed, n=n, sampling=sampling.to_dict()) if digest else None)
@@ -71,7 +74,7 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
             requests, chunk = [], []
             for i in missing[lo : lo + images_per_call]:
                 try:
-                    with Image.open(pools[i].image) as im:
+                    with Image.open(io.BytesIO(read_image_file(pools[i].image))) as im:
                         image = im.convert("RGB")
                 except Exception as exc:  # PIL raises several types for corrupt files
                     pools[i].error = f"{pools[i].image}: cannot decode image: {type(exc).__name__}: {exc}"

@@ -28,14 +28,13 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.data.qa import LETTERS, QABankError, QAItem, build_prompt, normalize_short, parse_item
 from caprecon.metrics.grading import BoxReading, grade, grade_reply
 from caprecon.metrics.judging import LazyImages, answers
 from caprecon.apps.cttd.categorise import text_embeddings
-from caprecon.apps.cttd.stage import Job, llm_replies, write_jsonl
+from caprecon.apps.cttd.stage import Job, entry_image, llm_replies, write_jsonl
 
 FOLDER = "05-curate"
 OUTPUT = "kept.jsonl"
@@ -140,7 +139,7 @@ def _judge_agrees(job: Job, entry: dict[str, Any], items, drop):
     if not cfg.judge_check or not items:
         return items
     lazy = LazyImages()
-    key = lazy.add(entry["key"], lambda: Image.open(entry["path"]).convert("RGB"))
+    key = lazy.add(entry["key"], lambda: entry_image(entry))
     reading = BoxReading.of(job.models.judge, cfg.judge_box_coords)
     asks = [(key, build_prompt(item, box_coords=reading.coords)) for item, _ in items]
     replies = answers(job.ctx, job.models.judge, asks, lazy, cfg.judge_max_new_tokens)  # turing's cache entries

@@ -13,12 +13,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.metrics.judging import LazyImages
 from caprecon.core.replies import ParseTally, ReplyShapeError, read_replies
-from caprecon.apps.cttd.stage import Job, fill, vlm_replies, write_jsonl
+from caprecon.apps.cttd.stage import Job, entry_image, fill, vlm_replies, write_jsonl
 
 FOLDER = "04-generate"
 OUTPUT = "candidates.jsonl"
@@ -106,7 +105,7 @@ def run(job: Job, images: list[dict[str, Any]], taxonomy) -> None:
     vlm = job.models.vlm
     for entry in tqdm(images, desc="generate: QA pairs", unit="image", disable=not job.progress):
         lazy = LazyImages()
-        key = lazy.add(entry["key"], lambda e=entry: Image.open(e["path"]).convert("RGB"))
+        key = lazy.add(entry["key"], lambda e=entry: entry_image(e))
         asks = [(key, prompts[c.name]) for c in taxonomy]
         replies = vlm_replies(job.ctx, vlm, asks, lazy, cfg.max_new_tokens)
         parsed = read_replies(

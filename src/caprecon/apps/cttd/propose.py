@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.metrics.judging import LazyImages
 from caprecon.core.replies import ParseTally, ReplyShapeError, read_replies
-from caprecon.apps.cttd.stage import Job, fill, vlm_replies, write_jsonl
+from caprecon.apps.cttd.stage import Job, entry_image, fill, vlm_replies, write_jsonl
 
 FOLDER = "02-propose"
 OUTPUT = "questions.jsonl"
@@ -56,7 +55,7 @@ def run(job: Job, images: list[dict[str, Any]]) -> None:
     vlm = job.models.vlm
     for entry in tqdm(images, desc="propose: questions", unit="image", disable=not job.progress):
         lazy = LazyImages()
-        key = lazy.add(entry["key"], lambda e=entry: Image.open(e["path"]).convert("RGB"))
+        key = lazy.add(entry["key"], lambda e=entry: entry_image(e))
         replies = vlm_replies(job.ctx, vlm, [(key, prompt)], lazy, cfg.max_new_tokens)
         [questions] = read_replies(
             replies, shape_questions, SHAPE,

@@ -15,14 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.models.embedder import l2_normalise
 from caprecon.data.qa import LETTERS, parse_item
 from caprecon.store.index import content_key
 from caprecon.apps.cttd.categorise import text_embeddings
-from caprecon.apps.cttd.stage import Job, write_jsonl
+from caprecon.apps.cttd.stage import Job, entry_image, write_jsonl
 
 FOLDER = "06-rank"
 OUTPUT = "bank.jsonl"
@@ -57,7 +56,7 @@ def image_embeddings(job: Job, entries: list[dict[str, Any]]) -> np.ndarray:
     keys = [content_key("matcher-image-embedding", model=matcher.fingerprint, image=e["key"]) for e in entries]
 
     def compute(order: list[int]) -> list[np.ndarray]:
-        images = [Image.open(entries[i]["path"]).convert("RGB") for i in order]
+        images = [entry_image(entries[i]) for i in order]
         with job.ctx.model_call():
             return list(matcher.embed_images(images))
 

@@ -21,8 +21,9 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from caprecon.data.samples import IMAGE_SUFFIXES
-from caprecon.apps.cttd.stage import Job, write_jsonl
+from caprecon.data.images import read_image_file
+from caprecon.data.samples import IMAGE_SUFFIXES, SampleError
+from caprecon.apps.cttd.stage import Job, entry_image, write_jsonl
 
 FOLDER = "01-select"
 OUTPUT = "images.jsonl"
@@ -35,7 +36,8 @@ class ImageFolderError(ValueError):
 
 def list_images(folder: Path) -> list[dict[str, Any]]:
     """Image files under `folder` (recursively, in path order) with their id (the file stem,
-    as `caprecon score` names images) and source (first sub-folder, or the folder's name)."""
+    as `caprecon score` names images), source (first sub-folder, or the folder's name) and
+    root (the folder, which a symbolic link must not lead out of)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ImageFolderError(f"image folder not found: {folder}")
@@ -51,7 +53,8 @@ def list_images(folder: Path) -> list[dict[str, Any]]:
         seen[p.stem] = p
         rel = p.relative_to(folder)
         out.append({"image_id": p.stem, "path": str(p.resolve()),
-                    "source": rel.parts[0] if len(rel.parts) > 1 else folder.resolve().name})
+                    "source": rel.parts[0] if len(rel.parts) > 1 else folder.resolve().name,
+                    "root": str(folder.resolve())})
     return out
 
 
@@ -90,11 +93,13 @@ def density_filter(embeddings: np.ndarray, band: tuple[float, float], *, compone
 def _inspect(entry: dict[str, Any], min_side: int, uniform_std: float) -> tuple[str | None, str | None]:
     """(content key, reason to drop or None)."""
     try:
-        data = Path(entry["path"]).read_bytes()
+        data = read_image_file(entry["path"], entry.get("root"))
         with Image.open(io.BytesIO(data)) as im:
             im.load()
             entry["width"], entry["height"] = im.size
             thumb = im.convert("L").resize((64, 64), Image.BILINEAR)
+    except SampleError as exc:  # outside the folder, not a regular file, too large
+        return None, f"unreadable ({exc.reason})"
     except Exception as exc:  # PIL raises several types for corrupt files
         return None, f"unreadable ({type(exc).__name__})"
     key = hashlib.sha256(data).hexdigest()
@@ -119,7 +124,7 @@ def run(job: Job, images: list[dict[str, Any]]) -> None:
         for start in range(0, len(candidates), CHUNK):
             chunk = candidates[start : start + CHUNK]
             vectors.append(job.ctx.embed(embedder, [e["key"] for e in chunk],
-                                         lambda i, chunk=chunk: Image.open(chunk[i]["path"]).convert("RGB")))
+                                         lambda i, chunk=chunk: entry_image(chunk[i])))
             bar.update(len(chunk))
     vectors_all = np.concatenate(vectors) if vectors else np.zeros((0, 1), dtype=np.float32)
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from PIL import Image
+
+from caprecon.data.images import decode_bytes, read_image_file
 from caprecon.metrics.base import Context
 from caprecon.metrics.judging import LazyImages
 from caprecon.models.vlm import VLMRequest
@@ -39,6 +42,13 @@ class Job:
     def drop(self, reason: str, n: int = 1) -> None:
         dropped = self.manifest.setdefault("dropped", {})
         dropped[reason] = dropped.get(reason, 0) + n
+
+
+def entry_image(entry: dict[str, Any]) -> Image.Image:
+    """An image of the listing (`select.list_images`) as RGB, read as scoring reads images: a
+    regular file inside the image folder, of bounded size (a `SampleError` otherwise)."""
+    path = entry["path"]
+    return decode_bytes(read_image_file(path, entry.get("root")), f"image {path}")
 
 
 def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:

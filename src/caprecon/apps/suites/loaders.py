@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from caprecon.core.errors import ConfigError
-from caprecon.data.images import decode_bytes
+from caprecon.data.images import decode_bytes, read_image_file
 from caprecon.data.qa import LETTERS, QABankError, QAItem, parse_item
 from caprecon.data.samples import SampleError
 from caprecon.core.records import read_delimited, read_records
@@ -140,7 +140,10 @@ class _Images:
         if path is not None and not path.is_absolute():
             path = self.base / path
         if path is not None and path.is_file():
-            image_id = image_id_of(path.read_bytes())
+            try:
+                image_id = image_id_of(read_image_file(path))
+            except SampleError as exc:
+                raise SuiteFormatError(f"{where}: {exc}") from None
             self.store.setdefault(image_id, path)
             return image_id
         try:

@@ -47,7 +47,7 @@ from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
 from caprecon.run.local import FATAL
 from caprecon.run.roles import Roles
-from caprecon.data.images import LoadedSample
+from caprecon.data.images import LoadedSample, read_image_file
 from caprecon.data.samples import Sample, SampleError
 from caprecon.apps.suites.entries import SuiteEntry
 from caprecon.apps.suites.loaders import BenchQuestion, Benchmark, load_benchmark
@@ -93,9 +93,11 @@ class _Images:
         if image_id not in self._info:
             path = self.paths[image_id]
             try:
-                data = path.read_bytes()
+                data = read_image_file(path)
                 with Image.open(BytesIO(data)) as im:
                     self._info[image_id] = (hashlib.sha256(data).hexdigest(), im.size)
+            except SampleError as exc:  # not a regular file, or too large
+                self._info[image_id] = exc
             except Exception as exc:  # PIL raises several types for corrupt files
                 self._info[image_id] = SampleError(f"cannot read image {path}: {exc}")
         found = self._info[image_id]
@@ -106,7 +108,7 @@ class _Images:
     def load(self, image_id: str) -> Image.Image:
         self.info(image_id)
         try:
-            with Image.open(self.paths[image_id]) as im:
+            with Image.open(BytesIO(read_image_file(self.paths[image_id]))) as im:
                 return im.convert("RGB")
         except Exception as exc:
             raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
