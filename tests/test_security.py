@@ -407,3 +407,99 @@ def test_cttd_import_of_a_vlmevalkit_tsv_names_a_row_whose_base64_is_no_image(tm
     assert code == 1 and "2 questions about 2 images" in stdout  # row 3 names row 1's image
     assert [json.loads(line)["id"] for line in (out / "bank.jsonl").open()] == ["1", "3"]
     assert err.splitlines()[1].startswith(f"  {tsv}:3 (image 2): cannot decode the image of {tsv}:3:")
+
+
+# --------------------------------------------------------------------------- 1: CTTD build keeps to --images
+
+
+def test_cttd_build_drops_a_link_out_of_the_image_folder(tmp_path):
+    from cttd_fakes import TAXONOMY, ScriptedLLM, ScriptedVLM, WordMatcher
+    from oracle import PixelEmbedder, render
+
+    from caprecon.apps.cttd import BuildConfig, build_bank
+    from caprecon.data.qa import load_qa_bank
+
+    folder = tmp_path / "images" / "shapes"
+    folder.mkdir(parents=True)
+    scenes = ["a red circle and a blue square", "a green triangle", "a yellow square and a red circle"]
+    for i, scene in enumerate(scenes):
+        render(scene, 96, 96).save(folder / f"scene{i}.png")
+    render("a blue circle", 96, 96).save(tmp_path / "private.png")
+    (folder / "link.png").symlink_to(tmp_path / "private.png")
+    taxonomy = tmp_path / "taxonomy.json"
+    taxonomy.write_text(json.dumps(TAXONOMY))
+    config = BuildConfig(embedder=PixelEmbedder(), matcher=WordMatcher(), vlm=ScriptedVLM(), llm=ScriptedLLM(),
+                         taxonomy=str(taxonomy), density_band=(0, 1))
+    result = build_bank(tmp_path / "images", tmp_path / "build", config, progress=False)
+    select = next(s for s in result.datasheet["stages"] if s["stage"] == "select")
+    assert select["dropped"] == {"unreadable (image outside --image-root)": 1}
+    assert sorted(load_qa_bank(result.bank)) == ["scene0", "scene1", "scene2"]
+
+
+# --------------------------------------------------------------------------- 3: credentials reach no output
+
+URL_PASSWORD, BEARER, HEADER, UNUSED = "pw-url-5151", "tok-bearer-5252", "hdr-val-5353", "hdr-unused-5454"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_secrets_never_reach_the_manifest_argv_logs_errors_stdout_or_report(tmp_path):
+    """A judge behind a URL with a password and headers with a bearer token and a custom value,
+    unreachable so that every row fails and the reason is printed, logged and written."""
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    run = tmp_path / "run"
+    headers = json.dumps({"headers": {"Authorization": f"Bearer {BEARER}", "X-Org": HEADER}})
+    argv = [str(Path(sys.executable).parent / "caprecon"), "-v", "score", "-i", str(rows), "-m", "vqascore",
+            "--judge", "m1", "--judge-opt", f"base_url=http://alice:{URL_PASSWORD}@127.0.0.1:{_closed_port()}/v1",
+            "--judge-opt", "max_retries=1", "--judge-opt", "backoff=0", "--judge-opt", f"extra_body={headers}",
+            "--llm-opt", "extra_body=" + json.dumps({"headers": {"X-Unused": UNUSED}}),  # an unused role's too
+            "--no-cache", "--out", str(run)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "OpenAICompatError" in done.stdout and "WARNING" in done.stderr  # the reason is shown, and logged
+    report = subprocess.run([argv[0], "report", str(run)], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    written = {str(p.relative_to(run)): p.read_text(errors="replace") for p in run.rglob("*")
+               if p.is_file() and p.suffix in (".json", ".jsonl", ".html", ".csv", ".md", ".txt")}
+    assert {"manifest.json", "scores.jsonl", "report.html"} <= set(written)
+    manifest = json.loads(written["manifest.json"])
+    assert manifest["command"][:3] == [argv[0], "-v", "score"]  # the argv copy is there, masked
+    assert "http://***@127.0.0.1" in written["manifest.json"]
+    for where, text in {"stdout": done.stdout, "stderr": done.stderr, "report stdout": report.stdout,
+                        "report stderr": report.stderr, **written}.items():
+        for secret in (URL_PASSWORD, "alice:", BEARER, HEADER, UNUSED):
+            assert secret not in text, (secret, where)
+
+
+def test_a_headers_mapping_written_as_text_is_masked_whole():
+    import logging
+
+    from caprecon.core.redaction import RedactingFilter, redact, redact_text
+
+    assert redact(["--llm-opt", 'extra_body={"headers": {"X-Org": "hdr-text-6161"}}']) == \
+        ["--llm-opt", 'extra_body={"headers": ***}']
+    assert redact_text("headers={'X-Trace': 'hdr-text-6262', 'X-B': 'hdr-text-6363'}, model=m") == \
+        "headers=***, model=m"
+    record = logging.LogRecord("caprecon", logging.INFO, __file__, 1, "sending %s", (
+        'default_headers: {"Authorization": "Basic aGRyLXRleHQ6NjQ2NA==", "X-Quote": "a \\"}\\" b"} next',), None)
+    assert RedactingFilter().filter(record) and record.getMessage() == "sending default_headers: *** next"
+    # each value, once seen, is masked wherever it appears alone
+    assert redact_text("hdr-text-6161 hdr-text-6262 hdr-text-6363 aGRyLXRleHQ6NjQ2NA==") == "*** *** *** ***"
+
+
+def test_a_malformed_header_option_stops_in_one_line_that_does_not_echo_it(tmp_path, capsys):
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    code, out, err = _run(["score", "-i", rows, "-m", "vqascore", "--judge", "m1", "--judge-opt",
+                           'extra_body={"headers": {"Authorization": "Bearer tok-yaml-6565"}'], capsys)
+    assert code == 2 and "tok-yaml-6565" not in out + err and "Traceback" not in err
+    # the value has 53 characters: YAML finds the mapping unclosed one past its end
+    assert err.strip() == ("caprecon: error: option extra_body: its value is not valid YAML at character 54 "
+                           "(expected ',' or '}', but got '<stream end>')")

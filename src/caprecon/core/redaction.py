@@ -10,7 +10,8 @@ something about the secret rather than the secret: `token_count`, `token_type_id
 other words: `max_new_tokens` and `tokens_cut` count text pieces, `tokenizer` is a model;
 and `eos_token` or `image_token` is an entry of a model's vocabulary.
 Values under a secret name are replaced by a mark (a `headers` mapping whole), and so are,
-inside any text, `name=value` and `--name value` pairs naming one, the credentials of an
+inside any text, `name=value` and `--name value` pairs naming one (a `{...}` or `[...]`
+value whole: `headers={"X-Org": "..."}`), the credentials of an
 `Authorization: Bearer|Basic ...` header, and the `user:password@` part of a URL.
 
 Every secret value met this way, and those registered by `remember_options`, is
@@ -53,6 +54,8 @@ _FLAG_VALUE = re.compile(r"(?<![\w-])-{1,2}([A-Za-z][\w-]*)[ \t]+(?![-\s])([^\s'
 _BEARER = re.compile(r"\b(bearer\s+)([^\s'\"]+)", re.IGNORECASE)
 # scheme://user:password@host -- the whole user part goes, since a token is often the user itself
 _URL_USERINFO = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://([^\s/?#@'\"<>]+)@")
+# inside a masked mapping, the values worth remembering: "name": "value" (each header's value)
+_QUOTED_VALUE = re.compile(r"""[:=]\s*["']([^"']+)["']""")
 
 _known: set[str] = set()  # secret values seen so far, masked wherever they appear
 
@@ -117,15 +120,49 @@ def _mask(value: Any) -> Any:
 
 def _find(text: str) -> tuple[list[tuple[int, int]], list[str]]:
     """The spans of `text` to mask, and the secret values among them worth remembering."""
-    spans = [m.span(2) for m in _PAIR.finditer(text) if is_secret_name(m.group(1))]
-    spans += [m.span(2) for m in _FLAG_VALUE.finditer(text) if is_secret_name(m.group(1))]
-    spans += [m.span(2) for m in _BEARER.finditer(text)]
-    secrets = [text[start:end] for start, end in spans]
+    spans, secrets = [], []
+    for m in _PAIR.finditer(text):
+        if not is_secret_name(m.group(1)):
+            continue
+        start, end = m.span(2)
+        if text[start] in "{[":  # `headers={"X-Org": "..."}`: the whole mapping is the secret
+            end = _closing(text, start)
+            secrets += _QUOTED_VALUE.findall(text, start, end)
+        else:
+            secrets.append(text[start:end])
+        spans.append((start, end))
+    flags = [m.span(2) for m in _FLAG_VALUE.finditer(text) if is_secret_name(m.group(1))]
+    flags += [m.span(2) for m in _BEARER.finditer(text)]
+    spans += flags
+    secrets += [text[start:end] for start, end in flags]
     for match in _URL_USERINFO.finditer(text):
         spans.append(match.span(1))
         user, _, password = match.group(1).partition(":")
         secrets.append(password or user)  # a user name alone is no secret, but a lone token is
     return spans, secrets
+
+
+def _closing(text: str, start: int) -> int:
+    """Where the bracket opened at `start` closes (quotes respected), or the text's end."""
+    depth, quote, escaped = 0, None, False
+    for i in range(start, len(text)):
+        char = text[i]
+        if quote:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "\"'":
+            quote = char
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if not depth:
+                return i + 1
+    return len(text)
 
 
 def redact_text(text: str) -> str:

@@ -238,7 +238,13 @@ def _plugins(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ConfigError(f"option {pair!r} must look like key=value")
-        out[key.replace("-", "_")] = yaml.safe_load(value)
+        try:
+            out[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:  # the value is not echoed: it may hold a header's credentials
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at character {mark.column + 1}" if mark else ""
+            raise ConfigError(f"option {key}: its value is not valid YAML{where} "
+                              f"({getattr(exc, 'problem', None) or type(exc).__name__})") from None
     return out
 
 
