@@ -206,17 +206,13 @@ def load_config_file(path: str | Path, *, allow_plugins: bool = False) -> dict[s
             raise ConfigError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
-    return {k.replace("-", "_"): v for k, v in data.items()}
-
-
-def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     if not allow_plugins:
         for where, spec in _plugins(data):
             raise ConfigError(f"{path}: {where} names the plug-in {spec!r}, code the run would import and call; "
                               f"plug-ins named in a config file load only with --allow-plugins (give it if you "
                               f"trust this file, or name the plug-in on the command line)")
-    """`key=value` strings from the CLI; values parsed as YAML (numbers, bools, lists)."""
-    import yaml
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
 
 def _plugins(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
     """(setting, spec) of every value in a config file that `registry.build` would import as
@@ -232,6 +228,10 @@ def _plugins(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
         if any(registry.imports_code(spec) for spec in {value, value.partition("=")[2]}):
             yield where, value
 
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`key=value` strings from the CLI; values parsed as YAML (numbers, bools, lists)."""
+    import yaml
 
     out: dict[str, Any] = {}
     for pair in pairs or []:
