@@ -162,6 +162,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from caprecon.apps.cttd.datasheet import bank_counts, datasheet_markdown
     from caprecon.apps.cttd.importers import (ImageWriter, QuestionImportError, allow_long_csv_fields, import_generic, import_vlmevalkit)
     from caprecon.apps.cttd.stage import write_json, write_jsonl
+    from caprecon.core.tables import terminal_safe
 
     source = Path(args.file)
     if not source.is_file():
@@ -173,7 +174,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     fmt = args.format
     try:
         if fmt == "auto":
-    from caprecon.core.tables import terminal_safe
             fmt = "generic"
             if source.suffix.lower() == ".tsv":
                 allow_long_csv_fields()
@@ -190,20 +190,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     except QuestionImportError as exc:
         raise ConfigError(str(exc)) from None
     write_jsonl(out / "bank.jsonl", records)
+    dropped = images.dropped if images is not None else []
     sheet = {"bank": "bank.jsonl", "imported_from": str(source), "format": fmt, **bank_counts(records),
              "stages": [], "models": {}, "prompts": {}, "settings": {"format": fmt, "columns": args.column or []}}
-    write_json(out / "datasheet.json", sheet)
-    (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
-    print(f"bank: {out / 'bank.jsonl'} — {len(records)} questions about {sheet['images']} images ({fmt})")
-    if images is not None and images.written:
-        print(f"images: {out / 'images'} ({len(images.written)} written)")
-    return 0
-    dropped = images.dropped if images is not None else []
     if dropped:  # the report's stage table shows the counts; the list names every question
         sheet["stages"] = [{"stage": "import", "counts": {"questions": len(records) + len(dropped),
                                                          "kept": len(records)},
                             "dropped": dict(Counter(d.reason for d in dropped)), "model_calls": {}}]
         sheet["dropped_questions"] = [vars(d) for d in dropped]
+    write_json(out / "datasheet.json", sheet)
+    (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
+    print(f"bank: {out / 'bank.jsonl'} — {len(records)} questions about {sheet['images']} images ({fmt})")
+    if images is not None and images.written:
+        print(f"images: {out / 'images'} ({len(images.written)} written)")
     if dropped:
         counts = ", ".join(f"{reason}: {n}" for reason, n in Counter(d.reason for d in dropped).items())
         print(f"dropped: {len(dropped)} question(s) whose image could not be used ({counts}); datasheet.json "
@@ -213,3 +212,4 @@ def cmd_import(args: argparse.Namespace) -> int:
         if len(dropped) > SHOWN_DROPS:
             print(f"  ... and {len(dropped) - SHOWN_DROPS} more", file=sys.stderr)
         return ROWS_DROPPED
+    return 0
