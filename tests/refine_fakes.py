@@ -3,8 +3,8 @@
 `ReviserLLM` reads the revision prompt back: the caption it is asked to revise, and the
 colours the flipped questions say are missing ("Is there a blue shape in the image?", the
 answer "yes"). Its `mode` decides what it writes: `fix` adds the first missing colour as a
-square, `worse` turns the caption's first colour yellow, `same` returns the caption
-unchanged. It logs every prompt (`prompts`), and with `fail_on_call=k` raises on its k-th
+square, `add COLOUR` always adds a square of that colour, `worse` turns the caption's first
+colour yellow, `same` returns the caption unchanged. It logs every prompt (`prompts`), and with `fail_on_call=k` raises on its k-th
 call, as a killed process would stop. Its comparison replies (for `differences`) name the
 colours one description has and the other lacks.
 
@@ -20,6 +20,7 @@ import hashlib
 import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -62,6 +63,8 @@ class ReviserLLM:
         if self.mode == "fix":
             missing = missing_colours(prompt) or re.findall(r"the drawing has no (\w+) shape", prompt)
             return caption + (f" and a {missing[0]} square" if missing else "")
+        if self.mode.startswith("add "):
+            return caption + f" and a {self.mode[4:]} square"
         if self.mode == "worse":
             return re.sub(rf"\b({'|'.join(COLOURS)})\b", "yellow", caption, count=1)
         return caption
@@ -177,3 +180,24 @@ class ClaimReviserLLM:
 
     def option_probs(self, prompts, options):
         raise NotImplementedError
+
+
+class SeedSensitiveGenerator(OracleGenerator):
+    """The oracle, except that of the requests for one prompt in a call, only the one with the
+    smallest seed is drawn in full; the others lose the last shape named. A caption's K seeds
+    come in one call, so its drawings differ by seed, the same way for every caption."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "seed-sensitive-oracle-v1"
+
+    def generate(self, requests):
+        smallest = {}
+        for r in requests:
+            smallest[r.prompt] = min(smallest.get(r.prompt, r.seed), r.seed)
+        out = []
+        for r in requests:
+            prompt = r.prompt if r.seed == smallest[r.prompt] else r.prompt.rsplit(" and ", 1)[0] \
+                if " and " in r.prompt else ""
+            out.append(super().generate([replace(r, prompt=prompt)])[0])
+        return out

@@ -162,6 +162,30 @@ def test_unsupported_claims_feedback_removes_a_hallucination(world):
     assert rounds[2]["reason"] == "no feedback: nothing left to fix" and len(llm.revision_prompts) == 1
 
 
+def test_with_seeds_a_gain_within_the_seed_noise_is_rejected(world):
+    from scipy.stats import t
+
+    from refine_fakes import SeedSensitiveGenerator
+
+    def run(seeds: int):
+        return refine(world["captions"], rounds=1, llm=ReviserLLM("add blue"),
+                      **settings(world, generator=SeedSensitiveGenerator(), seeds=seeds,
+                                 cache_dir=str(world["tmp"] / f"cache-{seeds}")))
+
+    one = run(1).captions[0]["rounds"][1]
+    assert one["accepted"] and one["score"] == pytest.approx(recon("a red square and a blue square"), abs=1e-6)
+    # two seeds: under one the drawings are full, under the other each loses its last shape, so the
+    # per-seed gains are (R+B vs R) and (R vs nothing): positive both, but far apart
+    gains = [recon("a red square and a blue square") - recon("a red square"), recon("a red square") - recon("")]
+    mean, sd = np.mean(gains), np.std(gains, ddof=1)
+    low = mean - t.ppf(0.975, 1) * sd / np.sqrt(2)
+    assert mean > 0 and low < 0  # the premise, by hand
+    first, two = run(2).captions[0]["rounds"]
+    assert not two["accepted"] and two["score"] > first["score"]  # higher on average, yet not kept
+    assert two["reason"].startswith("no gain beyond the seed noise")
+    assert f"[{low:.4f}," in two["reason"]
+
+
 class BudgetGenerator(OracleGenerator):
     """The oracle with a text encoder of six tokens, one per word."""
 

@@ -12,8 +12,10 @@ Each round, for every caption still being refined:
    length budget (the room the generator's text encoder leaves after the prompt template);
    a revision the encoder would cut is rejected unscored;
 3. the **guard**: the revision is scored with the selection score (`--select`, as in best-of-N)
-   and kept only if it beats the caption it revises by more than `margin`. A caption whose
-   revision is rejected, or that has no feedback left, stops.
+   and kept only if it beats the caption it revises by more than `margin`; with `--seeds K`
+   (every version rebuilt from the same K noises), only if the 95 % interval of its paired
+   per-seed gain lies above `margin`. A caption whose revision is rejected, or that has no
+   feedback left, stops.
 
 So a caption's score never falls from one round to the next, and `rounds.csv` (the mean
 score of the captions as they stand after each round) cannot decrease.
@@ -47,6 +49,7 @@ from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids
 from caprecon.metrics import build_metric
 from caprecon.metrics.base import Context
+from caprecon.metrics.seeds import seed_interval
 from caprecon.models.build import build_model
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.vlm import VLMRequest
@@ -244,7 +247,8 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     run_key = content_key("refine-run", captions=[[s.id, str(s.image_id), s.caption] for s in rows],
                           select=selection.weights, margin=margin, feedback=sources, reviser=reviser.fingerprint,
                           sees_image=captioner is not None, generator=generator.fingerprint,
-                          template=cfg.spec.template, seed=cfg.seed, seed_policy=cfg.seed_policy)
+                          template=cfg.spec.template, seed=cfg.seed, seed_policy=cfg.seed_policy,
+                          seeds=cfg.seeds)
     history = _read_rounds(out_dir, run_key) if out_dir else {}
     settings_record = {"key": run_key, "select": selection.weights, "headlines": headlines, "margin": margin,
                        "feedback": sources, "rounds": rounds, "reviser": describe_model(reviser),
@@ -310,7 +314,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
                 before = states[s.id]["score"]
                 row = {"id": s.id, "round": round_no, "caption": text, "feedback": notes[s.id],
                        "previous_score": before, **scored.get(s.id, {"score": None})}
-                row["accepted"], row["reason"] = _verdict(row, before, margin, verdicts.get(s.id))
+                row["accepted"], row["reason"] = _verdict(row, states[s.id], margin, verdicts.get(s.id))
                 new_rows.append(row)
             append(new_rows)
     finally:
@@ -365,13 +369,40 @@ def _version(record: Mapping[str, Any], selection: Selection, headlines: Mapping
     reconstruction and the feedback fields of the next round."""
     kept = {"score": selection.value(record, headlines),
             "scores": {name: record.get(field) for name, field in headlines.items()}}
+    per_seed = _seed_scores(record, selection, headlines)
+    if per_seed:
+        kept["score_seeds"] = per_seed
     for key in ("reconstruction", "tokens_cut", "error", "turing_flipped", "halluc_unsupported"):
         if record.get(key) is not None:
             kept[key] = record[key]
     return kept
 
 
-def _verdict(row: Mapping[str, Any], before: float | None, margin: float, refused: str | None) -> tuple[bool, str]:
+def _seed_scores(record: Mapping[str, Any], selection: Selection, headlines: Mapping[str, str]) -> list[float] | None:
+    """The selection score under each of the run's seeds (`--seeds K`), from the metrics'
+    per-seed values (a metric that rebuilds no image counts the same under every seed);
+    None without seeds or when a value is missing."""
+    if record.get("error"):
+        return None
+    lists = {name: record.get(f"{field}_seeds") for name, field in headlines.items() if name in selection.weights}
+    counts = {len(v) for v in lists.values() if isinstance(v, list)}
+    if len(counts) != 1 or min(counts) < 2:
+        return None
+    out = []
+    for k in range(counts.pop()):
+        values = [lists[name][k] if isinstance(lists[name], list) else record.get(headlines[name])
+                  for name in selection.weights]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            return None
+        out.append(math.fsum(w * v for w, v in zip(selection.weights.values(), values)))
+    return out
+
+
+def _verdict(row: Mapping[str, Any], current: Mapping[str, Any], margin: float,
+             refused: str | None) -> tuple[bool, str]:
+    """Kept only if the revision beats the caption it revises by more than `margin`; with K
+    seeds (the same K noises for both), only if the 95 % interval of the paired per-seed gain
+    lies above `margin`, so a gain the noise alone could give is not taken."""
     if refused:
         return False, refused
     if row.get("error"):
@@ -380,6 +411,13 @@ def _verdict(row: Mapping[str, Any], before: float | None, margin: float, refuse
         return False, f"the generator cut {row['tokens_cut']} token(s) of the revision"
     if row["score"] is None:
         return False, "the revision has no score"
+    before, old_seeds, new_seeds = current["score"], current.get("score_seeds"), row.get("score_seeds")
+    if old_seeds and new_seeds and len(old_seeds) == len(new_seeds):
+        gain, _, (low, high) = seed_interval([b - a for a, b in zip(old_seeds, new_seeds)])
+        told = f"gain {gain:+.4f}, 95 % interval over {len(new_seeds)} seeds [{low:.4f}, {high:.4f}]"
+        if low > margin:
+            return True, f"score {before:.4f} -> {row['score']:.4f}; {told}"
+        return False, f"no gain beyond the seed noise: {told}" + (f", margin {margin:g}" if margin else "")
     if row["score"] > before + margin:
         return True, f"score {before:.4f} -> {row['score']:.4f}"
     return False, f"no gain: {row['score']:.4f} against {before:.4f}" + (f" + margin {margin:g}" if margin else "")

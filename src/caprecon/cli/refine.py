@@ -12,7 +12,8 @@ from caprecon.run.config import parse_options, whole_number
 def add_refine_options(p: argparse.ArgumentParser, *, rounds_flag: str = "--rounds") -> None:
     """The options `refine` and `caption --refine` share (the reviser and --select are each command's own)."""
     p.add_argument("--margin", type=float, default=0.0,
-                   help="keep a revision only if it beats the caption it revises by more than this (default 0)")
+                   help="keep a revision only if it beats the caption it revises by more than this (default 0); "
+                        "with --seeds K, only if the 95%% interval of its per-seed gain lies above it")
     p.add_argument("--feedback", metavar="SOURCES",
                    help="what the reviser is told, comma-separated: flipped (the Caption Turing Test questions "
                         "answered right on the image and wrong on its reconstruction; needs --qa-bank), "
