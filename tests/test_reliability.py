@@ -126,6 +126,7 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
     from caprecon.metrics.captionqa import CaptionQA
     from caprecon.metrics.clipscore import ClipS, ClipScore, RefClipScore
     from caprecon.metrics.fleur import Fleur
+    from caprecon.metrics.halluc import Hallucination
     from caprecon.metrics.recon import ClipImageScore, ReconScore
     from caprecon.metrics.turing import CaptionTuringTest
     from caprecon.metrics.vqascore import VQAScore
@@ -151,6 +152,11 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
                VQAScore(judge, on="both", generator=oracle, spec=spec), CaptionQA(llm, load_qa_bank(bank)),
                Fleur(judge), ClipScore(ClipMatcher(tiny_clip)), RefClipScore(ClipMatcher(tiny_clip)),
                ClipS(ClipMatcher(tiny_clip))]
+    # halluc's claims come from a scripted splitter: a random tiny LLM writes no claim list to check
+    from halluc_fakes import ClaimLLM
+
+    metrics += [Hallucination(judge, ClaimLLM(), generator=oracle, spec=spec, report=report)
+                for report in ("precision", "coverage", "f")]
     assert {m.name for m in metrics} == set(METRICS)  # a new metric must join this test
     results = caprecon.score(samples, metrics=metrics, out=tmp_path / "run", cache_dir=str(tmp_path / "cache"))
     written = json.loads((tmp_path / "run" / "scores.jsonl").read_text())

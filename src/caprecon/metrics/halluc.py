@@ -43,6 +43,7 @@ from caprecon.models.vlm import VisionLanguageModel
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
 HEADLINES = {"precision": "halluc", "coverage": "halluc_coverage", "f": "halluc_f"}
+NAMES = {"precision": "halluc", "coverage": "halluc-coverage", "f": "halluc-f"}  # as `METRICS` lists them
 
 
 def f_beta(precision: float | None, coverage: float | None, beta: float = 1.0) -> float | None:
@@ -72,6 +73,7 @@ class Hallucination(Metric):
         self.judge, self.llm, self.generator, self.bank = judge, llm, generator, bank
         self.spec = spec or ReconstructionSpec()
         self.beta, self.normalise, self.report = float(beta), normalise, report
+        self.name = NAMES[report]
         self.turing = None
         if generator is not None and bank is not None:
             from caprecon.metrics.turing import CaptionTuringTest
