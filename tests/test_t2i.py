@@ -255,8 +255,9 @@ def test_config_file_lists_and_models_that_cannot_be_found(tmp_path, judges, cap
     config = tmp_path / "t2i.yaml"
     config.write_text(f"generators:\n  - {{label: shapes, model: 'oracle:OracleGenerator'}}\n"
                       f"judges: ['{judges['qwen']}']\nsize: 32x32\nseed: 5\n")
-    assert main(["t2i", "-i", str(captions), "--config", str(config), "--no-cache", "--out", str(tmp_path / "a"),
-                 "--quiet"]) == 0
+    # the file names a plug-in, which loads only when the user vouches for the file
+    assert main(["t2i", "-i", str(captions), "--config", str(config), "--allow-plugins", "--no-cache", "--out",
+                 str(tmp_path / "a"), "--quiet"]) == 0
     records = [json.loads(line) for line in (tmp_path / "a" / "scores.jsonl").read_text().splitlines()]
     assert {r["generator"] for r in records} == {"shapes"} and all("vqa/qwen" in r for r in records)
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["config"]["seed"] == 5

@@ -38,6 +38,7 @@ import numpy as np
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store, write_manifest
 from caprecon.core.errors import ConfigError
+from caprecon.core.tables import format_table
 from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
 from caprecon.metrics.vqascore import VQAScore
@@ -121,10 +122,7 @@ class AdherenceTable:
     def to_text(self) -> str:
         out = []
         for title, rows in self.grids():
-            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-            lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-            lines.insert(1, "  ".join("-" * w for w in widths))
-            out.append(f"{title}\n" + "\n".join(lines))
+            out.append(f"{title}\n" + format_table(rows, rule=True))  # labels come from the user: escaped there
         if self.notes:
             out.append("\n".join(f"note: {n}" for n in self.notes))
         return "\n\n".join(out)
