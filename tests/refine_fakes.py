@@ -201,3 +201,28 @@ class SeedSensitiveGenerator(OracleGenerator):
                 if " and " in r.prompt else ""
             out.append(super().generate([replace(r, prompt=prompt)])[0])
         return out
+
+
+class WordyLLM:
+    """For random-weight models, where no feedback means anything: every comparison finds a
+    difference, and every revision appends one more word, chosen by the caption's length."""
+
+    fingerprint = "wordy-llm-v1"
+    WORDS = ("red", "tiny", "blue", "striped", "green", "round", "old")
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def generate(self, prompts, max_new_tokens: int = 64):
+        self.prompts += list(prompts)
+        out = []
+        for p in prompts:
+            if p.startswith("Two descriptions follow"):
+                out.append("- the drawing differs")
+            else:
+                caption = revised_caption(p)
+                out.append(f"{caption} {self.WORDS[len(caption.split()) % len(self.WORDS)]}")
+        return out
+
+    def option_probs(self, prompts, options):
+        raise NotImplementedError

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from caprecon.apps.refine import refine, revision_prompt
 from caprecon.cli.commands import main
@@ -184,6 +185,38 @@ def test_with_seeds_a_gain_within_the_seed_noise_is_rejected(world):
     assert not two["accepted"] and two["score"] > first["score"]  # higher on average, yet not kept
     assert two["reason"].startswith("no gain beyond the seed noise")
     assert f"[{low:.4f}," in two["reason"]
+
+
+def test_tiny_models_rounds_never_fall_and_the_budget_is_the_encoders(tmp_path, tiny_sd, tiny_dinov2):
+    from refine_fakes import WordyLLM
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(3):
+        path = tmp_path / f"photo{i}.png"
+        Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(path)
+        rows.append({"id": f"p{i}", "image": str(path), "caption": ["a dog", "a cat on a mat", "two birds"][i]})
+    llm = WordyLLM()
+    out = tmp_path / "out"
+    run = refine(rows, rounds=3, llm=llm, judge=DescribingVLM(), feedback="differences", generator=str(tiny_sd),
+                 generator_options={"steps": 1}, embedder=str(tiny_dinov2), max_side=32,
+                 cache_dir=str(tmp_path / "cache"), out=out)
+    # the tiny CLIP tokenizer: the plain template's empty prompt is its start and end tokens, of 77
+    revision_prompts = [p for p in llm.prompts if "Rewrite the caption" in p]
+    assert revision_prompts and all("Use at most 56 words." in p for p in revision_prompts)  # (77 - 2) * 3 // 4
+    for caption in run.captions:
+        standing = caption["rounds"][0]["score"]
+        for r in caption["rounds"][1:]:
+            if r["caption"] is None:
+                continue
+            assert r["accepted"] == (r["score"] > standing)
+            standing = r["score"] if r["accepted"] else standing
+        assert caption["score"] == standing
+    means = [float(r["mean_score"]) for r in read_csv(out / "rounds.csv")]
+    assert means == sorted(means)
+    assert means[-1] == pytest.approx(np.mean([c["score"] for c in run.captions]))
+    verdicts = [r["accepted"] for c in run.captions for r in c["rounds"][1:] if r["caption"] is not None]
+    assert True in verdicts and False in verdicts  # the guard both kept and refused revisions here
 
 
 class BudgetGenerator(OracleGenerator):
