@@ -27,7 +27,7 @@ A caption with no claim (or whose claim list could not be read) has no precision
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, Sequence
 
 from caprecon.core.describe import describe_model
 from caprecon.core.replies import ParseTally
@@ -55,7 +55,7 @@ def f_beta(precision: float | None, coverage: float | None, beta: float = 1.0) -
 
 
 class Hallucination(Metric):
-    name: ClassVar[str] = "halluc"
+    name = "halluc"  # each instance carries the registry name of its headline (`NAMES`)
 
     def __init__(self, judge: VisionLanguageModel, llm: TextLLM, *, generator: TextToImage | None = None,
                  bank: dict[str, list[QAItem]] | None = None, spec: ReconstructionSpec | None = None,
