@@ -206,3 +206,65 @@ def test_a_one_seed_run_has_no_stability_to_show(tmp_path):
 
     with pytest.raises(ConfigError, match="--seeds"):
         stability([{"id": "a", "recon": 0.5}, {"id": "b", "recon": 0.4}], "recon")
+
+
+# ----------------------------------------------------------------------------- several generators
+
+
+class WideShiftingOracle(ShiftingOracle):
+    @property
+    def fingerprint(self) -> str:
+        return "wide-shifting-oracle-v1"
+
+    def generate(self, requests):
+        return [Generated(Image.fromarray(np.roll(np.asarray(render(r.prompt, r.width, r.height)), r.seed % 17 - 8,
+                                                  axis=0))) for r in requests]
+
+
+def test_the_variance_split_of_a_two_generator_table_by_hand():
+    from caprecon.metrics.seeds import variance_split
+
+    # generator means .7 and .3 (grand .5); within: each generator's two seeds differ by .2, variance .02;
+    # between: K * ((.2)^2 + (.2)^2) / (G - 1) = 2 * .08 = .16; generator part (.16 - .02) / 2 = .07
+    assert variance_split([[0.6, 0.8], [0.2, 0.4]]) == pytest.approx((0.07, 0.02))
+    # generators that agree in the mean: all of the spread is the seed's (the estimate is floored at 0)
+    assert variance_split([[0.4, 0.6], [0.6, 0.4]]) == pytest.approx((0.0, 0.02))
+    assert variance_split([[0.5], [0.4]]) == (None, None)
+
+
+def test_two_generators_as_one_ensemble(tmp_path):
+    samples = _samples(tmp_path, n=2)
+    common = {"embedder": PixelEmbedder(), "max_side": 48, "batch_size": 2, "cache_dir": str(tmp_path / "cache")}
+    narrow, wide = ShiftingOracle(), WideShiftingOracle()
+    alone = {label: caprecon.score(samples, ["recon"], generator=g, seeds=2, **common)
+             for label, g in (("ShiftingOracle-0", narrow), ("WideShiftingOracle-1", wide))}
+    both = caprecon.score(samples, ["recon"], generator=[narrow, wide], seeds=2, **common)
+    for i, row in enumerate(both.records):
+        tables = row["recon_by_generator"]
+        assert list(tables) == ["ShiftingOracle-0", "WideShiftingOracle-1"]
+        for label, run in alone.items():  # each generator's seeds are its own run's
+            assert tables[label] == pytest.approx(run.records[i]["recon_seeds"])
+        (a1, a2), (b1, b2) = tables.values()
+        ma, mb = (a1 + a2) / 2, (b1 + b2) / 2
+        assert row["recon"] == pytest.approx((ma + mb) / 2)
+        assert row["recon_seeds"] == pytest.approx([(a1 + b1) / 2, (a2 + b2) / 2])
+        within = ((a1 - ma) ** 2 + (a2 - ma) ** 2 + (b1 - mb) ** 2 + (b2 - mb) ** 2) / 2
+        between = 2 * ((ma - row["recon"]) ** 2 + (mb - row["recon"]) ** 2)
+        assert row["recon_var_seed"] == pytest.approx(within)
+        assert row["recon_var_generator"] == pytest.approx(max(0.0, (between - within) / 2))
+        assert len(row["reconstructions"]) == 4
+    assert len(both.manifest["models"]["generators"]) == 2
+
+
+def test_generator_given_twice_on_the_command_line_is_an_ensemble():
+    from caprecon.cli.commands import build_parser
+    from caprecon.cli.common import run_settings
+    from caprecon.run.config import RunConfig
+
+    def config(*argv):
+        return RunConfig.build(**{k: v for k, v in run_settings(build_parser().parse_args(
+            ["score", "-i", "x.jsonl", *argv])).items() if k != "allow_plugins"})
+
+    assert config("-g", "sd-a", "-g", "sd-b", "--seeds", "4").generator == ["sd-a", "sd-b"]
+    assert config("-g", "sd-a").generator == "sd-a"
+    assert config("-g", "sd-a", "-g", "sd-b").to_dict()["generator"] == ["sd-a", "sd-b"]

@@ -31,7 +31,10 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
         p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
     p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
     p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
-    p.add_argument("--generator", "-g", help="registry name, hub id, local folder or module:Class")
+    p.add_argument("--generator", "-g", action="append",
+                   help="registry name, hub id, local folder or module:Class; given twice or more, an ensemble: "
+                        "reconstruction metrics report the mean over the generators (and --seeds) and how much of "
+                        "the spread is the generator's and how much the seed's")
     p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
                    help="generator option, e.g. steps=8, guidance=0, dtype=bfloat16 (repeatable)")
     p.add_argument("--embedder", "-e", help="registry name, hub id, local folder or module:Class")

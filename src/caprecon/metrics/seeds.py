@@ -104,3 +104,74 @@ class SeedAveraged(Metric):
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def variance_split(values: Sequence[Sequence[float]]) -> tuple[float, float] | tuple[None, None]:
+    """(generator, seed) variance components of a generators x seeds table, one-way random
+    effects: the seed's is the mean within-generator variance (MS within); the generator's is
+    (MS between - MS within) / K, at least 0. (None, None) without two generators and two seeds."""
+    g, k = len(values), min(len(v) for v in values)
+    if g < 2 or k < 2:
+        return None, None
+    means = [math.fsum(v[:k]) / k for v in values]
+    grand = math.fsum(means) / g
+    within = math.fsum(math.fsum((x - m) ** 2 for x in v[:k]) for v, m in zip(values, means)) / (g * (k - 1))
+    between = k * math.fsum((m - grand) ** 2 for m in means) / (g - 1)
+    return max(0.0, (between - within) / k), within
+
+
+class GeneratorEnsemble(Metric):
+    """One reconstruction metric under several generators (each member the same metric built
+    with another generator, seed-averaged or not): per caption the mean over generators and
+    seeds, and how much of the spread is the generator's and how much the seed's.
+
+        <field>                    mean over generators and seeds
+        <field>_seeds              per seed, the mean over generators (what compare and
+                                   stability resample)
+        <field>_by_generator       {label: [per-seed values]}
+        <field>_var_generator, <field>_var_seed   the variance split (`variance_split`)
+        <field>_sd, <field>_ci     sd of the generator means and their 95 % Student-t interval
+    """
+
+    def __init__(self, members: Sequence[Metric], labels: Sequence[str]):
+        if len(members) < 2 or len(members) != len(labels):
+            raise ValueError("an ensemble needs two or more generators, one label each")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"the ensemble's generators need distinct labels, not {list(labels)}")
+        self.members, self.labels = list(members), list(labels)
+        first = self.members[0]
+        self.name, self.primary = first.name, first.headline
+        self.companions = tuple(first.companions)
+        self.needs_source_image = first.needs_source_image
+
+    @property
+    def headline(self) -> str:
+        return self.members[0].headline
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.members[0].describe(), "ensemble": dict(zip(self.labels, (m.describe() for m in self.members)))}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        per_member = [m.score(items, ctx) for m in self.members]
+        fields = self.members[0].seed_fields() if isinstance(self.members[0], SeedAveraged) \
+            else [self.headline, *self.companions]
+        out = []
+        for rows in zip(*per_member):
+            row = dict(rows[0])
+            for name in fields:
+                tables = [r.get(f"{name}_seeds", [r.get(name)]) for r in rows]
+                if not all(_number(v) for table in tables for v in table):
+                    continue
+                k = min(len(t) for t in tables)
+                tables = [list(t[:k]) for t in tables]
+                means = [math.fsum(t) / k for t in tables]
+                _, sd, ci = seed_interval(means)
+                var_generator, var_seed = variance_split(tables)
+                row.update({name: math.fsum(means) / len(means),
+                            f"{name}_seeds": [math.fsum(t[s] for t in tables) / len(tables) for s in range(k)],
+                            f"{name}_by_generator": dict(zip(self.labels, tables)),
+                            f"{name}_var_generator": var_generator, f"{name}_var_seed": var_seed,
+                            f"{name}_sd": sd, f"{name}_ci": ci})
+            row["reconstructions"] = [p for r in rows for p in r.get("reconstructions", [r.get("reconstruction")])]
+            out.append(row)
+        return out

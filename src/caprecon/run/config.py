@@ -107,6 +107,10 @@ class RunConfig:
             raise ConfigError(str(exc)) from None
         _check_int("seed", self.seed, low=0, high=2**63 - 1)
         _check_int("seeds", self.seeds, low=1)
+        if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
+            if not self.generator:
+                raise ConfigError("generator: an empty list names no generator")
+            self.generator = list(self.generator) if len(self.generator) > 1 else self.generator[0]
         for name in ("upscale", "no_cache", "vqa_normalise"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
@@ -169,7 +173,9 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         for key in ("generator", "embedder", "clip", "judge", "llm"):
-            if out[key] is not None and not isinstance(out[key], (str, int, float)):
+            if isinstance(out[key], list):
+                out[key] = [v if isinstance(v, (str, int, float)) else type(v).__name__ for v in out[key]]
+            elif out[key] is not None and not isinstance(out[key], (str, int, float)):
                 out[key] = type(out[key]).__name__
         out["judge_for"] = {cat: spec if isinstance(spec, (str, int, float)) else type(spec).__name__
                             for cat, spec in self.judge_for.items()}

@@ -3,6 +3,7 @@ one model builder, so every metric that needs the judge (say) gets the same one.
 
 from __future__ import annotations
 
+import copy
 from functools import cached_property
 from typing import Any
 
@@ -25,7 +26,21 @@ class Roles:
 
     @cached_property
     def generator(self):
-        return self._build("generator", self.config.generator, self.config.generator_options, "generator")
+        """The generator (the first, when the run names several)."""
+        return self.generators[0]
+
+    @cached_property
+    def generators(self) -> list[Any]:
+        """Every generator the run names (`--generator A --generator B`: an ensemble), each with
+        the run's generator options."""
+        specs = self.config.generator if isinstance(self.config.generator, list) else [self.config.generator]
+        return [self._build("generator", spec, self.config.generator_options, "generator") for spec in specs]
+
+    def with_generator(self, generator: Any) -> "Roles":
+        """These roles with another generator; the models built so far stay shared."""
+        other = copy.copy(self)
+        other.__dict__ = {**self.__dict__, "generator": generator}
+        return other
 
     @cached_property
     def embedder(self):
@@ -77,6 +92,8 @@ class Roles:
         for name in ("generator", "embedder", "clip", "clip_matcher", "judge", "llm"):
             if name in self.__dict__:
                 built[name] = describe_model(self.__dict__[name])
+        if len(self.__dict__.get("generators", [])) > 1:
+            built["generators"] = [describe_model(g) for g in self.__dict__["generators"]]
         for category, judge in self.__dict__.get("judges_for", {}).items():
             built[f"judge_for/{category}"] = describe_model(judge)
         return built

@@ -27,7 +27,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.seeds import SeedAveraged, uses_reconstruction
+from caprecon.metrics.seeds import GeneratorEnsemble, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
@@ -118,9 +118,7 @@ def score(
 
     # everything that can be wrong with the configuration fails here, before any work
     roles = Roles(cfg)
-    built = [m if isinstance(m, Metric) else build_metric(m, roles, cfg) for m in metrics]
-    if cfg.seeds > 1:  # a metric that rebuilds the image scores each caption from K seeds
-        built = [SeedAveraged(m, cfg.seeds) if uses_reconstruction(m) else m for m in built]
+    built = [build_metrics(m, roles, cfg) for m in metrics]
     check_images(rows, built)
     metric_names = [m.headline for m in built]
     # fields a metric reports beside its headline (halluc: coverage and F) are summarised with it
@@ -208,6 +206,23 @@ def score(
             thumbnails.close()  # the report finds the thumbnails made while the run worked
         write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
+
+
+def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
+    """The metric as the run scores it: from K seeds (`--seeds`) when it rebuilds the image,
+    and under every generator as an ensemble when the run names several."""
+    built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
+    if not uses_reconstruction(built):
+        return built
+    members = [built]
+    if not isinstance(metric, Metric) and len(roles.generators) > 1:
+        members += [build_metric(metric, roles.with_generator(g), cfg) for g in roles.generators[1:]]
+    if cfg.seeds > 1:
+        members = [SeedAveraged(m, cfg.seeds) for m in members]
+    if len(members) == 1:
+        return members[0]
+    labels = [g if isinstance(g, str) else f"{type(g).__name__}-{i}" for i, g in enumerate(cfg.generator)]
+    return GeneratorEnsemble(members, labels)
 
 
 def confining_root(rows: Sequence[Sample]) -> str | None:
