@@ -268,3 +268,33 @@ def test_generator_given_twice_on_the_command_line_is_an_ensemble():
     assert config("-g", "sd-a", "-g", "sd-b", "--seeds", "4").generator == ["sd-a", "sd-b"]
     assert config("-g", "sd-a").generator == "sd-a"
     assert config("-g", "sd-a", "-g", "sd-b").to_dict()["generator"] == ["sd-a", "sd-b"]
+
+
+# ----------------------------------------------------------------------------- the human ceiling
+
+
+def test_the_human_ceiling_beside_each_score(tmp_path):
+    render("a red circle and a blue square", 48, 48).save(tmp_path / "img0.png")
+    render("a yellow square", 48, 48).save(tmp_path / "img1.png")
+    refs = ["a red circle and a blue square", "a red circle"]
+    rows = [{"id": "s0", "image": "img0.png", "caption": "a red circle and a green square", "refs": refs},
+            {"id": "s1", "image": "img1.png", "caption": "a yellow square"}]
+    (tmp_path / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    common = {"generator": ShiftingOracle(), "embedder": PixelEmbedder(), "max_side": 48, "seeds": 2,
+                  "cache_dir": str(tmp_path / "cache")}
+    run = caprecon.score(tmp_path / "samples.jsonl", ["recon"], ceiling=True, **common)
+    # each reference scored on its own as the caption of the same row (same id, image and candidate: same seeds)
+    alone = []
+    for i, ref in enumerate(refs):
+        path = tmp_path / f"ref{i}.jsonl"
+        path.write_text(json.dumps({**rows[0], "caption": ref, "refs": []}))
+        alone.append(caprecon.score(path, ["recon"], **common).records[0])
+    assert [r["seeds"] for r in alone] == [run.records[0]["seeds"]] * 2
+    values = [r["recon"] for r in alone]
+    row = run.records[0]
+    assert row["recon_refs"] == pytest.approx(values)
+    assert row["recon_refs_mean"] == pytest.approx((values[0] + values[1]) / 2)
+    assert row["recon_refs_best"] == pytest.approx(max(values))
+    assert row["recon_ratio"] == pytest.approx(row["recon"] / ((values[0] + values[1]) / 2))
+    assert row["recon_refs_best"] > row["recon"]  # the exact reference rebuilds the scene better than the caption
+    assert "recon_refs" not in run.records[1]  # no references: no ceiling

@@ -70,6 +70,10 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
                    help="reconstructions per caption (default 1): recon, clip-image, turing and vqascore on the "
                         "reconstruction report the mean over K seeds with its sd and 95%% interval. Costs K times "
                         "the generation; the cache keeps each seed, so raising K generates only the new ones")
+    p.add_argument("--ceiling", action="store_const", const=True,
+                   help="also reconstruct each row's references (refs) with the caption's seeds: every "
+                        "reconstruction score beside the references' mean and best and the ratio caption/references "
+                        "(one more generation per reference and seed)")
     p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
     p.add_argument("--no-upscale", dest="upscale", action="store_const", const=False,
                    help="keep sources smaller than --max-side at their own size (paper-recon's setting)")
@@ -97,7 +101,7 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds",
+            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "ceiling",
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}

@@ -11,6 +11,8 @@ report's thumbnails, CTTD, the suites, question import): whatever it refuses, no
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import io
 import os
@@ -73,6 +75,13 @@ class LoadedSample:
     @property
     def caption(self) -> str:
         return self.sample.caption
+
+    def with_caption(self, caption: str) -> "LoadedSample":
+        """The same picture (and image id and candidate, so the same seeds) under another
+        caption: how a reference is reconstructed beside the caption it is a yardstick for."""
+        twin = copy.copy(self)
+        twin.sample = dataclasses.replace(self.sample, caption=caption, refs=[])
+        return twin
 
     def __repr__(self) -> str:
         return f"LoadedSample(id={self.id!r}, image_key={self.image_key[:12]!r}, decoded={self.decoded})"

@@ -175,3 +175,47 @@ class GeneratorEnsemble(Metric):
             row["reconstructions"] = [p for r in rows for p in r.get("reconstructions", [r.get("reconstruction")])]
             out.append(row)
         return out
+
+
+class HumanCeiling(Metric):
+    """A reconstruction metric with the human ceiling beside each score: the row's references
+    (`refs`) are reconstructed with the caption's seeds (same image id and candidate) and
+    scored the same way, so a score reads against what people's captions of that image reach.
+
+        <headline>_refs        the references' scores
+        <headline>_refs_mean   their mean, and _refs_best their best
+        <headline>_ratio       caption / references' mean (None when that is 0)
+
+    A row without references has none of these."""
+
+    def __init__(self, inner: Metric):
+        self.inner = inner
+        self.name, self.primary = inner.name, inner.headline
+        self.companions = tuple(inner.companions)
+        self.needs_source_image = inner.needs_source_image
+        self.generator, self.spec = getattr(inner, "generator", None), getattr(inner, "spec", None)
+
+    @property
+    def headline(self) -> str:
+        return self.inner.headline
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.inner.describe(), "ceiling": "references reconstructed with the caption's seeds"}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        rows = self.inner.score(items, ctx)
+        refs = [(row, item.with_caption(ref)) for row, item in enumerate(items) for ref in item.sample.refs
+                if ref.strip()]
+        if not refs:
+            return rows
+        name = self.headline
+        scored: dict[int, list[float]] = {}
+        for (row, _), ref_row in zip(refs, self.inner.score([item for _, item in refs], ctx)):
+            if _number(ref_row.get(name)):
+                scored.setdefault(row, []).append(float(ref_row[name]))
+        for row, values in scored.items():
+            mean = math.fsum(values) / len(values)
+            caption = rows[row].get(name)
+            rows[row].update({f"{name}_refs": values, f"{name}_refs_mean": mean, f"{name}_refs_best": max(values),
+                              f"{name}_ratio": caption / mean if _number(caption) and mean else None})
+        return rows

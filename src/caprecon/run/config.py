@@ -82,6 +82,7 @@ class RunConfig:
     seed: int = 0
     seed_policy: str = "per-sample"
     seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
+    ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True
     size: str | None = None  # "WxH" for every reconstruction; caption-only rows default to the generator's own
@@ -111,7 +112,7 @@ class RunConfig:
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")
             self.generator = list(self.generator) if len(self.generator) > 1 else self.generator[0]
-        for name in ("upscale", "no_cache", "vqa_normalise"):
+        for name in ("upscale", "no_cache", "vqa_normalise", "ceiling"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
         weight = self.clipscore_weight

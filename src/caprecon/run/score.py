@@ -27,7 +27,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.seeds import GeneratorEnsemble, SeedAveraged, uses_reconstruction
+from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
@@ -210,7 +210,8 @@ def score(
 
 def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
     """The metric as the run scores it: from K seeds (`--seeds`) when it rebuilds the image,
-    and under every generator as an ensemble when the run names several."""
+    under every generator as an ensemble when the run names several, and beside its rows'
+    references rebuilt the same way with `--ceiling`."""
     built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
     if not uses_reconstruction(built):
         return built
@@ -220,9 +221,11 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
     if cfg.seeds > 1:
         members = [SeedAveraged(m, cfg.seeds) for m in members]
     if len(members) == 1:
-        return members[0]
-    labels = [g if isinstance(g, str) else f"{type(g).__name__}-{i}" for i, g in enumerate(cfg.generator)]
-    return GeneratorEnsemble(members, labels)
+        built = members[0]
+    else:
+        labels = [g if isinstance(g, str) else f"{type(g).__name__}-{i}" for i, g in enumerate(cfg.generator)]
+        built = GeneratorEnsemble(members, labels)
+    return HumanCeiling(built) if cfg.ceiling else built
 
 
 def confining_root(rows: Sequence[Sample]) -> str | None:
