@@ -186,10 +186,21 @@ def test_an_image_file_over_max_image_bytes_is_a_row_error(tmp_path, tiny_clip, 
     assert code == 2 and "--max-image-bytes" in err
 
 
-def test_the_default_byte_cap_is_64_mib():
-    from caprecon.data.images import MAX_IMAGE_BYTES
+def test_the_default_byte_cap_is_64_mib_and_refuses_unread(tmp_path):
+    from caprecon.data.images import read_image_file
+    from caprecon.data.samples import SampleError
 
-    assert MAX_IMAGE_BYTES == 64 * 1024 * 1024
+    huge = tmp_path / "huge.png"
+    with huge.open("wb") as fh:  # sparse: no disk is used
+        fh.truncate(64 * 1024 * 1024 + 1)
+    with pytest.raises(SampleError) as refused:
+        read_image_file(huge)
+    assert (refused.value.reason, str(refused.value)) == (
+        "image too large", f"image {huge} holds 67108865 bytes, over the limit of 67108864 (--max-image-bytes)")
+    at_limit = tmp_path / "at-limit.png"
+    with at_limit.open("wb") as fh:
+        fh.truncate(64 * 1024 * 1024)
+    assert len(read_image_file(at_limit)) == 64 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- 5: terminal escapes in captions
@@ -503,3 +514,22 @@ def test_a_malformed_header_option_stops_in_one_line_that_does_not_echo_it(tmp_p
     # the value has 53 characters: YAML finds the mapping unclosed one past its end
     assert err.strip() == ("caprecon: error: option extra_body: its value is not valid YAML at character 54 "
                            "(expected ',' or '}', but got '<stream end>')")
+
+
+# --------------------------------------------------------------------------- 4: the suites read images the same way
+
+
+def test_a_suite_image_over_the_byte_cap_is_refused_naming_its_row(tmp_path):
+    from caprecon.apps.suites import load_suites
+    from caprecon.apps.suites.loaders import SuiteFormatError, load_benchmark
+
+    huge = tmp_path / "huge.png"
+    with huge.open("wb") as fh:  # sparse: no disk is used
+        fh.truncate(64 * 1024 * 1024 + 1)
+    data = _jsonl(tmp_path / "bench.jsonl", [{"index": 1, "image": "huge.png", "question": "Colour?",
+                                              "A": "red", "B": "blue", "answer": "A", "category": "colour"}])
+    entry = load_suites(["mmbench"], [str(data)])[0]
+    with pytest.raises(SuiteFormatError) as refused:
+        load_benchmark(entry, {})
+    assert str(refused.value) == (f"{data}:1: image {huge} holds 67108865 bytes, over the limit of 67108864 "
+                                  f"(--max-image-bytes)")
