@@ -308,8 +308,10 @@ def test_cttd_build_writes_a_bank_report(tmp_path, capsys, monkeypatch):
     out = tmp_path / "build"
     assert main(["cttd", "build", "--images", str(images.parent), "--out", str(out), "--vlm", "cttd_fakes:ScriptedVLM",
                  "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher", "--taxonomy",
-                 str(tmp_path / "taxonomy.json"), "--density-band", "0", "1", "--top-k", "5"]) == 0
-    assert f"report: {out / 'report.html'}" in capsys.readouterr().out
+                 str(tmp_path / "taxonomy.json"), "--density-band", "0", "1", "--top-k", "5"]) == 1  # garbage replies
+    printed = capsys.readouterr()
+    assert "caprecon: failed: generate: reply unreadable after retry" in printed.err
+    assert f"report: {out / 'report.html'}" in printed.out
     html = (out / "report.html").read_text()
     bank = [json.loads(line) for line in (out / "bank.jsonl").read_text().splitlines()]
     data = _bank_blob(html)

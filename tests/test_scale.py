@@ -103,7 +103,7 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, tiny_sd, tiny_din
         merge_shards([shards[0], shards[1], shards[2], shards[2]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # refused before writing anything
     assert main(["merge", str(shards[0]), str(shards[1]), "--out", str(tmp_path / "bad")]) == 2  # CLI: exit 2
-    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 0
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 1  # its one failed row
     assert (tmp_path / "cli" / "scores.jsonl").read_text() == (tmp_path / "merged" / "scores.jsonl").read_text()
     with pytest.raises(ConfigError, match="scored without --shard"):
         merge_shards([tmp_path / "whole", *shards], tmp_path / "bad")
@@ -118,7 +118,7 @@ def test_score_after_reconstruct_makes_no_generator_call(tmp_path, tiny_sd, tiny
     code = main(["reconstruct", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--generator-opt",
                  "steps=2", "--embedder", str(tiny_dinov2), "--max-side", "32", "--cache-dir", str(cache), "-q"])
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert code == 0 and counts["generated"] == 9 and counts["unreadable"] == 1  # 9 captions, 1 missing image
+    assert code == 1 and counts["generated"] == 9 and counts["unreadable"] == 1  # 9 captions, 1 missing image
     assert len(list((cache / "images").rglob("*.png"))) == 9
 
     inner = DiffusersGenerator(tiny_sd, steps=2)

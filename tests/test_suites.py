@@ -496,7 +496,7 @@ def test_suite_command_passes_judge_for_from_the_options_and_the_config_file(tmp
 
     def capture(suites, sources, *, config, **kwargs):
         seen["judge_for"] = config.judge_for
-        return SimpleNamespace(out=None)
+        return SimpleNamespace(out=None, records=[])
 
     monkeypatch.setattr(suites_app, "evaluate_suites", capture)
     captions = write_jsonl(tmp_path / "c.jsonl", [{"dataset": "mmbench", "index": "10", "caption": "a red card"}])

@@ -209,7 +209,7 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
 def _index_problem(index: Path, *, read_only: bool) -> str | None:
     try:
         # read-only, SQLite cannot make the reader files of a WAL index: read it as the store does
-        db = Store(index.parent, read_only=True)._connect() if read_only else sqlite3.connect(index, timeout=60)
+        db = Store(index.parent)._connect() if read_only else sqlite3.connect(index, timeout=60)
         try:
             result = db.execute("PRAGMA integrity_check").fetchall()
             db.execute("SELECT count(*) FROM results").fetchone()
@@ -270,7 +270,7 @@ def _readable_rows(damaged: Path) -> list[tuple]:
 def prune(root: str | Path, *, older_than: float | None = None, model: str | None = None,
           max_size: int | None = None, dry_run: bool = False) -> dict[str, Any]:
     """Delete entries older than `older_than` seconds and/or computed by `model` (a
-    fingerprint or its prefix, or the model's name as `cache info` shows it); then, with
+    fingerprint or its prefix, the model's name as `cache info` shows it, or its registry name); then, with
     `max_size`, the oldest entries until the rest fit in that many bytes."""
     if older_than is None and model is None and max_size is None:
         raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
@@ -321,12 +321,22 @@ def prune(root: str | Path, *, older_than: float | None = None, model: str | Non
 def _matching_models(db: sqlite3.Connection, wanted: str) -> set[str]:
     described = _descriptions(db)
     used = {fp for (fp,) in db.execute("SELECT DISTINCT model FROM results WHERE model IS NOT NULL")}
+    names = {wanted, *_registered_as(wanted)}
     out = set()
     for fp in used | set(described):
         about = json.loads(described.get(fp) or "{}")
-        if fp.startswith(wanted) or wanted in {str(about.get(f)) for f in ("model", "name", "weights", "weights_dir")}:
+        if fp.startswith(wanted) or names & {str(about.get(f)) for f in ("model", "name", "weights", "weights_dir")}:
             out.add(fp)
     return out
+
+
+def _registered_as(name: str) -> set[str]:
+    """The hub ids or folders a registry name (z-image, dinov2, ...) stands for: a model's
+    description names those, not the registry name it was chosen by."""
+    from caprecon.models import registry
+
+    return {entry.defaults["model"] for table, _ in registry.ROLES.values() for key, entry in table.items()
+            if key == name and isinstance(entry.defaults.get("model"), str)}
 
 
 # -- the command ----------------------------------------------------------------------
@@ -353,7 +363,8 @@ def add_parser(subparsers) -> None:
     q = sub.add_parser("prune", help="delete entries by age, by model, or down to a size")
     common(q)
     q.add_argument("--older-than", type=parse_age, metavar="AGE", help="entries created longer ago, e.g. 30d, 12h")
-    q.add_argument("--model", help="entries of one model: fingerprint (or prefix) or name, see `cache info`")
+    q.add_argument("--model", help="entries of one model: fingerprint (or prefix), its name as `cache info` shows it, "
+                                  "or its registry name (see `caprecon models`)")
     q.add_argument("--max-size", type=parse_size, metavar="SIZE",
                    help="delete the oldest entries until the cache fits, e.g. 10GB")
     q.add_argument("--dry-run", action="store_true", help="say what would be deleted, delete nothing")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from caprecon.cli.common import add_run_options, run_settings
+from caprecon.cli.common import add_run_options, failed_records, row_failures, run_settings
 from caprecon.cli.refine import add_refine_options
 from caprecon.run.config import parse_options, whole_number
 
@@ -44,6 +44,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     for action in p._actions:  # the shared --preset also takes captioning presets here
         if action.dest == "preset":
             action.help = "captioning preset (remote-describer) or run preset (paper-recon, fast, offline)"
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some images could not be captioned or candidates not scored")
     p.set_defaults(func=cmd_caption)
     return p
 
@@ -59,8 +61,9 @@ def cmd_caption(args: argparse.Namespace) -> int:
                     preset=settings.pop("preset", None), config=args.config,
                     out=args.out, progress=not args.quiet, **settings)
     refined = _refine_selected(args, run, settings) if args.refine and run.selected else None
+    problems = failed_records(run.candidates, "candidate")
     if args.quiet:
-        return 0
+        return row_failures(problems, allow=args.allow_row_errors)
     for row in run.selected:
         caption = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
         print(terminal_safe(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}"))
@@ -79,7 +82,7 @@ def cmd_caption(args: argparse.Namespace) -> int:
 
         print()
         print_refined(refined)
-    return 0
+    return row_failures(problems, allow=args.allow_row_errors)
 
 
 def _refine_selected(args: argparse.Namespace, run, settings: dict):

@@ -149,3 +149,27 @@ def score_settings(args: argparse.Namespace) -> dict[str, Any]:
     elif args.ray_address or args.stage or args.ray_workers != 1:
         raise ConfigError("--ray-address, --ray-workers and --stage need --executor ray")
     return out
+
+
+def row_failures(problems: list[str], *, allow: bool) -> int:
+    """How a command whose rows can fail ends: each kind of failure, with its count, on
+    stderr; exit 1 unless --allow-row-errors, as `score` does."""
+    import sys
+
+    for problem in problems:
+        print(f"caprecon: failed: {problem}", file=sys.stderr)
+    if not problems or allow:
+        return 0
+    print("caprecon: some rows failed; --allow-row-errors exits 0 all the same", file=sys.stderr)
+    return 1
+
+
+def failed_records(records, what: str = "row") -> list[str]:
+    """'reason: how many' for the records that failed, by their `error_reasons` (else the
+    first words of their `error`), for `row_failures`."""
+    counts: dict[str, int] = {}
+    for record in records:
+        if record.get("error"):
+            for reason in record.get("error_reasons") or [str(record["error"]).split(":")[0]]:
+                counts[reason] = counts.get(reason, 0) + 1
+    return [f"{reason}: {n} {what}(s)" for reason, n in counts.items()]

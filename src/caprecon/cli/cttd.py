@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from caprecon.cli.common import global_options
+from caprecon.cli.common import global_options, row_failures
 
 
 # the drops `cttd import` names one per line before it says "and N more"
@@ -68,6 +68,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, help="seed of the image selection's PCA and Gaussian mixture (default 0)")
     p.add_argument("--cache-dir", help="model-result store (default: OUT/store)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summary")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when images could not be read or model replies not parsed (the datasheet "
+                        "counts them)")
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("import", help="turn an existing question set into a QA bank",
@@ -152,7 +155,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     report = write_html_report(result.folder, progress=not args.quiet)
     if not args.quiet:
         print(f"report: {report}")
-    return 0
+    if not result.datasheet["questions"]:
+        print(f"caprecon: error: the bank holds no questions; {result.folder / 'datasheet.md'} says what each "
+              "stage dropped", file=sys.stderr)
+        return 1
+    # what a model or a file failed on, as against what curation chose to drop
+    problems = [f"{stage['stage']}: {reason}: {n}" for stage in result.datasheet["stages"]
+                for reason, n in stage["dropped"].items() if "unreadable" in reason]
+    return row_failures(problems, allow=args.allow_row_errors)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

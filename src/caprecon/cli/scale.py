@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.cli.common import add_run_options, add_shard_option, run_settings
+from caprecon.cli.common import add_run_options, add_shard_option, row_failures, run_settings
 
 
 def add_parser(plugins) -> None:
@@ -30,6 +30,8 @@ def add_parser(plugins) -> None:
                        help="relative image paths resolve against DIR")
         p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
         p.add_argument("--captions", metavar="FILE", help="for an image-folder --input: the captions file")
+        p.add_argument("--allow-row-errors", action="store_true",
+                       help="exit 0 even when some rows failed or lack their reconstruction")
         add_run_options(p)
         add_shard_option(p)
         p.set_defaults(func=_cmd_fill, stage=name)
@@ -37,6 +39,8 @@ def add_parser(plugins) -> None:
     p = plugins.add_parser("merge", help="combine the run folders of `score --shard I/N` into one run folder")
     p.add_argument("shards", nargs="+", help="the shards' run folders (all N of them, each once)")
     p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some of the shards' rows failed (they keep their `error` field)")
     p.set_defaults(func=_cmd_merge)
 
     p = plugins.add_parser("store", help="operations across stores (see also `caprecon cache`)")
@@ -73,7 +77,14 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
     counts = fill(rows, metrics, ctx, batch_size=cfg.batch_size, progress=not args.quiet)
     print(json.dumps({**counts, "store": str(ctx.store.root)}))
-    return 1 if counts.get("failed") or counts.get("missing_reconstruction") else 0
+    problems = [f"{reason}: {n} (first: {counts['first_errors'][reason]})"
+                for reason, n in counts.get("failed_by_reason", {}).items()]
+    if counts.get("missing_reconstruction"):
+        problems.append(f"no stored reconstruction: {counts['missing_reconstruction']} (run `caprecon reconstruct` "
+                        "with the same settings first)")
+    if counts.get("unreadable"):
+        problems.append(f"image unreadable: {counts['unreadable']}")
+    return row_failures(problems, allow=args.allow_row_errors)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -84,7 +95,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     for name, s in summary["metrics"].items():
         print(f"{name}: mean {s['mean']} (n={s['n']})")
     print(f"outputs: {Path(args.out) / 'scores.jsonl'}")
-    return 0
+    return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],
+                        allow=args.allow_row_errors)
 
 
 def _cmd_store_merge(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from caprecon.cli.common import failed_records, row_failures
 from caprecon.run.config import load_config_file, parse_options, parse_pairs, whole_number
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
@@ -82,6 +83,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", "-o", help="run folder for table.md/csv, summary.json, records.jsonl, captions.jsonl, "
                                        "images.jsonl and manifest.json")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some questions got no answer (their record's `error` says why)")
     p.set_defaults(func=cmd_suite)
 
     p = subparsers.add_parser(
@@ -122,7 +125,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         print(results.table.to_text())
         if results.out:
             print(f"\nrun folder: {results.out}")
-    return 0
+    return row_failures(failed_records(results.records, "question"), allow=args.allow_row_errors)
 
 
 def cmd_suite_agree(args: argparse.Namespace) -> int:

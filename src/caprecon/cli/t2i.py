@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from caprecon.cli.common import failed_records, row_failures
 from caprecon.run.config import load_config_file, parse_options, whole_number
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.vqascore import DEFAULT_TEMPLATE
@@ -32,7 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(the Re-LAION-Caption 19M layout too)")
     p.add_argument("--caption-column", help="the column holding the captions (default: the first of re_caption, "
                                             "recaption, structured_caption, llava_caption, ..., caption, text)")
-    p.add_argument("--limit", type=int, help="evaluate the first N captions only")
+    p.add_argument("--limit", type=whole_number(1), help="evaluate the first N captions only")
     p.add_argument("--generator", "-g", action="append", dest="generators", metavar="[LABEL=]SPEC",
                    help="generator under test (repeatable): registry name, hub id, folder or module:Class")
     p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
@@ -63,6 +64,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")
     p.add_argument("--out", "-o", help="run folder for scores.jsonl, table.md/csv, summary.json and manifest.json")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some caption x generator rows failed (their `error` says why)")
     p.set_defaults(func=cmd_t2i)
     return p
 
@@ -98,4 +101,4 @@ def cmd_t2i(args: argparse.Namespace) -> int:
         print(results.table.to_text())
         if results.out:
             print(f"\nrun folder: {results.out}")
-    return 0
+    return row_failures(failed_records(results.records), allow=args.allow_row_errors)

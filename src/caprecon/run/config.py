@@ -128,7 +128,7 @@ class RunConfig:
                 or not 0 < self.iou_threshold <= 1:  # NaN fails this too
             raise ConfigError(f"--iou-threshold must be a number above 0 and at most 1, not {self.iou_threshold!r}")
         if not isinstance(self.vqa_template, str) or _placeholders(self.vqa_template) != {"caption"}:
-            raise ConfigError(f"--vqa-template must hold {{caption}} and no other {{...}} placeholder, not "
+            raise ConfigError(f"--vqa-template must contain {{caption}} and no other {{...}} placeholder, not "
                               f"{self.vqa_template!r} (write a literal brace as {{{{ or }}}})")
         for name, allowed in (("vqa_on", ("image", "reconstruction", "both")), ("seed_policy", SEED_POLICIES)):
             if getattr(self, name) not in allowed:

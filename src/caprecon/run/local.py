@@ -83,17 +83,61 @@ def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
 
+def stop_on_same_failure(name: str, results: Sequence[Any], cause: BaseException | None = None) -> None:
+    """Stop the run when every row of a batch (more than one) failed with the same error."""
+    failures = [r for r in results if isinstance(r, Exception)]
+    if len(results) > 1 and len(failures) == len(results) and len({_signature(f) for f in failures}) == 1 \
+            and not isinstance(failures[0], SampleError):
+        raise RunError(f"{name} failed on every row of a batch with the same error, so the problem is "
+                       f"not the rows: {type(failures[0]).__name__}: {failures[0]}") from (cause or failures[0])
+
+
+class FailureWatch:
+    """How one stage (a metric, the generator, a judge) has failed so far. It stops the run
+    with the reason when a failure cannot be the rows' — the same error on every row of a
+    batch, or on each of the first rows before any succeeded — and counts the others by
+    reason, for the summary line every command ends with."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.succeeded = 0
+        self.early_failures: list[tuple[str, str]] = []
+        self.by_reason: dict[str, int] = {}
+        self.first_errors: dict[str, str] = {}  # reason -> the first message of it
+
+    def batch(self, results: Sequence[Any], cause: BaseException | None = None) -> None:
+        """A batch's outcomes, row by row (an exception for a failed row); `cause` is what
+        failed the batch as a whole, before its rows were tried one by one."""
+        stop_on_same_failure(self.name, results, cause)
+        self.observe(results)
+
+    def observe(self, results: Sequence[Any]) -> None:
+        for result in results:
+            if not isinstance(result, Exception):
+                self.succeeded += 1
+                continue
+            reason = failure_reason(self.name, result)
+            self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+            self.first_errors.setdefault(reason, redact_text(str(result))[:300])
+            if not self.succeeded and not isinstance(result, SampleError):
+                self.early_failures.append(_signature(result))
+        if not self.succeeded and len(self.early_failures) >= SAME_FAILURE_LIMIT \
+                and len(set(self.early_failures)) == 1:
+            kind, message = self.early_failures[0]
+            raise RunError(f"{self.name} failed on each of the first {len(self.early_failures)} rows with "
+                           f"the same error, so the problem is not the rows: {kind}: {message}")
+
+
 class MetricRunner:
     """One metric's scoring across the run: its batch size after OOM, and how it has failed so far."""
 
     def __init__(self, metric: Metric, ctx: Context, batch_size: int):
         self.metric, self.ctx, self.batch_size = metric, ctx, batch_size
-        self.succeeded = 0
-        self.early_failures: list[tuple[str, str]] = []
+        self.watch = FailureWatch(metric.name)
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
         results = self._in_chunks(items)
-        self._watch(results)
+        self.watch.observe(results)
         return results
 
     def _in_chunks(self, items: list) -> list[dict[str, Any] | Exception]:
@@ -126,24 +170,8 @@ class MetricRunner:
                 return [exc]
             log.warning("metric %s failed on a batch (%s); retrying row by row", name, exc)
             results = [self._isolating([item])[0] for item in items]
-            failures = [r for r in results if isinstance(r, Exception)]
-            if len(failures) == len(items) and len({_signature(f) for f in failures}) == 1 \
-                    and not isinstance(failures[0], SampleError):
-                raise RunError(f"{name} failed on every row of a batch with the same error, so the problem is "
-                               f"not the rows: {type(exc).__name__}: {failures[0]}") from failures[0]
+            stop_on_same_failure(name, results, exc)
             return results
-
-    def _watch(self, results: Sequence[dict[str, Any] | Exception]) -> None:
-        for result in results:
-            if not isinstance(result, Exception):
-                self.succeeded += 1
-            elif not self.succeeded and not isinstance(result, SampleError):
-                self.early_failures.append(_signature(result))
-        if not self.succeeded and len(self.early_failures) >= SAME_FAILURE_LIMIT \
-                and len(set(self.early_failures)) == 1:
-            kind, message = self.early_failures[0]
-            raise RunError(f"{self.metric.name} failed on each of the first {len(self.early_failures)} rows with "
-                           f"the same error, so the problem is not the rows: {kind}: {message}")
 
 
 def _checked(row: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
-from caprecon.run.local import FATAL, RunError
+from caprecon.run.local import FATAL, FailureWatch, RunError
 from caprecon.run.ray import reconstructions_of
 
 
@@ -38,24 +38,45 @@ def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: C
         raise RunError(f"none of the metrics ({', '.join(m.name for m in metrics)}) rebuilds the image; "
                        "nothing to reconstruct")
     counts = {"rows": len(samples), "unreadable": 0, "failed": 0}
+    watch = FailureWatch("reconstruct")
     caption_only = not any(m.needs_source_image for m in metrics)
     for batch, items in _batches(samples, batch_size, caption_only, counts, progress, "reconstructing"):
         for generator, spec in pairs:
-            reconstructor = ctx.reconstructor(generator, spec)
-            try:
-                reconstructor.reconstruct(items)
-            except FATAL as exc:
-                raise RunError(f"reconstruct: {type(exc).__name__}: {exc}") from exc
-            except Exception:  # one row's fault: the others of the batch still get their image
-                for item in items:
-                    try:
-                        reconstructor.reconstruct([item])
-                    except FATAL as exc:
-                        raise RunError(f"reconstruct: {type(exc).__name__}: {exc}") from exc
-                    except Exception:
-                        counts["failed"] += 1
+            _isolated(ctx.reconstructor(generator, spec).reconstruct, items, watch)
     stats = ctx.stats()
-    return {**counts, "generated": stats["generated"], "reused": stats["reused"]}
+    return {**counts, **_failures(watch), "generated": stats["generated"], "reused": stats["reused"]}
+
+
+def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
+    """`fn(items)`, or item by item after a failure, so one bad row costs only itself; each
+    row's outcome goes to `watch`, which stops the run on a failure that is not the rows'."""
+    try:
+        fn(items)
+        results: list[Exception | None] = [None] * len(items)
+        cause = None
+    except FATAL as exc:
+        raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        results, cause = ([exc] if len(items) == 1 else [_isolated_one(fn, item, watch) for item in items]), exc
+    watch.batch([r for r in results if not isinstance(r, MissingReconstruction)], cause)
+    return results
+
+
+def _isolated_one(fn, item, watch: FailureWatch) -> Exception | None:
+    try:
+        fn([item])
+    except FATAL as exc:
+        raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _failures(watch: FailureWatch) -> dict[str, Any]:
+    """The rows a stage could not do, by reason, with the first message of each."""
+    failed = sum(watch.by_reason.values())
+    return {"failed": failed, "failed_by_reason": dict(watch.by_reason), "first_errors": dict(watch.first_errors)} \
+        if failed else {}
 
 
 def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -67,26 +88,32 @@ def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     if not embedding:
         raise RunError("none of the metrics embeds images (recon, clip-image do); nothing to embed")
     counts = {"rows": len(samples), "unreadable": 0, "missing_reconstruction": 0}
+    watch = FailureWatch("embed")
     for batch, items in _batches(samples, batch_size, False, counts, progress, "embedding"):
         for metric in embedding:
             reconstructor = ctx.reconstructor(metric.generator, metric.spec)
             keys = [reconstructor.request_for(item)[0] for item in items]
             stored = ctx.store.get_images(keys)
             counts["missing_reconstruction"] += sum(1 for k in keys if k not in stored)
-            ctx.embed(metric.embedder, [it.image_key for it in items], lambda i: items[i].image)
+            _isolated(lambda some, metric=metric: ctx.embed(metric.embedder, [it.image_key for it in some],
+                                                             lambda i: some[i].image), items, watch)
             present = [k for k in keys if k in stored]
 
-            def load(i: int, present=present, stored=stored):
+            def embed_stored(some: list[str], metric=metric, stored=stored) -> None:
                 from caprecon.store.index import read_verified
 
-                image = read_verified(stored[present[i]][1], stored[present[i]][2])
-                if image is None:
-                    raise StoreError(f"stored reconstruction {stored[present[i]][1]} is damaged; "
-                                     "run `caprecon reconstruct` again")
-                return image
+                def load(i: int):
+                    image = read_verified(stored[some[i]][1], stored[some[i]][2])
+                    if image is None:
+                        raise StoreError(f"stored reconstruction {stored[some[i]][1]} is damaged; "
+                                         "run `caprecon reconstruct` again")
+                    return image
 
-            ctx.embed(metric.embedder, present, load)
-    return {**counts, "embedded": ctx.stats()["embedded"]}
+                ctx.embed(metric.embedder, some, load)
+
+            if present:
+                _isolated(embed_stored, present, watch)
+    return {**counts, **_failures(watch), "embedded": ctx.stats()["embedded"]}
 
 
 class MissingReconstruction(RuntimeError):
@@ -127,6 +154,7 @@ def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
         raise RunError(f"none of the metrics ({', '.join(m.name for m in metrics)}) asks a judge "
                        "(turing, vqascore, fleur and captionqa do); nothing to answer")
     counts = {"rows": len(samples), "unreadable": 0, "missing_reconstruction": 0, "failed": 0}
+    watches = {id(m): FailureWatch(m.name) for m in judging}
     caption_only = not any(m.needs_source_image for m in judging)
     before = dict(ctx.computed)
     originals = {id(m): m.generator for m in judging if getattr(m, "generator", None) is not None}
@@ -135,29 +163,19 @@ def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             if id(metric) in originals:
                 metric.generator = StoredOnly(originals[id(metric)])
         for _, items in _batches(samples, batch_size, caption_only, counts, progress, "judging"):
-            for metric in judging:
-                _answer(metric, items, ctx, counts)
+            for metric in judging:  # scored for the side effect: the answers stored
+                results = _isolated(lambda some, metric=metric: metric.score(some, ctx), items, watches[id(metric)])
+                counts["missing_reconstruction"] += sum(isinstance(r, MissingReconstruction) for r in results)
     finally:
         for metric in judging:
             if id(metric) in originals:
                 metric.generator = originals[id(metric)]
     answered = {kind: n - before.get(kind, 0) for kind, n in ctx.computed.items() if n != before.get(kind, 0)}
-    return {**counts, "computed": answered, "generated": ctx.stats()["generated"]}
-
-
-def _answer(metric: Metric, items: list, ctx: Context, counts: dict[str, int]) -> None:
-    """Score a batch for its side effect (answers stored); row by row when part of it fails."""
-    try:
-        metric.score(items, ctx)
-        return
-    except FATAL as exc:
-        raise RunError(f"{metric.name}: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
-        if len(items) == 1:
-            counts["missing_reconstruction" if isinstance(exc, MissingReconstruction) else "failed"] += 1
-            return
-    for item in items:
-        _answer(metric, [item], ctx, counts)
+    failed = FailureWatch("judge")
+    for watch in watches.values():
+        failed.by_reason.update(watch.by_reason)
+        failed.first_errors.update(watch.first_errors)
+    return {**counts, **_failures(failed), "computed": answered, "generated": ctx.stats()["generated"]}
 
 
 def _batches(samples, batch_size, caption_only, counts, progress, desc):

@@ -45,7 +45,7 @@ from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
-from caprecon.run.local import FATAL
+from caprecon.run.local import FATAL, FailureWatch, RunError
 from caprecon.run.roles import Roles
 from caprecon.data.images import LoadedSample, read_image_file
 from caprecon.data.samples import Sample, SampleError
@@ -304,6 +304,7 @@ def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, ima
     """(source, image_id) -> its reconstruction, or why there is none."""
     recons: dict[tuple[str, str], Reconstruction | str] = {}
     reconstructor = Reconstructor(generator, store, cfg.spec)
+    watch = FailureWatch("reconstruct")
     todo = []
     for row in caption_rows:
         key = (row["captioner"], row["image_id"])
@@ -326,8 +327,11 @@ def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, ima
                             image_id=image_id)
             chunk.append((label, image_id))
             items.append(LoadedSample(sample, image, images.info(image_id)[0]))
-        for key, result in zip(chunk, _isolating(reconstructor.reconstruct, items)):
-            recons[key] = result if isinstance(result, Reconstruction) else f"reconstruction failed: {result}"
+        results = _isolating(reconstructor.reconstruct, items)
+        watch.batch(results)  # a generator failing every row alike stops the run, with the reason
+        for key, result in zip(chunk, results):
+            recons[key] = result if isinstance(result, Reconstruction) else \
+                f"reconstruction failed: {type(result).__name__}: {result}"
         bar.update(len(todo[lo: lo + cfg.batch_size]))
     bar.close()
     cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
@@ -372,7 +376,12 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
         lazy = LazyImages()  # a chunk's images, opened only where an answer is missing, dropped after it
         for (key, _), load in zip(asks[lo: lo + step], loaders[lo: lo + step]):
             lazy.add(key, load)
-        replies += answers(ctx, judge, asks[lo: lo + step], lazy, max_new_tokens)
+        try:
+            replies += answers(ctx, judge, asks[lo: lo + step], lazy, max_new_tokens)
+        except FATAL:
+            raise
+        except Exception as exc:  # a judge's calls serve many rows at once: its failure is the run's
+            raise RunError(f"judge: {type(exc).__name__}: {exc}") from exc
         bar.update(len(asks[lo: lo + step]))
     bar.close()
     graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}
@@ -384,14 +393,15 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
 
 
 def _isolating(fn, items: list) -> list[Any]:
-    """`fn(items)`, or item by item after a failure, so one bad row costs only itself."""
+    """`fn(items)`, or item by item after a failure, so one bad row costs only itself (its
+    exception in its place)."""
     try:
         return list(fn(items))
     except FATAL:
         raise
     except Exception as exc:
         if len(items) == 1:
-            return [f"{type(exc).__name__}: {exc}"]
+            return [exc]
         return [_isolating(fn, [item])[0] for item in items]
 
 
