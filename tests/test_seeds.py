@@ -298,3 +298,24 @@ def test_the_human_ceiling_beside_each_score(tmp_path):
     assert row["recon_ratio"] == pytest.approx(row["recon"] / ((values[0] + values[1]) / 2))
     assert row["recon_refs_best"] > row["recon"]  # the exact reference rebuilds the scene better than the caption
     assert "recon_refs" not in run.records[1]  # no references: no ceiling
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def test_the_report_shows_the_seeds(tmp_path):
+    rows = []
+    for i, (good, bad) in enumerate([("a red circle and a blue square", "a blue circle"),
+                                     ("a green triangle", "a purple square"), ("a yellow square", "a red circle")]):
+        render(good, 48, 48).save(tmp_path / f"img{i}.png")
+        rows += [{"id": f"good{i}", "image": f"img{i}.png", "caption": good, "captioner": "good"},
+                 {"id": f"bad{i}", "image": f"img{i}.png", "caption": bad, "captioner": "bad"}]
+    (tmp_path / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    run = caprecon.score(tmp_path / "samples.jsonl", ["recon"], generator=ShiftingOracle(), embedder=PixelEmbedder(),
+                         max_side=48, seeds=3, cache_dir=str(tmp_path / "cache"), out=tmp_path / "run")
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert '<section id="seeds">' in html and "Systems compared (captioner)" in html
+    gallery = json.loads(html.split('<script type="application/json" id="gallery-data">')[1].split("</script>")[0])
+    first = gallery["items"][0]
+    assert len(first["r"]) == 3  # the three seeds' reconstructions side by side
+    assert first["ci"][0] == pytest.approx(run.records[0]["recon_ci"], abs=1e-6)

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from caprecon.core.records import read_jsonl
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
+from caprecon.reports.html.seeds import seeds_section
 from caprecon.store.thumbs import cache_folder, make_thumbnails, record_images, resolve
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
     originals, recons = [], []
     for record in records:
         original, reconstructions = record_images(record, run)
+        # a row scored from K seeds: its K reconstructions side by side
+        seeded = [resolve(p, run) for p in record.get("reconstructions") or [] if isinstance(p, str) and p]
+        reconstructions += [p for p in seeded if p not in reconstructions]
         originals.append(original)
         recons.append(reconstructions)
     # the originals are confined to the run's --image-root, as scoring confined them
@@ -107,6 +111,9 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["h"] = claims
         if more := collect.other_scores(record):
             item["x"] = more
+        if any(isinstance(record.get(f"{m}_ci"), list) for m in metrics):  # the seed interval of each score
+            item["ci"] = [[_rounded(v) for v in record[f"{m}_ci"]] if isinstance(record.get(f"{m}_ci"), list)
+                          else None for m in metrics]
         items.append(item)
     return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
             "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
@@ -300,6 +307,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     summary = collect.summary_table(records, metrics, group_by) if records and metrics else None
     categories = _categories(records, out) if records else []
     curve = _curve(run)
+    seeds = seeds_section(records, metrics, group_by[0] if group_by else "captioner") if records else None
     meta = _meta(run)
     errors = [{"id": str(r.get("id", "")), "group": collect.group_of(r, group_by), "error": str(r["error"])}
               for r in records if r.get("error")]
@@ -313,6 +321,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
 
     sections = [("summary", "Summary")] if summary else []
     sections += [("selection", "Selection curve")] if curve else []
+    sections += [("seeds", "Seeds")] if seeds else []
     sections += [(f"categories-{b['metric']}", "Caption Turing Test" if b["metric"] == "turing" else b["metric"])
                  for b in categories]
     sections += [("agreement", "Agreement"), *([("probes", "Probes")] if meta["probes"] else []),
@@ -332,7 +341,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     html = _environment().get_template("report.html").render(
         title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
         group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
-        summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve,
+        summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve, seeds=seeds,
         categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n, refinement=refinement,
         selection_metric=selection_metric,
         hallucinations=bool(gallery) and any("h" in item for item in gallery["items"]),

@@ -271,7 +271,8 @@
     metrics.forEach(function (name, k) {
       if (item.s[k] === null) return;
       scores.appendChild(el("dt", null, name));
-      scores.appendChild(el("dd", null, fmt(item.s[k])));
+      var ci = item.ci && item.ci[k];
+      scores.appendChild(el("dd", null, fmt(item.s[k]) + (ci ? " [" + fmt(ci[0]) + ", " + fmt(ci[1]) + "]" : "")));
     });
     text.appendChild(scores);
     if (item.x) {
