@@ -29,6 +29,7 @@ def test_score_writes_run_folder(tmp_path, tiny_sd, tiny_dinov2, capsys):
     assert code == 0
     printed = capsys.readouterr().out
     assert "recon" in printed and "r2" in printed
+    assert printed.rstrip().endswith(f"report: {out / 'report.html'}")  # as caption and meta end
     records = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(records) == 3 and all(0 <= r["recon"] <= 1 for r in records)
     # every reconstruction is a distinct image file inside the cache, of the size the record states

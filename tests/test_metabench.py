@@ -304,6 +304,7 @@ def test_meta_benchmark_command_with_scores_and_compare(tmp_path):
     assert float(rows["good"]["accuracy_mean"]) == pytest.approx(np.mean([0.5, 1.0, 1.0]))
     (comparison,) = csv.DictReader((out / "compare.csv").open())
     assert float(comparison["difference"]) == pytest.approx(0.5)
+    assert (out / "report.html").is_file()  # as every meta run does (README: The HTML report)
 
 
 def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):
@@ -317,6 +318,9 @@ def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):
     assert "pass" in printed and "other: not scored" in printed
     expected.write_text("benchmark,metric,key,value\npascal50s,good,HC,40\n")
     assert meta_main(args) == 1  # 50 vs 40 is outside the default tolerance of 1 point
+    assert meta_main([*args, "--out", str(tmp_path / "verified")]) == 1
+    assert (tmp_path / "verified" / "verify.csv").is_file() and (tmp_path / "verified" / "report.html").is_file()
+    assert f"report: {tmp_path / 'verified' / 'report.html'}" in capsys.readouterr().out
 
 
 def test_verify_compare_reads_the_right_numbers():

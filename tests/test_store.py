@@ -567,3 +567,17 @@ def test_library_versions_are_read_without_importing_torch_or_transformers():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(SRC)}).stdout.split()
     assert out == ["1", "True", "None", "False", "False"]
+
+
+def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypatch):
+    from caprecon.models import registry
+
+    # a registry name standing for a model folder, as `dinov2` stands for facebook/dinov2-base
+    monkeypatch.setitem(registry.EMBEDDERS, "tiny-dino", registry.Entry(
+        "caprecon.models.embedder:HFVisionEmbedder", {"model": str(tiny_dinov2)}, "a tiny DINOv2"))
+    cache = tmp_path / "cache"
+    samples = _samples(tmp_path, n=2)
+    _score(samples, cache, embedder="tiny-dino")
+    report = prune(cache, model="tiny-dino", dry_run=True)
+    assert report["removed"] == 4  # 2 sources and 2 reconstructions embedded; the generator's entries stay
+    assert report["removed"] == prune(cache, model=str(tiny_dinov2), dry_run=True)["removed"]

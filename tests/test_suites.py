@@ -317,6 +317,10 @@ def test_ranking_tau_on_constructed_rankings(tmp_path, capsys):
     assert agreement.ranking(suite) == ["a", "b", "c", "d"] and agreement.ranking(turing) == ["a", "c", "b", "d"]
     assert agreement.only_suite == ["only-suite"]
     assert surrogate_agreement(suite, {k: -v for k, v in turing.items()}).tau == pytest.approx(-4 / 6)
+    # all averages tied: no ranking, and the table says that is why there is no tau
+    tied = surrogate_agreement({"a": 50.0, "b": 50.0, "c": 50.0}, {"a": 0.9, "b": 0.7, "c": 0.8})
+    assert math.isnan(tied.tau) and "n/a (the task-suite averages are all tied" in tied.to_text()
+    assert "fewer than two captioners" in surrogate_agreement({"a": 1.0}, {"a": 0.5}).to_text()
 
     # the command: a suite run's summary and turing runs (a folder, or a number)
     run = tmp_path / "suite-run"

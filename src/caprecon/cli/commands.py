@@ -53,6 +53,8 @@ def _outcome(summary: dict, out, *, allow_row_errors: bool) -> int:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
         print(f"rows failed: {failed} ({reasons})")
     print(f"outputs: {out / 'scores.jsonl' if out else 'not saved (no --out)'}")
+    if out and (out / "report.html").is_file():
+        print(f"report: {out / 'report.html'}")
     if total == 0:
         print("caprecon: error: the input holds no rows", file=sys.stderr)
         return ROWS_FAILED

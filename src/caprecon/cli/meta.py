@@ -588,8 +588,11 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         for note in [protocol, *dict.fromkeys(score_notes)]:
             print(f"note: {note}")
         if args.out:
+            from caprecon.reports.html import write_html_report
+
             args.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, args.out / "verify.csv")
+            print(f"wrote {args.out} (report: {write_html_report(args.out)})")
         return 1 if any(r.status == "fail" for r in table) else 0
 
     notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes)]
@@ -611,7 +614,9 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:
         print(f"note: {note}")
-    print(f"wrote {args.out}")
+    from caprecon.reports.html import write_html_report
+
+    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
     return 0
 
 

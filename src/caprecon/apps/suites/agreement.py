@@ -71,13 +71,22 @@ class Agreement:
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
-        tau = "n/a (fewer than two captioners in both)" if math.isnan(self.tau) else f"{self.tau:+.3f}"
+        tau = f"n/a ({self._why_no_tau()})" if math.isnan(self.tau) else f"{self.tau:+.3f}"
         lines += ["", f"Kendall tau_b over {len(self.shared)} captioners: {tau}"]
         for side, labels in (("only in the suite results", self.only_suite),
                              ("only in the turing results", self.only_surrogate)):
             if labels:
                 lines.append(f"note: {side} (left out): {', '.join(labels)}")
         return "\n".join(lines)
+
+    def _why_no_tau(self) -> str:
+        shared = self.shared
+        if len(shared) < 2:
+            return "fewer than two captioners in both"
+        for name, scores in (("task-suite averages", self.suite), ("turing scores", self.surrogate)):
+            if len({scores[label] for label in shared}) == 1:
+                return f"the {name} are all tied, so they rank nothing and tau_b is undefined"
+        return "tau_b is undefined for these scores"
 
     def to_dict(self) -> dict:
         return {"tau_b": None if math.isnan(self.tau) else self.tau, "captioners": self.shared,

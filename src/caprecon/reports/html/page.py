@@ -284,7 +284,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
 
     Reads whatever the folder holds: `scores.jsonl`, `summary.json` and `manifest.json` of a
     `score` or `caption` run (best-of-N candidates are recognised by their `selected`
-    field; a `selection_curve.csv` beside them is drawn), `meta.csv`, `probes.csv` and
+    field; a `curve.csv` beside them is drawn), `meta.csv`, `probes.csv` and
     `scores-*.csv` of a `meta` run, and `bank.jsonl` with `datasheet.json` of a `cttd
     build` (its counts, stage drops and questions per image). `out` is the folder to write
     into (default: the run's).
