@@ -119,7 +119,8 @@ def commands(inputs, out: Path, judge: list[str]) -> dict[str, list[str]]:
         "cttd build": ["cttd", "build", "--images", str(inputs["cttd_images"]), "--out", str(out / "cttd"),
                        "--vlm", f"{HERE}:KeyedJudge", *judge, "--llm", f"{HERE}:KeyedLLM", "--embedder",
                        "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher", "--taxonomy",
-                       str(inputs["taxonomy"]), "--density-band", "0", "1", "--quiet"],
+                       str(inputs["taxonomy"]), "--density-band", "0", "1", "--quiet",
+                       "--allow-row-errors"],  # its unreadable image and non-JSON replies are counted failures
     }
 
 

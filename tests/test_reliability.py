@@ -446,8 +446,8 @@ def test_stdout_ends_with_the_outcome_and_the_exit_status_follows_it(tmp_path, t
     args = clipscore_args(tmp_path, tiny_clip, rows)
     assert main(args) == 1
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-3:] == ["rows scored: 1 of 3", "rows failed: 2 (empty caption: 1, image not found: 1)",
-                        f"outputs: {tmp_path / 'run' / 'scores.jsonl'}"]
+    assert out[-4:] == ["rows scored: 1 of 3", "rows failed: 2 (empty caption: 1, image not found: 1)",
+                        f"outputs: {tmp_path / 'run' / 'scores.jsonl'}", f"report: {tmp_path / 'run' / 'report.html'}"]
     assert main([*args, "--allow-row-errors"]) == 0
     assert main(clipscore_args(tmp_path, tiny_clip, [])) == 1
     assert "holds no rows" in capsys.readouterr().err
