@@ -95,3 +95,14 @@ class BrokenEmbedder:
 
     def embed(self, images):
         raise RuntimeError("the embedder's weights are corrupt")
+
+
+class BrokenCaptioner(ShapeCaptioner):
+    """A captioner whose server is down."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "broken-captioner-v1"
+
+    def caption(self, requests, sampling) -> list[list[str]]:
+        raise ConnectionError("connection refused by the captioner's server")

@@ -258,6 +258,15 @@ WHOLE_FILE = {
     "suite: a judge that cannot be reached": lambda w: (
         w.suite("-g", "oracle:OracleGenerator", "--judge", "broken_models:BrokenJudge"), 2,
         "judge: ConnectionError: connection refused by the judge's server"),
+    "caption: a captioner that cannot be reached": lambda w: (
+        ["caption", "--images", str(w.folder_of_two()), "--out", str(w.root / "caption-down"), "--captioner",
+         "broken_models:BrokenCaptioner", "--n", "2", "--select", "recon", "-g", "oracle:OracleGenerator", "--embedder",
+         str(w.tiny_dinov2), *w.cache(), "-q"], 2,
+        "captioner: ConnectionError: connection refused by the captioner's server"),
+    "suite: a captioner that cannot be reached": lambda w: (
+        w.suite("-g", "oracle:OracleGenerator", "--judge", "broken_models:PickyJudge", "--captioner",
+                "down=broken_models:BrokenCaptioner"), 2,
+        "captioner: ConnectionError: connection refused by the captioner's server"),
     "t2i: a judge that cannot be reached": lambda w: (
         ["t2i", "-i", str(w.shapes()), "-g", "oracle:OracleGenerator", "--judge", "broken_models:BrokenJudge",
          "--size", "32x32", *w.cache(), "-q"], 2,

@@ -26,6 +26,7 @@ from caprecon.data.images import read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
+from caprecon.run.local import FATAL, RunError
 from caprecon.store.index import Store, content_key
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,14 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
                 requests.append(CaptionRequest(image, prompt, n, pools[i].seed, keys[i]))
                 chunk.append(i)
             if requests:
-                new = {keys[i]: {"captions": c} for i, c in zip(chunk, captioner.caption(requests, sampling))}
+                try:
+                    captions = captioner.caption(requests, sampling)
+                except FATAL:
+                    raise
+                except Exception as exc:  # one call serves several images: its failure is the run's, not theirs
+                    raise RunError(f"captioner: {type(exc).__name__}: {exc}; the captions of earlier calls are "
+                                   "stored, so the same command resumes after them") from exc
+                new = {keys[i]: {"captions": c} for i, c in zip(chunk, captions)}
                 store.put_json("caption-candidates", new)
                 known.update(new)
             bar.update(len(missing[lo : lo + images_per_call]))
