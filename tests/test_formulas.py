@@ -402,6 +402,25 @@ def test_kendall_tau_b_and_tau_c():
     assert tau_b != pytest.approx(tau_c)
 
 
+def test_correlations_match_scipy_on_tied_data_of_many_sizes():
+    """τ_b, τ_c, Spearman and Pearson are computed without scipy.stats (a second of import);
+    scipy's own values on the same data are the reference, ties and a constant variable included."""
+    import warnings
+
+    from caprecon.stats.correlation import kendall_tau, pearson, spearman
+
+    rng = np.random.default_rng(3)
+    cases = [(rng.integers(0, 5, n) * 0.1, rng.integers(1, 5, n).astype(float)) for n in (2, 3, 17, 400, 2500)]
+    cases += [(rng.normal(size=50), rng.normal(size=50)), ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])]
+    for x, y in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = [stats.kendalltau(x, y, variant="b")[0], stats.kendalltau(x, y, variant="c")[0],
+                        stats.spearmanr(x, y)[0], stats.pearsonr(x, y)[0]]
+        got = [kendall_tau(x, y, "b"), kendall_tau(x, y, "c"), spearman(x, y), pearson(x, y)]
+        assert got == pytest.approx(expected, nan_ok=True), len(x)
+
+
 # ----------------------------------------------------------------------------- the paired bootstrap
 
 

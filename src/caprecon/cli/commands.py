@@ -171,7 +171,28 @@ class _Subcommands:
         self.add_parser = add_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The modules that register the other commands, by the commands each adds: a command line
+# imports only the one it names (`caprecon cttd build ...` never imports the meta-evaluation code).
+PLUGINS = {
+    "caprecon.cli.caption": ("caption",),
+    "caprecon.cli.refine": ("refine",),
+    "caprecon.cli.t2i": ("t2i", "text-to-image"),
+    "caprecon.cli.suite": ("suite", "suite-agree"),
+    "caprecon.cli.cache": ("cache",),
+    "caprecon.cli.cttd": ("cttd",),
+    "caprecon.cli.seeds": ("compare", "seeds"),
+    "caprecon.cli.scale": ("reconstruct", "embed", "judge", "merge", "store"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or, given the `command` a command line names, of only
+    that one: what the others' options need is never imported."""
+    import importlib
+
+    builtin = ("score", "meta", "report", "models", "demo")
+    known = {*builtin, *(name for names in PLUGINS.values() for name in names)}
+    wanted = lambda name: command not in known or name == command  # noqa: E731
     parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
     global_options(parser, default=False)
     common = argparse.ArgumentParser(add_help=False)

@@ -226,12 +226,12 @@ class TransformersCaptioner(TransformersVLM):
 
     @property
     def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="transformers-captioner", dtype=str(self.dtype),
+        return self.source.fingerprint(backend="transformers-captioner", dtype=self.dtype_name,
                                        system_prompt=self.system_prompt, **computation(self))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "transformers-captioner", "model": self.source.name, "revision": self.source.revision,
-                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
+                "device": self.device, "dtype": self.dtype_name, "batch_size": self.batch_size,
                 "system_prompt": self.system_prompt, "fingerprint": self.fingerprint}
 
     def generation_defaults(self) -> dict[str, Any]:

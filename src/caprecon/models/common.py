@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
 
 
@@ -184,23 +185,56 @@ def derive_seed(*parts: Any) -> int:
 
 
 def resolve_device(device: str | None) -> str:
-    import torch
-
+    """The device a model will run on; "auto" is CUDA where `accelerator_present`, else the CPU.
+    Decided without importing torch, so a fully cached run never loads it."""
     if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if accelerator_present() else "cpu"
     return device
 
 
-def resolve_dtype(dtype: str | None, device: str):
+@lru_cache(maxsize=1)
+def accelerator_present() -> bool:
+    """What `torch.cuda.is_available()` answers, read without importing torch (1 s, 280 MB):
+    the installed torch was built for CUDA or ROCm (its `version.py`), the machine has the
+    device nodes, and CUDA_VISIBLE_DEVICES does not hide them all. A broken driver can still
+    make torch disagree; `torch_dtype` then stops the run before a model loads."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return False
+    try:
+        built = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return False
+    cuda = re.search(r"^cuda\b.*=\s*'", built, re.M) is not None
+    rocm = re.search(r"^hip\b.*=\s*'", built, re.M) is not None
+    nodes = (cuda and Path("/dev/nvidiactl").exists()) or (rocm and Path("/dev/kfd").exists())
+    return nodes and os.environ.get("CUDA_VISIBLE_DEVICES", "0").strip() not in {"", "-1"}
+
+
+_DTYPES = {"float32": "float32", "fp32": "float32", "float16": "float16", "fp16": "float16",
+           "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+def dtype_name(dtype: str | None, device: str) -> str:
+    """The dtype a model computes in, named as `str(torch.<dtype>)` prints it ("torch.float32"),
+    which is how fingerprints have always spelled it; "auto" is bfloat16 on CUDA, else float32."""
+    if dtype in (None, "auto"):
+        return "torch.bfloat16" if device.startswith("cuda") else "torch.float32"
+    if dtype not in _DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}")
+    return f"torch.{_DTYPES[dtype]}"
+
+
+def torch_dtype(name: str, device: str):
+    """The torch dtype `dtype_name` named, when a model is about to load on `device`; a CUDA
+    device torch cannot see is a setting to fix, said before any weights are read."""
     import torch
 
-    if dtype in (None, "auto"):
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-             "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-    if dtype not in table:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(table)}")
-    return table[dtype]
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r}: this torch sees no CUDA device; pass --device cpu")
+    return getattr(torch, name.removeprefix("torch."))
 
 
 def release_memory() -> None:

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelNotFoundError, computation, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelNotFoundError, computation, dtype_name, resolve_device, resolve_source, torch_dtype
 
 
 @runtime_checkable
@@ -53,18 +53,22 @@ class HFVisionEmbedder:
                  dtype: str | None = "float32", batch_size: int = 16):
         self.source = resolve_source(model, revision, kind="embedder")
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
         self._model = None
         self._processor = None
 
     @property
     def fingerprint(self) -> str:
-        return self.source.fingerprint(backend="hf-vision", dtype=str(self.dtype), **computation(self))
+        return self.source.fingerprint(backend="hf-vision", dtype=self.dtype_name, **computation(self))
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf-vision", "model": self.source.name, "revision": self.source.revision,
-                "dtype": str(self.dtype), "fingerprint": self.fingerprint}
+                "dtype": self.dtype_name, "fingerprint": self.fingerprint}
+
+    @property
+    def dtype(self):
+        return torch_dtype(self.dtype_name, self.device)
 
     @property
     def model(self):

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 import numpy as np
 from PIL import Image
 
-from caprecon.models.common import ModelSource, computation, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import ModelSource, computation, dtype_name, resolve_device, resolve_source, torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DiffusersGenerator:
         self.negative_prompt = negative_prompt
         self.max_sequence_length = max_sequence_length
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
         self.cpu_offload = cpu_offload
         self.call_kwargs = dict(call_kwargs or {})
@@ -100,14 +100,18 @@ class DiffusersGenerator:
     def fingerprint(self) -> str:
         return self.source.fingerprint(
             backend="diffusers", steps=self.steps, guidance=self.guidance, negative_prompt=self.negative_prompt,
-            max_sequence_length=self.max_sequence_length, dtype=str(self.dtype), call_kwargs=self.call_kwargs,
+            max_sequence_length=self.max_sequence_length, dtype=self.dtype_name, call_kwargs=self.call_kwargs,
             **computation(self),
         )
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "diffusers", "model": self.source.name, "revision": self.source.revision,
-                "steps": self.steps, "guidance": self.guidance, "dtype": str(self.dtype), "device": self.device,
+                "steps": self.steps, "guidance": self.guidance, "dtype": self.dtype_name, "device": self.device,
                 "fingerprint": self.fingerprint}
+
+    @property
+    def dtype(self):
+        return torch_dtype(self.dtype_name, self.device)
 
     @property
     def pipeline(self):

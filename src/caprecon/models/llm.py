@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
-from caprecon.models.common import computation, resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import computation, dtype_name, resolve_device, resolve_source, torch_dtype
 
 
 @runtime_checkable
@@ -163,16 +163,20 @@ class TransformersIdentity:
 
     @property
     def fingerprint(self) -> str:
-        return self.source.fingerprint(backend=self.backend, dtype=str(self.dtype),
+        return self.source.fingerprint(backend=self.backend, dtype=self.dtype_name,
                                        system_prompt=self.system_prompt, max_new_tokens=self.max_new_tokens,
                                        **computation(self))
+
+    @property
+    def dtype(self):
+        return torch_dtype(self.dtype_name, self.device)
 
     def described_settings(self) -> dict[str, Any]:
         return {}
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.source.name, "revision": self.source.revision,
-                "device": self.device, "dtype": str(self.dtype), "batch_size": self.batch_size,
+                "device": self.device, "dtype": self.dtype_name, "batch_size": self.batch_size,
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
                 **self.described_settings(), "fingerprint": self.fingerprint}
 
@@ -195,7 +199,7 @@ class TransformersLLM(TransformersIdentity):
                  system_prompt: str | None = None):
         self.source = resolve_source(model, revision, kind="LLM")
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
         self.max_new_tokens = int(max_new_tokens)
         self.system_prompt = system_prompt

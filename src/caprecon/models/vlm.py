@@ -19,7 +19,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 from PIL import Image
 
 from caprecon.data.qa import COORDS, judge_box_coords
-from caprecon.models.common import resolve_device, resolve_dtype, resolve_source
+from caprecon.models.common import dtype_name, resolve_device, resolve_source
 from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
 
 
@@ -155,7 +155,7 @@ class TransformersVLM(TransformersIdentity):
         self.source = resolve_source(model, revision, kind="vision-language model")
         self.box_coords_option = check_box_coords(box_coords)
         self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+        self.dtype_name = dtype_name(dtype, self.device)
         self.batch_size = max(1, int(batch_size))
         self.max_new_tokens = int(max_new_tokens)
         self.system_prompt = system_prompt

@@ -9,7 +9,6 @@ produce such inputs.
 from __future__ import annotations
 
 import math
-import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Sequence
@@ -17,37 +16,66 @@ from typing import Sequence
 import numpy as np
 
 
-def _stats():
-    from scipy import stats  # a second or more to import: only commands that correlate pay for it
+def _concordance(x: np.ndarray, y: np.ndarray) -> float:
+    """Concordant minus discordant pairs, the sum over i < j of sgn(x_i - x_j) sgn(y_i - y_j):
+    signs as int8 a block of rows at a time, so 5,910 judgments (35 M pairs) take a tenth of
+    a second in bounded memory."""
+    total, step = 0, max(1, 4_000_000 // len(x))
+    for lo in range(0, len(x), step):
+        bx, by = x[lo : lo + step, None], y[lo : lo + step, None]
+        sign_x = (bx > x[None, :]).view(np.int8) - (bx < x[None, :]).view(np.int8)
+        sign_y = (by > y[None, :]).view(np.int8) - (by < y[None, :]).view(np.int8)
+        total += int((sign_x * sign_y).sum(dtype=np.int64))
+    return total / 2  # every pair was counted from both ends
 
-    return stats
+
+def _tied_pairs(values: np.ndarray) -> float:
+    counts = np.unique(values, return_counts=True)[1].astype(float)
+    return float(np.sum(counts * (counts - 1) / 2))
 
 
-def _quiet(fn, *args, **kwargs) -> float:
-    # Constant inputs make scipy warn and return NaN; NaN is the answer we want, silently.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with np.errstate(all="ignore"):
-            value = fn(*args, **kwargs)[0]
-    return float(value)
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks from 1, tied values sharing the mean of the ranks they span."""
+    _, code, counts = np.unique(values, return_inverse=True, return_counts=True)
+    first = np.cumsum(counts) - counts  # rank - 1 of each value's first occurrence
+    return (first + (counts + 1) / 2)[code.reshape(-1)]
 
 
 def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> float:
     """Kendall's τ_b (ties corrected in both variables) or τ_c (Stuart's, for tables
-    whose two variables have different numbers of levels). NaN when undefined."""
+    whose two variables have different numbers of levels). NaN when undefined. Computed
+    here rather than by scipy.stats, whose import alone takes a second or more."""
     if variant not in ("b", "c"):
         raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
-    if len(x) < 2:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = len(x)
+    if n < 2 or np.isnan(x).any() or np.isnan(y).any():
         return math.nan
-    return _quiet(_stats().kendalltau, np.asarray(x, float), np.asarray(y, float), variant=variant)
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(_stats().spearmanr, np.asarray(x, float), np.asarray(y, float))
+    pairs = n * (n - 1) / 2
+    untied_x, untied_y = pairs - _tied_pairs(x), pairs - _tied_pairs(y)
+    if untied_x == 0 or untied_y == 0:
+        return math.nan  # a constant variable
+    concordance = _concordance(x, y)
+    if variant == "b":
+        return concordance / math.sqrt(untied_x * untied_y)
+    classes = min(len(np.unique(x)), len(np.unique(y)))
+    return 2 * concordance / (n**2 * (classes - 1) / classes)
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    return math.nan if len(x) < 2 else _quiet(_stats().pearsonr, np.asarray(x, float), np.asarray(y, float))
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2:
+        return math.nan
+    dx, dy = x - x.mean(), y - y.mean()
+    spread = math.sqrt(float(np.dot(dx, dx)) * float(np.dot(dy, dy)))
+    return float(np.dot(dx, dy)) / spread if spread > 0 else math.nan
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 2 or np.isnan(x).any() or np.isnan(y).any():
+        return math.nan
+    return pearson(_average_ranks(x), _average_ranks(y))
 
 
 @dataclass
