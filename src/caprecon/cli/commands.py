@@ -201,86 +201,80 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     add_parser = lambda name, **kw: sub.add_parser(name, parents=[common], **kw)  # noqa: E731
     plugins = _Subcommands(add_parser)  # command modules register through it, and get the global options too
 
-    p = add_parser("score", help="score captions")
-    p.add_argument("--input", "-i", required=True,
-                   help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
-    p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
-                   help="relative image paths resolve against DIR (default: the input file's folder), and every "
-                        "image must lie inside it: a row whose image escapes it is a row error")
-    p.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
-                   help="a row whose image file holds more bytes is a row error (default 64 MiB)")
-    p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
-                   "split JSON whose sentences become the references")
-    p.add_argument("--split", choices=("train", "val", "test", "restval"),
-                   help="Karpathy split JSON: score only this split's images")
-    p.add_argument("--captions", metavar="FILE",
-                   help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
-    p.add_argument("--allow-row-errors", action="store_true",
-                   help="exit 0 even when some rows failed (they keep their `error` field)")
-    add_run_options(p)
-    from caprecon.cli.common import add_score_options
-    from caprecon.cli.scale import add_parser as add_scale_parser
+    def register(*modules: str) -> None:
+        for module in modules:
+            if any(wanted(name) for name in PLUGINS[module]):
+                importlib.import_module(module).add_parser(plugins)
 
-    add_score_options(p)
-    p.set_defaults(func=cmd_score)
+    if wanted("score"):
+        p = add_parser("score", help="score captions")
+        p.add_argument("--input", "-i", required=True,
+                       help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
+        p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
+                       help="relative image paths resolve against DIR (default: the input file's folder), and every "
+                            "image must lie inside it: a row whose image escapes it is a row error")
+        p.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
+                       help="a row whose image file holds more bytes is a row error (default 64 MiB)")
+        p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
+                       "split JSON whose sentences become the references")
+        p.add_argument("--split", choices=("train", "val", "test", "restval"),
+                       help="Karpathy split JSON: score only this split's images")
+        p.add_argument("--captions", metavar="FILE",
+                       help="for an image-folder --input: the captions file (default: captions.jsonl/.csv inside it)")
+        p.add_argument("--allow-row-errors", action="store_true",
+                       help="exit 0 even when some rows failed (they keep their `error` field)")
+        add_run_options(p)
+        from caprecon.cli.common import add_score_options
 
-    p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
-    from caprecon.cli.meta import add_meta_arguments
+        add_score_options(p)
+        p.set_defaults(func=cmd_score)
 
-    add_meta_arguments(p)
-    add_run_options(p, for_meta=True)
-    p.set_defaults(func=cmd_meta)
+    if wanted("meta"):
+        p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
+        from caprecon.cli.meta import add_meta_arguments
 
-    from caprecon.cli.caption import add_parser as add_caption_parser
+        add_meta_arguments(p)
+        add_run_options(p, for_meta=True)
+        p.set_defaults(func=cmd_meta)
 
-    add_caption_parser(plugins)
-    from caprecon.cli.refine import add_parser as add_refine_parser
+    register("caprecon.cli.caption", "caprecon.cli.refine", "caprecon.cli.t2i", "caprecon.cli.suite")
+    if wanted("report"):
+        p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
+                                      "question-bank metric")
+        p.add_argument("run", help="run folder (or its scores.jsonl)")
+        p.add_argument("--metric", choices=("turing", "captionqa", "halluc"),
+                       help="the metric of the per-category table and radar (default: turing, when the run has it; "
+                            "halluc: precision by claim type, coverage and the pair per captioner; named here, a run "
+                            "without it is an error)")
+        p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
+                                     "(default: the run folder)")
+        p.set_defaults(func=cmd_report)
 
-    add_refine_parser(plugins)
-    from caprecon.cli.t2i import add_parser as add_t2i_parser
+    if wanted("models"):
+        p = add_parser("models", help="list metrics, presets and registered models")
+        p.add_argument("--json", action="store_true", help="print the table as JSON")
+        p.set_defaults(func=cmd_models)
 
-    add_t2i_parser(plugins)
-    from caprecon.cli.suite import add_parser as add_suite_parsers
+    if wanted("demo"):
+        p = add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
+        p.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
+        p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
+        p.set_defaults(func=cmd_demo)
 
-    add_suite_parsers(plugins)
-
-    p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
-                                  "question-bank metric")
-    p.add_argument("run", help="run folder (or its scores.jsonl)")
-    p.add_argument("--metric", choices=("turing", "captionqa", "halluc"),
-                   help="the metric of the per-category table and radar (default: turing, when the run has it; "
-                        "halluc: precision by claim type, coverage and the pair per captioner; named here, a run "
-                        "without it is an error)")
-    p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
-                                 "(default: the run folder)")
-    p.set_defaults(func=cmd_report)
-
-    p = add_parser("models", help="list metrics, presets and registered models")
-    p.add_argument("--json", action="store_true", help="print the table as JSON")
-    p.set_defaults(func=cmd_models)
-
-    p = add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
-    p.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
-    p.set_defaults(func=cmd_demo)
-
-    from caprecon.cli.cache import add_parser as add_cache_parser
-
-    add_cache_parser(plugins)
-
-    from caprecon.cli.cttd import add_parser as add_cttd_parser
-
-    add_cttd_parser(plugins)
-    from caprecon.cli.seeds import add_parser as add_seeds_parsers
-
-    add_seeds_parsers(plugins)
-    add_scale_parser(plugins)
+    register("caprecon.cli.cache", "caprecon.cli.cttd", "caprecon.cli.seeds", "caprecon.cli.scale")
     _show_nested_usage(sub)
     return parser
 
 
+def named_command(argv: list[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (the options
+    before a command take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(named_command(argv)).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     install_log_filter()
     if not args.verbose:
@@ -316,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         out = getattr(args, "out", None)
         kept = f"; the {len(exc.records)} rows finished are in {out}/scores.jsonl: fix this and run the same " \
                "command again to resume" if out and exc.records else ""
+        if exc.__cause__ is not None:  # with --verbose, the traceback of what stopped it (a bug shows where)
+            logging.getLogger("caprecon").info("the run stopped on this error:", exc_info=exc.__cause__)
         print(f"caprecon: error: {redact_text(str(exc))}{kept}", file=sys.stderr)
         return CANNOT_RUN
     except RunInterrupted as stop:
