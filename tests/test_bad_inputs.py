@@ -532,3 +532,15 @@ def test_cache_verify_on_a_read_only_cache(read_only_cache, repair, capsys):
     else:
         assert code == 0 and "index: ok" in out and "entries checked: 0" not in out, out + err
     assert sorted(p.name for p in read_only_cache.iterdir()) == before  # nothing moved aside or added
+
+
+def test_verbose_logs_the_traceback_behind_a_stop(ws, capsys, caplog):
+    import logging
+
+    argv = ["-v", "reconstruct", "-i", str(ws.shapes()), "-m", "recon", "-g", "broken_models:BrokenGenerator",
+            "--embedder", str(ws.tiny_dinov2), *ws.cache(), "-q"]
+    with caplog.at_level(logging.INFO, logger="caprecon"):
+        code, _, err = _run(argv, capsys)
+    assert code == 2 and "reconstruct failed on every row" in err
+    stopped = [r for r in caplog.records if r.exc_info and "503 Service Unavailable" in str(r.exc_info[1])]
+    assert stopped and stopped[0].exc_info[2] is not None  # the traceback, for a bug report
