@@ -54,6 +54,55 @@ def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
     assert again.records[-1]["error_reasons"] == first.records[-1]["error_reasons"] == ["image not decodable"]
 
 
+def test_a_cached_run_reads_no_source_file_it_hashed_before(tmp_path, monkeypatch):
+    samples = _samples(tmp_path)
+    reads = []
+    real = images_module._read_limited
+    monkeypatch.setattr(images_module, "_read_limited", lambda fh, path, limit: (reads.append(str(path)),
+                                                                                  real(fh, path, limit))[1])
+
+    def run(out):
+        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
+
+    first = run("first")
+    assert {str(tmp_path / f"img{i}.jpg") for i in range(5)} <= set(reads)
+    reads.clear()
+    again = run("again")
+    # only the broken file is read again: it never decoded, so it is decoded (and fails) once more
+    assert set(reads) == {str(tmp_path / "broken.jpg")}
+    assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
+
+
+def test_a_remembered_source_key_follows_the_files_content_and_keeps_the_root_check(tmp_path):
+    import hashlib
+    import os
+
+    from caprecon.data.images import image_file_key, read_image
+    from caprecon.data.samples import SampleError
+
+    path = tmp_path / "a.png"
+    Image.new("RGB", (8, 8), "red").save(path)
+    first = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert image_file_key(path, tmp_path)[0] == first
+    key, data = image_file_key(path, tmp_path)
+    assert (key, data) == (first, None)  # remembered: the file is not read
+    item = read_image(Sample(id="a", image=str(path), caption="red"))
+    assert item.image_key == first and not item.decoded and item.image.getpixel((0, 0)) == (255, 0, 0)
+    Image.new("RGB", (8, 8), "blue").save(path)  # new content, new size or modification time
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert image_file_key(path, tmp_path)[0] == hashlib.sha256(path.read_bytes()).hexdigest() != first
+    other = tmp_path / "inside"
+    other.mkdir()
+    try:
+        image_file_key(path, other)
+    except SampleError as exc:
+        assert exc.reason == "image outside --image-root"
+    else:
+        raise AssertionError("a remembered file outside the root was let through")
+
+
 def test_sizes_known_without_decoding_follow_the_exif_orientation(tmp_path):
     """A rotated JPEG's recorded size is the upright one, as decoding it would give."""
     path = tmp_path / "rotated.jpg"

@@ -17,11 +17,14 @@ import hashlib
 import io
 import os
 import stat
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from caprecon.core.digests import known_digest, remember_digest
 from caprecon.data.samples import Sample, SampleError, has_image
 
 # the most bytes an image file may hold: ten times a large camera photo, far below what
@@ -39,14 +42,18 @@ class LoadedSample:
     (no image, and no metric of the run needs one) has `image` None and an empty key."""
 
     def __init__(self, sample: Sample, image: Image.Image | None = None, image_key: str = "", *,
-                 data: bytes | None = None, what: str = "", known_size: tuple[int, int] | None = None):
+                 data: bytes | None = None, what: str = "", known_size: tuple[int, int] | None = None,
+                 reader: Callable[[], bytes] | None = None):
         self.sample, self.image_key = sample, image_key
         self._image, self._data, self._what, self._size = image, data, what, known_size
-        self.from_bytes = data is not None  # decoded from a file's (or row's) bytes, on demand
+        self._reader = reader  # the file's bytes, read only when the pixels are wanted (its key was remembered)
+        self.from_bytes = data is not None or reader is not None  # decoded from a file's (or row's) bytes, on demand
         self.size_known = known_size is not None  # the size came from an earlier decode of the same bytes
 
     @property
     def image(self) -> Image.Image | None:
+        if self._image is None and self._data is None and self._reader is not None:
+            self._data, self._reader = self._reader(), None
         if self._image is None and self._data is not None:
             self._image = decode_bytes(self._data, self._what)
             self._data = None  # the pixels replace the bytes
@@ -54,7 +61,7 @@ class LoadedSample:
 
     @property
     def decoded(self) -> bool:
-        return self._data is None
+        return self._data is None and self._reader is None
 
     def assume_size(self, size: tuple[int, int]) -> None:
         """The size the same bytes decoded to before: `size` without decoding."""
@@ -117,8 +124,27 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
-    data = read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes)
-    return LoadedSample(sample, image_key=hashlib.sha256(data).hexdigest(), data=data, what=f"image {path}")
+    key, data = image_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    reader = None if data is not None else \
+        (lambda: read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes))
+    return LoadedSample(sample, image_key=key, data=data, reader=reader, what=f"image {path}")
+
+
+def image_file_key(path: str | Path, image_root: str | Path | None = None, *,
+                   max_bytes: int | None = None) -> tuple[str, bytes | None]:
+    """The content key (sha256) of the image file at `path`, and its bytes when they had to be
+    read for it: a file hashed before with the same size and modification time is not read
+    again (`caprecon.core.digests`), so a cached run of a thousand photos reads none. The
+    checks are `read_image_file`'s, made before either answer."""
+    with _open_image_file(Path(path), image_root, max_bytes) as (fh, info, limit):
+        ident = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
+        key = known_digest(ident)
+        if key is not None:
+            return key, None
+        data = _read_limited(fh, path, limit)
+    key = hashlib.sha256(data).hexdigest()
+    remember_digest(ident, key)
+    return key, data
 
 
 def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None) -> bytes:
@@ -126,7 +152,13 @@ def read_image_file(path: str | Path, image_root: str | Path | None = None, *, m
     outside `image_root` (by `..`, an absolute path or a symbolic link), is missing, is not a
     regular file (a FIFO would block for ever, /dev/zero never ends) or holds more than
     `max_bytes` (default `MAX_IMAGE_BYTES`)."""
-    path = Path(path)
+    with _open_image_file(Path(path), image_root, max_bytes) as (fh, _, limit):
+        return _read_limited(fh, path, limit)
+
+
+@contextmanager
+def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int | None):
+    """The open file (with its fstat and byte limit), once every check has passed."""
     if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
         raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
     if image_root is not None and not inside(path, Path(image_root)):
@@ -147,10 +179,14 @@ def read_image_file(path: str | Path, image_root: str | Path | None = None, *, m
         if info.st_size > limit:
             raise SampleError(f"image {path} holds {info.st_size} bytes, over the limit of {limit} "
                               f"(--max-image-bytes)", "image too large")
-        try:
-            data = fh.read(limit + 1)  # a file growing while read stops at the limit too
-        except OSError as exc:
-            raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
+        yield fh, info, limit
+
+
+def _read_limited(fh, path, limit: int) -> bytes:
+    try:
+        data = fh.read(limit + 1)  # a file growing while read stops at the limit too
+    except OSError as exc:
+        raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
     if len(data) > limit:
         raise SampleError(f"image {path} holds over {limit} bytes (--max-image-bytes)", "image too large")
     return data

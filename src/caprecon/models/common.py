@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import sqlite3
 import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -21,8 +20,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from caprecon.core.digests import known_digest, remember_digest
 from caprecon.core.errors import ConfigError
-from caprecon.core.paths import default_cache_dir
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -101,54 +100,23 @@ def _folder_signature(folder: Path) -> list:
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")]
 
 
-_digests: dict[tuple[str, int, int], str] = {}
 _SHA256_NAME = re.compile(r"[0-9a-f]{64}")
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file's content, computed once per (path, size, modification time) and
-    remembered across runs in `digests.sqlite` of the cache folder: hashing many GB of
-    weights takes seconds to minutes, looking the answer up takes nothing."""
+    """sha256 of a file's content, computed once per (path, size, modification time) (see
+    `caprecon.core.digests`)."""
     path = Path(path).resolve()
     if path.parent.name == "blobs" and _SHA256_NAME.fullmatch(path.name):
         return path.name  # a Hugging Face cache blob of a large (LFS) file is named by its sha256 already
     stat = path.stat()
     ident = (str(path), stat.st_size, stat.st_mtime_ns)
-    if ident in _digests:
-        return _digests[ident]
-    memo = _digest_memo()
-    row = None
-    if memo is not None:
-        try:
-            row = memo.execute("SELECT digest FROM digests WHERE path = ? AND size = ? AND mtime_ns = ?", ident).fetchone()
-        except sqlite3.Error:
-            row = None
-    if row:
-        digest = row[0]
-    else:
+    digest = known_digest(ident)
+    if digest is None:
         with path.open("rb") as fh:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
-        if memo is not None:
-            try:
-                memo.execute("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
-                             (*ident, digest))
-            except sqlite3.Error:
-                pass  # a read-only cache folder: the digest is remembered for this process only
-    _digests[ident] = digest
+        remember_digest(ident, digest)
     return digest
-
-
-@lru_cache(maxsize=1)
-def _digest_memo() -> sqlite3.Connection | None:
-    try:
-        folder = default_cache_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(folder / "digests.sqlite", timeout=30, isolation_level=None, check_same_thread=False)
-        db.execute("CREATE TABLE IF NOT EXISTS digests (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
-                   "digest TEXT)")
-        return db
-    except (OSError, sqlite3.Error):
-        return None
 
 
 def resolve_source(name: str | os.PathLike, revision: str | None = None, *, kind: str = "model") -> ModelSource:
