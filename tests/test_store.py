@@ -581,3 +581,19 @@ def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypat
     report = prune(cache, model="tiny-dino", dry_run=True)
     assert report["removed"] == 4  # 2 sources and 2 reconstructions embedded; the generator's entries stay
     assert report["removed"] == prune(cache, model=str(tiny_dinov2), dry_run=True)["removed"]
+
+
+def test_arrays_come_back_exactly_without_np_load_per_value(tmp_path, monkeypatch):
+    store = Store(tmp_path / "s")
+    rng = np.random.default_rng(0)
+    items = {f"v{i}": rng.random(16).astype(np.float32) for i in range(20)}
+    items.update({"f64": rng.random(3), "matrix": np.asfortranarray(rng.random((3, 4)).astype(np.float32)),
+                  "ints": np.arange(5, dtype=np.int64)})
+    store.put_arrays("embedding", items)
+    store.flush()
+    monkeypatch.setattr(np, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("np.load per value")))
+    got = store.get_arrays(list(items) + ["missing"])
+    assert set(got) == set(items)
+    for key, array in items.items():
+        assert got[key].dtype == array.dtype and got[key].shape == array.shape
+        np.testing.assert_array_equal(got[key], array)

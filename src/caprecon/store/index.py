@@ -338,7 +338,19 @@ class Store:
     # -- arrays (embeddings) ----------------------------------------------------------
 
     def get_arrays(self, keys: list[str]) -> dict[str, np.ndarray]:
-        return {k: np.load(io.BytesIO(v), allow_pickle=False) for k, v in self._get(keys).items()}
+        """One query for all `keys`; each value's .npy header is parsed once per distinct
+        header (an embedder's vectors share one), the data then viewed in place."""
+        headers: dict[bytes, tuple[np.dtype, tuple[int, ...], bool, int]] = {}
+        out = {}
+        for k, value in self._get(keys).items():
+            layout = _npy_layout(value, headers)
+            if layout is None:
+                out[k] = np.load(io.BytesIO(value), allow_pickle=False)
+                continue
+            dtype, shape, fortran, offset = layout
+            array = np.frombuffer(value, dtype, offset=offset)
+            out[k] = array.reshape(shape, order="F" if fortran else "C")
+        return out
 
     def put_arrays(self, kind: str, items: dict[str, np.ndarray], model: Any = None) -> None:
         rows = []
@@ -540,6 +552,23 @@ def _holder_alive(owner: str) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _npy_layout(value: bytes, seen: dict) -> tuple[np.dtype, tuple[int, ...], bool, int] | None:
+    """(dtype, shape, Fortran order, data offset) of a version-1 .npy blob, from its header
+    (remembered in `seen`); None for anything else, which `np.load` reads instead."""
+    if value[:8] != b"\x93NUMPY\x01\x00" or len(value) < 10:
+        return None
+    offset = 10 + int.from_bytes(value[8:10], "little")
+    header = value[:offset]
+    if header not in seen:
+        fh = io.BytesIO(header)
+        fh.seek(8)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        if dtype.hasobject:
+            return None
+        seen[header] = (dtype, shape, fortran, offset)
+    return seen[header]
 
 
 def _png_bytes(image: Image.Image) -> bytes:
