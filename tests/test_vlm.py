@@ -146,7 +146,8 @@ def test_image_once_matches_naive(family, requests_, naive, batch_size):
     got_probs, got_answer, got_generated = _run_all(vlm, requests_)
     assert vlm._prefix_ok
     image, indices = group_by_image(requests_)[0]
-    assert vlm._split_prefix(image, [vlm.render(requests_[i].prompt) for i in indices]) is not None
+    texts = [vlm.render(requests_[i].prompt) for i in indices]
+    assert vlm._split_prefix(image, texts, [vlm._tokenize(t) for t in texts]) is not None
     np.testing.assert_allclose(got_probs, probs, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(got_answer, answer, rtol=1e-5, atol=1e-12)
     assert got_generated == generated
@@ -181,6 +182,36 @@ def test_one_question_per_image_batches_across_images(family):
     np.testing.assert_allclose(probs, np.concatenate([e[0] for e in expected]), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(answer, np.concatenate([e[1] for e in expected]), rtol=1e-5, atol=1e-12)
     assert generated == [e[2][0] for e in expected]
+
+
+def test_a_batch_of_prompts_is_rendered_and_tokenised_at_once_as_each_alone(family):
+    """The chat template is rendered once around a placeholder and the tokenizer called once
+    for all prompts (and once for all prompt-plus-option texts), with the same texts and ids
+    as rendering and tokenising each prompt alone; prompts a template could trim go alone."""
+    vlm = TransformersVLM(family[1], batch_size=8, system_prompt="Be brief.")
+    processor = vlm._load()[1]
+    prompts = [f'Does this figure show "a dog with a red ball number {i}"?' for i in range(6)] + \
+        [" padded prompt ", "two\nlines"]
+    assert vlm._render_all(prompts) == [vlm.render(p) for p in prompts]
+    tokenizer = processor.tokenizer
+    texts = [vlm.render(p) for p in prompts]
+    alone = [tokenizer(t, add_special_tokens=not t.startswith(tokenizer.bos_token or "\x00"))["input_ids"]
+             for t in texts]
+    assert vlm._tokenize_all(texts) == alone
+    calls = []
+    real = type(tokenizer).__call__
+    reqs = [VLMRequest(_image(20 + i), p, f"img{i}") for i, p in enumerate(prompts)]
+    one = TransformersVLM(family[1], batch_size=1, system_prompt="Be brief.")
+    expected = np.concatenate([one.option_probs([r], [["Yes", "No"]]) for r in reqs])
+    type(tokenizer).__call__ = lambda self, *a, **k: (calls.append(1), real(self, *a, **k))[1]
+    try:
+        got = vlm.option_probs(reqs, [["Yes", "No"]] * len(reqs))
+    finally:
+        type(tokenizer).__call__ = real
+    # prompts, prompt-plus-reply texts, and the processor's own call for the batch (twice on some
+    # processors): not two per request as before
+    assert len(calls) <= 5, len(calls)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
 
 
 def test_answer_prob_matches_option_probs_for_single_tokens(family, requests_):

@@ -44,22 +44,35 @@ def reply_text(prompt_text: str, answer: str) -> str:
 
 def reply_token_ids(tokenizer, prompt_text: str, prompt_ids: list[int], answer: str,
                     add_special_tokens: bool) -> list[int]:
-    """Token ids of `answer` as a continuation of the tokenised prompt.
+    """Token ids of `answer` as a continuation of the tokenised prompt (`reply_token_ids_batch`
+    of one)."""
+    return reply_token_ids_batch(tokenizer, [prompt_text], [prompt_ids], [answer], add_special_tokens)[0]
+
+
+def reply_token_ids_batch(tokenizer, prompt_texts: Sequence[str], prompt_ids: Sequence[list[int]],
+                          answers: Sequence[str], add_special_tokens: bool) -> list[list[int]]:
+    """Token ids of each answer as a continuation of its tokenised prompt.
 
     The prompt and the prompt-plus-reply are tokenised as one text each and the reply's
     tokens are what the second adds, so merges and prefix-space conventions come out as
     the model saw them in training. If a merge crosses the boundary (the prompt's own
-    tokens change) the reply is tokenised on its own instead.
+    tokens change) the reply is tokenised on its own instead. All the prompts-plus-replies
+    go to the tokenizer in one call: one call per row cost more than the tokenising.
     """
-    reply = reply_text(prompt_text, answer)
-    full = tokenizer(prompt_text + reply, add_special_tokens=add_special_tokens)["input_ids"]
-    n = len(prompt_ids)
-    if len(full) > n and full[:n] == prompt_ids:
-        return full[n:]
-    ids = tokenizer(reply, add_special_tokens=False)["input_ids"]
-    if not ids:
-        raise ValueError(f"answer {answer!r} tokenises to nothing")
-    return ids
+    replies = [reply_text(text, answer) for text, answer in zip(prompt_texts, answers)]
+    fulls = tokenizer([text + reply for text, reply in zip(prompt_texts, replies)],
+                      add_special_tokens=add_special_tokens)["input_ids"] if replies else []
+    out = []
+    for full, ids, reply, answer in zip(fulls, prompt_ids, replies, answers):
+        n = len(ids)
+        if len(full) > n and full[:n] == ids:
+            out.append(full[n:])
+            continue
+        alone = tokenizer(reply, add_special_tokens=False)["input_ids"]
+        if not alone:
+            raise ValueError(f"answer {answer!r} tokenises to nothing")
+        out.append(alone)
+    return out
 
 
 def special_tokens_flag(tokenizer, text: str) -> bool:

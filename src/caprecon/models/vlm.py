@@ -20,7 +20,7 @@ from PIL import Image
 
 from caprecon.data.qa import COORDS, judge_box_coords
 from caprecon.models.common import dtype_name, resolve_device, resolve_source
-from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids, right_pad, sequence_prob, special_tokens_flag)
+from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids_batch, right_pad, sequence_prob, special_tokens_flag)
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,7 @@ class TransformersVLM(TransformersIdentity):
         self._model = None
         self._processor = None
         self._frames: dict[tuple[int, int], tuple[int, int]] = {}
+        self._frame: tuple[str, str] | tuple[()] | None = None  # the chat template around a prompt
 
     @cached_property
     def box_coords(self) -> str | None:
@@ -238,10 +239,35 @@ class TransformersVLM(TransformersIdentity):
         text = prompt if self.system_prompt is None else f"{self.system_prompt}\n\n{prompt}"
         return f"{image_token}\n{text}" if image_token else text
 
+    def _render_all(self, prompts: list[str]) -> list[str]:
+        """`render` of each prompt: the chat template is rendered once around a placeholder and
+        each prompt set inside, where that gives what rendering it would (checked on a sample;
+        a prompt with edge whitespace, which a template may trim, is rendered on its own)."""
+        if self._frame is None:
+            marker = "\x00caprecon-prompt\x00"
+            head, found, tail = self.render(marker).partition(marker)
+            self._frame = (head, tail) if found and marker not in tail and \
+                self.render("a b") == f"{head}a b{tail}" else ()
+        if not self._frame:
+            return [self.render(p) for p in prompts]
+        head, tail = self._frame
+        return [f"{head}{p}{tail}" if p == p.strip() else self.render(p) for p in prompts]
+
     def _tokenize(self, text: str) -> list[int]:
         """The prompt's tokens before image expansion (the image placeholder is one token)."""
+        return self._tokenize_all([text])[0]
+
+    def _tokenize_all(self, texts: list[str]) -> list[list[int]]:
+        """`_tokenize` of each text, in one tokenizer call per special-tokens setting."""
         tokenizer = self._processor.tokenizer
-        return tokenizer(text, add_special_tokens=special_tokens_flag(tokenizer, text))["input_ids"]
+        out: list[list[int]] = [[] for _ in texts]
+        for flag in (True, False):
+            at = [j for j, t in enumerate(texts) if special_tokens_flag(tokenizer, t) == flag]
+            if at:
+                ids = tokenizer([texts[j] for j in at], add_special_tokens=flag)["input_ids"]
+                for j, row in zip(at, ids):
+                    out[j] = row
+        return out
 
     def _process(self, texts: list[str], image: Image.Image | list[Image.Image],
                  padding_side: str = "right") -> dict[str, Any]:
@@ -258,10 +284,9 @@ class TransformersVLM(TransformersIdentity):
 
     # -- the shared prefix -------------------------------------------------------------------
 
-    def _split_prefix(self, image: Image.Image, texts: list[str]) -> _Prefix | None:
-        """Cut the prompts into a common start (processed once, with the image) and
-        per-prompt suffixes; None where the image is not inside the common start."""
-        raw = [self._tokenize(t) for t in texts]
+    def _split_prefix(self, image: Image.Image, texts: list[str], raw: list[list[int]]) -> _Prefix | None:
+        """Cut the prompts (`raw`: their `_tokenize`d ids) into a common start (processed once,
+        with the image) and per-prompt suffixes; None where the image is not inside the common start."""
         common = min(len(r) for r in raw) - 1  # every suffix keeps at least the prompt's last token
         for r in raw[1:]:
             common = next((j for j in range(common) if r[j] != raw[0][j]), common)
@@ -362,18 +387,25 @@ class TransformersVLM(TransformersIdentity):
         return rows
 
     def _score(self, requests: Sequence[VLMRequest], make_targets) -> list:
-        """Log-probability rows per request. `make_targets(i, text, ids)` gives the reply tokens
-        to teacher-force after request i's prompt. Several questions on one image run on the
-        image's shared prefix where the model allows; every other request joins one padded
-        batch across images, so one question per image (VQAScore) still fills a forward pass."""
+        """Log-probability rows per request. `make_targets(indices, texts, ids)` gives the reply
+        tokens to teacher-force after each of those requests' prompts. Several questions on one
+        image run on the image's shared prefix where the model allows; every other request joins
+        one padded batch across images, so one question per image (VQAScore) still fills a
+        forward pass. The prompts are rendered, tokenised and given their targets all at once."""
         self._load()
         rows: list = [None] * len(requests)
         pooled: list[tuple[int, Image.Image, str, list[int]]] = []
-        for image, indices in group_by_image(requests):
+        groups = group_by_image(requests)
+        order = [i for _, indices in groups for i in indices]
+        rendered = self._render_all([requests[i].prompt for i in order])
+        tokens = self._tokenize_all(rendered)
+        text_of, ids_of = dict(zip(order, rendered)), dict(zip(order, tokens))
+        target_of = dict(zip(order, make_targets(order, rendered, tokens)))
+        for image, indices in groups:
             image = image.convert("RGB")
-            texts = [self.render(requests[i].prompt) for i in indices]
-            targets = [make_targets(i, t, self._tokenize(t)) for i, t in zip(indices, texts)]
-            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+            texts, targets = [text_of[i] for i in indices], [target_of[i] for i in indices]
+            prefix = self._split_prefix(image, texts, [ids_of[i] for i in indices]) \
+                if self._prefix_ok and len(texts) > 1 else None
             if prefix is not None:
                 for i, r in zip(indices, self._rows_on_prefix(prefix, targets)):
                     rows[i] = r
@@ -412,16 +444,25 @@ class TransformersVLM(TransformersIdentity):
                 return int(start)
         raise ValueError(f"{self.source.name}: an encoder-decoder model without a decoder_start_token_id")
 
-    def _reply_ids(self, text: str, ids: list[int], answer: str) -> list[int]:
-        """The answer's tokens as the model's reply: after the prompt for a decoder-only model,
-        on its own (the decoder's input) for an encoder-decoder one."""
+    def _reply_ids(self, texts: list[str], ids: list[list[int]], answers: list[str]) -> list[list[int]]:
+        """Each answer's tokens as the model's reply: after its prompt for a decoder-only model,
+        on its own (the decoder's input) for an encoder-decoder one. One tokenizer call for all."""
         tokenizer = self._processor.tokenizer
         if self._encoder_decoder:
-            reply = tokenizer(answer, add_special_tokens=False)["input_ids"]
-            if not reply:
-                raise ValueError(f"answer {answer!r} tokenises to nothing")
-            return reply
-        return reply_token_ids(tokenizer, text, ids, answer, special_tokens_flag(tokenizer, text))
+            replies = tokenizer(list(answers), add_special_tokens=False)["input_ids"] if answers else []
+            for answer, reply in zip(answers, replies):
+                if not reply:
+                    raise ValueError(f"answer {answer!r} tokenises to nothing")
+            return replies
+        out: list[list[int]] = [[] for _ in texts]
+        for flag in (True, False):
+            at = [j for j, t in enumerate(texts) if special_tokens_flag(tokenizer, t) == flag]
+            if at:
+                found = reply_token_ids_batch(tokenizer, [texts[j] for j in at], [ids[j] for j in at],
+                                              [answers[j] for j in at], flag)
+                for j, reply in zip(at, found):
+                    out[j] = reply
+        return out
 
     def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
         if len(requests) != len(options):
@@ -429,11 +470,14 @@ class TransformersVLM(TransformersIdentity):
         self._load()
         first: dict[int, list[int]] = {}
 
-        def no_target(i, text, ids):
-            if not options[i]:
+        def no_target(indices, texts, ids):
+            if any(not options[i] for i in indices):
                 raise ValueError("option_probs needs at least one option per prompt")
-            first[i] = [self._reply_ids(text, ids, str(o))[0] for o in options[i]]
-            return []
+            asked = [(t, d, str(o)) for i, t, d in zip(indices, texts, ids) for o in options[i]]
+            replies = iter(self._reply_ids(*(list(c) for c in zip(*asked))))
+            for i in indices:
+                first[i] = [next(replies)[0] for _ in options[i]]
+            return [[] for _ in indices]
 
         rows = self._score(requests, no_target)
         return [probs_of(r, first[i]) for i, r in enumerate(rows)]
@@ -444,11 +488,13 @@ class TransformersVLM(TransformersIdentity):
         self._load()
         targets: dict[int, list[int]] = {}
 
-        def answer_target(i, text, ids):
-            if not answers[i]:
-                raise ValueError(f"request {i}: empty answer")
-            targets[i] = self._reply_ids(text, ids, answers[i])
-            return targets[i]
+        def answer_target(indices, texts, ids):
+            for i in indices:
+                if not answers[i]:
+                    raise ValueError(f"request {i}: empty answer")
+            for i, reply in zip(indices, self._reply_ids(texts, ids, [answers[i] for i in indices])):
+                targets[i] = reply
+            return [targets[i] for i in indices]
 
         rows = self._score(requests, answer_target)
         return [sequence_prob(r, targets[i]) for i, r in enumerate(rows)]
@@ -489,8 +535,9 @@ class TransformersVLM(TransformersIdentity):
         pooled: list[tuple[int, Image.Image, str]] = []  # requests answered in left-padded batches across images
         for image, indices in group_by_image(requests):
             image = image.convert("RGB")
-            texts = [self.render(requests[i].prompt) for i in indices]
-            prefix = self._split_prefix(image, texts) if self._prefix_ok and len(texts) > 1 else None
+            texts = self._render_all([requests[i].prompt for i in indices])
+            prefix = self._split_prefix(image, texts, self._tokenize_all(texts)) \
+                if self._prefix_ok and len(texts) > 1 else None
             if prefix is None:
                 pooled += [(i, image, t) for i, t in zip(indices, texts)]
                 continue
