@@ -405,3 +405,59 @@ def test_unsupported_claims_are_marked_and_filtered_in_chromium(tmp_path, browse
     ids = page.locator("#gallery-items .card").evaluate_all("cards => cards.map(c => c.dataset.id)")
     assert ids == ["h"] and problems == []
     page.close()
+
+
+def test_per_row_sub_scores_and_flips_are_arrays_aligned_to_shared_names(tmp_path):
+    flip = {"question": "How many dogs?", "category": "counting", "answer": "2", "on_original": "2",
+            "on_reconstruction": "3"}
+    records = [{"id": "a", "caption": "two dogs", "turing": 0.5, "turing/counting": 0.25, "turing/scene": 1.0,
+                "turing_flipped": [flip]},
+               {"id": "b", "caption": "a cat", "turing": 1.0, "turing/scene": 0.5}]
+    data = _blob(write_html_report(_run(tmp_path, records)).read_text(encoding="utf-8"))
+    assert data["other"] == ["turing/counting", "turing/scene"]
+    items = {item["i"]: item for item in data["items"]}
+    assert items["a"]["x"] == [0.25, 1.0] and items["b"]["x"] == [None, 0.5]
+    assert data["flip_fields"] == ["question", "category", "answer", "on_original", "on_reconstruction"]
+    assert items["a"]["f"] == [["How many dogs?", "counting", "2", "2", "3"]] and "f" not in items["b"]
+
+
+def test_thumbnails_already_made_need_no_job_and_keep_the_root_check(tmp_path, monkeypatch):
+    import caprecon.store.thumbs as thumbs
+
+    sources = []
+    for i in range(3):
+        Image.new("RGB", (40, 30), (80 * i, 0, 0)).save(tmp_path / f"{i}.png")
+        sources.append(str(tmp_path / f"{i}.png"))
+    folder = tmp_path / "thumbs"
+    first = thumbs.make_thumbnails(sources, folder)
+    assert all(first.values())
+    jobs = []
+    real = thumbs._write
+    monkeypatch.setattr(thumbs, "_write", lambda *a: (jobs.append(a[0]), real(*a))[1])
+    Image.new("RGB", (40, 30)).save(tmp_path / "3.png")
+    again = thumbs.make_thumbnails([*sources, str(tmp_path / "3.png")], folder)
+    assert jobs == [str(tmp_path / "3.png")]  # only the new picture is a job
+    assert {s: again[s] for s in sources} == first and again[str(tmp_path / "3.png")]
+    elsewhere = tmp_path / "root"
+    elsewhere.mkdir()
+    assert set(thumbs.make_thumbnails(sources, folder, image_root=elsewhere).values()) == {None}
+
+
+def test_the_radar_chart_is_drawn_again_only_when_its_table_changes(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from caprecon.reports.categories import CategoryTable, OVER_QUESTIONS, radar_chart
+
+    table = CategoryTable(metric="turing", captioners=["A"], categories=["x", "y", "z"],
+                          rows={"A": {"x": 0.5, "y": 0.25, "z": 1.0, OVER_QUESTIONS: 0.5}})
+    path = radar_chart(table, tmp_path / "radar.png", title="t")
+    drawn = path.read_bytes()
+    real = matplotlib.figure.Figure
+    draws = []
+    monkeypatch.setattr(matplotlib.figure, "Figure", lambda *a, **k: (draws.append(1), real(*a, **k))[1])
+    radar_chart(table, path, title="t")
+    assert draws == [] and path.read_bytes() == drawn
+    table.rows["A"]["x"] = 0.75
+    radar_chart(table, path, title="t")
+    assert draws == [1] and path.read_bytes() != drawn

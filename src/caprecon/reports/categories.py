@@ -22,6 +22,8 @@ coverage side by side with F and how many captions hallucinate.
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,7 +252,13 @@ def _halluc_appendix(records: Iterable[Mapping[str, Any]], precision: CategoryTa
 
 
 def radar_chart(table: CategoryTable, path: str | Path, title: str | None = None) -> Path:
-    """One polygon per captioner around the categories, the upper bound dashed, as a PNG."""
+    """One polygon per captioner around the categories, the upper bound dashed, as a PNG.
+    The PNG carries a hash of what it draws: a chart already drawn from the same table and
+    title is kept (drawing one takes matplotlib's import and a second of rendering)."""
+    path = Path(path)
+    drawn = _radar_key(table, title)
+    if _png_key(path) == drawn:
+        return path
     try:
         from matplotlib import colormaps
         from matplotlib.figure import Figure
@@ -307,9 +315,29 @@ def radar_chart(table: CategoryTable, path: str | Path, title: str | None = None
                fontsize=9, title=table.metric + ": mean over questions", title_fontsize=9)
     if title:
         ax.set_title(title, fontsize=13, pad=42)
-    path = Path(path)
-    fig.savefig(path, bbox_inches="tight", facecolor="white")
+    fig.savefig(path, bbox_inches="tight", facecolor="white", metadata={RADAR_KEY: drawn})
     return path
+
+
+RADAR_KEY = "caprecon-radar"  # the PNG text chunk holding `_radar_key`
+RADAR_REVISION = 1  # bump when the drawing changes, so charts drawn before are drawn again
+
+
+def _radar_key(table: CategoryTable, title: str | None) -> str:
+    what = {"revision": RADAR_REVISION, "metric": table.metric, "captioners": table.captioners,
+            "categories": table.categories, "rows": table.rows, "title": title}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _png_key(path: Path) -> str | None:
+    """The radar key a PNG carries (read from its header chunks, the pixels left alone)."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            return image.info.get(RADAR_KEY)
+    except (OSError, ValueError):
+        return None
 
 
 def _legend_label(table: CategoryTable, name: str) -> str:

@@ -144,13 +144,16 @@ def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_S
     folder.mkdir(parents=True, exist_ok=True)
     unique = list(dict.fromkeys(sources))
     targets = {src: _name(src) for src in unique if allowed(src, image_root)}
-    jobs = [(src, folder / name) for src, name in targets.items() if name]
-    workers = min(8, (os.cpu_count() or 1) + 1)
-    with ThreadPoolExecutor(workers) as pool:  # decoding and resizing release the GIL
-        done = list(tqdm(pool.map(lambda job: _write(*job, side, cache, image_root), jobs), total=len(jobs),
-                         desc="thumbnails", unit="image", disable=not progress or len(jobs) < 50,
-                         dynamic_ncols=True))
-    written = {src: target.name for (src, target), ok in zip(jobs, done) if ok}
+    # those already in the folder (a report rendered again, a run's writer) need no job at all
+    written = {src: name for src, name in targets.items() if name and (folder / name).exists()}
+    jobs = [(src, folder / name) for src, name in targets.items() if name and src not in written]
+    if jobs:
+        workers = min(8, (os.cpu_count() or 1) + 1)
+        with ThreadPoolExecutor(workers) as pool:  # decoding and resizing release the GIL
+            done = list(tqdm(pool.map(lambda job: _write(*job, side, cache, image_root), jobs), total=len(jobs),
+                             desc="thumbnails", unit="image", disable=not progress or len(jobs) < 50,
+                             dynamic_ncols=True))
+        written.update({src: target.name for (src, target), ok in zip(jobs, done) if ok})
     return {src: written.get(src) for src in unique}
 
 

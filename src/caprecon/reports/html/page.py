@@ -72,6 +72,10 @@ def _rounded(value: Any) -> float | None:
     return round(float(value), 6) if collect.is_number(value) else None
 
 
+# the fields of a flipped question (`collect.flips`), in the order the page's arrays hold them
+FLIP_FIELDS = ("question", "category", "answer", "on_original", "on_reconstruction")
+
+
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
              progress: bool, cache: Path | None, image_root: str | None) -> dict[str, Any]:
@@ -88,6 +92,10 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
                              image_root=image_root)
     thumbs.update(make_thumbnails([p for ps in recons for p in ps], out / FILES / "thumbs", cache=cache,
                                   progress=progress))
+    # per-row values as arrays aligned to name lists shared by all rows: 10,000 rows repeating
+    # "turing/…" keys made half the page
+    other = sorted({name for record in records for name in collect.other_scores(record)})
+    column = {name: k for k, name in enumerate(other)}
     items = []
     for record, original, reconstructions in zip(records, originals, recons):
         item: dict[str, Any] = {
@@ -106,18 +114,20 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["k"] = int(record["candidate"])
             item["sel"] = record.get("selected") is True
         if flipped := collect.flips(record):
-            item["f"] = flipped
+            item["f"] = [[f[name] for name in FLIP_FIELDS] for f in flipped]
         if claims := collect.unsupported(record):
             item["h"] = claims
         if more := collect.other_scores(record):
-            item["x"] = more
+            item["x"] = [None] * len(other)
+            for name, value in more.items():
+                item["x"][column[name]] = value
         if any(isinstance(record.get(f"{m}_ci"), list) for m in metrics):  # the seed interval of each score
             item["ci"] = [[_rounded(v) for v in record[f"{m}_ci"]] if isinstance(record.get(f"{m}_ci"), list)
                           else None for m in metrics]
         items.append(item)
     return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
             "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
-            "selection_metric": selection_metric, "items": items}
+            "selection_metric": selection_metric, "other": other, "flip_fields": list(FLIP_FIELDS), "items": items}
 
 
 def _categories(records: Sequence[Mapping[str, Any]], out: Path) -> list[dict[str, Any]]:

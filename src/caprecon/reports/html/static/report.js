@@ -189,6 +189,13 @@
   var data = JSON.parse(blob.textContent);
   var items = data.items, metrics = data.metrics, lowerBetter = data.lower_is_better;
 
+  // a row's values come as arrays aligned to name lists the rows share
+  function named(fields, row) {
+    var out = {};
+    fields.forEach(function (name, k) { out[name] = row[k]; });
+    return out;
+  }
+
   function markedCaption(item) {
     var p = el("p", "caption");
     var caption = item.c || "";
@@ -278,7 +285,9 @@
     if (item.x) {
       var more = el("details", "more");
       more.appendChild(el("summary", null, "per category"));
-      more.appendChild(el("p", null, Object.keys(item.x).map(function (k) { return k + " " + fmt(item.x[k]); }).join(", ")));
+      more.appendChild(el("p", null, data.other.map(function (name, k) {
+        return item.x[k] === null ? null : name + " " + fmt(item.x[k]);
+      }).filter(function (text) { return text !== null; }).join(", ")));
       text.appendChild(more);
     }
     if (item.f && item.f.length) {
@@ -287,7 +296,8 @@
       flips.appendChild(el("summary", null, item.f.length + (item.f.length > 1 ? " questions" : " question") +
         " right on the original, wrong on the reconstruction"));
       var list = el("ul");
-      item.f.forEach(function (f) {
+      item.f.forEach(function (row) {
+        var f = named(data.flip_fields, row);
         var li = el("li");
         li.appendChild(el("span", "question", f.question));
         if (f.category) li.appendChild(el("span", "category", f.category));
