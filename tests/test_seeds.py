@@ -319,3 +319,36 @@ def test_the_report_shows_the_seeds(tmp_path):
     first = gallery["items"][0]
     assert len(first["r"]) == 3  # the three seeds' reconstructions side by side
     assert first["ci"][0] == pytest.approx(run.records[0]["recon_ci"], abs=1e-6)
+
+
+class HalfSeedOracle(OracleGenerator):
+    """The oracle, drawing only the first shape the caption names when the seed is odd."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "half-seed-oracle-v1"
+
+    def generate(self, requests):
+        return [Generated(render(r.prompt if r.seed % 2 == 0 else r.prompt.split(" and ")[0], r.width, r.height))
+                for r in requests]
+
+
+def test_turing_over_seeds(tmp_path):
+    from cttd_fakes import ScriptedVLM
+
+    render("a red circle and a blue square", 96, 96).save(tmp_path / "img0.png")
+    (tmp_path / "samples.jsonl").write_text(json.dumps(
+        {"id": "s0", "image": "img0.png", "caption": "a red circle and a blue square"}))
+    bank = tmp_path / "bank.jsonl"
+    bank.write_text("\n".join(json.dumps({"image_id": "img0", "question": f"Is there a {c} shape?",
+                                          "category": "colour", "type": "yesno", "answer": "yes"})
+                              for c in ("red", "blue")))
+    run = caprecon.score(tmp_path / "samples.jsonl", ["turing"], generator=HalfSeedOracle(), judge=ScriptedVLM(),
+                         qa_bank=str(bank), max_side=96, seeds=4, cache_dir=str(tmp_path / "cache"))
+    row = run.records[0]
+    # an even seed rebuilds both shapes (both questions right), an odd one only the red circle (one of two)
+    expected = [1.0 if seed % 2 == 0 else 0.5 for seed in row["seeds"]]
+    assert row["turing_seeds"] == expected and len(set(expected)) == 2  # this image's four seeds have both parities
+    assert row["turing"] == pytest.approx(sum(expected) / 4)
+    assert row["turing_upper"] == 1.0 and row["turing_n"] == 2  # the source and the count do not depend on the seed
+    assert row["turing_gap"] == pytest.approx(1.0 - row["turing"])
