@@ -20,12 +20,12 @@ SECRET_NAMES = ["api_key", "apikey", "API_KEY", "x-api-key", "OPENAI_API_KEY", "
                 "HF_TOKEN", "access_token", "auth_token", "accessToken", "password", "db_password", "passwd",
                 "secret", "client_secret", "secret_key", "aws_secret_access_key", "private_key", "authorization",
                 "Authorization", "Proxy-Authorization", "auth", "cookie", "Set-Cookie", "headers", "default_headers",
-                "X-Custom-Header", "credentials", "hf_token_value"]
+                "X-Custom-Header", "credentials", "hf_token_value", "room_token", "token_room_key"]
 HARMLESS_NAMES = ["token_count", "max_tokens", "max_new_tokens", "tokens_cut", "clip_tokens_cut", "tokenizer",
                   "tokenizer_2", "tokens", "tokens_cut_by_encoder", "judge_max_new_tokens", "num_query_tokens",
                   "image_token_id", "eos_token_id", "image_token", "eos_token", "pad_token", "token_type_ids", "mm_token_type_ids", "judge-token-probs",
                   "maxTokens", "api_key_env", "password_file", "key", "cache_key", "keys", "author", "base_url",
-                  "model", "header_count"]
+                  "model", "header_count", "token_room", "tokenRoom"]
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)
@@ -53,12 +53,12 @@ def test_manifest_is_masked_by_name_and_harmless_fields_kept():
     manifest = {"config": {"judge_options": {"api_key": "sk-m-1111", "max_new_tokens": 8, "token_count": 17,
                                              "api_key_env": "MY_KEY", "empty_token": ""},
                            "hf_token": "hf_m_2222", "tokens_cut": 3, "clip_tokens_cut": 1},
-                "summary": {"tokenizer": "t5", "max_tokens": 64}}
+                "summary": {"tokenizer": "t5", "max_tokens": 64, "token_room": 35, "room_token": "rt-m-2323"}}
     assert redact(manifest) == {
         "config": {"judge_options": {"api_key": "***", "max_new_tokens": 8, "token_count": 17,
                                      "api_key_env": "MY_KEY", "empty_token": ""},
                    "hf_token": "***", "tokens_cut": 3, "clip_tokens_cut": 1},
-        "summary": {"tokenizer": "t5", "max_tokens": 64}}
+        "summary": {"tokenizer": "t5", "max_tokens": 64, "token_room": 35, "room_token": "***"}}
     assert MASK == "***"
 
 

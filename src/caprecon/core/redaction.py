@@ -6,9 +6,10 @@ messages and the HTML report all go through it.
 A name is secret when one of its words is (`api_key`, `hf_token`, `password`, `secret`,
 `authorization`, `cookie`, `headers`, ...), unless the words after it say the value is
 something about the secret rather than the secret: `token_count`, `token_type_ids`,
-`api_key_env` (the name of an environment variable), `password_file` (a path). Plurals are
-other words: `max_new_tokens` and `tokens_cut` count text pieces, `tokenizer` is a model;
-and `eos_token` or `image_token` is an entry of a model's vocabulary.
+`token_room` (how many tokens a prompt may still take), `api_key_env` (the name of an
+environment variable), `password_file` (a path). Plurals are other words: `max_new_tokens`
+and `tokens_cut` count text pieces, `tokenizer` is a model; and `eos_token` or
+`image_token` is an entry of a model's vocabulary.
 Values under a secret name are replaced by a mark (a `headers` mapping whole), and so are,
 inside any text, `name=value` and `--name value` pairs naming one (a `{...}` or `[...]`
 value whole: `headers={"X-Org": "..."}`), the credentials of an
@@ -36,7 +37,7 @@ _SECRET_WORDS = frozenset({"apikey", "token", "password", "passwd", "secret", "a
 # every later word is one of these the value is not secret; any other later word (hf_token_value)
 # leaves it secret, since a name we do not know is safer masked
 _ABOUT_THE_SECRET = frozenset({"count", "counts", "num", "cut", "id", "ids", "type", "types", "prob", "probs",
-                               "logprob", "logprobs", "len", "length", "limit", "budget", "env", "var", "file",
+                               "logprob", "logprobs", "len", "length", "limit", "budget", "room", "env", "var", "file",
                                "path"})
 # `eos_token`, `image_token`: a model's vocabulary entry, not a credential
 _VOCABULARY = frozenset({"bos", "eos", "pad", "unk", "sep", "cls", "mask", "image", "special", "start", "end", "stop"})
