@@ -137,6 +137,21 @@ MUTANTS = [
            ("tests/test_fleur.py",)),
     Mutant("FLEUR 1.0 -> 0.9 P(0) + P(0)", "metrics/fleur.py", "0.9 * p[0] + p[1]", "0.9 * p[0] + p[0]",
            ("tests/test_fleur.py",)),
+    # scores over K seeds (issue 23; tests/test_seeds.py): the Student-t interval, the variance split,
+    # the two-level bootstrap, seeds derived per index
+    Mutant("seeds: t interval df K-1 -> K", "metrics/seeds.py", "float(t.ppf(0.5 + level / 2, n - 1))",
+           "float(t.ppf(0.5 + level / 2, n))", ("tests/test_seeds.py",)),
+    Mutant("seeds: sd over n-1 -> n", "metrics/seeds.py", "math.fsum((v - mean) ** 2 for v in values) / (n - 1)",
+           "math.fsum((v - mean) ** 2 for v in values) / n", ("tests/test_seeds.py",)),
+    Mutant("seeds: generator variance not divided by K", "metrics/seeds.py", "max(0.0, (between - within) / k)",
+           "max(0.0, between - within)", ("tests/test_seeds.py",)),
+    Mutant("seeds: two-level bootstrap keeps every seed", "stats/bootstrap.py",
+           "seeds = rng.integers(0, x.shape[1], (n_resamples, x.shape[0], x.shape[1]))",
+           "seeds = np.broadcast_to(np.arange(x.shape[1]), (n_resamples, x.shape[0], x.shape[1]))",
+           ("tests/test_seeds.py",)),
+    Mutant("seeds: every index gets the first seed", "reconstruct/reconstructor.py",
+           'return first if index == 0 else derive_seed(first, "seed", index)', "return first",
+           ("tests/test_seeds.py",)),
 ]
 
 
