@@ -116,3 +116,20 @@ class PixelJudge:
     def generate(self, requests, max_new_tokens: int = 64) -> list[str]:
         """QA-bank prompts (the Caption Turing Test's) answered as the CTTD tests' judge does."""
         return [judge_answer(r.prompt, r.image) for r in requests]
+
+
+class ProbingClaimLLM(ClaimLLM):
+    """`ClaimLLM` that also writes what `meta --probes` asks of its LLM: a paraphrase sharing
+    no word with the reference, two triplets, and captions of three lengths."""
+
+    fingerprint = "probing-claim-llm-v1"
+    LENGTHS = {"briefly": "Shapes.", "50 words": "Some coloured shapes.", "120 words": "A few coloured shapes drawn."}
+
+    def _reply(self, prompt: str) -> str:
+        if prompt.startswith("Rewrite this image caption"):
+            return "Paraphrase: geometry everywhere"
+        if prompt.startswith("Here are captions"):
+            return "<shape, is, coloured>\n<shape, sits on, white>"
+        if prompt.startswith("Write a caption"):
+            return next(text for cue, text in self.LENGTHS.items() if cue in prompt)
+        return super()._reply(prompt)

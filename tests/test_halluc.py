@@ -287,3 +287,30 @@ def test_a_real_judge_gives_each_claim_the_vqascore_of_its_question(tmp_path):
     expected = [alone([picture], [q], store=Store.temporary())[0] for q in questions]
     assert [c.p_yes for c in checked] == pytest.approx(expected, abs=1e-6)
     assert len(set(round(p, 6) for p in expected)) > 1  # the questions are told apart
+
+
+def test_meta_probes_run_the_inserted_object_probe_for_halluc(tmp_path):
+    import csv
+    import json
+
+    from caprecon.cli import main
+
+    scenes = ["a red circle and a blue square", "a green triangle", "a yellow square"]
+    rows = []
+    for k, scene in enumerate(scenes):
+        render(scene, 96, 96).save(tmp_path / f"s{k}.png")
+        rows.append({"image": f"s{k}.png", "caption": scene, "human": k + 1, "refs": [scene]})
+    judged = tmp_path / "judged.jsonl"
+    judged.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "o"
+    assert main(["meta", "--judgments", str(judged), "--metric", "halluc", "halluc-coverage", "--probes",
+                 "--bootstrap", "0", "-q", "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
+                 "--llm", "halluc_fakes:ProbingClaimLLM", "--judge", "halluc_fakes:PixelJudge",
+                 "--generator", "oracle:OracleGenerator", "--max-side", "96"]) == 0
+    probes = {(r["metric"], r["probe"]): r for r in csv.DictReader((out / "probes.csv").open())}
+    drop, change = probes[("halluc", "insert_precision_drop")], probes[("halluc", "insert_coverage_change")]
+    # as in the test above: each caption gains an absent entity (0.2) and its gated attribute (0)
+    expected_after = [(4 * YES + NO) / 6, (2 * YES + NO) / 4, (2 * YES + NO) / 4]
+    assert float(drop["value"]) == pytest.approx(YES - sum(expected_after) / 3)
+    assert float(drop["value"]) > 0 and int(drop["n"]) == 3
+    assert float(change["value"]) == pytest.approx(0.0) and int(change["n"]) == 3

@@ -11,7 +11,8 @@ Scores can also come ready-made from `--scores` files.
 Writes to --out: `meta.csv` and `meta.md` (one row per judgments file and metric),
 `scores-<file>.csv` (every caption's score from every metric, reusable via --scores),
 and with --probes or --triples `probes.csv` / `probes.md`, plus the probes' captions
-(`probe-triples.jsonl`, reusable via --triples; `probe-lengths.jsonl`; `probe-rejected.jsonl`).
+(`probe-triples.jsonl`, reusable via --triples; `probe-lengths.jsonl`; `probe-rejected.jsonl`;
+with a halluc metric, `probe-inserted.jsonl` for the inserted-object probe).
 
 The probes need an LLM (`TextLLM`) to write their captions: `caprecon meta --llm ...`
 passes one; on its own this module can run only the Δ probe on user --triples.
@@ -27,6 +28,7 @@ import argparse
 import csv
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
@@ -41,9 +43,10 @@ from caprecon.apps.metabench.verify import compare, format_verify, published_val
 from caprecon.data.loaders.hub import looks_like_repo_id
 from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
 from caprecon.metrics.base import Context
+from caprecon.metrics.claims import extract_claims
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
-from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, length_robustness, length_samples, length_sets, overlap_problem, paraphrase_delta, paraphrase_triples, triple_samples)
+from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, inserted_object_captions, insertion_probe, length_robustness, length_samples, length_sets, overlap_problem, paraphrase_delta, paraphrase_triples, triple_samples)
 from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.data.samples import Sample
 from caprecon.store.index import Store
@@ -114,7 +117,8 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "--probes", action="store_true",
         help="also run the ReconScore paper's probes on the images of the first --judgments file; needs --llm, "
         "which paraphrases references for the Δ probe (unless --triples is given) and writes captions of three "
-        "lengths from triplets it extracts for the length probe",
+        "lengths from triplets it extracts for the length probe; with a halluc metric, also the inserted-object "
+        "probe (its claim splitter is --llm)",
     )  # fmt: skip
     parser.add_argument(
         "--triples", type=Path, metavar="FILE",
@@ -529,9 +533,49 @@ def _probes(
                     n_bootstrap=args.bootstrap, seed=args.seed,
                 )  # fmt: skip
             )
+        if score_metric is not None and set(HALLUC_METRICS) & set(metrics):
+            rows += _insertion_probe(args, judgments, writer, metrics, score_metric, notes)
     if rejected:
         write_jsonl_atomically(args.out / "probe-rejected.jsonl", as_records(rejected), allow_nan=True)
     return rows
+
+
+# the halluc family as `METRICS` names it: precision, coverage (needs a generator) and their F
+HALLUC_METRICS = ("halluc", "halluc-coverage", "halluc-f")
+
+
+def _insertion_probe(args: argparse.Namespace, judgments: Judgments, writer: ProbeWriter, metrics: Sequence[str],
+                     score_metric: ScoreMetric, notes: list[str]) -> list[ProbeRow]:
+    """Issue 24's inserted-object probe on the first judgments file's captions: each gets an object
+    that other images' claims name and its own do not; halluc's precision must drop, and its
+    coverage, scored when a chosen metric reconstructs, must not move."""
+    samples = judgments.samples(args.images)
+    captions = [s.caption for s in samples]
+    claims = [found.claims for found in extract_claims(writer.ctx, writer.llm, captions)]
+    inserted = inserted_object_captions(captions, [s.image_id or str(s.image) for s in samples], claims,
+                                        seed=args.seed)
+    kept = [(s, text) for s, text in zip(samples, inserted) if text is not None]
+    if not kept:
+        notes.append(f"inserted-object probe: no caption of {judgments.name} lacks an object that another image's "
+                     "claims name; not run")
+        return []
+    write_jsonl_atomically(args.out / "probe-inserted.jsonl",
+                           [{"id": s.id, "caption": s.caption, "inserted": text} for s, text in kept])
+    notes.append(f"inserted-object probe: {len(kept)} of {len(samples)} captions of {judgments.name} with an absent "
+                 "object appended (see probe-inserted.jsonl)")
+    before = [s for s, _ in kept]
+    after = [replace(s, id=f"ins-{s.id}", caption=text) for s, text in kept]
+
+    def scored(name: str, items: list[Sample]) -> np.ndarray:
+        return np.array([math.nan if v is None else float(v) for v in score_metric(name, items)])
+
+    with_coverage = bool({"halluc-coverage", "halluc-f"} & set(metrics))
+    nothing = np.full(len(kept), math.nan)
+    coverage = [scored("halluc-coverage", items) if with_coverage else nothing for items in (before, after)]
+    drop, change = insertion_probe("halluc", scored("halluc", before), scored("halluc", after), *coverage,
+                                   [s.image_id or str(s.image) for s in before], n_bootstrap=args.bootstrap,
+                                   seed=args.seed)
+    return [drop, change] if with_coverage else [drop]
 
 
 # `caprecon meta --benchmark NAME --data PATH` and `caprecon meta verify`: both read the benchmark
