@@ -146,9 +146,9 @@ def _counting_encodes(monkeypatch):
     encodes = []
     real = thumbs_module._encode
 
-    def counting(source, target, side):
+    def counting(source, target, side, *rest):
         encodes.append((threading.current_thread().name, source))
-        return real(source, target, side)
+        return real(source, target, side, *rest)
 
     monkeypatch.setattr(thumbs_module, "_encode", counting)
     return encodes
@@ -160,8 +160,8 @@ def _score_into(samples, folder, out):
 
 
 def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, monkeypatch):
-    """The first run's thumbnails are made by the helper process while it works (the report
-    at the end encodes none but the broken file's); a cached run into a new folder makes
+    """The first run's thumbnails are made from the pixels in memory while it works (no file
+    is read for them: only the broken file is tried); a cached run into a new folder makes
     none — its thumbnails are links to the cache's; pruning the cache drops them."""
     from caprecon.cli import cache as cache_cli
 
@@ -169,7 +169,7 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     encodes = _counting_encodes(monkeypatch)
     _score_into(samples, tmp_path, "first")
     broken = str(tmp_path / "broken.jpg")
-    assert [source for _, source in encodes] == [broken]  # this process only retried the unreadable file
+    assert {source for _, source in encodes} == {broken}  # only the unreadable file was read for a thumbnail
     first = sorted(p.name for p in (tmp_path / "first" / "report_files" / "thumbs").iterdir())
     assert len(first) == 10  # five photos and five reconstructions
     cached = {p.name: p for p in (tmp_path / "cache" / "thumbs").rglob("*.jpg")}
@@ -179,7 +179,7 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     encodes.clear()
     _score_into(samples, tmp_path, "again")
     again = tmp_path / "again" / "report_files" / "thumbs"
-    assert sorted(p.name for p in again.iterdir()) == first and [s for _, s in encodes] == [broken]
+    assert sorted(p.name for p in again.iterdir()) == first and {s for _, s in encodes} == {broken}
     for name in first:  # the cache's own files, linked, none made again
         assert (again / name).stat().st_ino == cached[name].stat().st_ino
         assert cached[name].stat().st_mtime_ns == stamps[name]
@@ -191,13 +191,34 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     assert len(list((tmp_path / "third" / "report_files" / "thumbs").iterdir())) == 10
 
 
-def test_without_a_helper_process_the_thumbnails_are_made_in_a_thread(tmp_path, monkeypatch):
+def test_thumbnails_come_from_the_pixels_in_memory_on_the_writing_thread(tmp_path, monkeypatch):
+    import threading
+
     from caprecon.store import thumbs as thumbs_module
 
-    monkeypatch.setattr(thumbs_module, "_start_worker", lambda: None)
+    made = []
+    real = thumbs_module.thumbnail_of
+
+    def counting(image, source, cache, *rest):
+        made.append((threading.current_thread().name, source))
+        return real(image, source, cache, *rest)
+
+    monkeypatch.setattr(thumbs_module, "thumbnail_of", counting)
+    import caprecon.store.index as index_module
+
+    monkeypatch.setattr(index_module, "thumbnail_of", counting)
     samples = _samples(tmp_path)
     encodes = _counting_encodes(monkeypatch)
     _score_into(samples, tmp_path, "first")
-    made = [(name, source) for name, source in encodes if not source.endswith("broken.jpg")]
-    assert len(made) == 10 and {name for name, _ in made} == {"caprecon-thumbs_0"}
-    assert len(list((tmp_path / "first" / "report_files" / "thumbs").iterdir())) == 10
+    assert {source for _, source in encodes} == {str(tmp_path / "broken.jpg")}
+    assert len(made) == 10 and {name.split("_")[0] for name, _ in made} == {"caprecon-write"}
+    folder = tmp_path / "first" / "report_files" / "thumbs"
+    assert len(list(folder.iterdir())) == 10
+    # the same picture as the file-based path makes from the source (JPEG-close)
+    source = str(tmp_path / "img0.jpg")
+    from_file = tmp_path / "from-file.jpg"
+    assert thumbs_module._encode(source, from_file, thumbs_module.THUMB_SIDE)
+    shown = Image.open(folder / thumbs_module._name(source))
+    expected = Image.open(from_file)
+    assert shown.size == expected.size
+    assert np.abs(np.asarray(shown, float) - np.asarray(expected, float)).mean() < 3

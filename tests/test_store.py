@@ -597,3 +597,33 @@ def test_arrays_come_back_exactly_without_np_load_per_value(tmp_path, monkeypatc
     for key, array in items.items():
         assert got[key].dtype == array.dtype and got[key].shape == array.shape
         np.testing.assert_array_equal(got[key], array)
+
+
+def test_with_write_behind_index_rows_are_written_on_the_writing_thread_and_read_back_before(tmp_path, monkeypatch):
+    import threading
+
+    store = Store(tmp_path / "s")
+    store.write_behind = True
+    writes = []
+    real = Store._write_rows
+    gate = threading.Event()
+
+    def slow(self, records):
+        gate.wait(10)  # held until the reads below are done, so they find the rows still queued
+        writes.append((threading.current_thread().name, sorted(r[0] for r in records)))
+        return real(self, records)
+
+    monkeypatch.setattr(Store, "_write_rows", slow)
+    store.put_json("judge-answer", {"a": {"answer": "yes"}})
+    store.put_json("judge-answer", {"b": {"answer": "no"}})
+    store.put_arrays("embedding", {"e": np.arange(3, dtype=np.float32)})
+    assert store.get_json(["a", "b", "missing"]) == {"a": {"answer": "yes"}, "b": {"answer": "no"}}
+    np.testing.assert_array_equal(store.get_arrays(["e"])["e"], np.arange(3, dtype=np.float32))
+    assert writes == []  # nothing written on the caller's thread
+    gate.set()
+    store.flush()
+    assert all(name.startswith("caprecon-write") for name, _ in writes)
+    assert sorted(k for _, keys in writes for k in keys) == ["a", "b", "e"]
+    assert len(writes) <= 2  # rows queued while the writer was busy go in one transaction
+    again = Store(tmp_path / "s")
+    assert again.get_json(["a", "b"]) == {"a": {"answer": "yes"}, "b": {"answer": "no"}}

@@ -396,10 +396,13 @@ class _BatchReader:
         return item
 
     def remember(self, items: list[LoadedSample]) -> None:
-        """Record the sizes of files decoded for the first time, so later runs skip decoding them."""
-        new = {self._key(it.image_key): list(it.size) for it in items if it.from_bytes and not it.size_known}
-        if new and not self.ctx.store.read_only:
-            self.ctx.store.put_json(self.KIND, new)
+        """Record the sizes of files decoded for the first time, so later runs skip decoding them,
+        and make the report's thumbnails of those pictures from the pixels now in memory."""
+        fresh = [it for it in items if it.from_bytes and not it.size_known]
+        if fresh and not self.ctx.store.read_only:
+            self.ctx.store.put_json(self.KIND, {self._key(it.image_key): list(it.size) for it in fresh})
+            self.ctx.store.put_thumbnails({str(it.sample.image): it.image for it in fresh
+                                           if isinstance(it.sample.image, (str, Path))})
 
     def _key(self, image_key: str) -> str:
         return content_key(self.KIND, image=image_key)

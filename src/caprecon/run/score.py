@@ -247,7 +247,7 @@ def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
     from caprecon.store.thumbs import ThumbnailWriter, cache_folder
 
     return ThumbnailWriter(out_dir, out_dir / FILES / "thumbs", image_root=image_root,
-                           cache=None if store.read_only else cache_folder(store.root))
+                           cache=None if store.read_only else cache_folder(store.root), store=store)
 
 
 def check_images(rows: Sequence[Sample], metrics: Sequence[Metric]) -> None:

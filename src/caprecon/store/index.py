@@ -38,12 +38,13 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import quote
 
 import numpy as np
 from PIL import Image
 
+from caprecon.store.thumbs import thumbnail_of
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +143,16 @@ class Store:
         self._folders: set[Path] = set()  # image folders known to exist
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
-        #: queue image writes on a background thread (`put_images` returns at once; every read and
-        #: `flush()` wait for them). The local executor turns it on and flushes before it writes rows.
+        #: queue every write on a background thread (`put_*` return at once; `flush()` waits for them,
+        #: image reads wait, other reads see what is queued). The local executor turns it on and
+        #: flushes before it writes rows. Index rows queued together are written in one transaction.
         self.write_behind = False
+        #: a thumbnail cache (`caprecon.store.thumbs`) to put thumbnails of the images written in,
+        #: made from their pixels on the writing thread; set while a run makes a report
+        self.thumbnails: Path | None = None
+        self._queued: list[tuple] = []  # index rows waiting for the writing thread
+        self._unwritten: dict[str, tuple[bytes, str]] = {}  # their (value, checksum) by key, until written
+        self._drain_due = False
         self._held: set[str] = set()  # keys whose leases the heartbeat renews
         self._beat: threading.Thread | None = None
         self._writer: ThreadPoolExecutor | None = None
@@ -279,6 +287,10 @@ class Store:
 
     def _get(self, keys: list[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
+        if self._unwritten:
+            with self._lock:
+                found = {k: self._unwritten[k][0] for k in keys if k in self._unwritten}
+            keys = [k for k in keys if k not in found]
         for key, value, checksum in self._rows(keys, "key, value, checksum"):
             if checksum is not None and sha256(value) != checksum:
                 log.warning("cache entry %s in %s fails its checksum; it will be computed again", key, self.index)
@@ -291,14 +303,50 @@ class Store:
                 found.update(self.below._get(rest))
         return found
 
-    def _put(self, rows: Iterable[tuple[str, str, bytes, dict[str, Any]]], model: Any = None) -> None:
-        """`rows`: (key, kind, value, file columns). `model`: the backend that computed them."""
+    def _put(self, rows: Iterable[tuple[str, str, bytes, dict[str, Any]]], model: Any = None, *,
+             on_writer: bool = False) -> None:
+        """`rows`: (key, kind, value, file columns). `model`: the backend that computed them.
+        `on_writer`: called on the writing thread, which writes them at once with what is queued."""
         self._require_writable()
         fingerprint = self._register_model(model)
         now = time.time()
         records = [(k, kind, v, now, sha256(v), extra.get("file_checksum"), extra.get("file_size"), fingerprint)
                    for k, kind, v, extra in rows]
+        if not self.write_behind:
+            self._write_rows(records)
+            return
+        if on_writer:
+            with self._lock:
+                self._queued += records
+            self._drain()
+            return
+        with self._lock:
+            self._queued += records
+            self._unwritten.update((r[0], (r[2], r[4])) for r in records)
+            due, self._drain_due = self._drain_due, True
+        if not due:  # one drain at a time takes everything queued by then: one transaction
+            self._behind(self._drain)
 
+    def _behind(self, work, *args) -> None:
+        """Run `work` on the writing thread (in order with every other write)."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="caprecon-write")
+        self._pending.append(self._writer.submit(work, *args))
+
+    def _drain(self) -> None:
+        with self._lock:
+            records, self._queued, self._drain_due = self._queued, [], False
+        if not records:
+            return
+        try:
+            self._write_rows(records)
+        finally:
+            with self._lock:
+                for record in records:
+                    if self._unwritten.get(record[0], (None, None))[1] == record[4]:
+                        del self._unwritten[record[0]]
+
+    def _write_rows(self, records: list[tuple]) -> None:
         def write():
             with self._lock:
                 db = self._connect()
@@ -376,9 +424,7 @@ class Store:
         if not self.write_behind:
             return self._write_images(kind, items, model, release)
         fingerprint = self._register_model(model)
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="caprecon-write")
-        self._pending.append(self._writer.submit(self._write_images, kind, items, fingerprint, release))
+        self._behind(self._write_images, kind, items, fingerprint, release)
         return {key: (record, self.image_path(key), None) for key, (_, record) in items.items()}
 
     def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
@@ -394,18 +440,36 @@ class Store:
                 partial = path.with_suffix(f".{os.getpid()}.part")
                 partial.write_bytes(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
+                if self.thumbnails is not None:
+                    thumbnail_of(image, str(path), self.thumbnails)
                 digest = sha256(data)
                 rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
                 stored[key] = (record, path, digest)
-            self._put(rows, model)
+            self._put(rows, model, on_writer=self.write_behind)
             return stored
         finally:
             if release:
                 self.release(release)
 
+    def put_thumbnails(self, images: Mapping[str, Image.Image]) -> None:
+        """Thumbnails of picture files whose pixels are in memory (by the file's path) into
+        `thumbnails`, on the writing thread when there is one; nothing without `thumbnails`."""
+        cache = self.thumbnails
+        if cache is None or not images:
+            return
+
+        def make() -> None:
+            for source, image in images.items():
+                thumbnail_of(image, source, cache)
+
+        if self.write_behind:
+            self._behind(make)
+        else:
+            make()
+
     def flush(self) -> None:
-        """Wait for the queued image writes; the first that failed raises here."""
+        """Wait for the queued writes; the first that failed raises here."""
         pending, self._pending = self._pending, []
         failed = next(filter(None, (f.exception() for f in pending)), None)
         if isinstance(failed, StoreError):

@@ -4,12 +4,15 @@ A thumbnail's name is a hash of its source's path, size and modification time: t
 picture shown by many rows (one original, several captioners) is written once, and a
 report rendered again reuses what is already there.
 
-Two things keep thumbnails off a run's critical path:
+Three things keep thumbnails off a run's critical path:
 - a store-wide cache (`thumbs/` under the cache folder): a thumbnail made once is linked
   (or copied, across file systems) into every later run's `report_files/thumbs/`, so a
   fully cached run into a new folder decodes and encodes no picture for its report;
-- `ThumbnailWriter`: while a `score` run works, a helper process makes the thumbnails of
-  each finished batch, so the report at the end finds them done.
+- while a `score` run works, the store's write-behind thread makes the thumbnails of the
+  pictures the run holds in memory anyway (each source it decoded, each reconstruction it
+  writes: `thumbnail_of`), so nothing is decoded a second time;
+- `ThumbnailWriter` links them into the run folder as batches finish, and makes in its own
+  thread the few the cache still lacks, so the report at the end finds them done.
 
 Sources are read through `caprecon.data.images.read_image_file`, as scoring reads them: an
 original outside the run's `--image-root` gets no thumbnail (not even one cached earlier),
@@ -20,15 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 import queue
 import shutil
-import subprocess
-import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -91,6 +91,27 @@ def _encode(source: str, target: Path, side: int, image_root: str | Path | None 
             im.thumbnail((side, side), Image.Resampling.BILINEAR, reducing_gap=2.0)
     except (SampleError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise _Unreadable(source) from exc
+    return _save(im, target)
+
+
+def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB_SIDE) -> bool:
+    """Put the thumbnail of the picture file `source` in the thumbnail `cache`, made from its
+    pixels already in memory (`image`, as decoded for scoring or as generated) rather than
+    read and decoded again. False when it cannot be written."""
+    name = _name(source)
+    if name is None:
+        return False
+    target = _cached(cache, name)
+    if target.exists():
+        return True
+    scale = min(1.0, side / max(image.size))
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    small = image.convert("RGB") if image.mode != "RGB" else image
+    small = small.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0) if scale < 1 else small.copy()
+    return _save(small, target)
+
+
+def _save(im: Image.Image, target: Path) -> bool:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(f"{target.stem}.{os.getpid()}.{id(im)}.part")
@@ -176,24 +197,23 @@ class ThumbnailWriter:
     """Makes the thumbnails of a run's rows while the run works.
 
     `add(rows)` only queues the rows' pictures (those already queued are skipped) and
-    returns at once. A feeder thread links the thumbnails the cache already holds into the
-    run folder, and hands the others to a helper process (this file run as a script, fed
-    paths through a pipe, started at the first thumbnail the cache lacks), so decoding and
-    encoding never compete with the run's models for the interpreter lock; where no process
-    can be started, to a thread. `close()` waits for the queue. A thumbnail that could not
-    be made is left for the report, which tries again. Originals outside `image_root` are
+    returns at once. A thread links the thumbnails the cache already holds into the run
+    folder — with `store`, whose write-behind thread makes them from the pixels in memory
+    (`thumbnail_of`) before the batch's rows are handed here, that is nearly all — and
+    makes the others itself. `close()` waits for the queue. A thumbnail that could not be
+    made is left for the report, which tries again. Originals outside `image_root` are
     never queued."""
 
     def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE,
-                 image_root: str | Path | None = None):
+                 image_root: str | Path | None = None, store: Any = None):
         self.run, self.folder, self.cache, self.side = run, folder, cache, side
         self.image_root = str(image_root) if image_root is not None else None
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.store = store if cache is not None else None
+        if self.store is not None:
+            self.store.thumbnails = cache  # until `close`: the store makes thumbnails of what it holds
         self._seen: set[str] = set()
         self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | None] = queue.SimpleQueue()
-        self._proc: subprocess.Popen | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._pending: list[Future] = []
         self._stopping = False
         self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
         self._feeder.start()
@@ -215,13 +235,13 @@ class ThumbnailWriter:
                 continue  # stopped: what is queued is dropped
             misses = [(p, name, root) for p, root in paths
                       if (name := _name(p)) and not self._linked_from_cache(name)]
-            if misses:
-                self._make_elsewhere(misses)
-        if self._proc is not None:
-            try:
-                self._proc.stdin.close()
-            except OSError:
-                pass
+            for source, name, root in misses:
+                if self._stopping:
+                    break
+                try:
+                    _write(source, self.folder / name, self.side, self.cache, root)
+                except OSError as exc:  # left for the report, which tries again
+                    log.debug("thumbnail of %s: %s", source, exc)
 
     def _linked_from_cache(self, name: str) -> bool:
         """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
@@ -230,71 +250,12 @@ class ThumbnailWriter:
         target, cached = self.folder / name, _cached(self.cache, name)
         return target.exists() or (cached.exists() and _link(cached, target))
 
-    def _make_elsewhere(self, jobs: list[tuple[str, str, str | None]]) -> None:
-        """Make the thumbnails of (source, name, image root) `jobs` in the helper process (or thread)."""
-        if self._proc is None and self._pool is None:
-            self._proc = _start_worker()
-            if self._proc is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="caprecon-thumbs")
-        if self._pool is not None:
-            self._pending = [f for f in self._pending if not f.done()]
-            self._pending.append(self._pool.submit(_make, jobs, self.folder, self.side, self.cache))
-            return
-        cache = str(self.cache) if self.cache else None
-        lines = "".join(json.dumps({"source": source, "name": name, "folder": str(self.folder), "side": self.side,
-                                    "cache": cache, "root": root}) + "\n" for source, name, root in jobs)
-        try:
-            self._proc.stdin.write(lines)  # a full pipe blocks this thread, not the run
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError, ValueError):  # the helper died: the report makes the rest
-            pass
-
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
+        if self.store is not None:
+            self.store.thumbnails = None
         if not wait:
             self._stopping = True
-            if self._proc is not None:
-                self._proc.kill()
         self._queue.put(None)
-        self._feeder.join()
-        if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=not wait)
-            for future in self._pending:
-                if future.done() and not future.cancelled() and future.exception() is not None:
-                    log.debug("thumbnails: %s", future.exception())
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=None if wait else 5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        self._feeder.join(None if wait else 5)
 
-
-def _make(jobs: Iterable[tuple[str, str, str | None]], folder: Path, side: int, cache: Path | None) -> int:
-    """Write the thumbnail of each (source, name, image root) into `folder`; how many there are now."""
-    return sum(_write(source, folder / name, side, cache, root) for source, name, root in jobs)
-
-
-def _start_worker() -> subprocess.Popen | None:
-    """The helper process that makes thumbnails, or None where one cannot be started."""
-    # this file run as a script: it imports PIL and caprecon's image reader (a fraction of a second)
-    try:
-        return subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
-    except (OSError, ValueError) as exc:
-        log.debug("no thumbnail helper process (%s); making thumbnails in a thread", exc)
-        return None
-
-
-def _serve(lines: Iterable[str]) -> None:
-    """The helper process: one JSON job per line ({source, name, folder, side, cache, root}), until end of input."""
-    for line in lines:
-        try:
-            job = json.loads(line)
-            _make([(job["source"], job["name"], job.get("root"))], Path(job["folder"]), int(job["side"]),
-                  Path(job["cache"]) if job["cache"] else None)
-        except (ValueError, KeyError, TypeError, OSError):
-            continue
-
-
-if __name__ == "__main__":
-    _serve(sys.stdin)
