@@ -314,3 +314,29 @@ def test_meta_probes_run_the_inserted_object_probe_for_halluc(tmp_path):
     assert float(drop["value"]) == pytest.approx(YES - sum(expected_after) / 3)
     assert float(drop["value"]) > 0 and int(drop["n"]) == 3
     assert float(change["value"]) == pytest.approx(0.0) and int(change["n"]) == 3
+
+
+def test_merged_shards_summarise_halluc_companions_as_a_whole_run_does(tmp_path):
+    from caprecon.run.shards import merge_shards
+
+    scenes = [("a red circle and a blue square", "a red circle and a green triangle"),
+              ("a green triangle", "a green triangle and a blue circle"), ("a yellow square", "a yellow square"),
+              ("a blue circle", "a red circle")]
+    data = []
+    for k, (drawn, caption) in enumerate(scenes):
+        render(drawn, 96, 96).save(tmp_path / f"s{k}.png")
+        data.append({"id": f"r{k}", "image": str(tmp_path / f"s{k}.png"), "caption": caption, "refs": [drawn]})
+    settings = dict(generator=OracleGenerator(), judge=PixelJudge(), llm=ClaimLLM(), max_side=96, no_cache=True)
+    whole = caprecon.score(data, ["halluc"], out=tmp_path / "whole", **settings)
+    shards = [tmp_path / f"shard{i}" for i in range(2)]
+    for i, folder in enumerate(shards):
+        caprecon.score(data, ["halluc"], out=folder, shard=f"{i}/2", **settings)
+    merged = merge_shards(shards, tmp_path / "merged")
+    assert list(merged["metrics"]) == ["halluc", "halluc_coverage", "halluc_f", "halluc_rate"]
+    for name in merged["metrics"]:
+        # each companion by hand from the whole run's rows, and equal to the whole run's summary
+        values = [r[name] for r in whole.records]
+        assert merged["metrics"][name]["n"] == whole.summary["metrics"][name]["n"] == len(values)
+        assert merged["metrics"][name]["mean"] == pytest.approx(sum(values) / len(values))
+        assert merged["metrics"][name]["mean"] == pytest.approx(whole.summary["metrics"][name]["mean"])
+        assert merged["metrics"][name]["std"] == pytest.approx(whole.summary["metrics"][name]["std"])

@@ -107,6 +107,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     if missing:
         raise ConfigError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge needs all {count}")
     _check_merge_target(Path(out), [seen[i] for i in range(count)])
+    summarised = _summarised(seen[0])
 
     by_position: dict[int, dict[str, Any]] = {}
     for folder, manifest in zip(map(Path, folders), manifests):
@@ -128,8 +129,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomically(out_dir / "scores.jsonl", records)
-    metric_names = first["metric_names"]
-    summary = summarise(records, metric_names)
+    summary = summarise(records, summarised)
     manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}
     manifest.update({"samples": total, "merged_from": [str(seen[i]) for i in range(count)],
                      "cache": _summed([m.get("cache") or {} for m in manifests]),
@@ -172,6 +172,18 @@ def _manifest(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{folder} (shard {manifest['shard']['index']}/{manifest['shard']['count']}) is "
                           f"{manifest.get('status')}, not complete; run its command again to finish it")
     return manifest
+
+
+def _summarised(folder: Path) -> list[str]:
+    """The fields a shard's summary holds: the headlines and what metrics report beside them
+    (halluc's coverage, F and rate), the same in every shard of one run."""
+    path = folder / "summary.json"
+    try:
+        return list(json.loads(path.read_text(encoding="utf-8"))["metrics"])
+    except FileNotFoundError:
+        raise ConfigError(f"{folder}: no summary.json; run its command again to finish it") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path} is not a run summary ({exc}); run that shard's command again") from None
 
 
 def _comparable(manifest: dict[str, Any]) -> tuple:
