@@ -13,6 +13,7 @@ from PIL import Image
 
 import caprecon
 from caprecon.core.errors import ConfigError
+from caprecon.data.images import open_image
 from caprecon.metrics.seeds import seed_interval
 from caprecon.models.generator import DiffusersGenerator, Generated
 
@@ -352,3 +353,24 @@ def test_turing_over_seeds(tmp_path):
     assert row["turing"] == pytest.approx(sum(expected) / 4)
     assert row["turing_upper"] == 1.0 and row["turing_n"] == 2  # the source and the count do not depend on the seed
     assert row["turing_gap"] == pytest.approx(1.0 - row["turing"])
+
+
+def test_the_reconstruct_stage_makes_every_seed_of_every_generator(tmp_path):
+    from caprecon.data.loaders import load_samples
+    from caprecon.metrics import Context, ReconScore
+    from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged
+    from caprecon.run.ray import reconstruction_plan
+    from caprecon.run.stages import reconstruct_all
+    from caprecon.store.index import Store
+
+    narrow, wide = ShiftingOracle(), WideShiftingOracle()
+    members = [SeedAveraged(ReconScore(g, PixelEmbedder(), max_side=48), 3) for g in (narrow, wide)]
+    metric = HumanCeiling(GeneratorEnsemble(members, ["narrow", "wide"]))
+    assert [(g, k) for g, _, k in reconstruction_plan([metric])] == [(narrow, 3), (wide, 3)]
+    samples = load_samples(_samples(tmp_path, n=2))
+    ctx = Context(Store.temporary())
+    counts = reconstruct_all(samples, [metric], ctx, batch_size=2, progress=False)
+    assert counts["generated"] == 2 * 3 * 2  # captions x seeds x generators
+    scoring = Context(ctx.store)  # a later scoring run on the same store generates nothing
+    rows = metric.score([open_image(s) for s in samples], scoring)
+    assert scoring.stats()["generated"] == 0 and all(len(r["recon_seeds"]) == 3 for r in rows)

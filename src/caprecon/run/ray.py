@@ -104,15 +104,25 @@ def open_recipe(recipe: tuple) -> Store:
     return Store(root, read_only=read_only, below=open_recipe(below) if below else None)
 
 
-def reconstructions_of(metrics: Sequence[Metric]) -> list[tuple[Any, Any]]:
-    """The (generator, spec) pairs the metrics rebuild images with, each once."""
-    pairs, seen = [], set()
-    for metric in metrics:
+def reconstruction_plan(metrics: Sequence[Metric]) -> list[tuple[Any, Any, int]]:
+    """(generator, spec, seeds) of what the metrics rebuild, each pair once with the most seeds
+    asked of it; a metric wrapping others (over seeds, an ensemble of generators, the human
+    ceiling) is looked into, so a reconstruct stage makes every seed of every generator."""
+    plan: dict[tuple[int, Any], list] = {}
+
+    def visit(metric: Any) -> None:
         generator, spec = getattr(metric, "generator", None), getattr(metric, "spec", None)
-        if generator is not None and spec is not None and (id(generator), spec) not in seen:
-            seen.add((id(generator), spec))
-            pairs.append((generator, spec))
-    return pairs
+        if generator is not None and spec is not None:
+            seeds = getattr(metric, "seeds", 1)
+            entry = plan.setdefault((id(generator), spec), [generator, spec, 1])
+            entry[2] = max(entry[2], seeds if isinstance(seeds, int) else 1)
+        for part in [*getattr(metric, "members", ()), getattr(metric, "inner", None)]:
+            if part is not None:
+                visit(part)
+
+    for metric in metrics:
+        visit(metric)
+    return [tuple(entry) for entry in plan.values()]
 
 
 def _decode(batch: dict[str, Any]) -> tuple[list[Sample], list[dict[str, Any]]]:
@@ -161,9 +171,9 @@ def _opened(samples: list[Sample], records: list[dict[str, Any]], row_numbers: l
 class ReconstructStage:
     """Fills the store with the reconstructions the metrics will need; rows pass through."""
 
-    def __init__(self, pairs: list, recipe: tuple, caption_only: bool):
+    def __init__(self, plan: list, recipe: tuple, caption_only: bool):
         self.ctx = Context(open_recipe(recipe))
-        self.pairs, self.caption_only = pairs, caption_only
+        self.plan, self.caption_only = plan, caption_only
         self.counting = _Counting(self.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +181,8 @@ class ReconstructStage:
         items, _ = _opened(samples, records, list(batch["row"]), self.caption_only)
         if items:
             try:
-                for generator, spec in self.pairs:
-                    self.ctx.reconstructor(generator, spec).reconstruct(items)
+                for generator, spec, seeds in self.plan:
+                    self.ctx.reconstruct_seeds(generator, spec, items, seeds)
             except FATAL as exc:  # the configuration is wrong: retrying cannot help
                 for record in records:
                     record[_STOP] = f"{RECONSTRUCT}: {type(exc).__name__}: {exc}"
@@ -270,10 +280,10 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
                           f"{', '.join([RECONSTRUCT, *(m.name for m in metrics)])}")
     recipe = store_recipe(ctx.store)
     caption_only = not any(m.needs_source_image for m in metrics)
-    pairs = reconstructions_of(metrics)
+    needed = reconstruction_plan(metrics)
     plan: list[tuple[str, type, dict[str, Any]]] = []
-    if pairs:
-        plan.append((RECONSTRUCT, ReconstructStage, {"pairs": pairs, "recipe": recipe, "caption_only": caption_only}))
+    if needed:
+        plan.append((RECONSTRUCT, ReconstructStage, {"plan": needed, "recipe": recipe, "caption_only": caption_only}))
     for metric in metrics:
         own = stages.get(metric.name)
         plan.append((metric.name, MetricStage, {

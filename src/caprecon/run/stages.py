@@ -27,22 +27,22 @@ from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
 from caprecon.run.local import FATAL, FailureWatch, RunError
-from caprecon.run.ray import reconstructions_of
+from caprecon.run.ray import reconstruction_plan
 
 
 def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
                     progress: bool = True) -> dict[str, int]:
     """Store every reconstruction `metrics` will need for `samples`; counts by outcome."""
-    pairs = reconstructions_of(metrics)
-    if not pairs:
+    plan = reconstruction_plan(metrics)
+    if not plan:
         raise RunError(f"none of the metrics ({', '.join(m.name for m in metrics)}) rebuilds the image; "
                        "nothing to reconstruct")
     counts = {"rows": len(samples), "unreadable": 0, "failed": 0}
     watch = FailureWatch("reconstruct")
     caption_only = not any(m.needs_source_image for m in metrics)
     for batch, items in _batches(samples, batch_size, caption_only, counts, progress, "reconstructing"):
-        for generator, spec in pairs:
-            _isolated(ctx.reconstructor(generator, spec).reconstruct, items, watch)
+        for generator, spec, seeds in plan:  # every seed of a metric scored over seeds (--seeds)
+            _isolated(lambda some, g=generator, s=spec, k=seeds: ctx.reconstruct_seeds(g, s, some, k), items, watch)
     stats = ctx.stats()
     return {**counts, **_failures(watch), "generated": stats["generated"], "reused": stats["reused"]}
 
