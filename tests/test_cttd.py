@@ -291,6 +291,40 @@ def test_scripted_build_end_to_end(image_folder, taxonomy_file, tmp_path):
     assert third.ran == ["rank"] and third.computed == {}
 
 
+def test_a_stage_whose_code_was_revised_is_redone_and_so_is_what_its_output_feeds(image_folder, taxonomy_file,
+                                                                                  tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from caprecon.apps.cttd import curate, pipeline
+
+    revised = pipeline.STAGES
+    assert [s.revision for s in revised if s.name == "curate"] == [1]  # issue 21 item 6's new order
+
+    def older_curation(job):  # stands in for the code before: it kept one question more
+        next(s for s in revised if s.name == "curate").run(job)
+        kept = job.folder / curate.OUTPUT
+        lines = kept.read_text().splitlines(keepends=True)
+        kept.write_text("".join(lines + lines[:1]))
+
+    # a build made by the code before stages had revisions: every stage at 0
+    monkeypatch.setattr(pipeline, "STAGES", tuple(
+        replace(s, revision=0, run=older_curation if s.name == "curate" else s.run) for s in revised))
+    config = scripted_config(taxonomy_file)
+    old = build_bank(image_folder, tmp_path / "build", config, progress=False)
+    assert old.ran == ["select", "propose", "categorise", "generate", "curate", "rank"]
+
+    monkeypatch.setattr(pipeline, "STAGES", revised)
+    new = build_bank(image_folder, tmp_path / "build", config, progress=False)
+    # the stages before curation are found finished; curation is redone from the cache, and the
+    # ranking with it, since what curation wrote changed
+    assert new.skipped == ["select", "propose", "categorise", "generate"]
+    assert new.ran == ["curate", "rank"] and new.computed == {}
+    fresh = build_bank(image_folder, tmp_path / "fresh", config, progress=False)
+    assert new.bank.read_text() == fresh.bank.read_text()
+    again = build_bank(image_folder, tmp_path / "build", config, progress=False)
+    assert again.ran == []
+
+
 def test_bank_scores_captions_with_turing(image_folder, taxonomy_file, tmp_path):
     result = build_bank(image_folder, tmp_path / "build", scripted_config(taxonomy_file), progress=False)
     captions = tmp_path / "captions.jsonl"

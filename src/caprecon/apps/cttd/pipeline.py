@@ -12,9 +12,9 @@ Stages run in order, each in its own folder of the build folder:
     06-rank        bank.jsonl, scores.jsonl
 
 and the build folder gets `bank.jsonl`, `datasheet.md` and `datasheet.json`. A stage
-writes `manifest.json` last, holding a fingerprint of its settings, its models and its
-inputs; a rerun skips a stage whose manifest matches, and reruns it (and what follows)
-otherwise. Every model call is cached in the store (`store/` in the build folder unless
+writes `manifest.json` last, holding a fingerprint of its settings, its models, its
+inputs and its code revision; a rerun skips a stage whose manifest matches, and reruns it
+(and what follows) otherwise. Every model call is cached in the store (`store/` in the build folder unless
 `cache_dir` says otherwise) one image at a time, so a stage interrupted half-way asks
 nothing again about the images it had finished.
 """
@@ -177,6 +177,10 @@ class Stage:
     roles: Callable[[BuildConfig], tuple[str, ...]]  # the models it uses
     inputs: tuple[str, ...]  # earlier stages' output files it reads (relative to the build folder)
     run: Callable[[Job], None]
+    # bumped when a change to the stage's code changes what it writes, so a finished stage of an
+    # older build is redone; 0, the code of the first builds, is left out of the key, so builds
+    # made before stages had revisions keep the stages that have not changed since
+    revision: int = 0
 
 
 def _select(job: Job) -> None:
@@ -224,7 +228,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("curate", curate.FOLDER, ("types", "judge_check", "judge_box_coords", "judge_max_new_tokens",
                                     "qa_duplicate_cos", "blind_filter", "blind_permutations"),
           lambda cfg: ("matcher",) + (("judge",) if cfg.judge_check else ()) + (("llm",) if cfg.blind_filter else ()),
-          (f"{generate.FOLDER}/{generate.OUTPUT}",), _curate),
+          (f"{generate.FOLDER}/{generate.OUTPUT}",), _curate,
+          revision=1),  # 1: the judge check before near-duplicate removal (issue 21 item 6)
     Stage("rank", rank.FOLDER, ("alpha", "top_k"), lambda cfg: ("matcher",),
           (f"{curate.FOLDER}/{curate.OUTPUT}",), _rank),
 )
@@ -271,7 +276,8 @@ def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None =
             "cttd-stage", stage=stage.name, settings=settings,
             models={role: getattr(models, role).fingerprint for role in roles},
             inputs={name: _file_digest(out / name) for name in stage.inputs},
-            images=images_digest if stage.name == "select" else None)
+            images=images_digest if stage.name == "select" else None,
+            **({"revision": stage.revision} if stage.revision else {}))
         manifest_path = folder / "manifest.json"
         if manifest_path.exists() and json.loads(manifest_path.read_text()).get("fingerprint") == fingerprint:
             skipped.append(stage.name)
@@ -283,7 +289,7 @@ def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None =
         before, started = dict(ctx.computed), time.time()
         stage.run(job)
         write_json(manifest_path, redact({
-            "stage": stage.name, "fingerprint": fingerprint,
+            "stage": stage.name, "revision": stage.revision, "fingerprint": fingerprint,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.time() - started, 3),
             "computed": {k: v - before.get(k, 0) for k, v in ctx.computed.items() if v - before.get(k, 0)},
             "settings": json.loads(json.dumps(settings, default=str)),
