@@ -374,3 +374,16 @@ def test_the_reconstruct_stage_makes_every_seed_of_every_generator(tmp_path):
     scoring = Context(ctx.store)  # a later scoring run on the same store generates nothing
     rows = metric.score([open_image(s) for s in samples], scoring)
     assert scoring.stats()["generated"] == 0 and all(len(r["recon_seeds"]) == 3 for r in rows)
+
+
+def test_caprecon_reconstruct_makes_every_seed(tmp_path, tiny_sd, tiny_dinov2):
+    from caprecon.cli import main
+
+    samples = _samples(tmp_path, n=2)
+    args = ["--input", str(samples), "-g", str(tiny_sd), "--generator-opt", "steps=1", "-e", str(tiny_dinov2),
+            "--max-side", "32", "--cache-dir", str(tmp_path / "cache"), "-q"]
+    assert main(["reconstruct", *args, "--seeds", "3"]) == 0
+    generator = LoggedGenerator(inner=DiffusersGenerator(tiny_sd, steps=1))
+    run = caprecon.score(samples, ["recon"], generator=generator, embedder=PixelEmbedder(), max_side=32, seeds=3,
+                         cache_dir=str(tmp_path / "cache"))
+    assert generator.produced == [] and all(len(r["recon_seeds"]) == 3 for r in run.records)

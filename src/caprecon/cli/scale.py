@@ -54,7 +54,7 @@ def add_parser(plugins) -> None:
 def _cmd_fill(args: argparse.Namespace) -> int:
     from caprecon.data.samples import check_unique_ids
     from caprecon.run.folder import open_store
-    from caprecon.run.score import check_images
+    from caprecon.run.score import build_metrics, check_images
     from caprecon.run.config import RunConfig
     from caprecon.run.roles import Roles
     from caprecon.metrics import Context, build_metric
@@ -71,7 +71,10 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     if args.shard:
         rows, _ = select_shard(rows, parse_shard(args.shard))
     roles = Roles(cfg)
-    metrics = [build_metric(name, roles, cfg) for name in cfg.metrics]
+    # reconstruct makes every seed (--seeds) of every generator the run will score; embed and judge
+    # fill what their metrics read themselves, the first seed of the first generator
+    build = build_metrics if args.stage == "reconstruct" else build_metric
+    metrics = [build(name, roles, cfg) for name in cfg.metrics]
     check_images(rows, metrics)
     ctx = Context(open_store(cfg, Path(args.out) if args.out else None))
     fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
