@@ -614,4 +614,5 @@ def test_suite_command_errors_stop_before_any_work(tmp_path, bench_files, capsys
     assert main(["suite", "--suite", "mmbench", "--captions", str(bench_files["mme"])]) == 2
     assert "no data file" in capsys.readouterr().err
     assert main(base + ["--judge", "a:B", "--judge-for", "refcoco"]) == 2
-    assert "--judge-for 'refcoco' must look like" in capsys.readouterr().err
+    # suite's key is a dataset, not score's question category
+    assert "--judge-for 'refcoco' must look like DATASET=MODEL" in capsys.readouterr().err

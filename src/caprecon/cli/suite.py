@@ -112,7 +112,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         if given:
             settings[f"{role}_options"] = {**(file_values.get(f"{role}_options") or {}), **given}
     if args.judge_for:
-        settings["judge_for"] = {**(file_values.get("judge_for") or {}), **parse_pairs(args.judge_for, "--judge-for")}
+        settings["judge_for"] = {**(file_values.get("judge_for") or {}), **parse_pairs(args.judge_for, "--judge-for", "DATASET")}
     cfg = RunConfig.build(**settings)
     suites = load_suites(args.suite, args.data)
     sources = caption_sources(args.captioners or [], args.captions or [])

@@ -255,12 +255,13 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def parse_pairs(pairs: list[str], option: str) -> dict[str, str]:
-    """`name=value` strings kept as text (a model name is never a number or a list)."""
+def parse_pairs(pairs: list[str], option: str, key_word: str = "CATEGORY") -> dict[str, str]:
+    """`name=value` strings kept as text (a model name is never a number or a list); `key_word`
+    says in an error what the option's names are (score's categories, suite's datasets)."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise ConfigError(f"{option} {pair!r} must look like CATEGORY=MODEL")
+            raise ConfigError(f"{option} {pair!r} must look like {key_word}=MODEL")
         out[key.strip()] = value.strip()
     return out
