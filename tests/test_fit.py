@@ -299,3 +299,39 @@ def test_fit_on_one_file_evaluate_on_another(tmp_path, capsys):
     html = (out / "report.html").read_text()
     assert 'id="fit-table"' in html and f'data-v="{float(model["r"].coef_[0])!r}"' in html
     assert 'data-points="60"' in html  # second.jsonl's out-of-fold scatter among the metric scatters
+
+
+def test_a_fused_metric_of_model_metrics_is_its_saved_model_on_the_components_the_run_writes(
+        tmp_path, tiny_sd, tiny_dinov2, tiny_clip, capsys):
+    from PIL import Image
+
+    from caprecon.cli import main
+
+    rows = []
+    for i, caption in enumerate(["a red circle", "a blue square on grass", "two dogs", "an empty street"]):
+        colour = np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8)
+        Image.fromarray(colour).save(tmp_path / f"{i}.png")
+        rows.append({"id": f"r{i}", "image": str(tmp_path / f"{i}.png"), "caption": caption})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = {"format": "caprecon-fused", "version": 1, "model": "linear", "features": ["recon", "clipscore"],
+             "mean": [0.5, 0.2], "scale": [0.25, 0.1], "weights": [0.7, 0.3], "intercept": 2.0}
+    saved = tmp_path / "fused.json"
+    saved.write_text(json.dumps(model))
+    models = ["--generator", str(tiny_sd), "--generator-opt", "steps=2", "--embedder", str(tiny_dinov2),
+              "--clip", str(tiny_clip), "--max-side", "32", "--cache-dir", str(tmp_path / "cache"), "-q",
+              "--seeds", "2"]
+    assert main(["score", "-i", str(data), "-m", f"fused:{saved}", "--out", str(tmp_path / "fused"), *models]) == 0
+    records = [json.loads(line) for line in (tmp_path / "fused" / "scores.jsonl").read_text().splitlines()]
+    for r in records:
+        by_hand = (0.7 * (r["fused/recon"] - 0.5) / 0.25 + 0.3 * (r["fused/clipscore"] - 0.2) / 0.1 + 2.0)
+        assert r["fused"] == pytest.approx(by_hand, abs=1e-9)
+    # the components are scored as a run of them alone scores them (same models, same cache): recon
+    # as the mean over --seeds, not from the first seed only
+    assert main(["score", "-i", str(data), "-m", "recon", "-m", "clipscore", "--out", str(tmp_path / "plain"), *models]) == 0
+    plain = [json.loads(line) for line in (tmp_path / "plain" / "scores.jsonl").read_text().splitlines()]
+    for ours, theirs in zip(records, plain):
+        assert len(theirs["recon_seeds"]) == 2 and theirs["recon_seeds"][0] != theirs["recon_seeds"][1]
+        assert ours["fused/recon"] == pytest.approx(sum(theirs["recon_seeds"]) / 2, abs=1e-6)
+        assert ours["fused/clipscore"] == pytest.approx(theirs["clipscore"], abs=1e-6)
+    assert len({round(r["fused"], 6) for r in records}) > 1

@@ -211,7 +211,12 @@ def score(
 def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
     """The metric as the run scores it: from K seeds (`--seeds`) when it rebuilds the image,
     under every generator as an ensemble when the run names several, and beside its rows'
-    references rebuilt the same way with `--ceiling`."""
+    references rebuilt the same way with `--ceiling`. A fused metric's components are built so too:
+    it combines what a run of them alone would report."""
+    if isinstance(metric, str) and metric.startswith("fused:"):
+        from caprecon.metrics.fused import build_fused
+
+        return build_fused(metric.partition(":")[2], lambda component: build_metrics(component, roles, cfg))
     built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
     if not uses_reconstruction(built):
         return built
