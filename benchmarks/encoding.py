@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-PHOTOS = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k-dev" / "images"
+ROOT = Path(__file__).resolve().parents[1]
+# the Flickr8k-dev photos: in the project's shared/ folder, or in the shared/ folder beside the project
+PHOTO_FOLDERS = [base / "shared" / "data" / "flickr8k-dev" / "images" for base in (ROOT, ROOT.parent)]
 STORED, DEFAULT = "png level 1 (stored)", "png default (level 6)"
 FORMATS = {
     "png level 1 (stored)": dict(format="PNG", compress_level=1),
@@ -38,12 +40,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--side", type=int, default=512)
     parser.add_argument("--images", type=int, default=16)
+    parser.add_argument("--photos", type=Path, help="a folder of .jpg photos (default: the Flickr8k-dev images "
+                                                     "in the project's shared/ folder or the one beside it)")
     args = parser.parse_args()
-    paths = sorted(PHOTOS.glob("*.jpg"))[: args.images]
+    folders = [args.photos] if args.photos else PHOTO_FOLDERS
+    folder = next((f for f in folders if f.is_dir() and any(f.glob("*.jpg"))), None)
+    paths = sorted(folder.glob("*.jpg"))[: args.images] if folder else []
     images = [Image.open(p).convert("RGB").resize((args.side, args.side)) for p in paths]
-    source = f"{len(images)} Flickr8k photos"
+    source = f"{len(images)} photos from {folder}"
     if not images:
-        source = "random images (no photos found)"
+        source = (f"NO PHOTOS in {' or '.join(map(str, folders))}: fell back to random noise, "
+                  "whose ratios say nothing about photos")
     rng = np.random.default_rng(0)
     noise = Image.fromarray(rng.integers(0, 255, (args.side, args.side, 3), dtype=np.uint8))
     print(f"{source} at {args.side}x{args.side}, and one random-noise image")

@@ -1,13 +1,15 @@
 """`caprecon meta`'s own cost against the reference metrics it evaluates.
 
 Flickr8k-Expert judgments from the shared dev folder (only its 125 images here, not the
-full 5,664 captions), the reference metrics computed as `caprecon meta` computes them,
+full 5,664 captions) and the full Flickr8k-CrowdFlower set there (5,910 judgments), each
+on its own: the reference metrics computed as `caprecon meta` computes them,
 then the agreement statistics with a 1,000-resample bootstrap — the vectorised one, and
 for comparison the per-resample scipy loop it replaced (same draws, same interval).
 
-Prints the seconds of each part and (metrics + statistics) / metrics (goal <= 1.2).
+Prints the seconds of each part and (metrics + statistics) / metrics (goal <= 1.2), per
+judgments file.
 
-Usage: python benchmarks/meta.py [--judgments PATH] [--resamples 1000] [--metrics bleu-4 cider ...]
+Usage: python benchmarks/meta.py [--judgments PATH ...] [--resamples 1000] [--metrics bleu-4 cider ...]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -25,18 +28,25 @@ from caprecon.stats.correlation import kendall_tau
 from caprecon.metrics.reference import ReferenceMetrics
 
 GOAL = 1.2
-DEV = "/work/shared/data/flickr8k-dev/expert.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+# the shared dev folder: in the project, or beside it
+DEV = next((d for d in (ROOT / "shared" / "data" / "flickr8k-dev", ROOT.parent / "shared" / "data" / "flickr8k-dev")
+            if d.is_dir()), ROOT.parent / "shared" / "data" / "flickr8k-dev")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--judgments", default=DEV)
+    parser.add_argument("--judgments", nargs="+", default=[f"{DEV}/expert.jsonl", f"{DEV}/crowdflower.jsonl"])
     parser.add_argument("--resamples", type=int, default=1000)
     default = ["bleu-1", "bleu-4", "rouge", "cider"] + (["meteor"] if shutil.which("java") else [])
     parser.add_argument("--metrics", nargs="+", default=default)
     args = parser.parse_args()
+    for path in args.judgments:
+        measure(path, args)
 
-    judgments = load_judgments(args.judgments)
+
+def measure(path: str, args: argparse.Namespace) -> None:
+    judgments = load_judgments(path)
     samples = judgments.samples()
     ids = [s.id for s in samples]
     with ReferenceMetrics(args.metrics) as reference:

@@ -11,7 +11,9 @@ run back to back, the one going first alternating from round to round.
 
 Prints, per step count: samples/s raw, samples/s caprecon (without and with the report),
 and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
-rounds of each round's side-by-side ratio.
+rounds of each round's side-by-side ratio; beside it the CPU time each side used (this
+process and its children, every thread: what background work takes from the models on a
+busy machine), caprecon / raw (goal <= 1.05).
 
 Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
 """
@@ -49,8 +51,15 @@ from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 
 GOAL = 0.95
+CPU_GOAL = 1.05
 BATCH = 16
 REPORT = ReportTimer()
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children, all threads, user and system."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: list[dict], side: int) -> None:
@@ -93,20 +102,22 @@ def main() -> None:
             generator.pipeline, embedder.model  # noqa: B018 -- load both before any timing
             raw_loop(generator, embedder, rows[:BATCH], args.side)  # warm-up
             load = time.perf_counter() - t
-            raw, ours, report = [], [], []
+            raw, ours, report, raw_cpu, ours_cpu = [], [], [], [], []
             for r in range(args.rounds):
                 def run_raw() -> None:
-                    t = time.perf_counter()
+                    t, cpu = time.perf_counter(), cpu_seconds()
                     raw_loop(generator, embedder, rows, args.side)
                     raw.append(time.perf_counter() - t)
+                    raw_cpu.append(cpu_seconds() - cpu)
 
                 def run_ours() -> None:
                     REPORT.seconds.clear()
-                    t = time.perf_counter()
+                    t, cpu = time.perf_counter(), cpu_seconds()
                     caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
                                    batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"),
                                    out=tmp / f"out-{steps}-{r}")
                     ours.append(time.perf_counter() - t)
+                    ours_cpu.append(cpu_seconds() - cpu)
                     report.append(sum(REPORT.seconds))
 
                 for side in ((run_raw, run_ours) if r % 2 == 0 else (run_ours, run_raw)):  # who goes first alternates
@@ -122,6 +133,11 @@ def main() -> None:
             print(f"  caprecon, with the report       {n / ours_s:8.1f} samples/s   (report {report_s:.2f} s)")
             print(f"  caprecon / raw (with report)    {with_report:8.3f}   goal >= {GOAL}")
             print(f"  caprecon / raw (no report)      {without:8.3f}")
+            cpu_ratio = statistics.median(b / a for a, b in zip(raw_cpu, ours_cpu))
+            print(f"  CPU s (process + children)      raw {statistics.median(raw_cpu):.2f}, "
+                  f"caprecon {statistics.median(ours_cpu):.2f}")
+            print(f"  side by side: wall caprecon/raw throughput {with_report:6.3f} (goal >= {GOAL}),  "
+                  f"CPU caprecon/raw {cpu_ratio:6.3f} (goal <= {CPU_GOAL})")
 
 
 if __name__ == "__main__":
