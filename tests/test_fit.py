@@ -335,3 +335,44 @@ def test_a_fused_metric_of_model_metrics_is_its_saved_model_on_the_components_th
         assert ours["fused/recon"] == pytest.approx(sum(theirs["recon_seeds"]) / 2, abs=1e-6)
         assert ours["fused/clipscore"] == pytest.approx(theirs["clipscore"], abs=1e-6)
     assert len({round(r["fused"], 6) for r in records}) > 1
+
+
+def test_the_reconstruct_stage_makes_what_a_fused_metric_s_components_rebuild(tmp_path, tiny_sd, tiny_dinov2, capsys):
+    from PIL import Image
+
+    from caprecon.cli import main
+
+    rows = []
+    for i, caption in enumerate(["a red circle", "two dogs", "an empty street"]):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+        rows.append({"id": f"r{i}", "image": str(tmp_path / f"{i}.png"), "caption": caption})
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    saved = tmp_path / "fused.json"
+    saved.write_text(json.dumps({"format": "caprecon-fused", "version": 1, "model": "linear", "features": ["recon"],
+                                 "mean": [0.5], "scale": [0.25], "weights": [1.0], "intercept": 0.0}))
+    models = ["-i", str(data), "-m", f"fused:{saved}", "--generator", str(tiny_sd), "--generator-opt", "steps=2",
+              "--embedder", str(tiny_dinov2), "--max-side", "32", "--cache-dir", str(tmp_path / "cache"), "-q",
+              "--seeds", "2"]
+    assert main(["reconstruct", *models]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["generated"] == 2 * len(rows)  # both seeds of each caption
+    assert main(["embed", *models]) == 0  # the sources and the first seed's reconstructions, as recon's own
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["missing_reconstruction"] == 0 and counts["embedded"] == 2 * len(rows)
+    assert main(["score", *models, "--out", str(tmp_path / "run")]) == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    # the score found every reconstruction stored, and embedded only the second seed's
+    assert manifest["cache"]["generated"] == 0 and manifest["cache"]["embedded"] == len(rows)
+
+
+def test_ray_s_reconstruct_stage_plans_what_a_fused_metric_s_components_rebuild():
+    from types import SimpleNamespace
+
+    from caprecon.metrics.fused import FusedMetric
+    from caprecon.run.ray import reconstruction_plan
+
+    generator, spec = object(), ("max_side", 32)  # a spec is hashable, as ReconstructionSpec is
+    component = SimpleNamespace(generator=generator, spec=spec, seeds=3, needs_source_image=True)
+    fused = FusedMetric(FusedModel("linear", ["recon"], [0.0], [1.0], [1.0]), {"recon": component})
+    assert reconstruction_plan([fused]) == [(generator, spec, 3)]

@@ -58,6 +58,7 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
     from caprecon.run.roles import Roles
     from caprecon.metrics import Context, build_metric
+    from caprecon.metrics.fused import FusedMetric
     from caprecon.data.normalise import normalised_samples
     from caprecon.run.shards import parse_shard, select_shard
     from caprecon.run.stages import embed_all, judge_all, reconstruct_all
@@ -75,6 +76,8 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     # fill what their metrics read themselves, the first seed of the first generator
     build = build_metrics if args.stage == "reconstruct" else build_metric
     metrics = [build(name, roles, cfg) for name in cfg.metrics]
+    # a fused metric reads nothing itself: its components are what the stage fills
+    metrics = [part for m in metrics for part in (m.components.values() if isinstance(m, FusedMetric) else (m,))]
     check_images(rows, metrics)
     ctx = Context(open_store(cfg, Path(args.out) if args.out else None))
     fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]

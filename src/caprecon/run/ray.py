@@ -107,7 +107,8 @@ def open_recipe(recipe: tuple) -> Store:
 def reconstruction_plan(metrics: Sequence[Metric]) -> list[tuple[Any, Any, int]]:
     """(generator, spec, seeds) of what the metrics rebuild, each pair once with the most seeds
     asked of it; a metric wrapping others (over seeds, an ensemble of generators, the human
-    ceiling) is looked into, so a reconstruct stage makes every seed of every generator."""
+    ceiling, a fused metric's components) is looked into, so a reconstruct stage makes every
+    seed of every generator."""
     plan: dict[tuple[int, Any], list] = {}
 
     def visit(metric: Any) -> None:
@@ -116,7 +117,8 @@ def reconstruction_plan(metrics: Sequence[Metric]) -> list[tuple[Any, Any, int]]
             seeds = getattr(metric, "seeds", 1)
             entry = plan.setdefault((id(generator), spec), [generator, spec, 1])
             entry[2] = max(entry[2], seeds if isinstance(seeds, int) else 1)
-        for part in [*getattr(metric, "members", ()), getattr(metric, "inner", None)]:
+        for part in [*getattr(metric, "members", ()), getattr(metric, "inner", None),
+                     *getattr(metric, "components", {}).values()]:
             if part is not None:
                 visit(part)
 
