@@ -191,7 +191,7 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     assert len(list((tmp_path / "third" / "report_files" / "thumbs").iterdir())) == 10
 
 
-def test_thumbnails_come_from_the_pixels_in_memory_on_the_writing_thread(tmp_path, monkeypatch):
+def test_thumbnails_come_from_the_pixels_in_memory_off_the_run_thread(tmp_path, monkeypatch):
     import threading
 
     from caprecon.store import thumbs as thumbs_module
@@ -204,14 +204,11 @@ def test_thumbnails_come_from_the_pixels_in_memory_on_the_writing_thread(tmp_pat
         return real(image, source, cache, *rest)
 
     monkeypatch.setattr(thumbs_module, "thumbnail_of", counting)
-    import caprecon.store.index as index_module
-
-    monkeypatch.setattr(index_module, "thumbnail_of", counting)
     samples = _samples(tmp_path)
     encodes = _counting_encodes(monkeypatch)
     _score_into(samples, tmp_path, "first")
     assert {source for _, source in encodes} == {str(tmp_path / "broken.jpg")}
-    assert len(made) == 10 and {name.split("_")[0] for name, _ in made} == {"caprecon-write"}
+    assert len(made) == 10 and {name for name, _ in made} == {"caprecon-thumbs-feed"}
     folder = tmp_path / "first" / "report_files" / "thumbs"
     assert len(list(folder.iterdir())) == 10
     # the same picture as the file-based path makes from the source (JPEG-close)

@@ -38,13 +38,12 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import quote
 
 import numpy as np
 from PIL import Image
 
-from caprecon.store.thumbs import thumbnail_of
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +146,10 @@ class Store:
         #: image reads wait, other reads see what is queued). The local executor turns it on and
         #: flushes before it writes rows. Index rows queued together are written in one transaction.
         self.write_behind = False
-        #: a thumbnail cache (`caprecon.store.thumbs`) to put thumbnails of the images written in,
-        #: made from their pixels on the writing thread; set while a run makes a report
-        self.thumbnails: Path | None = None
+        #: while a run makes a report: handed {file path: pixels} of each picture whose pixels are in
+        #: memory (the images written here, the sources `put_thumbnails` is given), to make its
+        #: thumbnail from them (`caprecon.store.thumbs.ThumbnailWriter`)
+        self.thumbnails: Callable[[dict[str, Image.Image]], None] | None = None
         self._queued: list[tuple] = []  # index rows waiting for the writing thread
         self._unwritten: dict[str, tuple[bytes, str]] = {}  # their (value, checksum) by key, until written
         self._drain_due = False
@@ -430,7 +430,7 @@ class Store:
     def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
                       release: list[str]) -> dict[str, tuple[dict[str, Any], Path, str]]:
         try:
-            rows, stored = [], {}
+            rows, stored, written = [], {}, {}
             for key, (image, record) in items.items():
                 data = _png_bytes(image)
                 path = self.image_path(key)
@@ -440,33 +440,23 @@ class Store:
                 partial = path.with_suffix(f".{os.getpid()}.part")
                 partial.write_bytes(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
-                if self.thumbnails is not None:
-                    thumbnail_of(image, str(path), self.thumbnails)
+                written[str(path)] = image
                 digest = sha256(data)
                 rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
                 stored[key] = (record, path, digest)
             self._put(rows, model, on_writer=self.write_behind)
+            self.put_thumbnails(written)
             return stored
         finally:
             if release:
                 self.release(release)
 
     def put_thumbnails(self, images: Mapping[str, Image.Image]) -> None:
-        """Thumbnails of picture files whose pixels are in memory (by the file's path) into
-        `thumbnails`, on the writing thread when there is one; nothing without `thumbnails`."""
-        cache = self.thumbnails
-        if cache is None or not images:
-            return
-
-        def make() -> None:
-            for source, image in images.items():
-                thumbnail_of(image, source, cache)
-
-        if self.write_behind:
-            self._behind(make)
-        else:
-            make()
+        """Hand pictures whose pixels are in memory, by their file's path, to `thumbnails`."""
+        sink = self.thumbnails
+        if sink is not None and images:
+            sink(dict(images))
 
     def flush(self) -> None:
         """Wait for the queued writes; the first that failed raises here."""

@@ -8,11 +8,11 @@ Three things keep thumbnails off a run's critical path:
 - a store-wide cache (`thumbs/` under the cache folder): a thumbnail made once is linked
   (or copied, across file systems) into every later run's `report_files/thumbs/`, so a
   fully cached run into a new folder decodes and encodes no picture for its report;
-- while a `score` run works, the store's write-behind thread makes the thumbnails of the
-  pictures the run holds in memory anyway (each source it decoded, each reconstruction it
-  writes: `thumbnail_of`), so nothing is decoded a second time;
-- `ThumbnailWriter` links them into the run folder as batches finish, and makes in its own
-  thread the few the cache still lacks, so the report at the end finds them done.
+- while a `score` run works, `ThumbnailWriter`'s thread makes the thumbnails of the
+  pictures the run holds in memory anyway (each source it decoded, each reconstruction the
+  store writes: `thumbnail_of`), so nothing is decoded a second time, links them into the
+  run folder as batches finish, and makes from their files the few the cache still lacks,
+  so the report at the end finds them done.
 
 Sources are read through `caprecon.data.images.read_image_file`, as scoring reads them: an
 original outside the run's `--image-root` gets no thumbnail (not even one cached earlier),
@@ -197,12 +197,13 @@ class ThumbnailWriter:
     """Makes the thumbnails of a run's rows while the run works.
 
     `add(rows)` only queues the rows' pictures (those already queued are skipped) and
-    returns at once. A thread links the thumbnails the cache already holds into the run
-    folder — with `store`, whose write-behind thread makes them from the pixels in memory
-    (`thumbnail_of`) before the batch's rows are handed here, that is nearly all — and
-    makes the others itself. `close()` waits for the queue. A thumbnail that could not be
-    made is left for the report, which tries again. Originals outside `image_root` are
-    never queued."""
+    returns at once. With `store`, the pictures whose pixels it holds come here too
+    (`from_memory`, before the rows that show them) and the same thread makes their
+    thumbnails from those pixels (`thumbnail_of`) into the cache; the thread links what the
+    cache holds into the run folder and makes the others from their files. Neither waits
+    on the run nor holds up its batches. `close()` waits for the queue. A thumbnail that
+    could not be made is left for the report, which tries again. Originals outside
+    `image_root` are never shown."""
 
     def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE,
                  image_root: str | Path | None = None, store: Any = None):
@@ -211,9 +212,10 @@ class ThumbnailWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.store = store if cache is not None else None
         if self.store is not None:
-            self.store.thumbnails = cache  # until `close`: the store makes thumbnails of what it holds
+            self.store.thumbnails = self.from_memory  # until `close`
         self._seen: set[str] = set()
-        self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, Image.Image] | None] = \
+            queue.SimpleQueue()
         self._stopping = False
         self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
         self._feeder.start()
@@ -229,10 +231,19 @@ class ThumbnailWriter:
             self._seen.update(p for p, _ in paths)
             self._queue.put(paths)
 
+    def from_memory(self, images: dict[str, Image.Image]) -> None:
+        """Queue thumbnails of picture files ({path: pixels}) to make from the pixels given."""
+        if not self._stopping:
+            self._queue.put(images)
+
     def _feed(self) -> None:
         while (paths := self._queue.get()) is not None:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
+            if isinstance(paths, dict):
+                for source, image in paths.items():
+                    thumbnail_of(image, source, self.cache)
+                continue
             misses = [(p, name, root) for p, root in paths
                       if (name := _name(p)) and not self._linked_from_cache(name)]
             for source, name, root in misses:
