@@ -105,9 +105,9 @@ def run_settings(args: argparse.Namespace) -> dict:
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    settings["allow_plugins"] = bool(getattr(args, "allow_plugins", False))  # for the --config file
     if getattr(args, "judge_for", None):
         settings["judge_for"] = parse_pairs(args.judge_for, "--judge-for")
-    settings["allow_plugins"] = bool(getattr(args, "allow_plugins", False))  # for the --config file
     for role in ("generator", "embedder", "judge", "llm"):
         pairs = getattr(args, f"{role}_opt")
         if pairs:

@@ -88,12 +88,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--source", help="source name for the datasheet (default: the file's name)")
     p.add_argument("--id-prefix", default="", help="vlmevalkit: prefix of image ids (default: none, the index)")
     p.add_argument("--no-images", action="store_true", help="do not write the images to OUT/images")
-    p.set_defaults(func=cmd_import)
-
-
     p.add_argument("--image-root", metavar="DIR",
                    help="relative image paths resolve against DIR (default: the question file's folder), and every "
                         "image must lie inside it: a question whose image escapes it is dropped")
+    p.set_defaults(func=cmd_import)
+
+
 def _text_or_file(value: str | None) -> str | None:
     if value is None:
         return None
