@@ -311,31 +311,28 @@ def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None
 
 
 def _composite_polos_csv(path: Path, subsets: Sequence[str]) -> Judgments:
-    items: list[Judgment] = []
-    for where, raw in read_records(path, JudgmentFormatError):
-        record = {str(k).strip().lower(): v for k, v in raw.items()}
-        image, caption, rating, refs = _hub_fields(record, where)
-        subset = composite_subset_of_image(image)
-        if subset is not None and subset not in subsets:
-            continue
-        _composite_item(items, subset, image, caption, (rating,), refs)
-    if not items:
-        raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
-    return Judgments(SCORES, items, path)
+    records = ((where, {str(k).strip().lower(): v for k, v in raw.items()})
+               for where, raw in read_records(path, JudgmentFormatError))  # fmt: skip
+    return _composite_rows(records, subsets, path)
 
 
 def _composite_hub(source: str | Path, subsets: Sequence[str]) -> Judgments:
     folder, rows = hub.read_rows(source, "test")
+    return _composite_rows(_records(rows, str(folder)), subsets, folder)
+
+
+def _composite_rows(records, subsets: Sequence[str], source: Path) -> Judgments:
+    """Composite rows that name their image, caption, rating and references (the Polos CSV, the hub copy)."""
     items: list[Judgment] = []
-    for where, record in _records(rows, str(folder)):
+    for where, record in records:
         image, caption, rating, refs = _hub_fields(record, where)
         subset = composite_subset_of_image(image)
         if subset is not None and subset not in subsets:
             continue
         _composite_item(items, subset, image, caption, (rating,), refs)
     if not items:
-        raise JudgmentFormatError(f"{folder}: no Composite judgments for subsets {', '.join(subsets)}")
-    return Judgments(SCORES, items, folder)
+        raise JudgmentFormatError(f"{source}: no Composite judgments for subsets {', '.join(subsets)}")
+    return Judgments(SCORES, items, source)
 
 
 def _composite_own(path: Path, subsets: Sequence[str]) -> Judgments:
