@@ -54,7 +54,7 @@ from caprecon.models.build import build_model
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.vlm import VLMRequest
 from caprecon.reconstruct.templates import render
-from caprecon.run.captioning import Selection, export_parquet
+from caprecon.run.captioning import Selection, export_parquet, one_noise_per_image
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store, write_manifest
 from caprecon.run.roles import Roles
@@ -212,11 +212,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
         raise ConfigError(f"--margin must be a number >= 0, not {margin!r}")
     cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
-    if cfg.seed_policy == "per-sample":
-        if settings.get("seed_policy") == "per-sample":
-            raise ConfigError("refinement reconstructs every version of a caption from the same noise: use "
-                              "--seed-policy per-image (the default here) or fixed, not per-sample")
-        cfg.seed_policy = "per-image"
+    one_noise_per_image(cfg, settings, "refinement")
     sources = _feedback_sources(feedback, cfg, selection)
     if captioner is None and cfg.llm is None:
         raise ConfigError("refinement needs a reviser: --captioner (it sees the image) or --llm (it sees the "

@@ -43,7 +43,14 @@ from caprecon.core.describe import describe_model
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.run.folder import open_store, write_manifest
-from caprecon.run.captioning import Pool, Selection, export_parquet, generate_candidates, select_best
+from caprecon.run.captioning import (
+    Pool,
+    Selection,
+    export_parquet,
+    generate_candidates,
+    one_noise_per_image,
+    select_best,
+)
 
 
 # what `best_of_n` does when neither the caller nor a captioning preset says otherwise; the
@@ -207,11 +214,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         raise ConfigError("this run needs a captioner: set --captioner (see `caprecon models`) or "
                           "--preset remote-describer")
     cfg = RunConfig.build(preset=run_preset, file=config, metrics=selection.metrics, **settings)
-    if cfg.seed_policy == "per-sample":
-        if settings.get("seed_policy") == "per-sample":
-            raise ConfigError("best-of-N reconstructs all candidates of an image from the same noise: use "
-                              "--seed-policy per-image (the default here) or fixed, not per-sample")
-        cfg.seed_policy = "per-image"
+    one_noise_per_image(cfg, settings, "best-of-N")
     paths = list_images(images)
     model = build_model("captioner", chosen["captioner"], captioner_options)
     sampling, sampling_from = _captioners_sampling(model, sampling, sampling_from)

@@ -185,3 +185,17 @@ def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path 
         return None
     pq.write_table(pa.Table.from_pylist(list(rows)), path)
     return Path(path)
+
+
+def one_noise_per_image(cfg, settings: Mapping[str, Any], what: str) -> None:
+    """Make every caption of an image rebuilt from the same noise, so their scores differ by the caption alone.
+
+    Best-of-N and refinement compare captions of one image; per-sample seeds would add the noise's
+    difference to the caption's. An explicit per-sample request is refused, the preset's is replaced.
+    """
+    if cfg.seed_policy != "per-sample":
+        return
+    if settings.get("seed_policy") == "per-sample":
+        raise ConfigError(f"{what} reconstructs every caption of an image from the same noise: use "
+                          "--seed-policy per-image (the default here) or fixed, not per-sample")
+    cfg.seed_policy = "per-image"
