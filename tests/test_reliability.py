@@ -2,7 +2,6 @@
 errors versus run errors, interruption and resumption, paths confined to a folder."""
 
 import json
-import os
 from typing import Any
 
 import numpy as np
