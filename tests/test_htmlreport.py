@@ -98,7 +98,7 @@ def test_captions_ids_and_errors_are_data_not_markup(tmp_path):
 
 def test_thumbnails_are_small_shared_and_reused(tmp_path):
     shared = _image(tmp_path / "source.png", (200, 10, 10), size=(900, 600))
-    recon = _image(tmp_path / "recon.png", (10, 200, 10), size=(300, 300))
+    recon = _image(tmp_path / "recon.png", (10, 200, 10), size=(600, 600))
     records = [{"id": "a", "caption": "one", "captioner": "A", "image": shared, "reconstruction": recon, "recon": 0.4},
                {"id": "b", "caption": "two", "captioner": "B", "image": shared, "recon": 0.6},
                {"id": "c", "caption": "three", "image": str(tmp_path / "missing.png"), "recon": 0.5}]
@@ -419,6 +419,35 @@ def test_per_row_sub_scores_and_flips_are_arrays_aligned_to_shared_names(tmp_pat
     assert items["a"]["x"] == [0.25, 1.0] and items["b"]["x"] == [None, 0.5]
     assert data["flip_fields"] == ["question", "category", "answer", "on_original", "on_reconstruction"]
     assert items["a"]["f"] == [["How many dogs?", "counting", "2", "2", "3"]] and "f" not in items["b"]
+
+
+def test_a_small_picture_file_is_its_own_thumbnail(tmp_path):
+    """A JPEG or PNG at most 384 pixels (half as large again as a 256-pixel thumbnail) and 64 KiB is
+    shown as its own bytes, not decoded and encoded again; a larger one, or a format a browser may
+    not show, is made a JPEG of at most 256 pixels."""
+    from caprecon.store.thumbs import make_thumbnails, thumbnail_of
+
+    small_jpeg, small_png = tmp_path / "small.jpg", tmp_path / "small.png"
+    Image.new("RGB", (320, 240), (200, 10, 10)).save(small_jpeg)
+    Image.new("RGB", (384, 100), (10, 10, 200)).save(small_png)
+    wide, bmp = _image(tmp_path / "wide.png", (10, 200, 10), size=(385, 100)), tmp_path / "small.bmp"
+    Image.new("RGB", (100, 100), (9, 9, 9)).save(bmp)
+    heavy = tmp_path / "noise.png"  # 320x240 pixels, but about 230 KB
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(heavy)
+    assert heavy.stat().st_size > 64 * 1024
+    folder = tmp_path / "thumbs"
+    names = make_thumbnails([str(small_jpeg), str(small_png), wide, str(bmp), str(heavy)], folder)
+    assert (folder / names[str(small_jpeg)]).read_bytes() == small_jpeg.read_bytes()
+    assert (folder / names[str(small_png)]).read_bytes() == small_png.read_bytes()
+    assert Image.open(folder / names[wide]).size == (256, 66) and Image.open(folder / names[wide]).format == "JPEG"
+    assert Image.open(folder / names[str(bmp)]).format == "JPEG"
+    assert Image.open(folder / names[str(heavy)]).size == (256, 192)
+    assert Image.open(folder / names[str(heavy)]).format == "JPEG"
+
+    cache = tmp_path / "cache"  # from pixels in memory (as a run makes them): the file's bytes too
+    with Image.open(small_jpeg) as im:
+        assert thumbnail_of(im.convert("RGB"), str(small_jpeg), cache)
+    assert [p.read_bytes() for p in cache.rglob("*.jpg")] == [small_jpeg.read_bytes()]
 
 
 def test_thumbnails_already_made_need_no_job_and_keep_the_root_check(tmp_path, monkeypatch):
