@@ -221,7 +221,7 @@ class WordMatcher:
 
 
 def write_example(folder: Path) -> None:
-    """The README's offline example: six shape scenes (and four images stage 1 drops), the
+    """The docs' offline example (docs/question-bank.md): six shape scenes (and four images stage 1 drops), the
     test taxonomy, and a captions file with a right and a wrong caption per scene."""
     from oracle import render
 

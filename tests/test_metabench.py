@@ -304,7 +304,7 @@ def test_meta_benchmark_command_with_scores_and_compare(tmp_path):
     assert float(rows["good"]["accuracy_mean"]) == pytest.approx(np.mean([0.5, 1.0, 1.0]))
     (comparison,) = csv.DictReader((out / "compare.csv").open())
     assert float(comparison["difference"]) == pytest.approx(0.5)
-    assert (out / "report.html").is_file()  # as every meta run does (README: The HTML report)
+    assert (out / "report.html").is_file()  # as every meta run does (docs/score.md: The HTML report)
 
 
 def test_meta_verify_pass_fail_and_skips(tmp_path, capsys):

@@ -4,7 +4,7 @@
     recon = caprecon.ReconScore(generator=caprecon.DiffusersGenerator(...), embedder=caprecon.HFVisionEmbedder(...))
     recon(images, captions)
 
-Everything here is defined in its own layer (see the README, "How the code is laid out");
+Everything here is defined in its own layer (docs/layout.md, "How the code is laid out");
 this module only chooses what is public.
 """
 

@@ -180,7 +180,7 @@ def build_fixtures(root: Path) -> None:
     (agree / "turing-a").mkdir()
     (agree / "turing-a" / "summary.json").write_text(json.dumps({"metrics": {"turing": {"mean": 0.9}}}))
 
-    # cttd: the README's offline example (shapes/, taxonomy.json, captions.jsonl)
+    # cttd: the docs' offline example (docs/question-bank.md) (shapes/, taxonomy.json, captions.jsonl)
     cttd_fakes.write_example(root / "cttd")
 
     # cttd import: a VLMEvalKit TSV and a generic CSV (tests/test_cttd.py)
@@ -321,7 +321,7 @@ def chains() -> dict[str, list[dict]]:
             S("suite-agree", "suite-agree", "--suite-run", "{O}/suite/run", "--turing", "tinyqwen={I}/agree/turing-a",
               "--turing", "published=0.7", "--out", "{R}"),
         ],
-        "cttd": [  # the README's offline example
+        "cttd": [  # the docs' offline example (docs/question-bank.md)
             S("cttd-build", "cttd", "build", "--images", "{I}/cttd/shapes", "--out", "{R}", "--vlm",
               "cttd_fakes:ScriptedVLM", "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher",
               "--taxonomy", "{I}/cttd/taxonomy.json", "--density-band", "0", "1", "--top-k", "6"),

@@ -724,7 +724,8 @@ def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | Non
         raise MetaError(f"--data-root {args.data_root} is not a folder")
     found = find_benchmarks(args.data_root)
     if not found:
-        raise MetaError(f"no benchmark data under {args.data_root} (see the README's list of benchmarks and their files)")
+        raise MetaError(f"no benchmark data under {args.data_root} "
+                        "(docs/validate.md lists the benchmarks and their files)")
     args.out.mkdir(parents=True, exist_ok=True)
     plans = []
     for benchmark, path in found:
