@@ -26,6 +26,9 @@ from caprecon.store.index import Store, content_key
 
 
 class Context:
+    """What a metric's `score` works through: the store its model results are cached in, the
+    reconstructors (one per generator, spec and seed), and counts of model time and of results computed."""
+
     def __init__(self, store: Store | None = None):
         self.store = store if store is not None else Store.temporary()
         self._reconstructors: dict[tuple[int, ReconstructionSpec, int], Reconstructor] = {}

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GenerationRequest:
+    """One image to generate: the full prompt (template applied), its seed and size."""
+
     prompt: str
     seed: int
     width: int

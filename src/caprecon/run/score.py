@@ -38,6 +38,9 @@ from caprecon.run.local import RunError, RunInterrupted, run_local
 
 @dataclass
 class Results:
+    """What `score` returns: one record per sample (as `scores.jsonl` holds them), the summary
+    and manifest of the run, its folder (`out`, None without one) and the metrics' names."""
+
     records: list[dict[str, Any]]
     summary: dict[str, Any]
     manifest: dict[str, Any]
