@@ -103,6 +103,13 @@ def test_every_metric_has_its_reference_page():
     assert missing == [], "each metric needs docs/metrics/NAME.md, listed in mkdocs.yml's nav"
 
 
+def test_api_page_documents_every_public_name():
+    import caprecon
+
+    shown = re.findall(r"^::: caprecon\.(\w+)$", (DOCS / "reference" / "api.md").read_text(), flags=re.M)
+    assert sorted(shown) == sorted(caprecon.__all__), "docs/reference/api.md needs a `::: caprecon.NAME` per export"
+
+
 def test_cli_reference_shows_nested_commands_and_aliases():
     page = (DOCS / "reference" / "cli.md").read_text()
     for heading in ("## caprecon score", "### caprecon cttd build", "### caprecon cache prune",
