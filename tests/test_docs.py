@@ -230,11 +230,6 @@ def test_runnable_examples_run(page, tmp_path, docs_cache):
                 raise AssertionError(f"docs/{page}, block at line {line}:\n{failure}") from None
 
 
-# options the docs name that belong to other programs, not to caprecon
-OTHER_PROGRAMS = {"--repo-type", "--local-dir",  # huggingface-cli download
-                  "--hidden"}  # benchmarks/halluc.py
-
-
 def _shown_commands(text: str) -> list[list[str]]:
     """The words of every `caprecon` command in the page's fenced blocks, marked or not."""
     commands = []
@@ -248,19 +243,13 @@ def _shown_commands(text: str) -> list[list[str]]:
     return commands
 
 
-def test_docs_name_only_options_that_exist():
+def test_shown_commands_use_their_own_commands_options():
     # unmarked examples (real weights, a GPU) cannot run here, but a renamed option still fails them:
-    # each command's options against its own parser, and any option named in prose against all of them.
-    # The contributing page also speaks of mkdocs' own options.
-    known = {s for p in _parsers(build_parser()) for a in p._actions for s in a.option_strings} | OTHER_PROGRAMS
-    wrong = set()
-    for page in DOCS.rglob("*.md"):
-        text, name = page.read_text(), page.relative_to(DOCS)
-        wrong |= {f"{name}: caprecon {' '.join(argv[:2])} ... {option}"
-                  for argv in _shown_commands(text) for option in unknown_options(argv)}
-        if page.name != "contributing.md":
-            wrong |= {f"{name}: {option}" for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text)
-                      if option not in known}
+    # each command's options against its own sub-command's parser (test_reliability checks that any
+    # option named in prose exists somewhere)
+    wrong = {f"{page.relative_to(DOCS)}: caprecon {' '.join(argv[:2])} ... {option}"
+             for page in DOCS.rglob("*.md") for argv in _shown_commands(page.read_text())
+             for option in unknown_options(argv)}
     assert wrong == set()
 
 
