@@ -120,8 +120,15 @@ MUTANTS = [
     Mutant("N-curve mean over images with n candidates -> over all images", "apps/selection.py",
            "for i in used) / len(used)}", "for i in used) / len(pools)}"),
     # Kendall tau_b / tau_c, direct and bootstrapped
+    # Kendall tau is computed in numpy (no scipy.stats import): pin each variant's formula
     Mutant("kendall_tau ignores the variant (always tau_b)", "stats/correlation.py",
-           "np.asarray(y, float), variant=variant)", 'np.asarray(y, float), variant="b")'),
+           'if variant == "b":\n        return concordance', 'if variant in "bc":\n        return concordance'),
+    Mutant("kendall tau_b sqrt(untied_x untied_y) -> sqrt(untied_x untied_x)", "stats/correlation.py",
+           "concordance / math.sqrt(untied_x * untied_y)", "concordance / math.sqrt(untied_x * untied_x)"),
+    Mutant("kendall tau_c (m-1)/m -> m/m", "stats/correlation.py",
+           "(n**2 * (classes - 1) / classes)", "(n**2 * classes / classes)"),
+    Mutant("kendall: pairs tied in x counted as untied", "stats/correlation.py",
+           "pairs - _tied_pairs(x), pairs - _tied_pairs(y)", "pairs, pairs - _tied_pairs(y)"),
     Mutant("bootstrap tau_b sqrt(untied_x untied_y) -> sqrt(untied_x untied_x)", "stats/bootstrap.py",
            "concordance / np.sqrt(untied_x * untied_y)", "concordance / np.sqrt(untied_x * untied_x)",
            (FORMULAS, "tests/test_bootstrap.py")),
