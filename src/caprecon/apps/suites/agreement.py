@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from caprecon.core.errors import ConfigError
+from caprecon.core.tables import format_table
 from caprecon.stats.correlation import kendall_tau
 
 
@@ -68,9 +69,7 @@ class Agreement:
         rows = [["rank", "task suite", "Avg.", "CTTD", "turing"]]
         for i, (a, b) in enumerate(zip(suite, surrogate), 1):
             rows.append([str(i), a, f"{self.suite[a]:.2f}", b, f"{self.surrogate[b]:.4f}"])
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
+        lines = [format_table(rows, rule=True)]
         tau = f"n/a ({self._why_no_tau()})" if math.isnan(self.tau) else f"{self.tau:+.3f}"
         lines += ["", f"Kendall tau_b over {len(self.shared)} captioners: {tau}"]
         for side, labels in (("only in the suite results", self.only_suite),
