@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from caprecon.core.tables import format_table
 from caprecon.data.judgments import JudgmentFormatError
 from caprecon.stats.agreement import MetaRow
 from caprecon.apps.metabench import Benchmark
@@ -129,9 +130,7 @@ def format_verify(rows: Sequence[VerifyRow]) -> str:
          f"{r.tolerance:g}", r.status, r.source)
         for r in rows
     ]  # fmt: skip
-    widths = [max(len(h), *(len(c[k]) for c in cells)) if cells else len(h) for k, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in cells]
+    lines = [format_table([header, *cells], rule=True)]
     lines += [f"skipped: {reason}" for reason in dict.fromkeys(r.reason for r in rows if r.reason)]
     return "\n".join(lines)
 
