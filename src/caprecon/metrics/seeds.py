@@ -64,10 +64,6 @@ class SeedAveraged(Metric):
         self.needs_source_image = inner.needs_source_image
         self.generator, self.spec = inner.generator, inner.spec
 
-    @property
-    def headline(self) -> str:
-        return self.inner.headline
-
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "seeds": self.seeds, "interval": f"{LEVEL:.0%} Student-t over seeds"}
 
@@ -144,10 +140,6 @@ class GeneratorEnsemble(Metric):
         self.companions = tuple(first.companions)
         self.needs_source_image = first.needs_source_image
 
-    @property
-    def headline(self) -> str:
-        return self.members[0].headline
-
     def describe(self) -> dict[str, Any]:
         return {**self.members[0].describe(), "ensemble": dict(zip(self.labels, (m.describe() for m in self.members)))}
 
@@ -194,10 +186,6 @@ class HumanCeiling(Metric):
         self.companions = tuple(inner.companions)
         self.needs_source_image = inner.needs_source_image
         self.generator, self.spec = getattr(inner, "generator", None), getattr(inner, "spec", None)
-
-    @property
-    def headline(self) -> str:
-        return self.inner.headline
 
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "ceiling": "references reconstructed with the caption's seeds"}
