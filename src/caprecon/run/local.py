@@ -140,6 +140,15 @@ class MetricRunner:
         self.watch.observe(results)
         return results
 
+    def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
+        """Score `items` and put each outcome in its row: the scores, or the row's error."""
+        name = self.metric.name
+        for row, result in zip(rows, self.score(items)):
+            if isinstance(result, Exception):
+                fail_row(row, redact_text(f"{name}: {type(result).__name__}: {result}"), failure_reason(name, result))
+            else:
+                row.update(result)
+
     def _in_chunks(self, items: list) -> list[dict[str, Any] | Exception]:
         results: list[dict[str, Any] | Exception] = []
         start = 0
@@ -254,12 +263,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             for runner in runners:
                 if not items:
                     break
-                for pos, result in zip(positions, runner.score(items)):
-                    if isinstance(result, Exception):
-                        message = redact_text(f"{runner.metric.name}: {type(result).__name__}: {result}")
-                        fail_row(rows[pos], message, failure_reason(runner.metric.name, result))
-                    else:
-                        rows[pos].update(result)
+                runner.score_into(items, [rows[pos] for pos in positions])
             _flush(store)
             out.finish([index for index, _ in batch], rows)
     except KeyboardInterrupt:

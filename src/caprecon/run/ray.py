@@ -201,25 +201,15 @@ class MetricStage:
         self.counting = _Counting(self.runner.ctx)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        from caprecon.core.redaction import redact_text
-        from caprecon.run.local import failure_reason
-
         samples, records = _decode(batch)
         items, kept = _opened(samples, records, list(batch["row"]), self.caption_only)
         if items:
-            name = self.runner.metric.name
             try:
-                results = self.runner.score(items)
+                self.runner.score_into(items, [records[i] for i in kept])
             except RunError as stop:
                 for record in records:
                     record[_STOP] = str(stop)
                 return _encode(batch, records, {})
-            for i, result in zip(kept, results):
-                if isinstance(result, Exception):
-                    message = redact_text(f"{name}: {type(result).__name__}: {result}")
-                    fail_row(records[i], message, failure_reason(name, result))
-                else:
-                    records[i].update(result)
         # the metric stage finds the reconstruct stage's images: "reused" would count them twice
         return _encode(batch, records, {k: v for k, v in self.counting.delta().items() if k != "reused"})
 
