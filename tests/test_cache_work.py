@@ -54,6 +54,27 @@ def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
     assert again.records[-1]["error_reasons"] == first.records[-1]["error_reasons"] == ["image not decodable"]
 
 
+def test_a_cached_run_decodes_no_picture_that_several_rows_of_a_batch_share(tmp_path, monkeypatch):
+    Image.fromarray(np.full((30, 40, 3), 200, dtype=np.uint8)).save(tmp_path / "shared.jpg")
+    rows = [{"id": f"c{i}", "image": "shared.jpg", "caption": f"a grey wall, caption {i}"} for i in range(3)]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps(r) for r in rows))
+    decodes = []
+    real = images_module.decode_bytes
+    monkeypatch.setattr(images_module, "decode_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
+
+    def run(out):
+        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                              batch_size=3, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
+
+    first = run("first")
+    decodes.clear()
+    again = run("again")
+    assert decodes == []  # the size recorded for the shared file serves each of its rows
+    assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
+    assert [r.get("size") for r in again.records] == [r.get("size") for r in first.records]
+
+
 def test_a_cached_run_reads_no_source_file_it_hashed_before(tmp_path, monkeypatch):
     samples = _samples(tmp_path)
     reads = []

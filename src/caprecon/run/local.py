@@ -376,10 +376,11 @@ class _BatchReader:
     def read(self, batch: list[tuple[int, Sample]]) -> list[LoadedSample | SampleError]:
         mapper = self.pool.map if self.pool else map
         opened = list(mapper(self._read_one, [s for _, s in batch]))
-        files = {o.image_key: o for o in opened if isinstance(o, LoadedSample) and not o.decoded}
-        known = self.ctx.store.get_json([self._key(k) for k in files]) if files else {}
-        for key, item in files.items():
-            size = known.get(self._key(key))
+        files = [o for o in opened if isinstance(o, LoadedSample) and not o.decoded]
+        # rows of one picture (several captions of it) share a key, and each takes the size
+        known = self.ctx.store.get_json(list({self._key(o.image_key) for o in files})) if files else {}
+        for item in files:
+            size = known.get(self._key(item.image_key))
             if size is not None:
                 item.assume_size(tuple(size))
         return list(mapper(self._decode_unseen, opened))
