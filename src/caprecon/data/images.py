@@ -207,8 +207,15 @@ def inside(path: Path, root: Path) -> bool:
 
 def decode_bytes(data: bytes, what: str) -> Image.Image:
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            return decode_image(im, what)
+        im = Image.open(io.BytesIO(data))
+        try:
+            im.load()  # every pixel now, so a truncated file is this call's error, not a later one's
+        except Exception as exc:
+            raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+        # the picture is this call's own: turned upright and made RGB in place, where copying
+        # it twice (once upright, once as RGB) cost as much as decoding a 320x240 JPEG again
+        ImageOps.exif_transpose(im, in_place=True)
+        return to_rgb(im, copy=False)
     except SampleError:
         raise
     except UnidentifiedImageError:  # its message names only the in-memory buffer
@@ -218,21 +225,22 @@ def decode_bytes(data: bytes, what: str) -> Image.Image:
 
 
 def decode_image(im: Image.Image, what: str) -> Image.Image:
+    """An upright 8-bit RGB copy of `im` (the caller's picture is left as it was)."""
     try:
-        return to_rgb(ImageOps.exif_transpose(im))
+        return to_rgb(ImageOps.exif_transpose(im), copy=False)  # exif_transpose already made a copy
     except Exception as exc:  # truncated data shows only when the pixels are read
         raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
 
 
-def to_rgb(im: Image.Image) -> Image.Image:
-    """8-bit RGB, as a person would see the image.
+def to_rgb(im: Image.Image, *, copy: bool = True) -> Image.Image:
+    """8-bit RGB, as a person would see the image (with `copy=False`, an RGB `im` itself).
 
     PIL's own `convert("RGB")` clips deep integer and float images (a 16-bit PNG turns
     white) and drops transparency (revealing whatever colour hides under it); here deep
     images are scaled to 0-255 and transparent pixels are laid over white.
     """
     if im.mode == "RGB":
-        return im.copy()
+        return im.copy() if copy else im
     if im.mode.startswith("I;16"):  # 16 bits whatever the values: 65535 -> 255
         return Image.fromarray(np.round(np.asarray(im, dtype=np.float64) / 257.0).astype(np.uint8), "L").convert("RGB")
     if im.mode in ("I", "F"):
