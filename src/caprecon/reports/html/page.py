@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import collections
 import difflib
+import functools
 import hashlib
 import json
 import logging
@@ -51,6 +52,7 @@ def _pct(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.2f}"
 
 
+@functools.cache  # one per process: compiling the page's template takes ~60 ms, more than rendering it
 def _environment() -> Environment:
     env = Environment(loader=FileSystemLoader(str(_package_dir("templates"))), undefined=StrictUndefined,
                       autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
