@@ -104,29 +104,25 @@ def _encode(source: str, target: Path, side: int, image_root: str | Path | None 
     return _save(im, target)
 
 
-def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB_SIDE) -> bool:
+def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB_SIDE) -> str | None:
     """Put the thumbnail of the picture file `source` in the thumbnail `cache`, made from its
     pixels already in memory (`image`, as decoded for scoring or as generated) rather than
-    read and decoded again. False when it cannot be written."""
+    read and decoded again. Returns the thumbnail's name, None when it cannot be written."""
     name = _name(source)
     if name is None:
-        return False
+        return None
     target = _cached(cache, name)
     if target.exists():
-        return True
+        return name
     if _file_shown_as_is(source, image.size, side):
         # the run read this file (inside --image-root) or wrote it moments ago: a link to it
         # costs one directory entry, where writing a file costs up to a millisecond here
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            return False
-        return _link(Path(source), target)
+        return name if _link(Path(source), target) else None
     scale = min(1.0, side / max(image.size))
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
     small = image.convert("RGB") if image.mode != "RGB" else image
     small = small.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0) if scale < 1 else small.copy()
-    return _save(small, target)
+    return name if _save(small, target) else None
 
 
 def _shown_as_is(head: bytes, n_bytes: int, size: tuple[int, int], side: int) -> bool:
@@ -159,14 +155,23 @@ def _save(content: Image.Image | bytes, target: Path) -> bool:
 
 def _link(cached: Path, target: Path) -> bool:
     """Put the file `cached` (a thumbnail, or a picture small enough to be one) at `target`: a hard
-    link where the file system allows, else a copy."""
+    link where the file system allows, else a copy. `target`'s folder is made when missing."""
     try:
-        os.link(cached, target)
+        try:
+            os.link(cached, target)
+        except FileNotFoundError:
+            if not os.path.exists(cached):
+                return False
+            # the folder is made only when a link finds it missing: one system call per
+            # picture, where checking for it first doubled that on a run's thumbnail thread
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.link(cached, target)
         return True
     except FileExistsError:
         return True
     except OSError:
-        try:
+        try:  # another file system (or one without hard links): a copy
+            target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f"{target.name}.{os.getpid()}.part")
             shutil.copyfile(cached, partial)
             os.replace(partial, target)
@@ -250,6 +255,7 @@ class ThumbnailWriter:
         if self.store is not None:
             self.store.thumbnails = self.from_memory  # until `close`
         self._seen: set[str] = set()
+        self._named: dict[str, str] = {}  # picture -> its thumbnail in the cache, made from memory (feed thread only)
         self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, Image.Image] | None] = \
             queue.SimpleQueue()
         self._stopping = False
@@ -278,10 +284,13 @@ class ThumbnailWriter:
                 continue  # stopped: what is queued is dropped
             if isinstance(paths, dict):
                 for source, image in paths.items():
-                    thumbnail_of(image, source, self.cache)
+                    if name := thumbnail_of(image, source, self.cache):
+                        self._named[source] = name
                 continue
+            # a picture whose thumbnail was just made from memory needs only its link: its
+            # name is known, and the cache holds it
             misses = [(p, name, root) for p, root in paths
-                      if (name := _name(p)) and not self._linked_from_cache(name)]
+                      if (name := self._named.pop(p, None) or _name(p)) and not self._linked_from_cache(name)]
             for source, name, root in misses:
                 if self._stopping:
                     break
@@ -294,8 +303,7 @@ class ThumbnailWriter:
         """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
         if self.cache is None:
             return False
-        target, cached = self.folder / name, _cached(self.cache, name)
-        return target.exists() or (cached.exists() and _link(cached, target))
+        return _link(_cached(self.cache, name), self.folder / name)
 
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
