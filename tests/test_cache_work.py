@@ -240,3 +240,67 @@ def test_thumbnails_come_from_the_pixels_in_memory_off_the_run_thread(tmp_path, 
     expected = Image.open(from_file)
     assert shown.size == expected.size
     assert np.abs(np.asarray(shown, float) - np.asarray(expected, float)).mean() < 3
+
+
+def test_a_picture_thumbnailed_from_memory_is_named_once_and_only_linked_after(tmp_path, monkeypatch):
+    """The thumbnail thread names each picture (a stat and a hash) once: the rows that show a
+    picture made from memory link the known name into the run folder."""
+    from caprecon.store import thumbs as thumbs_module
+
+    import threading
+
+    named = []
+    real = thumbs_module._name
+    monkeypatch.setattr(thumbs_module, "_name",
+                        lambda source: (named.append((threading.current_thread().name, source)), real(source))[1])
+    samples = _samples(tmp_path)
+    _score_into(samples, tmp_path, "first")
+    pictures = [p for thread, p in named if thread == "caprecon-thumbs-feed" and not p.endswith("broken.jpg")]
+    assert len(pictures) == 10 and len(set(pictures)) == 10  # 5 originals, 5 reconstructions, each named once
+    folder = tmp_path / "first" / "report_files" / "thumbs"
+    assert len(list(folder.iterdir())) == 10
+
+
+def test_thumbnails_are_copied_where_the_file_system_refuses_a_link(tmp_path, monkeypatch):
+    """Across file systems (EXDEV) a thumbnail is copied into a folder that does not exist yet."""
+    import errno
+
+    from caprecon.store import thumbs as thumbs_module
+
+    def no_links(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(thumbs_module.os, "link", no_links)
+    source = tmp_path / "small.png"
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(source)
+    cache, folder = tmp_path / "cache", tmp_path / "run" / "thumbs"
+    name = thumbs_module.thumbnail_of(Image.open(source).convert("RGB"), str(source), cache)
+    assert name and (cache / name[:2] / name).read_bytes() == source.read_bytes()
+    folder.parent.mkdir()
+    assert thumbs_module._link(cache / name[:2] / name, folder / name)
+    assert (folder / name).read_bytes() == source.read_bytes()
+    assert (folder / name).stat().st_ino != (cache / name[:2] / name).stat().st_ino
+
+
+def test_every_number_of_reading_threads_scores_the_same_rows(tmp_path):
+    """`workers` 0 (in line), 1, 2 and 4 read the same files into the same scores; one worker
+    once waited for ever (the batch ahead held the only thread its files needed)."""
+    import threading
+
+    samples = _samples(tmp_path)
+    results = {}
+
+    def score(workers):
+        results[workers] = caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
+                                          max_side=32, batch_size=2, no_cache=True, workers=workers,
+                                          out=tmp_path / f"w{workers}")
+
+    for workers in (0, 1, 2, 4):
+        worker = threading.Thread(target=score, args=(workers,), daemon=True)
+        worker.start()
+        worker.join(60)
+        assert not worker.is_alive(), f"workers={workers}: the run did not finish"
+    expected = results[0].scores("recon")
+    assert sum(s is not None for s in expected) == 5  # the broken file is its row's error
+    for workers in (1, 2, 4):
+        assert results[workers].scores("recon") == expected

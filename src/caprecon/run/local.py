@@ -277,6 +277,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             log.warning("a cache write failed: %s", exc)
         store.write_behind = behind
         if pool:
+            reader.close()
             pool.shutdown(cancel_futures=True)
         out.close()
     return out.records(rewrite=not append)
@@ -369,9 +370,16 @@ class _BatchReader:
 
     def __init__(self, ctx: Context, caption_only: bool, pool: ThreadPoolExecutor | None):
         self.ctx, self.caption_only, self.pool = ctx, caption_only, pool
+        # the batch ahead is gathered on a thread of its own, which hands the files to `pool`:
+        # run inside `pool`, it would wait on its own files, for ever with one worker
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="caprecon-ahead") if pool else None
 
     def submit(self, batch: list[tuple[int, Sample]]):
-        return self.pool.submit(self.read, batch) if self.pool else self.read(batch)
+        return self._ahead.submit(self.read, batch) if self._ahead else self.read(batch)
+
+    def close(self) -> None:
+        if self._ahead:
+            self._ahead.shutdown(cancel_futures=True)
 
     def read(self, batch: list[tuple[int, Sample]]) -> list[LoadedSample | SampleError]:
         mapper = self.pool.map if self.pool else map
