@@ -599,6 +599,28 @@ def test_arrays_come_back_exactly_without_np_load_per_value(tmp_path, monkeypatc
         np.testing.assert_array_equal(got[key], array)
 
 
+def test_stored_arrays_are_the_files_np_save_writes_and_np_load_reads(tmp_path):
+    """Each blob is byte for byte what `np.save` writes for the array (the header is made once
+    per dtype and shape), so any .npy reader reads the store's values."""
+    import io
+
+    store = Store(tmp_path / "s")
+    rng = np.random.default_rng(1)
+    items = {"a": rng.random(8).astype(np.float32), "b": rng.random(8).astype(np.float32),
+             "half": rng.random((2, 3)).astype(np.float16), "f": np.asfortranarray(rng.random((4, 2))),
+             "scalar": np.array(2.5), "flags": np.array([True, False]), "big-endian": np.arange(3, dtype=">i4")}
+    store.put_arrays("embedding", items)
+    store.flush()
+    blobs = store._get(list(items))
+    for key, array in items.items():
+        expected = io.BytesIO()
+        np.save(expected, np.ascontiguousarray(array), allow_pickle=False)
+        assert blobs[key] == expected.getvalue(), key
+        np.testing.assert_array_equal(np.load(io.BytesIO(blobs[key]), allow_pickle=False), array)
+    with pytest.raises(ValueError):
+        store.put_arrays("embedding", {"objects": np.array([{"a": 1}], dtype=object)})
+
+
 def test_with_write_behind_index_rows_are_written_on_the_writing_thread_and_read_back_before(tmp_path, monkeypatch):
     import threading
 

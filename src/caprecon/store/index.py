@@ -401,11 +401,20 @@ class Store:
         return out
 
     def put_arrays(self, kind: str, items: dict[str, np.ndarray], model: Any = None) -> None:
+        """Each array as a .npy blob; its header is made once per dtype and shape (an embedder's
+        vectors share one), where `np.save` formats it again for every vector."""
+        headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
         rows = []
         for k, arr in items.items():
-            buf = io.BytesIO()
-            np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
-            rows.append((k, kind, buf.getvalue(), {}))
+            arr = np.ascontiguousarray(arr)
+            if arr.dtype.hasobject:
+                raise ValueError(f"cannot store an array of Python objects under {k!r}")
+            layout = (arr.dtype.str, arr.shape)
+            if layout not in headers:
+                buf = io.BytesIO()
+                np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+                headers[layout] = buf.getvalue()  # magic, version 1.0, padded header: as np.save writes
+            rows.append((k, kind, headers[layout] + arr.tobytes(), {}))
         self._put(rows, model)
 
     # -- images -----------------------------------------------------------------------
