@@ -16,8 +16,9 @@ Prints:
   seconds per sample in the steady state
 - speed-up of 2 workers over 1 in the steady state        (goal >= 1.6 on 2 cores)
   and over whole runs of `--samples` (fixed costs included)
-- configurations: the metric stage in a pool of its own (the default), and run inside the
-  reconstruct actors (`--stage recon:with=reconstruct`)
+- configurations: the metric stage run inside the reconstruct actors (the default for recon
+  and clip-image; `--stage recon:with=reconstruct`), and in a pool of its own
+  (`--stage recon:cpus=0`)
 - the machine's load average before and after, since the cores may be shared
 
 Usage: python benchmarks/executors.py [--samples 24] [--small 4] [--busy 2.0] [--cpus 2]
@@ -111,8 +112,8 @@ def main() -> None:
           f"fixed costs from runs of {args.small}")
     print(f"ray start-up (ray.init)         {startup:8.2f} s   once per process")
     print(f"local executor: wall            {local_wall:8.2f} s   ({local_wall / args.samples:.2f} s per sample)")
-    titles = {"separate": "recon in a pool of its own (default)",
-              "fused": "recon inside the reconstruct actors (--stage recon:with=reconstruct)"}
+    titles = {"separate": "recon in a pool of its own (--stage recon:cpus=0)",
+              "fused": "recon inside the reconstruct actors (the default; --stage recon:with=reconstruct)"}
     for label, by_workers in measured.items():
         print(titles[label])
         for workers, (full, fixed, per_sample) in by_workers.items():

@@ -200,16 +200,32 @@ def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd
     written = [json.loads(line) for line in (tmp_path / "ray" / "scores.jsonl").read_text().splitlines()]
     assert written == json.loads(json.dumps(remote.records))  # the same output file, in input order
 
-    # the metric stage fused into the reconstruct actors: one pool, the same scores and counts
+    # recon ran inside the reconstruct actors (its default); named, it gets a pool of its own:
+    # the same scores and counts
     from caprecon.run.ray import StageOptions
 
-    fused = caprecon.score(data, ["recon"], out=tmp_path / "fused", no_cache=True, executor="ray",
-                           ray={"workers": 1, "stages": {"recon": StageOptions(with_="reconstruct")}},
-                           **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
-    assert [(r["id"], r.get("recon"), r.get("error")) for r in fused.records] == \
+    separate = caprecon.score(data, ["recon"], out=tmp_path / "separate", no_cache=True, executor="ray",
+                              ray={"workers": 1, "stages": {"recon": StageOptions(cpus=0)}},
+                              **_settings(tiny_sd, tiny_dinov2, tmp_path / "unused"))
+    assert [(r["id"], r.get("recon"), r.get("error")) for r in separate.records] == \
         [(r["id"], r.get("recon"), r.get("error")) for r in local.records]
-    assert fused.manifest["cache"]["generated"] == 9 and fused.manifest["cache"]["embedded"] == \
+    assert separate.manifest["cache"]["generated"] == 9 and separate.manifest["cache"]["embedded"] == \
         local.manifest["cache"]["embedded"]
+
+
+def test_embedding_metrics_run_inside_the_reconstruct_actors_unless_named():
+    """By default recon and clip-image join the reconstruct stage's actors; a metric given
+    options keeps a pool of its own, as do judges and metrics of a run that generates nothing."""
+    from caprecon.metrics.recon import ClipImageScore, ReconScore
+    from caprecon.metrics.turing import CaptionTuringTest
+    from caprecon.run.ray import RECONSTRUCT, StageOptions, default_stages
+
+    recon, clip_image = ReconScore.__new__(ReconScore), ClipImageScore.__new__(ClipImageScore)
+    judge = CaptionTuringTest.__new__(CaptionTuringTest)
+    own = StageOptions(workers=2, gpus=0.25)
+    stages = default_stages([recon, clip_image, judge], {"clip-image": own}, reconstructing=True)
+    assert stages["recon"].with_ == RECONSTRUCT and stages["clip-image"] is own and "turing" not in stages
+    assert default_stages([recon], {}, reconstructing=False) == {}
 
 
 def test_ray_stage_options_are_checked():

@@ -125,8 +125,9 @@ def add_score_options(p: argparse.ArgumentParser) -> None:
                    help="--executor ray: actors per stage, unless --stage says otherwise (default 1)")
     p.add_argument("--stage", action="append", metavar="NAME:KEY=VALUE,...",
                    help="--executor ray: one stage's pool, e.g. reconstruct:workers=4,gpus=1,batch_size=8 or "
-                        "turing:gpus=0.5, or recon:with=reconstruct to run a stage inside an earlier stage's "
-                        "actors (stages: reconstruct and each metric; repeatable)")
+                        "turing:gpus=0.5, or turing:with=reconstruct to run a stage inside an earlier stage's "
+                        "actors (stages: reconstruct and each metric; repeatable). recon and clip-image run "
+                        "inside the reconstruct actors unless named here")
     p.add_argument("--retries", type=whole_number(0), default=3,
                    help="--executor ray: times a failed stage task is retried (default 3)")
     add_shard_option(p)

@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.recon import ReconScore
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import Store
@@ -91,6 +92,24 @@ def parse_stage_options(specs: Sequence[str] | None) -> dict[str, StageOptions]:
             raise ConfigError(f"--stage {spec!r}: a stage run with={options.with_} uses that stage's actors; "
                               f"give workers, gpus and cpus to {options.with_}")
         out[name.strip()] = options
+    return out
+
+
+def default_stages(metrics: Sequence[Metric], stages: dict[str, StageOptions], *,
+                   reconstructing: bool) -> dict[str, StageOptions]:
+    """The stages as `--stage` gave them, and each embedding metric (recon, clip-image) it does
+    not name run inside the reconstruct actors (`with=reconstruct`).
+
+    Its embedder is small beside a generator: inside the reconstruct actor it runs on that
+    actor's GPU and its batches never leave the process, where a pool of its own is another
+    process per worker, on the CPU unless given GPUs. benchmarks/executors.py measured it scaling
+    better in every run (2 workers over 1, whole runs: 1.55-1.66 against 1.31-1.47). Naming the
+    metric (`--stage recon:workers=2,gpus=0.25`) gives it a pool of its own; judges keep theirs."""
+    out = dict(stages)
+    if reconstructing:
+        for metric in metrics:
+            if isinstance(metric, ReconScore) and metric.name not in out:
+                out[metric.name] = StageOptions(with_=RECONSTRUCT)
     return out
 
 
@@ -273,6 +292,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     recipe = store_recipe(ctx.store)
     caption_only = not any(m.needs_source_image for m in metrics)
     needed = reconstruction_plan(metrics)
+    stages = default_stages(metrics, stages, reconstructing=bool(needed))
     plan: list[tuple[str, type, dict[str, Any]]] = []
     if needed:
         plan.append((RECONSTRUCT, ReconstructStage, {"plan": needed, "recipe": recipe, "caption_only": caption_only}))
