@@ -16,7 +16,7 @@ import numpy as np
 from caprecon.data.judgments import Judgments
 from caprecon.stats.agreement import MetaRow, run_meta
 from caprecon.stats.bootstrap import bootstrap_ci
-from caprecon.stats.correlation import kendall_tau, pearson
+from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
 from caprecon.data.loaders.benchmarks import pascal_reference_draws, thumb_system
 
@@ -45,18 +45,7 @@ def run_benchmark(
     for row in rows:
         row.judgments = benchmark.name
         _add_category_mean(row)
-        if variant is not None:
-            _add_both_taus(row, judgments, scores[row.metric])
     return rows
-
-
-def _add_both_taus(row: MetaRow, judgments: Judgments, scores: Sequence[float]) -> None:
-    """τ_b and τ_c side by side: papers print either, whatever the protocol's own."""
-    x = np.asarray(scores, float)[[k for k, it in enumerate(judgments.items) for _ in it.ratings]]
-    human = np.array([r for it in judgments.items for r in it.ratings], float)
-    ok = np.isfinite(x)
-    for variant in ("b", "c"):
-        row.extra.setdefault(f"tau_{variant}", kendall_tau(x[ok], human[ok], variant))
 
 
 def _add_category_mean(row: MetaRow) -> None:
