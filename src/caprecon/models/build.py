@@ -62,7 +62,7 @@ def _constructor(role: str, spec: Any) -> Any:
     table, default_backend = registry.ROLES[role]
     if spec in table:
         target = table[spec].factory
-    elif ":" in spec and "/" not in spec and "\\" not in spec:
+    elif registry.imports_code(spec):
         return None
     else:
         target = default_backend
