@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from PIL import Image
 
@@ -53,6 +53,21 @@ def check_box_coords(box_coords: str | None) -> str | None:
     if box_coords is not None and box_coords not in COORDS:
         raise ValueError(f"box_coords must be one of {', '.join(COORDS)}, not {box_coords!r}")
     return box_coords
+
+
+def by_special_tokens(tokenizer, texts: Sequence[str],
+                      run: Callable[[list[int], bool], list[list[int]]]) -> list[list[int]]:
+    """`run(indices, flag)` once per special-tokens setting (`special_tokens_flag`) on the
+    indices of the texts that take it, so each setting is one tokenizer call; the rows it
+    returns come back in the order of `texts`."""
+    flags = [special_tokens_flag(tokenizer, t) for t in texts]
+    out: list[list[int]] = [[] for _ in texts]
+    for flag in (True, False):
+        at = [j for j, f in enumerate(flags) if f == flag]
+        if at:
+            for j, row in zip(at, run(at, flag)):
+                out[j] = row
+    return out
 
 
 def group_by_image(requests: Sequence[VLMRequest]) -> list[tuple[Image.Image, list[int]]]:
@@ -260,14 +275,8 @@ class TransformersVLM(TransformersIdentity):
     def _tokenize_all(self, texts: list[str]) -> list[list[int]]:
         """`_tokenize` of each text, in one tokenizer call per special-tokens setting."""
         tokenizer = self._processor.tokenizer
-        out: list[list[int]] = [[] for _ in texts]
-        for flag in (True, False):
-            at = [j for j, t in enumerate(texts) if special_tokens_flag(tokenizer, t) == flag]
-            if at:
-                ids = tokenizer([texts[j] for j in at], add_special_tokens=flag)["input_ids"]
-                for j, row in zip(at, ids):
-                    out[j] = row
-        return out
+        return by_special_tokens(tokenizer, texts,
+                                 lambda at, flag: tokenizer([texts[j] for j in at], add_special_tokens=flag)["input_ids"])
 
     def _process(self, texts: list[str], image: Image.Image | list[Image.Image],
                  padding_side: str = "right") -> dict[str, Any]:
@@ -454,15 +463,8 @@ class TransformersVLM(TransformersIdentity):
                 if not reply:
                     raise ValueError(f"answer {answer!r} tokenises to nothing")
             return replies
-        out: list[list[int]] = [[] for _ in texts]
-        for flag in (True, False):
-            at = [j for j, t in enumerate(texts) if special_tokens_flag(tokenizer, t) == flag]
-            if at:
-                found = reply_token_ids_batch(tokenizer, [texts[j] for j in at], [ids[j] for j in at],
-                                              [answers[j] for j in at], flag)
-                for j, reply in zip(at, found):
-                    out[j] = reply
-        return out
+        return by_special_tokens(tokenizer, texts, lambda at, flag: reply_token_ids_batch(
+            tokenizer, [texts[j] for j in at], [ids[j] for j in at], [answers[j] for j in at], flag))
 
     def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
         if len(requests) != len(options):
