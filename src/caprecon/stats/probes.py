@@ -446,13 +446,7 @@ def paraphrase_delta(
     the win rate (share of triples whose paraphrase outscored its perturbation; ties half).
     """
     para, pert = np.asarray(paraphrase_scores, float), np.asarray(perturbed_scores, float)
-    ok = np.isfinite(para) & np.isfinite(pert)
-
-    def delta(idx: np.ndarray) -> float:
-        idx = idx[ok[idx]]
-        return float(para[idx].mean() - pert[idx].mean()) if len(idx) else math.nan
-
-    low, high = bootstrap_ci(delta, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    value, low, high, ok = _mean_difference(para, pert, groups, n_bootstrap, seed, level)
     n = int(ok.sum())
     wins = float(np.mean((para[ok] > pert[ok]) + 0.5 * (para[ok] == pert[ok]))) if n else math.nan
     detail = (
@@ -460,7 +454,21 @@ def paraphrase_delta(
         if n
         else "no triple scored"
     )
-    return ProbeRow(metric, "paraphrase_delta", delta(np.arange(len(para))), low, high, n, detail)
+    return ProbeRow(metric, "paraphrase_delta", value, low, high, n, detail)
+
+
+def _mean_difference(first: np.ndarray, second: np.ndarray, groups: Sequence, n_bootstrap: int, seed: int,
+                     level: float) -> tuple[float, float, float, np.ndarray]:
+    """Mean of `first` minus mean of `second` over the rows both scored, its bootstrap CI over
+    `groups`, and which rows those are."""
+    ok = np.isfinite(first) & np.isfinite(second)
+
+    def difference(idx: np.ndarray) -> float:
+        idx = idx[ok[idx]]
+        return float(first[idx].mean() - second[idx].mean()) if len(idx) else math.nan
+
+    low, high = bootstrap_ci(difference, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+    return difference(np.arange(len(first))), low, high, ok
 
 
 def length_robustness(
@@ -569,17 +577,11 @@ def insertion_probe(
     inserted object was noticed) and `insert_coverage_change` = mean coverage after − before
     (0: coverage ignores what was added), each over the captions scored both ways."""
     rows = []
-    for probe, before, after, sign in (("insert_precision_drop", precision_before, precision_after, 1.0),
-                                       ("insert_coverage_change", coverage_before, coverage_after, -1.0)):
+    for probe, before, after, drop in (("insert_precision_drop", precision_before, precision_after, True),
+                                       ("insert_coverage_change", coverage_before, coverage_after, False)):
         b, a = np.asarray(before, float), np.asarray(after, float)
-        ok = np.isfinite(b) & np.isfinite(a)
-
-        def change(idx: np.ndarray, b=b, a=a, ok=ok, sign=sign) -> float:
-            idx = idx[ok[idx]]
-            return float(sign * (b[idx].mean() - a[idx].mean())) if len(idx) else math.nan
-
-        low, high = bootstrap_ci(change, groups, n_resamples=n_bootstrap, seed=seed, level=level)
+        value, low, high, ok = _mean_difference(*((b, a) if drop else (a, b)), groups, n_bootstrap, seed, level)
         n = int(ok.sum())
         detail = f"before {b[ok].mean():.4g}, after {a[ok].mean():.4g}" if n else "no caption scored"
-        rows.append(ProbeRow(metric, probe, change(np.arange(len(b))), low, high, n, detail))
+        rows.append(ProbeRow(metric, probe, value, low, high, n, detail))
     return rows
