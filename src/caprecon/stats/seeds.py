@@ -44,13 +44,18 @@ def seed_values(record: Mapping[str, Any], metric: str) -> list[float] | None:
     return [float(v) for v in values]
 
 
+def image_of(record: Mapping[str, Any]) -> str:
+    """The image a row scored (its id where it names none): the unit the bootstraps resample."""
+    return str(record.get("image_id", record.get("id")))
+
+
 def by_image(records: Iterable[Mapping[str, Any]], metric: str) -> dict[str, np.ndarray]:
     """Per image, its per-seed values (seeds as columns; several captions of one image averaged seed by seed)."""
     rows: dict[str, list[list[float]]] = defaultdict(list)
     for r in records:
         values = seed_values(r, metric)
         if values is not None:
-            rows[str(r.get("image_id", r.get("id")))].append(values)
+            rows[image_of(r)].append(values)
     out = {}
     for image, lists in rows.items():
         k = min(len(v) for v in lists)
@@ -131,7 +136,7 @@ def stability(records: Sequence[Mapping[str, Any]], metric: str, *, by: str | No
         raise ConfigError(f"the rows hold {metric} from one seed: run with --seeds K (K >= 2) first")
     values = np.array([v[:K] for _, v in rows])
     at = np.cumsum(values, axis=1) / np.arange(1, K + 1)  # rows x k: the mean of the first k seeds
-    images = [str(r.get("image_id", r.get("id"))) for r, _ in rows]
+    images = [image_of(r) for r, _ in rows]
     out = []
     if by is None:
         for k in range(1, K + 1):
