@@ -9,7 +9,7 @@ from caprecon.cli.common import add_run_options, run_settings
 from caprecon.run.config import parse_options, whole_number
 
 
-def add_refine_options(p: argparse.ArgumentParser, *, rounds_flag: str = "--rounds") -> None:
+def add_refine_options(p: argparse.ArgumentParser) -> None:
     """The options `refine` and `caption --refine` share (the reviser and --select are each command's own)."""
     p.add_argument("--margin", type=float, default=0.0,
                    help="keep a revision only if it beats the caption it revises by more than this (default 0); "
