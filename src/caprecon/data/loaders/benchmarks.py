@@ -15,7 +15,7 @@ import random
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from caprecon.data.judgments import (FLICKR8K_EXPERT, PAIRS, SCORES, Judgment, JudgmentFormatError, Judgments, PairJudgment, load_judgments)
 from caprecon.core.records import RECORD_SUFFIXES, read_jsonl, read_records
@@ -76,8 +76,18 @@ def _without_candidate(refs: Sequence[str], caption: str) -> list[str]:
     return [r for r in refs if r != caption]
 
 
+def _lowered(record: dict) -> dict:
+    return {str(key).strip().lower(): v for key, v in record.items()}
+
+
 def _records(rows: Sequence[dict], where: str) -> list[tuple[str, dict]]:
-    return [(f"{where} row {k}", {str(key).strip().lower(): v for key, v in row.items()}) for k, row in enumerate(rows, 1)]
+    return [(f"{where} row {k}", _lowered(row)) for k, row in enumerate(rows, 1)]
+
+
+def _file_records(path: Path) -> Iterator[tuple[str, dict]]:
+    """`read_records` with the keys lower-cased, as every reader here matches them."""
+    for where, raw in read_records(path, JudgmentFormatError):
+        yield where, _lowered(raw)
 
 
 # ------------------------------------------------------------------- Flickr8k (CLIPScore JSON)
@@ -295,7 +305,7 @@ def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None
             raise JudgmentFormatError(f"{path} [{subset!r}]: expected a list of rated captions")
         for k, raw in enumerate(rows):
             where = f"{path} {subset}[{k}]"
-            record = {str(key).strip().lower(): v for key, v in raw.items()} if isinstance(raw, dict) else {}
+            record = _lowered(raw) if isinstance(raw, dict) else {}
             image = _first(record, ("image", "image_path", "file_name"))
             caption = _first(record, ("caption", "candidate", "cand", "mt"))
             rating = _first(record, ("human", "rating", "correctness", "score"))
@@ -311,9 +321,7 @@ def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None
 
 
 def _composite_polos_csv(path: Path, subsets: Sequence[str]) -> Judgments:
-    records = ((where, {str(k).strip().lower(): v for k, v in raw.items()})
-               for where, raw in read_records(path, JudgmentFormatError))  # fmt: skip
-    return _composite_rows(records, subsets, path)
+    return _composite_rows(_file_records(path), subsets, path)
 
 
 def _composite_hub(source: str | Path, subsets: Sequence[str]) -> Judgments:
@@ -342,8 +350,7 @@ def _composite_own(path: Path, subsets: Sequence[str]) -> Judgments:
     items: list[Judgment] = []
     for file in files:
         from_name = composite_subset(file.stem)
-        for where, raw in read_records(file, JudgmentFormatError):
-            record = {str(k).strip().lower(): v for k, v in raw.items()}
+        for where, record in _file_records(file):
             subset = _first(record, ("subset", "dataset")) or from_name
             subset = composite_subset(str(subset)) if subset else None
             if subset is None:
@@ -557,8 +564,7 @@ def load_thumb(path: str | Path, target: str = "total") -> Judgments:
         raise JudgmentFormatError(f"benchmark file not found: {file}")
     references = _thumb_references(file.parent / THUMB_REFERENCES)
     items: list[Judgment] = []
-    for row, (where, raw) in enumerate(read_records(file, JudgmentFormatError), 1):
-        record = {str(k).strip().lower(): v for k, v in raw.items()}
+    for row, (where, record) in enumerate(_file_records(file), 1):
         caption = _first(record, ("hyp", "caption", "candidate"))
         image = _first(record, ("image", "image_id"))
         system = _first(record, ("sys", "model", "system"))
@@ -603,14 +609,19 @@ def load_hf_judgments(path: str | Path, split: str = "test") -> Judgments:
     `image`), referred to by the name it was stored under.
     """
     folder, rows = hub.read_rows(path, split)
+    return _scored_rows(_records(rows, str(folder)), folder, f"no rows in split {split!r}")
+
+
+def _scored_rows(records: Iterable[tuple[str, dict]], source: Path, empty: str) -> Judgments:
+    """One rated judgment per row of a benchmark table (`_hub_fields`'s columns)."""
     items: list[Judgment] = []
-    for row, (where, record) in enumerate(_records(rows, str(folder)), 1):
+    for row, (where, record) in enumerate(records, 1):
         image, caption, score, refs = _hub_fields(record, where)
         items.append(Judgment(id=str(row), image=image, caption=caption, ratings=(score,), refs=refs,
                               image_id=Path(image).stem or str(row), row=row))  # fmt: skip
     if not items:
-        raise JudgmentFormatError(f"{folder}: no rows in split {split!r}")
-    return Judgments(SCORES, items, folder)
+        raise JudgmentFormatError(f"{source}: {empty}")
+    return Judgments(SCORES, items, source)
 
 
 POLARIS_CSV = "polaris_test.csv"
@@ -631,14 +642,7 @@ def load_polaris(path: str | Path) -> Judgments:
 
 
 def _scores_from_csv(path: Path) -> Judgments:
-    items: list[Judgment] = []
-    for row, (where, raw) in enumerate(read_records(path, JudgmentFormatError), 1):
-        image, caption, score, refs = _hub_fields({str(k).strip().lower(): v for k, v in raw.items()}, where)
-        items.append(Judgment(id=str(row), image=image, caption=caption, ratings=(score,), refs=refs,
-                              image_id=Path(image).stem or str(row), row=row))  # fmt: skip
-    if not items:
-        raise JudgmentFormatError(f"{path}: no rows")
-    return Judgments(SCORES, items, path)
+    return _scored_rows(_file_records(path), path, "no rows")
 
 
 SPICA_REPO = "hiranohachiman/Spica"
@@ -695,8 +699,7 @@ def _spica_files(nebula: str | Path, spica: str | Path | None) -> list[Path]:
 def _spica_scores(files: Sequence[Path]) -> dict[tuple[str, str], float]:
     totals: dict[tuple[str, str], list[float]] = defaultdict(list)
     for file in files:
-        for where, raw in read_records(file, JudgmentFormatError):
-            record = {str(k).strip().lower(): v for k, v in raw.items()}
+        for where, record in _file_records(file):
             if record.get("imgid") is None or record.get("mt") is None or record.get("score") is None:
                 raise JudgmentFormatError(f"{where}: a Spica row needs imgid, mt and score")
             totals[(Path(str(record["imgid"])).stem, _norm(record["mt"]))].append(_float(record["score"], where, "score"))
