@@ -127,10 +127,16 @@ def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB
 
 def _shown_as_is(head: bytes, n_bytes: int, size: tuple[int, int], side: int) -> bool:
     """Whether a picture file of `n_bytes` starting with `head`, of `size` pixels, is its own thumbnail."""
-    return max(size) <= side * 3 // 2 and 0 < n_bytes <= DIRECT_BYTES and head.startswith(_DIRECT_MAGIC)
+    return _few_pixels(size, side) and 0 < n_bytes <= DIRECT_BYTES and head.startswith(_DIRECT_MAGIC)
+
+
+def _few_pixels(size: tuple[int, int], side: int) -> bool:
+    return max(size) <= side * 3 // 2
 
 
 def _file_shown_as_is(source: str, size: tuple[int, int], side: int) -> bool:
+    if not _few_pixels(size, side):  # most pictures: known from their pixels, the file is not opened
+        return False
     try:
         data = read_image_file(source, max_bytes=DIRECT_BYTES)  # a larger file is refused before it is read
     except SampleError:
