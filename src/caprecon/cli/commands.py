@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from caprecon.cli.common import add_run_options, global_options, run_settings
+from caprecon.cli.common import ROWS_FAILED, add_run_options, global_options, run_settings
 from caprecon.run.config import whole_number
 from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
@@ -18,9 +18,9 @@ from caprecon.data.qa import QABankError
 from caprecon.data.samples import SampleFormatError
 from caprecon.store.index import StoreError
 
-# exit statuses: 1 when rows failed (or there were none), 2 when the run could not start or had to stop,
+# exit statuses besides ROWS_FAILED (1): 2 when the run could not start or had to stop,
 # 141 (a shell's 128 + SIGPIPE) when the reader of stdout went away, as `caprecon ... | head` does
-ROWS_FAILED, CANNOT_RUN, INTERRUPTED, READER_GONE = 1, 2, 130, 141
+CANNOT_RUN, INTERRUPTED, READER_GONE = 2, 130, 141
 # what the user can fix: printed as one line, never a traceback
 USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError)
 # a disk that cannot take what a command writes: the user's to fix, like a bad setting

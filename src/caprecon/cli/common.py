@@ -12,6 +12,9 @@ from typing import Any
 from caprecon.core.errors import ConfigError
 from caprecon.run.config import parse_options, parse_pairs, whole_number
 
+# the exit status of a command some of whose rows failed (or that had none), whichever command it is
+ROWS_FAILED = 1
+
 
 def global_options(p: argparse.ArgumentParser, default=None) -> None:
     """Options accepted before and after the subcommand; after it, they only override when given."""
@@ -162,7 +165,7 @@ def row_failures(problems: list[str], *, allow: bool) -> int:
     if not problems or allow:
         return 0
     print("caprecon: some rows failed; --allow-row-errors exits 0 all the same", file=sys.stderr)
-    return 1
+    return ROWS_FAILED
 
 
 def failed_records(records, what: str = "row") -> list[str]:

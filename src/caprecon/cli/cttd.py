@@ -7,13 +7,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from caprecon.cli.common import global_options, row_failures
+from caprecon.cli.common import ROWS_FAILED, global_options, row_failures
 
 
 # the drops `cttd import` names one per line before it says "and N more"
 SHOWN_DROPS = 20
-# exit status when questions were dropped, as `score` exits when rows failed
-ROWS_DROPPED = 1
 
 
 def add_parser(subparsers) -> None:
@@ -158,7 +156,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not result.datasheet["questions"]:
         print(f"caprecon: error: the bank holds no questions; {result.folder / 'datasheet.md'} says what each "
               "stage dropped", file=sys.stderr)
-        return 1
+        return ROWS_FAILED
     # what a model or a file failed on, as against what curation chose to drop
     problems = [f"{stage['stage']}: {reason}: {n}" for stage in result.datasheet["stages"]
                 for reason, n in stage["dropped"].items() if "unreadable" in reason]
@@ -221,5 +219,5 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(terminal_safe(f"  {d.where} (image {d.image_id}): {d.error}"), file=sys.stderr)
         if len(dropped) > SHOWN_DROPS:
             print(f"  ... and {len(dropped) - SHOWN_DROPS} more", file=sys.stderr)
-        return ROWS_DROPPED
+        return ROWS_FAILED  # questions were dropped, as `score` exits when rows failed
     return 0
