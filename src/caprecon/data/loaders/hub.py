@@ -107,19 +107,20 @@ def _data_files(folder: Path) -> Iterator[Path]:
                 yield Path(root) / name
 
 
-def _split_of(path: Path) -> str:
+def _base_name(path: Path) -> str:
     name = path.name
     for suffix in _SUFFIXES:
         name = name.removesuffix(suffix)
+    return name
+
+
+def _split_of(path: Path) -> str:
     # data/test-00000-of-00001, data/dci_test.desc-00000-of-00002, nebula-test (datasets cache)
-    head = name.split("-")[0]
-    return head
+    return _base_name(path).split("-")[0]
 
 
 def _in_split(path: Path, folder: Path, split: str) -> bool:
-    name = path.name
-    for suffix in _SUFFIXES:
-        name = name.removesuffix(suffix)
+    name = _base_name(path)
     parents = path.relative_to(folder).parts[:-1]
     return (
         name == split
