@@ -24,13 +24,16 @@ T975 = {1: 12.706, 3: 3.182, 7: 2.365}
 class ShiftingOracle(OracleGenerator):
     """The oracle's drawing moved sideways by a seed-dependent amount: the seed matters."""
 
+    span, axis = 11, 1  # shifts of -span // 2 .. span // 2 pixels along this axis
+
     @property
     def fingerprint(self) -> str:
         return "shifting-oracle-v1"
 
     def generate(self, requests):
-        return [Generated(Image.fromarray(np.roll(np.asarray(render(r.prompt, r.width, r.height)), r.seed % 11 - 5,
-                                                  axis=1))) for r in requests]
+        return [Generated(Image.fromarray(np.roll(np.asarray(render(r.prompt, r.width, r.height)),
+                                                  r.seed % self.span - self.span // 2, axis=self.axis)))
+                for r in requests]
 
 
 def _samples(folder, n=3):
@@ -213,13 +216,11 @@ def test_a_one_seed_run_has_no_stability_to_show(tmp_path):
 
 
 class WideShiftingOracle(ShiftingOracle):
+    span, axis = 17, 0
+
     @property
     def fingerprint(self) -> str:
         return "wide-shifting-oracle-v1"
-
-    def generate(self, requests):
-        return [Generated(Image.fromarray(np.roll(np.asarray(render(r.prompt, r.width, r.height)), r.seed % 17 - 8,
-                                                  axis=0))) for r in requests]
 
 
 def test_the_variance_split_of_a_two_generator_table_by_hand():
