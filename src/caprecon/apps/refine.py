@@ -56,7 +56,7 @@ from caprecon.models.vlm import VLMRequest
 from caprecon.reconstruct.templates import render
 from caprecon.run.captioning import Selection, export_parquet, one_noise_per_image
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.folder import is_number, open_store, write_manifest
 from caprecon.run.roles import Roles
 from caprecon.store.index import content_key
 
@@ -388,7 +388,7 @@ def _seed_scores(record: Mapping[str, Any], selection: Selection, headlines: Map
     for k in range(counts.pop()):
         values = [lists[name][k] if isinstance(lists[name], list) else record.get(headlines[name])
                   for name in selection.weights]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        if not all(is_number(v) for v in values):
             return None
         out.append(math.fsum(w * v for w, v in zip(selection.weights.values(), values)))
     return out

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -26,6 +25,7 @@ from caprecon.data.images import read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
+from caprecon.run.folder import is_number
 from caprecon.run.local import FATAL, RunError
 from caprecon.store.index import Store, content_key
 
@@ -155,7 +155,7 @@ class Selection:
         total = 0.0
         for name, weight in self.weights.items():
             value = record.get(headlines[name])
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            if not is_number(value):
                 return None
             total += weight * value
         return total
