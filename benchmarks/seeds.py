@@ -35,6 +35,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import tiny_models  # noqa: E402
+from scale_models import Counting  # noqa: E402
 import caprecon  # noqa: E402
 from caprecon.data.images import open_image  # noqa: E402
 from caprecon.data.samples import Sample  # noqa: E402
@@ -48,21 +49,6 @@ K = 4
 DEMO = Path(caprecon.__file__).parent / "data" / "demo"
 WORDS = ["a dog on a beach", "two cups of coffee", "a red bicycle by a wall", "a cat asleep on a sofa",
          "a city street at night", "a bowl of fruit", "a mountain lake", "a child flying a kite"]
-
-
-class Counting:
-    """The generator, counting the images it is asked for."""
-
-    def __init__(self, inner):
-        self.inner, self.images = inner, 0
-
-    @property
-    def fingerprint(self):
-        return self.inner.fingerprint
-
-    def generate(self, requests):
-        self.images += len(requests)
-        return self.inner.generate(requests)
 
 
 def main() -> None:
@@ -120,9 +106,9 @@ def main() -> None:
     counting = Counting(DiffusersGenerator(sd, steps=1, batch_size=K, device="cpu"))
     common = {"generator": counting, "embedder": str(dinov2), "max_side": 32, "cache_dir": str(work / "cache")}
     caprecon.score(samples, ["recon"], seeds=4, **common)
-    first = counting.images
+    first = counting.calls
     caprecon.score(samples, ["recon"], seeds=8, **common)
-    print(f"K=8 after K=4, {len(rows)} captions: {first / len(rows):.0f} then {(counting.images - first) / len(rows):.0f} "
+    print(f"K=8 after K=4, {len(rows)} captions: {first / len(rows):.0f} then {(counting.calls - first) / len(rows):.0f} "
           f"images generated per caption (goal: 4 then 4)")
 
     # 3. the demo data's ranking stability over seeds
