@@ -96,10 +96,11 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
                                   progress=progress))
     # per-row values as arrays aligned to name lists shared by all rows: 10,000 rows repeating
     # "turing/…" keys made half the page
-    other = sorted({name for record in records for name in collect.other_scores(record)})
+    others = [collect.other_scores(record) for record in records]
+    other = sorted({name for more in others for name in more})
     column = {name: k for k, name in enumerate(other)}
     items = []
-    for record, original, reconstructions in zip(records, originals, recons):
+    for record, original, reconstructions, more in zip(records, originals, recons, others):
         item: dict[str, Any] = {
             "i": str(record.get("id", "")), "im": str(record.get("image_id", "")),
             "g": collect.group_of(record, group_by),
@@ -119,7 +120,7 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["f"] = [[f[name] for name in FLIP_FIELDS] for f in flipped]
         if claims := collect.unsupported(record):
             item["h"] = claims
-        if more := collect.other_scores(record):
+        if more:
             item["x"] = [None] * len(other)
             for name, value in more.items():
                 item["x"][column[name]] = value
