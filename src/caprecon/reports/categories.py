@@ -21,6 +21,7 @@ coverage side by side with F and how many captions hallucinate.
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import json
@@ -76,8 +77,7 @@ class CategoryTable:
 
     def to_markdown(self) -> str:
         header, *body = self._grid()
-        rule = "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"
-        return "\n".join([_markdown_row(header), rule, *map(_markdown_row, body)]) + "\n"
+        return _markdown_table(header, body)
 
     def to_csv(self, path: str | Path) -> Path:
         path = Path(path)
@@ -93,6 +93,12 @@ class CategoryTable:
             count = self.questions.get(column, sum(self.questions.values()) if column == OVER_QUESTIONS else None)
             rows.append([column, *(_pct(self.rows[n][column]) for n in names), "" if count is None else str(count)])
         return format_table(rows, right=range(1, len(rows[0])))
+
+
+def _markdown_table(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    """The first column left-aligned (names), the others right-aligned (numbers)."""
+    rule = "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"
+    return "\n".join([_markdown_row(header), rule, *map(_markdown_row, body)]) + "\n"
 
 
 def _markdown_row(cells: Sequence[str]) -> str:
@@ -224,11 +230,11 @@ def _halluc_appendix(records: Iterable[Mapping[str, Any]], precision: CategoryTa
         coverage = None
     if coverage is not None:
         parts += ["\n## coverage by claim type or question category (halluc_coverage)\n\n", coverage.to_markdown()]
-    per: dict[str, dict[str, list[float]]] = {}
+    per: dict[str, dict[str, list[float]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for record in records:
         if _number(record.get("halluc")) is None:
             continue
-        cells = per.setdefault(_group(record, group_by), {"f": [], "unsupported": [], "claims": [], "flagged": []})
+        cells = per[_group(record, group_by)]
         n = _count(record.get("halluc_n"))
         cells["claims"].append(n)
         cells["unsupported"].append((_number(record.get("halluc_rate")) or 0.0) * n)
@@ -238,16 +244,14 @@ def _halluc_appendix(records: Iterable[Mapping[str, Any]], precision: CategoryTa
     header = ["captioner", "precision", "coverage", "F", "unsupported claims", "captions hallucinating"]
     body = []
     for name in precision.captioners:
-        cells = per.get(name, {"f": [], "unsupported": [], "claims": [], "flagged": []})
+        cells = per[name]  # a captioner with no halluc score: empty cells
         claims = sum(cells["claims"])
         body.append([name, _pct(precision.rows[name][OVER_QUESTIONS]),
                      _pct(coverage.rows[name][OVER_QUESTIONS]) if coverage and name in coverage.rows else "",
                      _pct(sum(cells["f"]) / len(cells["f"])) if cells["f"] else "",
                      f"{_pct(sum(cells['unsupported']) / claims) if claims else ''} of {int(claims)}",
                      f"{int(sum(cells['flagged']))} of {len(cells['flagged'])}"])
-    rule = "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"
-    parts += ["\n## per captioner: precision and coverage side by side\n\n",
-              "\n".join([_markdown_row(header), rule, *map(_markdown_row, body)]) + "\n"]
+    parts += ["\n## per captioner: precision and coverage side by side\n\n", _markdown_table(header, body)]
     return "".join(parts)
 
 
