@@ -199,12 +199,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from None
     write_jsonl(out / "bank.jsonl", records)
     dropped = images.dropped if images is not None else []
+    reasons = dict(Counter(d.reason for d in dropped))
     sheet = {"bank": "bank.jsonl", "imported_from": str(source), "format": fmt, **bank_counts(records),
              "stages": [], "models": {}, "prompts": {}, "settings": {"format": fmt, "columns": args.column or []}}
     if dropped:  # the report's stage table shows the counts; the list names every question
         sheet["stages"] = [{"stage": "import", "counts": {"questions": len(records) + len(dropped),
                                                          "kept": len(records)},
-                            "dropped": dict(Counter(d.reason for d in dropped)), "model_calls": {}}]
+                            "dropped": reasons, "model_calls": {}}]
         sheet["dropped_questions"] = [vars(d) for d in dropped]
     write_json(out / "datasheet.json", sheet)
     (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
@@ -212,7 +213,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     if images is not None and images.written:
         print(f"images: {out / 'images'} ({len(images.written)} written)")
     if dropped:
-        counts = ", ".join(f"{reason}: {n}" for reason, n in Counter(d.reason for d in dropped).items())
+        counts = ", ".join(f"{reason}: {n}" for reason, n in reasons.items())
         print(f"dropped: {len(dropped)} question(s) whose image could not be used ({counts}); datasheet.json "
               f"lists them", file=sys.stderr)
         for d in dropped[:SHOWN_DROPS]:
