@@ -152,8 +152,9 @@ def stability(records: Sequence[Mapping[str, Any]], metric: str, *, by: str | No
 
     def tau_at(k: int):
         def statistic(idx: np.ndarray) -> float:
-            means = [at[idx[m[idx]], k - 1].mean() if m[idx].any() else math.nan for m in members]
-            final = [at[idx[m[idx]], K - 1].mean() if m[idx].any() else math.nan for m in members]
+            drawn = [idx[m[idx]] for m in members]  # each system's rows in this resample
+            means = [at[d, k - 1].mean() if len(d) else math.nan for d in drawn]
+            final = [at[d, K - 1].mean() if len(d) else math.nan for d in drawn]
             return kendall_tau(means, final)
         return statistic
 
