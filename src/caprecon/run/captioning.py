@@ -174,17 +174,19 @@ def select_best(scores: Sequence[float | None]) -> int | None:
 
 
 def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path | None:
-    """The selected captions as parquet (image, caption, score, candidates, ...); None
-    without pyarrow (the `data` extra), which the JSONL beside it does not need."""
+    """The chosen captions as parquet (best-of-N's selected.parquet, refinement's
+    refined.parquet); None without pyarrow (the `data` extra), which the JSONL of the same
+    name beside it does not need."""
+    path = Path(path)
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        log.warning("pyarrow is not installed: selected.parquet not written "
-                                            "(pip install 'caprecon[data]'); selected.jsonl holds the same rows")
+        log.warning("pyarrow is not installed: %s not written (pip install 'caprecon[data]'); %s holds the same rows",
+                    path.name, path.with_suffix(".jsonl").name)
         return None
     pq.write_table(pa.Table.from_pylist(list(rows)), path)
-    return Path(path)
+    return path
 
 
 def one_noise_per_image(cfg, settings: Mapping[str, Any], what: str) -> None:
