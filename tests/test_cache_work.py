@@ -32,20 +32,26 @@ def _samples(folder, n=5):
     return path
 
 
-def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
-    samples = _samples(tmp_path)
+def _score_into(samples, folder, out, batch_size=2):
+    return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                          batch_size=batch_size, cache_dir=str(folder / "cache"), out=folder / out)
+
+
+def _counting_decodes(monkeypatch):
+    """What every image decode of this process was of (its `what`)."""
     decodes = []
     real = images_module.decode_bytes
     monkeypatch.setattr(images_module, "decode_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
+    return decodes
 
-    def run(out):
-        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
-                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
 
-    first = run("first")
+def test_a_cached_run_decodes_no_source_image(tmp_path, monkeypatch):
+    samples = _samples(tmp_path)
+    decodes = _counting_decodes(monkeypatch)
+    first = _score_into(samples, tmp_path, "first")
     assert len(decodes) == 6  # five photos and the broken file, each decoded once
     decodes.clear()
-    again = run("again")
+    again = _score_into(samples, tmp_path, "again")
     # the broken file never decoded, so it is tried again (and fails the same way); the rest are hashed only
     assert decodes == [f"image {tmp_path / 'broken.jpg'}"]
     assert again.manifest["cache"]["generated"] == 0 and again.manifest["cache"]["embedded"] == 0
@@ -59,17 +65,10 @@ def test_a_cached_run_decodes_no_picture_that_several_rows_of_a_batch_share(tmp_
     rows = [{"id": f"c{i}", "image": "shared.jpg", "caption": f"a grey wall, caption {i}"} for i in range(3)]
     samples = tmp_path / "samples.jsonl"
     samples.write_text("\n".join(json.dumps(r) for r in rows))
-    decodes = []
-    real = images_module.decode_bytes
-    monkeypatch.setattr(images_module, "decode_bytes", lambda data, what: (decodes.append(what), real(data, what))[1])
-
-    def run(out):
-        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
-                              batch_size=3, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
-
-    first = run("first")
+    decodes = _counting_decodes(monkeypatch)
+    first = _score_into(samples, tmp_path, "first", batch_size=3)
     decodes.clear()
-    again = run("again")
+    again = _score_into(samples, tmp_path, "again", batch_size=3)
     assert decodes == []  # the size recorded for the shared file serves each of its rows
     assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
     assert [r.get("size") for r in again.records] == [r.get("size") for r in first.records]
@@ -81,15 +80,10 @@ def test_a_cached_run_reads_no_source_file_it_hashed_before(tmp_path, monkeypatc
     real = images_module._read_limited
     monkeypatch.setattr(images_module, "_read_limited", lambda fh, path, limit: (reads.append(str(path)),
                                                                                   real(fh, path, limit))[1])
-
-    def run(out):
-        return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
-                              batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / out)
-
-    first = run("first")
+    first = _score_into(samples, tmp_path, "first")
     assert {str(tmp_path / f"img{i}.jpg") for i in range(5)} <= set(reads)
     reads.clear()
-    again = run("again")
+    again = _score_into(samples, tmp_path, "again")
     # only the broken file is read again: it never decoded, so it is decoded (and fails) once more
     assert set(reads) == {str(tmp_path / "broken.jpg")}
     assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
@@ -173,11 +167,6 @@ def _counting_encodes(monkeypatch):
 
     monkeypatch.setattr(thumbs_module, "_encode", counting)
     return encodes
-
-
-def _score_into(samples, folder, out):
-    return caprecon.score(samples, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
-                          batch_size=2, cache_dir=str(folder / "cache"), out=folder / out)
 
 
 def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, monkeypatch):
