@@ -10,7 +10,6 @@ asking for the same captions) captions nothing twice.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.core.errors import ConfigError
-from caprecon.data.images import read_image_file
+from caprecon.data.images import image_file_key, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
@@ -59,7 +58,7 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
     for image_id, path in zip(image_ids(paths), paths):
         pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
         try:
-            digest = hashlib.sha256(read_image_file(path)).hexdigest()
+            digest, _ = image_file_key(path)  # a file hashed before (same size and mtime) is not read again
         except SampleError as exc:  # a missing, unreadable or oversized file is this image's error, not the run's
             pool.error = str(exc)  # it names the file
             digest = None
