@@ -196,6 +196,21 @@
     return out;
   }
 
+  // a card's list shown open under its summary line; `fill` puts one row's spans in its <li>
+  function openList(className, summary, rows, fill) {
+    var details = el("details", className);
+    details.open = true;
+    details.appendChild(el("summary", null, summary));
+    var list = el("ul");
+    rows.forEach(function (row) {
+      var li = el("li");
+      fill(li, row);
+      list.appendChild(li);
+    });
+    details.appendChild(list);
+    return details;
+  }
+
   function markedCaption(item) {
     var p = el("p", "caption");
     var caption = item.c || "";
@@ -291,40 +306,24 @@
       text.appendChild(more);
     }
     if (item.f && item.f.length) {
-      var flips = el("details", "flips");
-      flips.open = true;
-      flips.appendChild(el("summary", null, item.f.length + (item.f.length > 1 ? " questions" : " question") +
-        " right on the original, wrong on the reconstruction"));
-      var list = el("ul");
-      item.f.forEach(function (row) {
+      text.appendChild(openList("flips", item.f.length + (item.f.length > 1 ? " questions" : " question") +
+        " right on the original, wrong on the reconstruction", item.f, function (li, row) {
         var f = named(data.flip_fields, row);
-        var li = el("li");
         li.appendChild(el("span", "question", f.question));
         if (f.category) li.appendChild(el("span", "category", f.category));
         li.appendChild(el("span", "expected", "answer: " + f.answer));
         li.appendChild(el("span", "right", "on the original: " + f.on_original));
         li.appendChild(el("span", "wrong", "on the reconstruction: " + f.on_reconstruction));
-        list.appendChild(li);
-      });
-      flips.appendChild(list);
-      text.appendChild(flips);
+      }));
     }
     if (item.h && item.h.length) {
-      var claims = el("details", "flips halluc");
-      claims.open = true;
-      claims.appendChild(el("summary", null, item.h.length + (item.h.length > 1 ? " claims" : " claim") +
-        " not supported by the original"));
-      var unsupported = el("ul");
-      item.h.forEach(function (h) {
-        var li = el("li");
+      text.appendChild(openList("flips halluc", item.h.length + (item.h.length > 1 ? " claims" : " claim") +
+        " not supported by the original", item.h, function (li, h) {
         li.appendChild(el("span", "question", h.claim));
         li.appendChild(el("span", "category", h.type));
         li.appendChild(el("span", "wrong", h.g ? "not asked: a claim it depends on is false"
           : "P(yes) on the original: " + fmt(h.p)));
-        unsupported.appendChild(li);
-      });
-      claims.appendChild(unsupported);
-      text.appendChild(claims);
+      }));
     }
     if (item.e) text.appendChild(el("p", "error", item.e));
     article.appendChild(text);
