@@ -544,3 +544,16 @@ def test_verbose_logs_the_traceback_behind_a_stop(ws, capsys, caplog):
     assert code == 2 and "reconstruct failed on every row" in err
     stopped = [r for r in caplog.records if r.exc_info and "503 Service Unavailable" in str(r.exc_info[1])]
     assert stopped and stopped[0].exc_info[2] is not None  # the traceback, for a bug report
+
+
+def test_json_list_with_a_lone_surrogate_names_its_item(tmp_path):
+    # a .json list of records is checked like a .jsonl line: half a pair refused, a whole pair read
+    from caprecon.core.records import read_records
+
+    bad = tmp_path / "rows.json"
+    bad.write_text('[{"id": "a", "caption": "whole \\ud83d\\ude00"}, {"id": "b", "caption": "half \\ud800"}]')
+    with pytest.raises(ValueError, match=r"rows\.json item 2: holds half a UTF-16 surrogate pair"):
+        list(read_records(bad))
+    good = tmp_path / "good.json"
+    good.write_text('[{"id": "a", "caption": "whole \\ud83d\\ude00"}]')
+    assert [r["caption"] for _, r in read_records(good)] == ["whole \U0001F600"]

@@ -81,16 +81,19 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
     if suffix == ".jsonl":
         yield from read_jsonl(path, error)
     elif suffix == ".json":
+        text = read_text(path, error)
         try:
-            data = json.loads(read_text(path, error))
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise error(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
         except RecursionError:
             raise error(f"{path}: nested too deeply to read") from None
         if not isinstance(data, list):
             raise error(f"{path}: a .json file of records must hold a list")
+        escaped_surrogate = _LONE_SURROGATE.search(text) is not None  # else no record can hold half a pair
         for i, record in enumerate(data, 1):
-            _refuse_lone_surrogates(record, f"{path} item {i}", error)
+            if escaped_surrogate:
+                _refuse_lone_surrogates(record, f"{path} item {i}", error)
             yield f"{path} item {i}", _mapping(record, f"{path} item {i}", error)
     elif suffix in (".csv", ".tsv"):
         yield from read_delimited(io.StringIO(read_text(path, error), newline=""), path,
