@@ -217,7 +217,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     if captioner is None and cfg.llm is None:
         raise ConfigError("refinement needs a reviser: --captioner (it sees the image) or --llm (it sees the "
                           "caption and the feedback)")
-    rows = load_samples(captions) if isinstance(captions, (str, Path)) else load_samples(list(captions))
+    rows = load_samples(captions)
     check_unique_ids(rows)
     if not rows:
         raise ConfigError("no captions to refine")
