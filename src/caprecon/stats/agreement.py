@@ -35,7 +35,7 @@ import numpy as np
 
 from caprecon.data.judgments import Judgment, Judgments, PairJudgment
 from caprecon.stats.bootstrap import bootstrap_ratio, bootstrap_tau, paired_bootstrap
-from caprecon.stats.correlation import kendall_tau, pairwise_accuracy, pearson, spearman, within_image_pairs
+from caprecon.stats.correlation import kendall_tau, kendall_taus, pairwise_accuracy, pearson, spearman, within_image_pairs
 
 
 @dataclass
@@ -158,14 +158,17 @@ def _ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap,
     low, high = bootstrap_tau(x, human, groups, variant=variant, n_resamples=n_bootstrap, seed=seed, level=level)
     scored = np.isfinite(scores)
     item_groups = [it.image_id for k, it in enumerate(items) if scored[k]]
-    item_human = [float(np.mean(human[item_of == k])) for k in range(len(items)) if scored[k]]
+    ends = np.cumsum([len(it.ratings) for it in items])  # item k's ratings are human[ends[k] - n_k : ends[k]]
+    item_human = [float(np.mean(human[end - len(it.ratings) : end]))
+                  for it, end, counted in zip(items, ends, scored) if counted]
     i, j, pref = within_image_pairs(item_groups, item_human)
     kept = scores[scored]
+    taus = kendall_taus(x[ok], human[ok])
     return MetaRow(
         judgments=judgments.name,
         metric=name,
         statistic=f"tau_{variant}",
-        value=kendall_tau(x[ok], human[ok], variant),
+        value=taus[variant],
         ci_low=low,
         ci_high=high,
         n=int(ok.sum()),
@@ -174,8 +177,8 @@ def _ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap,
         spearman=spearman(x[ok], human[ok]),
         pearson=pearson(x[ok], human[ok]),
         pair_accuracy=pairwise_accuracy(kept[i], kept[j], pref, tie_credit=tie_credit).accuracy,
-        tau_b=kendall_tau(x[ok], human[ok], "b"),
-        tau_c=kendall_tau(x[ok], human[ok], "c"),
+        tau_b=taus["b"],
+        tau_c=taus["c"],
     )
 
 

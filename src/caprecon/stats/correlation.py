@@ -47,19 +47,23 @@ def kendall_tau(x: Sequence[float], y: Sequence[float], variant: str = "b") -> f
     here rather than by scipy.stats, whose import alone takes a second or more."""
     if variant not in ("b", "c"):
         raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
+    return kendall_taus(x, y)[variant]
+
+
+def kendall_taus(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+    """Both variants of `kendall_tau`, keyed "b" and "c", from one count of concordant pairs
+    (the quadratic part): cheaper than two calls where both are reported."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     n = len(x)
     if n < 2 or np.isnan(x).any() or np.isnan(y).any():
-        return math.nan
+        return {"b": math.nan, "c": math.nan}
     pairs = n * (n - 1) / 2
     untied_x, untied_y = pairs - _tied_pairs(x), pairs - _tied_pairs(y)
     if untied_x == 0 or untied_y == 0:
-        return math.nan  # a constant variable
+        return {"b": math.nan, "c": math.nan}  # a constant variable
     concordance = _concordance(x, y)
-    if variant == "b":
-        return concordance / math.sqrt(untied_x * untied_y)
     classes = min(len(np.unique(x)), len(np.unique(y)))
-    return 2 * concordance / (n**2 * (classes - 1) / classes)
+    return {"b": concordance / math.sqrt(untied_x * untied_y), "c": 2 * concordance / (n**2 * (classes - 1) / classes)}
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
