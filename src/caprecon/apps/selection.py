@@ -190,8 +190,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     from caprecon.run.score import score
 
     started = time.time()
-    caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
-    run_preset = caption_preset.get("run_preset", preset if not caption_preset else None)
+    caption_preset, run_preset = split_preset(preset)
     given = {"captioner": captioner, "prompt": prompt, "n": n, "temperature": temperature, "top_p": top_p,
              "top_k": top_k, "max_new_tokens": max_new_tokens, "select": select}
     chosen = {k: v if v is not None else caption_preset.get(k, DEFAULTS.get(k)) for k, v in given.items()}
@@ -266,6 +265,13 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
 
         write_html_report(out_dir)
     return run
+
+
+def split_preset(preset: str | None) -> tuple[dict[str, Any], str | None]:
+    """`--preset` as (captioning preset, run preset that scores): a captioning preset names its
+    run preset; any other name is a run preset itself. `caption --refine` scores under the same one."""
+    caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
+    return caption_preset, caption_preset.get("run_preset", preset if not caption_preset else None)
 
 
 def _captioners_sampling(model: Any, sampling: Sampling,

@@ -88,14 +88,13 @@ def cmd_caption(args: argparse.Namespace) -> int:
 def _refine_selected(args: argparse.Namespace, run, settings: dict):
     """The selected captions refined by the captioner that wrote them, scored by the same --select."""
     from caprecon.apps.refine import refine
-    from caprecon.models import registry
+    from caprecon.apps.selection import split_preset
 
-    preset = args.preset
-    caption_preset = registry.CAPTION_PRESETS.get(preset or "", {})
+    caption_preset, run_preset = split_preset(args.preset)
     rows = [{"id": r["image_id"], "image": r["image"], "image_id": r["image_id"], "caption": r["caption"]}
             for r in run.selected]
     return refine(rows, captioner=args.captioner or caption_preset.get("captioner"),
                   captioner_options=parse_options(args.captioner_opt), select=run.selection.weights,
                   rounds=args.refine, margin=args.margin, feedback=args.feedback, out=run.out / "refine",
-                  preset=caption_preset.get("run_preset", preset if not caption_preset else None),
+                  preset=run_preset,
                   config=args.config, progress=not args.quiet, **settings)
