@@ -37,9 +37,9 @@ import numpy as np
 from caprecon.run.config import whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
-from caprecon.apps.metabench import get_benchmark
+from caprecon.apps.metabench import find_benchmarks, get_benchmark
 from caprecon.apps.metabench.protocol import run_benchmark
-from caprecon.apps.metabench.verify import compare, format_verify, published_values, read_expected, write_verify_csv
+from caprecon.apps.metabench.verify import (VerifyRow, compare, format_verify, published_values, read_expected, write_verify_csv)
 from caprecon.data.loaders.hub import looks_like_repo_id
 from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
 from caprecon.metrics.base import Context
@@ -255,9 +255,7 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         print(format_table(probe_rows))
     for note in notes:
         print(f"note: {note}")
-    from caprecon.reports.html import write_html_report
-
-    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+    _print_wrote(args.out)
     return 0
 
 
@@ -632,11 +630,9 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         for note in [protocol, *dict.fromkeys(score_notes)]:
             print(f"note: {note}")
         if args.out:
-            from caprecon.reports.html import write_html_report
-
             args.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, args.out / "verify.csv")
-            print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+            _print_wrote(args.out)
         return 1 if any(r.status == "fail" for r in table) else 0
 
     notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes)]
@@ -658,9 +654,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:
         print(f"note: {note}")
-    from caprecon.reports.html import write_html_report
-
-    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+    _print_wrote(args.out)
     return 0
 
 
@@ -712,10 +706,6 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
 
 def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
     """`meta verify --all --data-root DIR --out DIR`: every benchmark found under DIR, one table."""
-    from caprecon.apps.metabench import find_benchmarks
-    from caprecon.apps.metabench.verify import VerifyRow
-    from caprecon.reports.html import write_html_report
-
     if args.action != "verify" or not args.all or not args.data_root or not args.out:
         raise MetaError("give `meta verify --all --data-root DIR --out DIR` (all three go together)")
     if args.benchmark or args.data or args.scores or args.judgments:
@@ -765,8 +755,15 @@ def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | Non
     write_markdown(meta_rows, args.out / "meta.md", title="Agreement with people, every benchmark found", notes=notes)
     for note in notes:
         print(f"note: {note}")
-    print(f"wrote {args.out} (report: {write_html_report(args.out)})")
+    _print_wrote(args.out)
     return 1 if any(r.status == "fail" for r in table) else 0
+
+
+def _print_wrote(out: Path) -> None:
+    """Writes the HTML report of what `out` holds, and says where everything went."""
+    from caprecon.reports.html import write_html_report  # jinja and the templates: only once there is a report
+
+    print(f"wrote {out} (report: {write_html_report(out)})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
