@@ -38,8 +38,8 @@ class Roles:
 
     def with_generator(self, generator: Any) -> "Roles":
         """These roles with another generator; the models built so far stay shared."""
-        other = copy.copy(self)
-        other.__dict__ = {**self.__dict__, "generator": generator}
+        other = copy.copy(self)  # its own __dict__: the cached models are shared, the generator replaced
+        other.generator = generator
         return other
 
     @cached_property
