@@ -72,11 +72,13 @@ def _isolated_one(fn, item, watch: FailureWatch) -> Exception | None:
     return None
 
 
-def _failures(watch: FailureWatch) -> dict[str, Any]:
-    """The rows a stage could not do, by reason, with the first message of each."""
-    failed = sum(watch.by_reason.values())
-    return {"failed": failed, "failed_by_reason": dict(watch.by_reason), "first_errors": dict(watch.first_errors)} \
-        if failed else {}
+def _failures(*watches: FailureWatch) -> dict[str, Any]:
+    """The rows a stage could not do (over its watches: one per judge), by reason, with the first
+    message of each."""
+    by_reason = {reason: n for watch in watches for reason, n in watch.by_reason.items()}
+    first_errors = {reason: text for watch in watches for reason, text in watch.first_errors.items()}
+    failed = sum(by_reason.values())
+    return {"failed": failed, "failed_by_reason": by_reason, "first_errors": first_errors} if failed else {}
 
 
 def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -171,11 +173,7 @@ def judge_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             if id(metric) in originals:
                 metric.generator = originals[id(metric)]
     answered = {kind: n - before.get(kind, 0) for kind, n in ctx.computed.items() if n != before.get(kind, 0)}
-    failed = FailureWatch("judge")
-    for watch in watches.values():
-        failed.by_reason.update(watch.by_reason)
-        failed.first_errors.update(watch.first_errors)
-    return {**counts, **_failures(failed), "computed": answered, "generated": ctx.stats()["generated"]}
+    return {**counts, **_failures(*watches.values()), "computed": answered, "generated": ctx.stats()["generated"]}
 
 
 def _batches(samples, batch_size, caption_only, counts, progress, desc):
