@@ -5,7 +5,7 @@ the captioner samples with a temperature (and optionally top-k and top-p) and re
 captions per request, in one batched call per group of images. Sampling is seeded:
 the same request (image, prompt, seed, n) and the same sampling settings give the same
 candidates. A setting left unset (None) is the checkpoint's own, from its
-`generation_config.json` (Qwen3-VL's top_k 20, top_p 0.8, for instance): `complete`
+`generation_config.json` (Qwen3-VL's top_k 20, top_p 0.8, for instance): `complete_sampling`
 fills it in where the backend can read that file, so both backends sample alike and the
 manifest can say what was used.
 
@@ -83,7 +83,7 @@ SAMPLING_KEYS = ("temperature", "top_p", "top_k")  # what a checkpoint's generat
 @dataclass(frozen=True)
 class Sampling:
     """How candidates are drawn. temperature 0 is greedy: every candidate is the same.
-    top_k 0 and top_p 1 are off; None leaves the setting to the checkpoint (see `complete`),
+    top_k 0 and top_p 1 are off; None leaves the setting to the checkpoint (see `complete_sampling`),
     and where that is unknown, off (a server applies its own default)."""
 
     temperature: float = 1.0
