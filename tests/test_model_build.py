@@ -233,3 +233,16 @@ def test_build_model_registers_secrets_and_checks_the_kind(tmp_path, text_lm):
     assert build_model("llm", str(text_lm), {}, setting="llm").source.path == text_lm.resolve()
     vlm = build_qwen2_vl(tmp_path / "vlm")
     assert build_model("judge", str(vlm), {}, setting="judge").source.path == vlm.resolve()
+
+
+def test_a_registered_name_whose_module_is_missing_is_a_one_line_config_error(monkeypatch):
+    """A plug-in registered under a name whose module cannot be imported stops with a
+    ConfigError naming it, not an import traceback."""
+    from caprecon.models import registry
+    from caprecon.models.build import build_model
+
+    table = dict(registry.ROLES["generator"][0])
+    monkeypatch.setitem(registry.ROLES, "generator", (table, registry.ROLES["generator"][1]))
+    registry.register("generator", "bogus-gen", "no_such_module_xyz:Generator")
+    with pytest.raises(ConfigError, match="no_such_module_xyz"):
+        build_model("generator", "bogus-gen")

@@ -67,7 +67,10 @@ def _constructor(role: str, spec: Any) -> Any:
     else:
         target = default_backend
     module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name, None)
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:  # `registry.build` says so in one line, as a ConfigError
+        return None
 
 
 # the settings whose options come from a --NAME-opt flag
