@@ -326,9 +326,10 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
               for r in records if r.get("error")]
     bank = _bank(run, out, progress=progress)
     store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
-    refinement = _refinement(run, out, progress=progress, cache=cache_folder(store.get("root")))
+    cache = cache_folder(store.get("root"))
+    refinement = _refinement(run, out, progress=progress, cache=cache)
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
-                        group_by=group_by, progress=progress, cache=cache_folder(store.get("root")),
+                        group_by=group_by, progress=progress, cache=cache,
                         image_root=manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None)
                if records else None)
 
