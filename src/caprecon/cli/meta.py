@@ -647,9 +647,9 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         a, b = args.compare
         if missing := [m for m in (a, b) if m not in last["scores"]]:
             raise MetaError(f"--compare: {', '.join(missing)} could not be scored (see the notes above)")
-        variant = benchmark.statistic.removeprefix("tau_") if benchmark.statistic.startswith("tau_") else None
-        result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b], tau_variant=variant,
-                                 n_resamples=args.bootstrap or 1000, seed=args.seed)  # fmt: skip
+        result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b],
+                                 tau_variant=benchmark.tau_variant, n_resamples=args.bootstrap or 1000,
+                                 seed=args.seed)  # fmt: skip
         print(format_comparison(result))
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:

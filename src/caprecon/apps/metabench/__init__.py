@@ -34,6 +34,11 @@ class Benchmark:
     finds: tuple[str, ...] = ()
     find_folder: bool = False  # hand the loader the folder holding the found file
 
+    @property
+    def tau_variant(self) -> str | None:
+        """"b" or "c" where the protocol reports a Kendall τ, else None."""
+        return self.statistic.removeprefix("tau_") if self.statistic.startswith("tau_") else None
+
 
 def _longcap(test: str, perspective: str) -> Benchmark:
     split = loaders.LONGCAP_SPLITS[test]

@@ -39,9 +39,8 @@ def run_benchmark(
     scores = score(judgments)
     if benchmark.statistic == "pearson":
         return _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level)
-    variant = benchmark.statistic.removeprefix("tau_") if benchmark.statistic.startswith("tau_") else None
-    rows = run_meta(judgments, scores, tau_variant=variant, n_bootstrap=n_bootstrap, seed=seed, level=level,
-                    tie_credit=tie_credit)  # fmt: skip
+    rows = run_meta(judgments, scores, tau_variant=benchmark.tau_variant, n_bootstrap=n_bootstrap, seed=seed,
+                    level=level, tie_credit=tie_credit)  # fmt: skip
     for row in rows:
         row.judgments = benchmark.name
         _add_category_mean(row)
