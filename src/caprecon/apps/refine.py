@@ -490,10 +490,10 @@ def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequen
     and accepted in it. The standing caption changes only by an accepted, higher revision,
     so the mean cannot fall."""
     scored = [i for i in ids if history[i] and history[i][0].get("score") is not None]
+    firsts = [history[i][0]["score"] for i in scored]
     table = []
     for round_no in range(rounds + 1):
         standing = [_current([r for r in history[i] if r["round"] <= round_no])["score"] for i in scored]
-        firsts = [history[i][0]["score"] for i in scored]
         asked = [r for i in ids for r in history[i] if r["round"] == round_no and round_no and r["caption"]]
         table.append({"round": round_no, "captions": len(scored),
                       "mean_score": sum(standing) / len(standing) if standing else None,
