@@ -130,18 +130,7 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
             rating = _float(judged.get("rating"), spot, "rating")
             if math.isnan(rating):
                 continue
-            ident = (str(key), caption)
-            if ident not in gathered:
-                gathered[ident] = Judgment(
-                    id=f"{key}:{len(gathered)}",
-                    image=str(judged.get("image_path") or image),
-                    caption=caption,
-                    ratings=(),
-                    refs=refs,
-                    image_id=str(key),
-                    row=len(gathered) + 1,
-                )
-            gathered[ident].ratings += (rating,)
+            _gather(gathered, str(key), str(judged.get("image_path") or image), caption, refs, rating)
     if not gathered:
         raise JudgmentFormatError(f"{path}: no judgments in the file")
     return _own_caption_protocol(Judgments(format, list(gathered.values()), path), format)
@@ -155,14 +144,20 @@ def _flickr8k_hub(source: str | Path, format: str) -> Judgments:
         image, caption, rating, refs = _hub_fields(record, where)
         if math.isnan(rating):
             continue
-        key = (Path(image).stem, caption)
-        if key not in gathered:
-            gathered[key] = Judgment(id=f"{key[0]}:{len(gathered)}", image=image, caption=caption, ratings=(),
-                                     refs=refs, image_id=key[0], row=len(gathered) + 1)  # fmt: skip
-        gathered[key].ratings += (rating,)
+        _gather(gathered, Path(image).stem, image, caption, refs, rating)
     if not gathered:
         raise JudgmentFormatError(f"{folder}: no Flickr8k judgments in split 'test' of config {config!r}")
     return Judgments(format, list(gathered.values()), folder)
+
+
+def _gather(gathered: dict[tuple[str, str], Judgment], image_id: str, image: str, caption: str, refs: list[str],
+            rating: float) -> None:
+    """One more rating of (image, caption): a caption rated by several people is one judgment."""
+    key = (image_id, caption)
+    if key not in gathered:
+        gathered[key] = Judgment(id=f"{image_id}:{len(gathered)}", image=image, caption=caption, ratings=(), refs=refs,
+                                 image_id=image_id, row=len(gathered) + 1)  # fmt: skip
+    gathered[key].ratings += (rating,)
 
 
 _HUB_IMAGE = ("file_name", "imgid", "img", "image", "image_path", "img_path")
