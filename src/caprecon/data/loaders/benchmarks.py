@@ -165,13 +165,13 @@ _HUB_CAPTION = ("cand", "mt", "caption", "candidate")
 _HUB_SCORE = ("human_score", "score", "rating", "human")
 
 
-def _hub_fields(record: dict, where: str, scores: Sequence[str] = _HUB_SCORE) -> tuple[str, str, float, list[str]]:
+def _hub_fields(record: dict, where: str) -> tuple[str, str, float, list[str]]:
     """(image name, candidate, human score, references) of one row of a Hugging Face benchmark table."""
     caption = _first(record, _HUB_CAPTION)
-    score = _first(record, scores)
+    score = _first(record, _HUB_SCORE)
     if caption is None or score is None:
         raise JudgmentFormatError(f"{where}: needs a candidate ({'/'.join(_HUB_CAPTION)}) and a human score "
-                                  f"({'/'.join(scores)}); fields: {sorted(record)}")  # fmt: skip
+                                  f"({'/'.join(_HUB_SCORE)}); fields: {sorted(record)}")  # fmt: skip
     image = _first(record, _HUB_IMAGE)
     refs = _first(record, ("refs", "references"))
     return (str(image) if image is not None else where.rsplit(" ", 1)[-1], _norm(caption), _float(score, where, "score"),
