@@ -236,8 +236,10 @@ def resolve(path: str, run: Path) -> str:
 def record_images(record: Mapping[str, Any], run: Path) -> tuple[str | None, list[str]]:
     """The original's path and the paths of the row's reconstructions, resolved as the report does."""
     original = record.get("image") if isinstance(record.get("image"), str) else None
-    recons = [v for k, v in record.items() if "reconstruction" in k and isinstance(v, str) and v]
-    return (resolve(original, run) if original else None), [resolve(p, run) for p in recons]
+    recons = [resolve(v, run) for k, v in record.items() if "reconstruction" in k and isinstance(v, str) and v]
+    # a row scored from K seeds: its K reconstructions, side by side
+    seeded = [resolve(p, run) for p in record.get("reconstructions") or [] if isinstance(p, str) and p]
+    return (resolve(original, run) if original else None), recons + [p for p in seeded if p not in recons]
 
 
 class ThumbnailWriter:

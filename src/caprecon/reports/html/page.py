@@ -84,9 +84,6 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
     originals, recons = [], []
     for record in records:
         original, reconstructions = record_images(record, run)
-        # a row scored from K seeds: its K reconstructions side by side
-        seeded = [resolve(p, run) for p in record.get("reconstructions") or [] if isinstance(p, str) and p]
-        reconstructions += [p for p in seeded if p not in reconstructions]
         originals.append(original)
         recons.append(reconstructions)
     # the originals are confined to the run's --image-root, as scoring confined them
