@@ -337,6 +337,16 @@ def test_meta_benchmark_with_fleur_released_scores(tmp_path):
     assert float(rows["fleur-raw"]["tau_b"]) == pytest.approx(stats.kendalltau([0.85, 0.0, 0.5], human)[0])
 
 
+def test_released_scores_file_not_utf8_is_a_one_line_error(tmp_path, capsys):
+    data = _composite_json(tmp_path)
+    scores = tmp_path / "fleur_composite.txt"
+    scores.write_bytes("image file : caf\xe9.jpg\ncaption : a\nour score : 0.5\n".encode("latin-1"))
+    rc = meta_main(["--benchmark", "composite", "--data", str(data), "--scores", str(scores), "--metric", "fleur",
+                    "--bootstrap", "0", "--out", str(tmp_path / "out")])  # fmt: skip
+    assert rc == 2
+    assert "fleur_composite.txt: not UTF-8 text (byte 0xe9 on line 1)" in capsys.readouterr().err
+
+
 def test_fleur_pascal_files_per_category_add_up(tmp_path):
     pair = lambda image, a, b, label: {"image": f"VOC2012/JPEGImages/{image}.jpg", "captions": [a, b],  # noqa: E731
                                        "label": label, "references": ["r"]}

@@ -686,13 +686,13 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
     found: dict[str, np.ndarray] = {}
     released = []
     for path in paths:
-        if is_released_scores(path):
-            try:
+        try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
+            if is_released_scores(path):
                 released += read_released_scores(path)
-            except ReleasedScoresError as exc:
-                raise MetaError(str(exc)) from None
-        else:
-            found.update(read_scores(path, samples))
+                continue
+        except ReleasedScoresError as exc:
+            raise MetaError(str(exc)) from None
+        found.update(read_scores(path, samples))
     if released:
         joined, missing = join_released(released, [str(s.image) for s in samples], [s.caption for s in samples])
         if missing == len(samples):
