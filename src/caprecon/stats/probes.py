@@ -542,15 +542,22 @@ def inserted_object_captions(captions: Sequence[str], image_ids: Sequence[str], 
     None where no other image offers an object this image's claims do not mention. The
     choice depends only on `seed` and the row's position."""
     own: dict[str, set[str]] = {}
+    entities: list[tuple[str, str, set[str]]] = []  # (image, phrase, its words): entity claims that name something
     for image, found in zip(image_ids, claims):
         words = own.setdefault(str(image), set())
         for claim in found:
-            words |= _object_words(claim)
+            named = _object_words(claim)
+            words |= named
+            if claim.type == "entity" and named:
+                entities.append((str(image), (claim.span or claim.text).strip(), named))
+    offered: dict[str, list[str]] = {}  # per image, once: other images' objects its own claims do not mention
     out: list[str | None] = []
     for i, (caption, image) in enumerate(zip(captions, image_ids)):
-        candidates = sorted({(c.span or c.text).strip() for other, found in zip(image_ids, claims)
-                             if str(other) != str(image) for c in found
-                             if c.type == "entity" and _object_words(c) and not _object_words(c) <= own[str(image)]})
+        image = str(image)
+        if image not in offered:
+            offered[image] = sorted({phrase for other, phrase, named in entities
+                                     if other != image and not named <= own[image]})
+        candidates = offered[image]
         if not candidates:
             out.append(None)
             continue
