@@ -146,8 +146,8 @@ MUTANTS = [
            ("tests/test_fleur.py",)),
     # scores over K seeds (issue 23; tests/test_seeds.py): the Student-t interval, the variance split,
     # the two-level bootstrap, seeds derived per index
-    Mutant("seeds: t interval df K-1 -> K", "metrics/seeds.py", "float(t.ppf(0.5 + level / 2, n - 1))",
-           "float(t.ppf(0.5 + level / 2, n))", ("tests/test_seeds.py",)),
+    Mutant("seeds: t interval df K-1 -> K", "metrics/seeds.py", "float(stdtrit(n - 1, 0.5 + level / 2))",
+           "float(stdtrit(n, 0.5 + level / 2))", ("tests/test_seeds.py",)),
     Mutant("seeds: sd over n-1 -> n", "metrics/seeds.py", "math.fsum((v - mean) ** 2 for v in values) / (n - 1)",
            "math.fsum((v - mean) ** 2 for v in values) / n", ("tests/test_seeds.py",)),
     Mutant("seeds: generator variance not divided by K", "metrics/seeds.py", "max(0.0, (between - within) / k)",

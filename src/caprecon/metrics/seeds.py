@@ -36,16 +36,17 @@ def uses_reconstruction(metric: Metric) -> bool:
 
 
 def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float | None, list[float] | None]:
-    """(mean, sample sd, [low, high]) of per-seed values: the Student-t interval of the mean.
-    One value has no spread: sd and interval are None."""
-    from scipy.stats import t
+    """(mean, sample sd, [low, high]) of values (a caption's per-seed scores; the report's rows
+    of a group): the Student-t interval of the mean. One value has no spread: sd and interval
+    are None."""
+    from scipy.special import stdtrit  # the Student-t quantile, without scipy.stats' second of imports
 
     n = len(values)
     mean = math.fsum(values) / n
     if n < 2:
         return mean, None, None
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
     return mean, sd, [mean - half, mean + half]
 
 

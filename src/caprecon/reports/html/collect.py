@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from caprecon.core.records import read_jsonl
 from caprecon.core.redaction import redact, redact_text
+from caprecon.metrics.seeds import seed_interval
 
 # fields of a score record that are numbers but not scores
 NOT_SCORES = frozenset({"seed", "candidate", "tokens_cut", "size", "match"})
@@ -48,17 +49,11 @@ class MeanCI:
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> MeanCI:
     """Mean and Student-t interval (the sample is the rows; no interval below two rows)."""
-    n = len(values)
-    if not n:
+    if not values:
         return MeanCI(None, None, None, 0)
-    mean = sum(values) / n
-    if n < 2:
-        return MeanCI(mean, None, None, 1)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    from scipy.special import stdtrit  # Student-t quantile, without scipy.stats' second of imports
-
-    half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
-    return MeanCI(mean, mean - half, mean + half, n)
+    mean, _, interval = seed_interval(values, level)
+    low, high = interval or (None, None)
+    return MeanCI(mean, low, high, len(values))
 
 
 GROUP_BY = ("captioner", "model")
