@@ -122,7 +122,7 @@ MUTANTS = [
     # Kendall tau_b / tau_c, direct and bootstrapped
     # Kendall tau is computed in numpy (no scipy.stats import): pin each variant's formula
     Mutant("kendall_tau ignores the variant (always tau_b)", "stats/correlation.py",
-           'if variant == "b":\n        return concordance', 'if variant in "bc":\n        return concordance'),
+           "return kendall_taus(x, y)[variant]", 'return kendall_taus(x, y)["b"]'),
     Mutant("kendall tau_b sqrt(untied_x untied_y) -> sqrt(untied_x untied_x)", "stats/correlation.py",
            "concordance / math.sqrt(untied_x * untied_y)", "concordance / math.sqrt(untied_x * untied_x)"),
     Mutant("kendall tau_c (m-1)/m -> m/m", "stats/correlation.py",
