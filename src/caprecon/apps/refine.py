@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 from caprecon.core.describe import describe_model
 from caprecon.core.errors import ConfigError
-from caprecon.core.records import append_jsonl, read_jsonl, write_jsonl_atomically
+from caprecon.core.records import append_jsonl, is_number, read_jsonl, write_jsonl_atomically
 from caprecon.data.images import decode_bytes, read_image
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids
@@ -56,7 +56,7 @@ from caprecon.models.vlm import VLMRequest
 from caprecon.reconstruct.templates import render
 from caprecon.run.captioning import Selection, export_parquet, one_noise_per_image
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import is_number, open_store, write_manifest
+from caprecon.run.folder import open_store, write_manifest
 from caprecon.run.roles import Roles
 from caprecon.store.index import content_key
 

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+from importlib import metadata
 from typing import Any
 
 from caprecon.core.redaction import redact
+
+
+@functools.lru_cache(maxsize=None)  # reading the metadata scans the installed distributions
+def installed_version(package: str) -> str | None:
+    """A package's installed version from its metadata (None when it is not installed): reading
+    it imports nothing, so a fully cached run can key and describe its work without loading torch."""
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def describe_model(model: Any) -> dict[str, Any]:

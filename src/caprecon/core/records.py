@@ -11,6 +11,7 @@ import codecs
 import csv
 import io
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,10 @@ RECORD_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv")
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
+
+def is_number(value: Any) -> bool:
+    """Whether a record's value is a finite number (a bool is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 def read_text(path: str | Path, error: type[Exception] = ValueError) -> str:
     """A text file's contents: UTF-8, or whatever encoding its byte-order mark names.

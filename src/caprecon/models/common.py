@@ -16,10 +16,10 @@ import re
 import sys
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from caprecon.core.describe import installed_version
 from caprecon.core.digests import known_digest, remember_digest
 from caprecon.core.errors import ConfigError
 
@@ -55,15 +55,6 @@ class ModelSource:
             blob = json.dumps({"model": ident, "config": config}, sort_keys=True, default=str)
             memo[known] = hashlib.sha256(blob.encode()).hexdigest()[:24]
         return memo[known]
-
-
-def installed_version(package: str) -> str | None:
-    """A package's installed version from its metadata: reading it imports nothing, so a
-    fully cached run can build its keys without loading torch."""
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 # torch's patch releases and build labels (+cpu, +cu128) do not change numerics, and a cache shared by

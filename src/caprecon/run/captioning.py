@@ -20,11 +20,11 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.data.images import image_file_key, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
-from caprecon.run.folder import is_number
 from caprecon.run.local import FATAL, RunError
 from caprecon.store.index import Store, content_key
 

@@ -15,12 +15,12 @@ import functools
 import json
 import math
 import platform
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
+from caprecon.core.records import is_number
 from caprecon.core.redaction import redact
 from caprecon.data.samples import Sample
 from caprecon.run.config import RunConfig
@@ -101,10 +101,6 @@ def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dic
             "metrics": metrics}
 
 
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
     with (out_dir / "summary.csv").open("w", newline="") as fh:
@@ -126,12 +122,3 @@ def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
 @functools.lru_cache(maxsize=None)
 def platform_name() -> str:
     return platform.platform()  # reads the interpreter's binary for its libc version: once a process
-
-
-@functools.lru_cache(maxsize=None)
-def package_version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-

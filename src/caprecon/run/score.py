@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from caprecon.core.describe import installed_version
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.core.tables import format_table
@@ -31,7 +32,7 @@ from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
-from caprecon.run.folder import (open_store, package_version, platform_name, prepare_out, resumable_rows, summarise,
+from caprecon.run.folder import (open_store, platform_name, prepare_out, resumable_rows, summarise,
                                  write_manifest, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
@@ -171,13 +172,13 @@ def score(
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),
-        "caprecon": package_version("caprecon"),
+        "caprecon": installed_version("caprecon"),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
         "seconds": round(time.time() - started, 3),
         "command": sys.argv if Path(sys.argv[0]).name == "caprecon" else None,
         "python": platform.python_version(),
         "platform": platform_name(),
-        "libraries": {lib: package_version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
+        "libraries": {lib: installed_version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
         "config": cfg.to_dict(),
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.seed, "seed_policy": cfg.seed_policy,
                            "seeds": cfg.seeds, "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
@@ -269,5 +270,3 @@ def check_images(rows: Sequence[Sample], metrics: Sequence[Metric]) -> None:
             f"{', '.join(needing)} compare(s) the caption with its source image. Give every row an image, or "
             f"score caption-only rows with metrics that need none (vqascore --vqa-on reconstruction; "
             f"`caprecon t2i` for generators)")
-
-

@@ -38,11 +38,11 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from caprecon.core.describe import installed_version
 from caprecon.data.judgments import Judgments
 from caprecon.metrics.fused import FusedModel
 from caprecon.stats.agreement import Comparison, MetaRow, compare_metrics, human_ratings, run_meta
@@ -323,17 +323,10 @@ def fused_model(result: FitResult) -> FusedModel:
         "evaluation": {"statistic": fused.statistic, "out_of_fold": _json_number(fused.value),
                        "ci": [_json_number(fused.ci_low), _json_number(fused.ci_high)],
                        "folds": int(result.fold.max() + 1)},
-        "versions": {lib: _version(lib) for lib in ("caprecon", "scikit-learn", "numpy")},
+        "versions": {lib: installed_version(lib) for lib in ("caprecon", "scikit-learn", "numpy")},
     }
     return result.final.fused_model(info)
 
 
 def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None  # JSON has no NaN
-
-
-def _version(package: str) -> str | None:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

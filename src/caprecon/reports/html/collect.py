@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from caprecon.core.records import read_jsonl
+from caprecon.core.records import is_number, read_jsonl
 from caprecon.core.redaction import redact, redact_text
 from caprecon.metrics.seeds import seed_interval
 
@@ -29,10 +29,6 @@ RECORD_FILES = ("scores.jsonl", "candidates.jsonl")
 
 def lower_is_better(metric: str) -> bool:
     return metric.endswith(LOWER_IS_BETTER_SUFFIXES)
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def finite_or_none(value: Any) -> float | None:

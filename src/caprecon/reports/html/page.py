@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from caprecon.core.records import read_jsonl
+from caprecon.core.records import is_number, read_jsonl
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
 from caprecon.reports.html.seeds import seeds_section
@@ -71,7 +71,7 @@ def json_for_script(value: Any) -> Markup:
 
 def _rounded(value: Any) -> float | None:
     # six decimals: the page shows four, and ten thousand rows of full floats would double the page's size
-    return round(float(value), 6) if collect.is_number(value) else None
+    return round(float(value), 6) if is_number(value) else None
 
 
 # the fields of a flipped question (`collect.flips`), in the order the page's arrays hold them
@@ -106,11 +106,11 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
         }
         if original:
             item["src"] = os.path.basename(original)
-        if collect.is_number(record.get("tokens_cut")) and record["tokens_cut"] > 0:
+        if is_number(record.get("tokens_cut")) and record["tokens_cut"] > 0:
             item["cut"] = int(record["tokens_cut"])
         if record.get("error"):
             item["e"] = str(record["error"])
-        if best_of_n and collect.is_number(record.get("candidate")):
+        if best_of_n and is_number(record.get("candidate")):
             item["k"] = int(record["candidate"])
             item["sel"] = record.get("selected") is True
         if flipped := collect.flips(record):
@@ -154,8 +154,8 @@ def _curve(run: Path) -> dict[str, Any] | None:
     columns = list(rows[0])
     x_column, series_columns = columns[0], collect.numeric_columns(rows, skip=[columns[0]])
     xs = [r.get(x_column) for r in rows]
-    chart = svg.lines([float(x) for x in xs if collect.is_number(x)],
-                      {c: [collect.finite_or_none(r.get(c)) for r in rows if collect.is_number(r.get(x_column))]
+    chart = svg.lines([float(x) for x in xs if is_number(x)],
+                      {c: [collect.finite_or_none(r.get(c)) for r in rows if is_number(r.get(x_column))]
                        for c in series_columns},
                       xlabel=x_column, ylabel="expected score of the selected caption", title="selection curve")
     return {"columns": columns, "rows": rows, "svg": chart}
@@ -170,14 +170,14 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None) -> 
         return None
     captions = [row for _, row in read_jsonl(path)]
     rounds = collect.read_table(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
-    xs = [float(r["round"]) for r in rounds if collect.is_number(r.get("round"))]
+    xs = [float(r["round"]) for r in rounds if is_number(r.get("round"))]
     chart = svg.lines(xs, {"mean score": [collect.finite_or_none(r.get("mean_score")) for r in rounds
-                                          if collect.is_number(r.get("round"))]},
+                                          if is_number(r.get("round"))]},
                       xlabel="round", ylabel="mean score of the captions", title="refinement rounds")
 
     def gain(row: Mapping[str, Any]) -> float:
         before, after = row.get("score_before"), row.get("score")
-        return after - before if collect.is_number(before) and collect.is_number(after) else -math.inf
+        return after - before if is_number(before) and is_number(after) else -math.inf
 
     shown = sorted(captions, key=gain, reverse=True)[:MAX_REFINED_SHOWN]
     images = [(r.get("image"), r.get("reconstruction_before"), r.get("reconstruction")) for r in shown]
@@ -217,11 +217,11 @@ def _meta(run: Path) -> dict[str, Any] | None:
     agreement = [dict(row) for row in tables.get("agreement", [])]
     best: dict[str, float] = {}
     for row in agreement:
-        if collect.is_number(row.get("value")):
+        if is_number(row.get("value")):
             key = str(row.get("judgments"))
             best[key] = max(best.get(key, -math.inf), row["value"])
     for row in agreement:
-        row["best"] = collect.is_number(row.get("value")) and row["value"] == best.get(str(row.get("judgments")))
+        row["best"] = is_number(row.get("value")) and row["value"] == best.get(str(row.get("judgments")))
     columns = [c for c in (agreement[0] if agreement else {}) if c not in ("ci_low", "ci_high", "best")]
     scatters = []
     for file, rows in tables["scores"].items():
@@ -273,7 +273,7 @@ def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
         if table is None:  # an unreadable or hand-written datasheet: count the bank itself
             table = collections.Counter(str(r.get(field) or "") for r in records)
         counts.append((title, [(str(name) or "(none)", n, 100 * n / total) for name, n in table.items()
-                               if collect.is_number(n)]))
+                               if is_number(n)]))
     models = sheet.get("models") if isinstance(sheet.get("models"), Mapping) else {}
     data = {"categories": sorted({q["c"] for q in questions}), "types": sorted({q["t"] for q in questions}),
             "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/", "images": list(images.values())}
