@@ -153,7 +153,7 @@ def test_store_keys_and_wal(tmp_path):
     assert k1 != content_key("reconstruction", caption="a", seed=2)
     store.put_arrays("embedding", {k1: np.arange(3, dtype=np.float32)})
     np.testing.assert_array_equal(Store(tmp_path).get_arrays([k1])[k1], [0, 1, 2])
-    mode = store._connect().execute("PRAGMA journal_mode").fetchone()[0]
+    mode = store.connect().execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
 
 

@@ -79,7 +79,7 @@ def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, h
 
 def cache_info(root: str | Path) -> dict[str, Any]:
     store = _open(Path(root), write=False)
-    db = store._connect()
+    db = store.connect()
     model, file_size = _select(store, ["model", "file_size"]).split(", ")
     kinds = [{"kind": k, "entries": n, "bytes": (v or 0) + (f or 0)} for k, n, v, f in db.execute(
         f"SELECT kind, count(*), sum(length(value)), sum({file_size}) FROM results GROUP BY kind ORDER BY kind")]
@@ -150,7 +150,7 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
             return report
         report["salvaged"], report["moved_aside"] = _rebuild_index(index)
     store = _open(root, write=repair)
-    db = store._connect()
+    db = store.connect()
     bad_keys, backfill = [], []
     file_keys: set[str] = set()
     for key, kind, value, checksum, file_checksum, file_size in db.execute(
@@ -209,7 +209,7 @@ def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
 def _index_problem(index: Path, *, read_only: bool) -> str | None:
     try:
         # read-only, SQLite cannot make the reader files of a WAL index: read it as the store does
-        db = Store(index.parent)._connect() if read_only else sqlite3.connect(index, timeout=60)
+        db = Store(index.parent).connect() if read_only else sqlite3.connect(index, timeout=60)
         try:
             result = db.execute("PRAGMA integrity_check").fetchall()
             db.execute("SELECT count(*) FROM results").fetchone()
@@ -232,7 +232,7 @@ def _rebuild_index(index: Path) -> tuple[int, str]:
             shutil.move(extra, aside.with_name(aside.name + suffix))
     rows = _readable_rows(aside)
     store = Store(index.parent, read_only=False)
-    db = store._connect()
+    db = store.connect()
     db.execute("BEGIN")
     db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, file_size, "
                    "model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
@@ -276,7 +276,7 @@ def prune(root: str | Path, *, older_than: float | None = None, model: str | Non
         raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
     root = Path(root)
     store = _open(root, write=not dry_run)
-    db = store._connect()
+    db = store.connect()
     columns = _select(store, ["key", "kind", "created", "model", "length(value)", "file_size", "file_checksum"])
     entries = [(key, created, fp, _entry_size(store, key, n, fsize, fchk is not None or kind == "reconstruction"))
                for key, kind, created, fp, n, fsize, fchk in db.execute(

@@ -203,7 +203,7 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
         if root.resolve() == target.root.resolve():
             raise StoreError(f"{root} is the store merged into; give the per-shard stores as sources")
         src = Store(root, read_only=True)
-        db, out = src._connect(), target._connect()
+        db, out = src.connect(), target.connect()
         for fingerprint, description in db.execute("SELECT fingerprint, description FROM models"):
             out.execute("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
                         (fingerprint, description))

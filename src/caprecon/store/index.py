@@ -213,7 +213,7 @@ class Store:
                 f"(or --out DIR, whose cache-overlay/ then holds them) to keep new results in a writable place.")
 
     def _prepare(self) -> None:
-        db = self._connect()
+        db = self.connect()
         if self.read_only:
             # readable, and ours; an index from before checksums is read with those columns empty
             self._columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
@@ -239,7 +239,9 @@ class Store:
             raise
         db.execute("COMMIT")
 
-    def _connect(self) -> sqlite3.Connection:
+    def connect(self) -> sqlite3.Connection:
+        """This thread's connection to the index (read-only for a read-only store): for the
+        cache commands' queries; the store's own reads and writes go through its methods."""
         db = getattr(self._local, "db", None)
         if db is None:
             if self.read_only:
@@ -276,7 +278,7 @@ class Store:
             return []
         if self._columns is not None:
             columns = ", ".join(c if c in self._columns else f"NULL AS {c}" for c in columns.split(", "))
-        db = self._connect()
+        db = self.connect()
         out = []
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
@@ -349,7 +351,7 @@ class Store:
     def _write_rows(self, records: list[tuple]) -> None:
         def write():
             with self._lock:
-                db = self._connect()
+                db = self.connect()
                 db.execute("BEGIN")
                 db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, "
                                "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", records)
@@ -370,7 +372,7 @@ class Store:
                 description = json.dumps(describe_model(model), default=str)
             except Exception:  # a description is a convenience for `cache prune --model`, never a reason to fail
                 description = json.dumps({"class": type(model).__name__})
-            self._guard(lambda: self._connect().execute(
+            self._guard(lambda: self.connect().execute(
                 "INSERT OR REPLACE INTO models (fingerprint, description) VALUES (?, ?)", (fingerprint, description)))
             self._described.add(fingerprint)
         return fingerprint
@@ -516,7 +518,7 @@ class Store:
 
         def take() -> set[str]:
             with self._lock:
-                db = self._connect()
+                db = self.connect()
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     held: dict[str, tuple[str, float]] = {}
@@ -547,7 +549,7 @@ class Store:
 
         def drop():
             with self._lock:
-                self._connect().executemany("DELETE FROM claims WHERE key = ? AND owner = ?",
+                self.connect().executemany("DELETE FROM claims WHERE key = ? AND owner = ?",
                                             [(k, self.owner) for k in keys])
 
         if keys:
@@ -559,7 +561,7 @@ class Store:
 
         def extend():
             with self._lock:
-                self._connect().executemany("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?", rows)
+                self.connect().executemany("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?", rows)
 
         self._guard(extend)
 
