@@ -209,9 +209,9 @@ def test_thumbnails_come_from_the_pixels_in_memory_off_the_run_thread(tmp_path, 
     made = []
     real = thumbs_module.thumbnail_of
 
-    def counting(image, source, cache, *rest):
+    def counting(image, source, cache, *rest, **options):
         made.append((threading.current_thread().name, source))
-        return real(image, source, cache, *rest)
+        return real(image, source, cache, *rest, **options)
 
     monkeypatch.setattr(thumbs_module, "thumbnail_of", counting)
     samples = _samples(tmp_path)
@@ -239,8 +239,8 @@ def test_a_picture_thumbnailed_from_memory_is_named_once_and_only_linked_after(t
     import threading
 
     named = []
-    real = thumbs_module._name
-    monkeypatch.setattr(thumbs_module, "_name",
+    real = thumbs_module._named
+    monkeypatch.setattr(thumbs_module, "_named",
                         lambda source: (named.append((threading.current_thread().name, source)), real(source))[1])
     samples = _samples(tmp_path)
     _score_into(samples, tmp_path, "first")
@@ -248,6 +248,32 @@ def test_a_picture_thumbnailed_from_memory_is_named_once_and_only_linked_after(t
     assert len(pictures) == 10 and len(set(pictures)) == 10  # 5 originals, 5 reconstructions, each named once
     folder = tmp_path / "first" / "report_files" / "thumbs"
     assert len(list(folder.iterdir())) == 10
+
+
+def test_a_picture_whose_bytes_were_seen_is_not_read_again_for_its_thumbnail(tmp_path, monkeypatch):
+    """A run hands the thumbnail thread each file's length and first bytes (as read for scoring,
+    as written to the cache): a small JPEG or PNG is then linked without opening it. A file whose
+    length no longer matches is read as before, and a BMP is never its own thumbnail."""
+    from caprecon.store import thumbs as thumbs_module
+
+    reads = []
+    real = thumbs_module.read_image_file
+    monkeypatch.setattr(thumbs_module, "read_image_file", lambda path, *a, **k: (reads.append(str(path)),
+                                                                                 real(path, *a, **k))[1])
+    small, bmp, cache = tmp_path / "small.png", tmp_path / "small.bmp", tmp_path / "cache"
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(small)
+    Image.new("RGB", (40, 30), (4, 5, 6)).save(bmp)
+    data = small.read_bytes()
+    name = thumbs_module.thumbnail_of(Image.open(small).convert("RGB"), str(small), cache, head=(len(data), data[:8]))
+    assert reads == [] and (cache / name[:2] / name).stat().st_ino == small.stat().st_ino  # linked, not read
+    bmp_data = bmp.read_bytes()
+    name = thumbs_module.thumbnail_of(Image.open(bmp).convert("RGB"), str(bmp), cache,
+                                      head=(len(bmp_data), bmp_data[:8]))
+    assert reads == [] and Image.open(cache / name[:2] / name).format == "JPEG"  # made from the pixels
+    stale = tmp_path / "stale.png"  # the run saw other bytes than the file now holds: read it
+    Image.new("RGB", (40, 30), (7, 8, 9)).save(stale)
+    name = thumbs_module.thumbnail_of(Image.open(stale).convert("RGB"), str(stale), cache, head=(10, data[:8]))
+    assert reads == [str(stale)] and (cache / name[:2] / name).read_bytes() == stale.read_bytes()
 
 
 def test_thumbnails_are_copied_where_the_file_system_refuses_a_link(tmp_path, monkeypatch):

@@ -49,6 +49,9 @@ class LoadedSample:
         self._reader = reader  # the file's bytes, read only when the pixels are wanted (its key was remembered)
         self.from_bytes = data is not None or reader is not None  # decoded from a file's (or row's) bytes, on demand
         self.size_known = known_size is not None  # the size came from an earlier decode of the same bytes
+        #: (length, first 8 bytes) of the bytes the pixels were decoded from, once decoded: a
+        #: report thumbnail needs no more to know whether the file can be shown as it is
+        self.bytes_head: tuple[int, bytes] | None = None
 
     @property
     def image(self) -> Image.Image | None:
@@ -56,6 +59,7 @@ class LoadedSample:
             self._data, self._reader = self._reader(), None
         if self._image is None and self._data is not None:
             self._image = decode_bytes(self._data, self._what)
+            self.bytes_head = (len(self._data), self._data[:8])
             self._data = None  # the pixels replace the bytes
         return self._image
 

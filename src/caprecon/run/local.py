@@ -414,7 +414,7 @@ class _BatchReader:
         fresh = [it for it in items if it.from_bytes and not it.size_known]
         if fresh and not self.ctx.store.read_only:
             self.ctx.store.put_json(self.KIND, {self._key(it.image_key): list(it.size) for it in fresh})
-            self.ctx.store.put_thumbnails({str(it.sample.image): it.image for it in fresh
+            self.ctx.store.put_thumbnails({str(it.sample.image): (it.image, it.bytes_head) for it in fresh
                                            if isinstance(it.sample.image, (str, Path))})
 
     def _key(self, image_key: str) -> str:

@@ -147,10 +147,11 @@ class Store:
         #: image reads wait, other reads see what is queued). The local executor turns it on and
         #: flushes before it writes rows. Index rows queued together are written in one transaction.
         self.write_behind = False
-        #: while a run makes a report: handed {file path: pixels} of each picture whose pixels are in
-        #: memory (the images written here, the sources `put_thumbnails` is given), to make its
-        #: thumbnail from them (`caprecon.store.thumbs.ThumbnailWriter`)
-        self.thumbnails: Callable[[dict[str, Image.Image]], None] | None = None
+        #: while a run makes a report: handed {file path: (pixels, (file length, first 8 bytes))} of
+        #: each picture whose pixels are in memory (the images written here, the sources
+        #: `put_thumbnails` is given), to make its thumbnail from them without reading the file
+        #: again (`caprecon.store.thumbs.ThumbnailWriter`)
+        self.thumbnails: Callable[[dict[str, tuple[Image.Image, tuple[int, bytes] | None]]], None] | None = None
         self._queued: list[tuple] = []  # index rows waiting for the writing thread
         self._unwritten: dict[str, tuple[bytes, str]] = {}  # their (value, checksum) by key, until written
         self._drain_due = False
@@ -452,7 +453,7 @@ class Store:
                 partial = path.with_suffix(f".{os.getpid()}.part")
                 partial.write_bytes(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
-                written[str(path)] = image
+                written[str(path)] = (image, (len(data), data[:8]))
                 digest = sha256(data)
                 rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
@@ -464,8 +465,9 @@ class Store:
             if release:
                 self.release(release)
 
-    def put_thumbnails(self, images: Mapping[str, Image.Image]) -> None:
-        """Hand pictures whose pixels are in memory, by their file's path, to `thumbnails`."""
+    def put_thumbnails(self, images: Mapping[str, tuple[Image.Image, tuple[int, bytes] | None]]) -> None:
+        """Hand pictures whose pixels are in memory, by their file's path, to `thumbnails`: each
+        with the length and first 8 bytes of the file it came from or went to, when known."""
         sink = self.thumbnails
         if sink is not None and images:
             sink(dict(images))

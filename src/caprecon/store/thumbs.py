@@ -29,6 +29,7 @@ import logging
 import os
 import queue
 import shutil
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -53,12 +54,18 @@ CACHE_FOLDER = "thumbs"  # under a store's root
 
 
 def _name(source: str) -> str | None:
+    named = _named(source)
+    return named[0] if named else None
+
+
+def _named(source: str) -> tuple[str, os.stat_result] | None:
+    """The thumbnail's name, and the `stat` of `source` it was made from."""
     try:
         st = os.stat(source)
     except (OSError, ValueError):  # ValueError: a NUL in the path
         return None
     digest = hashlib.sha1(f"{os.path.abspath(source)}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:24]
-    return digest + ".jpg"
+    return digest + ".jpg", st
 
 
 def cache_folder(store_root: str | Path | None) -> Path | None:
@@ -104,17 +111,26 @@ def _encode(source: str, target: Path, side: int, image_root: str | Path | None 
     return _save(im, target)
 
 
-def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB_SIDE) -> str | None:
+def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB_SIDE, *,
+                 head: tuple[int, bytes] | None = None) -> str | None:
     """Put the thumbnail of the picture file `source` in the thumbnail `cache`, made from its
     pixels already in memory (`image`, as decoded for scoring or as generated) rather than
-    read and decoded again. Returns the thumbnail's name, None when it cannot be written."""
-    name = _name(source)
-    if name is None:
+    read and decoded again. `head`: the file's length and first 8 bytes, as its reader or
+    writer saw them; whether the file is its own thumbnail is then known without reading it
+    (while it is still a regular file of that length). Returns the thumbnail's name, None
+    when it cannot be written."""
+    named = _named(source)
+    if named is None:
         return None
+    name, st = named
     target = _cached(cache, name)
     if target.exists():
         return name
-    if _file_shown_as_is(source, image.size, side):
+    if head is not None and stat.S_ISREG(st.st_mode) and st.st_size == head[0]:
+        as_is = _shown_as_is(head[1], head[0], image.size, side)
+    else:
+        as_is = _file_shown_as_is(source, image.size, side)
+    if as_is:
         # the run read this file (inside --image-root) or wrote it moments ago: a link to it
         # costs one directory entry, where writing a file costs up to a millisecond here
         return name if _link(Path(source), target) else None
@@ -264,8 +280,8 @@ class ThumbnailWriter:
             self.store.thumbnails = self.from_memory  # until `close`
         self._seen: set[str] = set()
         self._named: dict[str, str] = {}  # picture -> its thumbnail in the cache, made from memory (feed thread only)
-        self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, Image.Image] | None] = \
-            queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, tuple[Image.Image, Any]] | None] \
+            = queue.SimpleQueue()
         self._stopping = False
         self._feeder = threading.Thread(target=self._feed, name="caprecon-thumbs-feed", daemon=True)
         self._feeder.start()
@@ -281,8 +297,9 @@ class ThumbnailWriter:
             self._seen.update(p for p, _ in paths)
             self._queue.put(paths)
 
-    def from_memory(self, images: dict[str, Image.Image]) -> None:
-        """Queue thumbnails of picture files ({path: pixels}) to make from the pixels given."""
+    def from_memory(self, images: dict[str, tuple[Image.Image, tuple[int, bytes] | None]]) -> None:
+        """Queue thumbnails of picture files ({path: (pixels, (file length, first 8 bytes) or
+        None)}) to make from the pixels given."""
         if not self._stopping:
             self._queue.put(images)
 
@@ -291,8 +308,8 @@ class ThumbnailWriter:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
             if isinstance(paths, dict):
-                for source, image in paths.items():
-                    if name := thumbnail_of(image, source, self.cache):
+                for source, (image, head) in paths.items():
+                    if name := thumbnail_of(image, source, self.cache, self.side, head=head):
                         self._named[source] = name
                 continue
             # a picture whose thumbnail was just made from memory needs only its link: its
