@@ -44,3 +44,32 @@ def flickr_dir():
     if not FLICKR.exists():
         pytest.skip(f"{FLICKR} not present")
     return FLICKR
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """Every file path opened in this process from here on (os.open and open), resolved: a test of
+    --image-root shows by it that a file outside was never read."""
+    import builtins
+    import io
+
+    seen: list[Path] = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def note(path):
+        if isinstance(path, (str, bytes, os.PathLike)):
+            seen.append(Path(os.fsdecode(path)).resolve())
+
+    def os_open(path, *args, **kwargs):
+        note(path)
+        return real_os_open(path, *args, **kwargs)
+
+    def spy_open(file, *args, **kwargs):
+        note(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", spy_open)
+    monkeypatch.setattr(io, "open", spy_open)
+    return seen
+

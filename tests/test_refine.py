@@ -352,3 +352,55 @@ def test_refine_command_resumes_after_sigkill(world):
     refined = [json.loads(line) for line in (out / "refined.jsonl").read_text().splitlines()]
     assert refined[0]["caption"] == SCENE
     assert [r["round"] for r in refined[0]["rounds"]] == [0, 1, 2, 3]
+
+
+def test_refine_keeps_to_the_image_root_and_an_escaping_row_is_that_rows_error(world, opened, capsys):
+    outside = world["tmp"] / "outside.png"
+    render(SCENE, 96, 96).save(outside)  # a picture refinement would improve, were it read
+    captions = world["tmp"] / "two.jsonl"
+    captions.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "c1", "image": "scene.png", "caption": "a red square"},
+        {"id": "c2", "image": "../outside.png", "caption": "a red square"})))
+    out = world["tmp"] / "out"
+    opened.clear()  # what the test itself wrote
+    args = ["refine", "-i", str(captions), "--image-root", str(world["images"]), "--llm", "refine_fakes:ReviserLLM",
+            "--generator", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder", "--judge",
+            "refine_fakes:DescribingVLM", "--qa-bank", str(world["bank"]), "--max-side", "96", "--cache-dir",
+            str(world["cache"]), "--feedback", "flipped", "-q"]
+    code = main([*args, "--max-image-bytes", "100000", "--out", str(out), "--rounds", "2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert outside.resolve() not in opened  # neither to score it, nor to revise it, nor for the report
+    lines = [line for line in err.splitlines() if line.startswith("caprecon: ")]
+    assert len(lines) == 1 and lines[0].startswith("caprecon: row c2: image ") and "outside --image-root" in lines[0]
+    refined = {r["id"]: r for r in map(json.loads, (out / "refined.jsonl").read_text().splitlines())}
+    assert "outside --image-root" in refined["c2"]["error"] and not refined["c2"]["improved"]
+    # the other row is refined as it would be alone: one missing shape added per round
+    assert refined["c1"]["error"] is None
+    assert refined["c1"]["caption"] == SCENE and refined["c1"]["score"] == pytest.approx(recon(SCENE), abs=1e-6)
+    assert json.loads((out / "manifest.json").read_text())["image_root"] == str(world["images"].resolve())
+    # the image-size cap reaches the rows too: the scene's PNG is over 100 bytes
+    code = main([*args, "--max-image-bytes", "100", "--out", str(world["tmp"] / "capped"), "--rounds", "1"])
+    err = capsys.readouterr().err
+    assert code == 0 and "caprecon: row c1: " in err and "over the limit of 100" in err, err
+
+
+def test_a_resumed_refinement_stops_a_row_whose_image_now_escapes_the_root(world, opened):
+    """A first run without a root refined both rows; resumed under --image-root, the row whose
+    image lies outside stops with its error in the next round and the other goes on."""
+    outside = world["tmp"] / "outside.png"
+    render(SCENE, 96, 96).save(outside)
+    rows = [{"id": "c1", "image": str(world["images"] / "scene.png"), "caption": "a red square"},
+            {"id": "c2", "image": str(outside), "image_id": "scene", "caption": "a red square"}]
+    out = world["tmp"] / "out"
+    refine(rows, rounds=1, llm=ReviserLLM("fix"), out=out, **settings(world))
+    opened.clear()
+    run = refine(rows, rounds=2, llm=ReviserLLM("fix"), out=out, image_root=world["images"], **settings(world))
+    assert outside.resolve() not in opened
+    by_id = {r["id"]: r for r in run.captions}
+    stop = by_id["c2"]["rounds"][2]
+    assert stop["round"] == 2 and stop["caption"] is None and not stop["accepted"]
+    assert stop["reason"].startswith("the image cannot be read: ") and "outside --image-root" in stop["reason"]
+    assert "outside --image-root" in by_id["c2"]["error"]
+    assert by_id["c2"]["caption"] == "a red square and a blue square"  # round 1's work is kept
+    assert by_id["c1"]["caption"] == SCENE and by_id["c1"]["error"] is None

@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -46,7 +47,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import append_jsonl, is_number, read_jsonl, write_jsonl_atomically
 from caprecon.data.images import decode_bytes, read_image
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import Sample, check_unique_ids
+from caprecon.data.samples import Sample, SampleError, check_unique_ids
 from caprecon.metrics import build_metric
 from caprecon.metrics.base import Context
 from caprecon.metrics.seeds import seed_interval
@@ -197,14 +198,18 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
            captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
            margin: float = 0.0, feedback: str | Sequence[str] | None = None, out: str | Path | None = None,
            preset: str | None = None, config: str | Path | None = None, progress: bool = False,
-           **settings: Any) -> Refined:
+           image_root: str | Path | None = None, max_image_bytes: int | None = None, **settings: Any) -> Refined:
     """Refine every caption for up to `rounds` rounds (see the module doc).
 
     The reviser is `captioner` (it sees the image) when given, else the run's `llm` (it sees
     the caption and the feedback only). `feedback` names the sources (flipped, unsupported,
-    differences; default: every one the configuration allows). `settings` are `RunConfig`
-    fields (generator, embedder, judge, llm, qa_bank, template, seed, cache_dir, ...).
+    differences; default: every one the configuration allows). `image_root` confines every
+    image to a folder and `max_image_bytes` caps an image file's size, as in `score`: a row
+    whose image breaks either is that row's error. `settings` are `RunConfig` fields
+    (generator, embedder, judge, llm, qa_bank, template, seed, cache_dir, ...).
     """
+    from caprecon.run.score import confining_root, score
+
     started = time.time()
     selection = Selection.parse(select or "recon")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
@@ -217,7 +222,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     if captioner is None and cfg.llm is None:
         raise ConfigError("refinement needs a reviser: --captioner (it sees the image) or --llm (it sees the "
                           "caption and the feedback)")
-    rows = load_samples(captions)
+    rows = load_samples(captions, images_root=image_root, max_image_bytes=max_image_bytes)
     check_unique_ids(rows)
     if not rows:
         raise ConfigError("no captions to refine")
@@ -249,8 +254,10 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     settings_record = {"key": run_key, "select": selection.weights, "headlines": headlines, "margin": margin,
                        "feedback": sources, "rounds": rounds, "reviser": describe_model(reviser),
                        "reviser_sees_image": captioner is not None, "token_room": room, "words": words}
+    confined_to = confining_root(rows)  # the report's thumbnails keep to it too
     if out_dir:
-        write_manifest(out_dir, {"status": "running", "refine": settings_record, "config": cfg.to_dict()})
+        write_manifest(out_dir, {"status": "running", "refine": settings_record, "config": cfg.to_dict(),
+                                 "image_root": confined_to})
     sink = (out_dir / "rounds.jsonl").open("a", encoding="utf-8") if out_dir else None
     loaded: dict[str, Any] = {}
 
@@ -259,9 +266,22 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
             loaded[sample.id] = read_image(sample)
         return loaded[sample.id]
 
-    def score_versions(versions: list[tuple[Sample, int, str]]) -> list[dict[str, Any]]:
-        from caprecon.run.score import score
+    def readable(due: list[Sample], round_no: int) -> list[Sample]:
+        """The captions of `due` whose image can be read; each other one stops with its error
+        (an image that escapes --image-root, or went missing since a resumed run's first round)."""
+        kept = []
+        for s in due:
+            try:
+                original(s)
+            except SampleError as exc:
+                append([{"id": s.id, "round": round_no, "caption": None, "accepted": False,
+                         "reason": f"the image cannot be read: {exc}", "error": str(exc)}])
+                continue
+            kept.append(s)
+        return kept
 
+    def score_versions(versions: list[tuple[Sample, int, str]]) -> list[dict[str, Any]]:
+        # each version keeps its sample's image_root and max_image_bytes (replace copies every field)
         samples = [replace(s, id=f"{s.id}@{r}", caption=text) for s, r, text in versions]
         scored = score(samples, metrics=metrics, preset=preset, config=config, store=store, progress=progress,
                        **{**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy}).records
@@ -279,7 +299,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
             append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, **v}
                     for s, v in zip(fresh, score_versions([(s, 0, s.caption) for s in fresh]))])
         for round_no in range(1, rounds + 1):
-            due = [s for s in rows if _due(history[s.id], round_no)]
+            due = readable([s for s in rows if _due(history[s.id], round_no)], round_no)
             if not due:
                 continue
             log.info("refinement round %d: %d caption(s)", round_no, len(due))
@@ -319,7 +339,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
 
     results = [_refined(s, history[s.id], selection) for s in rows]
     curve = rounds_table(history, [s.id for s in rows], rounds)
-    manifest = {"status": "complete", "refine": settings_record, "config": cfg.to_dict(),
+    manifest = {"status": "complete", "refine": settings_record, "config": cfg.to_dict(), "image_root": confined_to,
                 "models": roles.describe(), "store": store.describe(), "cache": ctx.stats(),
                 "captions": len(rows), "improved": sum(1 for r in results if r["improved"]),
                 "seconds": round(time.time() - started, 3),
@@ -371,6 +391,10 @@ def _version(record: Mapping[str, Any], selection: Selection, headlines: Mapping
     for key in ("reconstruction", "tokens_cut", "error", "turing_flipped", "halluc_unsupported"):
         if record.get(key) is not None:
             kept[key] = record[key]
+    if kept.get("error"):
+        # the scoring names a failed row by its place among the versions scored together and by the
+        # version's id, which mean nothing to the user: the caption's id goes with the error here
+        kept["error"] = re.sub(rf"(^|; )row \d+ \(id {re.escape(str(record.get('id')))}\): ", r"\1", kept["error"])
     return kept
 
 
@@ -515,7 +539,9 @@ def _refined(sample: Sample, rows: Sequence[Mapping[str, Any]], selection: Selec
         "stopped": stop, "scores_before": first.get("scores"), "scores": final.get("scores"),
         "reconstruction_before": first.get("reconstruction"), "reconstruction": final.get("reconstruction"),
         "fixed": [f for f in first.get("turing_flipped") or [] if f["question"] in before_flips - after_flips],
-        "error": first.get("error"),
+        # the first version's scoring error, else the error of an image that could not be read later
+        "error": first.get("error") or next((r["error"] for r in rows[1:] if r["caption"] is None and r.get("error")),
+                                            None),
         "rounds": [{k: r.get(k) for k in ("round", "caption", "score", "accepted", "reason", "feedback")}
                    for r in rows],
         "selection": selection.describe(),

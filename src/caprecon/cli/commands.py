@@ -9,8 +9,7 @@ import logging
 import os
 import sys
 
-from caprecon.cli.common import ROWS_FAILED, add_run_options, global_options, run_settings
-from caprecon.run.config import whole_number
+from caprecon.cli.common import ROWS_FAILED, add_image_root_options, add_run_options, global_options, run_settings
 from caprecon.core.errors import ConfigError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -210,11 +209,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = add_parser("score", help="score captions")
         p.add_argument("--input", "-i", required=True,
                        help="JSONL/CSV/COCO results JSON/parquet file, a datasets folder, or an image folder")
-        p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
-                       help="relative image paths resolve against DIR (default: the input file's folder), and every "
-                            "image must lie inside it: a row whose image escapes it is a row error")
-        p.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
-                       help="a row whose image file holds more bytes is a row error (default 64 MiB)")
+        add_image_root_options(p)
         p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON), or a Karpathy "
                        "split JSON whose sentences become the references")
         p.add_argument("--split", choices=("train", "val", "test", "restval"),

@@ -118,6 +118,15 @@ def run_settings(args: argparse.Namespace) -> dict:
     return settings
 
 
+def add_image_root_options(p: argparse.ArgumentParser) -> None:
+    """--image-root and --max-image-bytes, for the commands that read the images an input file names."""
+    p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
+                   help="relative image paths resolve against DIR (default: the input file's folder), and every "
+                        "image must lie inside it: a row whose image escapes it is a row error")
+    p.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
+                   help="a row whose image file holds more bytes is a row error (default 64 MiB)")
+
+
 def add_score_options(p: argparse.ArgumentParser) -> None:
     """`score`'s options for running elsewhere than in this process."""
     p.add_argument("--executor", choices=["local", "ray"], default="local",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caprecon.cli.common import add_run_options, run_settings
+from caprecon.cli.common import add_image_root_options, add_run_options, run_settings
 from caprecon.run.config import parse_options, whole_number
 
 
@@ -32,6 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "--select. A caption stops when a round brings no gain. Writes refined.jsonl/.parquet, "
                     "rounds.jsonl (resumable), rounds.csv, report.html and manifest.json into --out.")
     p.add_argument("--input", "-i", required=True, help="captions to refine: JSONL/CSV with id, image, caption")
+    add_image_root_options(p)
     p.add_argument("--out", "-o", required=True, help="run folder (a killed run resumes from it)")
     p.add_argument("--captioner", "-c", help="reviser that sees the image: registry name, hub id, folder or "
                                              "module:Class (default: the --llm, which sees only the text)")
@@ -55,12 +56,17 @@ def cmd_refine(args: argparse.Namespace) -> int:
     try:
         run = refine(args.input, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
                      select=args.select, rounds=args.rounds, margin=args.margin, feedback=args.feedback,
-                     out=args.out, preset=settings.pop("preset", None), config=args.config, progress=not args.quiet,
-                     **settings)
+                     image_root=args.image_root, max_image_bytes=args.max_image_bytes, out=args.out,
+                     preset=settings.pop("preset", None), config=args.config, progress=not args.quiet, **settings)
     except KeyboardInterrupt:  # Ctrl-C, also inside a round's scoring (RunInterrupted)
         print(f"caprecon: interrupted: the finished rounds are in {args.out}/rounds.jsonl and every model result "
               "computed is in the cache; run the same command again to resume", file=sys.stderr)
         return INTERRUPTED
+    from caprecon.core.tables import terminal_safe
+
+    for row in run.captions:  # a row that could not be refined (its image escapes --image-root, ...): one line each
+        if row["error"]:
+            print(terminal_safe(f"caprecon: row {row['id']}: {row['error']}"), file=sys.stderr)
     if not args.quiet:
         print_refined(run)
     return 0

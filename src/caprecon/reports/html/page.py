@@ -161,7 +161,8 @@ def _curve(run: Path) -> dict[str, Any] | None:
     return {"columns": columns, "rows": rows, "svg": chart}
 
 
-def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None) -> dict[str, Any] | None:
+def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
+                image_root: str | None) -> dict[str, Any] | None:
     """A `refine` run's before/after view: the rounds' mean score, and per caption the word diff
     of the original and the final caption, the image with both reconstructions, and the Caption
     Turing Test questions that no longer flip. Captions with the largest gain first."""
@@ -181,8 +182,11 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None) -> 
 
     shown = sorted(captions, key=gain, reverse=True)[:MAX_REFINED_SHOWN]
     images = [(r.get("image"), r.get("reconstruction_before"), r.get("reconstruction")) for r in shown]
-    thumbs = make_thumbnails([p for trio in images for p in trio if isinstance(p, str)], out / FILES / "thumbs",
-                             cache=cache, progress=progress)
+    # the originals keep to the run's --image-root; the reconstructions are the store's own files
+    thumbs = make_thumbnails([trio[0] for trio in images if isinstance(trio[0], str)], out / FILES / "thumbs",
+                             cache=cache, progress=progress, image_root=image_root)
+    thumbs.update(make_thumbnails([p for trio in images for p in trio[1:] if isinstance(p, str)],
+                                  out / FILES / "thumbs", cache=cache, progress=progress))
     items = []
     for row, trio in zip(shown, images):
         items.append({"id": str(row.get("id", "")), "before": row.get("score_before"), "after": row.get("score"),
@@ -324,10 +328,10 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     bank = _bank(run, out, progress=progress)
     store = manifest.get("store") if isinstance(manifest.get("store"), Mapping) else {}
     cache = cache_folder(store.get("root"))
-    refinement = _refinement(run, out, progress=progress, cache=cache)
+    image_root = manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None
+    refinement = _refinement(run, out, progress=progress, cache=cache, image_root=image_root)
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
-                        group_by=group_by, progress=progress, cache=cache,
-                        image_root=manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None)
+                        group_by=group_by, progress=progress, cache=cache, image_root=image_root)
                if records else None)
 
     sections = [("summary", "Summary")] if summary else []
