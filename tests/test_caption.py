@@ -447,3 +447,92 @@ def test_the_checkpoints_generation_config_samples_unless_set(tmp_path, vlm_dirs
                                                       "max_new_tokens": 6}
     assert run.manifest["captioning"]["sampling_from"] == {"temperature": "default", "top_p": "default",
                                                            "top_k": "default"}
+
+
+# ---------------------------------------------------------------------------------------
+# what the captioner is shown
+
+
+class SeeingCaptioner:
+    """Records each picture it is asked to caption; one fixed caption per candidate."""
+
+    fingerprint = "seeing-captioner-v1"
+
+    def __init__(self):
+        self.seen: list[Image.Image] = []
+
+    def generation_defaults(self) -> dict:
+        return {}
+
+    def caption(self, requests, sampling):
+        self.seen += [r.image for r in requests]
+        return [["a red square"] * r.n for r in requests]
+
+
+def _oracle_settings(tmp_path) -> dict:
+    from oracle import OracleGenerator, PixelEmbedder
+
+    return dict(generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=96, cache_dir=str(tmp_path / "cache"))
+
+
+def test_best_of_n_on_a_folder_never_reads_a_link_out_of_it(tmp_path, opened):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.new("RGB", (40, 30), (220, 30, 30)).save(folder / "inside.png")
+    outside = tmp_path / "private.png"
+    Image.new("RGB", (50, 20), (30, 60, 220)).save(outside)
+    (folder / "link.png").symlink_to(outside)
+    opened.clear()  # what the test itself wrote
+    captioner = SeeingCaptioner()
+    run = best_of_n(folder, captioner=captioner, n=2, out=tmp_path / "out", **_oracle_settings(tmp_path))
+    assert outside.resolve() not in opened
+    assert [im.size for im in captioner.seen] == [(40, 30)]  # the inside picture only
+    errors = {c["image_id"]: c["error"] for c in run.candidates if c.get("error")}
+    assert list(errors) == ["link"] and "link.png" in errors["link"] and "outside" in errors["link"]
+    assert [s["image_id"] for s in run.selected] == ["inside"]
+    # the scoring (and so the report's gallery) keeps to the folder too
+    assert run.manifest["image_root"] == str(folder.resolve())
+
+
+def test_the_captioner_sees_the_picture_upright_and_over_white(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    stored = Image.new("RGB", (48, 32), (220, 30, 30))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored on its side: a viewer turns it 90 degrees clockwise
+    stored.save(folder / "a_rotated.jpg", exif=exif)
+    Image.new("RGBA", (20, 10), (0, 0, 0, 0)).save(folder / "b_clear.png")  # transparent black
+    with Image.open(folder / "a_rotated.jpg") as raw:
+        width, height = raw.size  # the stored pixels, not turned
+    assert (width, height) == (48, 32)
+    captioner = SeeingCaptioner()
+    best_of_n(folder, captioner=captioner, n=1, **_oracle_settings(tmp_path))
+    rotated, clear = captioner.seen
+    assert rotated.size == (height, width)
+    assert clear.mode == "RGB" and clear.size == (20, 10)
+    assert set(clear.getdata()) == {(255, 255, 255)}
+
+
+def test_an_image_swapped_for_a_link_after_hashing_is_not_read(tmp_path, opened, monkeypatch):
+    """The bytes captioned are read under the folder's confinement too, not only hashed under it."""
+    import caprecon.run.captioning as captioning
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.new("RGB", (40, 30), (220, 30, 30)).save(folder / "swapped.png")
+    outside = tmp_path / "private.png"
+    Image.new("RGB", (50, 20), (30, 60, 220)).save(outside)
+    hash_file = captioning.image_file_key
+
+    def hash_then_swap(path, *args, **kwargs):
+        got = hash_file(path, *args, **kwargs)
+        Path(path).unlink()
+        Path(path).symlink_to(outside)
+        return got
+
+    monkeypatch.setattr(captioning, "image_file_key", hash_then_swap)
+    opened.clear()
+    captioner = SeeingCaptioner()
+    run = best_of_n(folder, captioner=captioner, n=1, **_oracle_settings(tmp_path))
+    assert outside.resolve() not in opened and captioner.seen == []
+    assert [(c["image_id"], "outside" in c["error"]) for c in run.candidates] == [("swapped", True)]

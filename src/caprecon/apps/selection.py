@@ -215,6 +215,9 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     cfg = RunConfig.build(preset=run_preset, file=config, metrics=selection.metrics, **settings)
     one_noise_per_image(cfg, settings, "best-of-N")
     paths = list_images(images)
+    # a folder confines every read to it, so a symbolic link out of it is that image's error; paths given
+    # one by one are the caller's own choice
+    root = Path(images) if isinstance(images, (str, Path)) else None
     model = build_model("captioner", chosen["captioner"], captioner_options)
     sampling, sampling_from = _captioners_sampling(model, sampling, sampling_from)
     # building the scoring models resolves their sources (weights load on first use), so a wrong
@@ -229,17 +232,19 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
 
     pools, caption_stats = generate_candidates(model, paths, prompt=prompt_text, n=count, sampling=sampling,
                                                seed=cfg.seed, store=store, images_per_call=cfg.batch_size,
-                                               progress=progress)
+                                               progress=progress, image_root=root)
     if isinstance(chosen["captioner"], str):
         del model  # built here: free its memory before the scoring models load
         release_memory()
 
-    samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image), "caption": c, "image_id": p.image_id,
+    # under a root, a relative image path resolves against it: the root's own images, named relative to it
+    samples = [{"id": f"{p.image_id}#{j}", "image": str(p.image.relative_to(root) if root else p.image),
+                "caption": c, "image_id": p.image_id,
                 "candidate_index": j, "caption_seed": p.seed}
                for p in pools if not p.error for j, c in enumerate(p.captions)]
     scoring = {**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy}
     results = score(samples, metrics=metrics, preset=run_preset, config=config, progress=progress, store=store,
-                    **scoring) if samples else None
+                    images_root=root, **scoring) if samples else None
     headlines = dict(zip(selection.metrics, results.metric_names)) if results else {}
     candidates, selected, curve = _select(pools, results.records if results else [], selection, headlines)
 

@@ -10,18 +10,16 @@ asking for the same captions) captions nothing twice.
 
 from __future__ import annotations
 
-import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number
-from caprecon.data.images import image_file_key, read_image_file
+from caprecon.data.images import decode_bytes, image_file_key, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
@@ -50,15 +48,21 @@ def image_ids(paths: Sequence[Path]) -> list[str]:
 
 
 def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int, sampling: Sampling, seed: int,
-                        store: Store, images_per_call: int = 16, progress: bool = False) -> tuple[list[Pool], dict]:
+                        store: Store, images_per_call: int = 16, progress: bool = False,
+                        image_root: Path | None = None) -> tuple[list[Pool], dict]:
     """Every image's `n` candidates, from the store where known. Images are decoded only
     when they must be captioned, `images_per_call` at a time, and each call's results are
-    stored as soon as it returns, so a killed run loses at most the call in flight."""
+    stored as soon as it returns, so a killed run loses at most the call in flight.
+
+    The captioner sees each picture as scoring does (upright by its EXIF orientation,
+    transparency over white). With `image_root`, every image must lie inside it: one that
+    escapes it (a symbolic link out of the folder) is that image's error, and is never read."""
     pools, keys = [], []
     for image_id, path in zip(image_ids(paths), paths):
         pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
         try:
-            digest, _ = image_file_key(path)  # a file hashed before (same size and mtime) is not read again
+            # a file hashed before (same size and mtime) is not read again
+            digest, _ = image_file_key(path, image_root)
         except SampleError as exc:  # a missing, unreadable or oversized file is this image's error, not the run's
             pool.error = str(exc)  # it names the file
             digest = None
@@ -74,10 +78,9 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
             requests, chunk = [], []
             for i in missing[lo : lo + images_per_call]:
                 try:
-                    with Image.open(io.BytesIO(read_image_file(pools[i].image))) as im:
-                        image = im.convert("RGB")
-                except Exception as exc:  # PIL raises several types for corrupt files
-                    pools[i].error = f"{pools[i].image}: cannot decode image: {type(exc).__name__}: {exc}"
+                    image = decode_bytes(read_image_file(pools[i].image, image_root), f"image {pools[i].image}")
+                except SampleError as exc:  # it names the file
+                    pools[i].error = str(exc)
                     continue
                 requests.append(CaptionRequest(image, prompt, n, pools[i].seed, keys[i]))
                 chunk.append(i)
