@@ -41,6 +41,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--select", help="metric that decides (recon, turing, ...) or a weighted sum such as "
                                     "recon=0.7,turing=0.3 (default recon)")
     p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="seeds the reconstructions' noise")
+    p.add_argument("--allow-row-errors", action="store_true",
+                   help="exit 0 even when some captions could not be refined (their rows keep an `error`)")
     add_refine_options(p)
     add_run_options(p, for_meta=True)
     p.set_defaults(func=cmd_refine)
@@ -64,12 +66,15 @@ def cmd_refine(args: argparse.Namespace) -> int:
         return INTERRUPTED
     from caprecon.core.tables import terminal_safe
 
-    for row in run.captions:  # a row that could not be refined (its image escapes --image-root, ...): one line each
-        if row["error"]:
-            print(terminal_safe(f"caprecon: row {row['id']}: {row['error']}"), file=sys.stderr)
+    failed = [row for row in run.captions if row["error"]]
+    for row in failed:  # a row that could not be refined (its image escapes --image-root, ...): one line each
+        print(terminal_safe(f"caprecon: row {row['id']}: {row['error']}"), file=sys.stderr)
     if not args.quiet:
         print_refined(run)
-    return 0
+    from caprecon.cli.common import row_failures
+
+    return row_failures([f"{len(failed)} caption(s) could not be refined"] if failed else [],
+                        allow=args.allow_row_errors)
 
 
 def print_refined(run) -> None:
