@@ -340,3 +340,15 @@ def test_merged_shards_summarise_halluc_companions_as_a_whole_run_does(tmp_path)
         assert merged["metrics"][name]["mean"] == pytest.approx(sum(values) / len(values))
         assert merged["metrics"][name]["mean"] == pytest.approx(whole.summary["metrics"][name]["mean"])
         assert merged["metrics"][name]["std"] == pytest.approx(whole.summary["metrics"][name]["std"])
+
+
+def test_a_judge_without_option_probabilities_is_refused_by_the_metric_asked_for():
+    """halluc-coverage and halluc-f name themselves when their judge cannot give option probabilities."""
+
+    class Describer:  # can describe a picture, but cannot score a yes/no question
+        def generate(self, *args, **kwargs):
+            return []
+
+    for report, name in (("precision", "halluc"), ("coverage", "halluc-coverage"), ("f", "halluc-f")):
+        with pytest.raises(ConfigError, match=rf"^metric {name} needs a judge that can `option_probs`"):
+            Hallucination(Describer(), ClaimLLM(), generator=OracleGenerator(), report=report)

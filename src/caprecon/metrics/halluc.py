@@ -69,11 +69,11 @@ class Hallucination(Metric):
             raise ValueError(f"report must be one of {', '.join(HEADLINES)}, not {report!r}")
         if report != "precision" and generator is None:
             raise ValueError(f"halluc's {report} needs a generator (coverage is checked on the reconstruction)")
+        self.name = NAMES[report]  # before any error, which names the metric as the user asked for it
         require_capability(judge, "option_probs", self.name)
         self.judge, self.llm, self.generator, self.bank = judge, llm, generator, bank
         self.spec = spec or ReconstructionSpec()
         self.beta, self.normalise, self.report = float(beta), normalise, report
-        self.name = NAMES[report]
         self.turing = None
         if generator is not None and bank is not None:
             from caprecon.metrics.turing import CaptionTuringTest
