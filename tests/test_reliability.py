@@ -342,6 +342,31 @@ def test_out_of_memory_halves_the_batch_and_keeps_it_halved(tmp_path, error):
     assert hungry.calls == [8, 4, 2, 2, 2, 2, 2]
 
 
+@pytest.mark.parametrize("error", [RuntimeError, _torch_oom])
+def test_the_separate_stages_halve_the_batch_on_out_of_memory_too(tmp_path, error):
+    """`caprecon judge` (and reconstruct, embed) as a scoring run: 8 fails, 4 fails, then 2s for
+    the rest of the stage; a model that cannot take one row stops the stage with advice."""
+    from caprecon.data.loaders import load_samples
+    from caprecon.metrics import Context
+    from caprecon.run.stages import judge_all
+    from caprecon.store.index import Store
+
+    def oom(items):
+        if len(items) > 2:
+            raise error("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    hungry = Recorded(fail=oom)
+    hungry.judge = "a judge"  # what makes the judge stage take a metric
+    samples = load_samples(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 10)))
+    counts = judge_all(samples, [hungry], Context(Store.temporary()), batch_size=8, progress=False)
+    assert counts["failed"] == 0 and "failed_by_reason" not in counts
+    assert hungry.calls == [8, 4, 2, 2, 2, 2, 2]
+    full = Recorded(fail=lambda items: (_ for _ in ()).throw(error("CUDA out of memory")))
+    full.judge = "a judge"
+    with pytest.raises(RunError, match="fake: out of memory on a single row"):
+        judge_all(samples, [full], Context(Store.temporary()), batch_size=1, progress=False)
+
+
 def test_out_of_memory_on_one_row_stops_the_run(tmp_path):
     hungry = Recorded(fail=lambda items: (_ for _ in ()).throw(RuntimeError("MPS backend out of memory")))
     with pytest.raises(RunError, match="out of memory on a single row"):

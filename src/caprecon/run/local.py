@@ -79,6 +79,12 @@ def is_out_of_memory(exc: BaseException) -> bool:
         isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
 
 
+def out_of_memory_on_one_row(name: str, exc: BaseException) -> RunError:
+    """What stops a run whose model cannot take even one row at a time."""
+    return RunError(f"{name}: out of memory on a single row ({exc}); use a smaller model, dtype or --max-side, "
+                    "or a larger accelerator")
+
+
 def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
@@ -100,6 +106,8 @@ class FailureWatch:
 
     def __init__(self, name: str):
         self.name = name
+        #: the most rows one call may take after running out of memory (None: the whole batch)
+        self.batch_limit: int | None = None
         self.succeeded = 0
         self.early_failures: list[tuple[str, str]] = []
         self.by_reason: dict[str, int] = {}
@@ -168,8 +176,7 @@ class MetricRunner:
         except Exception as exc:
             if is_out_of_memory(exc):
                 if len(items) == 1:
-                    raise RunError(f"{name}: out of memory on a single row ({exc}); use a smaller model, dtype or "
-                                   "--max-side, or a larger accelerator") from exc
+                    raise out_of_memory_on_one_row(name, exc) from exc
                 self.batch_size = max(1, len(items) // 2)
                 log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
                             name, len(items), self.batch_size)

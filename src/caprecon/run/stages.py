@@ -16,6 +16,7 @@ processes must not share one SQLite index.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,8 +27,11 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
-from caprecon.run.local import FATAL, FailureWatch, RunError
+from caprecon.models.common import release_memory
+from caprecon.run.local import FATAL, FailureWatch, RunError, is_out_of_memory, out_of_memory_on_one_row
 from caprecon.run.ray import reconstruction_plan
+
+log = logging.getLogger(__name__)
 
 
 def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -48,8 +52,18 @@ def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: C
 
 
 def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
-    """`fn(items)`, or item by item after a failure, so one bad row costs only itself; each
-    row's outcome goes to `watch`, which stops the run on a failure that is not the rows'."""
+    """`fn` over `items` in runs as long as the stage's model takes (the whole batch until it
+    runs out of memory; then half, for the rest of the stage, as a scoring run does), and item
+    by item after another failure, so one bad row costs only itself. Each row's outcome goes
+    to `watch`, which stops the run on a failure that is not the rows'."""
+    results: list[Exception | None] = []
+    while len(results) < len(items):  # the limit may shrink while we go
+        start = len(results)
+        results += _isolated_run(fn, items[start : start + (watch.batch_limit or len(items))], watch)
+    return results
+
+
+def _isolated_run(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
     try:
         fn(items)
         results: list[Exception | None] = [None] * len(items)
@@ -57,6 +71,14 @@ def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
     except FATAL as exc:
         raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
+        if is_out_of_memory(exc):
+            if len(items) == 1:
+                raise out_of_memory_on_one_row(watch.name, exc) from exc
+            watch.batch_limit = max(1, len(items) // 2)
+            log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
+                        watch.name, len(items), watch.batch_limit)
+            release_memory()
+            return _isolated(fn, items, watch)
         results, cause = ([exc] if len(items) == 1 else [_isolated_one(fn, item, watch) for item in items]), exc
     watch.batch([r for r in results if not isinstance(r, MissingReconstruction)], cause)
     return results
@@ -68,6 +90,8 @@ def _isolated_one(fn, item, watch: FailureWatch) -> Exception | None:
     except FATAL as exc:
         raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
+        if is_out_of_memory(exc):
+            raise out_of_memory_on_one_row(watch.name, exc) from exc
         return exc
     return None
 
