@@ -127,6 +127,24 @@ def test_the_seed_level_of_the_bootstrap_by_hand():
     assert (result.ci_low, result.ci_high) == (0.0, 1.0)
 
 
+def test_the_seed_bootstrap_draws_in_runs_what_it_would_draw_at_once(monkeypatch):
+    """Resamples are drawn a run at a time, so memory stays bounded; the numbers are those of the
+    protocol drawn whole: the image draws, then every resample's seeds for A, then for B."""
+    from caprecon.stats import bootstrap
+    from caprecon.stats.bootstrap import draws, paired_bootstrap_seeds
+
+    rng = np.random.default_rng(5)
+    a, b = rng.random((9, 4)), rng.random((9, 3)) + 0.05
+    monkeypatch.setattr(bootstrap, "SEED_DRAW_CELLS", 50)  # runs of one resample, where one would hold 400
+    result = paired_bootstrap_seeds(a, b, n_resamples=400, seed=7)
+    picked, seeds = draws(9, 400, 7), np.random.default_rng([7, 1])
+    whole_a = a[picked[:, :, None], seeds.integers(0, 4, (400, 9, 4))].mean(axis=(1, 2))
+    whole_b = b[picked[:, :, None], seeds.integers(0, 3, (400, 9, 3))].mean(axis=(1, 2))
+    low, high = np.quantile(whole_a - whole_b, [0.025, 0.975])
+    assert (result.ci_low, result.ci_high) == pytest.approx((low, high), abs=1e-12)
+    assert a.mean() < b.mean() and result.flip == pytest.approx(np.mean(whole_a - whole_b >= 0))
+
+
 def test_one_seed_per_image_is_the_image_bootstrap():
     from caprecon.stats.bootstrap import paired_bootstrap, paired_bootstrap_seeds
 
