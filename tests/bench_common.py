@@ -34,15 +34,16 @@ class ReportTimer:
         caprecon.reports.html.write_html_report = write
 
 
-def write_samples(folder: Path, n: int) -> tuple[Path, list[dict]]:
-    """`n` random 320x240 JPEGs with captions, as `samples.jsonl` in `folder`, and its rows."""
+def write_samples(folder: Path, n: int, *, seed: int = 0, tag: str = "") -> tuple[Path, list[dict]]:
+    """`n` random 320x240 JPEGs with captions, as `samples.jsonl` in `folder`, and its rows.
+    Another `seed` makes other pictures; `tag` ends every caption (so other reconstructions)."""
     folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
         path = folder / f"img{i}.jpg"
         Image.fromarray(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path)
-        rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car"})
+        rows.append({"id": str(i), "image": str(path), "caption": f"a photo of scene number {i} with a red car{tag}"})
     samples = folder / "samples.jsonl"
     samples.write_text("\n".join(json.dumps(r) for r in rows))
     return samples, rows
