@@ -122,6 +122,24 @@ def test_held_claims_are_renewed_while_the_work_lasts(tmp_path):
     assert b.claim(["k1"]) == {"k1"}
 
 
+def test_the_heartbeat_ends_with_its_store(tmp_path):
+    """A store that is gone takes its heartbeat thread with it at once, not after the thread's
+    next sleep (a third of the lease: minutes), so a loop of runs does not pile up threads."""
+    import gc
+    import threading
+
+    store = Store(tmp_path)  # the default lease: the heartbeat sleeps far longer than this test
+    assert store.claim(["k"]) == {"k"}
+    before = set(threading.enumerate())
+    with store.holding(["k"]):
+        (beat,) = [t for t in threading.enumerate() if t not in before]
+    assert beat.name == "caprecon-claims"
+    del store
+    gc.collect()
+    beat.join(5)
+    assert not beat.is_alive()
+
+
 def test_claim_of_a_dead_process_is_taken_over_at_once(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     store = Store(tmp_path)

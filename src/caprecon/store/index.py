@@ -579,7 +579,11 @@ class Store:
         with self._lock:
             self._held.update(keys)
             if self._beat is None:
-                self._beat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self.lease_seconds / 3),
+                gone = threading.Event()
+                # the store collected, its heartbeat ends at once, not after its next sleep: a loop of
+                # runs (the API, a notebook) would otherwise keep one sleeping thread per store it made
+                weakref.finalize(self, gone.set)
+                self._beat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self.lease_seconds / 3, gone),
                                               name="caprecon-claims", daemon=True)
                 self._beat.start()
         try:
@@ -590,10 +594,9 @@ class Store:
             self.release([k for k in keys if k not in handed])
 
 
-def _heartbeat(store_ref: "weakref.ref[Store]", every: float) -> None:
+def _heartbeat(store_ref: "weakref.ref[Store]", every: float, gone: threading.Event) -> None:
     """Renews the leases a store holds, until the store is gone (it holds no reference to it between beats)."""
-    while True:
-        time.sleep(every)
+    while not gone.wait(every):
         store = store_ref()
         if store is None:
             return
