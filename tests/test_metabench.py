@@ -292,12 +292,18 @@ def _pascal_cli_files(tmp_path):
     return path, tmp_path / "scores.csv"
 
 
-def test_meta_benchmark_command_with_scores_and_compare(tmp_path):
+def test_meta_benchmark_command_with_scores_and_compare(tmp_path, monkeypatch):
+    import caprecon.cli.meta as meta_cli
+
     data, scores = _pascal_cli_files(tmp_path)
     out = tmp_path / "out"
+    reads = []
+    real = meta_cli.read_records
+    monkeypatch.setattr(meta_cli, "read_records", lambda path, *a: (reads.append(str(path)), real(path, *a))[1])
     rc = meta_main(["--benchmark", "pascal50s", "--data", str(data), "--scores", str(scores), "--metric", "good", "bad",
                     "--compare", "good", "bad", "--bootstrap", "50", "--out", str(out)])  # fmt: skip
     assert rc == 0
+    assert reads.count(str(scores)) == 1  # read once, though aligned with each of the 5 reference draws
     rows = {r["metric"]: r for r in csv.DictReader((out / "meta.csv").open())}
     # "good" always prefers caption A: right on the 3 pairs labelled 0, wrong on the one labelled 1
     assert float(rows["good"]["value"]) == pytest.approx(0.75) and float(rows["bad"]["value"]) == pytest.approx(0.25)

@@ -432,11 +432,13 @@ def score_judgments(
     return scores
 
 
-def read_scores(path: Path, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
-    """Every numeric column of a scores file, aligned with `samples` by `id`."""
-    if not path.is_file():
-        raise MetaError(f"scores file not found: {path}")
-    records = [record for _, record in read_records(path, MetaError)]
+def read_scores(path: Path, samples: Sequence[Sample], records: list[dict] | None = None) -> dict[str, np.ndarray]:
+    """Every numeric column of a scores file, aligned with `samples` by `id` (`records`: the
+    file's rows, when already read)."""
+    if records is None:
+        if not path.is_file():
+            raise MetaError(f"scores file not found: {path}")
+        records = [record for _, record in read_records(path, MetaError)]
     if not records or "id" not in records[0]:
         raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
     ids = [s.id for s in samples]
@@ -601,7 +603,8 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     expected = read_expected(args.expected, benchmark.name) if args.expected else published_values(benchmark)
     if verifying and not expected:
         raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
-    given_names = list(benchmark_scores(args.scores, judgments.samples(args.images), [])) if args.scores else []
+    files: dict[Path, tuple[bool, list]] = {}  # each --scores file read once, for every draw of the protocol
+    given_names = list(benchmark_scores(args.scores, judgments.samples(args.images), [], files)) if args.scores else []
     if args.metric:
         metrics = metric_names(args.metric)
     elif verifying:
@@ -620,7 +623,8 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     score_notes: list[str] = []
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         n_bootstrap = 0 if verifying else args.bootstrap
-        rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, n_bootstrap, last, score_notes)
+        rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, n_bootstrap, last, score_notes,
+                             files)
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}"
@@ -667,32 +671,44 @@ def write_csv_comparison(result, path: Path) -> None:
 
 def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], reference: ReferenceMetrics,
                   score_metric: ScoreMetric | None, args: argparse.Namespace, n_bootstrap: int, last: dict,
-                  score_notes: list[str]) -> list[MetaRow]:
+                  score_notes: list[str], files: dict[Path, tuple[bool, list]] | None = None) -> list[MetaRow]:
     """The benchmark's protocol on `judgments`; `last` keeps the (last draw's) judgments, samples and scores."""
 
     def score(draw: Judgments):
         samples = draw.samples(args.images)
-        given = benchmark_scores(args.scores, samples, score_notes) if args.scores else {}
+        given = benchmark_scores(args.scores, samples, score_notes, files) if args.scores else {}
         last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
         return last["scores"]
 
     return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
 
 
-def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: list[str]) -> dict[str, np.ndarray]:
+def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: list[str],
+                     read: dict[Path, tuple[bool, list]] | None = None) -> dict[str, np.ndarray]:
     """Per-caption scores from `--scores` files, aligned with `samples`: caprecon's CSV/JSONL by `id`, or
     result files as metric authors release them (`caprecon.data.loaders.released`), joined by image and
-    caption; several files add up (FLEUR releases Pascal-50S as one file per category)."""
+    caption; several files add up (FLEUR releases Pascal-50S as one file per category). `read` keeps
+    each file's parsed rows between calls: a benchmark with reference draws aligns the same files
+    with each draw's samples."""
     found: dict[str, np.ndarray] = {}
     released = []
+    read = {} if read is None else read
     for path in paths:
-        try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
-            if is_released_scores(path):
-                released += read_released_scores(path)
-                continue
-        except ReleasedScoresError as exc:
-            raise MetaError(str(exc)) from None
-        found.update(read_scores(path, samples))
+        if path not in read:
+            try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
+                if is_released_scores(path):
+                    read[path] = (True, read_released_scores(path))
+            except ReleasedScoresError as exc:
+                raise MetaError(str(exc)) from None
+            if path not in read:
+                if not path.is_file():
+                    raise MetaError(f"scores file not found: {path}")
+                read[path] = (False, [record for _, record in read_records(path, MetaError)])
+        is_released, rows = read[path]
+        if is_released:
+            released += rows
+        else:
+            found.update(read_scores(path, samples, rows))
     if released:
         joined, missing = join_released(released, [str(s.image) for s in samples], [s.caption for s in samples])
         if missing == len(samples):
