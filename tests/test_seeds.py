@@ -353,6 +353,35 @@ class HalfSeedOracle(OracleGenerator):
                 for r in requests]
 
 
+def test_vqascore_on_both_images_summarises_both_and_the_reconstructions_seeds(tmp_path):
+    """With --vqa-on both, the reconstruction's VQAScore is summarised beside the source's, and
+    over seeds it gets each seed's value, their mean, sd and interval."""
+
+    class InkJudge:  # P(yes): where the ink lies across the picture (0 left, 1 right), which a shift moves
+        fingerprint = "ink-judge-v1"
+
+        def option_probs(self, requests, options):
+            return [[_ink_position(r.image) if o == "Yes" else 0.0 for o in opts] for r, opts in zip(requests, options)]
+
+    run = caprecon.score(_samples(tmp_path, n=2), ["vqascore"], judge=InkJudge(), generator=ShiftingOracle(),
+                         vqa_on="both", max_side=48, seeds=4, cache_dir=str(tmp_path / "cache"))
+    for row in run.records:
+        expected = [_ink_position(Image.open(p)) for p in row["reconstructions"]]
+        assert row["vqascore_recon_seeds"] == pytest.approx(expected) and len(set(expected)) > 1
+        mean, sd, ci = _hand_interval(expected, T975[3])
+        assert (row["vqascore_recon"], row["vqascore_recon_sd"]) == pytest.approx((mean, sd))
+        assert row["vqascore_recon_ci"] == pytest.approx(list(ci), abs=1e-4)  # the table's t has 4 digits
+        assert row["vqascore"] == pytest.approx(_ink_position(Image.open(tmp_path / f"img{row['id'][1:]}.png")))
+    summary = run.summary["metrics"]
+    assert summary["vqascore_recon"]["mean"] == pytest.approx(np.mean([r["vqascore_recon"] for r in run.records]))
+    assert summary["vqascore"]["mean"] == pytest.approx(np.mean([r["vqascore"] for r in run.records]))
+
+
+def _ink_position(image):
+    columns = np.nonzero(np.asarray(image.convert("L")) < 250)[1]
+    return float(columns.mean() / image.width) if len(columns) else 0.5
+
+
 def test_turing_over_seeds(tmp_path):
     from cttd_fakes import ScriptedVLM
 

@@ -69,10 +69,7 @@ class SeedAveraged(Metric):
         return {**self.inner.describe(), "seeds": self.seeds, "interval": f"{LEVEL:.0%} Student-t over seeds"}
 
     def seed_fields(self) -> list[str]:
-        fields = [self.headline, *self.companions]
-        if getattr(self.inner, "on", None) == "both":  # vqascore: the image side is the headline
-            fields.append("vqascore_recon")
-        return fields
+        return [self.headline, *self.companions]
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         recons = ctx.reconstruct_seeds(self.generator, self.spec, items, self.seeds)

@@ -67,6 +67,8 @@ class VQAScore(Metric):
         self.normalise = normalise
         self.column = column
         self.needs_source_image = on != "reconstruction"
+        # on both images the source's is the headline, and the reconstruction's is summarised beside it
+        self.companions = ("vqascore_recon",) if on == "both" else ()
 
     @property
     def headline(self) -> str:
