@@ -536,3 +536,10 @@ def test_an_image_swapped_for_a_link_after_hashing_is_not_read(tmp_path, opened,
     run = best_of_n(folder, captioner=captioner, n=1, **_oracle_settings(tmp_path))
     assert outside.resolve() not in opened and captioner.seen == []
     assert [(c["image_id"], "outside" in c["error"]) for c in run.candidates] == [("swapped", True)]
+
+
+def test_the_curve_table_leaves_a_missing_score_blank():
+    from caprecon.apps.selection import curve_markdown
+
+    table = curve_markdown([{"n": 1, "images": 2, "score": 0.123456}, {"n": 2, "images": 0, "score": None}])
+    assert "| 1 | 2 | 0.1235 |" in table and "| 2 | 0 |  |" in table and "None" not in table

@@ -42,6 +42,7 @@ from caprecon.models.captioner import Sampling, complete_sampling, resolve_promp
 from caprecon.core.describe import describe_model
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
+from caprecon.core.tables import number
 from caprecon.run.folder import open_store, write_manifest
 from caprecon.run.captioning import (
     Pool,
@@ -99,12 +100,9 @@ def curve_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     columns = list(rows[0]) if rows else ["n", "images", "score"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" for _ in columns) + "|"]
     for row in rows:
-        lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+        lines.append("| " + " | ".join(number(row[c]) for c in columns) + " |")
     return "\n".join(lines) + "\n"
 
-
-def _cell(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
 
 
 def write_curve(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, label: str = "score") -> dict[str, Path]:

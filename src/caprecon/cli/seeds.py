@@ -9,7 +9,7 @@ from typing import Any
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records, write_jsonl_atomically
-from caprecon.core.tables import format_table
+from caprecon.core.tables import format_table, number
 from caprecon.run.config import whole_number
 
 
@@ -35,9 +35,6 @@ def _metric(args: argparse.Namespace, names: list[str]) -> str:
     return names[0] if names else "recon"
 
 
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else str(value)
-
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from caprecon.stats.seeds import compare, compare_within
@@ -52,8 +49,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"compare takes one run (systems by --by) or two, not {len(args.runs)}")
     header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)"]
-    table = [header] + [[c.a, c.b, c.images, f"{c.seeds_a}/{c.seeds_b}", _fmt(c.mean_a), _fmt(c.mean_b),
-                         _fmt(c.difference), f"[{c.ci_low:.4f}, {c.ci_high:.4f}]", _fmt(c.p_value), _fmt(c.flip)]
+    table = [header] + [[c.a, c.b, c.images, f"{c.seeds_a}/{c.seeds_b}", number(c.mean_a), number(c.mean_b),
+                         number(c.difference), f"[{c.ci_low:.4f}, {c.ci_high:.4f}]", number(c.p_value), number(c.flip)]
                         for c in comparisons]
     print(f"{metric}: paired difference, bootstrap over images and seeds ({args.resamples} resamples)")
     print(format_table(table))
@@ -75,7 +72,7 @@ def cmd_seeds(args: argparse.Namespace) -> int:
     print(f"{metric}: Kendall tau between the ranking of {curve[0].units} {units} at k seeds and at "
           f"{curve[-1].k}, with a 95% bootstrap interval over images")
     print(format_table([["k", "tau", "95% interval"]] +
-                       [[p.k, _fmt(p.tau), f"[{p.ci_low:.4f}, {p.ci_high:.4f}]"] for p in curve]))
+                       [[p.k, number(p.tau), f"[{p.ci_low:.4f}, {p.ci_high:.4f}]"] for p in curve]))
     needed = seeds_needed(curve, args.threshold)
     print(f"seeds needed for tau >= {args.threshold}: {needed if needed is not None else 'more than ' + str(curve[-1].k)}")
     out = Path(args.out) if args.out else (Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)

@@ -18,6 +18,11 @@ def terminal_safe(text: str) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def number(value: Any) -> str:
+    """A table cell of a score: a float to 4 decimals, a missing value blank, anything else as it is."""
+    return f"{value:.4f}" if isinstance(value, float) else ("" if value is None else str(value))
+
+
 def format_table(rows: Sequence[Sequence[Any]], *, right: Sequence[int] = (), rule: bool = False) -> str:
     """Rows of cells (the first row is the header) as aligned plain text: columns two spaces
     apart, left-aligned except the column indices in `right`, trailing spaces dropped;

@@ -23,7 +23,7 @@ from typing import Any, Iterable, Sequence
 from caprecon.core.describe import installed_version
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
-from caprecon.core.tables import format_table
+from caprecon.core.tables import format_table, number
 from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
@@ -58,7 +58,7 @@ class Results:
         for r in self.records:
             caption = str(r.get("caption", ""))
             caption = caption if len(caption) <= max_caption else caption[: max_caption - 1] + "…"
-            values = [_fmt(r.get(m)) for m in self.metric_names]
+            values = [number(r.get(m)) for m in self.metric_names]
             note = r.get("error") or (f"{r['tokens_cut']} tokens cut" if r.get("tokens_cut") else "")
             lines.append([str(r.get("id", "")), caption, *values, note])
         return format_table([headers, *lines])
@@ -66,12 +66,9 @@ class Results:
     def summary_table(self) -> str:
         rows = [["metric", "mean", "std", "n"]]
         for name, s in self.summary["metrics"].items():
-            rows.append([name, _fmt(s["mean"]), _fmt(s["std"]), str(s["n"])])
+            rows.append([name, number(s["mean"]), number(s["std"]), str(s["n"])])
         return format_table(rows)
 
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, float) else ("" if value is None else str(value))
 
 
 def score(
