@@ -13,7 +13,8 @@ Prints, per step count: samples/s raw, samples/s caprecon (without and with the 
 and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
 rounds of each round's side-by-side ratio; beside it the CPU time each side used (this
 process and its children, every thread: what background work takes from the models on a
-busy machine), caprecon / raw (goal <= 1.05). A third side, run in the same rounds, is the raw
+busy machine), caprecon / raw (goal <= 1.05), with the quartiles of the single rounds' ratios
+beside the medians (on a shared VM they spread by a tenth and more). A third side, run in the same rounds, is the raw
 loop that also keeps each reconstruction as caprecon's cache does (a PNG file): its CPU over
 the raw loop's is the part of the ratio that storing the pictures alone costs, and caprecon's
 over it is what the rest of caprecon adds. A fourth side scores new pictures and captions into
@@ -91,6 +92,13 @@ def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: li
             key = hashlib.sha256(row["caption"].encode()).hexdigest()
             (files / key[:2]).mkdir(parents=True, exist_ok=True)
             image.save(files / key[:2] / f"{key}.png", format="PNG", compress_level=1, compress_type=zlib.Z_RLE)
+
+
+def spread(ratios) -> str:
+    """The lower and upper quartile of per-round ratios (their range with fewer than 4 rounds)."""
+    ratios = sorted(ratios)
+    low, high = (ratios[0], ratios[-1]) if len(ratios) < 4 else statistics.quantiles(ratios, n=4)[::2]
+    return f"{low:.3f}-{high:.3f}"
 
 
 def main() -> None:
@@ -173,6 +181,9 @@ def main() -> None:
                   f"caprecon {statistics.median(ours_cpu):.2f}")
             print(f"  side by side: wall caprecon/raw throughput {with_report:6.3f} (goal >= {GOAL}),  "
                   f"CPU caprecon/raw {cpu_ratio:6.3f} (goal <= {CPU_GOAL})")
+            # how far single rounds spread: a median's distance from a goal means little beside it
+            print(f"  single rounds: wall {spread(a / b for a, b in zip(raw, ours))}, "
+                  f"CPU {spread(b / a for a, b in zip(raw_cpu, ours_cpu))}")
             in_use_ratio = statistics.median(u / a for a, u in zip(raw_cpu, in_use_cpu))
             print(f"  into a cache in use (its folders made): CPU caprecon/raw {in_use_ratio:6.3f} (goal <= {CPU_GOAL})")
             # the share of that CPU ratio no cache can avoid: the raw loop keeping its reconstructions
