@@ -435,10 +435,7 @@ def score_judgments(
 def read_scores(path: Path, samples: Sequence[Sample], records: list[dict] | None = None) -> dict[str, np.ndarray]:
     """Every numeric column of a scores file, aligned with `samples` by `id` (`records`: the
     file's rows, when already read)."""
-    if records is None:
-        if not path.is_file():
-            raise MetaError(f"scores file not found: {path}")
-        records = [record for _, record in read_records(path, MetaError)]
+    records = _score_records(path) if records is None else records
     if not records or "id" not in records[0]:
         raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
     ids = [s.id for s in samples]
@@ -454,6 +451,12 @@ def read_scores(path: Path, samples: Sequence[Sample], records: list[dict] | Non
         if np.isfinite(values).any():
             found[reference_metric_name(column) or column] = values
     return found
+
+
+def _score_records(path: Path) -> list[dict]:
+    if not path.is_file():
+        raise MetaError(f"scores file not found: {path}")
+    return [record for _, record in read_records(path, MetaError)]
 
 
 def write_scores(judgments: Judgments, samples: Sequence[Sample], scores: dict[str, np.ndarray], path: Path) -> None:
@@ -695,15 +698,7 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
     read = {} if read is None else read
     for path in paths:
         if path not in read:
-            try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
-                if is_released_scores(path):
-                    read[path] = (True, read_released_scores(path))
-            except ReleasedScoresError as exc:
-                raise MetaError(str(exc)) from None
-            if path not in read:
-                if not path.is_file():
-                    raise MetaError(f"scores file not found: {path}")
-                read[path] = (False, [record for _, record in read_records(path, MetaError)])
+            read[path] = _scores_file(path)
         is_released, rows = read[path]
         if is_released:
             released += rows
@@ -718,6 +713,17 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
             notes.append(f"--scores: {missing} of {len(samples)} captions have no released score and are left out")
         found.update(joined)
     return found
+
+
+def _scores_file(path: Path) -> tuple[bool, list]:
+    """(whether it is a released result file, its rows): a released file's scores, else the
+    records of caprecon's own scores file."""
+    try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
+        if is_released_scores(path):
+            return True, read_released_scores(path)
+    except ReleasedScoresError as exc:
+        raise MetaError(str(exc)) from None
+    return False, _score_records(path)
 
 
 def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
