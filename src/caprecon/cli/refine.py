@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caprecon.cli.common import add_image_root_options, add_run_options, run_settings
+from caprecon.cli.common import add_image_root_options, add_run_options, row_failures, run_settings
+from caprecon.core.tables import format_table, number, terminal_safe
 from caprecon.run.config import parse_options, whole_number
 
 
@@ -64,28 +65,21 @@ def cmd_refine(args: argparse.Namespace) -> int:
         print(f"caprecon: interrupted: the finished rounds are in {args.out}/rounds.jsonl and every model result "
               "computed is in the cache; run the same command again to resume", file=sys.stderr)
         return INTERRUPTED
-    from caprecon.core.tables import terminal_safe
-
     failed = [row for row in run.captions if row["error"]]
     for row in failed:  # a row that could not be refined (its image escapes --image-root, ...): one line each
         print(terminal_safe(f"caprecon: row {row['id']}: {row['error']}"), file=sys.stderr)
     if not args.quiet:
         print_refined(run)
-    from caprecon.cli.common import row_failures
-
     return row_failures([f"{len(failed)} caption(s) could not be refined"] if failed else [],
                         allow=args.allow_row_errors)
 
 
 def print_refined(run) -> None:
-    from caprecon.core.tables import format_table, terminal_safe
-
     table = [["round", "captions", "mean score", "improved", "revised", "accepted"]]
     for row in run.rounds:
-        mean = "" if row["mean_score"] is None else f"{row['mean_score']:.4f}"
         improved = "" if row["improved"] is None else f"{row['improved']:.0%}"
-        table.append([str(row["round"]), str(row["captions"]), mean, improved, str(row["revised"]),
-                      str(row["accepted"])])
+        table.append([str(row["round"]), str(row["captions"]), number(row["mean_score"]), improved,
+                      str(row["revised"]), str(row["accepted"])])
     for line in format_table(table).splitlines():
         print(terminal_safe(line))
     print(f"improved {run.manifest['improved']} of {run.manifest['captions']} caption(s) "
