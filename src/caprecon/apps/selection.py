@@ -104,7 +104,6 @@ def curve_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def write_curve(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, label: str = "score") -> dict[str, Path]:
     """`curve.csv`, `curve.md` and `curve.png` (the expected selected score against n)."""
     out_dir = Path(out_dir)

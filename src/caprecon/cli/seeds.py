@@ -35,7 +35,6 @@ def _metric(args: argparse.Namespace, names: list[str]) -> str:
     return names[0] if names else "recon"
 
 
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from caprecon.stats.seeds import compare, compare_within
 

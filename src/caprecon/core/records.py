@@ -28,6 +28,7 @@ def is_number(value: Any) -> bool:
     """Whether a record's value is a finite number (a bool is not one)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
+
 def read_text(path: str | Path, error: type[Exception] = ValueError) -> str:
     """A text file's contents: UTF-8, or whatever encoding its byte-order mark names.
 

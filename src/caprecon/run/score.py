@@ -70,7 +70,6 @@ class Results:
         return format_table(rows)
 
 
-
 def score(
     samples: str | Path | Iterable[Sample | dict],
     metrics: Sequence[str | Metric] | str | None = None,
