@@ -59,7 +59,7 @@ class LoadedSample:
             self._data, self._reader = self._reader(), None
         if self._image is None and self._data is not None:
             self._image = decode_bytes(self._data, self._what)
-            self.bytes_head = (len(self._data), self._data[:8])
+            self.bytes_head = file_head(self._data)
             self._data = None  # the pixels replace the bytes
         return self._image
 
@@ -207,6 +207,12 @@ def _kind(mode: int) -> str:
 def inside(path: Path, root: Path) -> bool:
     # resolve both, so neither `..` nor a symbolic link leads out of the folder
     return path.resolve().is_relative_to(root.resolve())
+
+
+def file_head(data: bytes) -> tuple[int, bytes]:
+    """(length, first 8 bytes) of a picture file's bytes: what a report thumbnail needs to know
+    whether the file can be shown as it is (`caprecon.store.thumbs`), without reading it again."""
+    return len(data), data[:8]
 
 
 def decode_bytes(data: bytes, what: str) -> Image.Image:

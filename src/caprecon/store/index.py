@@ -45,6 +45,8 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image
 
+from caprecon.data.images import file_head
+
 
 log = logging.getLogger(__name__)
 
@@ -453,7 +455,7 @@ class Store:
                 partial = path.with_suffix(f".{os.getpid()}.part")
                 partial.write_bytes(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
-                written[str(path)] = (image, (len(data), data[:8]))
+                written[str(path)] = (image, file_head(data))
                 digest = sha256(data)
                 rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
