@@ -126,9 +126,13 @@ def main() -> None:
             raw_loop(generator, embedder, rows[:BATCH], args.side)  # warm-up
             load = time.perf_counter() - t
             raw, ours, report, raw_cpu, ours_cpu, kept_cpu, in_use_cpu = [], [], [], [], [], [], []
+
+            def run_caprecon(data: Path, cache: Path, out: Path) -> None:
+                caprecon.score(data, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
+                               batch_size=BATCH, cache_dir=str(cache), out=out)
+
             in_use = tmp / f"cache-in-use-{steps}"  # its folders made by a first run, as a long-used cache's are
-            caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
-                           batch_size=BATCH, cache_dir=str(in_use), out=tmp / f"out-in-use-{steps}")
+            run_caprecon(samples, in_use, tmp / f"out-in-use-{steps}")
             for r in range(args.rounds):
                 # new pictures and captions, so the cache in use holds nothing of this round's work
                 fresh_samples = write_samples(tmp / f"samples-{steps}-{r}", args.samples, seed=1 + r,
@@ -147,17 +151,13 @@ def main() -> None:
 
                 def run_in_use() -> None:
                     cpu = cpu_seconds()
-                    caprecon.score(fresh_samples, ["recon"], generator=generator, embedder=embedder,
-                                   max_side=args.side, batch_size=BATCH, cache_dir=str(in_use),
-                                   out=tmp / f"out-in-use-{steps}-{r}")
+                    run_caprecon(fresh_samples, in_use, tmp / f"out-in-use-{steps}-{r}")
                     in_use_cpu.append(cpu_seconds() - cpu)
 
                 def run_ours() -> None:
                     REPORT.seconds.clear()
                     t, cpu = time.perf_counter(), cpu_seconds()
-                    caprecon.score(samples, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
-                                   batch_size=BATCH, cache_dir=str(tmp / f"cache-{steps}-{r}"),
-                                   out=tmp / f"out-{steps}-{r}")
+                    run_caprecon(samples, tmp / f"cache-{steps}-{r}", tmp / f"out-{steps}-{r}")
                     ours.append(time.perf_counter() - t)
                     ours_cpu.append(cpu_seconds() - cpu)
                     report.append(sum(REPORT.seconds))
