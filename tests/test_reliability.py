@@ -367,6 +367,20 @@ def test_the_separate_stages_halve_the_batch_on_out_of_memory_too(tmp_path, erro
         judge_all(samples, [full], Context(Store.temporary()), batch_size=1, progress=False)
 
 
+def test_out_of_memory_on_a_row_tried_alone_stops_at_once(tmp_path):
+    """A batch that failed otherwise is tried row by row; the first row out of memory stops the
+    run there, and the batch is not halved and tried again."""
+    def fail(items):
+        if len(items) > 1:
+            raise ValueError("a batch-level bug")
+        raise RuntimeError("CUDA out of memory")
+
+    hungry = Recorded(fail=fail)
+    with pytest.raises(RunError, match="out of memory on a single row"):
+        caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 4)), metrics=[hungry], batch_size=4)
+    assert hungry.calls == [4, 1]
+
+
 def test_out_of_memory_on_one_row_stops_the_run(tmp_path):
     hungry = Recorded(fail=lambda items: (_ for _ in ()).throw(RuntimeError("MPS backend out of memory")))
     with pytest.raises(RunError, match="out of memory on a single row"):

@@ -85,6 +85,29 @@ def out_of_memory_on_one_row(name: str, exc: BaseException) -> RunError:
                     "or a larger accelerator")
 
 
+def in_halving_runs(run: Callable[[list], list], items: list, watch: "FailureWatch") -> list:
+    """`run` over `items` in runs of at most `watch.batch_limit` rows (all of them while it is
+    None). A run out of memory halves the limit for the rest of the metric or stage and is
+    tried again in the smaller runs; a single row out of memory stops the run with advice."""
+    results: list = []
+    while len(results) < len(items):
+        part = items[len(results) : len(results) + (watch.batch_limit or len(items))]
+        try:
+            results += run(part)
+        except RunError:
+            raise  # already the run's end (its message may quote an out-of-memory error)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            if len(part) == 1:
+                raise out_of_memory_on_one_row(watch.name, exc) from exc
+            watch.batch_limit = max(1, len(part) // 2)
+            log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
+                        watch.name, len(part), watch.batch_limit)
+            release_memory()
+    return results
+
+
 def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
@@ -140,11 +163,12 @@ class MetricRunner:
     """One metric's scoring across the run: its batch size after OOM, and how it has failed so far."""
 
     def __init__(self, metric: Metric, ctx: Context, batch_size: int):
-        self.metric, self.ctx, self.batch_size = metric, ctx, batch_size
+        self.metric, self.ctx = metric, ctx
         self.watch = FailureWatch(metric.name)
+        self.watch.batch_limit = batch_size
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
-        results = self._in_chunks(items)
+        results = in_halving_runs(self._isolating, items, self.watch)
         self.watch.observe(results)
         return results
 
@@ -157,17 +181,9 @@ class MetricRunner:
             else:
                 row.update(result)
 
-    def _in_chunks(self, items: list) -> list[dict[str, Any] | Exception]:
-        results: list[dict[str, Any] | Exception] = []
-        start = 0
-        while start < len(items):  # the batch size may shrink (OOM) while we go
-            chunk = items[start : start + self.batch_size]
-            results.extend(self._isolating(chunk))
-            start += len(chunk)
-        return results
-
     def _isolating(self, items: list) -> list[dict[str, Any] | Exception]:
-        """Score a batch; if it fails, score row by row so one bad row costs only itself."""
+        """Score a batch; if it fails, score row by row so one bad row costs only itself (out of
+        memory goes up to `in_halving_runs`)."""
         name = self.metric.name
         try:
             return [_checked(row) for row in self.metric.score(items, self.ctx)]
@@ -175,17 +191,11 @@ class MetricRunner:
             raise RunError(f"{name}: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:
             if is_out_of_memory(exc):
-                if len(items) == 1:
-                    raise out_of_memory_on_one_row(name, exc) from exc
-                self.batch_size = max(1, len(items) // 2)
-                log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
-                            name, len(items), self.batch_size)
-                release_memory()
-                return self._in_chunks(items)
+                raise
             if len(items) == 1:
                 return [exc]
             log.warning("metric %s failed on a batch (%s); retrying row by row", name, exc)
-            results = [self._isolating([item])[0] for item in items]
+            results = [r for item in items for r in in_halving_runs(self._isolating, [item], self.watch)]
             stop_on_same_failure(name, results, exc)
             return results
 

@@ -16,7 +16,6 @@ processes must not share one SQLite index.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,11 +26,9 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
-from caprecon.models.common import release_memory
-from caprecon.run.local import FATAL, FailureWatch, RunError, is_out_of_memory, out_of_memory_on_one_row
+from caprecon.run.local import (FATAL, FailureWatch, RunError, in_halving_runs, is_out_of_memory,
+                                 out_of_memory_on_one_row)
 from caprecon.run.ray import reconstruction_plan
-
-log = logging.getLogger(__name__)
 
 
 def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -56,11 +53,7 @@ def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
     runs out of memory; then half, for the rest of the stage, as a scoring run does), and item
     by item after another failure, so one bad row costs only itself. Each row's outcome goes
     to `watch`, which stops the run on a failure that is not the rows'."""
-    results: list[Exception | None] = []
-    while len(results) < len(items):  # the limit may shrink while we go
-        start = len(results)
-        results += _isolated_run(fn, items[start : start + (watch.batch_limit or len(items))], watch)
-    return results
+    return in_halving_runs(lambda part: _isolated_run(fn, part, watch), items, watch)
 
 
 def _isolated_run(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
@@ -72,13 +65,7 @@ def _isolated_run(fn, items: list, watch: FailureWatch) -> list[Exception | None
         raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:
         if is_out_of_memory(exc):
-            if len(items) == 1:
-                raise out_of_memory_on_one_row(watch.name, exc) from exc
-            watch.batch_limit = max(1, len(items) // 2)
-            log.warning("%s: out of memory on a batch of %d; retrying with batches of %d",
-                        watch.name, len(items), watch.batch_limit)
-            release_memory()
-            return _isolated(fn, items, watch)
+            raise  # in_halving_runs halves the batch, or stops on a single row
         results, cause = ([exc] if len(items) == 1 else [_isolated_one(fn, item, watch) for item in items]), exc
     watch.batch([r for r in results if not isinstance(r, MissingReconstruction)], cause)
     return results
