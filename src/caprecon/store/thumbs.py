@@ -79,9 +79,10 @@ def cache_folder(store_root: str | Path | None) -> Path | None:
     return folder if root.is_dir() and os.access(root, os.W_OK) else None
 
 
-def _cached(cache: Path, name: str) -> Path:
-    """Where the cache keeps the thumbnail called `name` (folders by the name's first two characters)."""
-    return cache / name[:2] / name
+def _cached(cache: str | Path, name: str) -> str:
+    """Where the cache keeps the thumbnail called `name` (folders by the name's first two characters).
+    A string: on a run's thumbnail thread, building paths as `Path`s cost more than the links."""
+    return os.path.join(cache, name[:2], name)
 
 
 class _Unreadable(Exception):
@@ -124,21 +125,21 @@ def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB
         return None
     name, st = named
     target = _cached(cache, name)
-    if target.exists():
+    # the run read this file (inside --image-root) or wrote it moments ago: when it is its own
+    # thumbnail, a link to it costs one directory entry, where writing a file costs up to a
+    # millisecond here; a link already there is as good (a name is the file's path, size and time)
+    known = head is not None and stat.S_ISREG(st.st_mode) and st.st_size == head[0]
+    if known and _shown_as_is(head[1], head[0], image.size, side):
+        return name if _link(source, target) else None
+    if os.path.exists(target):
         return name
-    if head is not None and stat.S_ISREG(st.st_mode) and st.st_size == head[0]:
-        as_is = _shown_as_is(head[1], head[0], image.size, side)
-    else:
-        as_is = _file_shown_as_is(source, image.size, side)
-    if as_is:
-        # the run read this file (inside --image-root) or wrote it moments ago: a link to it
-        # costs one directory entry, where writing a file costs up to a millisecond here
-        return name if _link(Path(source), target) else None
+    if not known and _file_shown_as_is(source, image.size, side):
+        return name if _link(source, target) else None
     scale = min(1.0, side / max(image.size))
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
     small = image.convert("RGB") if image.mode != "RGB" else image
     small = small.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0) if scale < 1 else small.copy()
-    return name if _save(small, target) else None
+    return name if _save(small, Path(target)) else None
 
 
 def _shown_as_is(head: bytes, n_bytes: int, size: tuple[int, int], side: int) -> bool:
@@ -175,9 +176,10 @@ def _save(content: Image.Image | bytes, target: Path) -> bool:
         return False
 
 
-def _link(cached: Path, target: Path) -> bool:
+def _link(cached: str | Path, target: str | Path) -> bool:
     """Put the file `cached` (a thumbnail, or a picture small enough to be one) at `target`: a hard
-    link where the file system allows, else a copy. `target`'s folder is made when missing."""
+    link where the file system allows, else a copy. `target`'s folder is made when missing; a
+    file already at `target` is kept."""
     try:
         try:
             os.link(cached, target)
@@ -186,15 +188,15 @@ def _link(cached: Path, target: Path) -> bool:
                 return False
             # the folder is made only when a link finds it missing: one system call per
             # picture, where checking for it first doubled that on a run's thumbnail thread
-            target.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
             os.link(cached, target)
         return True
     except FileExistsError:
         return True
     except OSError:
         try:  # another file system (or one without hard links): a copy
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f"{target.name}.{os.getpid()}.part")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            partial = f"{target}.{os.getpid()}.part"
             shutil.copyfile(cached, partial)
             os.replace(partial, target)
             return True
@@ -211,7 +213,7 @@ def _write(source: str, target: Path, side: int, cache: Path | None = None,
     try:
         if cache is not None:
             cached = _cached(cache, target.name)
-            if (cached.exists() or _encode(source, cached, side, image_root)) and _link(cached, target):
+            if (os.path.exists(cached) or _encode(source, Path(cached), side, image_root)) and _link(cached, target):
                 return True
         return _encode(source, target, side, image_root)  # no cache, or it cannot be written: the run folder still gets one
     except _Unreadable:
@@ -328,7 +330,7 @@ class ThumbnailWriter:
         """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
         if self.cache is None:
             return False
-        return _link(_cached(self.cache, name), self.folder / name)
+        return _link(_cached(self.cache, name), os.path.join(self.folder, name))
 
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
