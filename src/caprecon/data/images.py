@@ -134,13 +134,13 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     return LoadedSample(sample, image_key=key, data=data, reader=reader, what=f"image {path}")
 
 
-def image_file_key(path: str | Path, image_root: str | Path | None = None, *,
-                   max_bytes: int | None = None) -> tuple[str, bytes | None]:
+def image_file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
+                   root_option: str = "--image-root") -> tuple[str, bytes | None]:
     """The content key (sha256) of the image file at `path`, and its bytes when they had to be
     read for it: a file hashed before with the same size and modification time is not read
     again (`caprecon.core.digests`), so a cached run of a thousand photos reads none. The
     checks are `read_image_file`'s, made before either answer."""
-    with _open_image_file(Path(path), image_root, max_bytes) as (fh, info, limit):
+    with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fh, info, limit):
         ident = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
         key = known_digest(ident)
         if key is not None:
@@ -151,22 +151,25 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *,
     return key, data
 
 
-def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None) -> bytes:
+def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
+                    root_option: str = "--image-root") -> bytes:
     """The bytes of the image file at `path`; a `SampleError` naming the problem when it lies
     outside `image_root` (by `..`, an absolute path or a symbolic link), is missing, is not a
     regular file (a FIFO would block for ever, /dev/zero never ends) or holds more than
-    `max_bytes` (default `MAX_IMAGE_BYTES`)."""
-    with _open_image_file(Path(path), image_root, max_bytes) as (fh, _, limit):
+    `max_bytes` (default `MAX_IMAGE_BYTES`). `root_option`: the option that set `image_root`,
+    as the message names it (`caprecon caption` confines reads to its `--images` folder)."""
+    with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fh, _, limit):
         return _read_limited(fh, path, limit)
 
 
 @contextmanager
-def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int | None):
+def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int | None,
+                     root_option: str = "--image-root"):
     """The open file (with its fstat and byte limit), once every check has passed."""
     if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
         raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
     if image_root is not None and not inside(path, Path(image_root)):
-        raise SampleError(f"image {path} lies outside --image-root {image_root}", "image outside --image-root")
+        raise SampleError(f"image {path} lies outside {root_option} {image_root}", f"image outside {root_option}")
     limit = max_bytes or MAX_IMAGE_BYTES
     try:
         # non-blocking, so a FIFO opens at once (and is refused below) instead of waiting for a writer

@@ -55,14 +55,15 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
     stored as soon as it returns, so a killed run loses at most the call in flight.
 
     The captioner sees each picture as scoring does (upright by its EXIF orientation,
-    transparency over white). With `image_root`, every image must lie inside it: one that
-    escapes it (a symbolic link out of the folder) is that image's error, and is never read."""
+    transparency over white). With `image_root` (the `--images` folder, as errors name it), every
+    image must lie inside it: one that escapes it (a symbolic link out of the folder) is that
+    image's error, and is never read."""
     pools, keys = [], []
     for image_id, path in zip(image_ids(paths), paths):
         pool = Pool(image_id, path, derive_seed("caption", seed, image_id))
         try:
             # a file hashed before (same size and mtime) is not read again
-            digest, _ = image_file_key(path, image_root)
+            digest, _ = image_file_key(path, image_root, root_option="--images")
         except SampleError as exc:  # a missing, unreadable or oversized file is this image's error, not the run's
             pool.error = str(exc)  # it names the file
             digest = None
@@ -78,7 +79,8 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
             requests, chunk = [], []
             for i in missing[lo : lo + images_per_call]:
                 try:
-                    image = decode_bytes(read_image_file(pools[i].image, image_root), f"image {pools[i].image}")
+                    data = read_image_file(pools[i].image, image_root, root_option="--images")
+                    image = decode_bytes(data, f"image {pools[i].image}")
                 except SampleError as exc:  # it names the file
                     pools[i].error = str(exc)
                     continue
