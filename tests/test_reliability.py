@@ -381,6 +381,20 @@ def test_out_of_memory_on_a_row_tried_alone_stops_at_once(tmp_path):
     assert hungry.calls == [4, 1]
 
 
+def test_a_fatal_error_on_a_row_tried_alone_stops_with_its_own_message(tmp_path):
+    """After a batch failed, a row alone meeting an error no row can cause (here: an operation
+    the model does not support) stops the run with that error, not as out of memory."""
+    def fail(items):
+        if len(items) > 1:
+            raise ValueError("a batch-level bug")
+        raise NotImplementedError("no logprobs here")
+
+    picky = Recorded(fail=fail)
+    with pytest.raises(RunError, match=r"^fake: NotImplementedError: no logprobs here$"):
+        caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 4)), metrics=[picky], batch_size=4)
+    assert picky.calls == [4, 1]
+
+
 def test_out_of_memory_on_one_row_stops_the_run(tmp_path):
     hungry = Recorded(fail=lambda items: (_ for _ in ()).throw(RuntimeError("MPS backend out of memory")))
     with pytest.raises(RunError, match="out of memory on a single row"):

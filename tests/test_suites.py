@@ -25,9 +25,9 @@ from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_ben
 from caprecon.apps.suites.table import UPPER
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade, read_number
 from caprecon.metrics.grading import BoxReading
+from caprecon.run.local import RunError
 from oracle import OracleGenerator
 from tiny_vlm import build_qwen2_vl
-
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -616,3 +616,38 @@ def test_suite_command_errors_stop_before_any_work(tmp_path, bench_files, capsys
     assert main(base + ["--judge", "a:B", "--judge-for", "refcoco"]) == 2
     # suite's key is a dataset, not score's question category
     assert "--judge-for 'refcoco' must look like DATASET=MODEL" in capsys.readouterr().err
+
+
+class HungryGenerator(OracleGenerator):
+    """Runs out of memory on more than `room` prompts at once, as a GPU does."""
+
+    def __init__(self, room: int):
+        self.room, self.sizes = room, []
+
+    def generate(self, requests):
+        self.sizes.append(len(requests))
+        if len(requests) > self.room:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return super().generate(requests)
+
+
+def test_a_suite_reconstructs_in_halved_batches_after_out_of_memory(tmp_path, bench_files):
+    """The suite's generator meets out of memory as a scoring run does: the batch is halved and
+    stays halved, and a generator that cannot take one prompt stops the run with advice (where
+    each picture used to become its own 'reconstruction failed' row)."""
+    names = ["mmbench", "mme", "mathvista", "ocrbench", "refcoco"]
+    suites = load_suites(names, [str(bench_files[n]) for n in names])
+    image_ids = sorted({q.image_id for s in suites for q in load_benchmark(s, {}).questions})
+    files = {label: write_jsonl(tmp_path / f"{label}.jsonl", [{"image_id": i, "caption": f"a {label} square {n}"}
+                                                             for n, i in enumerate(image_ids)])
+             for label in ("red", "blue")}
+    hungry = HungryGenerator(room=2)
+    results = evaluate_suites(suites, caption_sources([], files), generator=hungry, judge=ScriptedJudge(SCRIPT),
+                              size="32x32", cache_dir=str(tmp_path / "cache"), batch_size=4)
+    # two captioners' 4 pictures in batches of 4: 4 fails, then 2 and 2; the second batch starts at 2
+    assert len(image_ids) == 4 and hungry.sizes == [4, 2, 2, 2, 2]
+    made = [r for r in results.records if r["captioner"] != UPPER]
+    assert made and all(r.get("reconstruction") and not r.get("error") for r in made)
+    with pytest.raises(RunError, match="reconstruct: out of memory on a single row"):
+        evaluate_suites(suites, caption_sources([], files), generator=HungryGenerator(room=0),
+                        judge=ScriptedJudge(SCRIPT), size="32x32", cache_dir=str(tmp_path / "fresh"))

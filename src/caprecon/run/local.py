@@ -108,6 +108,46 @@ def in_halving_runs(run: Callable[[list], list], items: list, watch: "FailureWat
     return results
 
 
+def isolated(fn: Callable[[list], Sequence[Any]], items: list, watch: "FailureWatch", *,
+             not_the_model: type[Exception] | tuple[type[Exception], ...] = ()) -> list[Any]:
+    """`fn(items)`'s results, one per item, with each failed row's exception in its place: the
+    one way a stage's model (a metric, the generator of a stage or a suite, a judge) meets
+    failure. Runs are as long as the model takes (`in_halving_runs`: halved on out of memory);
+    a run that fails otherwise is tried row by row, so one bad row costs only itself, and a
+    single row out of memory stops the run with advice. What cannot be the rows' stops the run:
+    a fatal error, or what `watch` judges (the same error on every row of a run). Failures of
+    the `not_the_model` types are the rows' alone: `watch` does not count them."""
+    def attempt(part: list) -> tuple[list[Any], Exception | None]:
+        try:
+            return list(fn(part)), None
+        except FATAL as exc:
+            raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            if is_out_of_memory(exc):
+                raise  # in_halving_runs halves the run, or stops on a single row
+            return [], exc
+
+    def alone(item: Any) -> Any:
+        try:
+            results, failed = attempt([item])
+        except RunError:
+            raise
+        except Exception as exc:  # out of memory on one row: halving the run again cannot help
+            raise out_of_memory_on_one_row(watch.name, exc) from exc
+        return failed if failed is not None else results[0]
+
+    def run(part: list) -> list[Any]:
+        results, failed = attempt(part)
+        if failed is not None:
+            if len(part) > 1:
+                log.warning("%s failed on a batch (%s); retrying row by row", watch.name, failed)
+            results = [alone(item) for item in part] if len(part) > 1 else [failed]
+        watch.batch([r for r in results if not isinstance(r, not_the_model)] if not_the_model else results, failed)
+        return results
+
+    return in_halving_runs(run, items, watch)
+
+
 def _signature(exc: Exception) -> tuple[str, str]:
     return type(exc).__name__, str(exc)
 
@@ -168,9 +208,7 @@ class MetricRunner:
         self.watch.batch_limit = batch_size
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
-        results = in_halving_runs(self._isolating, items, self.watch)
-        self.watch.observe(results)
-        return results
+        return isolated(lambda part: [_checked(row) for row in self.metric.score(part, self.ctx)], items, self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""
@@ -180,24 +218,6 @@ class MetricRunner:
                 fail_row(row, redact_text(f"{name}: {type(result).__name__}: {result}"), failure_reason(name, result))
             else:
                 row.update(result)
-
-    def _isolating(self, items: list) -> list[dict[str, Any] | Exception]:
-        """Score a batch; if it fails, score row by row so one bad row costs only itself (out of
-        memory goes up to `in_halving_runs`)."""
-        name = self.metric.name
-        try:
-            return [_checked(row) for row in self.metric.score(items, self.ctx)]
-        except FATAL as exc:
-            raise RunError(f"{name}: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:
-            if is_out_of_memory(exc):
-                raise
-            if len(items) == 1:
-                return [exc]
-            log.warning("metric %s failed on a batch (%s); retrying row by row", name, exc)
-            results = [r for item in items for r in in_halving_runs(self._isolating, [item], self.watch)]
-            stop_on_same_failure(name, results, exc)
-            return results
 
 
 def _checked(row: dict[str, Any]) -> dict[str, Any]:

@@ -26,8 +26,7 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import INDEX, Store, StoreError, sha256
-from caprecon.run.local import (FATAL, FailureWatch, RunError, in_halving_runs, is_out_of_memory,
-                                 out_of_memory_on_one_row)
+from caprecon.run.local import FailureWatch, RunError, isolated
 from caprecon.run.ray import reconstruction_plan
 
 
@@ -49,38 +48,13 @@ def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: C
 
 
 def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
-    """`fn` over `items` in runs as long as the stage's model takes (the whole batch until it
-    runs out of memory; then half, for the rest of the stage, as a scoring run does), and item
-    by item after another failure, so one bad row costs only itself. Each row's outcome goes
-    to `watch`, which stops the run on a failure that is not the rows'."""
-    return in_halving_runs(lambda part: _isolated_run(fn, part, watch), items, watch)
+    """`fn` (which stores what it makes) over `items` as a scoring run scores: `run.local.isolated`.
+    A reconstruction missing from the store is the row's, not the model's failure."""
+    def done(part: list) -> list[None]:
+        fn(part)
+        return [None] * len(part)
 
-
-def _isolated_run(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
-    try:
-        fn(items)
-        results: list[Exception | None] = [None] * len(items)
-        cause = None
-    except FATAL as exc:
-        raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise  # in_halving_runs halves the batch, or stops on a single row
-        results, cause = ([exc] if len(items) == 1 else [_isolated_one(fn, item, watch) for item in items]), exc
-    watch.batch([r for r in results if not isinstance(r, MissingReconstruction)], cause)
-    return results
-
-
-def _isolated_one(fn, item, watch: FailureWatch) -> Exception | None:
-    try:
-        fn([item])
-    except FATAL as exc:
-        raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:
-        if is_out_of_memory(exc):
-            raise out_of_memory_on_one_row(watch.name, exc) from exc
-        return exc
-    return None
+    return isolated(done, items, watch, not_the_model=MissingReconstruction)
 
 
 def _failures(*watches: FailureWatch) -> dict[str, Any]:

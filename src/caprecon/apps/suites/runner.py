@@ -45,7 +45,7 @@ from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
-from caprecon.run.local import FATAL, FailureWatch, RunError
+from caprecon.run.local import FATAL, FailureWatch, RunError, isolated
 from caprecon.run.roles import Roles
 from caprecon.data.images import LoadedSample, read_image_file
 from caprecon.data.samples import Sample, SampleError
@@ -327,8 +327,9 @@ def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, ima
                             image_id=image_id)
             chunk.append((label, image_id))
             items.append(LoadedSample(sample, image, images.info(image_id)[0]))
-        results = _isolating(reconstructor.reconstruct, items)
-        watch.batch(results)  # a generator failing every row alike stops the run, with the reason
+        # as a scoring run: halved on out of memory, row by row after another failure, and a
+        # generator failing every row alike stops the run with the reason
+        results = isolated(reconstructor.reconstruct, items, watch)
         for key, result in zip(chunk, results):
             recons[key] = result if isinstance(result, Reconstruction) else \
                 f"reconstruction failed: {type(result).__name__}: {result}"
@@ -390,19 +391,6 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
         rows[row].update(reply=reply, correct=result.correct, **({"iou": result.iou} if result.iou is not None else {}))
         graded.setdefault((rows[row]["captioner"], entry.name), []).append((q, result))
     return rows, graded
-
-
-def _isolating(fn, items: list) -> list[Any]:
-    """`fn(items)`, or item by item after a failure, so one bad row costs only itself (its
-    exception in its place)."""
-    try:
-        return list(fn(items))
-    except FATAL:
-        raise
-    except Exception as exc:
-        if len(items) == 1:
-            return [exc]
-        return [_isolating(fn, [item])[0] for item in items]
 
 
 def _write(out_dir: Path, table: SuiteTable, rows, caption_rows, manifest, images: _Images,
