@@ -138,11 +138,12 @@ def isolated(fn: Callable[[list], Sequence[Any]], items: list, watch: "FailureWa
 
     def run(part: list) -> list[Any]:
         results, failed = attempt(part)
-        if failed is not None:
-            if len(part) > 1:
-                log.warning("%s failed on a batch (%s); retrying row by row", watch.name, failed)
-            results = [alone(item) for item in part] if len(part) > 1 else [failed]
-        watch.batch([r for r in results if not isinstance(r, not_the_model)] if not_the_model else results, failed)
+        if failed is not None and len(part) == 1:
+            results = [failed]
+        elif failed is not None:
+            log.warning("%s failed on a batch (%s); retrying row by row", watch.name, failed)
+            results = [alone(item) for item in part]
+        watch.batch([r for r in results if not isinstance(r, not_the_model)], failed)  # () matches nothing
         return results
 
     return in_halving_runs(run, items, watch)
