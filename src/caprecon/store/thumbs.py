@@ -97,7 +97,7 @@ def allowed(source: str, image_root: str | Path | None) -> bool:
         return False
 
 
-def _encode(source: str, target: Path, side: int, image_root: str | Path | None = None) -> bool:
+def _encode(source: str, target: str | Path, side: int, image_root: str | Path | None = None) -> bool:
     """Write the thumbnail; False when `target` cannot be written, `_Unreadable` when `source` cannot be read."""
     try:
         data = read_image_file(source, image_root)
@@ -129,17 +129,16 @@ def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB
     # thumbnail, a link to it costs one directory entry, where writing a file costs up to a
     # millisecond here; a link already there is as good (a name is the file's path, size and time)
     known = head is not None and stat.S_ISREG(st.st_mode) and st.st_size == head[0]
-    if known and _shown_as_is(head[1], head[0], image.size, side):
-        return name if _link(source, target) else None
-    if os.path.exists(target):
+    as_is = known and _shown_as_is(head[1], head[0], image.size, side)
+    if not as_is and os.path.exists(target):  # made before (reading the file to tell is not needed)
         return name
-    if not known and _file_shown_as_is(source, image.size, side):
+    if as_is or (not known and _file_shown_as_is(source, image.size, side)):
         return name if _link(source, target) else None
     scale = min(1.0, side / max(image.size))
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
     small = image.convert("RGB") if image.mode != "RGB" else image
     small = small.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0) if scale < 1 else small.copy()
-    return name if _save(small, Path(target)) else None
+    return name if _save(small, target) else None
 
 
 def _shown_as_is(head: bytes, n_bytes: int, size: tuple[int, int], side: int) -> bool:
@@ -161,13 +160,14 @@ def _file_shown_as_is(source: str, size: tuple[int, int], side: int) -> bool:
     return _shown_as_is(data, len(data), size, side)
 
 
-def _save(content: Image.Image | bytes, target: Path) -> bool:
+def _save(content: Image.Image | bytes, target: str | Path) -> bool:
     """Write the thumbnail (pixels to encode, or a picture file's own bytes)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f"{target.stem}.{os.getpid()}.{threading.get_ident()}.part")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        partial = f"{os.path.splitext(target)[0]}.{os.getpid()}.{threading.get_ident()}.part"
         if isinstance(content, bytes):
-            partial.write_bytes(content)
+            with open(partial, "wb") as fh:
+                fh.write(content)
         else:
             content.save(partial, "JPEG", quality=QUALITY, optimize=False)
         os.replace(partial, target)  # never leave a half-written thumbnail under its final name
@@ -213,7 +213,7 @@ def _write(source: str, target: Path, side: int, cache: Path | None = None,
     try:
         if cache is not None:
             cached = _cached(cache, target.name)
-            if (os.path.exists(cached) or _encode(source, Path(cached), side, image_root)) and _link(cached, target):
+            if (os.path.exists(cached) or _encode(source, cached, side, image_root)) and _link(cached, target):
                 return True
         return _encode(source, target, side, image_root)  # no cache, or it cannot be written: the run folder still gets one
     except _Unreadable:
