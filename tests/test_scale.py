@@ -265,3 +265,21 @@ def test_score_command_scale_options():
     settings = score_settings(args)
     assert settings["executor"] == "ray" and settings["shard"] == "1/2" and settings["ray"]["workers"] == 2
     assert settings["ray"]["stages"]["reconstruct"].gpus == 1.0
+
+
+def test_the_stages_cap_image_files_as_score_does(tmp_path, capsys):
+    """`reconstruct` (as `embed` and `judge`) takes score's --image-root and --max-image-bytes: a
+    row whose file holds more bytes is that row's error, counted as unreadable."""
+    rng = np.random.default_rng(7)
+    Image.new("RGB", (24, 16), (200, 30, 30)).save(tmp_path / "small.png")
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(tmp_path / "big.png")
+    small, big = (tmp_path / "small.png").stat().st_size, (tmp_path / "big.png").stat().st_size
+    assert small < 1000 < big
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"id": name, "image": f"{name}.png", "caption": "a red square"}) + "\n"
+                            for name in ("small", "big")))
+    code = main(["reconstruct", "-i", str(data), "-m", "recon", "-g", "oracle:OracleGenerator", "--embedder",
+                 "oracle:PixelEmbedder", "--max-side", "32", "--max-image-bytes", "1000", "--image-root",
+                 str(tmp_path), "--cache-dir", str(tmp_path / "c"), "-q"])
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and counts["unreadable"] == 1 and counts["generated"] == 1

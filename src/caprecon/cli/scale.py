@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.cli.common import add_run_options, add_shard_option, row_failures, run_settings
+from caprecon.cli.common import add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
 
 
 def add_parser(plugins) -> None:
@@ -26,8 +26,7 @@ def add_parser(plugins) -> None:
                                   "reconstructions (turing, vqascore, fleur, captionqa; never calls the generator)")):
         p = plugins.add_parser(name, help=about)
         p.add_argument("--input", "-i", required=True, help="the captions, as for `caprecon score`")
-        p.add_argument("--image-root", "--images-root", dest="image_root", metavar="DIR",
-                       help="relative image paths resolve against DIR")
+        add_image_root_options(p)  # as `score` reads them: a stage never opens what the scoring would refuse
         p.add_argument("--annotations", help="COCO captions annotations (for a COCO results JSON)")
         p.add_argument("--captions", metavar="FILE", help="for an image-folder --input: the captions file")
         p.add_argument("--allow-row-errors", action="store_true",
@@ -65,7 +64,8 @@ def _cmd_fill(args: argparse.Namespace) -> int:
     from caprecon.data.loaders import load_samples
 
     cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **run_settings(args))
-    rows = load_samples(args.input, images_root=args.image_root, annotations=args.annotations, captions=args.captions)
+    rows = load_samples(args.input, images_root=args.image_root, max_image_bytes=args.max_image_bytes,
+                        annotations=args.annotations, captions=args.captions)
     check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
