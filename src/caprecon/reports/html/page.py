@@ -78,6 +78,15 @@ def _rounded(value: Any) -> float | None:
 FLIP_FIELDS = ("question", "category", "answer", "on_original", "on_reconstruction")
 
 
+def _thumbnails(originals: Sequence[str], reconstructions: Sequence[str], out: Path, *, cache: Path | None,
+                progress: bool, image_root: str | None) -> dict[str, str | None]:
+    """{picture path: its thumbnail's name}: the originals confined to the run's --image-root, as
+    scoring confined them; the reconstructions are the store's own files."""
+    thumbs = make_thumbnails(originals, out / FILES / "thumbs", cache=cache, progress=progress, image_root=image_root)
+    thumbs.update(make_thumbnails(reconstructions, out / FILES / "thumbs", cache=cache, progress=progress))
+    return thumbs
+
+
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
              progress: bool, cache: Path | None, image_root: str | None) -> dict[str, Any]:
@@ -86,11 +95,8 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
         original, reconstructions = record_images(record, run)
         originals.append(original)
         recons.append(reconstructions)
-    # the originals are confined to the run's --image-root, as scoring confined them
-    thumbs = make_thumbnails([p for p in originals if p], out / FILES / "thumbs", cache=cache, progress=progress,
-                             image_root=image_root)
-    thumbs.update(make_thumbnails([p for ps in recons for p in ps], out / FILES / "thumbs", cache=cache,
-                                  progress=progress))
+    thumbs = _thumbnails([p for p in originals if p], [p for ps in recons for p in ps], out, cache=cache,
+                         progress=progress, image_root=image_root)
     # per-row values as arrays aligned to name lists shared by all rows: 10,000 rows repeating
     # "turing/…" keys made half the page
     others = [collect.other_scores(record) for record in records]
@@ -182,11 +188,9 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
 
     shown = sorted(captions, key=gain, reverse=True)[:MAX_REFINED_SHOWN]
     images = [(r.get("image"), r.get("reconstruction_before"), r.get("reconstruction")) for r in shown]
-    # the originals keep to the run's --image-root; the reconstructions are the store's own files
-    thumbs = make_thumbnails([trio[0] for trio in images if isinstance(trio[0], str)], out / FILES / "thumbs",
-                             cache=cache, progress=progress, image_root=image_root)
-    thumbs.update(make_thumbnails([p for trio in images for p in trio[1:] if isinstance(p, str)],
-                                  out / FILES / "thumbs", cache=cache, progress=progress))
+    thumbs = _thumbnails([trio[0] for trio in images if isinstance(trio[0], str)],
+                         [p for trio in images for p in trio[1:] if isinstance(p, str)], out, cache=cache,
+                         progress=progress, image_root=image_root)
     items = []
     for row, trio in zip(shown, images):
         items.append({"id": str(row.get("id", "")), "before": row.get("score_before"), "after": row.get("score"),
