@@ -606,8 +606,8 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     expected = read_expected(args.expected, benchmark.name) if args.expected else published_values(benchmark)
     if verifying and not expected:
         raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
-    files: dict[Path, tuple[bool, list]] = {}  # each --scores file read once, for every draw of the protocol
-    given_names = list(benchmark_scores(args.scores, judgments.samples(args.images), [], files)) if args.scores else []
+    files = [_scores_file(path) for path in args.scores or []]  # read once, aligned with every draw's samples
+    given_names = list(benchmark_scores(files, judgments.samples(args.images), [])) if files else []
     if args.metric:
         metrics = metric_names(args.metric)
     elif verifying:
@@ -672,34 +672,32 @@ def write_csv_comparison(result, path: Path) -> None:
         writer.writerow(result.as_dict())
 
 
+ScoresFile = tuple[Path, bool, list]  # a --scores file: its path, whether a released result file, its rows
+
+
 def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], reference: ReferenceMetrics,
                   score_metric: ScoreMetric | None, args: argparse.Namespace, n_bootstrap: int, last: dict,
-                  score_notes: list[str], files: dict[Path, tuple[bool, list]] | None = None) -> list[MetaRow]:
+                  score_notes: list[str], files: Sequence[ScoresFile] = ()) -> list[MetaRow]:
     """The benchmark's protocol on `judgments`; `last` keeps the (last draw's) judgments, samples and scores."""
 
     def score(draw: Judgments):
         samples = draw.samples(args.images)
-        given = benchmark_scores(args.scores, samples, score_notes, files) if args.scores else {}
+        given = benchmark_scores(files, samples, score_notes) if files else {}
         last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
         return last["scores"]
 
     return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
 
 
-def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: list[str],
-                     read: dict[Path, tuple[bool, list]] | None = None) -> dict[str, np.ndarray]:
-    """Per-caption scores from `--scores` files, aligned with `samples`: caprecon's CSV/JSONL by `id`, or
-    result files as metric authors release them (`caprecon.data.loaders.released`), joined by image and
-    caption; several files add up (FLEUR releases Pascal-50S as one file per category). `read` keeps
-    each file's parsed rows between calls: a benchmark with reference draws aligns the same files
-    with each draw's samples."""
+def benchmark_scores(files: Sequence[ScoresFile], samples: Sequence[Sample], notes: list[str]) -> dict[str, np.ndarray]:
+    """Per-caption scores from `--scores` files (read by `_scores_file`), aligned with `samples`:
+    caprecon's CSV/JSONL by `id`, or result files as metric authors release them
+    (`caprecon.data.loaders.released`), joined by image and caption; several files add up (FLEUR
+    releases Pascal-50S as one file per category). A benchmark with reference draws aligns the
+    same files with each draw's samples."""
     found: dict[str, np.ndarray] = {}
     released = []
-    read = {} if read is None else read
-    for path in paths:
-        if path not in read:
-            read[path] = _scores_file(path)
-        is_released, rows = read[path]
+    for path, is_released, rows in files:
         if is_released:
             released += rows
         else:
@@ -707,7 +705,7 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
     if released:
         joined, missing = join_released(released, [str(s.image) for s in samples], [s.caption for s in samples])
         if missing == len(samples):
-            raise MetaError(f"--scores {', '.join(map(str, paths))}: no caption of the benchmark is in the released "
+            raise MetaError(f"--scores {', '.join(str(path) for path, _, _ in files)}: no caption of the benchmark is in the released "
                             "file(s) (joined by image file name and caption)")
         if missing:
             notes.append(f"--scores: {missing} of {len(samples)} captions have no released score and are left out")
@@ -715,15 +713,14 @@ def benchmark_scores(paths: Sequence[Path], samples: Sequence[Sample], notes: li
     return found
 
 
-def _scores_file(path: Path) -> tuple[bool, list]:
-    """(whether it is a released result file, its rows): a released file's scores, else the
-    records of caprecon's own scores file."""
+def _scores_file(path: Path) -> ScoresFile:
+    """A released file's scores, else the records of caprecon's own scores file."""
     try:  # telling a released file apart reads it too, so a file that is not UTF-8 fails there
         if is_released_scores(path):
-            return True, read_released_scores(path)
+            return path, True, read_released_scores(path)
     except ReleasedScoresError as exc:
         raise MetaError(str(exc)) from None
-    return False, _score_records(path)
+    return path, False, _score_records(path)
 
 
 def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
