@@ -22,18 +22,19 @@ import argparse
 import io
 import statistics
 import time
-import zlib
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from caprecon.store.index import PNG_SAVE
 
 ROOT = Path(__file__).resolve().parents[1]
 # the Flickr8k-dev photos: in the project's shared/ folder, or in the shared/ folder beside the project
 PHOTO_FOLDERS = [base / "shared" / "data" / "flickr8k-dev" / "images" for base in (ROOT, ROOT.parent)]
 STORED, DEFAULT = "png level 1 rle (stored)", "png default (level 6)"
 FORMATS = {
-    STORED: dict(format="PNG", compress_level=1, compress_type=zlib.Z_RLE),
+    STORED: PNG_SAVE,
     "png level 1": dict(format="PNG", compress_level=1),
     "png default (level 6)": dict(format="PNG"),
     "webp lossless": dict(format="WEBP", lossless=True, quality=0, method=0),

@@ -34,7 +34,6 @@ import statistics
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,6 +57,7 @@ from bench_common import ReportTimer, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
+from caprecon.store.index import PNG_SAVE  # noqa: E402
 
 GOAL = 0.95
 CPU_GOAL = 1.05
@@ -74,8 +74,8 @@ def cpu_seconds() -> float:
 def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: list[dict], side: int,
              files: Path | None = None) -> None:
     """The same work with nothing around it: decode, generate in batches, embed, cosine. With
-    `files`, each reconstruction is also kept there as caprecon's cache keeps it: a PNG
-    (zlib level 1, run-length strategy) in a folder named by its key's first two characters."""
+    `files`, each reconstruction is also kept there as caprecon's cache keeps it: a PNG saved
+    with the store's options (`PNG_SAVE`) in a folder named by its key's first two characters."""
     pipe, spec = generator.pipeline, ReconstructionSpec(max_side=side)
     for start in range(0, len(rows), BATCH):
         chunk = rows[start : start + BATCH]
@@ -91,7 +91,7 @@ def raw_loop(generator: DiffusersGenerator, embedder: HFVisionEmbedder, rows: li
         for row, image in zip(chunk, images) if files else ():
             key = hashlib.sha256(row["caption"].encode()).hexdigest()
             (files / key[:2]).mkdir(parents=True, exist_ok=True)
-            image.save(files / key[:2] / f"{key}.png", format="PNG", compress_level=1, compress_type=zlib.Z_RLE)
+            image.save(files / key[:2] / f"{key}.png", **PNG_SAVE)
 
 
 def spread(ratios) -> str:

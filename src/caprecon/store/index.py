@@ -644,14 +644,18 @@ def _npy_layout(value: bytes, seen: dict) -> tuple[np.dtype, tuple[int, ...], bo
     return seen[header]
 
 
+#: how the store encodes a reconstruction (`PIL.Image.save` options; benchmarks/encoding.py and
+#: throughput.py save with the same). zlib level 1 with the run-length strategy (Z_RLE) on PNG's
+#: filtered rows: on photos at 512-1024 px, a fifth of the default level's encode time for as
+#: many bytes, and a fifth faster than level 1's default strategy with a tenth fewer bytes.
+#: Lossless WebP measured faster still, but PNG keeps the store's files what every reader of it
+#: (cache verify, merge, HTML report) already expects
+PNG_SAVE: dict[str, Any] = {"format": "PNG", "compress_level": 1, "compress_type": zlib.Z_RLE}
+
+
 def _png_bytes(image: Image.Image) -> bytes:
-    # zlib level 1 with the run-length strategy (Z_RLE) on PNG's filtered rows: on photos at
-    # 512-1024 px, a fifth of the default level's encode time for as many bytes, and a fifth
-    # faster than level 1's default strategy with a tenth fewer bytes (benchmarks/encoding.py).
-    # Lossless WebP measured faster still, but PNG keeps the store's files what every reader
-    # of it (cache verify, merge, HTML report) already expects
     buf = io.BytesIO()
-    image.save(buf, format="PNG", compress_level=1, compress_type=zlib.Z_RLE)
+    image.save(buf, **PNG_SAVE)
     return buf.getvalue()
 
 
