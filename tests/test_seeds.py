@@ -129,20 +129,22 @@ def test_the_seed_level_of_the_bootstrap_by_hand():
 
 def test_the_seed_bootstrap_draws_in_runs_what_it_would_draw_at_once(monkeypatch):
     """Resamples are drawn a run at a time, so memory stays bounded; the numbers are those of the
-    protocol drawn whole: the image draws, then every resample's seeds for A, then for B."""
+    protocol drawn whole: the image draws, then every resample's seeds, the same for A and B."""
     from caprecon.stats import bootstrap
     from caprecon.stats.bootstrap import draws, paired_bootstrap_seeds
 
     rng = np.random.default_rng(5)
-    a, b = rng.random((9, 4)), rng.random((9, 3)) + 0.05
+    a, b = rng.random((9, 4)), rng.random((9, 4)) + 0.05
     monkeypatch.setattr(bootstrap, "SEED_DRAW_CELLS", 50)  # runs of one resample, where one would hold 400
     result = paired_bootstrap_seeds(a, b, n_resamples=400, seed=7)
-    picked, seeds = draws(9, 400, 7), np.random.default_rng([7, 1])
-    whole_a = a[picked[:, :, None], seeds.integers(0, 4, (400, 9, 4))].mean(axis=(1, 2))
-    whole_b = b[picked[:, :, None], seeds.integers(0, 3, (400, 9, 3))].mean(axis=(1, 2))
+    picked, seeds = draws(9, 400, 7), np.random.default_rng([7, 1]).integers(0, 4, (400, 9, 4))
+    whole_a = a[picked[:, :, None], seeds].mean(axis=(1, 2))
+    whole_b = b[picked[:, :, None], seeds].mean(axis=(1, 2))
     low, high = np.quantile(whole_a - whole_b, [0.025, 0.975])
     assert (result.ci_low, result.ci_high) == pytest.approx((low, high), abs=1e-12)
     assert a.mean() < b.mean() and result.flip == pytest.approx(np.mean(whole_a - whole_b >= 0))
+    with pytest.raises(ValueError, match="one shape"):
+        paired_bootstrap_seeds(a, b[:, :3])
 
 
 def test_one_seed_per_image_is_the_image_bootstrap():
@@ -183,7 +185,7 @@ def test_a_difference_one_seed_makes_is_not_significant_over_eight(tmp_path):
     assert one.ci_low > 0 and one.p_value < 0.05 and one.flip < 0.025
     eight = compare(_rows(a), _rows(b), "recon")
     assert eight.ci_low < 0 < eight.ci_high and eight.p_value > 0.05 and eight.flip > 0.1
-    assert (eight.seeds_a, eight.seeds_b, eight.images) == (8, 8, 30)
+    assert (eight.seeds, eight.images) == (8, 30)
 
     for name, values in (("A", a), ("B", b)):
         (tmp_path / name).mkdir()
@@ -198,6 +200,78 @@ def test_a_difference_one_seed_makes_is_not_significant_over_eight(tmp_path):
     assert main(["compare", str(tmp_path / "both"), "--out", str(tmp_path / "within.jsonl")]) == 0
     within = json.loads((tmp_path / "within.jsonl").read_text())
     assert (within["a"], within["b"]) == ("A", "B") and within["flip"] == pytest.approx(eight.flip)
+
+
+def _unpaired_interval(a, b, n_resamples, seed):
+    """The bootstrap over images and seeds with each system's seeds drawn on their own (what
+    compare did before it paired the draws), written out here as the yardstick."""
+    picked = np.random.default_rng(seed).integers(0, len(a), (n_resamples, len(a)))
+    rng = np.random.default_rng([seed, 2])
+    means = [x[picked[:, :, None], rng.integers(0, x.shape[1], (n_resamples, *x.shape))].mean(axis=(1, 2))
+             for x in (a, b)]
+    return np.quantile(means[0] - means[1], [0.025, 0.975])
+
+
+def test_paired_draws_cancel_the_noise_both_systems_share():
+    """A and B rebuilt from the same seeds share each (image, seed)'s noise, which is large; drawn
+    together, that noise cancels: the interval is much narrower than unpaired draws give, and it
+    still covers the true difference."""
+    from caprecon.stats.seeds import compare
+
+    true = 0.02
+    rng = np.random.default_rng(11)
+    # deterministic: every draw of A is B's plus the true difference, so every paired resample is exactly it
+    b = rng.normal(0.5, 0.1, (30, 1)) + rng.normal(0, 0.1, (30, 8))
+    exact = compare(_rows(b + true), _rows(b), "recon", n_resamples=500)
+    assert (exact.ci_low, exact.ci_high) == pytest.approx((true, true), abs=1e-9) and exact.flip == 0.0
+    low, high = _unpaired_interval(b + true, b, 500, 0)
+    assert high - low > true  # drawn unpaired, the shared noise makes it wider than the difference itself
+    # with noise of their own as well (sd 0.01 each, against 0.1 shared), over many runs
+    covered, trials = 0, 200
+    for trial in range(trials):
+        image = rng.normal(0.5, 0.1, (30, 1))
+        shared = rng.normal(0, 0.1, (30, 8))
+        a = image + shared + true + rng.normal(0, 0.01, (30, 8))
+        b = image + shared + rng.normal(0, 0.01, (30, 8))
+        paired = compare(_rows(a), _rows(b), "recon", n_resamples=200, seed=trial)
+        low, high = _unpaired_interval(a, b, 200, trial)
+        assert paired.ci_high - paired.ci_low < (high - low) / 4
+        covered += paired.ci_low <= true <= paired.ci_high
+    assert covered >= 0.9 * trials
+
+
+def test_what_cannot_be_paired_is_left_out_and_said(tmp_path, capsys):
+    from caprecon.cli import main
+    from caprecon.stats.seeds import compare
+
+    def row(system, image, values, seeds, questions=4):
+        return {"id": f"{system}-{image}", "image_id": image, "captioner": system, "turing": float(np.mean(values)),
+                "turing_seeds": values, "seeds": seeds, "turing_n": questions}
+
+    a = [row("A", "img0", [0.5, 0.7, 0.9], [1, 2, 3]), row("A", "img1", [0.4, 0.6, 0.2], [4, 5, 6]),
+         row("A", "img2", [0.5, 0.5, 0.5], [7, 8, 9]), row("A", "img3", [0.1, 0.1, 0.1], [10, 11, 12], questions=6)]
+    b = [row("B", "img0", [0.2, 0.3], [1, 2]), row("B", "img1", [0.1, 0.3], [40, 50]),
+         row("B", "img3", [0.9, 0.9], [10, 11], questions=5), row("B", "img4", [0.3, 0.3], [13, 14])]
+    c = compare(a, b, "turing", names=("A", "B"))
+    # img0 and img1 are paired on their first two seeds; img2 only A scored, img4 only B; img3 was asked
+    # about with 6 questions for A and 5 for B
+    assert (c.images, c.seeds, c.seeds_a, c.seeds_b) == (2, 2, 3, 2)
+    assert (c.only_a, c.only_b, c.other_questions, c.shared_noise) == (1, 1, 1, 1)  # img1's seeds differ
+    assert c.mean_a == pytest.approx((0.5 + 0.7 + 0.4 + 0.6) / 4)
+    assert c.difference == pytest.approx((0.5 + 0.7 + 0.4 + 0.6 - 0.2 - 0.3 - 0.1 - 0.3) / 4)
+    run = tmp_path / "both"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in a + b))
+    assert main(["compare", str(run), "-m", "turing", "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "left out 1 image(s) only A scored and 1 only B scored" in out
+    assert "left out 1 image(s) they were asked different numbers of questions about (turing_n)" in out
+    assert "A has 3 seed(s) per image, B 2: the first 2 of each are paired" in out
+    assert "on 1 of 2 images their rows were rebuilt from other seeds" in out
+    # rows naming no seeds cannot say whether their noise is shared
+    assert compare([{k: v for k, v in r.items() if k != "seeds"} for r in a], b, "turing").shared_noise is None
+    with pytest.raises(ConfigError, match="asked the same questions"):
+        compare(a[3:], b[2:3], "turing")
 
 
 def test_stability_curve_on_constructed_rankings(tmp_path):

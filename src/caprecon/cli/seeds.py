@@ -48,11 +48,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"compare takes one run (systems by --by) or two, not {len(args.runs)}")
     header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)"]
-    table = [header] + [[c.a, c.b, c.images, f"{c.seeds_a}/{c.seeds_b}", number(c.mean_a), number(c.mean_b),
+    table = [header] + [[c.a, c.b, c.images, c.seeds, number(c.mean_a), number(c.mean_b),
                          number(c.difference), f"[{c.ci_low:.4f}, {c.ci_high:.4f}]", number(c.p_value), number(c.flip)]
                         for c in comparisons]
-    print(f"{metric}: paired difference, bootstrap over images and seeds ({args.resamples} resamples)")
+    print(f"{metric}: paired difference on the same images and seeds, bootstrap over both ({args.resamples} "
+          "resamples)")
     print(format_table(table))
+    for note in (n for c in comparisons for n in c.notes()):
+        print(note)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -91,8 +94,10 @@ def add_parser(subparsers) -> None:
                         "probability the ranking flips",
         description="Compare two runs (RUN_A RUN_B) on the images both scored, or the systems of one run "
                     "(RUN --by captioner). Rows scored with --seeds K carry their per-seed values; the bootstrap "
-                    "resamples images and, within each, seeds, so a difference one seed made is not mistaken "
-                    "for one between the captioners.")
+                    "resamples images and, within each, seeds, the same seeds for both systems, so a difference "
+                    "one seed made is not mistaken for one between the captioners, and noise both share cancels. "
+                    "What cannot be paired (an image one system did not score, seeds only one has) is left out "
+                    "and said under the table.")
     p.add_argument("runs", nargs="+", metavar="RUN", help="one or two run folders (or scores.jsonl files)")
     p.add_argument("--by", default="captioner", help="with one run: the field naming the system (default captioner)")
     p.add_argument("--out", help="also write the comparisons as JSONL here")

@@ -5,9 +5,15 @@ Rows come from a run's `scores.jsonl`. A row scored from K seeds carries its per
 values as `<metric>_seeds` (`caprecon.metrics.seeds`); a one-seed row is its one value.
 
 - `compare`: two systems (two runs, or two values of a field such as `captioner` in one
-  run) on the images both scored: the paired difference of their means with a bootstrap
-  over images and seeds (`bootstrap.paired_bootstrap_seeds`) and the probability that the
-  ranking of the two flips.
+  run) on paired draws: the images both scored, and on each the same seeds (the k-th seed of
+  A's rows with the k-th of B's: the same noise when both were rebuilt from the same seeds)
+  and the same questions. The paired difference of their means with a bootstrap over images
+  and seeds that draws both systems' values together (`bootstrap.paired_bootstrap_seeds`),
+  and the probability that the ranking of the two flips. What cannot be paired is counted
+  and said (`Comparison.notes`): images one system did not score, or was asked a different
+  number of questions about (`<metric>_n`), are left out; seeds beyond the fewer system's
+  count are left out; images whose rows were rebuilt from other seeds for A than for B are
+  paired by seed position, which cancels no noise, and counted.
 - `stability`: from a K-seed run, Kendall's τ between the ranking of captions (or of
   systems) at k < K seeds (the first k, what a k-seed run would have scored) and at K,
   with a bootstrap interval over images, and the smallest k whose τ reaches a threshold.
@@ -49,17 +55,43 @@ def image_of(record: Mapping[str, Any]) -> str:
     return str(record.get("image_id", record.get("id")))
 
 
-def by_image(records: Iterable[Mapping[str, Any]], metric: str) -> dict[str, np.ndarray]:
-    """Per image, its per-seed values (seeds as columns; several captions of one image averaged seed by seed)."""
-    rows: dict[str, list[list[float]]] = defaultdict(list)
+def seeds_of(record: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The seeds a row's per-seed values were rebuilt from, in their order; None when it names none."""
+    seeds = record.get("seeds")
+    if seeds is None and record.get("seed") is not None:
+        seeds = [record["seed"]]
+    return tuple(seeds) if isinstance(seeds, list) else None
+
+
+@dataclass
+class ImageDraws:
+    """One system's draws on one image: per seed, the mean over its captions of the image, and
+    what they were drawn with: each caption's seeds (None when a row names none) and the
+    questions asked (the rows' `<metric>_n`, where the metric counts them)."""
+
+    values: np.ndarray
+    seeds: list[tuple[Any, ...] | None]
+    questions: frozenset
+
+    def seeds_up_to(self, k: int) -> tuple | None:
+        """Each caption's first k seeds, in a canonical order; None when a row names none."""
+        if any(s is None for s in self.seeds):
+            return None
+        return tuple(sorted(tuple(map(str, s[:k])) for s in self.seeds))
+
+
+def by_image(records: Iterable[Mapping[str, Any]], metric: str) -> dict[str, ImageDraws]:
+    """Per image, a system's draws (seeds as columns; several captions of one image averaged seed by seed)."""
+    kept: dict[str, list[tuple[Mapping[str, Any], list[float]]]] = defaultdict(list)
     for r in records:
         values = seed_values(r, metric)
         if values is not None:
-            rows[image_of(r)].append(values)
+            kept[image_of(r)].append((r, values))
     out = {}
-    for image, lists in rows.items():
-        k = min(len(v) for v in lists)
-        out[image] = np.mean([v[:k] for v in lists], axis=0)
+    for image, pairs in kept.items():
+        k = min(len(v) for _, v in pairs)
+        out[image] = ImageDraws(np.mean([v[:k] for _, v in pairs], axis=0), [seeds_of(r) for r, _ in pairs],
+                                frozenset(r[f"{metric}_n"] for r, _ in pairs if r.get(f"{metric}_n") is not None))
     return out
 
 
@@ -68,9 +100,14 @@ class Comparison:
     a: str
     b: str
     metric: str
-    images: int
-    seeds_a: int
+    images: int  # images paired: both systems scored them, with the same questions
+    seeds: int  # seeds paired per image: the first `seeds` of each system's
+    seeds_a: int  # the seeds A has on every paired image (more than `seeds`: the rest left out)
     seeds_b: int
+    shared_noise: int | None  # paired images whose A and B rows name the same seeds (None: a row names none)
+    only_a: int  # images only A scored, left out
+    only_b: int
+    other_questions: int  # images A and B were asked different numbers of questions about, left out
     mean_a: float
     mean_b: float
     difference: float
@@ -82,20 +119,49 @@ class Comparison:
     def row(self) -> dict[str, Any]:
         return asdict(self)
 
+    def notes(self) -> list[str]:
+        """What could not be paired, in words, for the lines under the table."""
+        a, b = self.a, self.b
+        out = []
+        if self.only_a or self.only_b:
+            out.append(f"{a} vs {b}: left out {self.only_a} image(s) only {a} scored and {self.only_b} only {b} "
+                       "scored")
+        if self.other_questions:
+            out.append(f"{a} vs {b}: left out {self.other_questions} image(s) they were asked different numbers "
+                       f"of questions about ({self.metric}_n)")
+        if max(self.seeds_a, self.seeds_b) > self.seeds:
+            out.append(f"{a} vs {b}: {a} has {self.seeds_a} seed(s) per image, {b} {self.seeds_b}: the first "
+                       f"{self.seeds} of each are paired, the rest left out")
+        if self.shared_noise is not None and self.shared_noise < self.images:
+            out.append(f"{a} vs {b}: on {self.images - self.shared_noise} of {self.images} images their rows were "
+                       "rebuilt from other seeds (--seed-policy per-sample gives each caption of an image its own), "
+                       "so those draws share no noise; --seed-policy per-image rebuilds every caption of an "
+                       "image from the same seeds")
+        return out
+
 
 def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[str, Any]], metric: str, *,
             names: tuple[str, str] = ("A", "B"), n_resamples: int = 1000, seed: int = 0,
             level: float = 0.95) -> Comparison:
-    """System A against system B on the images both scored; see the module doc."""
+    """System A against system B on paired draws; see the module doc."""
     a, b = by_image(records_a, metric), by_image(records_b, metric)
-    shared = sorted(set(a) & set(b))
-    if not shared:
-        raise ConfigError(f"{names[0]} and {names[1]} have no image with a {metric} score in common")
-    ka, kb = min(len(a[i]) for i in shared), min(len(b[i]) for i in shared)
-    result = paired_bootstrap_seeds(np.stack([a[i][:ka] for i in shared]), np.stack([b[i][:kb] for i in shared]),
+    both = sorted(set(a) & set(b))
+    other_questions = [i for i in both if a[i].questions and b[i].questions and a[i].questions != b[i].questions]
+    paired = [i for i in both if i not in set(other_questions)]
+    if not paired:
+        raise ConfigError(f"{names[0]} and {names[1]} have no image with a {metric} score in common"
+                          + (f" that they were asked the same questions about ({len(other_questions)} image(s) "
+                             f"with other numbers of questions, {metric}_n)" if other_questions else ""))
+    seeds_a, seeds_b = min(len(a[i].values) for i in paired), min(len(b[i].values) for i in paired)
+    k = min(seeds_a, seeds_b)
+    named = [(a[i].seeds_up_to(k), b[i].seeds_up_to(k)) for i in paired]
+    shared_noise = None if any(x is None or y is None for x, y in named) else sum(x == y for x, y in named)
+    result = paired_bootstrap_seeds(np.stack([a[i].values[:k] for i in paired]),
+                                    np.stack([b[i].values[:k] for i in paired]),
                                     n_resamples=n_resamples, seed=seed, level=level)
-    return Comparison(names[0], names[1], metric, len(shared), ka, kb, result.value_a, result.value_b,
-                      result.difference, result.ci_low, result.ci_high, result.p_value, result.flip)
+    return Comparison(names[0], names[1], metric, len(paired), k, seeds_a, seeds_b, shared_noise,
+                      len(set(a) - set(b)), len(set(b) - set(a)), len(other_questions), result.value_a,
+                      result.value_b, result.difference, result.ci_low, result.ci_high, result.p_value, result.flip)
 
 
 def compare_within(records: Sequence[Mapping[str, Any]], metric: str, by: str = "captioner",
