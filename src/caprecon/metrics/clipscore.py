@@ -3,6 +3,7 @@
     clipscore    = w · max(cos(E_img(I), E_txt("A photo depicts " + c)), 0),   w = 2.5
     refclipscore = harmonic mean of clipscore and
                    max(max_r cos(E_txt("A photo depicts " + c), E_txt("A photo depicts " + r)), 0)
+                   (its clipscore part, always at w = 2.5 and the prefix, beside it as refclipscore_clip)
     clip-s       = 100 · max(cos(E_img(I), E_txt(c)), 0)
 
 clipscore and refclipscore follow Hessel's definitions and reference implementation
@@ -111,7 +112,11 @@ class ClipS(ClipScore):
 
 
 class RefClipScore(ClipScore):
+    """Writes its own CLIPScore part as `refclipscore_clip`, never as `clipscore`: asked beside
+    `clipscore`, whose weight and prefix may be set apart, it must not overwrite that column."""
+
     name = "refclipscore"
+    companions = ("refclipscore_clip",)
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         for item in items:
@@ -121,6 +126,6 @@ class RefClipScore(ClipScore):
         for row, item, cand, clip_s in zip(rows, items, captions, values):
             refs = text_embeddings(ctx, self.clip, [self.prefix + r.strip() for r in item.sample.refs])
             ref_part = max(float(np.max(refs @ cand)), 0.0)
-            row["clipscore"] = float(clip_s)
+            row["refclipscore_clip"] = float(clip_s)
             row["refclipscore"] = float(2 * clip_s * ref_part / (clip_s + ref_part)) if clip_s + ref_part > 0 else 0.0
         return rows

@@ -218,7 +218,18 @@ class MetricRunner:
             if isinstance(result, Exception):
                 fail_row(row, redact_text(f"{name}: {type(result).__name__}: {result}"), failure_reason(name, result))
             else:
+                _check_own_columns(name, row, result)
                 row.update(result)
+
+
+def _check_own_columns(name: str, row: dict[str, Any], result: dict[str, Any]) -> None:
+    """Each metric writes only its own columns: one that would overwrite another metric's value
+    in this row is a bug of the metrics' definitions, not of the row, so the run stops. Fields
+    that several metrics share with one value (the reconstruction's key, seed, ...) pass."""
+    for key, value in result.items():
+        if key in row and row[key] != value:
+            raise RunError(f"{name} writes the column {key!r}, which another metric of this run already wrote with "
+                           f"a different value ({row[key]!r}, now {value!r}): two metrics cannot share a column")
 
 
 def _checked(row: dict[str, Any]) -> dict[str, Any]:
