@@ -145,7 +145,7 @@ def test_refclipscore_is_the_harmonic_mean_with_the_best_clamped_reference():
     # clipscore 2.5 * 0.6 = 1.5 for both. Reference part: the best cos of the prefixed candidate with
     # a prefixed reference, clamped at 0: max(-0.28, 0.8) = 0.8, then max(-0.28, -0.6, 0) = 0 (the boat:
     # 0.168 - 0.768)
-    assert rows[0]["clipscore"] == pytest.approx(1.5, abs=1e-6)
+    assert rows[0]["refclipscore_clip"] == pytest.approx(1.5, abs=1e-6)
     assert rows[0]["refclipscore"] == pytest.approx(2 * 1.5 * 0.8 / (1.5 + 0.8), abs=1e-6)
     assert rows[1]["refclipscore"] == pytest.approx(0.0, abs=1e-6)
 
