@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,7 @@ def _ratings(judgments):
 def test_published_table_rows_are_sourced_and_cover_the_benchmarks():
     with PUBLISHED.open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) >= 140
+    assert len(rows) >= 190
     keys = {"tau_b", "tau_c", "accuracy", "HC", "HI", "HM", "MM", "mean", "pearson", "system"}
     for row in rows:
         assert row["benchmark"] in BENCHMARKS, row
@@ -86,9 +87,42 @@ def test_published_table_rows_are_sourced_and_cover_the_benchmarks():
         for metric in ("bleu-4", "meteor", "rouge", "cider", "spice", "clipscore", "refclipscore", "pacscore",
                        "fleur", "polos"):
             assert (bench, metric) in seen, (bench, metric)
-    assert {("polaris", "polos"), ("nebula", "cider"), ("pascal50s", "refclipscore"), ("foil-4ref", "refclipscore")} <= seen
-    # the CLIPScore paper's Flickr8k-Expert RefCLIP-S, as read back through verify
-    assert published_values(get_benchmark("flickr8k-expert"))["refclipscore"]["tau_c"][0] == 53.0
+    assert {("polaris", "polos"), ("nebula", "cider"), ("pascal50s", "cider"), ("pascal50s-48", "cider"),
+            ("foil-1ref", "cider"), ("foil-4ref", "refclipscore")} <= seen
+    # the CLIPScore paper's Flickr8k-Expert RefCLIP-S (Table 1), as read back through verify
+    assert published_values(get_benchmark("flickr8k-expert"))["refclipscore"]["tau_c"].value == 53.0
+
+
+def test_every_value_verify_can_report_names_its_paper_table_and_protocol():
+    """`meta verify` (one benchmark, or every one found with --all) reports exactly the values
+    `published_values` gives each benchmark: each must name a paper (year or arXiv id) and the
+    table or figure it is read from, and carry the protocol it was published under, whose
+    references per item are its benchmark's (else verify could never compare it)."""
+    reported = 0
+    for bench in BENCHMARKS.values():
+        for metric, keys in published_values(bench).items():
+            for key, published in keys.items():
+                where = (bench.name, metric, key, published.source)
+                assert re.search(r"\b(Table|Fig)", published.source), where
+                assert re.search(r"\b(19|20)\d\d\b|arXiv:\d{4}\.\d{4,5}", published.source), where
+                assert published.protocol is not None and all(published.protocol.values()), where
+                assert published.protocol["refs"] == bench.protocol(key)["refs"], where
+                reported += 1
+    with PUBLISHED.open(encoding="utf-8") as fh:
+        assert reported == len(list(csv.DictReader(fh)))  # no row is filed under a benchmark verify cannot run
+
+
+def test_pascal50s_rows_are_the_five_reference_setting():
+    # pycocoevalcap on FLEUR's pascal_50s.json (5 references per pair), as measured for the issue that
+    # replaced the old rows: CIDEr HC 65.8, HM 90.7; BLEU-4 HC 61.1, HM 84.8. The old table's CIDEr HC
+    # (53.0) came from another setting, 12.8 points away.
+    published = published_values(get_benchmark("pascal50s"))
+    for metric, hc, hm in (("cider", 65.8, 90.7), ("bleu-4", 61.1, 84.8)):
+        assert abs(published[metric]["HC"].value - hc) <= 2 and abs(published[metric]["HM"].value - hm) <= 2, metric
+    # CLIPScore Table 4 averages 5 draws of 5 of the 48 references: pascal50s-48's protocol exactly, and
+    # the 5 stored references of pascal50s are one such draw
+    assert published["cider"]["HC"].protocol == get_benchmark("pascal50s-48").protocol("HC")
+    assert published["cider"]["HC"].protocol["sampling"] != get_benchmark("pascal50s").protocol("HC")["sampling"]
 
 
 # ----------------------------------------------------------------------------- Composite
@@ -178,16 +212,25 @@ def test_foil_pairs_by_annotation_id_with_coco_references(tmp_path):
                                        "annotations": anns})
     coco = ["a dog on a sofa", "a puppy on a couch", "a dog rests", "pet on furniture", "a small dog", "an animal"]
     _json(folder / loaders.COCO_CAPTIONS_FILE, {"annotations": [{"image_id": 1, "caption": c} for c in coco]})
-    one = get_benchmark("foil-1ref").load(str(folder))
-    four = get_benchmark("foil-4ref").load(str(folder))
-    assert [(p.caption_a, p.caption_b) for p in one.items] == [
-        ("a dog on a sofa", "a cat on a sofa"), ("a dog on a sofa", "a dog on a bed")]
-    assert one.items[0].refs == ["a puppy on a couch"]  # COCO captions less the original, first one
-    assert four.items[0].refs == ["a puppy on a couch", "a dog rests", "pet on furniture", "a small dog"]
-    # a metric that dislikes "cat" is right on the first pair and ties on the second: (1 + 0.5) / 2
+    polos_one = get_benchmark("foil-polos-1ref").load(str(folder))
+    polos_all = get_benchmark("foil-polos-allref").load(str(folder))
+    assert [(p.caption_a, p.caption_b) for p in polos_one.items] == [
+        ("a dog on a sofa", "a cat on a sofa"), ("a dog on a sofa", "a dog on a bed")]  # every foil (Polos)
+    assert polos_one.items[0].refs == ["a puppy on a couch"]  # COCO captions less the original, first one
+    # all six COCO captions but the original: five, not capped at four
+    assert polos_all.items[0].refs == ["a puppy on a couch", "a dog rests", "pet on furniture", "a small dog", "an animal"]
+    # CLIPScore's protocol: one pair per image (the first foil), 1 or the first 4 references
+    (one,) = get_benchmark("foil-1ref").load(str(folder)).items
+    (four,) = get_benchmark("foil-4ref").load(str(folder)).items
+    assert (one.caption_b, one.refs) == ("a cat on a sofa", ["a puppy on a couch"])
+    assert four.refs == ["a puppy on a couch", "a dog rests", "pet on furniture", "a small dog"]
+    # a metric that dislikes "cat" is right on the first pair and ties on the second: Polos counts a
+    # tie wrong, (1 + 0) / 2; CLIPScore's single pair is the first, right: 1
     score = lambda j: {"m": np.array([0.0 if "cat" in s.caption else 1.0 for s in j.samples()])}  # noqa: E731
-    (row,) = run_benchmark(get_benchmark("foil-1ref"), one, score, n_bootstrap=0)
-    assert row.value == pytest.approx(0.75)
+    (row,) = run_benchmark(get_benchmark("foil-polos-1ref"), polos_one, score, n_bootstrap=0)
+    assert row.value == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="pairs must be one of all, per-image"):
+        loaders.load_foil(folder, pairs="each")
 
 
 # ----------------------------------------------------------------------------- THumB
@@ -434,7 +477,7 @@ def test_published_values_csv_is_package_data():
     # the table ships with the package (pyproject package-data), not only in a source checkout
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert "apps/metabench/*.csv" in pyproject["tool"]["setuptools"]["package-data"]["caprecon"]
-    assert io.StringIO(PUBLISHED.read_text(encoding="utf-8")).readline().startswith("benchmark,metric,key,value,source")
+    assert io.StringIO(PUBLISHED.read_text(encoding="utf-8")).readline().startswith("benchmark,metric,key,value,refs,ties,sampling,source")
 
 
 def test_a_repo_id_is_read_from_the_local_hub_cache_only(tmp_path, monkeypatch):

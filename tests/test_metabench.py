@@ -19,7 +19,7 @@ from caprecon.apps.metabench import BENCHMARKS, get_benchmark
 from caprecon.data.loaders import benchmarks as loaders
 from caprecon.stats.agreement import compare_metrics
 from caprecon.apps.metabench.protocol import run_benchmark
-from caprecon.apps.metabench.verify import compare, our_value
+from caprecon.apps.metabench.verify import Published, compare, our_value, read_expected
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import SampleFormatError
 
@@ -335,19 +335,59 @@ def test_verify_compare_reads_the_right_numbers():
     row = MetaRow("pascal50s", "bleu-1", "accuracy", 0.7, math.nan, math.nan, 4, 1, 0,
                   extra={"accuracy_HC": 0.5, "accuracy_mean": 0.74})  # fmt: skip
     assert our_value([row], "bleu-1", "HC") == 0.5 and our_value([row], "bleu-1", "value") == 0.7
-    table = compare("pascal50s", [row], {"bleu-1": {"mean": (73.9, "paper")}, "spice": {"HC": (1.0, "p")}},
+    table = compare(get_benchmark("pascal50s"), [row],
+                    {"bleu-1": {"mean": Published(73.9, "paper", None)}, "spice": {"HC": Published(1.0, "p", None)}},
                     tolerance=0.5, skipped={"spice": "SPICE unavailable"})  # fmt: skip
-    assert [(r.metric, r.status) for r in table] == [("bleu-1", "pass"), ("spice", "skipped")]
+    assert [(r.metric, r.status, r.protocol) for r in table] == [("bleu-1", "pass", "not stated"),
+                                                                 ("spice", "skipped", "not stated")]
     assert table[0].difference == pytest.approx(0.1)
 
 
-def test_every_benchmark_has_a_statistic_and_sourced_values():
-    from caprecon.apps.metabench.verify import published_values
+def test_verify_compares_a_value_only_under_the_references_it_was_published_with():
+    from caprecon.stats.agreement import MetaRow
 
+    bench = get_benchmark("pascal50s")  # 5 references per pair, the file's one draw, a metric tie ½
+    row = MetaRow("pascal50s", "cider", "accuracy", 0.8, math.nan, math.nan, 4, 1, 0, extra={"accuracy_HC": 0.65})
+    drawn = {"refs": "5", "ties": "half", "sampling": "5 draws of 5 of the 48 references, averaged"}
+    one_ref = {**drawn, "refs": "1"}
+    table = compare(bench, [row], {"cider": {"HC": Published(65.1, "T4", drawn), "mean": Published(80, "T9", one_ref)}},
+                    tolerance=1.0, skipped={})  # fmt: skip
+    by_key = {r.key: r for r in table}
+    # same references, other sampling: compared (65.0 vs 65.1), and the difference named
+    assert by_key["HC"].status == "pass" and by_key["HC"].protocol == (
+        "differs: sampling published '5 draws of 5 of the 48 references, averaged', "
+        "here \"the file's 5 of the 48 references (one draw)\"")
+    # 1 reference per pair against our 5: never compared, both counts named
+    assert by_key["mean"].status == "skipped"
+    assert by_key["mean"].reason == "pascal50s cider mean: published with 1 reference(s) per item, this benchmark uses 5"
+    same = compare(get_benchmark("pascal50s-48"), [row], {"cider": {"HC": Published(65.1, "T4", drawn)}},
+                   tolerance=1.0, skipped={})
+    assert same[0].protocol == "as published"
+
+
+def test_expected_file_protocol_columns_are_checked_by_row(tmp_path):
+    path = tmp_path / "expected.csv"
+    path.write_text("benchmark,metric,key,value,refs,ties,sampling,source\n"
+                    "polaris,cider,tau_c,52.1,the row's refs,tau_c,test split,paper Table 1\n"
+                    "polaris,bleu-4,tau_c,46.3,the row's refs,,test split,paper Table 1\n")
+    with pytest.raises(JudgmentFormatError, match=r"expected.csv:3: bleu-4 tau_c: protocol field\(s\) ties empty"):
+        read_expected(path, "polaris")
+    path.write_text("benchmark,metric,key,value,refs,ties,sampling\npolaris,cider,tau_c,52.1,r,tau_b,test split\n")
+    with pytest.raises(JudgmentFormatError, match="ties 'tau_b' must be the τ variant the key names"):
+        read_expected(path, "polaris")
+    path.write_text("benchmark,metric,key,value,refs\npolaris,cider,tau_c,52.1,r\n")
+    with pytest.raises(JudgmentFormatError, match="protocol columns go together; missing ties, sampling"):
+        read_expected(path, "polaris")
+    path.write_text("benchmark,metric,key,value,refs,ties,sampling\npolaris,cider,tau_c,52.1,r,tau_c,test split\n")
+    assert read_expected(path, "polaris")["cider"]["tau_c"].protocol == {"refs": "r", "ties": "tau_c",
+                                                                         "sampling": "test split"}
+
+
+def test_every_benchmark_has_a_statistic_and_a_protocol():
+    # sourced values: tests/test_benchmark_layouts.py::test_every_value_verify_can_report_names_its_paper_table_and_protocol
     for bench in BENCHMARKS.values():
         assert bench.statistic in ("tau_b", "tau_c", "accuracy", "pearson")
-        for keys in published_values(bench).values():
-            assert all(source for _, source in keys.values())
+        assert bench.refs_per_item and bench.sampling and bench.tie_credit in (0.0, 0.5), bench.name
 
 
 # ----------------------------------------------------------------------------- Flickr8k dev

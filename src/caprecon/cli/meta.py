@@ -632,7 +632,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}"
     if verifying:
-        table = compare(benchmark.name, rows, expected, tolerance=args.tolerance, skipped=skipped)
+        table = compare(benchmark, rows, expected, tolerance=args.tolerance, skipped=skipped)
         print(format_verify(table))
         for note in [protocol, *dict.fromkeys(score_notes)]:
             print(f"note: {note}")
@@ -754,14 +754,14 @@ def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | Non
                 judgments = benchmark.load(str(path))
             except JudgmentFormatError as exc:
                 reason = f"{benchmark.name}: {exc}"
-                table += [VerifyRow(benchmark.name, metric, key, math.nan, value, math.nan, args.tolerance, "skipped",
-                                    source, reason) for metric, keys in expected.items()
-                          for key, (value, source) in keys.items()]  # fmt: skip
+                table += [VerifyRow(benchmark.name, metric, key, math.nan, published.value, math.nan, args.tolerance,
+                                    "skipped", published.source, reason) for metric, keys in expected.items()
+                          for key, published in keys.items()]  # fmt: skip
                 notes.append(reason)
                 continue
             last: dict = {}
             rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, 0, last, notes)
-            table += compare(benchmark.name, rows, expected, tolerance=args.tolerance, skipped=reference.skipped)
+            table += compare(benchmark, rows, expected, tolerance=args.tolerance, skipped=reference.skipped)
             meta_rows += rows
             if last:
                 write_scores(last["judgments"], last["samples"], last["scores"], args.out / f"scores-{benchmark.name}.csv")

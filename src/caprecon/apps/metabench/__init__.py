@@ -3,8 +3,10 @@
 An entry names how its files are read, which statistic the literature reports on it
 (Kendall τ_c or τ_b, pairwise accuracy per category, Pearson), how references are
 handled, and the file or folder names it goes by where people keep it (`find_benchmarks`).
-The values published for it live in `published.csv` beside this module (benchmark,
-metric, key, value ×100, source: paper and table), read by `verify.published_values`.
+Its protocol, the fields that change a published number, is spelled out in three strings
+(`refs_per_item`, `ties`, `sampling`) that the rows of `published.csv` beside this module
+repeat (benchmark, metric, key, value ×100, refs, ties, sampling, source: paper and
+table), so `verify` sees which rows were published under the protocol it runs.
 `caprecon meta --benchmark NAME --data PATH` runs an entry's protocol;
 `caprecon meta verify` puts our numbers beside the published ones.
 """
@@ -21,6 +23,10 @@ from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgm
 from caprecon.data.loaders import benchmarks as loaders
 
 
+TIE_CREDIT = {"half": 0.5, "loss": 0.0}
+PROTOCOL_FIELDS = ("refs", "ties", "sampling")
+
+
 @dataclass(frozen=True)
 class Benchmark:
     name: str
@@ -28,11 +34,24 @@ class Benchmark:
     load: Callable[[str], Judgments]
     statistic: str  # tau_c, tau_b, accuracy or pearson
     references: str  # how references are chosen, in words
+    refs_per_item: str  # the protocol fields a published row repeats: references per judged item,
+    sampling: str  # which items are judged (every rating, one pair per image, draws of references)
+    ties: str = "half"  # a metric tie on a pair: "half" earns ½ (a random break, in expectation), "loss" earns 0
     reference_draws: int = 0  # > 0: sample 5 references per pair this many times and average (Pascal-50S 48 refs)
     # names (case-insensitive) the data goes by under a data root: files, folders, or a Hugging Face
     # cache folder `datasets--owner--name`, whose newest snapshot is then read
     finds: tuple[str, ...] = ()
     find_folder: bool = False  # hand the loader the folder holding the found file
+
+    @property
+    def tie_credit(self) -> float:
+        return TIE_CREDIT[self.ties]
+
+    def protocol(self, key: str) -> dict[str, str]:
+        """The protocol fields a published value under `key` must carry to be this benchmark's:
+        for a Kendall τ the variant is how ties count."""
+        ties = key if key in ("tau_b", "tau_c") else self.ties
+        return {"refs": self.refs_per_item, "ties": ties, "sampling": self.sampling}
 
     @property
     def tau_variant(self) -> str | None:
@@ -49,8 +68,34 @@ def _longcap(test: str, perspective: str) -> Benchmark:
         partial(loaders.load_longcap, split=split, perspective=perspective),
         "tau_c",
         "the long reference caption(s) of each row",
+        "the row's refs",
+        f"{split}, {perspective}",
         finds=("datasets--Ka2ukiMatsuda--LongCap-Arena", "LongCap-Arena", "longcaparena", f"{perspective}_{split}.csv"),
         find_folder=True,
+    )
+
+
+PASCAL_DRAWS = "5 draws of 5 of the 48 references, averaged"
+
+
+def _foil(n_refs: int | None, pairs: str) -> Benchmark:
+    """FOIL under the two protocols papers use: CLIPScore's (Table 5: one (original, foil)
+    pair per image, 1 or 4 references) and Polos' (`validate/compute_foil.py`: every foil
+    with its original, the first reference or all but the original, a tie counted wrong)."""
+    per_image = pairs == "per-image"
+    refs = "all but the original" if n_refs is None else str(n_refs)
+    which = {1: "the first COCO caption", None: "every COCO caption"}.get(n_refs, f"the first {n_refs} COCO captions")
+    return Benchmark(
+        f"foil-{n_refs}ref" if per_image else f"foil-polos-{n_refs or 'all'}ref",
+        "FOIL-COCO: original caption vs. the same caption with one word foiled, "
+        + ("one pair per image (CLIPScore)" if per_image else "every foil (Polos)"),
+        partial(loaders.load_foil, n_refs=n_refs, pairs=pairs),
+        "accuracy",
+        f"{which} of the image other than the original (captions_val2014.json)",
+        refs,
+        "one pair per image" if per_image else "every foil with its original",
+        ties="half" if per_image else "loss",
+        finds=(loaders.FOIL_FILE,),
     )
 
 
@@ -63,6 +108,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             partial(loaders.load_flickr8k, format=FLICKR8K_EXPERT),
             "tau_c",
             "the image's 5 references; a candidate that is one of them is skipped",
+            "5, a candidate among them skipped",
+            "each expert rating its own judgment",
             finds=("flickr8k.json", "datasets--yuwd--Flickr8k-HumanEval"),
         ),
         Benchmark(
@@ -71,6 +118,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             partial(loaders.load_flickr8k, format=FLICKR8K_CROWDFLOWER),
             "tau_b",
             "the image's references less the candidate itself when it is one of them",
+            "the image's, less the candidate",
+            "mean crowd vote per caption",
             finds=("crowdflower_flickr8k.json", "datasets--yuwd--Flickr8k-HumanEval"),
         ),
         Benchmark(
@@ -79,6 +128,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_composite,
             "tau_c",
             "the image's references less the rated caption when it is one of them",
+            "the image's, less the rated caption",
+            "every rating",
             finds=("composite.json", "en_test_composite_da2.csv", "en_test_composite_da.csv",
                    "datasets--yuwd--Composite"),
         ),
@@ -88,6 +139,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_pascal50s,
             "accuracy",
             "the 5 references stored with each pair",
+            "5",
+            "the file's 5 of the 48 references (one draw)",
             finds=("pascal50s.json", "pascal_50s.json"),
         ),
         Benchmark(
@@ -96,30 +149,22 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_pascal50s,
             "accuracy",
             "5 of the pair's 48 references, sampled under --seed, 5 draws, accuracy averaged",
+            "5",
+            PASCAL_DRAWS,
             reference_draws=5,
         ),
-        Benchmark(
-            "foil-1ref",
-            "FOIL-COCO: original caption vs. the same caption with one word foiled",
-            partial(loaders.load_foil, n_refs=1),
-            "accuracy",
-            "the first COCO caption of the image other than the original (captions_val2014.json)",
-            finds=(loaders.FOIL_FILE,),
-        ),
-        Benchmark(
-            "foil-4ref",
-            "FOIL-COCO: original caption vs. the same caption with one word foiled",
-            partial(loaders.load_foil, n_refs=4),
-            "accuracy",
-            "the first 4 COCO captions of the image other than the original (captions_val2014.json)",
-            finds=(loaders.FOIL_FILE,),
-        ),
+        _foil(1, "per-image"),
+        _foil(4, "per-image"),
+        _foil(1, "all"),
+        _foil(None, "all"),
         Benchmark(
             "thumb",
             "THumB 1.0: precision/recall/total human scores of COCO system captions",
             loaders.load_thumb,
             "pearson",
             "the 4 references of mscoco_references.json, by seg_id",
+            "4",
+            "every caption",
             finds=(loaders.THUMB_FILE,),
         ),
         Benchmark(
@@ -128,6 +173,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_polaris,
             "tau_c",
             "the `refs` of each row",
+            "the row's refs",
+            "test split",
             finds=("datasets--yuwd--Polaris", loaders.POLARIS_CSV, "Polaris"),
         ),
         Benchmark(
@@ -136,6 +183,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             loaders.load_nebula,
             "tau_c",
             "the `refs` of each row",
+            "the row's refs",
+            "test split, labels corrected from Spica",
             finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
         ),
         Benchmark(
@@ -144,6 +193,8 @@ BENCHMARKS: dict[str, Benchmark] = {
             partial(loaders.load_nebula, corrected=False),
             "tau_c",
             "the `refs` of each row",
+            "the row's refs",
+            "test split, labels as released",
             finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
         ),
         *(_longcap(test, p) for test in loaders.LONGCAP_SPLITS for p in loaders.LONGCAP_PERSPECTIVES),

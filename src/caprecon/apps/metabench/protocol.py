@@ -31,9 +31,10 @@ def run_benchmark(
     n_bootstrap: int = 1000,
     seed: int = 0,
     level: float = 0.95,
-    tie_credit: float = 0.5,
 ) -> list[MetaRow]:
-    """One row per metric (two for Pearson benchmarks: caption- and system-level)."""
+    """One row per metric (two for Pearson benchmarks: caption- and system-level); a metric
+    tie on a pair earns what the benchmark's `ties` rule says."""
+    tie_credit = benchmark.tie_credit
     if benchmark.reference_draws:
         return _averaged_draws(benchmark, judgments, score, seed=seed, tie_credit=tie_credit)
     scores = score(judgments)

@@ -2,11 +2,17 @@
 
 For every published value of the chosen benchmark (`published.csv` beside this module,
 or an `--expected` file, which replaces it: a CSV with `benchmark, metric, key,
-value[, source]`, values ×100, `key` being `tau_b` or `tau_c` (either Kendall variant,
+value[, refs, ties, sampling][, source]`, values ×100, `key` being `tau_b` or `tau_c` (either Kendall variant,
 whichever the benchmark's protocol reports), `accuracy`, a Pascal-50S category, `mean`,
 `pearson`, `system` for THumB's system level, or `value` for the protocol's own statistic)
 the table shows ours, the published value, the difference and pass/fail within
-`--tolerance` points. Reference metrics are computed here; other metrics need their
+`--tolerance` points.
+
+`refs`, `ties` and `sampling` are the protocol the number was published under, in the
+words of `Benchmark.protocol`. A value published with another number of references per
+item is not compared (skipped, with both protocols named); one whose tie rule or sampling
+differs is compared and its `protocol` cell names the difference, since such a gap is the
+protocol's and not the code's. Reference metrics are computed here; other metrics need their
 per-caption scores in a `--scores` file. A metric that cannot run is listed as skipped
 with the reason (SPICE without its CoreNLP jars, say) rather than silently missing.
 """
@@ -23,9 +29,17 @@ from typing import Mapping, Sequence
 from caprecon.core.tables import format_table
 from caprecon.data.judgments import JudgmentFormatError
 from caprecon.stats.agreement import MetaRow
-from caprecon.apps.metabench import Benchmark
+from caprecon.apps.metabench import PROTOCOL_FIELDS, Benchmark
 
-Expected = dict[str, dict[str, tuple[float, str]]]  # metric -> key -> (value ×100, source)
+
+@dataclass(frozen=True)
+class Published:
+    value: float  # ×100
+    source: str
+    protocol: dict[str, str] | None  # refs, ties, sampling; None where the file does not say
+
+
+Expected = dict[str, dict[str, Published]]  # metric -> key -> published value
 
 
 @dataclass
@@ -40,6 +54,7 @@ class VerifyRow:
     status: str  # pass, fail or skipped
     source: str
     reason: str = ""  # why a row was skipped
+    protocol: str = ""  # "as published", or how the published protocol differs from the one run
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,27 +74,53 @@ def published_values(benchmark: Benchmark) -> Expected:
 
 
 def read_expected(path: str | Path, benchmark: str, *, required: bool = True) -> Expected:
-    """The rows of an expected-values CSV that belong to `benchmark`."""
+    """The rows of an expected-values CSV that belong to `benchmark`. Protocol columns are
+    optional, but a file that has them must fill them on every row."""
     path = Path(path)
     if not path.is_file():
         raise JudgmentFormatError(f"expected-values file not found: {path}")
     out: Expected = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
-        missing = {"benchmark", "metric", "key", "value"} - set(reader.fieldnames or ())
+        columns = set(reader.fieldnames or ())
+        missing = {"benchmark", "metric", "key", "value"} - columns
         if missing:
             raise JudgmentFormatError(f"{path}: missing columns {', '.join(sorted(missing))}")
+        stated = [f for f in PROTOCOL_FIELDS if f in columns]
+        if stated and len(stated) < len(PROTOCOL_FIELDS):
+            absent = ", ".join(f for f in PROTOCOL_FIELDS if f not in columns)
+            raise JudgmentFormatError(f"{path}: protocol columns go together; missing {absent}")
         for row in reader:
             if row["benchmark"] != benchmark:
                 continue
+            where = f"{path}:{reader.line_num}"
             try:
                 value = float(row["value"])
             except ValueError:
-                raise JudgmentFormatError(f"{path}:{reader.line_num}: value {row['value']!r} is not a number") from None
-            out.setdefault(row["metric"], {})[row["key"]] = (value, row.get("source") or str(path))
+                raise JudgmentFormatError(f"{where}: value {row['value']!r} is not a number") from None
+            protocol = _protocol(row, where) if stated else None
+            out.setdefault(row["metric"], {})[row["key"]] = Published(value, row.get("source") or str(path), protocol)
     if not out and required:
         raise JudgmentFormatError(f"{path}: no expected values for benchmark {benchmark!r}")
     return out
+
+
+def _protocol(row: dict, where: str) -> dict[str, str]:
+    protocol = {f: (row[f] or "").strip() for f in PROTOCOL_FIELDS}
+    if empty := [f for f, v in protocol.items() if not v]:
+        raise JudgmentFormatError(f"{where}: {row['metric']} {row['key']}: protocol field(s) {', '.join(empty)} empty")
+    if row["key"] in ("tau_b", "tau_c") and protocol["ties"] != row["key"]:
+        raise JudgmentFormatError(f"{where}: {row['metric']} {row['key']}: ties {protocol['ties']!r} must be the "
+                                  "τ variant the key names")
+    return protocol
+
+
+def protocol_difference(benchmark: Benchmark, key: str, published: dict[str, str] | None) -> dict[str, tuple[str, str]]:
+    """field -> (published, this benchmark's) for each protocol field where they differ."""
+    if published is None:
+        return {}
+    ours = benchmark.protocol(key)
+    return {f: (published[f], ours[f]) for f in PROTOCOL_FIELDS if published[f] != ours[f]}
 
 
 def our_value(rows: Sequence[MetaRow], metric: str, key: str) -> float:
@@ -101,7 +142,7 @@ def our_value(rows: Sequence[MetaRow], metric: str, key: str) -> float:
 
 
 def compare(
-    benchmark: str,
+    benchmark: Benchmark,
     rows: Sequence[MetaRow],
     expected: Expected,
     *,
@@ -110,26 +151,38 @@ def compare(
 ) -> list[VerifyRow]:
     out = []
     for metric, keys in expected.items():
-        for key, (published, source) in keys.items():
+        for key, published in keys.items():
             ours = 100.0 * our_value(rows, metric, key)
+            differs = protocol_difference(benchmark, key, published.protocol)
             reason = ""
-            if metric in skipped:
+            if "refs" in differs:
+                status = "skipped"
+                reason = (f"{benchmark.name} {metric} {key}: published with {differs['refs'][0]} reference(s) per item, "
+                          f"this benchmark uses {differs['refs'][1]}")
+            elif metric in skipped:
                 status, reason = "skipped", skipped[metric]
             elif math.isnan(ours):
                 status, reason = "skipped", f"{metric}: not scored (give its per-caption scores with --scores)"
             else:
-                status = "pass" if abs(ours - published) <= tolerance else "fail"
-            out.append(
-                VerifyRow(benchmark, metric, key, ours, published, ours - published, tolerance, status, source, reason)
-            )
+                status = "pass" if abs(ours - published.value) <= tolerance else "fail"
+            out.append(VerifyRow(benchmark.name, metric, key, ours, published.value, ours - published.value, tolerance,
+                                 status, published.source, reason, describe_protocol(published.protocol, differs)))
     return out
 
 
+def describe_protocol(published: dict[str, str] | None, differs: Mapping[str, tuple[str, str]]) -> str:
+    if published is None:
+        return "not stated"
+    if not differs:
+        return "as published"
+    return "differs: " + "; ".join(f"{f} published {p!r}, here {o!r}" for f, (p, o) in differs.items())
+
+
 def format_verify(rows: Sequence[VerifyRow]) -> str:
-    header = ("benchmark", "metric", "key", "ours", "published", "diff", "tol", "status", "source")
+    header = ("benchmark", "metric", "key", "ours", "published", "diff", "tol", "status", "protocol", "source")
     cells = [
         (r.benchmark, r.metric, r.key, _num(r.ours), _num(r.published), _num(r.difference, signed=True),
-         f"{r.tolerance:g}", r.status, r.source)
+         f"{r.tolerance:g}", r.status, r.protocol, r.source)
         for r in rows
     ]  # fmt: skip
     lines = [format_table([header, *cells], rule=True)]

@@ -454,7 +454,11 @@ FOIL_FILE = "foilv1.0_test_2017.json"
 COCO_CAPTIONS_FILE = "captions_val2014.json"
 
 
-def load_foil(path: str | Path, *, n_refs: int = 4, coco_captions: str | Path | None = None) -> Judgments:
+FOIL_PAIRS = ("all", "per-image")
+
+
+def load_foil(path: str | Path, *, n_refs: int | None = 4, pairs: str = "all",
+              coco_captions: str | Path | None = None) -> Judgments:
     """FOIL-COCO as its authors ship it (`foilv1.0_test_2017.json`): COCO-style `images`
     and `annotations`, each annotation `{"id", "image_id", "caption", "foil": bool, ...}`.
 
@@ -463,13 +467,20 @@ def load_foil(path: str | Path, *, n_refs: int = 4, coco_captions: str | Path | 
     annotation `id`, and each foil is paired with its original (people prefer the
     original). References, as there, are the image's COCO captions from
     `captions_val2014.json` (beside the FOIL file, or `coco_captions`) less the original
-    caption, the first `n_refs` of them (1 and 4 are the settings papers report).
+    caption: the first `n_refs` of them, or all of them with `n_refs=None`.
+
+    Papers use two protocols. `pairs="all"` keeps every foil (Polos: 1 reference, or all
+    but the original). `pairs="per-image"` keeps one pair per image, as CLIPScore (Table 5,
+    1 or 4 references) samples one for each test image; its draw is not published, so the
+    image's first foil in file order is taken.
 
     Without the COCO captions file the references are the image's other correct captions
     in the FOIL file itself; without shared ids (a copy that dropped them) each foil is
     paired with the correct caption it differs from in the fewest words. Pairs left with
     no reference are skipped.
     """
+    if pairs not in FOIL_PAIRS:
+        raise ValueError(f"pairs must be one of {', '.join(FOIL_PAIRS)}, not {pairs!r}")
     path = Path(path)
     file = path / FOIL_FILE if path.is_dir() else path
     data = _load_json(file)
@@ -496,7 +507,10 @@ def load_foil(path: str | Path, *, n_refs: int = 4, coco_captions: str | Path | 
             groups[(ann["image_id"], ann["id"])]["foil" if is_foil else "orig"].append(caption)
     by_id = bool(groups) and all(len(g["orig"]) == 1 for g in groups.values() if g["foil"])
     items: list[PairJudgment] = []
+    paired_images: set[Any] = set()
     for image_id, ann_id, foil in foils:
+        if pairs == "per-image" and image_id in paired_images:
+            continue
         good = correct.get(image_id, [])
         if by_id:
             source = groups[(image_id, ann_id)]["orig"][0]
@@ -508,9 +522,10 @@ def load_foil(path: str | Path, *, n_refs: int = 4, coco_captions: str | Path | 
         refs = [c for c in pool if c != source][:n_refs]
         if not refs:
             continue
+        paired_images.add(image_id)
         items.append(PairJudgment(
             id=f"{image_id}-{len(items)}", image=str(files.get(image_id) or image_id), caption_a=source, caption_b=foil,
-            preference=1.0, refs=refs, image_id=str(image_id), category=f"{n_refs}-ref", row=len(items) + 1,
+            preference=1.0, refs=refs, image_id=str(image_id), category=f"{n_refs or 'all'}-ref", row=len(items) + 1,
         ))  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{file}: no foil caption has an original caption and a reference of its image")
