@@ -3,7 +3,8 @@
 `ReviserLLM` reads the revision prompt back: the caption it is asked to revise, and the
 colours the flipped questions say are missing ("Is there a blue shape in the image?", the
 answer "yes"). Its `mode` decides what it writes: `fix` adds the first missing colour as a
-square, `add COLOUR` always adds a square of that colour, `worse` turns the caption's first
+square, `copy` copies every flipped question's answer into the caption (a square of each
+colour told missing), `add COLOUR` always adds a square of that colour, `worse` turns the caption's first
 colour yellow, `same` returns the caption unchanged. It logs every prompt (`prompts`), and with `fail_on_call=k` raises on its k-th
 call, as a killed process would stop. Its comparison replies (for `differences`) name the
 colours one description has and the other lacks.
@@ -63,6 +64,8 @@ class ReviserLLM:
         if self.mode == "fix":
             missing = missing_colours(prompt) or re.findall(r"the drawing has no (\w+) shape", prompt)
             return caption + (f" and a {missing[0]} square" if missing else "")
+        if self.mode == "copy":
+            return caption + "".join(f" and a {c} square" for c in missing_colours(prompt))
         if self.mode.startswith("add "):
             return caption + f" and a {self.mode[4:]} square"
         if self.mode == "worse":

@@ -6,12 +6,14 @@ oracle's drawing and the pixel embedder, not read from the code under test."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -30,8 +32,22 @@ QUESTIONS = {  # question -> the bank's answer; on the scene, the judge gets all
     "Is there a blue shape in the image?": "yes",
     "Is there a green shape in the image?": "yes",
     "Is there a purple shape in the image?": "yes",  # a wrong bank answer: wrong on I too, so never flipped
-    "Is the background white?": "yes",
+    "Is the background white here?": "yes",
 }
+
+
+def held_out(image_id: str, questions, share: float = 0.5) -> list[str]:
+    """The held-out questions by the documented rule, written out here: ranked by sha256 of
+    "image id, newline, question", the first n * share (rounded half up, 1 to n - 1)."""
+    n = len(questions)
+    count = min(n - 1, max(1, int(n * share + 0.5)))
+    return sorted(questions, key=lambda q: hashlib.sha256(f"{image_id}\n{q}".encode()).hexdigest())[:count]
+
+
+def write_bank(path: Path, questions) -> Path:
+    path.write_text("".join(json.dumps({"image_id": "scene", "question": q, "category": "colour", "type": "yesno",
+                                        "answer": a}) + "\n" for q, a in questions.items()))
+    return path
 
 
 def recon(caption: str, scene: str = SCENE) -> float:
@@ -45,9 +61,7 @@ def world(tmp_path):
     folder = tmp_path / "images"
     folder.mkdir()
     render(SCENE, 96, 96).save(folder / "scene.png")
-    bank = tmp_path / "bank.jsonl"
-    bank.write_text("".join(json.dumps({"image_id": "scene", "question": q, "category": "colour", "type": "yesno",
-                                        "answer": a}) + "\n" for q, a in QUESTIONS.items()))
+    bank = write_bank(tmp_path / "bank.jsonl", QUESTIONS)
     captions = tmp_path / "captions.jsonl"
     captions.write_text(json.dumps({"id": "c1", "image": str(folder / "scene.png"), "caption": "a red square"}) + "\n")
     return {"images": folder, "bank": bank, "captions": captions, "cache": tmp_path / "cache", "tmp": tmp_path}
@@ -65,11 +79,14 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 
 def test_feedback_is_exactly_the_flipped_questions(world):
+    # the world's bank is worded so that its guiding half is the blue and the green question
+    assert sorted(held_out("scene", QUESTIONS)) == ["Is the background white here?", "Is there a purple shape in "
+                                                    "the image?", "Is there a red shape in the image?"]
     llm = ReviserLLM("same")
     run = refine(world["captions"], rounds=1, llm=llm, **settings(world))
     feedback = run.captions[0]["rounds"][1]["feedback"]
     # "a red square" draws no blue and no green shape: those two flip; red and the background stay
-    # right, and the purple question is wrong on the original too
+    # right, and the purple question is wrong on the original too (all three held out besides)
     assert [f["question"] for f in feedback["flipped"]] == ["Is there a blue shape in the image?",
                                                            "Is there a green shape in the image?"]
     assert [(f["answer"], f["on_original"], f["on_reconstruction"]) for f in feedback["flipped"]] == \
@@ -77,6 +94,100 @@ def test_feedback_is_exactly_the_flipped_questions(world):
     prompt = llm.prompts[0]
     assert "blue shape" in prompt and "green shape" in prompt
     assert "purple" not in prompt and "red shape" not in prompt and "background" not in prompt
+
+
+# the world's questions, worded so that blue guides and green is held out
+LEAKY = {**{q: a for q, a in QUESTIONS.items() if "background" not in q},
+         "Is the background white in the image?": "yes"}
+
+
+@pytest.fixture
+def leaky(world):
+    assert sorted(held_out("scene", LEAKY)) == ["Is there a green shape in the image?",
+                                                "Is there a purple shape in the image?",
+                                                "Is there a red shape in the image?"]
+    return write_bank(world["tmp"] / "leaky.jsonl", LEAKY)
+
+
+def test_a_reviser_copying_the_guiding_answers_gains_on_them_alone_and_is_not_kept(world, leaky):
+    llm = ReviserLLM("copy")
+    out = world["tmp"] / "out"
+    run = refine(world["captions"], rounds=2, llm=llm, select="turing", out=out,
+                 **settings(world, qa_bank=str(leaky)))
+    # it is told the one guiding question that flips, and no held-out question at all
+    assert llm.calls == 1 and 'Asked "Is there a blue shape in the image?"' in llm.prompts[0]
+    assert not any(q in prompt for q in held_out("scene", LEAKY) for prompt in llm.prompts)
+    first, second = run.captions[0]["rounds"]
+    assert second["caption"] == "a red square and a blue square"
+    # by hand, guiding: blue (wrong on the drawing of a red square, right once copied), the background (right)
+    assert (first["guiding"], second["guiding"]) == (0.5, 1.0)
+    # held out: red right on both drawings, green wrong on both, purple wrong everywhere (a wrong bank answer)
+    assert (first["held_out"], second["held_out"]) == pytest.approx((1 / 3, 1 / 3))
+    # the guard reads the held-out questions only: no gain, so the copy is not kept
+    assert (first["score"], second["score"]) == pytest.approx((1 / 3, 1 / 3))
+    assert not second["accepted"] and second["reason"] == "no gain: 0.3333 against 0.3333"
+    row = run.captions[0]
+    assert row["caption"] == "a red square" and not row["improved"] and row["score"] == pytest.approx(1 / 3)
+    assert (row["guiding_before"], row["guiding"]) == (0.5, 0.5)  # the standing caption's: the original
+    manifest = json.loads((out / "manifest.json").read_text())["refine"]
+    assert manifest["holdout"] == 0.5 and manifest["questions"] == {"guiding": 2, "held_out": 3}
+
+
+def test_the_rounds_show_the_guiding_and_the_held_out_score_side_by_side(world, leaky):
+    out = world["tmp"] / "out"
+    run = refine(world["captions"], rounds=1, llm=ReviserLLM("copy"), out=out,
+                 **settings(world, qa_bank=str(leaky)))
+    # recon reads no bank: its guard keeps the copy, whose drawing gained a blue square
+    revision = run.captions[0]["rounds"][1]
+    assert revision["accepted"] and revision["score"] == pytest.approx(recon("a red square and a blue square"),
+                                                                       abs=1e-6)
+    table = read_csv(out / "rounds.csv")
+    assert [float(r["guiding"]) for r in table] == [0.5, 1.0]
+    assert [float(r["held_out"]) for r in table] == pytest.approx([1 / 3, 1 / 3])
+    assert [f["question"] for f in run.captions[0]["fixed_guiding"]] == ["Is there a blue shape in the image?"]
+    assert run.captions[0]["fixed"] == []  # green, held out, still flips
+    html = (out / "report.html").read_text(encoding="utf-8")
+    section = html[html.index('<section id="refinement">'):]
+    section = section[: section.index("</section>")]
+    assert "<th>guiding</th><th>held_out</th>" in section
+    assert "held-out questions" in section and "Guiding questions fixed" in section
+
+
+def test_the_split_is_a_hash_of_image_and_question_with_both_halves_never_empty():
+    from caprecon.apps.refine import split_bank
+    from caprecon.data.qa import QAItem
+
+    def bank(n: int, image: str = "img") -> dict:
+        return {image: [QAItem(image, f"Question {k}?", "yesno", "yes") for k in range(n)]}
+
+    # held out, by hand: round half up of n * share, then at least 1 and at most n - 1
+    for n, share, count in [(2, 0.5, 1), (3, 0.5, 2), (5, 0.5, 3), (4, 0.1, 1), (4, 0.9, 3), (10, 0.3, 3)]:
+        guiding, held = split_bank(bank(n), share)
+        questions = [q.question for q in bank(n)["img"]]
+        assert len(held["img"]) == count and len(guiding["img"]) == n - count
+        assert sorted(q.question for q in held["img"]) == sorted(held_out("img", questions, share))
+        # each half in the bank's order, together the whole bank
+        assert [q.question for q in guiding["img"]] == [q for q in questions if q not in held_out("img", questions,
+                                                                                                   share)]
+    # the same questions under another image id split otherwise, and a reordered bank alike
+    ten = [q.question for q in bank(10)["img"]]
+    assert held_out("img", ten) != held_out("other", ten)
+    reordered = {"img": list(reversed(bank(10)["img"]))}
+    assert {q.question for q in split_bank(reordered, 0.5)[1]["img"]} == set(held_out("img", ten))
+    guiding, held = split_bank(bank(1), 0.5)
+    assert [q.question for q in guiding["img"]] == ["Question 0?"] and "img" not in held
+
+
+def test_an_image_with_one_question_is_refused_with_flipped_feedback(world, capsys):
+    one = write_bank(world["tmp"] / "one.jsonl", {"Is there a blue shape in the image?": "yes"})
+    with pytest.raises(ConfigError, match=r"row c1: the QA bank has one question for image 'scene'"):
+        refine(world["captions"], llm=ReviserLLM(), **settings(world, qa_bank=str(one)))
+    for share in (0, 1, 1.5, True):
+        with pytest.raises(ConfigError, match="--holdout must be a share strictly between 0 and 1"):
+            refine(world["captions"], llm=ReviserLLM(), holdout=share, **settings(world))
+    with pytest.raises(SystemExit):
+        main(["refine", "-i", str(world["captions"]), "--out", str(world["tmp"] / "out"), "--holdout", "1"])
+    assert "--holdout: must be strictly between 0 and 1, not 1" in capsys.readouterr().err
 
 
 def test_a_revision_that_scores_lower_is_rejected(world):
@@ -115,8 +226,10 @@ def test_accepted_revisions_raise_the_score_round_by_round(world):
     # round 3: the full scene flips no question, so there is nothing left to fix
     assert row["rounds"][3]["caption"] is None and row["stopped"] == "no feedback: nothing left to fix"
     assert row["caption"] == SCENE and row["improved"] and row["accepted_rounds"] == [1, 2]
-    assert [f["question"] for f in row["fixed"]] == ["Is there a blue shape in the image?",
-                                                     "Is there a green shape in the image?"]
+    # blue and green guided the reviser; no held-out question flipped to begin with
+    assert row["fixed"] == []
+    assert [f["question"] for f in row["fixed_guiding"]] == ["Is there a blue shape in the image?",
+                                                             "Is there a green shape in the image?"]
     table = read_csv(out / "rounds.csv")
     means = [float(r["mean_score"]) for r in table]
     assert means == pytest.approx([recon(v) for v in versions] + [recon(SCENE)], abs=1e-6)
@@ -235,6 +348,46 @@ def test_a_revision_over_the_token_budget_is_rejected_unscored(world):
     assert revision["caption"] == "a red square and a blue square"  # 7 words
     assert not revision["accepted"] and revision["score"] is None
     assert revision["reason"] == "over the generator's text limit by 1 token(s): it would be cut"
+
+
+class CuttingGenerator(OracleGenerator):
+    """The oracle behind a text encoder of seven words that knows no room beforehand: it draws a
+    prompt's first seven words and reports the rest cut, as a generator learns it only on drawing."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "cutting-oracle-v1"
+
+    def generate(self, requests):
+        drawn = super().generate([replace(r, prompt=" ".join(r.prompt.split()[:7])) for r in requests])
+        return [replace(g, tokens_cut=max(0, len(r.prompt.split()) - 7)) for g, r in zip(drawn, requests)]
+
+
+def test_a_revision_the_generator_cut_is_rejected_though_it_scores_higher(world):
+    run = refine(world["captions"], rounds=1, llm=ReviserLLM("copy"), **settings(world, generator=CuttingGenerator()))
+    first, revision = run.captions[0]["rounds"]
+    # told blue and green, the copier writes eleven words; the first seven, drawn, gain a blue square
+    assert revision["caption"] == SCENE
+    assert revision["score"] == pytest.approx(recon("a red square and a blue square"), abs=1e-6)
+    assert revision["score"] > first["score"] == pytest.approx(recon("a red square"), abs=1e-6)
+    assert not revision["accepted"] and revision["reason"] == "the generator cut 4 token(s) of the revision"
+    assert run.captions[0]["caption"] == "a red square"
+
+
+def test_a_gain_within_the_margin_is_rejected(world):
+    before, after = recon("a red square"), recon("a red square and a blue square")
+    gain = after - before
+    assert gain > 0.01  # the premise, by hand
+
+    def revision(margin: float):
+        return refine(world["captions"], rounds=1, llm=ReviserLLM("fix"), margin=margin,
+                      **settings(world)).captions[0]["rounds"][1]
+
+    kept = revision(gain - 0.005)
+    assert kept["accepted"] and kept["reason"] == f"score {before:.4f} -> {after:.4f}"
+    refused = revision(gain + 0.005)
+    assert refused["score"] == pytest.approx(after, abs=1e-6) and not refused["accepted"]
+    assert refused["reason"] == f"no gain: {after:.4f} against {before:.4f} + margin {gain + 0.005:g}"
 
 
 def test_the_diffusers_generator_knows_its_token_room(tiny_sd):

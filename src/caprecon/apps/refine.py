@@ -3,10 +3,10 @@
 Each round, for every caption still being refined:
 
 1. its reconstruction Î (the scoring's, so from the store) and its **feedback**: the Caption
-   Turing Test questions answered right on I but wrong on Î (`flipped`, with a QA bank), the
-   claims the judge finds unsupported by I (`unsupported`, the hallucination metric's), and
-   the differences between I and Î (`differences`: the judge describes each image, the LLM
-   lists where the description of Î departs from that of I);
+   Turing Test questions of the bank's guiding half answered right on I but wrong on Î
+   (`flipped`), the claims the judge finds unsupported by I (`unsupported`, the hallucination
+   metric's), and the differences between I and Î (`differences`: the judge describes each
+   image, the LLM lists where the description of Î departs from that of I);
 2. a **revision**: the captioner, seeing I, or the LLM, seeing only the caption and the
    feedback, is asked to add what is missing, remove what is unsupported and stay within a
    length budget (the room the generator's text encoder leaves after the prompt template);
@@ -20,13 +20,21 @@ Each round, for every caption still being refined:
 So a caption's score never falls from one round to the next, and `rounds.csv` (the mean
 score of the captions as they stand after each round) cannot decrease.
 
+**Held-out questions.** A reviser told the flipped questions reads their gold answers, so a
+score on those same questions measures its copying. With `flipped` feedback, each image's
+questions are therefore split (`split_bank`, `holdout` of them held out): the reviser is told
+only the guiding half's flips, and every metric of the guard (and the reported gain) reads only
+the held-out half. Each version's Caption Turing Test accuracy on both halves is recorded side
+by side (`guiding`, `held_out`): a reviser that copies answers gains on the first alone.
+
 Every model call goes through the store (reconstructions and judge answers by the scoring,
 descriptions, differences and revisions here), and each finished round appends one row per
 caption to `rounds.jsonl`: a killed run, started again with the same settings, reads the
 finished rounds back and goes on from the round it reached.
 
-RICO (EMNLP 2025) revises captions from the differences between the image and its
-reconstruction, without a guard; the guard and the question feedback are ours.
+RICO (EMNLP 2025) revises captions from what the reconstruction got wrong, without a guard: here
+`differences` (the descriptions of I and Î compared) or `flipped` (the judge's answers on Î
+against its answers on I); the guard and the held-out questions are ours.
 """
 
 from __future__ import annotations
@@ -45,11 +53,12 @@ from typing import Any, Mapping, Sequence
 from caprecon.core.describe import describe_model
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import append_jsonl, is_number, read_jsonl, write_jsonl_atomically
-from caprecon.data.images import decode_bytes, read_image
+from caprecon.data.images import LoadedSample, decode_bytes, read_image
 from caprecon.data.loaders import load_samples
+from caprecon.data.qa import QAItem
 from caprecon.data.samples import Sample, SampleError, check_unique_ids
 from caprecon.metrics import build_metric
-from caprecon.metrics.base import Context
+from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.seeds import seed_interval
 from caprecon.models.build import build_model
 from caprecon.models.captioner import CaptionRequest, Sampling
@@ -64,8 +73,6 @@ from caprecon.store.index import content_key
 log = logging.getLogger(__name__)
 
 FEEDBACK = ("flipped", "unsupported", "differences")
-# the metric whose per-row values carry each feedback source
-FEEDBACK_METRIC = {"flipped": "turing", "unsupported": "halluc"}
 
 DESCRIBE_PROMPT = ("Describe this image in detail: every object with its colour, shape, size, count and position, "
                    "the setting, and any visible text. Describe only what can be seen. Answer in plain prose.")
@@ -74,6 +81,9 @@ COMPARE_PROMPT = (
     "from a caption of that photograph.\n\nThe photograph: {original}\n\nThe drawing: {reconstruction}\n\n"
     "List each way the drawing differs from the photograph (something missing, wrong or added), one per line, "
     "each line starting with \"- \". If they agree, write \"- none\".")
+
+# a version's Caption Turing Test accuracy on each half of a split bank (`split_bank`)
+HALVES = ("guiding", "held_out")
 
 REVISION_MAX_NEW_TOKENS = 512
 DESCRIPTION_MAX_NEW_TOKENS = 256
@@ -128,6 +138,71 @@ def clean_revision(reply: str) -> str:
 def words_budget(tokens: int | None) -> int | None:
     """Words that fit in `tokens` text-encoder tokens, leaving room for words of several tokens."""
     return None if tokens is None else max(1, tokens * 3 // 4)
+
+
+# ---------------------------------------------------------------------------------------
+# the held-out questions
+
+
+def split_bank(bank: Mapping[str, Sequence[QAItem]], holdout: float) -> tuple[dict[str, list[QAItem]],
+                                                                            dict[str, list[QAItem]]]:
+    """(guiding, held_out): each image's n questions ranked by sha256 of "image id, newline,
+    question" (ties by bank order), the first n * holdout (rounded half up, at least 1 and at
+    most n - 1) held out; each half keeps the bank's order. The hash makes the split the same
+    on every run and for every order of the bank. An image with one question has no held-out
+    half (`refine` refuses such an image)."""
+    guiding: dict[str, list[QAItem]] = {}
+    held_out: dict[str, list[QAItem]] = {}
+    for image_id, items in bank.items():
+        n = len(items)
+        held = min(n - 1, max(1, math.floor(n * holdout + 0.5)))
+        ranked = sorted(range(n), key=lambda i: (hashlib.sha256(f"{image_id}\n{items[i].question}".encode())
+                                                 .hexdigest(), i))
+        chosen = set(ranked[:held])
+        guiding[image_id] = [q for i, q in enumerate(items) if i not in chosen]
+        if chosen:
+            held_out[image_id] = [q for i, q in enumerate(items) if i in chosen]
+    return guiding, held_out
+
+
+class _WithBank:
+    """The run's models with another QA bank in place of the run's: a metric built through it
+    asks only that bank's questions, and shares every model with the run."""
+
+    def __init__(self, roles: Any, bank: Mapping[str, list[QAItem]]):
+        self._roles, self.qa_bank = roles, bank
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._roles, name)
+
+
+class GuidingQuestions(Metric):
+    """The Caption Turing Test on the guiding half, under field names of its own so it runs beside
+    the held-out one: `turing_guiding` (its accuracy on Î) and `turing_guiding_flipped` (its
+    flips, the only questions the reviser is told)."""
+
+    name = "turing_guiding"
+
+    def __init__(self, test: Metric):
+        self.test = test
+        # a reconstruction metric: with --seeds it is averaged over the seeds like the held-out one
+        self.generator, self.spec = test.generator, test.spec
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.test.describe(), "metric": self.name, "questions": "the guiding half of the QA bank"}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        return [{"turing_guiding": row.get("turing"), "turing_guiding_n": row.get("turing_n"),
+                 "turing_guiding_flipped": row.get("turing_flipped") or []} for row in self.test.score(items, ctx)]
+
+
+def _unsplittable(rows: Sequence[Sample], bank: Mapping[str, Sequence[QAItem]]) -> None:
+    for s in rows:
+        if len(bank.get(s.image_id, ())) == 1:
+            raise ConfigError(f"row {s.id}: the QA bank has one question for image {s.image_id!r}; with --feedback "
+                              "flipped each image's questions are split into guiding and held-out ones (--holdout), "
+                              "which takes at least 2 per image: add questions, leave the row out, or use another "
+                              "--feedback")
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,16 +271,18 @@ class Asker:
 
 def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, captioner: Any = None,
            captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
-           margin: float = 0.0, feedback: str | Sequence[str] | None = None, out: str | Path | None = None,
-           preset: str | None = None, config: str | Path | None = None, progress: bool = False,
+           margin: float = 0.0, feedback: str | Sequence[str] | None = None, holdout: float = 0.5,
+           out: str | Path | None = None, preset: str | None = None, config: str | Path | None = None,
+           progress: bool = False,
            image_root: str | Path | None = None, max_image_bytes: int | None = None, **settings: Any) -> Refined:
     """Refine every caption for up to `rounds` rounds (see the module doc).
 
     The reviser is `captioner` (it sees the image) when given, else the run's `llm` (it sees
     the caption and the feedback only). `feedback` names the sources (flipped, unsupported,
-    differences; default: every one the configuration allows). `image_root` confines every
-    image to a folder and `max_image_bytes` caps an image file's size, as in `score`: a row
-    whose image breaks either is that row's error. `settings` are `RunConfig` fields
+    differences; default: every one the configuration allows). With `flipped`, `holdout` is the
+    share of each image's questions held out from the reviser for the guard (`split_bank`).
+    `image_root` confines every image to a folder and `max_image_bytes` caps an image file's
+    size, as in `score`: a row whose image breaks either is that row's error. `settings` are `RunConfig` fields
     (generator, embedder, judge, llm, qa_bank, template, seed, cache_dir, ...).
     """
     from caprecon.run.score import confining_root, score
@@ -216,6 +293,8 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
         raise ConfigError(f"--rounds must be a whole number >= 1, not {rounds!r}")
     if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
         raise ConfigError(f"--margin must be a number >= 0, not {margin!r}")
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
+        raise ConfigError(f"--holdout must be a share strictly between 0 and 1, not {holdout!r}")
     cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
     one_noise_per_image(cfg, settings, "refinement")
     sources = _feedback_sources(feedback, cfg, selection)
@@ -229,9 +308,18 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
 
     # everything that can be wrong with the configuration fails here, before any model runs
     roles = Roles(cfg)
-    names = list(dict.fromkeys([*selection.metrics, *(FEEDBACK_METRIC[s] for s in sources if s in FEEDBACK_METRIC)]))
-    metrics = [build_metric(name, roles, cfg) for name in names]
-    headlines = {name: m.headline for name, m in zip(names, metrics)}
+    # the bank reaches the reviser only through the flipped questions: only then is it split
+    split = "flipped" in sources
+    judging, guiding = roles, None
+    if split:
+        _unsplittable(rows, roles.qa_bank)
+        guiding_bank, held_out_bank = split_bank(roles.qa_bank, holdout)
+        judging, guiding = _WithBank(roles, held_out_bank), _WithBank(roles, guiding_bank)
+    names = list(dict.fromkeys([*selection.metrics, *(["halluc"] if "unsupported" in sources else []),
+                                *(["turing"] if split else [])]))
+    measured = [build_metric(name, judging, cfg) for name in names]
+    headlines = {name: m.headline for name, m in zip(names, measured)}
+    metrics = [*measured, *([GuidingQuestions(build_metric("turing", guiding, cfg))] if split else [])]
     reviser = build_model("captioner", captioner, captioner_options) if captioner is not None else roles.llm
     out_dir = Path(out) if out else None
     if out_dir:
@@ -246,13 +334,17 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     words = words_budget(room)
 
     run_key = content_key("refine-run", captions=[[s.id, str(s.image_id), s.caption] for s in rows],
-                          select=selection.weights, margin=margin, feedback=sources, reviser=reviser.fingerprint,
+                          select=selection.weights, margin=margin, feedback=sources,
+                          holdout=holdout if split else None, reviser=reviser.fingerprint,
                           sees_image=captioner is not None, generator=generator.fingerprint,
                           template=cfg.spec.template, seed=cfg.seed, seed_policy=cfg.seed_policy,
                           seeds=cfg.seeds)
     history = _read_rounds(out_dir, run_key) if out_dir else {}
     settings_record = {"key": run_key, "select": selection.weights, "headlines": headlines, "margin": margin,
-                       "feedback": sources, "rounds": rounds, "reviser": describe_model(reviser),
+                       "feedback": sources, "rounds": rounds, "holdout": holdout if split else None,
+                       "questions": {"guiding": sum(map(len, guiding.qa_bank.values())),
+                                     "held_out": sum(map(len, judging.qa_bank.values()))} if split else None,
+                       "reviser": describe_model(reviser),
                        "reviser_sees_image": captioner is not None, "token_room": room, "words": words}
     confined_to = confining_root(rows)  # the report's thumbnails keep to it too
     if out_dir:
@@ -285,7 +377,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
         samples = [replace(s, id=f"{s.id}@{r}", caption=text) for s, r, text in versions]
         scored = score(samples, metrics=metrics, preset=preset, config=config, store=store, progress=progress,
                        **{**settings, "seed": cfg.seed, "seed_policy": cfg.seed_policy}).records
-        return [_version(record, selection, headlines) for record in scored]
+        return [_version(record, selection, headlines, split) for record in scored]
 
     def append(new_rows: list[dict[str, Any]]) -> None:
         for row in new_rows:
@@ -380,15 +472,20 @@ def _token_room(generator: Any, prompt: str) -> int | None:
     return room(prompt) if callable(room) else None
 
 
-def _version(record: Mapping[str, Any], selection: Selection, headlines: Mapping[str, str]) -> dict[str, Any]:
+def _version(record: Mapping[str, Any], selection: Selection, headlines: Mapping[str, str],
+             split: bool) -> dict[str, Any]:
     """What a round keeps of a scored version: its score, the metrics' values, its
-    reconstruction and the feedback fields of the next round."""
+    reconstruction, the feedback fields of the next round and, with a split bank, its
+    Caption Turing Test accuracy on the guiding and on the held-out questions."""
     kept = {"score": selection.value(record, headlines),
             "scores": {name: record.get(field) for name, field in headlines.items()}}
+    if split:
+        kept.update(guiding=record.get("turing_guiding"), held_out=record.get("turing"))
     per_seed = _seed_scores(record, selection, headlines)
     if per_seed:
         kept["score_seeds"] = per_seed
-    for key in ("reconstruction", "tokens_cut", "error", "turing_flipped", "halluc_unsupported"):
+    for key in ("reconstruction", "tokens_cut", "error", "turing_flipped", "turing_guiding_flipped",
+                "halluc_unsupported"):
         if record.get(key) is not None:
             kept[key] = record[key]
     if kept.get("error"):
@@ -458,8 +555,8 @@ def _feedback(due: Sequence[Sample], states: Mapping[str, Mapping[str, Any]], so
               asker: Asker, original) -> dict[str, dict[str, list]]:
     notes: dict[str, dict[str, list]] = {s.id: {} for s in due}
     for s in due:
-        if "flipped" in sources:
-            notes[s.id]["flipped"] = list(states[s.id].get("turing_flipped") or [])
+        if "flipped" in sources:  # the guiding half's: a held-out question is never told
+            notes[s.id]["flipped"] = list(states[s.id].get("turing_guiding_flipped") or [])
         if "unsupported" in sources:
             notes[s.id]["unsupported"] = list(states[s.id].get("halluc_unsupported") or [])
     if "differences" in sources:
@@ -511,41 +608,58 @@ def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequen
                  rounds: int) -> list[dict[str, Any]]:
     """Per round 0..R: the mean score of the captions as they stand after it (those whose
     original has a score), the share of them above their original, and the revisions asked
-    and accepted in it. The standing caption changes only by an accepted, higher revision,
-    so the mean cannot fall."""
+    and accepted in it; with a split bank, also their mean Caption Turing Test accuracy on
+    the guiding and on the held-out questions. The standing caption changes only by an
+    accepted, higher revision, so the mean score cannot fall (the guiding one can)."""
     scored = [i for i in ids if history[i] and history[i][0].get("score") is not None]
     firsts = [history[i][0]["score"] for i in scored]
+    halves = [h for h in HALVES if any(h in history[i][0] for i in scored)]
     table = []
     for round_no in range(rounds + 1):
-        standing = [_current([r for r in history[i] if r["round"] <= round_no])["score"] for i in scored]
+        versions = [_current([r for r in history[i] if r["round"] <= round_no]) for i in scored]
+        standing = [v["score"] for v in versions]
         asked = [r for i in ids for r in history[i] if r["round"] == round_no and round_no and r["caption"]]
         table.append({"round": round_no, "captions": len(scored),
                       "mean_score": sum(standing) / len(standing) if standing else None,
+                      **{half: _mean([v.get(half) for v in versions]) for half in halves},
                       "improved": (sum(1 for a, b in zip(standing, firsts) if a > b) / len(scored)) if scored else None,
                       "revised": len(asked), "accepted": sum(1 for r in asked if r["accepted"])})
     return table
 
 
+def _mean(values: Sequence[Any]) -> float | None:
+    numbers = [v for v in values if is_number(v)]
+    return math.fsum(numbers) / len(numbers) if numbers else None
+
+
 def _refined(sample: Sample, rows: Sequence[Mapping[str, Any]], selection: Selection) -> dict[str, Any]:
     first, final = rows[0], _current(rows)
-    before_flips = {f["question"] for f in first.get("turing_flipped") or []}
-    after_flips = {f["question"] for f in final.get("turing_flipped") or []}
     stop = next((r["reason"] for r in rows[1:] if not r["accepted"]), None)
+    halves = [h for h in HALVES if h in first]
     return {
         "id": sample.id, "image": str(sample.image) if isinstance(sample.image, (str, Path)) else None,
         "image_id": sample.image_id, "original": sample.caption, "caption": final["caption"],
         "score_before": first.get("score"), "score": final.get("score"),
+        **{f"{half}_before": first.get(half) for half in halves}, **{half: final.get(half) for half in halves},
         "improved": final is not first, "accepted_rounds": [r["round"] for r in rows[1:] if r["accepted"]],
         "stopped": stop, "scores_before": first.get("scores"), "scores": final.get("scores"),
         "reconstruction_before": first.get("reconstruction"), "reconstruction": final.get("reconstruction"),
-        "fixed": [f for f in first.get("turing_flipped") or [] if f["question"] in before_flips - after_flips],
+        # with a split bank the held-out questions, the fixes that count; the guiding ones were told
+        "fixed": _fixed(first, final, "turing_flipped"),
+        **({"fixed_guiding": _fixed(first, final, "turing_guiding_flipped")} if halves else {}),
         # the first version's scoring error, else the error of an image that could not be read later
         "error": first.get("error") or next((r["error"] for r in rows[1:] if r["caption"] is None and r.get("error")),
                                             None),
-        "rounds": [{k: r.get(k) for k in ("round", "caption", "score", "accepted", "reason", "feedback")}
+        "rounds": [{k: r.get(k) for k in ("round", "caption", "score", *halves, "accepted", "reason", "feedback")}
                    for r in rows],
         "selection": selection.describe(),
     }
+
+
+def _fixed(first: Mapping[str, Any], final: Mapping[str, Any], field: str) -> list[dict[str, Any]]:
+    """The questions of `field` that flip on the first version and no longer on the final one."""
+    after = {f["question"] for f in final.get(field) or []}
+    return [f for f in first.get(field) or [] if f["question"] not in after]
 
 
 def write_refined(run: Refined, out_dir: str | Path) -> dict[str, Path]:
@@ -556,13 +670,14 @@ def write_refined(run: Refined, out_dir: str | Path) -> dict[str, Path]:
     write_jsonl_atomically(paths["refined"], run.captions, allow_nan=True)
     # parquet wants one type per column: the nested rounds and feedback travel as JSON text there
     flat = [{**r, "rounds": json.dumps(r["rounds"], ensure_ascii=False), "fixed": json.dumps(r["fixed"]),
+             **({"fixed_guiding": json.dumps(r["fixed_guiding"])} if "fixed_guiding" in r else {}),
              "scores_before": json.dumps(r["scores_before"]), "scores": json.dumps(r["scores"])}
             for r in run.captions]
     parquet = export_parquet(flat, out_dir / "refined.parquet")
     if parquet:
         paths["parquet"] = parquet
     with paths["rounds"].open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["round", "captions", "mean_score", "improved", "revised", "accepted"])
+        writer = csv.DictWriter(fh, fieldnames=list(run.rounds[0]))
         writer.writeheader()
         writer.writerows(run.rounds)
     paths["manifest"] = write_manifest(out_dir, run.manifest)

@@ -95,6 +95,7 @@ def _refine_selected(args: argparse.Namespace, run, settings: dict):
             for r in run.selected]
     return refine(rows, captioner=args.captioner or caption_preset.get("captioner"),
                   captioner_options=parse_options(args.captioner_opt), select=run.selection.weights,
-                  rounds=args.refine, margin=args.margin, feedback=args.feedback, out=run.out / "refine",
+                  rounds=args.refine, margin=args.margin, feedback=args.feedback, holdout=args.holdout,
+                  out=run.out / "refine",
                   image_root=args.images, preset=run_preset,
                   config=args.config, progress=not args.quiet, **settings)

@@ -10,6 +10,17 @@ from caprecon.core.tables import format_table, number, terminal_safe
 from caprecon.run.config import parse_options, whole_number
 
 
+def share(text: str) -> float:
+    """A number strictly between 0 and 1 (--holdout)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be strictly between 0 and 1, not {text}")
+    return value
+
+
 def add_refine_options(p: argparse.ArgumentParser) -> None:
     """The options `refine` and `caption --refine` share (the reviser and --select are each command's own)."""
     p.add_argument("--margin", type=float, default=0.0,
@@ -21,6 +32,11 @@ def add_refine_options(p: argparse.ArgumentParser) -> None:
                         "unsupported (the hallucination metric's unsupported claims; needs halluc in --select), "
                         "differences (the judge describes both images, the --llm lists the differences). "
                         "Default: every source the settings allow")
+    p.add_argument("--holdout", type=share, default=0.5, metavar="SHARE",
+                   help="with flipped feedback, the share of each image's QA-bank questions held out from the "
+                        "reviser (default 0.5, at least one question and at most all but one per image, chosen "
+                        "by a hash of the image id and the question): the reviser is told only the other, "
+                        "guiding questions, and the guard and the reported gain read only the held-out ones")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -59,6 +75,7 @@ def cmd_refine(args: argparse.Namespace) -> int:
     try:
         run = refine(args.input, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
                      select=args.select, rounds=args.rounds, margin=args.margin, feedback=args.feedback,
+                     holdout=args.holdout,
                      image_root=args.image_root, max_image_bytes=args.max_image_bytes, out=args.out,
                      preset=settings.pop("preset", None), config=args.config, progress=not args.quiet, **settings)
     except KeyboardInterrupt:  # Ctrl-C, also inside a round's scoring (RunInterrupted)
@@ -75,11 +92,15 @@ def cmd_refine(args: argparse.Namespace) -> int:
 
 
 def print_refined(run) -> None:
-    table = [["round", "captions", "mean score", "improved", "revised", "accepted"]]
+    from caprecon.apps.refine import HALVES
+
+    halves = [h for h in HALVES if h in run.rounds[0]]  # with a split bank: its two halves side by side
+    table = [["round", "captions", "mean score", *(h.replace("_", "-") for h in halves), "improved", "revised",
+              "accepted"]]
     for row in run.rounds:
         improved = "" if row["improved"] is None else f"{row['improved']:.0%}"
-        table.append([str(row["round"]), str(row["captions"]), number(row["mean_score"]), improved,
-                      str(row["revised"]), str(row["accepted"])])
+        table.append([str(row["round"]), str(row["captions"]), number(row["mean_score"]),
+                      *(number(row[h]) for h in halves), improved, str(row["revised"]), str(row["accepted"])])
     for line in format_table(table).splitlines():
         print(terminal_safe(line))
     print(f"improved {run.manifest['improved']} of {run.manifest['captions']} caption(s) "

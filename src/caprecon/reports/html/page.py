@@ -169,17 +169,19 @@ def _curve(run: Path) -> dict[str, Any] | None:
 
 def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
                 image_root: str | None) -> dict[str, Any] | None:
-    """A `refine` run's before/after view: the rounds' mean score, and per caption the word diff
-    of the original and the final caption, the image with both reconstructions, and the Caption
-    Turing Test questions that no longer flip. Captions with the largest gain first."""
+    """A `refine` run's before/after view: the rounds' mean score (with a split QA bank, beside the
+    mean accuracy on its guiding and its held-out questions), and per caption the word diff of the
+    original and the final caption, the image with both reconstructions, and the Caption Turing
+    Test questions that no longer flip. Captions with the largest gain first."""
     path = run / "refined.jsonl"
     if not path.is_file():
         return None
     captions = [row for _, row in read_jsonl(path)]
     rounds = collect.read_table(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
     xs = [float(r["round"]) for r in rounds if is_number(r.get("round"))]
-    chart = svg.lines(xs, {"mean score": [collect.finite_or_none(r.get("mean_score")) for r in rounds
-                                          if is_number(r.get("round"))]},
+    series = {"mean score": "mean_score", "guiding questions": "guiding", "held-out questions": "held_out"}
+    chart = svg.lines(xs, {label: [collect.finite_or_none(r.get(column)) for r in rounds if is_number(r.get("round"))]
+                           for label, column in series.items() if rounds and column in rounds[0]},
                       xlabel="round", ylabel="mean score of the captions", title="refinement rounds")
 
     def gain(row: Mapping[str, Any]) -> float:
@@ -198,9 +200,15 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
                       "diff": word_diff(str(row.get("original") or ""), str(row.get("caption") or "")),
                       "thumbs": [(label, f"{FILES}/thumbs/{thumbs[p]}" if isinstance(p, str) and thumbs.get(p) else None)
                                  for label, p in zip(("image", "reconstruction before", "reconstruction after"), trio)],
-                      "fixed": [str(f.get("question", "")) for f in row.get("fixed") or [] if isinstance(f, Mapping)]})
+                      "halves": [(label, row.get(f"{half}_before"), row.get(half))
+                                 for label, half in (("guiding", "guiding"), ("held-out", "held_out")) if half in row],
+                      "fixed": _questions(row.get("fixed")), "fixed_guiding": _questions(row.get("fixed_guiding"))})
     return {"svg": chart, "rounds": rounds, "cards": items, "total": len(captions),
             "improved": sum(1 for r in captions if r.get("improved") is True)}
+
+
+def _questions(flips: Any) -> list[str]:
+    return [str(f.get("question", "")) for f in flips or [] if isinstance(f, Mapping)]
 
 
 def word_diff(before: str, after: str) -> list[tuple[str, str]]:
