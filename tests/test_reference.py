@@ -136,3 +136,37 @@ def test_spice_without_corenlp_never_downloads(tmp_path, monkeypatch):
 def test_nothing_scorable():
     with pytest.raises(ReferenceMetricError, match="no sample has both"):
         ReferenceMetrics(["rouge"]).evaluate(BROKEN)
+
+
+@needs_java
+def test_fused_cider_is_the_whole_inputs_whatever_the_batch_or_shard(theirs, tmp_path):
+    """CIDEr's IDF is a corpus statistic: a run takes it from its whole input, so at batch size
+    1 and 64, and in shards merged, each caption's CIDEr is pycocoevalcap's over the whole input."""
+    import json
+
+    import caprecon
+    from caprecon.run.shards import merge_shards
+
+    expected = dict(zip([s.id for s in CORPUS], theirs[0]["cider"]))
+    fused = tmp_path / "cider.json"  # the fused score is CIDEr itself
+    fused.write_text(json.dumps({"format": "caprecon-fused", "version": 1, "model": "linear", "features": ["cider"],
+                                 "mean": [0.0], "scale": [1.0], "weights": [1.0], "intercept": 0.0}))
+    # rows CIDEr cannot score count in no corpus; and they fail their batch, whose rows are then scored one by one
+    rows = CORPUS[:2] + BROKEN + CORPUS[2:]
+    options = {"metrics": [f"fused:{fused}"], "no_cache": True}
+
+    def cider(records):
+        scored = {r["id"]: r for r in records if "error" not in r}
+        assert sorted(scored) == sorted(expected)
+        assert all(r["fused"] == r["fused/cider"] for r in scored.values())
+        return {i: r["fused/cider"] for i, r in scored.items()}
+
+    for batch_size in (1, 64):
+        assert cider(caprecon.score(rows, batch_size=batch_size, **options).records) == pytest.approx(expected)
+    shards = [tmp_path / f"shard{i}" for i in range(2)]
+    for i, out in enumerate(shards):
+        part = caprecon.score(rows, shard=f"{i}/2", out=out, batch_size=64, **options)
+        assert 0 < len(part.records) < len(rows)  # each shard scores part of the input
+    merge_shards(shards, tmp_path / "merged")
+    merged = [json.loads(line) for line in (tmp_path / "merged" / "scores.jsonl").read_text().splitlines()]
+    assert cider(merged) == pytest.approx(expected)

@@ -3,6 +3,7 @@
 A metric is a small class holding the models it talks to (through their roles, never a
 library directly). `score(items, ctx)` takes a batch of opened samples and returns one
 dict of named fields per item; the executor owns the batch loop, errors and output.
+`prepare(samples)` sees the run's whole input first, for what is computed over the corpus.
 The `Context` is what metrics of one run share: the store, one `Reconstructor` per
 (generator, spec), and cached embeddings, so one reconstruction serves every metric.
 """
@@ -134,6 +135,11 @@ class Metric:
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+    def prepare(self, samples: Sequence[Sample]) -> None:
+        """Called by a run once, with its whole input (every shard's rows, not only this shard's),
+        before any batch is scored: a metric whose number depends on the corpus (CIDEr's document
+        frequencies) takes it from here, so a row's score does not depend on its batch or shard."""
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name}

@@ -15,9 +15,11 @@ preferred one of a pair. Only these two linear forms can be written this way; gr
 trees are evaluated by `meta --fit` but not saved (their sklearn objects exist only as pickles).
 
 `FusedMetric` computes every component on the same batch and applies the model. Reference
-components (BLEU, METEOR, ROUGE-L, CIDEr, SPICE) are computed over the batch as one corpus:
-CIDEr's IDF therefore comes from the batch's references, and equals what `meta` computed over
-a whole judgments file only when the batch holds that whole file (`--batch-size` ≥ its rows).
+components (BLEU, METEOR, ROUGE-L, CIDEr, SPICE) are per caption, but CIDEr's IDF is a
+corpus statistic: `prepare` fixes it to the references of the run's whole input (every row
+with a caption and references, in every shard), so a caption's CIDEr is what pycocoevalcap
+gives over the whole input, whatever the batch size or shard, and what `meta` computes over
+the same file.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample
-from caprecon.data.samples import SampleError
+from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.reference import ReferenceMetricError, ReferenceMetrics, reference_metric_name
 
@@ -137,6 +139,15 @@ class FusedMetric(Metric):
         return {"metric": self.name, "file": self.path, "sha256": self.sha256, "model": self.model.model,
                 "features": self.model.features, "trained_on": self.model.info.get("trained_on"),
                 "components": [m.describe() for m in self.components.values()]}
+
+    def prepare(self, samples: Sequence[Sample]) -> None:
+        if self.reference is not None:
+            try:
+                self.reference.fix_corpus(samples)
+            except ReferenceMetricError as exc:
+                raise ConfigError(f"{self.path or 'fused'}: {exc}") from None
+        for metric in self.components.values():
+            metric.prepare(samples)
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         columns: dict[str, list[Any]] = {}

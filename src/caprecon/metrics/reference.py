@@ -9,8 +9,10 @@ Every sample is its own entry in the corpus, even when several candidates descri
 image (that is how Flickr8k and Pascal-50S are usually scored). Two metrics are
 corpus-dependent and callers should know it:
 
-- CIDEr's IDF weights come from the references of the whole run, so a sample's CIDEr
-  changes with the company it is scored in (a lone sample always gets 0);
+- CIDEr's IDF weights come from the references of the corpus: by default the samples scored
+  together in one call, so a sample's CIDEr changes with the company it is scored in (a lone
+  sample always gets 0); after `fix_corpus(samples)`, from those samples' references, whatever
+  each later call scores (a run fixes it to its whole input, so batches and shards agree);
 - corpus BLEU and corpus METEOR are not the mean of their per-sample values (BLEU pools
   n-gram counts, METEOR pools its alignment statistics).
 
@@ -24,7 +26,9 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
+
+import numpy as np
 
 from caprecon.data.samples import Sample
 
@@ -128,6 +132,7 @@ class ReferenceMetrics:
             raise ReferenceMetricError("reference metrics need Java for PTB tokenisation: `java` is not on PATH")
         self.names = tuple(wanted)
         self._meteor = None
+        self._cider_corpus: tuple[dict, int] | None = None  # document frequencies, documents (`fix_corpus`)
 
     def __enter__(self) -> ReferenceMetrics:
         return self
@@ -149,16 +154,26 @@ class ReferenceMetrics:
         """Corpus-level scores, as pycocoevalcap's COCOEvalCap reports them."""
         return self.evaluate(samples).corpus
 
+    def fix_corpus(self, samples: Sequence[Sample]) -> None:
+        """From now on, CIDEr's document frequencies and document count are those of `samples`'
+        references (those with a caption and references, as `evaluate` counts them), not of
+        each call's samples: a run fixes them to its whole input before its first batch."""
+        if "cider" not in self.names:
+            return
+        usable = [s for s in samples if _unusable(s) is None]
+        if not usable:
+            raise ReferenceMetricError("no sample has both a caption and reference captions")
+        gts, _ = self._tokenize(usable)
+        self._cider_corpus = _document_frequencies(gts.values())
+
     def evaluate(self, samples: Sequence[Sample]) -> ReferenceResult:
-        """Score `samples` as one corpus; both per-sample and corpus numbers."""
+        """Score `samples` as one corpus (CIDEr's IDF from `fix_corpus`'s, once fixed); both
+        per-sample and corpus numbers."""
         records: list[dict] = [{"id": s.id} for s in samples]
         usable: list[int] = []
         for i, s in enumerate(samples):
-            refs = [r for r in s.refs if r.strip()]
-            if not s.caption.strip():
-                records[i]["error"] = "empty caption"
-            elif not refs:
-                records[i]["error"] = "no reference captions"
+            if (why := _unusable(s)) is not None:
+                records[i]["error"] = why
             else:
                 usable.append(i)
         if not self.names:
@@ -219,11 +234,66 @@ class ReferenceMetrics:
 
             yield ("rouge", *Rouge().compute_score(gts, res))
         if "cider" in wanted:
-            from pycocoevalcap.cider.cider import Cider
+            if self._cider_corpus is None:
+                from pycocoevalcap.cider.cider import Cider
 
-            yield ("cider", *Cider().compute_score(gts, res))
+                yield ("cider", *Cider().compute_score(gts, res))
+            else:
+                yield ("cider", *_cider_over(self._cider_corpus, gts, res))
         if "spice" in wanted:
             yield ("spice", *_spice(gts, res))
+
+
+def _unusable(sample: Sample) -> str | None:
+    """Why a sample takes no part in the corpus (None: it does)."""
+    if not sample.caption.strip():
+        return "empty caption"
+    if not any(r.strip() for r in sample.refs):
+        return "no reference captions"
+    return None
+
+
+class _Frequencies(dict):
+    """Document frequencies that read 0 for an n-gram no reference has, without storing it:
+    the corpus's table is shared by every batch, and the n-grams only captions have would pile up."""
+
+    def __missing__(self, ngram):
+        return 0.0
+
+
+def _document_frequencies(references: Iterable[list[str]]) -> tuple[_Frequencies, int]:
+    """pycocoevalcap's CIDEr document frequencies (per n-gram, how many samples' references hold
+    it) and the number of samples, of tokenised references, one list per sample."""
+    from pycocoevalcap.cider.cider_scorer import CiderScorer
+
+    scorer = CiderScorer()
+    for refs in references:
+        scorer.cook_append(None, refs)
+    scorer.compute_doc_freq()
+    return _Frequencies(scorer.document_frequency), len(scorer.crefs)
+
+
+def _cider_over(corpus: tuple[_Frequencies, int], gts, res) -> tuple[float, list[float]]:
+    """pycocoevalcap's CIDEr of `res` against `gts` (its `Cider.compute_score`), with the IDF of
+    a fixed corpus: `corpus`'s document frequencies and count in place of those of `gts`."""
+    from pycocoevalcap.cider.cider_scorer import CiderScorer
+
+    frequencies, documents = corpus
+
+    class CorpusCider(CiderScorer):
+        # compute_cider sets ref_len, the IDF's log N, to the log of the number of samples scored:
+        # here it stays the corpus's
+        ref_len = property(lambda self: np.log(float(documents)), lambda self, value: None)
+
+        def compute_score(self, option=None, verbose=0):  # the base class counts the frequencies of gts
+            self.document_frequency = frequencies
+            scores = self.compute_cider()
+            return np.mean(np.array(scores)), np.array(scores)
+
+    scorer = CorpusCider()
+    for key in gts:
+        scorer += (res[key][0], gts[key])
+    return scorer.compute_score()
 
 
 def _require_pycocoevalcap() -> None:

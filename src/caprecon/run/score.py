@@ -109,6 +109,7 @@ def score(
     check_unique_ids(rows)
     if cfg.normalise_captions:
         rows = normalised_samples(rows)
+    whole = rows  # what the metrics' corpus statistics come from, in every shard
     shard_info = row_numbers = None
     if shard is not None:
         from caprecon.run.shards import parse_shard, select_shard
@@ -120,6 +121,8 @@ def score(
     roles = Roles(cfg)
     built = [build_metrics(m, roles, cfg) for m in metrics]
     check_images(rows, built)
+    for metric in built:
+        metric.prepare(whole)
     metric_names = [m.headline for m in built]
     # fields a metric reports beside its headline (halluc: coverage and F) are summarised with it
     summarised = list(dict.fromkeys([*metric_names, *(c for m in built for c in m.companions)]))
