@@ -19,7 +19,7 @@ from scipy import stats
 
 from caprecon.data.images import open_image
 from caprecon.data.qa import QAItem
-from caprecon.data.samples import Sample
+from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import Context
 from caprecon.models.generator import Generated
 
@@ -189,6 +189,22 @@ def test_vqascore_is_p_yes_and_its_normalised_form():
     # (0.5 + 0.1) / (0.5 + 0.1 + 0.2 + 0.05)
     normalised = VQAScore(judge, normalise=True).score(items, Context())[0]["vqascore"]
     assert normalised == pytest.approx(0.6 / 0.85)
+
+
+def test_vqascore_without_a_known_answer_is_the_rows_error_never_one_half():
+    """The normalised form with no mass on yes or no, and P('Yes') unknown (NaN: outside a
+    server's top-k), are errors of their rows; a default of 0.5 would read as 'supported'."""
+    from caprecon.metrics.vqascore import VQAScore
+
+    items = [loaded("red", "two dogs")]
+    nothing = OptionJudge({"Yes": 0.0, "yes": 0.0, "No": 0.0, "no": 0.0})
+    with pytest.raises(SampleError, match="no probability on Yes/yes or No/no"):
+        VQAScore(nothing, normalise=True).score(items, Context())
+    unknown = OptionJudge({"Yes": math.nan, "yes": 0.2, "No": math.nan, "no": 0.05})
+    with pytest.raises(SampleError, match="'Yes' is not among the top-k"):
+        VQAScore(unknown).score(items, Context())
+    # normalised, the variants in the top-k decide: 0.2 / (0.2 + 0.05)
+    assert VQAScore(unknown, normalise=True).score(items, Context())[0]["vqascore"] == pytest.approx(0.8)
 
 
 # ----------------------------------------------------------------------------- the Caption Turing Test

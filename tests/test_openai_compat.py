@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import httpx
+import caprecon
 import pytest
 from PIL import Image
 
@@ -205,13 +206,68 @@ def test_backends_satisfy_role_protocols():
         OpenAICompatVLM(SERVED, "http://127.0.0.1:9", top_logprobs=50)
 
 
-def test_token_matching_sums_variants_and_falls_back_on_case():
+def test_token_matching_reads_every_option_by_one_rule():
     top = [{"token": "Yes", "logprob": math.log(0.3)}, {"token": " Yes", "logprob": math.log(0.2)},
            {"token": "yes", "logprob": math.log(0.1)}, {"token": " no", "logprob": math.log(0.05)}]
-    assert _token_prob(top, "Yes") == pytest.approx(0.5)  # "yes" is not added when "Yes" is present
+    assert _token_prob(top, "Yes") == pytest.approx(0.5)  # "Yes" and " Yes"; "yes" is an option of its own
     assert _token_prob(top, " Yes ") == pytest.approx(0.5)
-    assert _token_prob(top, "No") == pytest.approx(0.05)  # only a different-case token exists
-    assert _token_prob(top, "Maybe") == 0.0
+    assert _token_prob(top, "yes") == pytest.approx(0.1)
+    assert _token_prob(top, "no") == pytest.approx(0.05)
+    assert _token_prob(top, "No") is None  # only a different-case token: unknown, not borrowed from "no"
+    assert _token_prob(top, "Maybe") is None
+
+
+def test_the_issue_distribution_gives_one_rule_not_a_case_fallback():
+    """top-k {yes: .4, No: .1, no: .1}: P(yes | yes/no) by one rule is .4 / .6, where reading
+    "Yes" by its lower-case token when no exact one exists gave .8."""
+    from caprecon.metrics.vqascore import NO, YES
+
+    top = [{"token": "yes", "logprob": math.log(0.4)}, {"token": "No", "logprob": math.log(0.1)},
+           {"token": "no", "logprob": math.log(0.1)}]
+    known = [p for p in (_token_prob(top, o) for o in (*YES, *NO)) if p is not None]
+    assert sum(known[:1]) / sum(known) == pytest.approx(0.4 / 0.6)
+
+
+SCRIPTED = {"yes": math.log(0.4), "No": math.log(0.1), "no": math.log(0.1), "Maybe": math.log(0.3),
+            "Perhaps": math.log(0.06), ".": math.log(0.04)}
+
+
+def test_server_and_local_backend_agree_on_one_distribution(server, faults):
+    """The same next-token distribution through both paths: the server's top-k, and the local
+    backend's full-vocabulary softmax read at each option's token (`answer_rows`, `probs_of`)."""
+    import torch
+
+    from caprecon.models.llm import answer_rows, probs_of
+
+    vocab = list(SCRIPTED)
+    logits = torch.tensor([[[SCRIPTED[t] for t in vocab]]])
+    local = answer_rows(logits, [0], [1])[0]
+    faults.set(script=[{"token": "yes", "top": SCRIPTED}])
+    vlm = OpenAICompatVLM(SERVED, server, top_logprobs=20)
+    options = ["yes", "No", "no", "Maybe"]
+    served = vlm.option_probs(_requests()[:1], [options])[0]
+    assert served == pytest.approx(probs_of(local, [vocab.index(o) for o in options]), rel=1e-6)
+
+
+def test_an_option_outside_the_top_k_is_unknown_and_its_row_says_why(server, faults, tmp_path):
+    """"Yes" is not among the top 3 (yes .4, Maybe .3, No .1): VQAScore's row is an error with the
+    reason, never 0 or 0.5; normalised, the known variants give (.4) / (.4 + .1)."""
+    faults.set(script=[{"token": "yes", "top": SCRIPTED}])
+    vlm = OpenAICompatVLM(SERVED, server, top_logprobs=3)
+    probs = vlm.option_probs(_requests()[:1], [["Yes", "yes", "No", "no"]])[0]
+    assert math.isnan(probs[0]) and math.isnan(probs[3]) and probs[1:3] == pytest.approx([0.4, 0.1])
+    picture = tmp_path / "red.png"
+    IMAGES["red"].save(picture)
+    sample = caprecon.Sample(id="a", image=picture, caption="a red picture")
+    plain = caprecon.score([sample], ["vqascore"], judge=vlm, no_cache=True)
+    assert plain.records[0].get("vqascore") is None
+    assert "'Yes' is not among the top-k" in plain.records[0]["error"]
+    assert plain.records[0]["error_reasons"] == ["vqascore: answer outside the top-k"]
+    normalised = caprecon.score([sample], ["vqascore"], judge=vlm, vqa_normalise=True, no_cache=True)
+    assert normalised.records[0]["vqascore"] == pytest.approx(0.4 / 0.5)
+    faults.set(script=[{"token": "Maybe", "top": {"Maybe": math.log(0.9), ".": math.log(0.1)}}])
+    neither = caprecon.score([sample], ["vqascore"], judge=vlm, vqa_normalise=True, no_cache=True)
+    assert neither.records[0].get("vqascore") is None and "none of Yes/yes/No/no" in neither.records[0]["error"]
 
 
 def test_check_finds_the_served_model(server):

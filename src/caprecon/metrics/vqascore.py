@@ -10,13 +10,15 @@ distribution at the start of the answer:
 
 With `normalise=True` the score is instead P(yes) / (P(yes) + P(no)), each side summed
 over the variants "Yes"/"yes" and "No"/"no", which removes the mass the model puts on
-other tokens. Only the first token is read: for tokenisers that split "Yes", that is the
+other tokens. A probability that cannot be known (an answer outside the top-k a server
+reports, no mass on either answer) is that row's error, never a default value. Only the first token is read: for tokenisers that split "Yes", that is the
 probability of its first piece. For encoder-decoder judges (InstructBLIP-Flan-T5, VQAScore's
 strongest family) it is the decoder's first-step distribution.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from caprecon.models.generator import TextToImage
@@ -24,6 +26,7 @@ from caprecon.models.vlm import VisionLanguageModel
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
+from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.judging import Ask, LazyImages, option_probs, require_capability
 
@@ -35,13 +38,31 @@ def yes_probabilities(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask
                       normalise: bool = False) -> list[float]:
     """The judge's P(yes) for each (image key, prompt) ask, in one cached batch: the first
     answer token's full-vocabulary probability of "Yes", or with `normalise` P(yes) / (P(yes)
-    + P(no)) over Yes/yes and No/no (0.5 where the model puts no mass on either)."""
+    + P(no)) over Yes/yes and No/no.
+
+    A probability the judge cannot give is never guessed (a guess of 0.5 would read as
+    "supported" to the claims gate): the batch raises `SampleError`, so that the executor
+    tries its rows alone and each unknown one becomes that row's error. Unknown means: "Yes"
+    outside the top-k a server reported (NaN from `option_probs`), or, normalised, no variant
+    of either answer in it, or no mass on any. A variant outside the top-k beside others
+    inside it counts as 0 (it is below the k-th token's probability)."""
     if not normalise:
-        return [p[0] for p in option_probs(ctx, vlm, asks, images, ["Yes"])]
+        out = [p[0] for p in option_probs(ctx, vlm, asks, images, ["Yes"])]
+        if any(math.isnan(p) for p in out):
+            raise SampleError("the judge's P('Yes') is unknown: 'Yes' is not among the top-k tokens its server "
+                              "reported (raise top_logprobs, or use --vqa-normalise)", "answer outside the top-k")
+        return out
     out = []
     for p in option_probs(ctx, vlm, asks, images, [*YES, *NO]):
-        yes, no = sum(p[: len(YES)]), sum(p[len(YES) :])
-        out.append(yes / (yes + no) if yes + no > 0 else 0.5)
+        if all(math.isnan(v) for v in p):
+            raise SampleError("the judge's P(yes) is unknown: none of Yes/yes/No/no is among the top-k tokens its "
+                              "server reported", "answer outside the top-k")
+        yes = sum(v for v in p[: len(YES)] if not math.isnan(v))
+        no = sum(v for v in p[len(YES) :] if not math.isnan(v))
+        if not yes + no > 0:
+            raise SampleError("the judge put no probability on Yes/yes or No/no, so P(yes)/(P(yes)+P(no)) is "
+                              "undefined", "no mass on yes or no")
+        out.append(yes / (yes + no))
     return out
 
 

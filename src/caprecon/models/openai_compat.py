@@ -7,11 +7,15 @@ The server does its own batching, so nothing here groups requests by image.
 
 Probabilities come from the `top_logprobs` of the first generated token. A server
 reports the full-vocabulary log-probability of each of its top-k tokens, so
-P(option) here is that full-vocabulary probability with the tail beyond the top k
-cut off: an option that is not among the top k counts as 0. (Recent vLLM reports the
-raw model distribution by default, before temperature or penalties.) Options are matched
-against tokens as whole strings, after stripping whitespace, so they should be single
-tokens, as letters ("A".."D") and "Yes"/"No" are in the tokenizers of common judge models.
+P(option) here is that full-vocabulary probability, the same number a local transformers
+judge gives for the same distribution, as long as the option is among the top k. One rule
+reads every option: the top-k tokens whose text, stripped of whitespace, equals the option
+exactly (case included) are summed, so "Yes" and " Yes" add up and "yes" is an option of its
+own. An option outside the top k has an unknown probability (below the k-th token's):
+`option_probs` gives NaN for it, and the metric makes that row an error with the reason
+rather than read it as 0 or 0.5. (Recent vLLM reports the raw model distribution by
+default, before temperature or penalties.) Options should be single tokens, as letters
+("A".."D") and "Yes"/"No" are in the tokenizers of common judge models.
 For models that think before answering, turn thinking off through the server's chat
 template, e.g. `extra_body={"chat_template_kwargs": {"enable_thinking": False}}`, or the
 first token is not the answer.
@@ -68,7 +72,7 @@ class _ChatBackend:
     _backend = "openai-compat"
     # bump when a change to the requests or to reading the replies changes the answers; the server's
     # libraries are invisible from here
-    code_revision = 1
+    code_revision = 2  # 2: one token rule for every option, and NaN (unknown) outside the top-k
     numeric_libraries: tuple[str, ...] = ()
 
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
@@ -214,12 +218,13 @@ class _ChatBackend:
 
     def option_probs(self, items: Sequence[Any], options: Sequence[Sequence[str]]) -> list[list[float]]:
         """Per input, the probability of each option as the first reply token, from the top-k
-        (see the module notes); options missing from the top-k get 0."""
+        (see the module notes); an option missing from the top-k is NaN: its probability is
+        unknown, and the metric says so rather than read it as 0."""
         if len(options) != len(items):
             raise ValueError(f"{len(items)} inputs but {len(options)} option lists")
         responses = self._chat_all([self._body(c, 1, logprobs=True) for c in self._contents(items)])
         tops = [self._first_token_top(response) for response in responses]
-        return [[_token_prob(top, option) for option in opts] for top, opts in zip(tops, options)]
+        return [[_or(_token_prob(top, option), math.nan) for option in opts] for top, opts in zip(tops, options)]
 
     def generate_with_token_probs(self, items: Sequence[Any], tokens: Sequence[str],
                                   max_new_tokens: int | None = None) -> list[dict[str, Any]]:
@@ -234,7 +239,8 @@ class _ChatBackend:
             out.append({"text": ((_first_choice(response, self.base_url).get("message") or {}).get("content")
                                  or "").strip(),
                         "tokens": [str(step.get("token", "")) for step in steps],
-                        "probs": [[_token_prob(step.get("top_logprobs") or [], t) for t in tokens] for step in steps]})
+                        "probs": [[_or(_token_prob(step.get("top_logprobs") or [], t), 0.0) for t in tokens]
+                                  for step in steps]})
         return out
 
     def answer_prob(self, items: Sequence[Any], answers: Sequence[str]) -> list[float]:
@@ -244,7 +250,7 @@ class _ChatBackend:
         probability of a given string, so longer answers cannot be teacher-forced here. An
         answer with inner whitespace is several tokens and raises `NotImplementedError`; a
         single word that the model's tokenizer splits cannot be detected from here and
-        scores 0 (as if outside the top-k), so keep answers to words that are one token.
+        is NaN (as if outside the top-k: unknown), so keep answers to words that are one token.
         """
         if len(answers) != len(items):
             raise ValueError(f"{len(items)} inputs but {len(answers)} answers")
@@ -375,18 +381,21 @@ def encode_image(image: Image.Image, image_format: str = "png") -> str:
     return f"data:image/{image_format};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
 
 
-def _token_prob(top: list[dict], option: str) -> float:
-    """Summed probability of the top-k tokens that spell `option`: exact case first, any case
-    only when no token matches exactly, so "Yes" and " Yes" add up but "yes" joins them only
-    as a fallback."""
+def _token_prob(top: list[dict], option: str) -> float | None:
+    """Summed probability of the top-k tokens that spell `option`, by one rule for every option:
+    the token with its surrounding whitespace stripped equals the option exactly, case included
+    ("Yes" and " Yes" add up; "yes" is another option). None when no top-k token spells it: its
+    probability is then unknown (below the k-th token's), not zero."""
     target = option.strip()
     if not target:
         raise ValueError("options must not be empty or whitespace")
-    stripped = [(str(entry.get("token", "")).strip(), entry.get("logprob")) for entry in top]
-    matches = [lp for tok, lp in stripped if tok == target]
-    if not matches:
-        matches = [lp for tok, lp in stripped if tok.casefold() == target.casefold()]
-    return min(1.0, sum(math.exp(lp) for lp in matches if lp is not None))
+    matches = [entry.get("logprob") for entry in top if str(entry.get("token", "")).strip() == target]
+    matches = [lp for lp in matches if lp is not None]
+    return min(1.0, sum(math.exp(lp) for lp in matches)) if matches else None
+
+
+def _or(value: float | None, missing: float) -> float:
+    return missing if value is None else value
 
 
 def _first_choice(response: dict, base_url: str) -> dict:
