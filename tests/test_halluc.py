@@ -352,3 +352,46 @@ def test_a_judge_without_option_probabilities_is_refused_by_the_metric_asked_for
     for report, name in (("precision", "halluc"), ("coverage", "halluc-coverage"), ("f", "halluc-f")):
         with pytest.raises(ConfigError, match=rf"^metric {name} needs a judge that can `option_probs`"):
             Hallucination(Describer(), ClaimLLM(), generator=OracleGenerator(), report=report)
+
+
+class _FixedJudge:
+    """P('Yes') set per question."""
+
+    fingerprint = "fixed-judge"
+
+    def __init__(self, p_yes: dict[str, float]):
+        self.p_yes = p_yes
+
+    def option_probs(self, requests, options):
+        return [[self.p_yes[r.prompt] if o == "Yes" else 0.0 for o in opts]
+                for r, opts in zip(requests, options)]
+
+
+@pytest.mark.parametrize("parent, child_asked", [(0.5, True), (0.4999, False)])
+def test_the_gate_opens_at_exactly_supported(parent, child_asked):
+    """A claim is supported at P(yes) >= 0.5: a parent at exactly 0.5 lets its child be asked."""
+    from caprecon.metrics.claims import Claim, check_claims
+    from caprecon.metrics.judging import LazyImages
+
+    claims = [Claim("there is a dog", "entity", "there is a dog"),
+              Claim("the dog is brown", "attribute", "the dog is brown", depends_on=(0,))]
+    images = LazyImages()
+    key = images.add("img", lambda: Image.new("RGB", (8, 8)))
+    checked = check_claims(Context(Store.temporary()), _FixedJudge({"there is a dog": parent, "the dog is brown": 0.9}),
+                           images, [(key, claims)])[0]
+    assert checked[0].supported is child_asked
+    assert (checked[1].gated, checked[1].p_yes) == ((False, 0.9) if child_asked else (True, 0.0))
+
+
+def test_cached_claims_name_the_parser_that_read_them(monkeypatch):
+    """The store keeps parsed claims: a new parser revision must read the replies again rather
+    than serve what the old one made of them."""
+    from caprecon.metrics import claims as claims_module
+
+    llm, ctx = ClaimLLM(), Context(Store.temporary())
+    first = extract_claims(ctx, llm, ["a red circle"])
+    asked = len(llm.prompts)
+    assert extract_claims(ctx, llm, ["a red circle"]) == first and len(llm.prompts) == asked
+    monkeypatch.setattr(claims_module, "CLAIMS_PARSER_REVISION", claims_module.CLAIMS_PARSER_REVISION + 1)
+    extract_claims(ctx, llm, ["a red circle"])
+    assert len(llm.prompts) == asked + 1

@@ -35,6 +35,10 @@ CLAIM_TYPES = ("entity", "attribute", "relation", "count", "text", "spatial")
 _TYPE_NAMES = {"object": "entity", "existence": "entity", "colour": "attribute", "color": "attribute",
                "material": "attribute", "action": "relation", "relationship": "relation", "number": "count",
                "quantity": "count", "ocr": "text", "position": "spatial", "location": "spatial"}
+#: bump when a change to the claim prompt's reading (`shape_claims`, the repairs of
+#: `read_replies`) changes the claims read from the same reply: the parsed claims are what the
+#: store keeps, so the key must name the parser that made them
+CLAIMS_PARSER_REVISION = 1
 SUPPORTED = 0.5  # a claim is supported when the judge's P(yes) is at least this
 
 CLAIM_SHAPE = (
@@ -136,8 +140,8 @@ def extract_claims(ctx: Context, llm: TextLLM, captions: Sequence[str], *, max_n
     replies computed now were read."""
     tally = tally if tally is not None else ParseTally()
     prompts = [claim_prompt(c) for c in captions]
-    keys = [content_key("caption-claims", model=llm.fingerprint, prompt=p, max_new_tokens=max_new_tokens)
-            for p in prompts]
+    keys = [content_key("caption-claims", model=llm.fingerprint, prompt=p, max_new_tokens=max_new_tokens,
+                        parser=CLAIMS_PARSER_REVISION) for p in prompts]
 
     def generate(texts: list[str]) -> list[str]:
         with ctx.model_call():
