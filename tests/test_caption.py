@@ -545,3 +545,36 @@ def test_the_curve_table_leaves_a_missing_score_blank():
 
     table = curve_markdown([{"n": 1, "images": 2, "score": 0.123456}, {"n": 2, "images": 0, "score": None}])
     assert "| 1 | 2 | 0.1235 |" in table and "| 2 | 0 |  |" in table and "None" not in table
+
+
+def test_a_hub_captioner_not_yet_downloaded_samples_with_its_own_settings(tmp_path, monkeypatch):
+    """The first run of a hub checkpoint, before its weights are in the local cache, reads the
+    checkpoint's generation_config.json as every later run does (fetched alone)."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from caprecon.models.captioner import Sampling, TransformersCaptioner, complete_sampling
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # an empty cache: nothing downloaded yet
+    shipped = tmp_path / "generation_config.json"
+    shipped.write_text(json.dumps({"temperature": 0.7, "top_p": 0.8, "top_k": 20, "do_sample": True}))
+    fetched = []
+
+    def download(repo_id, filename, revision=None, **_):
+        fetched.append((repo_id, filename, revision))
+        return str(shipped)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    captioner = TransformersCaptioner("some-org/some-captioner")
+    assert captioner.source.path is None
+    own = captioner.generation_defaults()
+    assert own == {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+    assert fetched == [("some-org/some-captioner", "generation_config.json", None)]
+    assert complete_sampling(Sampling(temperature=1.0), own) == Sampling(temperature=1.0, top_p=0.8, top_k=20)
+
+    def missing(repo_id, filename, revision=None, **_):
+        raise EntryNotFoundError("no such file")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", missing)
+    assert captioner.generation_defaults() == {}  # a checkpoint that ships none

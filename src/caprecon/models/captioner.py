@@ -6,8 +6,9 @@ captions per request, in one batched call per group of images. Sampling is seede
 the same request (image, prompt, seed, n) and the same sampling settings give the same
 candidates. A setting left unset (None) is the checkpoint's own, from its
 `generation_config.json` (Qwen3-VL's top_k 20, top_p 0.8, for instance): `complete_sampling`
-fills it in where the backend can read that file, so both backends sample alike and the
-manifest can say what was used.
+fills it in where the backend can read that file (a local transformers checkpoint fetches
+that file alone when its weights are not downloaded yet, so the first run samples as the
+later ones), so both backends sample alike and the manifest can say what was used.
 
 Two backends:
 
@@ -123,6 +124,22 @@ def generation_defaults(path: str | Path | None) -> dict[str, Any]:
     return {key: config[key] for key in SAMPLING_KEYS if config.get(key) is not None}
 
 
+def hub_generation_config(repo_id: str, revision: str | None) -> str | None:
+    """The local path of a hub checkpoint's `generation_config.json`, downloaded alone (a few
+    hundred bytes) when it is not cached yet; None when the checkpoint has none. A hub that
+    cannot be reached is a `ValueError` (the weights could not be fetched either)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        return hf_hub_download(repo_id, "generation_config.json", revision=revision)
+    except EntryNotFoundError:
+        return None
+    except Exception as exc:
+        raise ValueError(f"the generation config of {repo_id!r} cannot be fetched, so its own sampling settings "
+                         f"are unknown: {type(exc).__name__}: {exc}") from None
+
+
 def complete_sampling(sampling: Sampling, defaults: dict[str, Any]) -> Sampling:
     """`sampling` with its unset top_p/top_k taken from `defaults` (a checkpoint's)."""
     filled = {key: defaults[key] for key in ("top_p", "top_k")
@@ -235,8 +252,12 @@ class TransformersCaptioner(TransformersVLM):
                 "system_prompt": self.system_prompt, "fingerprint": self.fingerprint}
 
     def generation_defaults(self) -> dict[str, Any]:
-        # the file `model.generation_config` is read from; a hub id not yet downloaded has none to read
-        return generation_defaults(self.source.path)
+        """The checkpoint's own sampling settings, from its folder or, for a hub id not yet in
+        the local cache, from its `generation_config.json` fetched alone: the first run, before
+        the weights are downloaded, must sample as every later one does."""
+        if self.source.path is not None:
+            return generation_defaults(self.source.path)
+        return generation_defaults(hub_generation_config(self.source.name, self.source.revision))
 
     def caption(self, requests: Sequence[CaptionRequest], sampling: Sampling) -> list[list[str]]:
         import torch
