@@ -116,7 +116,7 @@ def test_score_after_reconstruct_makes_no_generator_call(tmp_path, tiny_sd, tiny
     data = _rows(tmp_path)
     cache = tmp_path / "cache"
     code = main(["reconstruct", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--generator-opt",
-                 "steps=2", "--embedder", str(tiny_dinov2), "--max-side", "32", "--cache-dir", str(cache), "-q"])
+                 "steps=2", "--embedder", str(tiny_dinov2), "--max-side", "32", "--batch-size", "2", "--cache-dir", str(cache), "-q"])
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 1 and counts["generated"] == 9 and counts["unreadable"] == 1  # 9 captions, 1 missing image
     assert len(list((cache / "images").rglob("*.png"))) == 9
@@ -283,3 +283,38 @@ def test_the_stages_cap_image_files_as_score_does(tmp_path, capsys):
                  str(tmp_path), "--cache-dir", str(tmp_path / "c"), "-q"])
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert code == 1 and counts["unreadable"] == 1 and counts["generated"] == 1
+
+
+def test_batch_invariant_reconstructions_do_not_depend_on_their_batch(tmp_path, tiny_sd, tiny_dinov2, capsys):
+    """With batch_invariant every request goes through the pipeline alone: the reconstruct stage
+    in batches of 3 and of 1 store the same pixels, and a cached score in batches of 4 agrees with
+    a fresh one row at a time to the embedder's own batch rounding (~1e-7). Batched, the tiny SD
+    puts a pixel of one of these images one level apart (float kernels sum a batch of 3 and a
+    batch of 1 differently), which made a cached ReconScore differ from a fresh one by 3e-6."""
+    data = _rows(tmp_path)
+    cache = tmp_path / "cache"
+    assert main(["reconstruct", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--generator-opt",
+                 "steps=2", "--generator-opt", "batch_invariant=true", "--embedder", str(tiny_dinov2),
+                 "--max-side", "32", "--batch-size", "3", "--cache-dir", str(cache), "-q"]) == 1
+    capsys.readouterr()
+    options = {"steps": 2, "batch_invariant": True}
+    cached = caprecon.score(data, ["recon"], **{**_settings(tiny_sd, tiny_dinov2, cache), "batch_size": 4,
+                                                "generator_options": options})
+    assert cached.manifest["cache"]["generated"] == 0
+    fresh = caprecon.score(data, ["recon"], no_cache=True, **{**_settings(tiny_sd, tiny_dinov2, cache),
+                                                              "batch_size": 1, "generator_options": options})
+    expected = _scored(fresh.records)
+    for key, (value, error) in _scored(cached.records).items():
+        assert error == expected[key][1]
+        assert value == (None if expected[key][0] is None else pytest.approx(expected[key][0], abs=1e-6))
+    # the stage again, one row at a time, into another store: the same files, pixel for pixel
+    again = tmp_path / "cache-again"
+    assert main(["reconstruct", "-i", str(data), "-m", "recon", "--generator", str(tiny_sd), "--generator-opt",
+                 "steps=2", "--generator-opt", "batch_invariant=true", "--embedder", str(tiny_dinov2),
+                 "--max-side", "32", "--batch-size", "1", "--cache-dir", str(again), "-q"]) == 1
+    pictures = {p.relative_to(cache): np.asarray(Image.open(p)) for p in (cache / "images").rglob("*.png")}
+    assert len(pictures) == 9
+    for name, pixels in pictures.items():
+        assert np.array_equal(np.asarray(Image.open(again / name)), pixels)
+    with pytest.raises(ValueError, match="batch_invariant must be true or false"):
+        DiffusersGenerator(tiny_sd, batch_invariant="yes")
