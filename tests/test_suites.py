@@ -651,3 +651,14 @@ def test_a_suite_reconstructs_in_halved_batches_after_out_of_memory(tmp_path, be
     with pytest.raises(RunError, match="reconstruct: out of memory on a single row"):
         evaluate_suites(suites, caption_sources([], files), generator=HungryGenerator(room=0),
                         judge=ScriptedJudge(SCRIPT), size="32x32", cache_dir=str(tmp_path / "fresh"))
+
+
+def test_each_registered_entry_describes_the_number_it_reports():
+    """The registry's words match the headline: a grounding entry reports the mean IoU (its
+    accuracy at the threshold is the companion), so its description leads with that."""
+    from caprecon.apps.suites.entries import SUITES
+
+    for entry in SUITES.values():
+        if entry.metric == "grounding":
+            headline = entry.about.split("; ", 1)[1]
+            assert headline.startswith("mean IoU"), entry.about

@@ -117,8 +117,8 @@ SUITES: dict[str, SuiteEntry] = {e.name: e for e in (
     _entry("mathvision", "Vision.", "math", "MathVision: competition problems, numbers and option letters"),
     _entry("ocrbench", "OB.", "ocr", "OCRBench: an accepted answer contained in the reply", match="contains"),
     _entry("ocrvqa", "OQ.", "ocr", "OCRVQA: exact match after VQA normalisation", match="exact"),
-    _entry("refcoco", "CO.", "box", "RefCOCO: referring expressions; accuracy at IoU >= 0.5",
-           metric="grounding"),
+    _entry("refcoco", "CO.", "box", "RefCOCO: referring expressions; mean IoU (the paper's grounding number), "
+                                    "with the accuracy at IoU >= 0.5 beside it", metric="grounding"),
 )}
 
 
