@@ -557,3 +557,92 @@ def test_json_list_with_a_lone_surrogate_names_its_item(tmp_path):
     good = tmp_path / "good.json"
     good.write_text('[{"id": "a", "caption": "whole \\ud83d\\ude00"}]')
     assert [r["caption"] for _, r in read_records(good)] == ["whole \U0001F600"]
+
+
+# issue 42, class 8: every count has a bound and every number a domain, in every command that takes it;
+# (command family, option, value, what stderr's last line must say) -- each refused before any file is read
+HUGE = str(10**9)
+COUNTS_AND_DOMAINS = [
+    ("refine", "--rounds", HUGE, "argument --rounds: must be between 1 and 100, not 1000000000"),
+    ("refine", "--rounds", "-1", "argument --rounds: must be between 1 and 100, not -1"),
+    ("caption", "--refine", HUGE, "argument --refine: must be between 1 and 100"),
+    ("score", "--seeds", HUGE, "argument --seeds: must be between 1 and 1000, not 1000000000"),
+    ("refine", "--seeds", HUGE, "argument --seeds: must be between 1 and 1000"),
+    ("caption", "--seeds", "-3", "argument --seeds: must be between 1 and 1000, not -3"),
+    ("compare", "--resamples", HUGE, "argument --resamples: must be between 1 and 100000"),
+    ("seeds", "--resamples", "-5", "argument --resamples: must be between 1 and 100000, not -5"),
+    ("t2i", "--bootstrap", HUGE, "argument --bootstrap: must be between 1 and 100000"),
+    ("t2i", "--bootstrap", "-1", "argument --bootstrap: must be between 1 and 100000, not -1"),
+    ("meta", "--bootstrap", HUGE, "argument --bootstrap: must be between 0 and 100000"),
+    ("t2i", "--limit", HUGE, "argument --limit: must be between 1 and 100000000"),
+    ("suite", "--limit", "-2", "argument --limit: must be between 1 and 100000000, not -2"),
+    ("caption", "--n", HUGE, "argument --n: must be between 1 and 1000"),
+    ("refine", "--margin", "nan", "argument --margin: must be a finite number at least 0, not nan"),
+    ("refine", "--margin", "-0.1", "argument --margin: must be a finite number at least 0, not -0.1"),
+    ("seeds", "--threshold", "nan", "argument --threshold: must be above 0 and at most 1, not nan"),
+    ("seeds", "--threshold", "2", "argument --threshold: must be above 0 and at most 1, not 2.0"),
+    ("meta", "--tolerance", "nan", "argument --tolerance: must be a finite number at least 0, not nan"),
+    ("meta", "--tolerance", "-1", "argument --tolerance: must be a finite number at least 0, not -1.0"),
+    ("suite", "--sigma", "inf", "argument --sigma: must be a finite number above 0, not inf"),
+    ("caption", "--temperature", "-1", "argument --temperature: must be a finite number at least 0"),
+    ("caption", "--top-p", "0", "argument --top-p: must be above 0 and at most 1, not 0.0"),
+]
+
+
+def _with_required(command, root):
+    """`command`'s required arguments, so that only the option under test is wrong."""
+    return {"refine": ["refine", "-i", str(root / "none.jsonl"), "--out", str(root / "o")],
+            "caption": ["caption", "--images", str(root), "--out", str(root / "o")],
+            "score": ["score", "-i", str(root / "none.jsonl")],
+            "compare": ["compare", str(root)], "seeds": ["seeds", str(root)],
+            "t2i": ["t2i", "-i", str(root / "none.jsonl")], "meta": ["meta"],
+            "suite": ["suite", "--suite", "mme"]}[command]
+
+
+@pytest.mark.parametrize("command, option, value, message", COUNTS_AND_DOMAINS,
+                         ids=[f"{c} {o} {v}" for c, o, v, _ in COUNTS_AND_DOMAINS])
+def test_counts_and_numbers_out_of_range_are_refused(command, option, value, message, tmp_path, capsys):
+    code, _, err = _run([*_with_required(command, tmp_path), f"{option}={value}"], capsys)
+    _expect(code, err, 2, message)
+
+
+# weights of the selection score (refine and caption's best-of-N share Selection), refused before any file is read
+@pytest.mark.parametrize("weights, message", [
+    ("recon=nan", "selection weight of recon: must be a finite number above 0, not nan"),
+    ("recon=-1", "selection weight of recon: must be a finite number above 0, not -1.0"),
+    ("recon=0.5,clipscore=inf", "selection weight of clipscore: must be a finite number above 0, not inf"),
+    ("recon=0", "selection weight of recon: must be a finite number above 0, not 0.0"),
+])
+@pytest.mark.parametrize("command", ["refine", "caption"])
+def test_selection_weights_must_be_finite_and_positive(command, weights, message, tmp_path, capsys):
+    code, _, err = _run([*_with_required(command, tmp_path), "--select", weights, "--llm", "x"], capsys)
+    _expect(code, err, 2, message)
+
+
+def test_the_python_api_bounds_the_same_counts(tmp_path):
+    from caprecon.apps.refine import refine
+    from caprecon.apps.t2i import evaluate_generators
+    from caprecon.core.errors import ConfigError
+    from caprecon.run.captioning import Selection
+    from caprecon.run.config import RunConfig
+    from caprecon.stats.bootstrap import bootstrap_ci
+    from caprecon.stats.seeds import compare, stability
+
+    rows = [{"id": f"r{i}", "image_id": f"i{i}", "recon_seeds": [0.1 * i, 0.2, 0.3]} for i in range(4)]
+    cases = {
+        "--rounds must be between 1 and 100, not 1000000000": lambda: refine([], rounds=10**9),
+        "--margin must be a finite number at least 0, not nan": lambda: refine([], margin=float("nan")),
+        "selection weight of recon: must be a finite number above 0, not nan": lambda: Selection.parse(
+            {"recon": float("nan")}),
+        "--seeds must be between 1 and 1000, not 1000000000": lambda: RunConfig(seeds=10**9),
+        "n_resamples must be between 0 and 100000, not 1000000000": lambda: compare(rows, rows, "recon",
+                                                                                    n_resamples=10**9),
+        "n_resamples must be between 0 and 100000, not -1": lambda: stability(rows, "recon", n_resamples=-1),
+        "n_resamples must be between 0 and 100000, not -2": lambda: bootstrap_ci(len, ["a", "b"], n_resamples=-2),
+        "--limit must be between 1 and 100000000, not -1": lambda: evaluate_generators([], [], limit=-1),
+        "--bootstrap must be between 1 and 100000, not 0": lambda: evaluate_generators([], [], n_bootstrap=0),
+    }
+    for message, call in cases.items():
+        with pytest.raises(ConfigError) as raised:
+            call()
+        assert str(raised.value) == message

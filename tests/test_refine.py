@@ -22,6 +22,7 @@ from PIL import Image
 
 from caprecon.apps.refine import refine, revision_prompt
 from caprecon.cli.commands import main
+from caprecon.core.checks import MAX_ROUNDS
 from caprecon.core.errors import ConfigError
 from oracle import OracleGenerator, PixelEmbedder, render
 from refine_fakes import DescribingVLM, FailingGenerator, ReviserLLM
@@ -209,10 +210,20 @@ def test_the_loop_stops_when_a_round_brings_no_gain(world):
     run = refine(world["captions"], rounds=3, llm=llm, out=out, **settings(world))
     assert llm.calls == 1
     assert [r["round"] for r in run.captions[0]["rounds"]] == [0, 1]
+    # once every caption has stopped, no round is written: the table ends at the last round reached
     table = read_csv(out / "rounds.csv")
-    assert [int(r["round"]) for r in table] == [0, 1, 2, 3]
-    assert [int(r["revised"]) for r in table] == [0, 1, 0, 0]
+    assert [int(r["round"]) for r in table] == [0, 1]
+    assert [int(r["revised"]) for r in table] == [0, 1]
     assert len({r["mean_score"] for r in table}) == 1
+    assert [r["round"] for r in run.rounds] == [0, 1]
+
+
+def test_the_most_rounds_allowed_end_with_the_last_caption_that_converged(world):
+    out = world["tmp"] / "out"
+    run = refine(world["captions"], rounds=MAX_ROUNDS, llm=ReviserLLM("fix"), out=out, **settings(world))
+    assert [r["round"] for r in run.captions[0]["rounds"]] == [0, 1, 2, 3]
+    assert [int(r["round"]) for r in read_csv(out / "rounds.csv")] == [0, 1, 2, 3]
+    assert run.manifest["refine"]["rounds"] == MAX_ROUNDS
 
 
 def test_accepted_revisions_raise_the_score_round_by_round(world):

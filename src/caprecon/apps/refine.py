@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from caprecon.core.checks import MAX_ROUNDS, check_count, check_number
 from caprecon.core.describe import describe_model
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import append_jsonl, is_number, read_jsonl, write_jsonl_atomically
@@ -289,10 +290,8 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
 
     started = time.time()
     selection = Selection.parse(select or "recon")
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
-        raise ConfigError(f"--rounds must be a whole number >= 1, not {rounds!r}")
-    if not isinstance(margin, (int, float)) or not math.isfinite(margin) or margin < 0:
-        raise ConfigError(f"--margin must be a number >= 0, not {margin!r}")
+    check_count("--rounds", rounds, 1, MAX_ROUNDS)
+    check_number("--margin", margin, 0)
     if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
         raise ConfigError(f"--holdout must be a share strictly between 0 and 1, not {holdout!r}")
     cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
@@ -391,6 +390,8 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
             append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, **v}
                     for s, v in zip(fresh, score_versions([(s, 0, s.caption) for s in fresh]))])
         for round_no in range(1, rounds + 1):
+            if not any(_due(history[s.id], rounds + 1) for s in rows):
+                break  # every caption has converged or stopped: a later round would write nothing
             due = readable([s for s in rows if _due(history[s.id], round_no)], round_no)
             if not due:
                 continue
@@ -606,7 +607,7 @@ def _read_rounds(out_dir: Path, run_key: str) -> dict[str, list[dict[str, Any]]]
 
 def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequence[str],
                  rounds: int) -> list[dict[str, Any]]:
-    """Per round 0..R: the mean score of the captions as they stand after it (those whose
+    """Per round 0..R (R: the last round a caption reached, at most `rounds`): the mean score of the captions as they stand after it (those whose
     original has a score), the share of them above their original, and the revisions asked
     and accepted in it; with a split bank, also their mean Caption Turing Test accuracy on
     the guiding and on the held-out questions. The standing caption changes only by an
@@ -614,8 +615,9 @@ def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequen
     scored = [i for i in ids if history[i] and history[i][0].get("score") is not None]
     firsts = [history[i][0]["score"] for i in scored]
     halves = [h for h in HALVES if any(h in history[i][0] for i in scored)]
+    reached = max((r["round"] for i in ids for r in history[i]), default=0)
     table = []
-    for round_no in range(rounds + 1):
+    for round_no in range(min(rounds, reached) + 1):
         versions = [_current([r for r in history[i] if r["round"] <= round_no]) for i in scored]
         standing = [v["score"] for v in versions]
         asked = [r for i in ids for r in history[i] if r["round"] == round_no and round_no and r["caption"]]

@@ -37,6 +37,7 @@ import numpy as np
 
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store, write_manifest
+from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES, check_count
 from caprecon.core.errors import ConfigError
 from caprecon.core.tables import format_table
 from caprecon.run.entrants import entrants
@@ -241,6 +242,9 @@ def evaluate_generators(
     if config is not None and settings:
         raise TypeError(f"give either `config` or settings, not both (got {sorted(settings)})")
     cfg = config or RunConfig.build(**settings)
+    if limit is not None:
+        check_count("--limit", limit, 1, MAX_LIMIT)
+    check_count("--bootstrap", n_bootstrap, 1, MAX_RESAMPLES)
     rows, column = _caption_rows(samples, caption_column, limit)
     if normalise:
         rows = normalised_samples(rows)

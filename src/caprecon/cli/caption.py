@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from caprecon.cli.common import add_run_options, failed_records, row_failures, run_settings
+from caprecon.core.checks import MAX_CANDIDATES, MAX_ROUNDS
+from caprecon.cli.common import add_run_options, failed_records, real_number, row_failures, run_settings, whole_number
 from caprecon.cli.refine import add_refine_options
-from caprecon.run.config import parse_options, whole_number
+from caprecon.run.config import parse_options
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -24,19 +25,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server (repeatable)")
     p.add_argument("--prompt",
                    help="detailed (default), limited (with --max-words), remote-sensing, or the prompt text")
-    p.add_argument("--max-words", type=int, help="length limit of the 'limited' prompt")
-    p.add_argument("--n", type=int, help="candidates per image (default 10)")
-    p.add_argument("--temperature", type=float,
+    p.add_argument("--max-words", type=whole_number(1), help="length limit of the 'limited' prompt")
+    p.add_argument("--n", type=whole_number(1, MAX_CANDIDATES), help="candidates per image (default 10)")
+    p.add_argument("--temperature", type=real_number(0),
                    help="sampling temperature (default: the captioner's generation config, else 0.8)")
-    p.add_argument("--top-p", type=float,
+    p.add_argument("--top-p", type=real_number(0, 1, low_open=True),
                    help="nucleus sampling mass (default: the captioner's generation config, else 1: off)")
-    p.add_argument("--top-k", type=int,
+    p.add_argument("--top-k", type=whole_number(0),
                    help="sample from the k likeliest tokens (default: the captioner's generation config, else 0: off)")
-    p.add_argument("--max-new-tokens", type=int, help="longest caption in tokens (default 512)")
+    p.add_argument("--max-new-tokens", type=whole_number(1), help="longest caption in tokens (default 512)")
     p.add_argument("--select", help="metric that selects (recon, turing, vqascore, clipscore, ...) or a weighted "
                                     "sum such as recon=0.7,clipscore=0.3 (default recon)")
-    p.add_argument("--seed", type=int, help="seeds the candidates' sampling and the reconstructions' noise")
-    p.add_argument("--refine", type=whole_number(1), metavar="R",
+    p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="seeds the candidates' sampling and the reconstructions' noise")
+    p.add_argument("--refine", type=whole_number(1, MAX_ROUNDS), metavar="R",
                    help="then refine each selected caption for up to R rounds with the captioner, as `caprecon "
                         "refine` does (written to OUT/refine)")
     add_refine_options(p)

@@ -9,11 +9,48 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from caprecon.core.checks import MAX_SEEDS, count_problem, number_problem
 from caprecon.core.errors import ConfigError
-from caprecon.run.config import parse_options, parse_pairs, whole_number
+from caprecon.run.config import parse_options, parse_pairs
 
 # the exit status of a command some of whose rows failed (or that had none), whichever command it is
 ROWS_FAILED = 1
+
+
+def whole_number(low: int, high: int | None = None):
+    """An argparse `type` for a count in [low, high], so `--batch-size 0` or `--rounds 10**9` is
+    refused up front, in the words the Python API uses (`caprecon.core.checks`)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
+        problem = count_problem(value, low, high)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = "whole number"
+    return parse
+
+
+def real_number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
+                high_open: bool = False):
+    """An argparse `type` for a finite number in its range (NaN and inf refused), as `whole_number`."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, not {text!r}") from None
+        problem = number_problem(value, low, high, low_open=low_open, high_open=high_open)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = "number"
+    return parse
 
 
 def global_options(p: argparse.ArgumentParser, default=None) -> None:
@@ -69,7 +106,7 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
     p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
                    help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
                         "its candidates; fixed: --seed for every caption")
-    p.add_argument("--seeds", type=whole_number(1), metavar="K",
+    p.add_argument("--seeds", type=whole_number(1, MAX_SEEDS), metavar="K",
                    help="reconstructions per caption (default 1): recon, clip-image, turing and vqascore on the "
                         "reconstruction report the mean over K seeds with its sd and 95%% interval. Costs K times "
                         "the generation; the cache keeps each seed, so raising K generates only the new ones")

@@ -34,7 +34,8 @@ from typing import Callable, Collection, Sequence
 
 import numpy as np
 
-from caprecon.run.config import whole_number
+from caprecon.core.checks import MAX_RESAMPLES
+from caprecon.cli.common import real_number, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
 from caprecon.apps.metabench import find_benchmarks, get_benchmark
@@ -100,7 +101,7 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "--judgments file in the same order; metrics found there are not recomputed",
     )  # fmt: skip
     parser.add_argument(
-        "--bootstrap", type=whole_number(0), default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
+        "--bootstrap", type=whole_number(0, MAX_RESAMPLES), default=1000, metavar="N", help="bootstrap resamples for the CIs (0: none)"
     )
     parser.add_argument("--seed", type=whole_number(0), default=0, help="seed of the bootstrap and of the perturber")
     parser.add_argument(
@@ -142,7 +143,7 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
         help="paired bootstrap over images: does metric A agree with people better than B? (difference, CI, p)",
     )  # fmt: skip
     parser.add_argument(
-        "--tolerance", type=float, default=1.0, metavar="POINTS",
+        "--tolerance", type=real_number(0), default=1.0, metavar="POINTS",
         help="verify: largest |ours - published| that passes, in points (values x100)",
     )  # fmt: skip
     parser.add_argument(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from caprecon.cli.common import add_image_root_options, add_run_options, row_failures, run_settings
+from caprecon.core.checks import MAX_ROUNDS
+from caprecon.cli.common import (add_image_root_options, add_run_options, real_number, row_failures, run_settings,
+                                 whole_number)
 from caprecon.core.tables import format_table, number, terminal_safe
-from caprecon.run.config import parse_options, whole_number
+from caprecon.run.config import parse_options
 
 
 def share(text: str) -> float:
@@ -23,7 +25,7 @@ def share(text: str) -> float:
 
 def add_refine_options(p: argparse.ArgumentParser) -> None:
     """The options `refine` and `caption --refine` share (the reviser and --select are each command's own)."""
-    p.add_argument("--margin", type=float, default=0.0,
+    p.add_argument("--margin", type=real_number(0), default=0.0,
                    help="keep a revision only if it beats the caption it revises by more than this (default 0); "
                         "with --seeds K, only if the 95%% interval of its per-seed gain lies above it")
     p.add_argument("--feedback", metavar="SOURCES",
@@ -54,7 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--captioner", "-c", help="reviser that sees the image: registry name, hub id, folder or "
                                              "module:Class (default: the --llm, which sees only the text)")
     p.add_argument("--captioner-opt", action="append", metavar="KEY=VALUE", help="captioner option (repeatable)")
-    p.add_argument("--rounds", type=whole_number(1), default=2, help="most revisions per caption (default 2)")
+    p.add_argument("--rounds", type=whole_number(1, MAX_ROUNDS), default=2, help="most revisions per caption (default 2)")
     p.add_argument("--select", help="metric that decides (recon, turing, ...) or a weighted sum such as "
                                     "recon=0.7,turing=0.3 (default recon)")
     p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="seeds the reconstructions' noise")

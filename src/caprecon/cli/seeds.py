@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.core.tables import format_table, number
-from caprecon.run.config import whole_number
+from caprecon.cli.common import real_number, whole_number
 
 
 def load_run(run: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -84,7 +85,7 @@ def cmd_seeds(args: argparse.Namespace) -> int:
 
 def _shared(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", "-m", help="the score to compare (default: the run's first metric)")
-    p.add_argument("--resamples", type=whole_number(1), default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--resamples", type=whole_number(1, MAX_RESAMPLES), default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--bootstrap-seed", type=whole_number(0), default=0, help="seed of the bootstrap (default 0)")
 
 
@@ -111,7 +112,7 @@ def add_parser(subparsers) -> None:
                     "reaches --threshold (and stays there).")
     p.add_argument("run", help="run folder (or its scores.jsonl) scored with --seeds K")
     p.add_argument("--by", help="rank systems (values of this field, e.g. captioner) instead of captions")
-    p.add_argument("--threshold", type=float, default=0.9, help="tau a ranking must reach (default 0.9)")
+    p.add_argument("--threshold", type=real_number(0, 1, low_open=True), default=0.9, help="tau a ranking must reach (default 0.9)")
     p.add_argument("--out", help="folder for seeds.csv (default: the run folder)")
     _shared(p)
     p.set_defaults(func=cmd_seeds)

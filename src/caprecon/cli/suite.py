@@ -16,8 +16,9 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.cli.common import failed_records, row_failures
-from caprecon.run.config import load_config_file, parse_options, parse_pairs, whole_number
+from caprecon.core.checks import MAX_LIMIT
+from caprecon.cli.common import failed_records, real_number, row_failures, whole_number
+from caprecon.run.config import load_config_file, parse_options, parse_pairs
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
 
@@ -46,8 +47,8 @@ def add_parser(subparsers) -> None:
                         "`image_id` (see OUT/images.jsonl) or `dataset` and `index`")
     p.add_argument("--prompt", help="caption prompt: detailed (default), limited (with --max-words), "
                                     "remote-sensing, or the text")
-    p.add_argument("--max-words", type=int, help="length limit of the 'limited' prompt")
-    p.add_argument("--caption-max-new-tokens", type=int, default=256, help="longest caption (default 256)")
+    p.add_argument("--max-words", type=whole_number(1), help="length limit of the 'limited' prompt")
+    p.add_argument("--caption-max-new-tokens", type=whole_number(1), default=256, help="longest caption (default 256)")
     p.add_argument("--generator", "-g", help="text-to-image model: registry name, hub id, folder or module:Class")
     p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
                    help="generator option, e.g. steps=28, dtype=bfloat16 (repeatable)")
@@ -62,18 +63,18 @@ def add_parser(subparsers) -> None:
                    help="read the --judge's grounding boxes in this convention instead of its own (Qwen3-VL: "
                         "1000, Qwen2.5-VL: pixel; a --judge-for judge keeps its own); inferred per answer when "
                         "neither is known")
-    p.add_argument("--judge-max-new-tokens", type=int, default=32, help="longest answer (default 32)")
-    p.add_argument("--sigma", type=float, default=DEFAULT_SIGMA,
+    p.add_argument("--judge-max-new-tokens", type=whole_number(1), default=32, help="longest answer (default 32)")
+    p.add_argument("--sigma", type=real_number(0, low_open=True), default=DEFAULT_SIGMA,
                    help=f"Eq. 4 tolerance in percentage points (default {DEFAULT_SIGMA:g})")
-    p.add_argument("--limit", type=int, help="the first N questions of each dataset only")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), help="the first N questions of each dataset only")
     p.add_argument("--no-normalise", dest="normalise", action="store_false",
                    help="give captions to the generator as written (default: markdown, list markers and line "
                         "breaks stripped; the raw text is kept in captions.jsonl)")
     p.add_argument("--size", metavar="WxH", help="size of every reconstruction (default: the source's aspect ratio "
                                                  "at --max-side)")
-    p.add_argument("--max-side", type=int, help="long side of reconstructions (default 1024)")
+    p.add_argument("--max-side", type=whole_number(16), help="long side of reconstructions (default 1024)")
     p.add_argument("--template", help="prompt template with {caption}, or a preset (default: plain)")
-    p.add_argument("--seed", type=int, help="base seed of the reconstructions (each image's derives from it)")
+    p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="base seed of the reconstructions (each image's derives from it)")
     p.add_argument("--config", help="YAML or TOML file of run settings (generator, judge, their options, size...)")
     p.add_argument("--batch-size", type=whole_number(1), help="images per captioner, generator or judge batch "
                    "(default 16)")

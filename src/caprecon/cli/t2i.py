@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from caprecon.cli.common import failed_records, row_failures
-from caprecon.run.config import load_config_file, parse_options, whole_number
+from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES
+from caprecon.cli.common import failed_records, row_failures, whole_number
+from caprecon.run.config import load_config_file, parse_options
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.vqascore import DEFAULT_TEMPLATE
 from caprecon.apps.t2i import DEFAULT_JUDGES
@@ -33,7 +34,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(the Re-LAION-Caption 19M layout too)")
     p.add_argument("--caption-column", help="the column holding the captions (default: the first of re_caption, "
                                             "recaption, structured_caption, llava_caption, ..., caption, text)")
-    p.add_argument("--limit", type=whole_number(1), help="evaluate the first N captions only")
+    p.add_argument("--limit", type=whole_number(1, MAX_LIMIT), help="evaluate the first N captions only")
     p.add_argument("--generator", "-g", action="append", dest="generators", metavar="[LABEL=]SPEC",
                    help="generator under test (repeatable): registry name, hub id, folder or module:Class")
     p.add_argument("--generator-opt", action="append", metavar="KEY=VALUE",
@@ -50,11 +51,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "stripped; the raw text is kept as caption_raw)")
     p.add_argument("--size", metavar="WxH", help="image size (default: each generator's native resolution)")
     p.add_argument("--template", help="prompt template with {caption}, or a preset (default: plain)")
-    p.add_argument("--seed", type=int, help="base seed; each caption's seed derives from it and the caption's id")
+    p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="base seed; each caption's seed derives from it and the caption's id")
     p.add_argument("--seed-policy", choices=["per-sample", "fixed"],
                    help="per-sample: a seed per caption, the same for every generator (default); fixed: --seed "
                         "for every caption")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+    p.add_argument("--bootstrap", type=whole_number(1, MAX_RESAMPLES), default=1000, metavar="N", help="bootstrap resamples (default 1000)")
     p.add_argument("--preset", help="run preset (its generator is used when no --generator is given)")
     p.add_argument("--config", help="YAML or TOML file: run settings, plus `generators` and `judges` lists of "
                                     "names or {label, model, options}")

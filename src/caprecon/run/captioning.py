@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number
 from caprecon.data.images import decode_bytes, image_file_key, read_image_file
@@ -140,8 +141,10 @@ class Selection:
         if unknown:
             raise ConfigError(f"cannot select by {', '.join(map(repr, unknown))}: not a metric; "
                               f"metrics: {', '.join(sorted(METRICS))}")
-        if not any(weights.values()):
-            raise ConfigError("every selection weight is 0: nothing would decide between candidates")
+        for name, weight in weights.items():  # NaN would make every score NaN; a negative one reverses the guard
+            problem = number_problem(weight, 0, low_open=True)
+            if problem:
+                raise ConfigError(f"selection weight of {name}: {problem}")
         return cls(weights)
 
     @property

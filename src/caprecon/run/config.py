@@ -14,37 +14,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
+from caprecon.core.checks import MAX_SEEDS, check_count
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
-
-
-def whole_number(low: int, high: int | None = None):
-    """An argparse `type` for integer options with bounds, so `--batch-size 0` is refused up front."""
-    import argparse
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
-        if value < low or (high is not None and value > high):
-            bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-            raise argparse.ArgumentTypeError(f"must be {bounds}, not {value}")
-        return value
-
-    parse.__name__ = "whole number"
-    return parse
-
-
-def _check_int(name: str, value: Any, *, low: int, high: int | None = None) -> None:
-    option = "--" + name.replace("_", "-")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{option} must be a whole number, not {value!r}")
-    if value < low or (high is not None and value > high):
-        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise ConfigError(f"{option} must be {bounds}, not {value}")
 
 
 def _placeholders(template: str) -> set[str] | None:
@@ -97,17 +71,17 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         # settings come from the CLI, YAML/TOML files and Python alike: check them once, here
-        _check_int("batch_size", self.batch_size, low=1)
-        _check_int("workers", self.workers, low=0)
-        _check_int("max_side", self.max_side, low=16)
+        check_count("--batch-size", self.batch_size, 1)
+        check_count("--workers", self.workers, 0)
+        check_count("--max-side", self.max_side, 16)
         try:  # sizes the generator could not allocate stop here, not at the first reconstruction
             check_max_side(self.max_side)
             if self.size is not None:
                 parse_size(self.size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
-        _check_int("seed", self.seed, low=0, high=2**63 - 1)
-        _check_int("seeds", self.seeds, low=1)
+        check_count("--seed", self.seed, 0, 2**63 - 1)
+        check_count("--seeds", self.seeds, 1, MAX_SEEDS)
         if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from caprecon.core.checks import MAX_RESAMPLES, check_count
+
 Statistic = Callable[[np.ndarray], float]  # row indices of a resample -> value
 
 
@@ -34,6 +36,12 @@ def _group_members(groups: Sequence) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 SEED_DRAW_CELLS = 2**22  # seed draws held at once by `paired_bootstrap_seeds` (32 MB of indices)
+
+
+def _no_resamples(n_resamples: int) -> bool:
+    """Whether `n_resamples` asks for no bootstrap (0); a count out of bounds (negative, or so
+    many the draws would not fit in memory) is refused, in every statistic alike."""
+    return check_count("n_resamples", n_resamples, 0, MAX_RESAMPLES) == 0
 
 
 def draws(n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
@@ -55,7 +63,7 @@ def _percentile_interval(values: np.ndarray, level: float) -> tuple[float, float
 def _resample(statistic: Statistic, groups: Sequence, *, n_resamples: int = 1000, seed: int = 0) -> np.ndarray:
     """`statistic` on each resample: it receives the row indices of every drawn group,
     repeated as often as the group was drawn. Empty when n_resamples is 0."""
-    if n_resamples <= 0:
+    if _no_resamples(n_resamples):
         return np.empty(0)
     _, members = _group_members(groups)
     picked = draws(len(members), n_resamples, seed)
@@ -154,7 +162,7 @@ def paired_bootstrap_seeds(
         raise ValueError(f"paired draws need A and B of one shape (images x seeds), not {a.shape} and {b.shape}")
     value_a, value_b = float(a.mean()), float(b.mean())
     observed = value_a - value_b
-    if n_resamples <= 0 or not len(a) or not math.isfinite(observed):
+    if _no_resamples(n_resamples) or not len(a) or not math.isfinite(observed):
         return SeededDifference(value_a, value_b, observed, math.nan, math.nan, math.nan, 0, math.nan)
     picked = draws(len(a), n_resamples, seed)  # resamples x images
     rng = np.random.default_rng([seed, 1])  # the seed level, apart from the image draws
@@ -262,7 +270,7 @@ def bootstrap_tau(
     """
     if variant not in ("b", "c"):
         raise ValueError(f"Kendall variant must be 'b' or 'c', not {variant!r}")
-    if n_resamples <= 0:
+    if _no_resamples(n_resamples):
         return math.nan, math.nan
     group_of, counts = _draw_counts(groups, n_resamples, seed)
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -306,7 +314,7 @@ def bootstrap_ratio(
 ) -> tuple[float, float]:
     """`bootstrap_ci` of sum(numerator) / sum(denominator) over a resample's rows, for all
     resamples at once (a ratio of sums is linear in the draw counts)."""
-    if n_resamples <= 0:
+    if _no_resamples(n_resamples):
         return math.nan, math.nan
     group_of, counts = _draw_counts(groups, n_resamples, seed)
     n_groups = counts.shape[1]

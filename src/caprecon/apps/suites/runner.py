@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from io import BytesIO
 from pathlib import Path
@@ -33,6 +32,7 @@ from tqdm.auto import tqdm
 
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store, write_manifest
+from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.metrics.grading import BoxReading
@@ -153,8 +153,9 @@ def evaluate_suites(
         raise ConfigError("no judge: give --judge (a registry name, hub id or folder)")
     if judge_box_coords is not None and judge_box_coords not in COORDS:
         raise ConfigError(f"judge box coords must be one of {', '.join(COORDS)}, not {judge_box_coords!r}")
-    if not math.isfinite(sigma) or sigma <= 0:
-        raise ConfigError(f"σ must be a positive number of percentage points, not {sigma}")
+    check_number("--sigma", sigma, 0, low_open=True)
+    if limit is not None:
+        check_count("--limit", limit, 1, MAX_LIMIT)
     caption_prompt = resolve_prompt(prompt, max_words) if any(s.captioner for s in sources) else None
 
     # every model resolved (not loaded) and every file read before any model runs
