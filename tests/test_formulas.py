@@ -478,3 +478,18 @@ def test_bootstrapped_tau_of_one_resample_counted_by_hand():
     for variant, tau in by_hand.items():
         low, high = bootstrap_tau(x, y, groups, variant=variant, n_resamples=1, seed=5)
         assert low == pytest.approx(tau, rel=1e-12) and high == pytest.approx(tau, rel=1e-12)
+
+
+@pytest.mark.parametrize("n", [300, 20_000])
+def test_kendall_both_ways_of_counting_equal_scipy(n):
+    """Below the threshold the pairs are counted here, above it through scipy's sort; both give
+    scipy's τ_b and τ_c to 1e-12 on ratings with many ties (as human ratings have)."""
+    from caprecon.stats.correlation import QUADRATIC_UP_TO, kendall_taus
+
+    rng = np.random.default_rng(n)
+    human = rng.integers(1, 5, n).astype(float)
+    metric = np.round(human + rng.normal(0, 1.5, n), 1)
+    got = kendall_taus(metric, human)
+    assert (n > QUADRATIC_UP_TO) == (n == 20_000)
+    assert got["b"] == pytest.approx(stats.kendalltau(metric, human, variant="b")[0], abs=1e-12)
+    assert got["c"] == pytest.approx(stats.kendalltau(metric, human, variant="c")[0], abs=1e-12)
