@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -262,55 +263,125 @@ def test_a_size_under_the_limit_is_accepted():
 # --------------------------------------------------------------------------- 6: config files name no code
 
 
-def _evil_config(tmp_path, marker, key="generator", labelled=False):
-    spec = "g=os:system" if labelled else "os:system"
+REFUSED = ("names the plug-in {spec!r}, code the run would import and call; plug-ins named in a config file load "
+           "only with --allow-plugins (give it if you trust this file, or name the plug-in on the command line)")
+
+
+@pytest.fixture
+def marker_plugin(tmp_path, monkeypatch):
+    """A harmless plug-in, `module:make`, that leaves a file behind when imported and another when
+    called: what a config file's code would do, without doing anything else."""
+    name = f"caprecon_probe_{uuid.uuid4().hex}"
+    (tmp_path / f"{name}.py").write_text(f"from pathlib import Path\nPath({str(tmp_path / 'imported')!r}).touch()\n"
+                                         f"def make(*args, **options):\n"
+                                         f"    Path({str(tmp_path / 'called')!r}).touch()\n", encoding="utf-8")
+    # and a model the command line names, trusted: an object with no abilities
+    (tmp_path / f"{name}_given.py").write_text("def make(*args, **options):\n    return object()\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f"{name}:make"
+
+
+def _untouched(tmp_path, spec):
+    return not (tmp_path / "imported").exists() and not (tmp_path / "called").exists() \
+        and spec.partition(":")[0] not in sys.modules
+
+
+# every command that reads settings from a file: its command line, and the settings it builds models from (a
+# run builds them in its own order, so all name the plug-in)
+ENTRY_POINTS = {
+    "score": (["score", "-i", "{rows}", "-m", "recon", "--config", "{config}"], ("generator",)),
+    "reconstruct": (["reconstruct", "-i", "{rows}", "--out", "{out}", "--config", "{config}"], ("generator",)),
+    "embed": (["embed", "-i", "{rows}", "--out", "{out}", "--config", "{config}"], ("embedder", "generator")),
+    "judge": (["judge", "-i", "{rows}", "-m", "vqascore", "--out", "{out}", "--config", "{config}"],
+              ("judge", "generator")),
+    "caption": (["caption", "--images", "{images}", "--captioner", "{given}", "--out", "{out}", "--config",
+                 "{config}"], ("generator",)),
+    "refine": (["refine", "-i", "{rows}", "--captioner", "{given}", "--out", "{out}", "--config", "{config}"],
+               ("generator", "judge", "llm")),
+    "t2i": (["t2i", "-i", "{rows}", "--config", "{config}"], ("generators", "judges")),
+    "suite": (["suite", "--suite", "mmstar", "--data", "{bench}", "--captions", "{rows}", "--config", "{config}"],
+              ("judge", "generator")),
+    "suite file": (["suite", "--suite", "{config}", "--captions", "{rows}"], ("datasets",)),
+    "meta": (["meta", "--config", "{config}"], ("llm",)),
+    "cttd build": (["cttd", "build", "--images", "{images}", "--out", "{out}", "--config", "{config}"],
+                   ("vlm", "judge", "llm", "embedder", "matcher")),
+}
+# how a file can carry a spec past a guard that reads each value as it stands
+FORMS = {
+    "spaced": lambda spec: f"  {spec}\t",
+    "labelled": lambda spec: [f"x= {spec}"],
+    "quoted": lambda spec: f"'{spec}'",
+    "nested": lambda spec: [{"label": "x", "model": f" {spec} ", "options": {}}],
+}
+
+
+def _entry_point(tmp_path, command, settings, plugin):
+    images = tmp_path / "images"
+    images.mkdir(exist_ok=True)
+    _png(images / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": str(images / "pic.png"), "caption": "red"}])
+    bench = _jsonl(tmp_path / "bench.jsonl", [{"index": 1, "image": str(images / "pic.png"), "question": "Colour?",
+                                               "A": "red", "B": "blue", "answer": "A", "category": "colour"}])
     config = tmp_path / "settings.yaml"
-    config.write_text(f'{key}: {json.dumps([spec] if labelled else spec)}\n'
-                      f'generator_options: {{command: "touch {marker}"}}\n', encoding="utf-8")
-    return config
+    config.write_text(json.dumps(settings), encoding="utf-8")  # JSON is YAML
+    where = {"rows": rows, "images": images, "out": tmp_path / "run", "config": config, "bench": bench,
+             "given": plugin.replace(":", "_given:")}
+    return [word.format(**where) for word in ENTRY_POINTS[command][0]], config
 
 
-@pytest.mark.parametrize("command", ["score", "t2i", "cttd build", "suite", "caption"])
-def test_a_plugin_named_in_a_config_file_needs_allow_plugins(tmp_path, command, capsys):
-    marker = tmp_path / "ran"
-    config = _evil_config(tmp_path, marker)
-    _png(tmp_path / "pic.png", RED)
-    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
-    argv = {"score": ["score", "-i", rows, "-m", "recon"],
-            "t2i": ["t2i", "-i", rows],
-            "cttd build": ["cttd", "build", "--images", tmp_path, "--out", tmp_path / "bank"],
-            "suite": ["suite", "--suite", "mmstar"],
-            "caption": ["caption", "--images", tmp_path, "--captioner", "c", "--out", tmp_path / "run"]}[command]
-    code, _, err = _run([*argv, "--config", config], capsys)
-    assert code == 2 and not marker.exists()
-    assert err.strip().splitlines()[-1] == (
-        f"caprecon: error: {config}: generator names the plug-in 'os:system', code the run would import and call; "
-        "plug-ins named in a config file load only with --allow-plugins (give it if you trust this file, or name "
-        "the plug-in on the command line)")
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("command", ENTRY_POINTS)
+def test_no_config_file_names_a_plugin_in_any_form_for_any_command(tmp_path, marker_plugin, command, form, capsys):
+    key = ENTRY_POINTS[command][1][0]
+    argv, config = _entry_point(tmp_path, command, {key: FORMS[form](marker_plugin),
+                                                    "generator_options": {"command": "echo"}}, marker_plugin)
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith(f"caprecon: error: {config}: {key}")
+    assert err.strip().endswith(REFUSED.format(spec=marker_plugin))
+    assert _untouched(tmp_path, marker_plugin)
 
 
-def test_labelled_and_nested_plugins_in_a_config_file_are_found_too(tmp_path, capsys):
-    marker = tmp_path / "ran"
-    config = _evil_config(tmp_path, marker, key="generators", labelled=True)
+@pytest.mark.parametrize("command", [c for c in ENTRY_POINTS if c != "suite file"])  # a suite file names no model
+def test_a_plugin_the_file_scan_misses_is_still_refused_where_it_would_be_imported(tmp_path, marker_plugin,
+                                                                                   monkeypatch, command, capsys):
+    """Trust is decided where a spec is resolved: with the early scan blind, every command still
+    refuses the file's plug-in when it builds the model, after its own parsing took the label off."""
+    from caprecon.models import registry
+
+    monkeypatch.setattr(registry, "plugins_in", lambda text: [])
+    keys = ENTRY_POINTS[command][1]
+    settings = {key: FORMS["labelled" if key.endswith("s") else "spaced"](marker_plugin) for key in keys}
+    argv, config = _entry_point(tmp_path, command, settings, marker_plugin)
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert re.fullmatch(rf"caprecon: error: {re.escape(str(config))}: ({'|'.join(keys)})(\[0\])? names the plug-in "
+                        rf"'(  )?{marker_plugin}(\\t)?', code the run would import and call; .*", last), last
+    assert last.endswith(REFUSED.partition(", code the run would import and call")[2])
+    assert _untouched(tmp_path, marker_plugin)
+
+
+def test_a_toml_file_and_a_category_judge_are_refused_too(tmp_path, marker_plugin, capsys):
     _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "caption": "red"}])
-    code, _, err = _run(["t2i", "-i", tmp_path / "rows.jsonl", "--config", config], capsys)
-    assert code == 2 and not marker.exists() and "generators[0] names the plug-in 'g=os:system'" in err
     judge_for = tmp_path / "judge-for.toml"
-    judge_for.write_text('[judge_for]\ncolour = "os:system"\n', encoding="utf-8")
+    judge_for.write_text(f'[judge_for]\ncolour = "  {marker_plugin}"\n', encoding="utf-8")
     code, _, err = _run(["score", "-i", tmp_path / "rows.jsonl", "--config", judge_for], capsys)
-    assert code == 2 and "judge_for.colour names the plug-in 'os:system'" in err
+    assert code == 2 and f"judge_for.colour {REFUSED.format(spec=marker_plugin)}" in err
+    assert _untouched(tmp_path, marker_plugin)
 
 
-def test_allow_plugins_loads_them_and_the_command_line_needs_nothing(tmp_path, capsys):
+def test_allow_plugins_loads_them_and_the_command_line_needs_nothing(tmp_path, marker_plugin, capsys):
     _png(tmp_path / "pic.png", RED)
     rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
-    config = _evil_config(tmp_path, tmp_path / "from-config")
+    config = tmp_path / "settings.yaml"
+    config.write_text(json.dumps({"generator": marker_plugin}), encoding="utf-8")
     for flags in (["--allow-plugins", "score"], ["score", "--allow-plugins"]):
         _run([*flags, "-i", rows, "-m", "recon", "--config", config, "--out", tmp_path / "run"], capsys)
-    assert (tmp_path / "from-config").exists()
-    _run(["score", "-i", rows, "-m", "recon", "--generator", "os:system", "--generator-opt",
-          f"command=touch {tmp_path / 'from-cli'}", "--out", tmp_path / "run2"], capsys)
-    assert (tmp_path / "from-cli").exists()
+        assert (tmp_path / "called").exists()
+        (tmp_path / "called").unlink()
+    _run(["score", "-i", rows, "-m", "recon", "--generator", marker_plugin, "--out", tmp_path / "run2"], capsys)
+    assert (tmp_path / "called").exists()
 
 
 def test_prompts_and_urls_in_a_config_file_are_not_taken_for_plugins(tmp_path):

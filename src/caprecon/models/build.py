@@ -46,6 +46,8 @@ def build_model(role: str, spec: Any, options: Mapping[str, Any] | None = None, 
     check_option_types(_constructor(role, spec), options, flag)  # before the backend converts them
     try:
         model = registry.build(role, spec, **options)
+    except ConfigError:  # already one line naming its setting (a plug-in refused)
+        raise
     except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
         shown = ", ".join(f"{k}={v!r}" for k, v in redact(options).items()) or "none"
         raise ConfigError(f"--{setting} {spec!r}: bad {role} or options ({shown}): {exc}") from None

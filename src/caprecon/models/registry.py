@@ -6,14 +6,23 @@ A role is built from a *spec* plus keyword options:
 - `module:Class` (or `module:function`): imported and called with the options;
 - anything else is a hub id or a local folder, given to the role's default backend
   (`DiffusersGenerator` for generators, `HFVisionEmbedder` for embedders, ...).
+
+A plug-in is code, so whether to import it is decided here, on the spec as `build` got it
+(labels, spaces and quotes already taken off by whoever parsed it): text read from a config
+file without `--allow-plugins` is remembered (`distrust`), and a plug-in spec found in any
+of it is refused, whatever syntax carried it there.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
+
+from caprecon.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -163,6 +172,43 @@ def imports_code(spec: Any) -> bool:
     return isinstance(spec, str) and ":" in spec and "/" not in spec and "\\" not in spec
 
 
+# (file, setting, text) of every text read from a config file without --allow-plugins. Process-wide
+# rather than per context: a model built in another thread must be refused all the same.
+_untrusted: list[tuple[str, str, str]] = []
+_untrusted_lock = threading.Lock()
+# what a parser may strip around a spec (`x= os:system`, `"os:system"`): ignored when looking for one in text
+_PADDING = re.compile(r"[\s\"'`]")
+
+
+def distrust(source: str, texts: Iterable[tuple[str, str]]) -> None:
+    """Remember the (setting, text) pairs of the config file `source`, read without --allow-plugins:
+    `build` imports no plug-in whose spec occurs in any of them."""
+    with _untrusted_lock:
+        _untrusted.extend((str(source), where, text) for where, text in texts)
+
+
+def plugins_in(text: str) -> list[str]:
+    """The plug-in specs a setting's `text` could be resolved to: the whole or any part of a
+    `LABEL=SPEC`, spaces and quotes around it stripped. Prompts and templates (spaces or braces
+    inside) are text, never a model."""
+    parts = {part.strip().strip("\"'`").strip() for part in [text, *text.split("=")]}
+    return sorted(part for part in parts if imports_code(part) and not re.search(r"[\s{}]", part))
+
+
+def plugin_refused(source: str, where: str, spec: str) -> ConfigError:
+    return ConfigError(f"{source}: {where} names the plug-in {spec!r}, code the run would import and call; "
+                       f"plug-ins named in a config file load only with --allow-plugins (give it if you "
+                       f"trust this file, or name the plug-in on the command line)")
+
+
+def _check_trusted(spec: str) -> None:
+    bare = _PADDING.sub("", spec)
+    with _untrusted_lock:
+        found = next(((source, where) for source, where, text in _untrusted if bare in _PADDING.sub("", text)), None)
+    if found:
+        raise plugin_refused(*found, spec)
+
+
 def build(role: str, spec: str | Any, **options: Any) -> Any:
     """Construct a role's backend from a spec (see the module doc); objects pass through."""
     if role not in ROLES:
@@ -174,6 +220,7 @@ def build(role: str, spec: str | Any, **options: Any) -> Any:
         entry = table[spec]
         return _import(entry.factory)(**{**entry.defaults, **options})
     if imports_code(spec):
+        _check_trusted(spec)
         return _import(spec)(**options)
     return _import(default_backend)(spec, **options)
 

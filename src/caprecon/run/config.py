@@ -7,7 +7,6 @@ written whole into the run manifest.
 from __future__ import annotations
 
 import json
-import re
 import string
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -161,7 +160,9 @@ def load_config_file(path: str | Path, *, allow_plugins: bool = False) -> dict[s
     """The settings of a YAML or TOML file. A file can come from anyone, and a plug-in it names
     (`generator: "pkg.module:Class"`) is code the run would import and call, with the file's
     options as arguments (`os:system` runs a command): unless `allow_plugins`, such a value
-    stops with a `ConfigError`. Plug-ins given on the command line are the user's own and load
+    stops with a `ConfigError` here, before any model loads, and the file's every text is
+    handed to `registry.distrust`, so that a spec this scan missed is still refused where
+    it would be imported. Plug-ins given on the command line are the user's own and load
     as always."""
     path = Path(path)
     if not path.exists():
@@ -188,26 +189,26 @@ def load_config_file(path: str | Path, *, allow_plugins: bool = False) -> dict[s
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of settings")
     if not allow_plugins:
-        for where, spec in _plugins(data):
-            raise ConfigError(f"{path}: {where} names the plug-in {spec!r}, code the run would import and call; "
-                              f"plug-ins named in a config file load only with --allow-plugins (give it if you "
-                              f"trust this file, or name the plug-in on the command line)")
+        texts = list(_texts(data))
+        for where, text in texts:
+            for spec in registry.plugins_in(text):
+                raise registry.plugin_refused(str(path), where, spec)
+        registry.distrust(str(path), texts)
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 
-def _plugins(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
-    """(setting, spec) of every value in a config file that `registry.build` would import as
-    `module:attribute`, at any depth, alone or as the SPEC of a LABEL=SPEC entry. Prompts and
-    templates (spaces or braces) are text, never a model."""
+def _texts(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """(setting, text) of every string in a config file, keys included, at any depth."""
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _plugins(item, f"{where}.{key}" if where else str(key))
+            setting = f"{where}.{key}" if where else str(key)
+            yield setting, str(key)
+            yield from _texts(item, setting)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            yield from _plugins(item, f"{where}[{i}]")
-    elif isinstance(value, str) and not re.search(r"[\s{}]", value):
-        if any(registry.imports_code(spec) for spec in {value, value.partition("=")[2]}):
-            yield where, value
+            yield from _texts(item, f"{where}[{i}]")
+    elif isinstance(value, str):
+        yield where, value
 
 
 def parse_options(pairs: list[str] | None) -> dict[str, Any]:
