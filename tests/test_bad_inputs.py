@@ -5,6 +5,7 @@ The test prints the catalogue as a table (kind -> outcome) and checks every entr
 import base64
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -646,3 +647,82 @@ def test_the_python_api_bounds_the_same_counts(tmp_path):
         with pytest.raises(ConfigError) as raised:
             call()
         assert str(raised.value) == message
+
+
+# issue 42, class 9: what is missing is said, never averaged away
+def _scores(folder, rows):
+    folder.mkdir(parents=True, exist_ok=True)
+    _jsonl(folder / "scores.jsonl", rows)
+    return str(folder)
+
+
+def _seeded(i, system, values):
+    return {"id": f"{system}{i}", "image_id": f"img{i}", "captioner": system, "recon": sum(values) / len(values),
+            "recon_seeds": values}
+
+
+def _two_systems(tmp_path, extra_a=(), extra_b=()):
+    a = [_seeded(i, "a", [0.1 * i, 0.1 * i + 0.05]) for i in range(4)]
+    b = [_seeded(i, "b", [0.1 * i + 0.01, 0.1 * i + 0.02]) for i in range(4)]
+    return _scores(tmp_path / "A", a + list(extra_a)), _scores(tmp_path / "B", b + list(extra_b))
+
+
+MISSING_SAID = {  # kind -> (argv from the two runs' folders, exit status, what the output must say)
+    "compare: an id twice in a run": lambda a, b: (
+        ["compare", a, _scores(Path(b).parent / "dup", [_seeded(0, "b", [0.1, 0.2])] * 2)], 2,
+        "id 'b0' is on rows 1 and 2"),
+    "compare --by: an id twice in a system": lambda a, b: (
+        ["compare", _scores(Path(a).parent / "dup-in", [_seeded(0, "a", [0.1, 0.2])] * 2
+                            + [_seeded(0, "b", [0.3, 0.4])])], 2, "id 'a0' is on rows 1 and 2"),
+    "seeds: an id twice": lambda a, b: (
+        ["seeds", _scores(Path(a).parent / "dup-seeds", [_seeded(0, "a", [0.1, 0.2])] * 2), "--out",
+         str(Path(a).parent / "s")], 2, "id 'a0' is on rows 1 and 2"),
+    "compare: a run with itself": lambda a, b: (["compare", a, str(Path(a) / "scores.jsonl")], 2, "are the same run"),
+    "compare: an unknown --metric": lambda a, b: (["compare", a, b, "--metric", "recno"], 2,
+                                                   "--metric recno: no row of"),
+    "seeds: an unknown --metric": lambda a, b: (["seeds", a, "--metric", "recno", "--out", str(Path(a).parent / "s")],
+                                                2, "this score; it has: recon"),
+    "compare: rows without a finite score": lambda a, b: (
+        ["compare", *_two_systems(Path(a).parent / "holes", extra_a=[{"id": "a9", "image_id": "img9", "recon": None,
+                                                                      "error": "image not found"}],
+                                  extra_b=[{"id": "b8", "image_id": "img1", "recon": float("nan")}])], 0,
+        "left out 1 row(s) of "),
+    "seeds: rows without a finite score": lambda a, b: (
+        ["seeds", _scores(Path(a).parent / "holes-seeds", [*(_seeded(i, "a", [0.1 * i, 0.2 * i]) for i in range(3)),
+                                                           {"id": "x", "image_id": "img9", "recon_seeds": None}]),
+         "--out", str(Path(a).parent / "s")], 0, "left out 1 of 4 row(s) without a finite recon score"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MISSING_SAID))
+def test_what_is_missing_is_said(kind, tmp_path, capsys):
+    a, b = _two_systems(tmp_path)
+    argv, expected_code, message = MISSING_SAID[kind](a, b)
+    code, out, err = _run(argv, capsys)
+    assert "Traceback" not in err
+    assert code == expected_code and message in out + err, _outcome(code, err) + out
+
+
+def test_the_metric_error_lists_the_metrics_a_run_has(tmp_path, capsys):
+    a, b = _two_systems(tmp_path)
+    code, _, err = _run(["compare", a, b, "--metric", "recno"], capsys)
+    assert code == 2 and err.strip().endswith("has this score; it has: recon"), err
+
+
+def test_scores_near_the_largest_float_do_not_overflow(tmp_path, capsys):
+    import warnings
+
+    big = [_seeded(i, "a", [1e308 * (0.5 + 0.1 * i), 1e308]) for i in range(4)]
+    small = [_seeded(i, "b", [0.5, 0.5]) for i in range(4)]
+    a, b = _scores(tmp_path / "big", big), _scores(tmp_path / "small", small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warnings become failures
+        code, out, err = _run(["compare", a, b, "--out", str(tmp_path / "c.jsonl")], capsys)
+        assert code == 0, err
+        seeds_code, seeds_out, _ = _run(["seeds", a, "--out", str(tmp_path / "s")], capsys)
+    assert seeds_code == 0 and "nan" not in seeds_out.split("k  tau")[1].splitlines()[2]
+    row = json.loads((tmp_path / "c.jsonl").read_text())
+    # mean of A by hand: 1e308 * (0.5 + 0.1 i + 1) / 2 per image i = 0..3, averaged: 1e308 * (1.5 + 0.15) / 2
+    assert row["mean_a"] == pytest.approx(0.825e308) and row["difference"] == pytest.approx(0.825e308 - 0.5)
+    assert all(math.isfinite(row[k]) for k in ("mean_a", "difference", "ci_low", "ci_high"))
+    assert "inf" not in out and "nan" not in out and "8.2500e+307" in out

@@ -9,7 +9,7 @@ from typing import Any
 
 from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
-from caprecon.core.records import read_records, write_jsonl_atomically
+from caprecon.core.records import is_number, read_records, write_jsonl_atomically
 from caprecon.core.tables import format_table, number
 from caprecon.cli.common import real_number, whole_number
 
@@ -30,18 +30,31 @@ def load_run(run: str) -> tuple[list[dict[str, Any]], list[str]]:
     return [record for _, record in read_records(scores, ConfigError)], names
 
 
-def _metric(args: argparse.Namespace, names: list[str]) -> str:
-    if args.metric:
-        return args.metric
-    return names[0] if names else "recon"
+def _metric(args: argparse.Namespace, run: str, names: list[str], records: list[dict[str, Any]]) -> str:
+    metric = args.metric or (names[0] if names else "recon")
+    if not any(metric in r or f"{metric}_seeds" in r for r in records):
+        scored = names or sorted({k for r in records for k, v in r.items()
+                                  if is_number(v) and k not in ("seed", "index") and not k.endswith("_n")})
+        raise ConfigError(f"--metric {metric}: no row of {run} has "
+                          f"this score; it has: {', '.join(scored) or 'none'}")
+    return metric
+
+
+def _same_file(a: str, b: str) -> bool:
+    def scores(run: str) -> Path:
+        return Path(run) if Path(run).is_file() else Path(run) / "scores.jsonl"
+    return scores(a).resolve() == scores(b).resolve()
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from caprecon.stats.seeds import compare, compare_within
 
     records, names = load_run(args.runs[0])
-    metric = _metric(args, names)
+    metric = _metric(args, args.runs[0], names, records)
     options = {"n_resamples": args.resamples, "seed": args.bootstrap_seed}
+    if len(args.runs) == 2 and _same_file(*args.runs):
+        raise ConfigError(f"{args.runs[0]} and {args.runs[1]} are the same run: a run compared with itself differs "
+                          "by exactly 0; give two runs, or one run and --by FIELD to compare its systems")
     if len(args.runs) == 2:
         comparisons = [compare(records, load_run(args.runs[1])[0], metric, names=tuple(args.runs), **options)]
     elif len(args.runs) == 1:
@@ -50,7 +63,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError(f"compare takes one run (systems by --by) or two, not {len(args.runs)}")
     header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)"]
     table = [header] + [[c.a, c.b, c.images, c.seeds, number(c.mean_a), number(c.mean_b),
-                         number(c.difference), f"[{c.ci_low:.4f}, {c.ci_high:.4f}]", number(c.p_value), number(c.flip)]
+                         number(c.difference), f"[{number(c.ci_low)}, {number(c.ci_high)}]", number(c.p_value), number(c.flip)]
                         for c in comparisons]
     print(f"{metric}: paired difference on the same images and seeds, bootstrap over both ({args.resamples} "
           "resamples)")
@@ -66,18 +79,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_seeds(args: argparse.Namespace) -> int:
-    from caprecon.stats.seeds import seeds_needed, stability, write_stability
+    from caprecon.stats.seeds import seeds_needed, stability, unscored, write_stability
 
     records, names = load_run(args.run)
-    metric = _metric(args, names)
+    metric = _metric(args, args.run, names, records)
     curve = stability(records, metric, by=args.by, n_resamples=args.resamples, seed=args.bootstrap_seed)
+    left_out = unscored(records, metric)
     units = f"systems by {args.by}" if args.by else "captions"
     print(f"{metric}: Kendall tau between the ranking of {curve[0].units} {units} at k seeds and at "
           f"{curve[-1].k}, with a 95% bootstrap interval over images")
     print(format_table([["k", "tau", "95% interval"]] +
-                       [[p.k, number(p.tau), f"[{p.ci_low:.4f}, {p.ci_high:.4f}]"] for p in curve]))
+                       [[p.k, number(p.tau), f"[{number(p.ci_low)}, {number(p.ci_high)}]"] for p in curve]))
     needed = seeds_needed(curve, args.threshold)
     print(f"seeds needed for tau >= {args.threshold}: {needed if needed is not None else 'more than ' + str(curve[-1].k)}")
+    if left_out:
+        print(f"left out {left_out} of {len(records)} row(s) without a finite {metric} score (failed rows, NaN or inf)")
     out = Path(args.out) if args.out else (Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
     print(f"written: {write_stability(curve, out / 'seeds.csv', metric=metric, threshold=args.threshold)}")
     return 0

@@ -19,8 +19,11 @@ def terminal_safe(text: str) -> str:
 
 
 def number(value: Any) -> str:
-    """A table cell of a score: a float to 4 decimals, a missing value blank, anything else as it is."""
-    return f"{value:.4f}" if isinstance(value, float) else ("" if value is None else str(value))
+    """A table cell of a score: a float to 4 decimals (in powers of ten from 10^6 on, so 1e308 is
+    not 309 digits wide), a missing value blank, anything else as it is."""
+    if isinstance(value, float):
+        return f"{value:.4e}" if abs(value) >= 1e6 else f"{value:.4f}"
+    return "" if value is None else str(value)
 
 
 def format_table(rows: Sequence[Sequence[Any]], *, right: Sequence[int] = (), rule: bool = False) -> str:

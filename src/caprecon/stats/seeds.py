@@ -13,7 +13,8 @@ values as `<metric>_seeds` (`caprecon.metrics.seeds`); a one-seed row is its one
   and said (`Comparison.notes`): images one system did not score, or was asked a different
   number of questions about (`<metric>_n`), are left out; seeds beyond the fewer system's
   count are left out; images whose rows were rebuilt from other seeds for A than for B are
-  paired by seed position, which cancels no noise, and counted.
+  paired by seed position, which cancels no noise, and counted. Rows without a finite score
+  are counted too; an id twice in one system's rows is refused, never averaged.
 - `stability`: from a K-seed run, Kendall's τ between the ranking of captions (or of
   systems) at k < K seeds (the first k, what a k-seed run would have scored) and at K,
   with a bootstrap interval over images, and the smallest k whose τ reaches a threshold.
@@ -38,8 +39,9 @@ from caprecon.stats.correlation import kendall_tau
 STABILITY_THRESHOLD = 0.9
 
 
-def seed_values(record: Mapping[str, Any], metric: str) -> list[float] | None:
-    """The row's per-seed values of `metric` (one value for a one-seed row); None without a score."""
+def seed_values(record: Mapping[str, Any], metric: str, exponent: int = 0) -> list[float] | None:
+    """The row's per-seed values of `metric` (one value for a one-seed row), divided by
+    2**exponent (`magnitude`); None without a finite score."""
     values = record.get(f"{metric}_seeds")
     if values is None:
         value = record.get(metric)
@@ -47,7 +49,34 @@ def seed_values(record: Mapping[str, Any], metric: str) -> list[float] | None:
     if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                              for v in values):
         return None
-    return [float(v) for v in values]
+    return [math.ldexp(float(v), -exponent) for v in values]
+
+
+def magnitude(metric: str, *record_sets: Sequence[Mapping[str, Any]]) -> int:
+    """The binary exponent of the largest |score| in the rows: divided by 2**it, every value lies
+    within 1, so no sum or mean of them overflows (scores of 1e308 gave inf and NaN), and the
+    division is exact, so every mean, difference and tau is the same once multiplied back."""
+    largest = max((abs(v) for records in record_sets for r in records for v in seed_values(r, metric) or ()),
+                  default=0.0)
+    return math.frexp(largest)[1]
+
+
+def unique_ids(records: Sequence[Mapping[str, Any]], name: str) -> None:
+    """Refuse rows that share an id: averaging them would count one caption twice."""
+    seen: dict[str, int] = {}
+    for i, r in enumerate(records, 1):
+        if r.get("id") is None:
+            continue
+        key = str(r["id"])
+        if key in seen:
+            raise ConfigError(f"{name}: id {key!r} is on rows {seen[key]} and {i}; each row of a run has its own id "
+                              "(join shards with `caprecon merge`, not by concatenating them)")
+        seen[key] = i
+
+
+def unscored(records: Sequence[Mapping[str, Any]], metric: str) -> int:
+    """Rows without a finite `metric` score (a failed row, NaN, inf): left out, and counted."""
+    return sum(1 for r in records if seed_values(r, metric) is None)
 
 
 def image_of(record: Mapping[str, Any]) -> str:
@@ -80,11 +109,12 @@ class ImageDraws:
         return tuple(sorted(tuple(map(str, s[:k])) for s in self.seeds))
 
 
-def by_image(records: Iterable[Mapping[str, Any]], metric: str) -> dict[str, ImageDraws]:
-    """Per image, a system's draws (seeds as columns; several captions of one image averaged seed by seed)."""
+def by_image(records: Iterable[Mapping[str, Any]], metric: str, exponent: int = 0) -> dict[str, ImageDraws]:
+    """Per image, a system's draws (seeds as columns; several captions of one image averaged seed by
+    seed), divided by 2**exponent."""
     kept: dict[str, list[tuple[Mapping[str, Any], list[float]]]] = defaultdict(list)
     for r in records:
-        values = seed_values(r, metric)
+        values = seed_values(r, metric, exponent)
         if values is not None:
             kept[image_of(r)].append((r, values))
     out = {}
@@ -108,6 +138,8 @@ class Comparison:
     only_a: int  # images only A scored, left out
     only_b: int
     other_questions: int  # images A and B were asked different numbers of questions about, left out
+    unscored_a: int  # A's rows without a finite score, left out
+    unscored_b: int
     mean_a: float
     mean_b: float
     difference: float
@@ -123,6 +155,9 @@ class Comparison:
         """What could not be paired, in words, for the lines under the table."""
         a, b = self.a, self.b
         out = []
+        if self.unscored_a or self.unscored_b:
+            out.append(f"{a} vs {b}: left out {self.unscored_a} row(s) of {a} and {self.unscored_b} of {b} without a "
+                       f"finite {self.metric} score (failed rows, NaN or inf)")
         if self.only_a or self.only_b:
             out.append(f"{a} vs {b}: left out {self.only_a} image(s) only {a} scored and {self.only_b} only {b} "
                        "scored")
@@ -144,7 +179,11 @@ def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[
             names: tuple[str, str] = ("A", "B"), n_resamples: int = 1000, seed: int = 0,
             level: float = 0.95) -> Comparison:
     """System A against system B on paired draws; see the module doc."""
-    a, b = by_image(records_a, metric), by_image(records_b, metric)
+    records_a, records_b = list(records_a), list(records_b)
+    unique_ids(records_a, names[0])
+    unique_ids(records_b, names[1])
+    exponent = magnitude(metric, records_a, records_b)
+    a, b = by_image(records_a, metric, exponent), by_image(records_b, metric, exponent)
     both = sorted(set(a) & set(b))
     other_questions = [i for i in both if a[i].questions and b[i].questions and a[i].questions != b[i].questions]
     paired = [i for i in both if i not in set(other_questions)]
@@ -159,9 +198,11 @@ def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[
     result = paired_bootstrap_seeds(np.stack([a[i].values[:k] for i in paired]),
                                     np.stack([b[i].values[:k] for i in paired]),
                                     n_resamples=n_resamples, seed=seed, level=level)
+    back = [math.ldexp(v, exponent) for v in (result.value_a, result.value_b, result.difference, result.ci_low,
+                                              result.ci_high)]
     return Comparison(names[0], names[1], metric, len(paired), k, seeds_a, seeds_b, shared_noise,
-                      len(set(a) - set(b)), len(set(b) - set(a)), len(other_questions), result.value_a,
-                      result.value_b, result.difference, result.ci_low, result.ci_high, result.p_value, result.flip)
+                      len(set(a) - set(b)), len(set(b) - set(a)), len(other_questions), unscored(records_a, metric),
+                      unscored(records_b, metric), *back, result.p_value, result.flip)
 
 
 def compare_within(records: Sequence[Mapping[str, Any]], metric: str, by: str = "captioner",
@@ -192,8 +233,11 @@ def stability(records: Sequence[Mapping[str, Any]], metric: str, *, by: str | No
               n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> list[Stability]:
     """τ between the ranking at the first k seeds and at all K, for k = 1..K; see the module doc.
     Without `by`, the units are the rows (captions); with it, the systems (values of `by`),
-    each scored by its mean over its rows."""
-    rows = [(r, seed_values(r, metric)) for r in records]
+    each scored by its mean over its rows. Rows without a finite score are left out (`unscored`
+    counts them); an id on two rows is refused."""
+    unique_ids(records, "the run")
+    exponent = magnitude(metric, records)  # tau does not depend on the scale: no need to multiply back
+    rows = [(r, seed_values(r, metric, exponent)) for r in records]
     rows = [(r, v) for r, v in rows if v is not None]
     if not rows:
         raise ConfigError(f"no row has a {metric} score")
