@@ -10,7 +10,7 @@ import os
 import sys
 
 from caprecon.cli.common import ROWS_FAILED, add_image_root_options, add_run_options, global_options, run_settings
-from caprecon.core.errors import ConfigError
+from caprecon.core.errors import ConfigError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
 from caprecon.data.qa import QABankError
@@ -287,6 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except USER_ERRORS as exc:
         print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
+        return CANNOT_RUN
+    except ServerError as exc:  # the one path for a model server that failed, whichever command asked it
+        out = getattr(args, "out", None)
+        kept = f"what finished is kept in {out}" if out else \
+            "nothing was kept (no --out, --no-cache)" if getattr(args, "no_cache", None) else \
+            "answers already received are in the cache"
+        print(f"caprecon: error: {redact_text(str(exc))}; {kept}: once the server answers, run the same command "
+              "again to resume", file=sys.stderr)
         return CANNOT_RUN
     except BrokenPipeError:
         # stdout's reader has all it wanted; point stdout at nothing so the exit's flush is quiet too

@@ -3,3 +3,9 @@
 
 class ConfigError(ValueError):
     """The run cannot start: a setting is missing or wrong (the CLI prints it and exits 2)."""
+
+
+class ServerError(RuntimeError):
+    """A model server could not be used: unreachable, refusing, or answering in a shape no client
+    can read. The run stops; what it finished stays, and the same command resumes once the server
+    answers (the CLI says so in one line)."""

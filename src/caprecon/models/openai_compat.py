@@ -45,6 +45,8 @@ from urllib.parse import urlsplit
 
 from PIL import Image
 
+from caprecon.core.errors import ServerError
+from caprecon.core.redaction import redact_text
 from caprecon.data.qa import judge_box_coords
 from caprecon.models.common import computation
 from caprecon.models.vlm import VLMRequest, check_box_coords
@@ -54,8 +56,13 @@ log = logging.getLogger(__name__)
 _MAX_RETRY_AFTER = 120.0  # seconds; a longer Retry-After is more likely a misconfiguration than advice
 
 
-class OpenAICompatError(RuntimeError):
-    """The server failed, refused, or answered in a shape this client cannot use."""
+class OpenAICompatError(ServerError):
+    """The server failed, refused, or answered in a shape this client cannot use. The message is
+    masked here, once for every site that raises one: a URL's password or a key never reaches a
+    traceback, a row's error or the terminal."""
+
+    def __init__(self, message: str):
+        super().__init__(redact_text(message))
 
 
 class OpenAICompatTimeout(OpenAICompatError, TimeoutError):
