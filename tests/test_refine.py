@@ -571,3 +571,24 @@ def test_a_resumed_refinement_stops_a_row_whose_image_now_escapes_the_root(world
     assert "outside --image-root" in by_id["c2"]["error"]
     assert by_id["c2"]["caption"] == "a red square and a blue square"  # round 1's work is kept
     assert by_id["c1"]["caption"] == SCENE and by_id["c1"]["error"] is None
+
+
+def test_an_image_the_bank_asks_nothing_about_keeps_its_caption(world):
+    other = world["images"] / "other.png"
+    render("a blue square", 96, 96).save(other)
+    captions = world["tmp"] / "two.jsonl"
+    captions.write_text(json.dumps({"id": "c1", "image": str(world["images"] / "scene.png"),
+                                    "caption": "a red square"}) + "\n"
+                        + json.dumps({"id": "c2", "image": str(other), "caption": "a blue square"}) + "\n")
+    out = world["tmp"] / "out"
+    run = refine(captions, rounds=2, llm=ReviserLLM("fix"), out=out, **settings(world))
+    unasked = next(r for r in run.captions if r["id"] == "c2")
+    assert unasked["error"] is None and unasked["caption"] == "a blue square" and not unasked["improved"]
+    assert unasked["stopped"] == "no feedback: the QA bank has no question for image 'other'"
+    assert next(r for r in run.captions if r["id"] == "c1")["improved"]  # the other caption is refined as ever
+    assert run.manifest["captions"] == 2
+
+
+def test_unsupported_feedback_without_halluc_in_the_selection_is_refused(world):
+    with pytest.raises(ConfigError, match="--feedback unsupported needs halluc in --select"):
+        refine(world["captions"], select="recon", llm=ReviserLLM(), **settings(world, feedback="unsupported"))

@@ -314,8 +314,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
         _unsplittable(rows, roles.qa_bank)
         guiding_bank, held_out_bank = split_bank(roles.qa_bank, holdout)
         judging, guiding = _WithBank(roles, held_out_bank), _WithBank(roles, guiding_bank)
-    names = list(dict.fromkeys([*selection.metrics, *(["halluc"] if "unsupported" in sources else []),
-                                *(["turing"] if split else [])]))
+    names = list(dict.fromkeys([*selection.metrics, *(["turing"] if split else [])]))
     measured = [build_metric(name, judging, cfg) for name in names]
     headlines = {name: m.headline for name, m in zip(names, measured)}
     metrics = [*measured, *([GuidingQuestions(build_metric("turing", guiding, cfg))] if split else [])]
@@ -384,7 +383,21 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
         if sink:
             append_jsonl(sink, new_rows, allow_nan=True)
 
+    # an image the bank asks nothing about gives no flipped feedback and no Caption Turing Test score:
+    # its caption is kept as it is, said, rather than failed
+    unasked = {s.id for s in rows if split and not roles.qa_bank.get(s.image_id)}
     try:
+        for s in rows:
+            if s.id in unasked and s.id not in history:
+                try:  # an image that cannot be read is that row's error first
+                    original(s)
+                except SampleError as exc:
+                    append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, "score": None,
+                             "error": str(exc)}])
+                    continue
+                append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, "score": None},
+                        {"id": s.id, "round": 1, "caption": None, "accepted": False,
+                         "reason": f"no feedback: the QA bank has no question for image {s.image_id!r}"}])
         fresh = [s for s in rows if s.id not in history]
         if fresh:
             append([{"id": s.id, "round": 0, "caption": s.caption, "accepted": True, **v}
@@ -459,6 +472,10 @@ def _feedback_sources(feedback: str | Sequence[str] | None, cfg: RunConfig, sele
     unknown = [w for w in wanted if w not in FEEDBACK]
     if unknown or not wanted:
         raise ConfigError(f"--feedback {','.join(wanted) or repr(feedback)}: choose from {', '.join(FEEDBACK)}")
+    if "unsupported" in wanted and "halluc" not in selection.metrics:
+        raise ConfigError("--feedback unsupported needs halluc in --select (e.g. --select recon=0.7,halluc=0.3): "
+                          "the unsupported claims come from the hallucination metric, and a revision that drops "
+                          "them must also be judged by it")
     if "flipped" in wanted and not cfg.qa_bank:
         raise ConfigError("--feedback flipped needs a QA bank: set --qa-bank FILE")
     if "differences" in wanted and (cfg.judge is None or cfg.llm is None):
