@@ -158,3 +158,87 @@ def test_a_word_before_an_equals_sign_in_prose_is_not_an_option():
     assert redact_text(text) == text
     assert redact_text("api_key=abcd1234 and token: efgh5678") == "api_key=*** and token: ***"
     assert redact_text('{"token" : "ijkl9012"}') == '{"token" : "***"}'
+
+
+# --------------------------------------------------------------------------- every command that asks a server
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_world(tmp_path: Path) -> dict:
+    from PIL import Image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for i, colour in enumerate([(200, 20, 20), (20, 20, 200), (20, 200, 20)]):
+        Image.new("RGB", (64, 48), colour).save(images / f"p{i}.png")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "image": str(images / f"p{i}.png"), "caption": "red",
+                                        "refs": ["a red picture", "a red image"], "human": i + 1}) + "\n"
+                            for i in range(3)), encoding="utf-8")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"index": 1, "image": str(images / "p0.png"), "question": "Colour?", "A": "red",
+                                 "B": "blue", "answer": "A", "category": "colour"}) + "\n", encoding="utf-8")
+    bank = tmp_path / "bank.jsonl"
+    bank.write_text("".join(json.dumps({"image_id": f"p{i}", "question": q, "category": "colour", "type": "yesno",
+                                        "answer": "yes"}) + "\n"
+                            for i in range(3) for q in ("Is it red?", "Is it bright?")), encoding="utf-8")
+    return {"images": images, "rows": rows, "bench": bench, "bank": bank, "out": tmp_path / "out"}
+
+
+# each command that talks to a server, with the server's role at a URL holding a password and the other
+# roles local stand-ins (tests/oracle.py, cttd_fakes.py)
+SERVER_COMMANDS = {
+    "refine": ["refine", "-i", "{rows}", "--generator", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder",
+               "--judge", "refine_fakes:DescribingVLM", "--feedback", "differences", "--max-side", "64",
+               "--llm", "m", "--llm-opt", "base_url={url}", "--llm-opt", "max_retries=0", "--out", "{out}"],
+    "t2i": ["t2i", "-i", "{rows}", "-g", "oracle:OracleGenerator", "--judge", "m", "--judge-opt", "base_url={url}",
+            "--judge-opt", "max_retries=0", "--out", "{out}"],
+    "suite": ["suite", "--suite", "mmstar", "--data", "{bench}", "--captioner", "m", "--captioner-opt",
+              "base_url={url}", "--captioner-opt", "max_retries=0", "--generator", "oracle:OracleGenerator",
+              "--judge", "refine_fakes:DescribingVLM", "--out", "{out}"],
+    "caption": ["caption", "--images", "{images}", "--captioner", "m", "--captioner-opt", "base_url={url}",
+                "--captioner-opt", "max_retries=0", "--generator", "oracle:OracleGenerator", "--embedder",
+                "oracle:PixelEmbedder", "--out", "{out}"],
+    "cttd build": ["cttd", "build", "--images", "{images}", "--vlm", "m", "--vlm-opt", "base_url={url}", "--vlm-opt",
+                   "max_retries=0", "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher",
+                   "--out", "{out}"],
+    "meta": ["meta", "--judgments", "{rows}", "--metric", "bleu-1", "--probes", "--bootstrap", "0", "--llm", "m",
+             "--llm-opt", "base_url={url}", "--llm-opt", "max_retries=0", "--out", "{out}"],
+}
+
+
+@pytest.mark.parametrize("command", SERVER_COMMANDS)
+def test_an_unreachable_server_with_a_password_ends_every_command_in_one_masked_line(tmp_path, command):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if command == "meta" and shutil.which("java") is None:
+        pytest.skip("BLEU's PTB tokeniser needs Java")
+    password = f"pw-{command.replace(' ', '-')}-7272"
+    world = _server_world(tmp_path)
+    url = f"http://alice:{password}@127.0.0.1:{_closed_port()}/v1"
+    argv = [word.format(url=url, **world) for word in SERVER_COMMANDS[command]]
+    tests = str(Path(__file__).parent)
+    done = subprocess.run([sys.executable, "-m", "caprecon.cli", *argv, "--cache-dir", str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1",
+                               "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode in (1, 2) and "Traceback" not in done.stderr, done.stderr[-3000:]
+    written = {str(p): p.read_text(errors="replace") for p in tmp_path.rglob("*")
+               if p.is_file() and p.suffix in (".json", ".jsonl", ".md", ".html", ".csv", ".txt")}
+    # the server is named, masked: on the terminal, or (cttd counts failed items) in what the run wrote
+    assert "http://***@127.0.0.1" in done.stdout + done.stderr + "".join(written.values())
+    for where, text in {"stdout": done.stdout, "stderr": done.stderr, **written}.items():
+        assert password not in text and "alice:" not in text, where
+    if command in ("refine", "meta"):  # the error reaches the command line: the one path says how to go on
+        assert done.stderr.strip().splitlines()[-1].endswith(
+            f"what finished is kept in {world['out']}: once the server answers, run the same command again to resume")
