@@ -184,6 +184,13 @@ WHOLE_FILE = {
     **{f"--iou-threshold {value}": (lambda value: lambda w: (
         w.score(w.ok, "--iou-threshold", value), 2, "--iou-threshold must be a number above 0 and at most 1"))(value)
        for value in ("nan", "-1", "2", "inf")},
+    # issue 42, class 12: older inputs that were still accepted without a word
+    **{f"--template with {kind}": (lambda template: lambda w: (
+        w.score(w.ok, *w.sd, "--template", template), 2, "is not filled in (only {caption} is)"))(template)
+       for kind, template in (("an unknown placeholder", "{caption} in {style}"),
+                              ("a positional placeholder", "{} {caption}"), ("a numbered one", "{caption}, {0}"))},
+    "refs that are not strings": lambda w: (
+        w.score(w.rows("refs-numbers.jsonl", [{**w.good[0], "refs": ["a cat", 3]}])), 2, "refs must be a list of captions, a JSON list or '|'-separated text, not a list holding the int 3"),
     "--vqa-template with another placeholder": lambda w: (
         w.score(w.ok, "-m", "vqascore", "--judge", str(w.root / "no-judge"), "--vqa-template", "{foo}"), 2,
         "--vqa-template must contain {caption} and no other"),
@@ -365,6 +372,9 @@ BANK_ERRORS = {
                          '{"image_id": "a", "question": "q2?", "type": "yesno", "answer": "no", "id": "x"}',
                          "id 'x' already used on line 1"),
     "an empty bank": ("\n", "the QA bank holds no questions"),
+    "a question twice for one image": ('{"image_id": "a", "question": "Is it red?", "type": "yesno", "answer": "yes"}\n'
+                                       '{"image_id": "a", "question": "is it red? ", "type": "yesno", "answer": "no"}',
+                                       ":2: image 'a' is asked this question on line 1 already"),
 }
 
 

@@ -76,7 +76,7 @@ def test_bad_json_and_duplicate_ids(tmp_path):
         load_qa_bank(path)
     q = {"image_id": "a", "question": "Q?", "type": "yesno", "answer": "no", "id": "q1"}
     with pytest.raises(QABankError, match=r"bank.jsonl:3: id 'q1' already used on line 1"):
-        load_qa_bank(_bank(tmp_path, q, {**q, "id": "q2"}, q))
+        load_qa_bank(_bank(tmp_path, q, {**q, "id": "q2", "question": "Q2?"}, {**q, "question": "Q3?"}))
 
 
 # -- prompts ----------------------------------------------------------------------------------

@@ -86,8 +86,15 @@ def load_qa_bank(path: str | Path) -> dict[str, list[QAItem]]:
     path = Path(path)
     bank: dict[str, list[QAItem]] = {}
     seen: dict[str, str] = {}
+    asked: dict[tuple[str, str], str] = {}  # (image, question as compared) -> its line
     for where, record in read_jsonl(path, QABankError):
         item = parse_item(record, where)
+        # the same question twice about one image would count twice in its accuracy (and may disagree)
+        question = (item.image_id, " ".join(item.question.split()).casefold())
+        if question in asked:
+            raise QABankError(f"{where}: image {item.image_id!r} is asked this question on line {asked[question]} "
+                              "already")
+        asked[question] = where.rsplit(":", 1)[1]
         if not item.id:
             item = replace(item, id=f"{item.image_id}#{len(bank.get(item.image_id, []))}")
         if item.id in seen:

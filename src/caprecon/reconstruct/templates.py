@@ -6,6 +6,8 @@ template text is part of every reconstruction's cache key.
 
 from __future__ import annotations
 
+import re
+
 PRESETS: dict[str, str] = {
     "plain": "{caption}",
     "photo": "A photograph. {caption}",
@@ -27,6 +29,11 @@ def resolve_template(template: str | None) -> str:
     if text.count("{caption}") != 1:
         known = ", ".join(sorted(PRESETS))
         raise ValueError(f"prompt template must contain '{{caption}}' exactly once, or be a preset ({known}): {template!r}")
+    # only {caption} is filled in: another {name}, or a positional {} / {0}, would reach the generator as
+    # written, a mistake (as --vqa-template refuses) rather than text anyone meant to draw
+    others = sorted(set(re.findall(r"\{[^{}]*\}", text)) - {"{caption}"})
+    if others:
+        raise ValueError(f"prompt template: {', '.join(others)} is not filled in (only {{caption}} is): {template!r}")
     return text
 
 

@@ -151,7 +151,10 @@ def _parse_refs(value: Any) -> list[str]:
             return [part.strip() for part in text.split("|") if part.strip()]
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"a {type(value).__name__}")
-    return [str(r) for r in value]
+    for ref in value:  # str() would turn 3 or None into a reference no one wrote
+        if not isinstance(ref, str):
+            raise TypeError(f"a list holding the {type(ref).__name__} {ref!r:.40}")
+    return list(value)
 
 
 def _whole_number(value: Any) -> int:
