@@ -604,3 +604,23 @@ def test_a_suite_image_over_the_byte_cap_is_refused_naming_its_row(tmp_path):
         load_benchmark(entry, {})
     assert str(refused.value) == (f"{data}:1: image {huge} holds 67108865 bytes, over the limit of 67108864 "
                                   f"(--max-image-bytes)")
+
+
+# --------------------------------------------------------------------------- 7: --no-cache writes nothing there
+
+
+def test_no_cache_writes_nothing_to_the_cache_folder(tmp_path, tiny_clip):
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+
+    def cache_after(*flags):
+        cache = tmp_path / f"cache{len(flags)}"
+        done = subprocess.run([sys.executable, "-m", "caprecon.cli", "score", "-i", str(rows), "-m", "clipscore",
+                               "--clip", str(tiny_clip), *flags, "--out", str(tmp_path / f"run{len(flags)}"), "-q"],
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1", "CAPRECON_CACHE": str(cache)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return sorted(p.name for p in cache.rglob("*")) if cache.exists() else []
+
+    assert "digests.sqlite" in cache_after()  # the file-digest memo, which --no-cache wrote too
+    assert cache_after("--no-cache") == []

@@ -1,7 +1,8 @@
 """Content hashes remembered by (path, size, modification time), in this process and across
 runs in `digests.sqlite` of the default cache folder: hashing many GB of weights, or every
 photo of a data set, takes seconds to minutes; looking the answer up takes nothing. A file
-rewritten in place gets a new size or modification time, so a new hash."""
+rewritten in place gets a new size or modification time, so a new hash. A run under
+--no-cache calls `in_process_only` first, and the cache folder is then neither read nor written."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from caprecon.core.paths import default_cache_dir
 Identity = tuple[str, int, int]  # resolved path, size in bytes, st_mtime_ns
 
 _known: dict[Identity, str] = {}
+_in_process_only = False
+
+
+def in_process_only() -> None:
+    """Remember digests in this process alone from now on: `--no-cache` promises that nothing
+    is read from, or written to, the cache folder."""
+    global _in_process_only
+    _in_process_only = True
 
 
 def known_digest(ident: Identity) -> str | None:
@@ -42,8 +51,12 @@ def remember_digest(ident: Identity, digest: str) -> None:
             pass  # a read-only cache folder: the digest is remembered for this process only
 
 
-@lru_cache(maxsize=1)
 def _memo() -> sqlite3.Connection | None:
+    return None if _in_process_only else _opened_memo()
+
+
+@lru_cache(maxsize=1)
+def _opened_memo() -> sqlite3.Connection | None:
     try:
         folder = default_cache_dir()
         folder.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
+from caprecon.core import digests
 from caprecon.core.checks import MAX_SEEDS, check_count
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
@@ -88,6 +89,8 @@ class RunConfig:
         for name in ("upscale", "no_cache", "vqa_normalise", "ceiling"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        if self.no_cache:  # here, before any model or image is hashed: the digest memo lives in the cache folder
+            digests.in_process_only()
         weight = self.clipscore_weight
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
                                    or not weight > 0):
