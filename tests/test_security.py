@@ -12,6 +12,7 @@ import json
 import os
 import re
 import subprocess
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -624,3 +625,30 @@ def test_no_cache_writes_nothing_to_the_cache_folder(tmp_path, tiny_clip):
 
     assert "digests.sqlite" in cache_after()  # the file-digest memo, which --no-cache wrote too
     assert cache_after("--no-cache") == []
+
+
+def test_report_writes_nothing_through_a_link_out_of_the_run_folder(tmp_path, tiny_clip, capsys):
+    _png(tmp_path / "pic.png", RED)
+    rows = _jsonl(tmp_path / "rows.jsonl", [{"id": "r", "image": "pic.png", "caption": "red"}])
+    run = tmp_path / "run"
+    assert _run(["score", "-i", rows, "-m", "clipscore", "--clip", tiny_clip, "--cache-dir", tmp_path / "cache",
+                 "--out", run, "-q"], capsys)[0] == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for name in ("report_files", "report.html"):
+        shutil.rmtree(run / "report_files")
+        (run / "report.html").unlink(missing_ok=True)
+        (run / name).symlink_to(elsewhere / name if name == "report.html" else elsewhere)
+        code, _, err = _run(["report", run], capsys)
+        assert code == 2 and "Traceback" not in err
+        assert err.strip() == (f"caprecon: error: {run / name} is a link to {elsewhere / name if name == 'report.html' else elsewhere}, "
+                               f"outside {run}: the report writes only inside its folder; remove the link (or give "
+                               f"--out another folder)")
+        assert list(elsewhere.iterdir()) == []
+        (run / name).unlink()
+        (run / "report_files").mkdir()
+    inside = run / "charts"  # a link that stays inside the folder is the user's own layout
+    inside.mkdir()
+    shutil.rmtree(run / "report_files")
+    (run / "report_files").symlink_to(inside)
+    assert _run(["report", run], capsys)[0] == 0 and (inside / "thumbs").is_dir()

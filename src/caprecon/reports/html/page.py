@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_jsonl
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
@@ -304,6 +305,16 @@ def _bank(run: Path, out: Path, *, progress: bool) -> dict[str, Any] | None:
     }
 
 
+def _check_inside(folder: Path, *paths: Path) -> None:
+    """A run folder can come from anyone: a link in it (`report_files` -> ~/.ssh) would have the
+    report write, and overwrite, files elsewhere. Refused before anything is written."""
+    root = folder.resolve()
+    for path in paths:
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            raise ConfigError(f"{path} is a link to {path.resolve()}, outside {folder}: the report writes only "
+                              f"inside its folder; remove the link (or give --out another folder)")
+
+
 def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None,
                       group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False) -> Path:
     """Write `report.html` (and `report_files/`) for a run folder and return its path.
@@ -322,6 +333,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     if not run.is_dir():
         raise FileNotFoundError(f"run folder not found: {run}")
     out = Path(out) if out else run
+    _check_inside(out, out / "report.html", out / FILES, out / FILES / "thumbs")
     (out / FILES).mkdir(parents=True, exist_ok=True)
 
     records = collect.read_records(run)
