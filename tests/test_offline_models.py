@@ -190,3 +190,47 @@ def test_clip_matcher_runs_a_local_checkpoint(tmp_path):
 def test_instances_over_one_weights_file_share_the_network(embedder):
     # the offline preset builds the retrieval matcher's classifier and the embedder apart
     assert EfficientNetLite0Embedder()._load() is embedder._load()
+
+
+def test_offline_preset_leaves_the_scored_photo_out_of_the_gallery():
+    from caprecon.run.config import RunConfig
+
+    assert RunConfig.build(preset="offline").generator_options == {"exclude_source": True}
+
+
+def test_retrieval_without_the_source_never_returns_it_and_ranks_it(matcher):
+    generator = RetrievalGenerator(gallery=GALLERY, matcher=matcher, exclude_source=True)
+    faithful = "a close-up of a tabby cat with green eyes and striped fur"
+    outs = generator.generate([GenerationRequest(faithful, 0, 512, 512, "cat"),
+                               GenerationRequest("a bowl of soup", 0, 512, 512, "cat")])
+    assert [o.detail["retrieved"] for o in outs] != ["cat", "cat"]
+    assert "cat" not in {o.detail["retrieved"] for o in outs}
+    assert not np.array_equal(np.asarray(outs[0].image), np.asarray(_open("cat")))
+    # the caption still singles its own photo out, which the demo shows beside the score
+    assert outs[0].detail["source_rank"] == 1 and outs[1].detail["source_rank"] > 1
+
+
+def test_retrieval_from_a_gallery_of_the_source_alone_is_an_error(matcher):
+    generator = RetrievalGenerator(gallery=[GALLERY / "cat.jpg"], matcher=matcher, exclude_source=True)
+    with pytest.raises(ValueError, match="no photo other than 'cat'"):
+        generator.generate([GenerationRequest("a cat", 0, 512, 512, "cat")])
+
+
+def test_a_retrieval_without_the_source_is_cached_per_image():
+    from caprecon.data.images import LoadedSample
+    from caprecon.data.samples import Sample
+    from caprecon.reconstruct.reconstructor import ReconstructionSpec, Reconstructor
+
+    class Fixed:
+        fingerprint = "fixed-matcher"
+
+    keys = {}
+    for exclude in (False, True):
+        generator = RetrievalGenerator(gallery=GALLERY, matcher=Fixed(), exclude_source=exclude)
+        # one noise for every caption, so only the image id can tell two images' keys apart
+        reconstructor = Reconstructor(generator, store=None, spec=ReconstructionSpec(seed_policy="fixed"))
+        keys[exclude] = {reconstructor.request_for(LoadedSample(Sample(i, f"{i}.jpg", "a cat")))[0]
+                         for i in ("cat", "coffee")}
+    assert len(keys[False]) == 1  # the same caption retrieves the same photo for any image
+    assert len(keys[True]) == 2  # not once the scored photo is left out
+    assert keys[False].isdisjoint(keys[True])

@@ -276,13 +276,16 @@ class RetrievalGenerator:
 
     With the source image in the gallery this asks whether the caption singles its own
     image out; with `exclude_source=True` (the gallery entry whose id equals the request's
-    `image_id` is skipped) it asks how close the nearest *other* scene the caption fits
-    is. The image is returned as stored: retrieval ignores the requested size and seed.
+    `image_id` is skipped; a gallery of that photo alone is the row's error) it asks how
+    close the nearest *other* scene the caption fits is, and `source_rank` in the detail
+    says where the caption ranks its own photo among the whole gallery (1 = first). The
+    image is returned as stored: retrieval ignores the requested size and seed.
     A cheap screening mode with CLIP as the matcher, and the offline stand-in behind
     `make demo` with the ImageNet-label matcher.
     """
 
-    code_revision: ClassVar[int] = 1  # bump when a change here changes which image is retrieved
+    # bump when a change here changes which image is retrieved or what its detail says
+    code_revision: ClassVar[int] = 2
     numeric_libraries: ClassVar[tuple[str, ...]] = ()  # the matcher's fingerprint carries its own
 
     def __init__(self, gallery: str | Path | Sequence[str | Path], matcher: CaptionImageMatcher, *,
@@ -327,11 +330,20 @@ class RetrievalGenerator:
         out = []
         for r, row in zip(requests, sims):
             row = row.copy()
+            detail: dict[str, Any] = {}
             if self.exclude_source:
-                row[[i for i, gid in enumerate(self.ids) if gid == r.image_id]] = -np.inf
+                source = [i for i, gid in enumerate(self.ids) if gid == r.image_id]
+                if source:
+                    # what retrieval can still tell about a caption whose photo is left out: whether the
+                    # caption singles that photo out (1 = the best match of the whole gallery)
+                    detail["source_rank"] = 1 + int(np.sum(row > row[source].max()))
+                row[source] = -np.inf
+                if np.isneginf(row).all():  # argmax would hand back the source after all
+                    raise ValueError(f"retrieval gallery holds no photo other than {r.image_id!r}, the one "
+                                     f"being scored (exclude_source leaves it out)")
             best = int(np.argmax(row))
-            out.append(Generated(image=self._load(best),
-                                 detail={"retrieved": self.ids[best], "match": round(float(row[best]), 6)}))
+            detail = {"retrieved": self.ids[best], "match": round(float(row[best]), 6), **detail}
+            out.append(Generated(image=self._load(best), detail=detail))
         return out
 
 
