@@ -395,3 +395,23 @@ def test_cached_claims_name_the_parser_that_read_them(monkeypatch):
     monkeypatch.setattr(claims_module, "CLAIMS_PARSER_REVISION", claims_module.CLAIMS_PARSER_REVISION + 1)
     extract_claims(ctx, llm, ["a red circle"])
     assert len(llm.prompts) == asked + 1
+
+
+def test_a_claim_list_that_cannot_be_read_is_the_rows_error_not_a_blank(tmp_path):
+    # "hopeless" gets no JSON, even on the retry: that row fails with a reason, the other is scored
+    for name in ("one", "two"):
+        render("a red circle", 96, 96).save(tmp_path / f"{name}.png")
+    samples = [{"id": "ok", "image": str(tmp_path / "one.png"), "caption": "a red circle"},
+               {"id": "bad", "image": str(tmp_path / "two.png"), "caption": "hopeless words"}]
+    res = caprecon.score(samples, ["halluc"], judge=PixelJudge(), llm=ClaimLLM())
+    ok, bad = res.records
+    assert ok["halluc"] == pytest.approx(YES) and "error" not in ok
+    assert "halluc" not in bad and "could not be read" in bad["error"]
+    assert bad["error_reasons"] == ["halluc: claims unreadable"]
+    assert res.summary["errors"] == 1 and res.summary["failed_by_reason"] == {"halluc: claims unreadable": 1}
+    assert res.summary["metrics"]["halluc"]["n"] == 1
+    # an unreadable reference makes the row's coverage short: the same row error
+    samples[1] = {**samples[0], "id": "ref", "refs": ["a red circle", "hopeless words"]}
+    res = caprecon.score(samples, ["halluc"], generator=OracleGenerator(), judge=PixelJudge(), llm=ClaimLLM(),
+                         max_side=96)
+    assert "error" not in res.records[0] and res.records[1]["error_reasons"] == ["halluc: claims unreadable"]

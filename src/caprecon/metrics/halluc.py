@@ -21,8 +21,9 @@ per category or claim type `halluc_coverage/<c>` with counts, and `halluc_covera
     halluc_f               F_beta of precision and coverage: (1 + b²) P C / (b² P + C);
                            beta > 1 weighs coverage more, beta < 1 precision
 
-A caption with no claim (or whose claim list could not be read) has no precision
-(`halluc` is None; `halluc_unreadable` says why).
+A row whose claim list (its caption's, or for coverage a reference's) could not be read, even
+after the retry, is that row's error (reason "claims unreadable"), never a blank score that
+the summary's mean and n would silently leave out.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from caprecon.core.describe import describe_model
 from caprecon.core.replies import ParseTally
 from caprecon.data.images import LoadedSample
 from caprecon.data.qa import QAItem
+from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.categories import CategoryTally
-from caprecon.metrics.claims import Checked, check_claims, extract_claims
+from caprecon.metrics.claims import Checked, ClaimSet, check_claims, extract_claims
 from caprecon.metrics.judging import LazyImages, require_capability
 from caprecon.models.generator import TextToImage
 from caprecon.models.llm import TextLLM
@@ -99,6 +101,7 @@ class Hallucination(Metric):
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         images = LazyImages()
         claim_sets = extract_claims(ctx, self.llm, [it.caption for it in items], tally=self.parsing)
+        _require_readable(claim_sets, "caption")
         keys = [images.add(it.image_key, lambda it=it: it.image) for it in items]
         checked = check_claims(ctx, self.judge, images, [(k, s.claims) for k, s in zip(keys, claim_sets)],
                                normalise=self.normalise)
@@ -122,7 +125,9 @@ class Hallucination(Metric):
             return out
         recons = ctx.reconstructor(self.generator, self.spec).reconstruct([items[i] for i in with_refs])
         refs = [[r for r in items[i].sample.refs if r.strip()] for i in with_refs]
-        ref_sets = iter(extract_claims(ctx, self.llm, [r for rs in refs for r in rs], tally=self.parsing))
+        ref_claims = extract_claims(ctx, self.llm, [r for rs in refs for r in rs], tally=self.parsing)
+        _require_readable(ref_claims, "reference")
+        ref_sets = iter(ref_claims)
         # one set per reference (its dependency indices are its own), all checked on the row's Î
         owners, sets = [], []
         for row, (recon, rs) in enumerate(zip(recons, refs)):
@@ -137,6 +142,14 @@ class Hallucination(Metric):
         for i, recon, tally in zip(with_refs, recons, tallies):
             out[i] = {**recon.record(), **tally.fields("halluc_coverage"), "halluc_coverage_source": "references"}
         return out
+
+
+def _require_readable(claim_sets: Sequence[ClaimSet], of: str) -> None:
+    """Raise for the batch when a claim list could not be read: the executor then tries its rows
+    alone (the claims are cached, so the retry asks the LLM nothing) and each such row fails."""
+    if any(s.unreadable for s in claim_sets):
+        raise SampleError(f"the LLM's claim list of the {of} could not be read, even after one retry",
+                          "claims unreadable")
 
 
 def _renamed(key: str) -> str:
@@ -156,6 +169,4 @@ def _precision(claim_set, checked: Sequence[Checked]) -> dict[str, Any]:
                                   for c in unsupported],
            "halluc_asked": sum(not c.gated for c in checked), "halluc_skipped": sum(c.gated for c in checked),
            "halluc_dropped": claim_set.dropped}
-    if claim_set.unreadable:
-        row["halluc_unreadable"] = "the LLM's claim list could not be read, even after one retry"
     return row
