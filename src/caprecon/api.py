@@ -8,6 +8,7 @@ Everything here is defined in its own layer (docs/layout.md, "How the code is la
 this module only chooses what is public.
 """
 
+from caprecon.apps.reward import AsyncReward, Guards, Reward
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample
 from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
@@ -19,7 +20,7 @@ from caprecon.run.score import Results, score
 from caprecon.store.index import Store
 
 __all__ = [
-    "ClipImageScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "GenerationRequest", "HFVisionEmbedder",
-    "Metric", "ReconScore", "ReconstructionSpec", "Results", "RetrievalGenerator", "Sample", "Store", "build",
+    "AsyncReward", "ClipImageScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "GenerationRequest", "HFVisionEmbedder",
+    "Guards", "Metric", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "score",
 ]

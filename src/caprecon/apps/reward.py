@@ -1,0 +1,306 @@
+"""Rewards for training captioners: caprecon's metrics as a reward function (TRL's contract).
+
+    reward = caprecon.Reward(metrics=["recon"], preset="fast", cache_dir="cache")
+    GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds_with_an_image_column, ...)
+    reward(images, captions)  # the same reward outside TRL: one float per caption
+
+One call scores a whole generation batch. Identical (image, caption) pairs in it are scored once,
+every model result goes through the store (a caption seen before costs lookups), and each caption's
+reconstruction seed derives from its image's content alone (the row's candidate index is not used),
+so the same completion always gets the same reward, whatever its place in the batch.
+
+The reward is the weighted sum of its metrics plus the guards, each a part of its own, logged
+through TRL's `log_metric` as `caprecon/<part>`:
+- length: -length_weight * max(0, words / length_target - 1): nothing up to the target, then a
+  penalty growing with the overshoot (TRL's overlong punishment, on tokens, can stand beside it);
+- repetition: -repetition_weight * the share of the caption's word n-grams (n = repetition_n)
+  that repeat an earlier one;
+- hallucination: -hallucination_weight * (1 - halluc), the share of the caption's claims the judge
+  does not find on the original image; only where a judge and an LLM are configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from caprecon.core.errors import ConfigError
+from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.samples import Sample, SampleError
+from caprecon.metrics import Context, Metric
+from caprecon.run.config import RunConfig
+from caprecon.run.folder import open_store
+from caprecon.run.local import FailureWatch, isolated
+from caprecon.run.roles import Roles
+from caprecon.run.score import build_metrics
+
+log = logging.getLogger(__name__)
+
+_WORD = re.compile(r"\w+(?:'\w+)?")
+
+
+def words(caption: str) -> list[str]:
+    return _WORD.findall(caption.lower())
+
+
+def repetition(caption: str, n: int = 3) -> float:
+    """The share of the caption's word n-grams that repeat an earlier n-gram of it (0: none repeats)."""
+    tokens = words(caption)
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The terms that keep a policy from gaming the reward (see the module's docstring); a weight
+    of 0 turns its term off. `Guards.off()` turns all of them off."""
+
+    length_target: int = 60
+    length_weight: float = 0.5
+    repetition_n: int = 3
+    repetition_weight: float = 1.0
+    hallucination_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.length_target < 1 or self.repetition_n < 1:
+            raise ConfigError(f"guards: length_target and repetition_n must be at least 1, not "
+                              f"{self.length_target} and {self.repetition_n}")
+        for name in ("length_weight", "repetition_weight", "hallucination_weight"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"guards: {name} must be a number >= 0, not {getattr(self, name)!r}")
+
+    @classmethod
+    def off(cls) -> "Guards":
+        return cls(length_weight=0.0, repetition_weight=0.0, hallucination_weight=0.0)
+
+    def length(self, caption: str) -> float:
+        return -self.length_weight * max(0.0, len(words(caption)) / self.length_target - 1.0)
+
+    def repetition(self, caption: str) -> float:
+        return -self.repetition_weight * repetition(caption, self.repetition_n)
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's text: a string as it is; in TRL's conversational form (a list of messages),
+    the last assistant message's content, whose text parts are joined when it is a list of parts."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        replies = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
+        if replies:
+            content = replies[-1].get("content", "")
+            if isinstance(content, str):
+                return content
+            return " ".join(part.get("text", "") for part in content
+                            if isinstance(part, Mapping) and part.get("type", "text") == "text")
+    raise ConfigError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
+
+
+def row_image(image: Any = None, images: Any = None) -> Any:
+    """The picture a completion describes: the row's `image`, else the single one of its `images`
+    (None when it has none or several: which one the caption describes is not known)."""
+    if image is not None:
+        return image
+    if isinstance(images, (list, tuple)):
+        return images[0] if len(images) == 1 else None
+    return images
+
+
+def _image_source(image: Any) -> Any:
+    """What a `Sample` takes from a dataset cell: a datasets `Image` left undecoded is {bytes, path}."""
+    if isinstance(image, Mapping):
+        return image.get("bytes") or image.get("path")
+    return image
+
+
+class Reward:
+    """A caprecon reward: picklable, batched, cached; see the module's docstring.
+
+    `metrics`: metric names (`recon`, `clipscore`, `distilled:PATH`, ...) or `Metric` objects
+    (default: the config's, else recon); `weights`: one per metric, or {name: weight} (default 1
+    each). `guards`: a `Guards` (default: all on), or None for none. `empty`: the reward of an
+    empty completion (no metric can score it, and a policy must not learn that silence is safe).
+    `preset`, `config` and `settings` are those of `caprecon.score` (generator, embedder, judge,
+    llm, cache_dir, seed, ...). Models load on the first call; a pickled copy (a trainer's worker)
+    loads its own.
+    """
+
+    def __init__(self, metrics: Sequence[str | Metric] | str | None = None,
+                 weights: Sequence[float] | Mapping[str, float] | None = None, *, preset: str | None = None,
+                 config: str | Path | None = None, guards: Guards | None = Guards(), empty: float = 0.0,
+                 log_parts: bool = True, **settings: Any):
+        metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
+        names = [m for m in metrics if isinstance(m, str)]
+        self.preset, self.config, self.settings = preset, config, settings
+        self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+        self.metrics = metrics or list(self.cfg.metrics)
+        labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+        if weights is None:
+            self.weights = [1.0] * len(self.metrics)
+        elif isinstance(weights, Mapping):
+            unknown = sorted(set(weights) - set(labels))
+            if unknown:
+                raise ConfigError(f"weights name {', '.join(unknown)}, which is not among the metrics "
+                                  f"({', '.join(labels)})")
+            self.weights = [float(weights.get(name, 1.0)) for name in labels]
+        else:
+            self.weights = [float(w) for w in weights]
+            if len(self.weights) != len(self.metrics):
+                raise ConfigError(f"{len(self.weights)} weights for {len(self.metrics)} metrics")
+        self.guards = guards or Guards.off()
+        self.hallucination = (self.guards.hallucination_weight > 0 and self.cfg.judge is not None
+                              and self.cfg.llm is not None and "halluc" not in labels)
+        self.empty = float(empty)
+        self.log_parts = log_parts
+        self._built: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_built"] = None  # models, store and context are rebuilt where the copy is called
+        state.pop("_lock")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _build(self) -> dict[str, Any]:
+        if self._built is None:
+            roles = Roles(self.cfg)
+            built = [build_metrics(m, roles, self.cfg) for m in self.metrics]
+            if self.hallucination:
+                built.append(build_metrics("halluc", roles, self.cfg))
+            self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
+        return self._built
+
+    @property
+    def context(self) -> Context:
+        """The context the reward scores through (its store, and counts of results computed)."""
+        return self._build()["ctx"]
+
+    def describe(self) -> dict[str, Any]:
+        built = self._build()
+        return {"metrics": [m.describe() for m in built["metrics"]], "weights": self.weights,
+                "guards": self.guards.__dict__, "hallucination_guard": self.hallucination, "empty": self.empty,
+                "models": built["roles"].describe(), "store": built["ctx"].store.describe()}
+
+    def __call__(self, images: Sequence[Any] | None = None, captions: Sequence[str] | None = None, *,
+                 prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+                 completion_ids: Any = None, image: Sequence[Any] | None = None,
+                 log_metric: Callable[[str, float], None] | None = None, **columns: Any) -> list[float | None]:
+        """TRL's form (keywords: `completions` and the dataset's `image` or `images` column, one per
+        completion), or `reward(images, captions)`. One reward per completion; None where it has no
+        single image or a metric failed on it (TRL skips those)."""
+        if completions is not None:
+            captions = [completion_text(c) for c in completions]
+            pictures = image if image is not None else images
+            if pictures is None:
+                raise ConfigError("the reward needs the picture each completion describes: give the dataset an "
+                                  "`image` (or `images`) column")
+            pictures = [row_image(p) if image is not None else row_image(images=p) for p in pictures]
+        else:
+            if images is None or captions is None:
+                raise ConfigError("call the reward as reward(images, captions) or with TRL's keywords "
+                                  "(completions=..., image=...)")
+            pictures = list(images)
+        if len(pictures) != len(captions):
+            raise ConfigError(f"{len(pictures)} images but {len(captions)} completions")
+        parts = self.parts(pictures, captions)
+        totals = [None if any(v is None for v in row) else math.fsum(row) for row in zip(*parts.values())]
+        if log_metric is not None and self.log_parts:
+            for name, values in {**parts, "reward": totals}.items():
+                known = [v for v in values if v is not None]
+                if known:
+                    log_metric(f"caprecon/{name}", math.fsum(known) / len(known))
+        return totals
+
+    def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
+        """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their sum."""
+        with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
+            built = self._build()
+            unique: dict[tuple[str, str], LoadedSample] = {}
+            row_keys: list[tuple[str, str] | None] = []
+            bases: dict[int, LoadedSample | Exception] = {}
+            for i, (picture, caption) in enumerate(zip(images, captions)):
+                row_keys.append(self._key(i, picture, caption, bases, unique))
+            names = [m.headline for m in built["metrics"]]
+            scored = {name: self._score(metric, list(unique.values()), built["ctx"])
+                      for name, metric in zip(names, built["metrics"])}
+        keys = list(unique)
+        position = {k: j for j, k in enumerate(keys)}
+        parts: dict[str, list[float | None]] = {}
+        for name, weight in zip(names, self.weights):
+            parts[name] = [self._part(scored[name], position, key, caption, weight)
+                           for key, caption in zip(row_keys, captions)]
+        if self.hallucination:
+            rate = parts.pop("halluc")
+            parts["hallucination"] = [None if v is None else -self.guards.hallucination_weight * (1.0 - v)
+                                      for v in rate]
+        if self.guards.length_weight:
+            parts["length"] = [self.guards.length(c) for c in captions]
+        if self.guards.repetition_weight:
+            parts["repetition"] = [self.guards.repetition(c) for c in captions]
+        return parts
+
+    def _part(self, values: list[Any], position: dict, key: Any, caption: str, weight: float) -> float | None:
+        if key is None:
+            return None
+        if key == "empty":
+            return self.empty
+        value = values[position[key]]
+        return None if value is None else weight * value
+
+    def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
+        """The row's (image content key, caption), its item added to `unique` when new; "empty" for
+        an empty caption, None for a row without a readable picture."""
+        if not isinstance(caption, str) or not caption.strip():
+            return "empty"
+        if picture is None:
+            return None
+        source = _image_source(picture)
+        base = bases.get(id(picture))  # a dataset repeats one image object across its G completions
+        if base is None:
+            try:
+                base = read_image(Sample(id=str(row), image=source, caption=caption))
+                base.sample = replace(base.sample, image_id=base.image_key[:32], candidate=0)
+            except SampleError as exc:
+                log.warning("reward: row %d: %s", row, exc)
+                base = exc
+            bases[id(picture)] = base
+        if isinstance(base, Exception):
+            return None
+        key = (base.image_key, caption)
+        if key not in unique:
+            unique[key] = base.with_caption(caption)
+        return key
+
+    def _score(self, metric: Metric, items: list[LoadedSample], ctx: Context) -> list[float | None]:
+        if not items:
+            return []
+        results = isolated(lambda part: metric.score(part, ctx), items, FailureWatch(metric.name))
+        values: list[float | None] = []
+        for item, result in zip(items, results):
+            value = None if isinstance(result, Exception) else result.get(metric.headline)
+            if isinstance(result, Exception):
+                log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
+            values.append(value if isinstance(value, (int, float)) and math.isfinite(value) else None)
+        return values
+
+
+class AsyncReward(Reward):
+    """The same reward as a coroutine: TRL awaits it beside its other async reward functions, and
+    the scoring (reconstruction and judge servers: vLLM, OpenAI-compatible) runs in a worker
+    thread, so the trainer's event loop is never blocked. The backends' own calls stay blocking
+    inside that thread; calls overlap other rewards, not each other."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        return await asyncio.to_thread(Reward.__call__, self, *args, **kwargs)
