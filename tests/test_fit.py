@@ -23,7 +23,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.judgments import PAIRS, SCORES, Judgment, Judgments, PairJudgment
 from caprecon.metrics.fused import FusedModel
 from caprecon.stats.correlation import kendall_tau
-from caprecon.stats.fit import cross_validate, grouped_folds
+from caprecon.stats.fit import FitError, cross_validate, grouped_folds
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
 
@@ -376,3 +376,60 @@ def test_ray_s_reconstruct_stage_plans_what_a_fused_metric_s_components_rebuild(
     component = SimpleNamespace(generator=generator, spec=spec, seeds=3, needs_source_image=True)
     fused = FusedMetric(FusedModel("linear", ["recon"], [0.0], [1.0], [1.0]), {"recon": component})
     assert reconstruction_plan([fused]) == [(generator, spec, 3)]
+
+
+def _judgments_file(path: Path, judgments: Judgments) -> Path:
+    path.write_text("".join(json.dumps({"id": it.id, "image": it.image, "caption": it.caption,
+                                        "human": it.ratings[0]}) + "\n" for it in judgments.items))
+    return path
+
+
+def test_what_cannot_be_fitted_is_refused_not_saved(tmp_path, capsys):
+    judgments, features, _ = _known_combination(n_images=6)
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(json.dumps({"id": it.id, "a": float(features["a"][k]), "b": float(features["b"][k])})
+                              + "\n" for k, it in enumerate(judgments.items)))
+    flat = Judgments(SCORES, [Judgment(it.id, it.image, it.caption, (3.0,), image_id=it.image_id)
+                              for it in judgments.items])
+    saved = tmp_path / "fused.json"
+
+    def fit(path: Path, scores_file: Path) -> tuple[int, str]:
+        rc = run_meta_command(_parse(["--judgments", str(path), "--scores", str(scores_file), "--metric", "a", "b",
+                                      "--out", str(tmp_path / "o"), "--fit", "--save", str(saved),
+                                      "--bootstrap", "0"]))
+        return rc, capsys.readouterr().err
+
+    # every rating the same: a regression fits the constant, and was saved and recommended
+    for kind in ("linear", "gbt"):
+        with pytest.raises(FitError, match=r"same human rating \(3\): there is nothing to fit"):
+            cross_validate(kind, flat, features, ["a", "b"], n_folds=3, n_bootstrap=0)
+    rc, err = fit(_judgments_file(tmp_path / "flat.jsonl", flat), scores)
+    assert rc == 2 and "flat.jsonl" in err and "same human rating" in err and not saved.exists()
+    # one caption scored twice in --scores: one of its rows was taken, silently
+    lines = scores.read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*lines, lines[4]]) + "\n")
+    rc, err = fit(_judgments_file(tmp_path / "j.jsonl", judgments), twice)
+    assert rc == 2 and f"--scores {twice}: id '4' is on rows 5 and {len(lines) + 1}" in err and not saved.exists()
+    assert fit(tmp_path / "j.jsonl", scores)[0] == 0 and saved.exists()  # the same files, fittable
+
+
+def test_bootstrap_0_draws_no_resample_in_the_fits_comparison(tmp_path, capsys):
+    from caprecon.stats.agreement import format_comparison
+
+    judgments, scores, _ = _known_combination()
+    result = cross_validate("linear", judgments, scores, ["a", "b", "c"], n_folds=4, n_bootstrap=0)
+    comparison = result.comparison
+    assert comparison.n_resamples == 0 and comparison.difference > 0  # it ran 1,000 resamples
+    said = format_comparison(comparison)
+    assert "CI and p-value not computed" in said and "nan" not in said
+    path = _judgments_file(tmp_path / "j.jsonl", judgments)
+    scores_file = tmp_path / "s.jsonl"
+    scores_file.write_text("".join(json.dumps({"id": it.id, **{m: float(v[k]) for m, v in scores.items()}}) + "\n"
+                                   for k, it in enumerate(judgments.items)))
+    capsys.readouterr()
+    assert run_meta_command(_parse(["--judgments", str(path), "--scores", str(scores_file), "--metric", "a", "b",
+                                    "--compare", "a", "b", "--fit", "--out", str(tmp_path / "o"),
+                                    "--bootstrap", "0"])) == 0
+    out = capsys.readouterr().out
+    assert out.count("CI and p-value not computed") == 2 and "p = nan" not in out  # --compare, and the fit's

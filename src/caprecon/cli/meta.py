@@ -35,6 +35,7 @@ from typing import Callable, Collection, Sequence
 import numpy as np
 
 from caprecon.core.checks import MAX_RESAMPLES
+from caprecon.core.errors import ConfigError
 from caprecon.cli.common import real_number, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
@@ -47,6 +48,7 @@ from caprecon.metrics.base import Context
 from caprecon.metrics.claims import extract_claims
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
+from caprecon.stats.seeds import unique_ids
 from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, inserted_object_captions, insertion_probe, length_robustness, length_samples, length_sets, overlap_problem, paraphrase_delta, paraphrase_triples, triple_samples)
 from caprecon.core.records import read_records, write_jsonl_atomically
 from caprecon.data.samples import Sample
@@ -383,7 +385,7 @@ def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, n
     if missing := [m for m in (a, b) if m not in scores]:
         raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
     result = compare_metrics(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
-                             human_order=args.human_order, n_resamples=args.bootstrap or 1000,
+                             human_order=args.human_order, n_resamples=args.bootstrap,
                              seed=args.seed)  # fmt: skip
     return f"{judgments.name}: {format_comparison(result)}"
 
@@ -439,6 +441,10 @@ def read_scores(path: Path, samples: Sequence[Sample], records: list[dict] | Non
     records = _score_records(path) if records is None else records
     if not records or "id" not in records[0]:
         raise MetaError(f"{path}: a scores file needs an `id` column matching the judgments' sample ids")
+    try:  # a caption scored twice would be read as one of its rows, silently
+        unique_ids(records, f"--scores {path}")
+    except ConfigError as exc:
+        raise MetaError(str(exc)) from None
     ids = [s.id for s in samples]
     missing = set(ids) - {str(r["id"]) for r in records}
     if missing:
@@ -656,7 +662,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         if missing := [m for m in (a, b) if m not in last["scores"]]:
             raise MetaError(f"--compare: {', '.join(missing)} could not be scored (see the notes above)")
         result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b],
-                                 tau_variant=benchmark.tau_variant, n_resamples=args.bootstrap or 1000,
+                                 tau_variant=benchmark.tau_variant, n_resamples=args.bootstrap,
                                  seed=args.seed)  # fmt: skip
         print(format_comparison(result))
         write_csv_comparison(result, args.out / "compare.csv")

@@ -295,13 +295,14 @@ def compare_metrics(
 
 
 def format_comparison(c: Comparison) -> str:
+    head = f"{c.metric_a} vs {c.metric_b} ({c.statistic}): {c.value_a:.4f} - {c.value_b:.4f} = {c.difference:+.4f}"
+    if not c.n_resamples:
+        return (f"{head}; {100 * c.level:g}% CI and p-value not computed (no bootstrap resample with a defined "
+                "difference: --bootstrap 0 draws none)")
     # No resample crossing zero bounds p by the resolution of the bootstrap, not by 0.
-    p = f"p < {1 / c.n_resamples:.2g}" if c.p_value == 0 and c.n_resamples else f"p = {c.p_value:.4g}"
-    return (
-        f"{c.metric_a} vs {c.metric_b} ({c.statistic}): {c.value_a:.4f} - {c.value_b:.4f} = {c.difference:+.4f}, "
-        f"{100 * c.level:g}% CI [{c.ci_low:.4f}, {c.ci_high:.4f}], {p} "
-        f"(paired bootstrap over images, {c.n_resamples} resamples)"
-    )
+    p = f"p < {1 / c.n_resamples:.2g}" if c.p_value == 0 else f"p = {c.p_value:.4g}"
+    return (f"{head}, {100 * c.level:g}% CI [{c.ci_low:.4f}, {c.ci_high:.4f}], {p} "
+            f"(paired bootstrap over images, {c.n_resamples} resamples)")
 
 
 # ----------------------------------------------------------------------------- output

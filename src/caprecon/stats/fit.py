@@ -246,6 +246,10 @@ def cross_validate(
     and the final model on all usable rows."""
     training = training_set(judgments, scores, features, human_order)
     rows = np.flatnonzero(training.usable)
+    if len(rows) and not judgments.pairwise and np.ptp(training.target[rows]) == 0:
+        # a regression would fit the constant and be saved and recommended, agreeing with nobody
+        raise FitError(f"every caption scored by all of {', '.join(features)} has the same human rating "
+                       f"({training.target[rows][0]:g}): there is nothing to fit")
     folds = grouped_folds(training.groups, rows, n_folds)
     oof = np.full(len(training.x), math.nan)
     fold_of = np.full(len(training.x), -1)
@@ -292,7 +296,7 @@ def _evaluate(name, kind, judgments, scores, training, predictions, final, tau_v
         best = max(components, key=lambda r: r.value)
         comparison = compare_metrics(judgments, name, predictions, best.metric, same_rows[best.metric],
                                      tau_variant=tau_variant, human_order=training.human_order,
-                                     n_resamples=n_bootstrap or 1000, seed=seed)
+                                     n_resamples=n_bootstrap, seed=seed)
     in_sample = np.full(len(training.x), math.nan)
     in_sample[usable] = final.predict(training.x[usable])
     importance, importance_kind = final.weights(), "weight on the standardised score"
