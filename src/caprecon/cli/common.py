@@ -11,7 +11,7 @@ from typing import Any
 
 from caprecon.core.checks import MAX_SEEDS, count_problem, number_problem
 from caprecon.core.errors import ConfigError
-from caprecon.run.config import parse_options, parse_pairs
+from caprecon.run.config import parse_options, parse_pairs, parse_seeds
 
 # the exit status of a command some of whose rows failed (or that had none), whichever command it is
 ROWS_FAILED = 1
@@ -33,6 +33,20 @@ def whole_number(low: int, high: int | None = None):
 
     parse.__name__ = "whole number"
     return parse
+
+
+def seed_count(text: str) -> int | str:
+    """`--seeds`: a count K, or a range MIN..MAX / auto for adaptive seeds (checked with the run's settings)."""
+    if ".." in text or text.strip() == "auto":
+        try:
+            low, high = parse_seeds(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        problem = count_problem(low, 2, MAX_SEEDS) or count_problem(high, low, MAX_SEEDS)
+        if problem:
+            raise argparse.ArgumentTypeError(f"MIN..MAX {problem}")
+        return text.strip()
+    return whole_number(1, MAX_SEEDS)(text)
 
 
 def real_number(low: float | None = None, high: float | None = None, *, low_open: bool = False,
@@ -106,10 +120,15 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
     p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
                    help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
                         "its candidates; fixed: --seed for every caption")
-    p.add_argument("--seeds", type=whole_number(1, MAX_SEEDS), metavar="K",
+    p.add_argument("--seeds", type=seed_count, metavar="K|MIN..MAX|auto",
                    help="reconstructions per caption (default 1): recon, clip-image, turing and vqascore on the "
                         "reconstruction report the mean over K seeds with its sd and 95%% interval. Costs K times "
-                        "the generation; the cache keeps each seed, so raising K generates only the new ones")
+                        "the generation; the cache keeps each seed, so raising K generates only the new ones. "
+                        "MIN..MAX with --target-width: MIN seeds each, more only for captions whose interval is "
+                        "still wider than the target, up to MAX (auto: 3..16)")
+    p.add_argument("--target-width", type=real_number(0, low_open=True), metavar="W",
+                   help="with --seeds MIN..MAX or auto: stop drawing seeds for a caption once its 95%% interval "
+                        "is at most W wide (e.g. 0.01)")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "
@@ -141,7 +160,7 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "ceiling",
+            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "target_width", "ceiling",
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}

@@ -56,12 +56,13 @@ class Context:
             self.seed_index = before
 
     def reconstruct_seeds(self, generator: TextToImage, spec: ReconstructionSpec, items: Sequence[LoadedSample],
-                          seeds: int) -> list[list[Any]]:
-        """All `seeds` reconstructions of each item in one go (see `Reconstructor.reconstruct_seeds`);
-        they are held in memory until the next call, for the metric passes of each seed."""
+                          seeds: int | Sequence[int], start: int | Sequence[int] = 0) -> list[list[Any]]:
+        """The reconstructions of each item from seeds `start`..`seeds`-1 in one go (see
+        `Reconstructor.reconstruct_seeds`); they are held in memory until the next call, for
+        the metric passes of each seed."""
         self._held.clear()
         with self.seed(0):
-            return self.reconstructor(generator, spec).reconstruct_seeds(items, seeds)
+            return self.reconstructor(generator, spec).reconstruct_seeds(items, seeds, start)
 
     def _cached(self, kind: str, keys: Sequence[str], compute: Callable[[list[int]], Sequence[Any]],
                 get: Callable, put: Callable, model: Any = None) -> list[Any]:

@@ -212,13 +212,22 @@ class Reconstructor:
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
         return self._reconstruct([self.request_for(item) for item in items])
 
-    def reconstruct_seeds(self, items: Sequence[LoadedSample], seeds: int) -> list[list[Reconstruction]]:
-        """Each item's reconstructions from seeds 0..`seeds`-1, those missing from the store
-        generated in one generator call, a caption's seeds side by side (so they share a
-        pipeline batch); they stay in `held` for the reconstructors of each seed."""
-        keyed = [self.request_for(item, k) for item in items for k in range(seeds)]
+    def reconstruct_seeds(self, items: Sequence[LoadedSample], seeds: int | Sequence[int],
+                          start: int | Sequence[int] = 0) -> list[list[Reconstruction]]:
+        """Each item's reconstructions from seeds `start`..`seeds`-1 (one bound for all items, or
+        one per item: adaptive seeds draw further seeds only for some captions), those missing
+        from the store generated in one generator call, a caption's seeds side by side (so they
+        share a pipeline batch); they stay in `held` for the reconstructors of each seed."""
+        stops = [seeds] * len(items) if isinstance(seeds, int) else list(seeds)
+        starts = [start] * len(items) if isinstance(start, int) else list(start)
+        ranges = [range(a, b) for a, b in zip(starts, stops)]
+        keyed = [self.request_for(item, k) for item, span in zip(items, ranges) for k in span]
         flat = self._reconstruct(keyed, hold=True)
-        return [flat[i * seeds : (i + 1) * seeds] for i in range(len(items))]
+        out, at = [], 0
+        for span in ranges:
+            out.append(flat[at : at + len(span)])
+            at += len(span)
+        return out
 
     def _reconstruct(self, keyed: list[tuple[str, GenerationRequest]], hold: bool = False) -> list[Reconstruction]:
         wanted: dict[str, GenerationRequest] = {}

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from caprecon.core import digests
-from caprecon.core.checks import MAX_SEEDS, check_count
+from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
@@ -56,6 +56,8 @@ class RunConfig:
     seed: int = 0
     seed_policy: str = "per-sample"
     seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
+    max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
+    target_width: float | None = None  # adaptive seeds: stop drawing once a caption's interval is this narrow
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True
@@ -81,7 +83,16 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         check_count("--seed", self.seed, 0, 2**63 - 1)
+        if isinstance(self.seeds, str):
+            self.seeds, self.max_seeds = parse_seeds(self.seeds)
         check_count("--seeds", self.seeds, 1, MAX_SEEDS)
+        if (self.max_seeds is None) != (self.target_width is None):
+            raise ConfigError("adaptive seeds need both a range and a width: --seeds MIN..MAX (or auto) "
+                              "with --target-width W")
+        if self.max_seeds is not None:
+            check_count("--seeds", self.seeds, 2, MAX_SEEDS)  # an interval needs two seeds
+            check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
+            check_number("--target-width", self.target_width, 0, low_open=True)
         if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")
@@ -157,6 +168,23 @@ class RunConfig:
         out["judge_for"] = {cat: spec if isinstance(spec, (str, int, float)) else type(spec).__name__
                             for cat, spec in self.judge_for.items()}
         return json.loads(json.dumps(out, default=str))
+
+
+AUTO_SEEDS = (3, 16)  # `--seeds auto`: three seeds give a usable first interval (t = 4.3; two give t = 12.7)
+
+
+def parse_seeds(text: str | int) -> tuple[int, int | None]:
+    """`--seeds`: K (a fixed count: (K, None)), MIN..MAX or auto (adaptive: (MIN, MAX))."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text, None
+    text = str(text).strip()
+    if text == "auto":
+        return AUTO_SEEDS
+    low, sep, high = text.partition("..")
+    try:
+        return (int(low), int(high)) if sep else (int(text), None)
+    except ValueError:
+        raise ConfigError(f"--seeds must be a count K, a range MIN..MAX (e.g. 3..16) or auto, not {text!r}") from None
 
 
 def load_config_file(path: str | Path, *, allow_plugins: bool = False) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
+from caprecon.metrics.adaptive import AdaptiveSeeds
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
@@ -180,7 +181,8 @@ def score(
         "libraries": {lib: installed_version(lib) for lib in ("torch", "diffusers", "transformers", "numpy", "pillow")},
         "config": cfg.to_dict(),
         "reconstruction": {"template": cfg.spec.template, "seed": cfg.seed, "seed_policy": cfg.seed_policy,
-                           "seeds": cfg.seeds, "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
+                           "seeds": cfg.seeds, "max_seeds": cfg.max_seeds, "target_width": cfg.target_width,
+                           "max_side": cfg.max_side, "upscale": cfg.upscale, "size": cfg.size},
         "captions_normalised": cfg.normalise_captions,
         "models": roles.describe(),
         "metrics": [m.describe() for m in built],
@@ -226,7 +228,9 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
     members = [built]
     if not isinstance(metric, Metric) and len(roles.generators) > 1:
         members += [build_metric(metric, roles.with_generator(g), cfg) for g in roles.generators[1:]]
-    if cfg.seeds > 1:
+    if cfg.max_seeds is not None:
+        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width) for m in members]
+    elif cfg.seeds > 1:
         members = [SeedAveraged(m, cfg.seeds) for m in members]
     if len(members) == 1:
         built = members[0]
