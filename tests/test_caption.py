@@ -566,6 +566,7 @@ def test_a_hub_captioner_not_yet_downloaded_samples_with_its_own_settings(tmp_pa
         return str(shipped)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda *a, **k: None)  # a Hub that has it
     captioner = TransformersCaptioner("some-org/some-captioner")
     assert captioner.source.path is None
     own = captioner.generation_defaults()

@@ -66,6 +66,35 @@ def test_uncached_hub_id_offline_says_what_to_do(tmp_path, capsys):
     assert "HF_HUB_OFFLINE" in err and "hf download some-org/not-cached-model" in err
 
 
+def test_uncached_hub_id_without_network_fails_fast_with_our_message(tmp_path):
+    """Without HF_HUB_OFFLINE and without a Hub, the loader used to retry each file with back-off for
+    minutes, row after row, and leave a run folder of failed rows ending in the library's advice about
+    `local_files_only`; now one request says the Hub cannot be reached, before the run folder exists."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    path = _samples(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"}}
+    # a port nobody listens on: no network whatever the machine the test runs on, refused at once
+    env.update(HF_HOME=str(tmp_path / "hf-home"), HF_ENDPOINT="http://127.0.0.1:9",
+               CAPRECON_CACHE=str(tmp_path / "cache"))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "caprecon", "score", "--input", str(path), "--metric", "clipscore",
+                           "--clip", "some-org/not-cached-clip", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert elapsed < 30
+    err = done.stderr.strip()
+    assert err.startswith("caprecon: error: embedder 'some-org/not-cached-clip' is not a local folder"), err
+    assert "cannot be reached" in err and "hf download some-org/not-cached-clip" in err
+    assert "local_files_only" not in err and "Traceback" not in err and "Retrying" not in err
+    # no rows and no manifest: nothing that reads as a run (the folder's lock may be there)
+    assert not (tmp_path / "run" / "scores.jsonl").exists() and not (tmp_path / "run" / "manifest.json").exists()
+
+
 def test_unknown_metric_and_preset(tmp_path, capsys):
     path = _samples(tmp_path)
     assert main(["score", "--input", str(path), "--metric", "nope", "--generator", "x", "--embedder", "y"]) == 2

@@ -133,7 +133,36 @@ def resolve_source(name: str | os.PathLike, revision: str | None = None, *, kind
             f"Download it where there is network (`hf download {text}`), copy the cache or the folder here, "
             f"and pass the folder's path or set HF_HOME."
         )
+    refusal = hub_refusal(text, revision)
+    if refusal:
+        raise ModelNotFoundError(
+            f"{kind} {text!r} is not a local folder and is not in the Hugging Face cache, and cannot be downloaded: "
+            f"{refusal}. Download it where there is network (`hf download {text}`), copy the cache or the folder "
+            f"here, and pass the folder's path or set HF_HOME (and HF_HUB_OFFLINE=1 on a machine without network)."
+        )
     return ModelSource(text, None, revision)
+
+
+def hub_refusal(repo_id: str, revision: str | None) -> str | None:
+    """Why the Hub will not give `repo_id`, asked once before any work; None when it may.
+
+    Left to the loader, an unreachable Hub is found per row, each file retried with back-off for
+    minutes, and ends in the library's advice about `local_files_only`; one metadata request
+    (bounded by HF_HUB_ETAG_TIMEOUT, no retries) says it at once."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        HfApi().model_info(repo_id, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except RevisionNotFoundError:
+        return f"the Hub has no revision {revision!r} of it"
+    except RepositoryNotFoundError:
+        return "the Hub has no such model (or it is private or gated: `hf auth login`)"
+    except HfHubHTTPError:
+        return None  # the Hub answered: the loader reports what it said (a rate limit, a server error)
+    except Exception as exc:  # no network, no DNS, a proxy that refuses, a timeout, an invalid id
+        return f"the Hub at {constants.ENDPOINT} cannot be reached ({type(exc).__name__}: {exc})"
+    return None
 
 
 def derive_seed(*parts: Any) -> int:
