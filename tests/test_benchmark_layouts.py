@@ -251,7 +251,7 @@ def test_thumb_as_the_repository_ships_it(tmp_path):
     _lines(folder / loaders.THUMB_FILE, rows)
     _lines(folder / loaders.THUMB_REFERENCES, [{"seg_id": 7, "refs": ["a surfer", "a man on a wave"]}])
     judgments = get_benchmark("thumb").load(str(folder))
-    assert [(loaders.thumb_system(j), j.ratings, j.refs) for j in judgments.items] == [
+    assert [(j.system, j.ratings, j.refs) for j in judgments.items] == [
         ("Up-Down", (3.5,), ["a surfer", "a man on a wave"]), ("Human", (4.75,), ["a surfer", "a man on a wave"])]
     assert [j.ratings for j in loaders.load_thumb(folder, target="recall").items] == [(3.0,), (4.5,)]
 
@@ -498,3 +498,135 @@ def test_a_repo_id_is_read_from_the_local_hub_cache_only(tmp_path, monkeypatch):
     (repo / "refs" / "main").write_text("rev1")
     (item,) = get_benchmark("polaris").load("yuwd/Polaris").items
     assert (item.caption, item.ratings) == ("a cat", (0.5,))
+
+
+# ----------------------------------------------------------------------------- EXPERT, CaptionEvalKit, CapArena
+
+
+def _expert_annotations(root):
+    """EXPERT's annotations/ folder, one or two entries per file in its own shape."""
+    ann = root / "annotations"
+    scores = [{"imgid": "59cf", "mt": "a large group  of people", "refs": ["a crowd", "people walking"], "score": 1.0},
+              {"imgid": "aa0c", "mt": "two women", "refs": ["two women play frisbee"], "score": 0.75}]
+    _json(ann / "nebula_test.json", scores)
+    _json(ann / "polaris_test.json", scores[:1])
+    _json(ann / "pascal_50s.json", {"HI": [{"image": "VOC2012/JPEGImages/2008_003849.jpg",
+                                           "captions": ["a white ship", "a television"], "label": 0,
+                                           "references": ["a cruise ship", "a large ship"]}]})  # fmt: skip
+    judged = [{"image_id": "1056", "image_path": "Flickr8k_Dataset/1056.jpg", "caption": "A girl smiles .", "rating": r}
+              for r in (1.0, 2.0, 2.0)]  # fmt: skip
+    _json(ann / "flickr8k.json", {"1056": {"human_judgement": judged, "image_id": "1056",
+                                           "image_path": "Flickr8k_Dataset/1056.jpg", "ground_truth": ["A blond woman ."]}})
+    crowd = [{**judged[0], "rating": 0.333}]
+    _json(ann / "crowdflower_flickr8k.json", {"1056": {"human_judgement": crowd, "image_id": "1056",
+                                                       "image_path": "Flickr8k_Dataset/1056.jpg",
+                                                       "ground_truth": ["A blond woman ."]}})  # fmt: skip
+    _json(ann / "composite.json", {"flickr30k": [{"image": "1000092795.jpg", "caption": "two men", "human": 4}]})
+    return ann
+
+
+def test_expert_annotation_files_are_read_unchanged(tmp_path):
+    from caprecon.data.loaders.expert import expert_layout
+
+    ann = _expert_annotations(tmp_path)
+    assert [expert_layout(ann / f) for f in ("nebula_test.json", "polaris_test.json", "pascal_50s.json", "flickr8k.json",
+                                             "crowdflower_flickr8k.json", "composite.json")] == [
+        "expert-scores", "expert-scores", "pascal50s", "flickr8k", "flickr8k", "composite"]  # fmt: skip
+    nebula = get_benchmark("nebula-raw").load(str(ann / "nebula_test.json"))
+    assert [(j.image, j.caption, j.ratings, j.refs) for j in nebula.items] == [
+        ("Nebula/59cf.jpg", "a large group of people", (1.0,), ["a crowd", "people walking"]),
+        ("Nebula/aa0c.jpg", "two women", (0.75,), ["two women play frisbee"])]
+    (polaris,) = get_benchmark("polaris").load(str(ann / "polaris_test.json")).items
+    assert polaris.image == "Polaris/59cf.jpg"
+    (pair,) = get_benchmark("pascal50s").load(str(ann / "pascal_50s.json")).items
+    assert (pair.image, pair.preference, pair.category) == ("VOC2012/JPEGImages/2008_003849.jpg", 1.0, "HI")
+    (expert,) = get_benchmark("flickr8k-expert").load(str(ann / "flickr8k.json")).items
+    assert (expert.image, expert.ratings) == ("Flickr8k_Dataset/1056.jpg", (1.0, 2.0, 2.0))
+    (crowd,) = get_benchmark("flickr8k-crowdflower").load(str(ann / "crowdflower_flickr8k.json")).items
+    assert crowd.ratings == (0.333,)
+    (composite,) = get_benchmark("composite").load(str(ann / "composite.json")).items
+    assert composite.ratings == (4.0,) and composite.image_id == "flickr30k/1000092795"
+    # the image root is --images (EXPERT's images/ folder): samples resolve against it
+    (sample, _) = nebula.samples(tmp_path / "images")[:2]
+    assert sample.image == tmp_path / "images" / "Nebula" / "59cf.jpg"
+
+
+def test_expert_layout_named_by_format_and_a_wrong_one_refused(tmp_path, capsys):
+    ann = _expert_annotations(tmp_path)
+    renamed = ann / "my_copy.json"
+    renamed.write_text((ann / "nebula_test.json").read_text())
+    assert len(get_benchmark("nebula-raw").load(str(renamed), layout="expert").items) == 2
+    with pytest.raises(JudgmentFormatError, match="--format captionevalkit is not a copy"):
+        get_benchmark("polaris").load(str(renamed), layout="captionevalkit")
+    # on the command line: a layout the benchmark has not is a usage error, exit 2
+    code = meta_main(["--benchmark", "pascal50s", "--data", str(ann / "pascal_50s.json"), "--format", "expert",
+                      "--out", str(tmp_path / "o")])  # fmt: skip
+    assert code == 2 and "--format expert: pascal50s reads its files as recognised" in capsys.readouterr().err
+
+
+def test_captionevalkit_nebula_folder_and_the_spica_correction_named(tmp_path, capsys):
+    nebula = tmp_path / "data" / "nebula"
+    _csv(nebula / "nebula_test.csv", ["imgid", "mt", "refs", "score"],
+         [["n1", "a red bus", repr(["a bus", "a red bus on a road"]), "0.2"],
+          ["n2", "a cat", repr(["a cat"]), "0.4"],
+          ["n3", "two dogs", repr(["dogs"]), "0.6"]])  # fmt: skip
+    (nebula / "images").mkdir()
+    (nebula / "images" / "n1.png").write_bytes(b"x")
+    (nebula / "images" / "n2.jpg").write_bytes(b"x")  # n3 has no image file
+    raw = get_benchmark("nebula-raw").load(str(tmp_path / "data"))
+    assert [(j.image, j.refs, j.ratings) for j in raw.items] == [
+        ("images/n1.png", ["a bus", "a red bus on a road"], (0.2,)), ("images/n2.jpg", ["a cat"], (0.4,)),
+        ("", ["dogs"], (0.6,))]
+    _csv(tmp_path / "data" / "Spica" / "spica_test.csv", ["imgid", "mt", "score"], [["n1.jpg", "a red bus", "0.9"]])
+    assert [j.ratings for j in get_benchmark("nebula").load(str(nebula)).items] == [(0.9,), (0.4,), (0.6,)]
+    scores = _csv(tmp_path / "m.csv", ["id", "m"], [["1", "1"], ["2", "2"], ["3", "3"]])
+    assert meta_main(["--benchmark", "nebula", "--data", str(nebula), "--scores", str(scores), "--bootstrap", "0",
+                      "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    assert "judged: test split, labels corrected from Spica" in capsys.readouterr().out
+
+
+def test_a_row_without_an_image_is_a_row_error_and_text_metrics_still_score_it(tmp_path, capsys):
+    data = _json(tmp_path / "nebula_test.json", [
+        {"imgid": "a", "mt": "one", "refs": ["r"], "score": 0.1}, {"mt": "two", "refs": ["r"], "score": 0.5},
+        {"imgid": "c", "mt": "three", "refs": ["r"], "score": 0.9}])  # fmt: skip
+    judgments = get_benchmark("nebula-raw").load(str(data))
+    assert [s.image is None for s in judgments.samples()] == [False, True, False]
+    seen = []
+
+    def score_metric(name, samples):  # an image metric: it must never see a row without an image
+        seen.extend(s.id for s in samples)
+        return [float(k) for k in range(len(samples))]
+
+    args = argparse.ArgumentParser()
+    add_meta_arguments(args)
+    parsed = args.parse_args(["--benchmark", "nebula-raw", "--data", str(data), "--metric", "img", "--bootstrap", "0",
+                              "--out", str(tmp_path / "out")])  # fmt: skip
+    assert run_meta_command(parsed, score_metric=score_metric) == 0
+    out = capsys.readouterr().out
+    assert seen == ["1", "3"]
+    assert "img: 1 row(s) name no image, left out as row errors (row 2)" in out
+    row = next(csv.DictReader((tmp_path / "out" / "meta.csv").open()))
+    assert (row["n"], row["n_failed"]) == ("2", "1")
+
+
+def _caparena_battles():
+    """Five battles in caparena_annots_eval.json's shape (one involving the human caption)."""
+    def battle(img, s1, s2, winner, level):
+        return {"img": img, "source1": s1, "source2": s2, "caption1": f"{s1} on {img}", "caption2": f"{s2} on {img}",
+                "ref": f"docci {img}", "winner": winner, "cluster": level, "in-400": True}
+    return [battle("test_01.jpg", "A", "B", "A", "level 1"), battle("test_02.jpg", "B", "C", "equal", "level 1"),
+            battle("test_03.jpg", "A", "C", "C", "level 2"), battle("test_04.jpg", "A", "human", "human", "level 2"),
+            battle("test_05.jpg", "B", "C", "skip", "level 2")]
+
+
+def test_caparena_battles_are_read_as_published(tmp_path):
+    path = _json(tmp_path / "caparena_annots_eval.json", _caparena_battles())
+    judgments = get_benchmark("caparena").load(str(tmp_path))
+    assert [(j.systems, j.preference, j.category, j.verdict) for j in judgments.items] == [
+        (("A", "B"), 1.0, "level 1", "A"), (("B", "C"), 0.5, "level 1", "equal"), (("A", "C"), 0.0, "level 2", "C"),
+        (("A", "human"), 0.0, "level 2", "human"), (("B", "C"), 0.5, "level 2", "skip")]
+    assert judgments.items[0].refs == ["docci test_01.jpg"] and judgments.items[0].image == "test_01.jpg"
+    assert [b.name for b, _ in find_benchmarks(tmp_path)] == ["caparena"]
+    _json(path, [{"img": "x.jpg", "source1": "A"}])
+    with pytest.raises(JudgmentFormatError, match=r"\[0\]: a CapArena battle needs .*missing source2"):
+        get_benchmark("caparena").load(str(path))

@@ -386,8 +386,9 @@ def test_expected_file_protocol_columns_are_checked_by_row(tmp_path):
 def test_every_benchmark_has_a_statistic_and_a_protocol():
     # sourced values: tests/test_benchmark_layouts.py::test_every_value_verify_can_report_names_its_paper_table_and_protocol
     for bench in BENCHMARKS.values():
-        assert bench.statistic in ("tau_b", "tau_c", "accuracy", "pearson")
-        assert bench.refs_per_item and bench.sampling and bench.tie_credit in (0.0, 0.5), bench.name
+        assert bench.statistic in ("tau_b", "tau_c", "accuracy", "pearson", "caparena")
+        three_way = bench.statistic == "caparena" and bench.ties == "three-way"
+        assert bench.refs_per_item and bench.sampling and (three_way or bench.tie_credit in (0.0, 0.5)), bench.name
 
 
 # ----------------------------------------------------------------------------- Flickr8k dev

@@ -36,10 +36,11 @@ import numpy as np
 
 from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
-from caprecon.cli.common import real_number, whole_number
+from caprecon.cli.common import Writes, real_number, run_command, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
-from caprecon.apps.metabench import find_benchmarks, get_benchmark
+from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
+from caprecon.apps.metabench.caparena import TIE_BANDS, has_systems
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import (VerifyRow, compare, format_verify, published_values, read_expected, write_verify_csv)
 from caprecon.data.loaders.hub import looks_like_repo_id
@@ -67,6 +68,8 @@ class MetaError(RuntimeError):
 
 
 def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(writes=Writes(inputs=("judgments", "scores", "images", "data", "data_root", "triples",
+                                              "expected"), files=("save",)))
     parser.add_argument(
         "action", nargs="?", choices=("verify",),
         help="verify: our values beside the published ones for --benchmark (see caprecon.apps.metabench.verify)",
@@ -77,8 +80,9 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "or a generic CSV/JSONL of (image, caption, human score); several files are scored separately",
     )  # fmt: skip
     parser.add_argument(
-        "--format", default="auto", choices=("auto", *FORMATS),
-        help="judgments format (default: recognised from the fields)",
+        "--format", default="auto", choices=("auto", *FORMATS, *LAYOUTS),
+        help="judgments format (default: recognised from the fields); with --benchmark, which copy of its data "
+        f"--data holds ({', '.join(LAYOUTS)}; default: recognised from the file)",
     )  # fmt: skip
     parser.add_argument(
         "--captions", type=Path, metavar="FILE",
@@ -145,6 +149,16 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
         help="paired bootstrap over images: does metric A agree with people better than B? (difference, CI, p)",
     )  # fmt: skip
     parser.add_argument(
+        "--model-level", action="store_true",
+        help="also rank the benchmark's models by each metric (mean score per model, or Elo of its pairwise "
+        "verdicts) and correlate with people's ranking (Spearman, Kendall; bootstrap CIs over images)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tie-band", choices=TIE_BANDS, default="exact",
+        help="caparena: when a metric calls a battle a tie: exact (equal scores) or matched (the score gap under "
+        "which it predicts as many ties as people gave)",
+    )  # fmt: skip
+    parser.add_argument(
         "--tolerance", type=real_number(0), default=1.0, metavar="POINTS",
         help="verify: largest |ours - published| that passes, in points (values x100)",
     )  # fmt: skip
@@ -190,6 +204,9 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         return run_benchmark_command(args, score_metric)
     if not args.judgments or not args.out:
         raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
+    if args.model_level or args.format in LAYOUTS:
+        raise MetaError(f"{'--model-level' if args.model_level else '--format ' + args.format} needs --benchmark: "
+                        "only a benchmark's loader knows its models and its copies")
     metrics = metric_names(args.metric)
     if args.compare:
         metrics += [name for name in metric_names(args.compare) if name not in metrics]
@@ -258,7 +275,7 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
         print(format_table(probe_rows))
     for note in notes:
         print(f"note: {note}")
-    _print_wrote(args.out)
+    _write_report(args.out)
     return 0
 
 
@@ -409,9 +426,14 @@ def score_judgments(
     reference: ReferenceMetrics,
     score_metric: ScoreMetric | None,
     given: dict[str, np.ndarray],
+    notes: list[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Scores per metric, aligned with `samples`, in the order metrics were asked for."""
+    """Scores per metric, aligned with `samples`, in the order metrics were asked for.
+
+    A sample whose row names no image is scored by the reference metrics (text only) and left
+    out of the others as a row error (NaN, counted as failed), each such row named in `notes`."""
     ids = [s.id for s in samples]
+    with_image = [i for i, s in enumerate(samples) if s.image is not None]
     if score_metric is None and (missing := [m for m in metrics if m not in given and m not in reference.names
                                              and m not in reference.skipped]):
         raise MetaError(f"metric {missing[0]!r} is neither a reference metric nor in the --scores file")
@@ -426,10 +448,16 @@ def score_judgments(
         elif name in reference.skipped:
             continue
         elif score_metric is not None:
-            values = score_metric(name, samples)
-            if len(values) != len(samples):
-                raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(samples)} samples")
-            scores[name] = np.array([math.nan if v is None else float(v) for v in values])
+            scored = [samples[i] for i in with_image]
+            values = score_metric(name, scored) if scored else []
+            if len(values) != len(scored):
+                raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(scored)} samples")
+            scores[name] = np.full(len(samples), math.nan)
+            scores[name][with_image] = [math.nan if v is None else float(v) for v in values]
+            if len(scored) < len(samples) and notes is not None:
+                rows = [str(s.meta.get("judgment_row", s.id)) for s in samples if s.image is None]
+                notes.append(f"{name}: {len(rows)} row(s) name no image, left out as row errors "
+                             f"(row {', '.join(rows[:5])}{', ...' if len(rows) > 5 else ''})")
         else:
             raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
     return scores
@@ -606,7 +634,15 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     benchmark = get_benchmark(args.benchmark)
     if not Path(args.data).exists() and not looks_like_repo_id(args.data):
         raise MetaError(f"--data {args.data} does not exist")
-    judgments = benchmark.load(str(args.data))
+    if args.format != "auto" and args.format not in benchmark.layouts:
+        raise MetaError(f"--format {args.format}: {benchmark.name} reads "
+                        + (f"{', '.join(benchmark.layouts)} (or auto)" if benchmark.layouts else "its files as recognised, give no --format"))
+    judgments = benchmark.load(str(args.data), layout=args.format) if benchmark.layouts else benchmark.load(str(args.data))
+    if args.model_level and (benchmark.reference_draws or not has_systems(judgments)):
+        raise MetaError(f"--model-level: {benchmark.name} does not name the model behind every caption "
+                        f"(benchmarks that do: thumb, caparena)")
+    if args.tie_band != "exact" and benchmark.statistic != "caparena":
+        raise MetaError(f"--tie-band applies to caparena's three-way agreement, not to {benchmark.name}")
     verifying = args.action == "verify"
     if not verifying and not args.out:
         raise MetaError("--out DIR is needed (where the results go)")
@@ -637,7 +673,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
                              files)
         skipped = dict(reference.skipped)
 
-    protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}"
+    protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
     if verifying:
         table = compare(benchmark, rows, expected, tolerance=args.tolerance, skipped=skipped)
         print(format_verify(table))
@@ -646,7 +682,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, args.out / "verify.csv")
-            _print_wrote(args.out)
+            _write_report(args.out)
         return 1 if any(r.status == "fail" for r in table) else 0
 
     notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes)]
@@ -668,7 +704,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:
         print(f"note: {note}")
-    _print_wrote(args.out)
+    _write_report(args.out)
     return 0
 
 
@@ -690,10 +726,12 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
     def score(draw: Judgments):
         samples = draw.samples(args.images)
         given = benchmark_scores(files, samples, score_notes) if files else {}
-        last.update(judgments=draw, samples=samples, scores=score_judgments(metrics, samples, reference, score_metric, given))
+        last.update(judgments=draw, samples=samples,
+                    scores=score_judgments(metrics, samples, reference, score_metric, given, score_notes))
         return last["scores"]
 
-    return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed)
+    return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed, tie_band=args.tie_band,
+                         model_level=args.model_level)  # fmt: skip
 
 
 def benchmark_scores(files: Sequence[ScoresFile], samples: Sequence[Sample], notes: list[str]) -> dict[str, np.ndarray]:
@@ -781,15 +819,15 @@ def verify_all_command(args: argparse.Namespace, score_metric: ScoreMetric | Non
     write_markdown(meta_rows, args.out / "meta.md", title="Agreement with people, every benchmark found", notes=notes)
     for note in notes:
         print(f"note: {note}")
-    _print_wrote(args.out)
+    _write_report(args.out)
     return 1 if any(r.status == "fail" for r in table) else 0
 
 
-def _print_wrote(out: Path) -> None:
-    """Writes the HTML report of what `out` holds, and says where everything went."""
+def _write_report(out: Path) -> None:
+    """The HTML report of what `out` holds (the closing lines say where it is)."""
     from caprecon.reports.html import write_html_report  # jinja and the templates: only once there is a report
 
-    print(f"wrote {out} (report: {write_html_report(out)})")
+    write_html_report(out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -797,7 +835,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
     )
     add_meta_arguments(parser)
-    return run_meta_command(parser.parse_args(argv))
+    try:
+        return run_command(parser.parse_args(argv), run_meta_command)
+    except ConfigError as exc:  # the lifecycle's prologue refused --out or --save
+        print(f"caprecon meta: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ class Judgment:
     refs: list[str] = field(default_factory=list)
     image_id: str = ""  # captions sharing it belong to one picture: the bootstrap unit
     row: int = 0  # where it came from in the file (line or item number), for messages
+    system: str = ""  # the model or captioner that wrote the caption, where the benchmark names it
 
 
 @dataclass
@@ -76,6 +77,8 @@ class PairJudgment:
     image_id: str = ""
     category: str = ""  # e.g. Pascal-50S's HC / HI / HM / MM
     row: int = 0
+    systems: tuple[str, str] = ("", "")  # the models that wrote A and B, where the benchmark names them
+    verdict: str = ""  # the human label as the file gives it, where it has more than A / B / tie
 
 
 @dataclass
@@ -151,7 +154,9 @@ class Judgments:
         return out
 
 
-def _resolve(image: str, root: Path | None) -> Path:
+def _resolve(image: str, root: Path | None) -> Path | None:
+    if not image:
+        return None  # the row names no image: a row error for image metrics, text metrics still run
     path = Path(image)
     return path if path.is_absolute() or root is None else root / path
 

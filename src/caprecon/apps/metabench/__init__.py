@@ -13,17 +13,22 @@ table), so `verify` sees which rows were published under the protocol it runs.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgments
+from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgments, JudgmentFormatError
 from caprecon.data.loaders import benchmarks as loaders
+from caprecon.data.loaders.captionevalkit import captionevalkit_nebula_csv, load_captionevalkit_nebula
+from caprecon.data.loaders.caparena import CAPARENA_FILE, load_caparena
+from caprecon.data.loaders.expert import EXPERT_SCORES, expert_layout, load_expert_scores
 
 
-TIE_CREDIT = {"half": 0.5, "loss": 0.0}
+# "three-way": a tie is a third label to agree on (CapArena), not credit on a decided pair
+TIE_CREDIT = {"half": 0.5, "loss": 0.0, "three-way": math.nan}
 PROTOCOL_FIELDS = ("refs", "ties", "sampling")
 
 
@@ -32,7 +37,7 @@ class Benchmark:
     name: str
     about: str
     load: Callable[[str], Judgments]
-    statistic: str  # tau_c, tau_b, accuracy or pearson
+    statistic: str  # tau_c, tau_b, accuracy, pearson or caparena (three-way agreement, `caparena`)
     references: str  # how references are chosen, in words
     refs_per_item: str  # the protocol fields a published row repeats: references per judged item,
     sampling: str  # which items are judged (every rating, one pair per image, draws of references)
@@ -42,6 +47,9 @@ class Benchmark:
     # cache folder `datasets--owner--name`, whose newest snapshot is then read
     finds: tuple[str, ...] = ()
     find_folder: bool = False  # hand the loader the folder holding the found file
+    # copies of the data this benchmark reads besides its default one, each named for `--format`
+    # (`load` then takes `layout=`); "auto" recognises the copy from the file
+    layouts: tuple[str, ...] = ()
 
     @property
     def tie_credit(self) -> float:
@@ -76,6 +84,43 @@ def _longcap(test: str, perspective: str) -> Benchmark:
 
 
 PASCAL_DRAWS = "5 draws of 5 of the 48 references, averaged"
+
+# The copies of Polaris and Nebula people download, as `--format` names them: `hub` (the Hugging
+# Face dataset, or the Polos CSV for Polaris), `expert` (EXPERT's annotations/*_test.json),
+# `captionevalkit` (nebula/nebula_test.csv with nebula/images/).
+LAYOUTS = ("hub", "expert", "captionevalkit")
+
+
+def _layout(path: str, layout: str, allowed: tuple[str, ...]) -> str:
+    if layout == "auto":
+        if expert_layout(path) == EXPERT_SCORES:
+            return "expert"
+        return "captionevalkit" if "captionevalkit" in allowed and captionevalkit_nebula_csv(path) else "hub"
+    if layout not in allowed:
+        raise JudgmentFormatError(f"--format {layout} is not a copy this benchmark reads (known: auto, {', '.join(allowed)})")
+    return layout
+
+
+def _load_polaris(path: str, layout: str = "auto") -> Judgments:
+    if _layout(path, layout, ("hub", "expert")) == "expert":
+        return load_expert_scores(path, "polaris")
+    return loaders.load_polaris(path)
+
+
+def _load_nebula(path: str, layout: str = "auto", *, corrected: bool = True) -> Judgments:
+    """Nebula from any of its copies; `corrected` replaces the test labels by Spica's (the
+    benchmark's name, `nebula` or `nebula-raw`, says which labels a number was computed on)."""
+    chosen = _layout(path, layout, LAYOUTS)
+    if chosen == "hub":
+        return loaders.load_nebula(path, corrected=corrected)
+    if chosen == "expert":
+        judgments = load_expert_scores(path, "nebula")
+    else:
+        csv = captionevalkit_nebula_csv(path)
+        if csv is None:
+            raise JudgmentFormatError(f"{path}: no nebula_test.csv (CaptionEvalKit's nebula/ folder) there")
+        judgments = load_captionevalkit_nebula(csv)
+    return loaders.spica_corrected(judgments, path) if corrected else judgments
 
 
 def _foil(n_refs: int | None, pairs: str) -> Benchmark:
@@ -170,34 +215,48 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "polaris",
             "Polaris: human scores of candidate captions, test split",
-            loaders.load_polaris,
+            _load_polaris,
             "tau_c",
             "the `refs` of each row",
             "the row's refs",
             "test split",
-            finds=("datasets--yuwd--Polaris", loaders.POLARIS_CSV, "Polaris"),
+            finds=("datasets--yuwd--Polaris", loaders.POLARIS_CSV, "polaris_test.json", "Polaris"),
+            layouts=("hub", "expert"),
         ),
         Benchmark(
             "nebula",
             "Nebula: human scores of candidate captions, test split, labels corrected from Spica",
-            loaders.load_nebula,
+            _load_nebula,
             "tau_c",
             "the `refs` of each row",
             "the row's refs",
             "test split, labels corrected from Spica",
-            finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
+            finds=("datasets--Ka2ukiMatsuda--Nebula", "nebula_test.json", "nebula_test.csv", "Nebula"),
+            layouts=LAYOUTS,
         ),
         Benchmark(
             "nebula-raw",
             "Nebula: human scores of candidate captions, test split, labels as released",
-            partial(loaders.load_nebula, corrected=False),
+            partial(_load_nebula, corrected=False),
             "tau_c",
             "the `refs` of each row",
             "the row's refs",
             "test split, labels as released",
-            finds=("datasets--Ka2ukiMatsuda--Nebula", "Nebula"),
+            finds=("datasets--Ka2ukiMatsuda--Nebula", "nebula_test.json", "nebula_test.csv", "Nebula"),
+            layouts=LAYOUTS,
         ),
         *(_longcap(test, p) for test in loaders.LONGCAP_SPLITS for p in loaders.LONGCAP_PERSPECTIVES),
+        Benchmark(
+            "caparena",
+            "CapArena: people's pairwise verdicts on detailed captions of 14 models and DOCCI's human one",
+            load_caparena,
+            "caparena",
+            "DOCCI's human description of the image (`ref`)",
+            "1",
+            "every battle without the human caption, ties included",
+            ties="three-way",
+            finds=(CAPARENA_FILE,),
+        ),
     )
 }
 

@@ -18,7 +18,8 @@ from caprecon.stats.agreement import MetaRow, run_meta
 from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
-from caprecon.data.loaders.benchmarks import pascal_reference_draws, thumb_system
+from caprecon.apps.metabench.caparena import caparena_rows, has_systems, model_level_rows
+from caprecon.data.loaders.benchmarks import pascal_reference_draws
 
 Scorer = Callable[[Judgments], Mapping[str, Sequence[float]]]
 
@@ -31,20 +32,34 @@ def run_benchmark(
     n_bootstrap: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    tie_band: str = "exact",
+    model_level: bool = False,
 ) -> list[MetaRow]:
     """One row per metric (two for Pearson benchmarks: caption- and system-level); a metric
-    tie on a pair earns what the benchmark's `ties` rule says."""
+    tie on a pair earns what the benchmark's `ties` rule says. CapArena's agreement predicts
+    ties within `tie_band` (`caparena.TIE_BANDS`). `model_level` adds each metric's ranking of
+    the benchmark's models against people's (`caparena.model_level_rows`)."""
     tie_credit = benchmark.tie_credit
     if benchmark.reference_draws:
+        if model_level:
+            raise ValueError(f"{benchmark.name} averages reference draws; model-level agreement is not defined on it")
         return _averaged_draws(benchmark, judgments, score, seed=seed, tie_credit=tie_credit)
+    if model_level and not has_systems(judgments):
+        raise ValueError(f"{benchmark.name} does not name the model behind every caption; --model-level needs it")
     scores = score(judgments)
-    if benchmark.statistic == "pearson":
-        return _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level)
-    rows = run_meta(judgments, scores, tau_variant=benchmark.tau_variant, n_bootstrap=n_bootstrap, seed=seed,
-                    level=level, tie_credit=tie_credit)  # fmt: skip
-    for row in rows:
-        row.judgments = benchmark.name
-        _add_category_mean(row)
+    if benchmark.statistic == "caparena":
+        rows = caparena_rows(benchmark.name, judgments, scores, tie_band=tie_band, n_bootstrap=n_bootstrap, seed=seed,
+                             level=level)  # fmt: skip
+    elif benchmark.statistic == "pearson":
+        rows = _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level)
+    else:
+        rows = run_meta(judgments, scores, tau_variant=benchmark.tau_variant, n_bootstrap=n_bootstrap, seed=seed,
+                        level=level, tie_credit=tie_credit)  # fmt: skip
+        for row in rows:
+            row.judgments = benchmark.name
+            _add_category_mean(row)
+    if model_level:
+        rows += model_level_rows(benchmark.name, judgments, scores, n_bootstrap=n_bootstrap, seed=seed, level=level)
     return rows
 
 
@@ -79,7 +94,7 @@ def _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level) -> lis
     """THumB: Pearson with the human score per caption, and over systems' mean scores."""
     human = np.array([float(np.mean(it.ratings)) for it in judgments.items])
     groups = np.array([it.image_id for it in judgments.items], dtype=object)
-    systems = np.array([thumb_system(it) for it in judgments.items], dtype=object)
+    systems = np.array([it.system for it in judgments.items], dtype=object)
     rows = []
     for name, raw in scores.items():
         x = np.asarray(raw, float)

@@ -22,7 +22,7 @@ from caprecon.core.records import RECORD_SUFFIXES, read_jsonl, read_records
 from caprecon.data.loaders import hub
 
 
-def _norm(text: Any) -> str:
+def norm_text(text: Any) -> str:
     # CLIPScore's protocol whitespace-normalises captions and references before comparing them.
     return " ".join(str(text).split())
 
@@ -43,20 +43,20 @@ def _first(record: dict, names: Sequence[str]) -> Any:
     return None
 
 
-def _float(value: Any, where: str, what: str) -> float:
+def as_number(value: Any, where: str, what: str) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
         raise JudgmentFormatError(f"{where}: {what} {value!r} is not a number") from None
 
 
-def _str_list(value: Any, where: str, what: str) -> list[str]:
+def caption_list(value: Any, where: str, what: str) -> list[str]:
     if isinstance(value, str):
         text = value.strip()
         value = _literal_list(text, where, what) if text.startswith("[") else [p for p in text.split("|") if p.strip()]
     if not isinstance(value, (list, tuple)):
         raise JudgmentFormatError(f"{where}: {what} must be a list of captions, got {value!r}")
-    return [_norm(v) for v in value]
+    return [norm_text(v) for v in value]
 
 
 def _literal_list(text: str, where: str, what: str) -> Any:
@@ -84,7 +84,7 @@ def _records(rows: Sequence[dict], where: str) -> list[tuple[str, dict]]:
     return [(f"{where} row {k}", _lowered(row)) for k, row in enumerate(rows, 1)]
 
 
-def _file_records(path: Path) -> Iterator[tuple[str, dict]]:
+def file_records(path: Path) -> Iterator[tuple[str, dict]]:
     """`read_records` with the keys lower-cased, as every reader here matches them."""
     for where, raw in read_records(path, JudgmentFormatError):
         yield where, _lowered(raw)
@@ -120,14 +120,14 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
         where = f"{path} [{key!r}]"
         if not isinstance(entry, dict) or "human_judgement" not in entry:
             raise JudgmentFormatError(f"{where}: expected an object with `ground_truth` and `human_judgement`")
-        refs = [_norm(r) for r in entry.get("ground_truth") or []]
+        refs = [norm_text(r) for r in entry.get("ground_truth") or []]
         image = str(entry.get("image_path") or key)
         for k, judged in enumerate(entry["human_judgement"]):
             spot = f"{where} human_judgement[{k}]"
-            caption = _norm(_first(judged, ("caption",)) or "")
+            caption = norm_text(_first(judged, ("caption",)) or "")
             if not caption:
                 raise JudgmentFormatError(f"{spot}: no caption")
-            rating = _float(judged.get("rating"), spot, "rating")
+            rating = as_number(judged.get("rating"), spot, "rating")
             if math.isnan(rating):
                 continue
             _gather(gathered, str(key), str(judged.get("image_path") or image), caption, refs, rating)
@@ -174,19 +174,21 @@ def _hub_fields(record: dict, where: str) -> tuple[str, str, float, list[str]]:
                                   f"({'/'.join(_HUB_SCORE)}); fields: {sorted(record)}")  # fmt: skip
     image = _first(record, _HUB_IMAGE)
     refs = _first(record, ("refs", "references"))
-    return (str(image) if image is not None else where.rsplit(" ", 1)[-1], _norm(caption), _float(score, where, "score"),
-            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+    # A row without an image path keeps its place: text-only metrics still score it, and an
+    # image metric gives it a row error instead of reading some other file.
+    return (str(image) if image is not None else "", norm_text(caption), as_number(score, where, "score"),
+            caption_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
 
 
 def _own_caption_protocol(judgments: Judgments, format: str) -> Judgments:
     items = []
     for item in judgments.items:
-        refs = [_norm(r) for r in item.refs]
-        own = _norm(item.caption) in refs
+        refs = [norm_text(r) for r in item.refs]
+        own = norm_text(item.caption) in refs
         if own and format == FLICKR8K_EXPERT:
             continue
         if own:
-            refs = [r for r in refs if r != _norm(item.caption)]
+            refs = [r for r in refs if r != norm_text(item.caption)]
         item.refs = refs
         items.append(item)
     judgments.items = items
@@ -308,15 +310,15 @@ def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None
                 raise JudgmentFormatError(f"{where}: a Composite entry needs `image`, `caption` and `human`")
             refs = _first(record, ("refs", "references", "ground_truth"))
             folder = COMPOSITE_IMAGE_FOLDERS[subset]
-            _composite_item(items, subset, f"{folder}/{image}", _norm(caption), (_float(rating, where, "human"),),
-                            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+            _composite_item(items, subset, f"{folder}/{image}", norm_text(caption), (as_number(rating, where, "human"),),
+                            caption_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
     return Judgments(SCORES, items, path)
 
 
 def _composite_polos_csv(path: Path, subsets: Sequence[str]) -> Judgments:
-    return _composite_rows(_file_records(path), subsets, path)
+    return _composite_rows(file_records(path), subsets, path)
 
 
 def _composite_hub(source: str | Path, subsets: Sequence[str]) -> Judgments:
@@ -345,7 +347,7 @@ def _composite_own(path: Path, subsets: Sequence[str]) -> Judgments:
     items: list[Judgment] = []
     for file in files:
         from_name = composite_subset(file.stem)
-        for where, record in _file_records(file):
+        for where, record in file_records(file):
             subset = _first(record, ("subset", "dataset")) or from_name
             subset = composite_subset(str(subset)) if subset else None
             if subset is None:
@@ -360,12 +362,12 @@ def _composite_own(path: Path, subsets: Sequence[str]) -> Judgments:
             values = rating if isinstance(rating, list) else (
                 json.loads(rating) if isinstance(rating, str) and rating.strip().startswith("[") else [rating]
             )
-            ratings = tuple(_float(v, where, "rating") for v in values)
+            ratings = tuple(as_number(v, where, "rating") for v in values)
             if any(not 1 <= r <= 5 for r in ratings):
                 raise JudgmentFormatError(f"{where}: Composite ratings are 1-5, got {ratings}")
             refs = _first(record, ("refs", "references"))
-            _composite_item(items, subset, str(image), _norm(caption), ratings,
-                            _str_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+            _composite_item(items, subset, str(image), norm_text(caption), ratings,
+                            caption_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
     return Judgments(SCORES, items, path if path.is_file() else path / files[0].name)
@@ -403,10 +405,10 @@ def load_pascal50s(path: str | Path) -> Judgments:
                 PairJudgment(
                     id=f"{category}-{k}",
                     image=str(image),
-                    caption_a=_norm(captions[0]),
-                    caption_b=_norm(captions[1]),
+                    caption_a=norm_text(captions[0]),
+                    caption_b=norm_text(captions[1]),
                     preference=_pascal_preference(entry, where),
-                    refs=_str_list(_first(entry, ("references", "refs")) or [], where, "references"),
+                    refs=caption_list(_first(entry, ("references", "refs")) or [], where, "references"),
                     image_id=Path(str(image)).stem,
                     category=category,
                     row=len(items) + 1,
@@ -419,7 +421,7 @@ def load_pascal50s(path: str | Path) -> Judgments:
 
 def _pascal_preference(entry: dict, where: str) -> float:
     if entry.get("preference") is not None:
-        value = _float(entry["preference"], where, "preference")
+        value = as_number(entry["preference"], where, "preference")
     else:
         label = entry.get("label")
         if label not in (0, 1, "0", "1"):
@@ -498,7 +500,7 @@ def load_foil(path: str | Path, *, n_refs: int | None = 4, pairs: str = "all",
         if ann.get("foil") is None:
             raise JudgmentFormatError(f"{file} annotations[{k}]: no `foil` flag")
         is_foil = ann["foil"] is True or str(ann["foil"]).lower() in ("true", "1")
-        caption = _norm(ann["caption"])
+        caption = norm_text(ann["caption"])
         if is_foil:
             foils.append((ann["image_id"], ann.get("id"), caption))
         elif caption not in correct[ann["image_id"]]:
@@ -537,7 +539,7 @@ def _coco_captions(path: Path) -> dict[Any, list[str]]:
     refs: dict[Any, list[str]] = defaultdict(list)
     for ann in data.get("annotations", []) if isinstance(data, dict) else []:
         if "image_id" in ann and "caption" in ann:
-            refs[ann["image_id"]].append(_norm(ann["caption"]))
+            refs[ann["image_id"]].append(norm_text(ann["caption"]))
     return refs
 
 
@@ -562,8 +564,8 @@ def load_thumb(path: str | Path, target: str = "total") -> Judgments:
     is correlated (total, precision or recall). References come from the references file
     by `seg_id` (or a row's own `refs`, caprecon's layout). Also accepted, for copies that
     renamed fields: `caption`/`candidate`, `image_id`, `model`/`system`, `Total`/`total`,
-    `precision`, `recall`. The system is kept in `Judgment.id`'s prefix (`<system>:<row>`)
-    for system-level correlation.
+    `precision`, `recall`. The system is `Judgment.system` (and `Judgment.id`'s prefix,
+    `<system>:<row>`), for system-level correlation.
     """
     names = {"total": ("human_score", "total"), "precision": ("p", "precision"), "recall": ("r", "recall")}
     if target not in names:
@@ -574,7 +576,7 @@ def load_thumb(path: str | Path, target: str = "total") -> Judgments:
         raise JudgmentFormatError(f"benchmark file not found: {file}")
     references = _thumb_references(file.parent / THUMB_REFERENCES)
     items: list[Judgment] = []
-    for row, (where, record) in enumerate(_file_records(file), 1):
+    for row, (where, record) in enumerate(file_records(file), 1):
         caption = _first(record, ("hyp", "caption", "candidate"))
         image = _first(record, ("image", "image_id"))
         system = _first(record, ("sys", "model", "system"))
@@ -584,10 +586,11 @@ def load_thumb(path: str | Path, target: str = "total") -> Judgments:
                 f"{where}: a THumB row needs hyp, image, SYS and {'/'.join(names[target])} (fields: {sorted(record)})"
             )
         refs = _first(record, ("refs", "references"))
-        refs = _str_list(refs, where, "refs") if refs is not None else references.get(str(record.get("seg_id")), [])
+        refs = caption_list(refs, where, "refs") if refs is not None else references.get(str(record.get("seg_id")), [])
         items.append(Judgment(
-            id=f"{system}:{row}", image=str(image), caption=_norm(caption),
-            ratings=(_float(score, where, target),), refs=refs, image_id=Path(str(image)).stem, row=row,
+            id=f"{system}:{row}", image=str(image), caption=norm_text(caption),
+            ratings=(as_number(score, where, target),), refs=refs, image_id=Path(str(image)).stem, row=row,
+            system=str(system),
         ))  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{file}: no THumB rows")
@@ -598,12 +601,8 @@ def _thumb_references(path: Path) -> dict[str, list[str]]:
     # JSON lines despite the .json suffix, as the THumB repository ships it
     if not path.is_file():
         return {}
-    return {str(record.get("seg_id")): _str_list(record.get("refs") or [], where, "refs")
+    return {str(record.get("seg_id")): caption_list(record.get("refs") or [], where, "refs")
             for where, record in read_jsonl(path, JudgmentFormatError)}  # fmt: skip
-
-
-def thumb_system(judgment: Judgment) -> str:
-    return judgment.id.rsplit(":", 1)[0]
 
 
 # ------------------------------------------------- Polaris, Nebula, LongCap-Arena (Hugging Face)
@@ -619,10 +618,10 @@ def load_hf_judgments(path: str | Path, split: str = "test") -> Judgments:
     `image`), referred to by the name it was stored under.
     """
     folder, rows = hub.read_rows(path, split)
-    return _scored_rows(_records(rows, str(folder)), folder, f"no rows in split {split!r}")
+    return scored_rows(_records(rows, str(folder)), folder, f"no rows in split {split!r}")
 
 
-def _scored_rows(records: Iterable[tuple[str, dict]], source: Path, empty: str) -> Judgments:
+def scored_rows(records: Iterable[tuple[str, dict]], source: Path, empty: str) -> Judgments:
     """One rated judgment per row of a benchmark table (`_hub_fields`'s columns)."""
     items: list[Judgment] = []
     for row, (where, record) in enumerate(records, 1):
@@ -652,7 +651,7 @@ def load_polaris(path: str | Path) -> Judgments:
 
 
 def _scores_from_csv(path: Path) -> Judgments:
-    return _scored_rows(_file_records(path), path, "no rows")
+    return scored_rows(file_records(path), path, "no rows")
 
 
 SPICA_REPO = "hiranohachiman/Spica"
@@ -672,9 +671,13 @@ def load_nebula(path: str | Path, *, corrected: bool = True, spica: str | Path |
     cache; without them the corrected benchmark refuses to run (use `nebula-raw`).
     """
     judgments = load_hf_judgments(path, "test")
-    if not corrected:
-        return judgments
-    lookup = _spica_scores(_spica_files(path, spica))
+    return spica_corrected(judgments, path, spica) if corrected else judgments
+
+
+def spica_corrected(judgments: Judgments, nebula: str | Path, spica: str | Path | None = None) -> Judgments:
+    """Nebula's test labels replaced by the mean Spica scores (`load_nebula`), whatever copy
+    of Nebula `judgments` was read from; the files are looked for as `load_nebula` says."""
+    lookup = _spica_scores(_spica_files(nebula, spica))
     for item in judgments.items:
         score = lookup.get((Path(item.image).stem, item.caption))
         if score is not None:
@@ -687,7 +690,8 @@ def _spica_files(nebula: str | Path, spica: str | Path | None) -> list[Path]:
     if spica is not None:
         places.append(hub.resolve(spica))
     if not hub.looks_like_repo_id(nebula):
-        places += [Path(nebula), Path(nebula).parent / "Spica", Path(nebula).parent / "spica"]
+        folder = Path(nebula) if Path(nebula).is_dir() else Path(nebula).parent
+        places += [folder, folder.parent / "Spica", folder.parent / "spica"]
     for place in places:
         found = [place / name for name in SPICA_FILES if (place / name).is_file()]
         if found:
@@ -709,10 +713,10 @@ def _spica_files(nebula: str | Path, spica: str | Path | None) -> list[Path]:
 def _spica_scores(files: Sequence[Path]) -> dict[tuple[str, str], float]:
     totals: dict[tuple[str, str], list[float]] = defaultdict(list)
     for file in files:
-        for where, record in _file_records(file):
+        for where, record in file_records(file):
             if record.get("imgid") is None or record.get("mt") is None or record.get("score") is None:
                 raise JudgmentFormatError(f"{where}: a Spica row needs imgid, mt and score")
-            totals[(Path(str(record["imgid"])).stem, _norm(record["mt"]))].append(_float(record["score"], where, "score"))
+            totals[(Path(str(record["imgid"])).stem, norm_text(record["mt"]))].append(as_number(record["score"], where, "score"))
     return {key: sum(v) / len(v) for key, v in totals.items()}
 
 

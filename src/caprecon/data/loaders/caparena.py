@@ -1,0 +1,54 @@
+"""CapArena's human battles (Cheng et al. 2025, `njucckevin/CapArena`): `caparena_annots_eval.json`.
+
+A list of `{"img", "source1", "source2", "caption1", "caption2", "ref", "winner", "cluster",
+"in-400"}`: two models' detailed captions of one DOCCI image (`img` is the DOCCI file name),
+DOCCI's human description as `ref`, the annotators' `winner` (`source1`'s or `source2`'s model
+name, `equal`, `skip` or `bad`) and the difficulty `cluster` ("level 1" .. "level 4").
+
+As CapArena's `cal_agreement` reads the label, a `winner` that is neither source is a tie;
+the raw label is kept in `PairJudgment.verdict` (the human Elo leaves `skip` and `bad` out,
+as `compute_elo` accepts only a source or a tie).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from caprecon.data.judgments import PAIRS, JudgmentFormatError, Judgments, PairJudgment
+from caprecon.data.loaders.benchmarks import norm_text
+
+CAPARENA_FILE = "caparena_annots_eval.json"
+HUMAN_SOURCE = "human"  # DOCCI's own description entered as a model; CapArena leaves its battles out
+
+
+def load_caparena(path: str | Path) -> Judgments:
+    path = Path(path)
+    file = path / CAPARENA_FILE if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise JudgmentFormatError(f"benchmark file not found: {file}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise JudgmentFormatError(f"{file}: not readable as CapArena's JSON ({exc})") from None
+    if not isinstance(data, list):
+        raise JudgmentFormatError(f"{file}: CapArena's battle file is a list of battles")
+    items: list[PairJudgment] = []
+    needed = ("img", "source1", "source2", "caption1", "caption2", "winner", "cluster")
+    for k, battle in enumerate(data):
+        where = f"{file} [{k}]"
+        if not isinstance(battle, dict) or (missing := [f for f in needed if battle.get(f) is None]):
+            raise JudgmentFormatError(f"{where}: a CapArena battle needs {', '.join(needed)}; missing "
+                                      f"{', '.join(missing) if isinstance(battle, dict) else 'all'}")  # fmt: skip
+        a, b, winner = str(battle["source1"]), str(battle["source2"]), str(battle["winner"])
+        preference = 1.0 if winner == a else 0.0 if winner == b else 0.5
+        ref = battle.get("ref")
+        items.append(PairJudgment(
+            id=str(k + 1), image=str(battle["img"]), caption_a=norm_text(battle["caption1"]),
+            caption_b=norm_text(battle["caption2"]), preference=preference, refs=[norm_text(ref)] if ref else [],
+            image_id=Path(str(battle["img"])).stem, category=str(battle["cluster"]), row=k + 1, systems=(a, b),
+            verdict=winner,
+        ))  # fmt: skip
+    if not items:
+        raise JudgmentFormatError(f"{file}: no battles")
+    return Judgments(PAIRS, items, file)
