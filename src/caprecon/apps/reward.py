@@ -304,3 +304,49 @@ class AsyncReward(Reward):
 
     async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         return await asyncio.to_thread(Reward.__call__, self, *args, **kwargs)
+
+
+# what `audit` appends to pad a caption: words that describe nothing in particular, as a policy
+# learning that length pays would add them
+PADDING = " The image shows many details, colors, textures and objects arranged in the scene."
+
+
+def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> dict[str, Any]:
+    """What a user checks before training with `reward`: over the captions as given, the Spearman
+    correlation of the reward with their length (words) and repetition share; and the mean change of
+    the reward when each caption is padded (`PADDING` appended) or repeats itself (said twice). Each
+    figure twice: from the metrics alone (`metrics`) and from the whole reward, guards included
+    (`reward`). A gamed reward rises with padding or repetition; guarded, it should fall."""
+    from caprecon.stats.correlation import spearman
+
+    n = len(captions)
+    variants = [*captions, *(c + PADDING for c in captions), *(f"{c} {c}" for c in captions)]
+    parts = reward.parts([*images] * 3, variants)
+    guards = {"length", "repetition", "hallucination"}
+    rows = list(zip(*parts.values()))
+    names = list(parts)
+
+    def total(row: tuple, guarded: bool) -> float | None:
+        values = [v for name, v in zip(names, row) if guarded or name not in guards]
+        return None if any(v is None for v in values) else math.fsum(values)
+
+    out: dict[str, Any] = {"captions": n, "parts": names}
+    for label, guarded in (("metrics", False), ("reward", True)):
+        values = [total(r, guarded) for r in rows]
+        base, padded, repeated = values[:n], values[n : 2 * n], values[2 * n :]
+        scored = [i for i in range(n) if base[i] is not None]
+        lengths = [len(words(captions[i])) for i in scored]
+        shares = [repetition(captions[i], reward.guards.repetition_n) for i in scored]
+        ys = [base[i] for i in scored]
+
+        def correlation(xs: list[float]) -> float | None:
+            return spearman(xs, ys) if len(scored) > 2 and len(set(xs)) > 1 and len(set(ys)) > 1 else None
+
+        def rise(changed: list[float | None]) -> float | None:
+            deltas = [changed[i] - base[i] for i in scored if changed[i] is not None]
+            return math.fsum(deltas) / len(deltas) if deltas else None
+
+        out[label] = {"scored": len(scored), "mean": math.fsum(ys) / len(ys) if ys else None,
+                      "spearman_length": correlation(lengths), "spearman_repetition": correlation(shares),
+                      "rise_padded": rise(padded), "rise_repeated": rise(repeated)}
+    return out

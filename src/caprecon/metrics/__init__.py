@@ -115,8 +115,13 @@ def build_metric(name: str, roles: Any, config: Any) -> Metric:
         from caprecon.metrics.fused import build_fused
 
         return build_fused(name.partition(":")[2], lambda component: build_metric(component, roles, config))
+    if name.startswith("distilled:"):  # a reward model `caprecon distill` trained: its folder names the encoders
+        from caprecon.metrics.distilled import DistilledMetric
+
+        return DistilledMetric(name.partition(":")[2])
     if name not in METRICS:
-        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}, fused:FILE")
+        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}, fused:FILE, "
+                          f"distilled:FOLDER")
     return METRICS[name][0](roles, config)
 
 

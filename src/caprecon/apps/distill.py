@@ -1,0 +1,250 @@
+"""`caprecon distill`: a reward model trained on the (image, caption, metric value) rows earlier runs
+scored, so that training needs no text-to-image model in the loop.
+
+The rows come from run folders (their `scores.jsonl`; the manifest names the store the run worked
+through). A frozen image encoder and text encoder (default: the demo's EfficientNet-Lite0 and
+MiniLM, offline) give features, cached in the store like every embedding, and a small head
+(`caprecon.models.distilled.RewardHead`) learns the metric from them: by value (mean squared error
+on the standardised metric), or by preference (`objective="pairs"`: a logistic loss on the
+difference of two captions of one image, the better one known from the metric).
+
+Images, not rows, are split into training and held-out: captions of one image share most of their
+signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
+Spearman and Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of
+one image, and the speed-up over the metric (its model seconds per row, from the runs' manifests,
+over the distilled reward's per row with both encoders computing afresh).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number, read_jsonl
+from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.samples import Sample, SampleError
+from caprecon.metrics.base import Context
+from caprecon.store.index import Store, content_key
+
+OBJECTIVES = ("value", "pairs")
+
+
+@dataclass
+class Row:
+    image: str
+    caption: str
+    value: float
+
+
+@dataclass
+class Distilled:
+    """What `distill` returns: the folder written, the held-out figures, and the model."""
+
+    out: Path | None
+    report: dict[str, Any]
+    model: Any = field(repr=False, default=None)
+
+
+def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[dict[str, Any]]]:
+    """The rows of `runs` (run folders) that scored `metric` without error, and where each run came from."""
+    rows: list[Row] = []
+    sources = []
+    for run in runs:
+        run = Path(run)
+        scores = run / "scores.jsonl"
+        if not scores.is_file():
+            raise ConfigError(f"{run}: no scores.jsonl here; give run folders that `caprecon score` wrote")
+        manifest = json.loads((run / "manifest.json").read_text(encoding="utf-8")) \
+            if (run / "manifest.json").is_file() else {}
+        found = 0
+        for _, record in read_jsonl(scores, ConfigError):
+            value = record.get(metric)
+            if is_number(value) and math.isfinite(value) and record.get("image") and isinstance(
+                    record.get("caption"), str) and record["caption"].strip():
+                rows.append(Row(str(record["image"]), record["caption"], float(value)))
+                found += 1
+        cache = manifest.get("cache") or {}
+        sources.append({"run": str(run), "rows": found, "store": (manifest.get("store") or {}).get("root"),
+                        "samples": manifest.get("samples"), "model_seconds": cache.get("model_seconds")})
+    if not rows:
+        names = ", ".join(str(r) for r in runs)
+        raise ConfigError(f"no row of {names} has a number for metric {metric!r} and an image path; "
+                          f"score them with -m {metric} first")
+    return rows, sources
+
+
+def split_images(images: Sequence[str], holdout: float, seed: int) -> set[str]:
+    """The held-out images: a share `holdout` of the distinct images, chosen by a hash of the seed and
+    the image, so the split does not depend on the rows' order."""
+    distinct = sorted(set(images), key=lambda im: hashlib.sha256(f"{seed}|{im}".encode()).hexdigest())
+    count = min(len(distinct) - 1, max(1, round(holdout * len(distinct))))
+    if count < 1:
+        raise ConfigError(f"distillation needs captions of at least 2 images to hold some out, got {len(distinct)}")
+    return set(distinct[:count])
+
+
+def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Context,
+             batch: int = 64) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """(image features, text features, indices of the rows they belong to): rows whose image cannot
+    be read are left out. Both go through the store, keyed by image content and by caption."""
+    items: list[LoadedSample] = []
+    kept = []
+    loaded: dict[str, LoadedSample | None] = {}
+    for i, row in enumerate(rows):
+        if row.image not in loaded:
+            try:
+                loaded[row.image] = read_image(Sample(id=str(i), image=row.image, caption=row.caption))
+            except SampleError:
+                loaded[row.image] = None
+        base = loaded[row.image]
+        if base is not None:
+            items.append(base.with_caption(row.caption))
+            kept.append(i)
+    images, texts = [], []
+    for start in range(0, len(items), batch):
+        part = items[start : start + batch]
+        images.append(ctx.embed(image_encoder, [it.image_key for it in part], lambda j, p=part: p[j].image))
+        keys = [content_key("text-embedding", encoder=text_encoder.fingerprint, text=it.caption) for it in part]
+        texts.append(ctx.cached_arrays("text-embedding", keys,
+                                       lambda order, p=part: list(text_encoder.embed_texts([p[j].caption
+                                                                                            for j in order])),
+                                       model=text_encoder))
+    if not items:
+        raise ConfigError("no row's image could be read")
+    return np.concatenate(images), np.concatenate(texts), kept
+
+
+def same_image_pairs(groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    from caprecon.stats.correlation import within_image_pairs
+
+    i, j, _ = within_image_pairs(groups, np.zeros(len(groups)))
+    return i, j
+
+
+def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: Sequence[str], *,
+               objective: str = "value", hidden: int = 256, epochs: int = 200, lr: float = 1e-3,
+               weight_decay: float = 1e-4, seed: int = 0, batch: int = 256):
+    """A `RewardHead` fitted to the standardised `target` (value) or to its order within each image (pairs)."""
+    import torch
+
+    from caprecon.models.distilled import RewardHead
+
+    torch.manual_seed(seed)
+    head = RewardHead(image.shape[1], text.shape[1], hidden)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    x_img, x_txt = torch.as_tensor(image, dtype=torch.float32), torch.as_tensor(text, dtype=torch.float32)
+    y = torch.as_tensor(target, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    if objective == "pairs":
+        i, j = same_image_pairs(groups)
+        decided = target[i] != target[j]
+        i, j = torch.as_tensor(i[decided]), torch.as_tensor(j[decided])
+        if not len(i):
+            raise ConfigError("objective pairs: no two captions of one image differ in the metric")
+        wins = (y[i] > y[j]).float()
+    head.train()
+    for _ in range(epochs):
+        count = len(i) if objective == "pairs" else len(y)
+        for idx in torch.randperm(count, generator=generator).split(batch):
+            if objective == "pairs":
+                a, b = i[idx], j[idx]
+                margin = head(x_img[a], x_txt[a]) - head(x_img[b], x_txt[b])
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(margin, wins[idx])
+            else:
+                loss = torch.nn.functional.mse_loss(head(x_img[idx], x_txt[idx]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    head.eval()
+    return head
+
+
+def evaluate(predicted: np.ndarray, truth: np.ndarray, groups: Sequence[str]) -> dict[str, Any]:
+    from caprecon.stats.correlation import kendall_tau, pairwise_accuracy, spearman
+
+    i, j = same_image_pairs(groups)
+    pairs = pairwise_accuracy(predicted[i], predicted[j], (np.sign(truth[i] - truth[j]) + 1) / 2)
+    return {"rows": len(truth), "images": len(set(groups)), "spearman": spearman(predicted, truth),
+            "kendall": kendall_tau(predicted, truth, "b"), "pairwise_accuracy": pairs.accuracy, "pairs": pairs.n}
+
+
+def distill(runs: Sequence[str | Path], metric: str, out: str | Path | None = None, *,
+            image_encoder: Any = None, text_encoder: Any = None, objective: str = "value", holdout: float = 0.2,
+            hidden: int = 256, epochs: int = 200, lr: float = 1e-3, seed: int = 0, max_train_images: int | None = None,
+            store: Store | None = None, cache_dir: str | Path | None = None) -> Distilled:
+    """Train a distilled reward for `metric` on the rows of `runs`; write it to `out` (config.json,
+    model.safetensors, manifest.json). `max_train_images` caps the training images (a learning curve)."""
+    from caprecon.core.paths import default_cache_dir
+    from caprecon.models.build import build_model
+    from caprecon.models.distilled import (DEFAULT_IMAGE_ENCODER, DEFAULT_TEXT_ENCODER, DistilledReward,
+                                           encoder_spec)
+
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if not 0 < holdout < 1:
+        raise ConfigError(f"--holdout must lie strictly between 0 and 1, not {holdout}")
+    if out is not None and Path(out).exists() and any(Path(out).iterdir()):
+        raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
+    rows, sources = read_rows(runs, metric)
+    image_encoder = build_model("embedder", image_encoder or DEFAULT_IMAGE_ENCODER, setting="image-encoder")
+    text_encoder = build_model("matcher", text_encoder or DEFAULT_TEXT_ENCODER, setting="text-encoder")
+    store = store if store is not None else Store.open(cache_dir or default_cache_dir())
+    ctx = Context(store)
+    image_features, text_features, kept = features(rows, image_encoder, text_encoder, ctx)
+    rows = [rows[k] for k in kept]
+    groups = [r.image for r in rows]
+    truth = np.array([r.value for r in rows])
+    held = split_images(groups, holdout, seed)
+    test = np.array([g in held for g in groups])
+    train = ~test
+    if max_train_images is not None:
+        allowed = sorted({g for g, t in zip(groups, train) if t},
+                         key=lambda g: hashlib.sha256(f"{seed}|train|{g}".encode()).hexdigest())[:max_train_images]
+        train &= np.array([g in set(allowed) for g in groups])
+    mean, scale = float(truth[train].mean()), float(truth[train].std() or 1.0)
+    started = time.perf_counter()
+    head = train_head(image_features[train], text_features[train], (truth[train] - mean) / scale,
+                      [g for g, t in zip(groups, train) if t], objective=objective, hidden=hidden, epochs=epochs,
+                      lr=lr, seed=seed)
+    train_seconds = time.perf_counter() - started
+    config = {"metric": metric, "objective": objective, "image_encoder": encoder_spec(image_encoder),
+              "text_encoder": encoder_spec(text_encoder), "image_dim": int(image_features.shape[1]),
+              "text_dim": int(text_features.shape[1]), "hidden": hidden, "target_mean": mean, "target_scale": scale}
+    model = DistilledReward(config, head)
+    model.use_encoders(image_encoder, text_encoder)
+    predicted = model.predict(image_features[test], text_features[test])
+    report = {"metric": metric, "objective": objective, "train_rows": int(train.sum()),
+              "train_images": len({g for g, t in zip(groups, train) if t}),
+              "held_out": evaluate(predicted, truth[test], [g for g, t in zip(groups, test) if t]),
+              "train_seconds": round(train_seconds, 3), **speed(model, rows, test, sources)}
+    if out is not None:
+        out = Path(out)
+        model.save_pretrained(out)
+        digest = hashlib.sha256(json.dumps([[r.image, r.caption, r.value] for r in rows]).encode()).hexdigest()
+        manifest = {"metric": metric, "runs": sources, "rows": len(rows), "rows_digest": digest,
+                    "store": store.describe(), "seed": seed, "holdout": holdout, "report": report, "config": config}
+        (out / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return Distilled(out, report, model)
+
+
+def speed(model: Any, rows: Sequence[Row], test: np.ndarray, sources: list[dict[str, Any]],
+          sample: int = 32) -> dict[str, Any]:
+    """Seconds per row of the distilled reward, both encoders computing afresh (no store), on up to
+    `sample` held-out rows; beside the metric's model seconds per row where the runs recorded them."""
+    picked = [rows[i] for i in np.flatnonzero(test)[:sample]]
+    images = [read_image(Sample(id=str(k), image=r.image, caption=r.caption)).image for k, r in enumerate(picked)]
+    started = time.perf_counter()
+    model.score(images, [r.caption for r in picked])
+    per_row = (time.perf_counter() - started) / max(1, len(picked))
+    timed = [s for s in sources if s["model_seconds"] and s["samples"]]
+    metric_per_row = sum(s["model_seconds"] for s in timed) / sum(s["samples"] for s in timed) if timed else None
+    return {"distilled_seconds_per_row": per_row, "metric_seconds_per_row": metric_per_row,
+            "speedup": metric_per_row / per_row if metric_per_row and per_row else None}
