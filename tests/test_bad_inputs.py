@@ -736,3 +736,45 @@ def test_scores_near_the_largest_float_do_not_overflow(tmp_path, capsys):
     assert row["mean_a"] == pytest.approx(0.825e308) and row["difference"] == pytest.approx(0.825e308 - 0.5)
     assert all(math.isfinite(row[k]) for k in ("mean_a", "difference", "ci_low", "ci_high"))
     assert "inf" not in out and "nan" not in out and "8.2500e+307" in out
+
+
+def test_report_t2i_and_seed_means_of_scores_near_the_largest_float(tmp_path, capsys):
+    import warnings
+
+    from caprecon.apps.t2i import adherence_table
+    from caprecon.metrics.seeds import seed_interval
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warnings become failures
+        # by hand: the mean of 1e308 and 1.5e308 is 1.25e308, their sd (n - 1) 0.5e308 / sqrt(2)
+        mean, sd, interval = seed_interval([1e308, 1.5e308])
+        assert mean == pytest.approx(1.25e308) and sd == pytest.approx(0.5e308 / math.sqrt(2))
+        assert interval[0] < mean < interval[1] and all(math.isfinite(v) for v in interval)
+        assert seed_interval([0.25, 0.75]) == seed_interval([0.25, 0.75])  # scores within 1 untouched
+        records = [{"id": str(i), "generator": g, "vqa/j": v} for i in range(3)
+                   for g, v in (("a", 1.5e308), ("b", -1.5e308))]
+        table = adherence_table(records, ["a", "b"], ["vqa/j"], n_bootstrap=50)
+        assert table.means["a", "vqa/j"].mean == pytest.approx(1.5e308)
+        difference = table.differences["a", "b", "vqa/j"]  # 3e308 is beyond the largest float: saturated
+        assert difference.mean == pytest.approx(1.7976931348623157e308) and math.isfinite(difference.ci_high)
+        text = table.to_text()
+        assert "1.5000e+308" in text and "inf" not in text and "nan" not in text
+        run = _scores(tmp_path / "big", [{"id": f"r{i}", "image": "x.png", "caption": "c", "recon": 1e308 * (1 + i / 4),
+                                          "captioner": "ab"[i % 2]} for i in range(4)])
+        code, out, err = _run(["report", run], capsys)
+    assert code == 0, err
+    page = (tmp_path / "big" / "report.html").read_text()
+    # by hand: a's mean of 1e308 and 1.5e308, b's of 1.25e308 and 1.75e308
+    assert ">1.2500e+308<" in page and ">1.5000e+308<" in page and ">inf<" not in page and ">nan<" not in page
+
+
+def test_report_refuses_a_folder_with_nothing_to_report_and_accuracies_beyond_1(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, out, err = _run(["report", str(tmp_path / "empty")], capsys)
+    assert code == 2 and "nothing to report: no scores (scores.jsonl or candidates.jsonl)" in err
+    assert not {"report.html", "report_files"} & {f.name for f in (tmp_path / "empty").iterdir()}  # no empty page
+    run = _scores(tmp_path / "turing", [{"id": "r0", "image": "x.png", "caption": "c", "turing": 0.5,
+                                         "turing/color": 1e308, "turing_n/color": 3}])
+    code, out, err = _run(["report", run], capsys)
+    assert code == 2 and err.strip().endswith("row 'r0': turing/color is 1e+308; the per-category table pools "
+                                              "accuracies and probabilities (0 to 1) or cosines (-1 to 1)"), err

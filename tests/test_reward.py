@@ -130,3 +130,26 @@ def test_text_of_completions_and_repetition():
     assert completion_text("a cat") == "a cat"
     assert repetition("a dog runs", 3) == 0.0
     assert repetition("the dog the dog the dog", 2) == pytest.approx(3 / 5)  # td dt td dt td: 3 repeats
+
+
+def test_reward_audit_shows_the_guards_lowering_padded_and_repeated_captions(tmp_path):
+    from caprecon.cli.commands import main
+
+    rows = []
+    for k, caption in enumerate(["red circle", "blue square green triangle", "yellow circle", "black square"]):
+        path = tmp_path / f"img{k}.png"
+        render(caption).save(path)
+        rows.append({"id": str(k), "image": str(path), "caption": f"a {caption}"})
+    samples = tmp_path / "captions.jsonl"
+    samples.write_text("\n".join(__import__("json").dumps(r) for r in rows))
+    figures = tmp_path / "audit.json"
+    code = main(["reward-audit", "-i", str(samples), "-g", "oracle:OracleGenerator", "-e", "oracle:PixelEmbedder",
+                 "--max-side", "96", "--cache-dir", str(tmp_path / "cache"), "--length-target", "4",
+                 "--repetition-n", "2", "--json", str(figures), "-q"])
+    assert code == 0
+    result = __import__("json").loads(figures.read_text())
+    # padding adds no shape, so the oracle's picture and the metric stay; the length term takes 0.5 * overshoot
+    assert result["metrics"]["rise_padded"] == pytest.approx(0.0, abs=1e-9)
+    assert result["reward"]["rise_padded"] < -1.0
+    assert result["reward"]["rise_repeated"] < result["metrics"]["rise_repeated"] - 0.2
+    assert result["reward"]["scored"] == 4

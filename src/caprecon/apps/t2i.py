@@ -39,7 +39,8 @@ from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store, write_manifest
 from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES, check_count
 from caprecon.core.errors import ConfigError
-from caprecon.core.tables import format_table
+from caprecon.core.scaling import binary_exponent, rescale
+from caprecon.core.tables import format_table, number
 from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
 from caprecon.metrics.vqascore import VQAScore
@@ -102,7 +103,7 @@ class AdherenceTable:
             return "n/a"
         def f(v: float) -> str:
             v = round(v, 4) or 0.0  # no "-0.0000"
-            return f"{v:+.4f}" if signed else f"{v:.4f}"
+            return f"+{number(v)}" if signed and v >= 0 else number(v)
 
         text = f(e.mean) if math.isnan(e.ci_low) else f"{f(e.mean)} [{f(e.ci_low)}, {f(e.ci_high)}]"
         return text if e.n == self.captions else f"{text} n={e.n}"
@@ -178,14 +179,22 @@ def adherence_table(records: Sequence[Mapping[str, Any]], generators: Sequence[s
             value = r.get(c)
             if r.get("generator") in generators and isinstance(value, (int, float)) and math.isfinite(value):
                 scores[r["generator"], c][str(r["id"])] = float(value)
+    # at unit scale (`caprecon.core.scaling`), so scores near 1e308 give their means, not inf and NaN
+    exponent = binary_exponent(v for by_id in scores.values() for v in by_id.values())
+    scores = {key: {i: rescale(v, -exponent) for i, v in by_id.items()} for key, by_id in scores.items()}
     options = {"n_bootstrap": n_bootstrap, "seed": seed, "level": level}
-    means = {key: mean_ci(list(by_id.values()), list(by_id), **options) for key, by_id in scores.items()}
+
+    def estimate(values: list[float], ids: list[str]) -> Estimate:
+        e = mean_ci(values, ids, **options)
+        return Estimate(*(rescale(v, exponent) for v in (e.mean, e.ci_low, e.ci_high)), e.n)
+
+    means = {key: estimate(list(by_id.values()), list(by_id)) for key, by_id in scores.items()}
     differences = {}
     for a, b in itertools.combinations(generators, 2):
         for c in columns:
             first, second = scores[a, c], scores[b, c]
             shared = [i for i in first if i in second]
-            differences[a, b, c] = mean_ci([first[i] - second[i] for i in shared], shared, **options)
+            differences[a, b, c] = estimate([first[i] - second[i] for i in shared], shared)
     return AdherenceTable(list(generators), list(columns), means, differences, len(captions), level)
 
 

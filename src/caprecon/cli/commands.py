@@ -175,6 +175,7 @@ class _Subcommands:
 PLUGINS = {
     "caprecon.cli.caption": ("caption",),
     "caprecon.cli.refine": ("refine",),
+    "caprecon.cli.reward": ("reward-audit", "distill"),
     "caprecon.cli.t2i": ("t2i", "text-to-image"),
     "caprecon.cli.suite": ("suite", "suite-agree"),
     "caprecon.cli.cache": ("cache",),
@@ -232,7 +233,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_run_options(p, for_meta=True)
         p.set_defaults(func=cmd_meta)
 
-    register("caprecon.cli.caption", "caprecon.cli.refine", "caprecon.cli.t2i", "caprecon.cli.suite")
+    register("caprecon.cli.caption", "caprecon.cli.refine", "caprecon.cli.reward", "caprecon.cli.t2i", "caprecon.cli.suite")
     if wanted("report"):
         p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
                                       "question-bank metric")

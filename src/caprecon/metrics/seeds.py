@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from caprecon.core.scaling import rescale, unit_scale
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 
@@ -38,16 +39,19 @@ def uses_reconstruction(metric: Metric) -> bool:
 def seed_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float | None, list[float] | None]:
     """(mean, sample sd, [low, high]) of values (a caption's per-seed scores; the report's rows
     of a group): the Student-t interval of the mean. One value has no spread: sd and interval
-    are None."""
+    are None. Computed at unit scale (`caprecon.core.scaling`), so scores near 1e308 give
+    their mean, not inf."""
     from scipy.special import stdtrit  # the Student-t quantile, without scipy.stats' second of imports
 
     n = len(values)
+    values, exponent = unit_scale(values)
     mean = math.fsum(values) / n
     if n < 2:
-        return mean, None, None
+        return rescale(mean, exponent), None, None
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(stdtrit(n - 1, 0.5 + level / 2)) * sd / math.sqrt(n)
-    return mean, sd, [mean - half, mean + half]
+    return (rescale(mean, exponent), rescale(sd, exponent),
+            [rescale(mean - half, exponent), rescale(mean + half, exponent)])
 
 
 class SeedAveraged(Metric):

@@ -114,11 +114,20 @@ def _pool(tally: CategoryTally, record: Mapping[str, Any], metric: str, score_ke
     else only its overall accuracy."""
     categories = list(_per_category(record, score_key, metric))
     for category, accuracy, n in categories:
-        tally.add(category, accuracy * n, n)
+        tally.add(category, _share(record, f"{score_key}/{category}", accuracy) * n, n)
     if not categories:
         accuracy, n = _number(record.get(score_key)), _count(record.get(f"{metric}_n"))
         if accuracy is not None and n:
-            tally.add(None, accuracy * n, n)
+            tally.add(None, _share(record, score_key, accuracy) * n, n)
+
+
+def _share(record: Mapping[str, Any], key: str, value: float) -> float:
+    """A cell pools shares of questions (accuracies, P(yes); a cosine for clip-image): a value
+    beyond 1 in size is no such share, and pooling it would print inf or nonsense percentages."""
+    if not -1.0 <= value <= 1.0:
+        raise ConfigError(f"row {record.get('id', '?')!r}: {key} is {value!r}; the per-category table pools "
+                          "accuracies and probabilities (0 to 1) or cosines (-1 to 1)")
+    return value
 
 
 def _row(tally: CategoryTally, categories: Sequence[str]) -> dict[str, float | None]:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from caprecon.core.errors import ConfigError
+from caprecon.core.scaling import binary_exponent, rescale
 from caprecon.stats.bootstrap import bootstrap_ci, bootstrap_tau, paired_bootstrap_seeds
 from caprecon.stats.correlation import kendall_tau
 
@@ -53,12 +54,10 @@ def seed_values(record: Mapping[str, Any], metric: str, exponent: int = 0) -> li
 
 
 def magnitude(metric: str, *record_sets: Sequence[Mapping[str, Any]]) -> int:
-    """The binary exponent of the largest |score| in the rows: divided by 2**it, every value lies
-    within 1, so no sum or mean of them overflows (scores of 1e308 gave inf and NaN), and the
-    division is exact, so every mean, difference and tau is the same once multiplied back."""
-    largest = max((abs(v) for records in record_sets for r in records for v in seed_values(r, metric) or ()),
-                  default=0.0)
-    return math.frexp(largest)[1]
+    """The binary exponent of the largest |score| in the rows (`caprecon.core.scaling`): scores
+    of 1e308 gave inf and NaN; divided by 2**it, every mean, difference and tau is the same
+    once multiplied back."""
+    return binary_exponent(v for records in record_sets for r in records for v in seed_values(r, metric) or ())
 
 
 def unique_ids(records: Sequence[Mapping[str, Any]], name: str) -> None:
@@ -198,7 +197,7 @@ def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[
     result = paired_bootstrap_seeds(np.stack([a[i].values[:k] for i in paired]),
                                     np.stack([b[i].values[:k] for i in paired]),
                                     n_resamples=n_resamples, seed=seed, level=level)
-    back = [math.ldexp(v, exponent) for v in (result.value_a, result.value_b, result.difference, result.ci_low,
+    back = [rescale(v, exponent) for v in (result.value_a, result.value_b, result.difference, result.ci_low,
                                               result.ci_high)]
     return Comparison(names[0], names[1], metric, len(paired), k, seeds_a, seeds_b, shared_noise,
                       len(set(a) - set(b)), len(set(b) - set(a)), len(other_questions), unscored(records_a, metric),

@@ -20,6 +20,7 @@ from markupsafe import Markup
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_jsonl
+from caprecon.core.tables import number
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
 from caprecon.reports.html.seeds import seeds_section
@@ -44,9 +45,7 @@ def _num(value: Any) -> str:
         return "–"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
+    return number(value)  # as the terminal's tables: 1e308 in powers of ten, not 309 digits
 
 
 def _pct(value: float | None) -> str:
@@ -334,6 +333,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
         raise FileNotFoundError(f"run folder not found: {run}")
     out = Path(out) if out else run
     _check_inside(out, out / "report.html", out / FILES, out / FILES / "thumbs")
+    made = not (out / FILES).exists()
     (out / FILES).mkdir(parents=True, exist_ok=True)
 
     records = collect.read_records(run)
@@ -371,6 +371,11 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     sections += [("refinement", "Refinement")] if refinement else []
     sections += [("gallery", "Gallery")] if gallery else []
     sections += [("errors", f"Errors ({len(errors)})")] if errors else []
+    if not sections:  # an empty page would read as a run that scored nothing
+        if made:
+            (out / FILES).rmdir()
+        raise ConfigError(f"{run}: nothing to report: no scores ({' or '.join(collect.RECORD_FILES)}), meta tables, "
+                          "question bank or refinement in this folder; give the folder a caprecon command wrote")
     sections += [("run", "Run")] if manifest else []
 
     script = (_package_dir("static") / "report.js").read_text(encoding="utf-8")

@@ -1,0 +1,106 @@
+"""`caprecon reward-audit` (how a reward responds to padding and repetition, before training with it)
+and `caprecon distill` (a reward model trained on earlier runs' scores)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from caprecon.cli.common import add_image_root_options, add_run_options, real_number, run_settings, whole_number
+from caprecon.core.tables import format_table, number
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "reward-audit", help="how a reward responds to caption length, padding and repetition",
+        description="Scores each caption as given, padded with generic words, and said twice, with the reward "
+                    "caprecon.Reward builds from these options, and prints the Spearman correlation of the reward "
+                    "with length and with repetition and its mean change when padded or repeated: from the "
+                    "metrics alone and with the guards.")
+    p.add_argument("--input", "-i", required=True, help="captions: JSONL/CSV with id, image, caption")
+    add_image_root_options(p)
+    p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
+                   help="a metric of the reward (repeatable; default recon); distilled:FOLDER for a distilled one")
+    p.add_argument("--weight", action="append", metavar="METRIC=W", help="a metric's weight (default 1)")
+    p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="base seed of the reconstructions (default 0)")
+    p.add_argument("--length-target", type=whole_number(1), default=60, help="words before the length term "
+                   "starts (default 60)")
+    p.add_argument("--length-weight", type=real_number(0), default=0.5,
+                   help="length term: -W * max(0, words / target - 1) (default 0.5; 0: off)")
+    p.add_argument("--repetition-n", type=whole_number(1), default=3, help="n of the repeated n-grams (default 3)")
+    p.add_argument("--repetition-weight", type=real_number(0), default=1.0,
+                   help="repetition term: -W * share of repeated n-grams (default 1; 0: off)")
+    p.add_argument("--hallucination-weight", type=real_number(0), default=1.0,
+                   help="with --judge and --llm: -W * (1 - halluc) (default 1; 0: off)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    add_run_options(p, for_meta=True)
+    p.set_defaults(func=cmd_audit)
+
+    d = subparsers.add_parser(
+        "distill", help="train a small reward model on earlier runs' scores (no text-to-image model needed)",
+        description="Reads the (image, caption, METRIC) rows of run folders, embeds them with a frozen image and "
+                    "text encoder (cached in the store), trains a small head, and reports on held-out images "
+                    "(split by image) the Spearman and Kendall correlation with the metric, the accuracy on pairs "
+                    "of captions of one image and the speed-up. Writes config.json, model.safetensors and "
+                    "manifest.json into --out; use it as -m distilled:OUT.")
+    d.add_argument("runs", nargs="+", metavar="RUN", help="run folders whose scores.jsonl has the metric")
+    d.add_argument("--metric", "-m", required=True, help="the metric to learn (a column of scores.jsonl)")
+    d.add_argument("--out", "-o", required=True, help="new folder for the distilled reward")
+    d.add_argument("--image-encoder", help="frozen image encoder: embedder name, folder or module:Class "
+                                           "(default efficientnet-lite0)")
+    d.add_argument("--text-encoder", help="frozen text encoder: a matcher (imagenet-labels: MiniLM, the default; "
+                                          "clip) or module:Class with embed_texts")
+    d.add_argument("--objective", choices=["value", "pairs"], default="value",
+                   help="value: regress the metric; pairs: learn which of two captions of one image scores higher")
+    d.add_argument("--holdout", type=real_number(0, 1, low_open=True, high_open=True), default=0.2,
+                   help="share of images held out for the report (default 0.2)")
+    d.add_argument("--epochs", type=whole_number(1), default=200, help="training epochs (default 200)")
+    d.add_argument("--hidden", type=whole_number(1), default=256, help="width of the head (default 256)")
+    d.add_argument("--seed", type=whole_number(0), default=0, help="seed of the split and the head (default 0)")
+    d.add_argument("--cache-dir", help="store for the features (default $CAPRECON_CACHE or ~/.cache/caprecon)")
+    d.set_defaults(func=cmd_distill)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from caprecon.apps.reward import Guards, Reward, audit
+    from caprecon.data.loaders import load_samples
+    from caprecon.run.config import parse_options
+
+    settings = run_settings(args)
+    guards = Guards(length_target=args.length_target, length_weight=args.length_weight,
+                    repetition_n=args.repetition_n, repetition_weight=args.repetition_weight,
+                    hallucination_weight=args.hallucination_weight)
+    weights = {k: float(v) for k, v in parse_options(args.weight).items()} if args.weight else None
+    reward = Reward(args.metrics, weights, preset=settings.pop("preset", None), config=settings.pop("config", None)
+                    or args.config, guards=guards, **settings)
+    rows = load_samples(args.input, images_root=args.image_root, max_image_bytes=args.max_image_bytes)
+    result = audit(reward, [r.image for r in rows], [r.caption for r in rows])
+    table = [["", "metrics only", "with guards"]]
+    for key, label in (("mean", "mean reward"), ("spearman_length", "Spearman with length"),
+                       ("spearman_repetition", "Spearman with repetition"),
+                       ("rise_padded", "rise when padded"), ("rise_repeated", "rise when repeated")):
+        table.append([label, number(result["metrics"][key]), number(result["reward"][key])])
+    print(format_table(table))
+    print(f"{result['reward']['scored']} of {result['captions']} caption(s) scored; parts: {', '.join(result['parts'])}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=2)
+    return 0 if result["reward"]["scored"] == result["captions"] else 1
+
+
+def cmd_distill(args: argparse.Namespace) -> int:
+    from caprecon.apps.distill import distill
+
+    result = distill(args.runs, args.metric, args.out, image_encoder=args.image_encoder,
+                     text_encoder=args.text_encoder, objective=args.objective, holdout=args.holdout,
+                     epochs=args.epochs, hidden=args.hidden, seed=args.seed, cache_dir=args.cache_dir)
+    r, held = result.report, result.report["held_out"]
+    print(f"trained on {r['train_rows']} rows of {r['train_images']} images ({r['train_seconds']:.1f} s); "
+          f"held out: {held['rows']} rows of {held['images']} images")
+    print(f"Spearman {number(held['spearman'])}  Kendall {number(held['kendall'])}  "
+          f"pairwise accuracy {number(held['pairwise_accuracy'])} ({held['pairs']} pairs)")
+    speedup = f"{r['speedup']:.0f}x" if r["speedup"] else "unknown (the runs recorded no model time)"
+    print(f"{r['distilled_seconds_per_row'] * 1000:.1f} ms per row; speed-up over {args.metric}: {speedup}")
+    print(f"written to {result.out}; use it as -m distilled:{result.out}", file=sys.stderr)
+    return 0
