@@ -462,3 +462,104 @@ def test_the_meta_module_runs_as_a_script_with_a_benchmark(tmp_path):
                            str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr
     assert f"--data {tmp_path / 'missing'} does not exist" in done.stderr + done.stdout
+
+
+# ----------------------------------------------------------------------------- Elo and model-level agreement
+
+
+def test_elo_on_five_battles_computed_by_hand():
+    from caprecon.stats.elo import bootstrap_elo, elo_ratings
+
+    # K 4, scale 400, base 10, start 1000. (A,B,1): E_A = 1/2, A 1002, B 998.
+    # (B,C,½): E_B = 1/(1 + 10^(2/400)) = 0.497122, B = 998 + 4(0.5 - 0.497122) = 998.011513, C = 999.988487.
+    # (A,C,0): E_A = 1/(1 + 10^(-2.011513/400)) = 0.502895, A = 1002 - 4·0.502895 = 999.988421, C = 1002.000066.
+    # (C,A,1): E_C = 1/(1 + 10^(-2.011645/400)) = 0.502895, C = 1003.988486, A = 998.000001.
+    # (B,A,½): E_B = 1/(1 + 10^(0.011512/400)) = 0.499983, B = 998.011447, A = 998.000067.
+    battles = [("A", "B", 1.0), ("B", "C", 0.5), ("A", "C", 0.0), ("C", "A", 1.0), ("B", "A", 0.5)]
+    ratings = elo_ratings(battles)
+    assert ratings == {"A": pytest.approx(998.000067, abs=1e-6), "B": pytest.approx(998.011447, abs=1e-6),
+                       "C": pytest.approx(1003.988486, abs=1e-6)}  # fmt: skip
+    # every resample of three identical battles is those battles: the median is their online Elo,
+    # A 1002, then 1002 + 4(1 - 1/(1 + 10^(-4/400))) = 1003.976976, then 1005.931197
+    assert bootstrap_elo([("A", "B", 1.0)] * 3, rounds=25) == {"A": pytest.approx(1005.931197, abs=1e-6),
+                                                                "B": pytest.approx(994.068803, abs=1e-6)}  # fmt: skip
+    assert bootstrap_elo(battles, rounds=200, seed=3) == bootstrap_elo(battles, rounds=200, seed=3)
+    with pytest.raises(ValueError, match="outcome"):
+        elo_ratings([("A", "B", 2.0)])
+
+
+def test_rank_agreement_computed_by_hand():
+    from caprecon.stats.elo import rank_agreement
+
+    # ranks 1,2,3,5,4 against 1,2,3,4,5: Σd² = 2, ρ = 1 - 6·2/(5·24) = 0.9; 1 discordant pair of 10, τ = 0.8
+    metric = {"S1": 1.0, "S2": 2.0, "S3": 3.0, "S4": 5.0, "S5": 4.5, "only-metric": 9.0}
+    result = rank_agreement(metric, {"S1": 1, "S2": 2, "S3": 3, "S4": 4, "S5": 5})
+    assert (result.spearman, result.kendall, result.n_models) == (pytest.approx(0.9), pytest.approx(0.8), 5)
+
+
+def _thumb_five_systems(tmp_path):
+    """Two COCO images, five captioning systems; human score k for system Sk on both images; the
+    metric scores k too, except S4 (6 on image 2) and S5 (4 on image 2): means 1, 2, 3, 5, 4.5."""
+    rows, scores = [], [["id", "m"]]
+    for image, seg in (("COCO_val2014_000000000001.jpg", 1), ("COCO_val2014_000000000002.jpg", 2)):
+        for k in range(1, 6):
+            row = len(rows) + 1
+            rows.append({"seg_id": seg, "image": image, "hyp": f"caption {k} of {seg}", "SYS": f"S{k}",
+                         "P": 4.0, "R": 4.0, "human_score": float(k)})  # fmt: skip
+            metric = {4: 6.0, 5: 4.0}.get(k, float(k)) if seg == 2 else float(k)
+            scores.append([f"S{k}:{row}", str(metric)])
+    folder = tmp_path / "mscoco"
+    folder.mkdir()
+    (folder / "mscoco_THumB-1.0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "mscoco_references.json").write_text("".join(json.dumps({"seg_id": s, "refs": ["r"]}) + "\n" for s in (1, 2)))
+    score_file = tmp_path / "scores.csv"
+    score_file.write_text("\n".join(",".join(r) for r in scores) + "\n")
+    return folder, score_file
+
+
+def test_meta_model_level_on_thumbs_five_systems(tmp_path, capsys):
+    from caprecon.cli.meta import main as meta_main
+
+    folder, scores = _thumb_five_systems(tmp_path)
+    out = tmp_path / "out"
+    assert meta_main(["--benchmark", "thumb", "--data", str(folder), "--scores", str(scores), "--metric", "m",
+                      "--model-level", "--bootstrap", "200", "--out", str(out)]) == 0  # fmt: skip
+    rows = {r["statistic"]: r for r in csv.DictReader((out / "meta.csv").open())}
+    assert float(rows["spearman_model"]["value"]) == pytest.approx(0.9)
+    assert float(rows["kendall_model"]["value"]) == pytest.approx(0.8)
+    # resampling images: image 1 alone ranks the systems exactly (ρ 1), image 2 alone as the whole (ρ 0.9)
+    assert 0.9 - 1e-9 <= float(rows["spearman_model"]["ci_low"]) <= float(rows["spearman_model"]["ci_high"]) <= 1 + 1e-9
+    assert rows["spearman_model"]["n"] == "5"
+    capsys.readouterr()
+    data = tmp_path / "p.json"
+    data.write_text(json.dumps({"HC": [{"image": "i.jpg", "captions": ["a", "b"], "label": 0, "references": ["r"]}]}))
+    assert meta_main(["--benchmark", "pascal50s", "--data", str(data), "--model-level", "--out", str(out)]) == 2
+    assert "--model-level: pascal50s does not name the model behind every caption" in capsys.readouterr().err
+
+
+def test_caparena_three_way_agreement_and_tie_bands_by_hand(tmp_path):
+    from caprecon.apps.metabench import get_benchmark
+    from caprecon.apps.metabench.protocol import run_benchmark
+
+    battles = [("A", "B", "A", "level 1", 0.9, 0.1), ("B", "C", "equal", "level 1", 0.5, 0.5),
+               ("A", "C", "C", "level 2", 0.2, 0.3), ("A", "human", "human", "level 2", 0.0, 1.0),
+               ("B", "C", "skip", "level 2", 0.6, 0.55)]  # fmt: skip
+    (tmp_path / "caparena_annots_eval.json").write_text(json.dumps([
+        {"img": f"test_{k}.jpg", "source1": a, "source2": b, "caption1": f"{a} {k}", "caption2": f"{b} {k}", "ref": "r",
+         "winner": w, "cluster": lv, "in-400": True} for k, (a, b, w, lv, _, _) in enumerate(battles)]))  # fmt: skip
+    bench = get_benchmark("caparena")
+    judgments = bench.load(str(tmp_path))
+    metric = [v for *_, x, y in battles for v in (x, y)]
+
+    def run(band):
+        (row,) = run_benchmark(bench, judgments, lambda _: {"m": metric}, n_bootstrap=0, tie_band=band)
+        return row
+
+    # the human battle is left out; skip counts as a tie, as CapArena's cal_agreement reads it.
+    # exact: +1 +1, 0 0, -1 -1, and +1 against the skip's 0: 3 of 4; level 1: 2/2, level 2: 1/2
+    exact = run("exact")
+    assert (exact.value, exact.n, exact.extra["agreement_level 1"], exact.extra["agreement_level 2"]) == (0.75, 4, 1.0, 0.5)
+    assert (exact.extra["ties_predicted"], exact.extra["ties_human"], exact.extra["n_models"]) == (1, 2, 3)
+    # matched: people gave 2 ties; the 2nd smallest |a - b| is 0.05, so the skip battle is a tie too: 4 of 4
+    matched = run("matched")
+    assert (matched.value, matched.extra["ties_predicted"]) == (1.0, 2)
