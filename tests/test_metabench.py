@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import random
+import re
 import shutil
 
 import numpy as np
@@ -563,3 +564,21 @@ def test_caparena_three_way_agreement_and_tie_bands_by_hand(tmp_path):
     # matched: people gave 2 ties; the 2nd smallest |a - b| is 0.05, so the skip battle is a tie too: 4 of 4
     matched = run("matched")
     assert (matched.value, matched.extra["ties_predicted"]) == (1.0, 2)
+
+
+def test_compare_on_three_captioners_prints_an_elo_ranking(tmp_path, capsys):
+    from caprecon.cli import main
+    from caprecon.stats.elo import battles_from_scores
+
+    scores = {("i1", "A"): 0.9, ("i1", "B"): 0.5, ("i1", "C"): 0.1, ("i2", "A"): 0.8, ("i2", "B"): 0.6, ("i2", "C"): 0.6}
+    rows = [{"id": f"{i}-{s}", "image_id": i, "captioner": s, "recon": v} for (i, s), v in scores.items()]
+    assert battles_from_scores([(r["image_id"], r["captioner"], r["recon"]) for r in reversed(rows)]) == [
+        ("A", "B", 1.0), ("A", "C", 1.0), ("B", "C", 1.0), ("A", "B", 1.0), ("A", "C", 1.0), ("B", "C", 0.5)]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert main(["compare", str(run), "--resamples", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "Elo from 6 pairwise preferences" in out
+    ranking = [line.split()[1] for line in out.splitlines() if re.match(r"\s*[123]\s+[ABC]\s+\d", line)]
+    assert ranking == ["A", "B", "C"]

@@ -11,7 +11,7 @@ from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_records, write_jsonl_atomically
 from caprecon.core.tables import format_table, number
-from caprecon.cli.common import real_number, whole_number
+from caprecon.cli.common import Writes, real_number, whole_number
 
 
 def load_run(run: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -70,12 +70,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(format_table(table))
     for note in (n for c in comparisons for n in c.notes()):
         print(note)
+    if len(args.runs) == 1 and len({c.a for c in comparisons} | {c.b for c in comparisons}) > 2:
+        _print_elo(records, metric, args.by, args.bootstrap_seed)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_jsonl_atomically(out, [c.row() for c in comparisons], allow_nan=True)
-        print(f"written: {out}")
     return 0
+
+
+def _print_elo(records: list[dict[str, Any]], metric: str, by: str, seed: int) -> None:
+    """Several systems: the metric's preferences on each image as battles, rated as CapArena rates
+    its models (`caprecon.stats.elo`), so the ranking reads like an arena's."""
+    from caprecon.stats.elo import ELO_ROUNDS, battles_from_scores, bootstrap_elo
+    from caprecon.stats.seeds import image_of
+
+    rows = [(image_of(r), str(r[by]), float(r[metric])) for r in records
+            if r.get(by) is not None and is_number(r.get(metric))]  # fmt: skip
+    battles = battles_from_scores(rows)
+    ratings = bootstrap_elo(battles, rounds=ELO_ROUNDS, seed=seed)
+    print(f"{metric}: Elo from {len(battles)} pairwise preferences on shared images (K 4, start 1000, median of "
+          f"{ELO_ROUNDS} bootstrap rounds)")
+    ranked = sorted(ratings.items(), key=lambda kv: -kv[1])
+    print(format_table([["rank", by, "Elo"]] + [[k, name, f"{r:.1f}"] for k, (name, r) in enumerate(ranked, 1)]))
 
 
 def cmd_seeds(args: argparse.Namespace) -> int:
@@ -95,7 +112,7 @@ def cmd_seeds(args: argparse.Namespace) -> int:
     if left_out:
         print(f"left out {left_out} of {len(records)} row(s) without a finite {metric} score (failed rows, NaN or inf)")
     out = Path(args.out) if args.out else (Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)
-    print(f"written: {write_stability(curve, out / 'seeds.csv', metric=metric, threshold=args.threshold)}")
+    write_stability(curve, out / "seeds.csv", metric=metric, threshold=args.threshold)
     return 0
 
 
@@ -119,7 +136,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--by", default="captioner", help="with one run: the field naming the system (default captioner)")
     p.add_argument("--out", help="also write the comparisons as JSONL here")
     _shared(p)
-    p.set_defaults(func=cmd_compare)
+    p.set_defaults(func=cmd_compare, writes=Writes(folder=None, files=("out",), inputs=("runs",)))
 
     p = subparsers.add_parser(
         "seeds", help="how many seeds are enough: ranking stability at k of K seeds (writes seeds.csv)",
@@ -131,4 +148,4 @@ def add_parser(subparsers) -> None:
     p.add_argument("--threshold", type=real_number(0, 1, low_open=True), default=0.9, help="tau a ranking must reach (default 0.9)")
     p.add_argument("--out", help="folder for seeds.csv (default: the run folder)")
     _shared(p)
-    p.set_defaults(func=cmd_seeds)
+    p.set_defaults(func=cmd_seeds, writes=Writes(default="run", outputs="seeds.csv"))

@@ -107,3 +107,22 @@ def mean_rank_agreement(scores: Sequence[float], human: Sequence[float], systems
     result.kendall_ci = bootstrap_ci(lambda i: agreement(i).kendall, images, n_resamples=n_bootstrap, seed=seed,
                                      level=level)  # fmt: skip
     return result
+
+
+def battles_from_scores(rows: Sequence[tuple[str, str, float]]) -> list[Battle]:
+    """A metric's pairwise preferences as battles: on every image, each two systems that both
+    have a finite score there (their mean, if several captions) meet once, the higher score
+    winning and equal scores tying. Images and systems are taken in sorted order, so the
+    battles do not depend on the order of the rows."""
+    per_image: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for image, system, score in rows:
+        if math.isfinite(score):
+            per_image[image][system].append(score)
+    battles: list[Battle] = []
+    for image in sorted(per_image):
+        means = {s: float(np.mean(v)) for s, v in per_image[image].items()}
+        names = sorted(means)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                battles.append((a, b, 1.0 if means[a] > means[b] else 0.0 if means[a] < means[b] else 0.5))
+    return battles
