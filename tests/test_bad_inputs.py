@@ -778,3 +778,15 @@ def test_report_refuses_a_folder_with_nothing_to_report_and_accuracies_beyond_1(
     code, out, err = _run(["report", run], capsys)
     assert code == 2 and err.strip().endswith("row 'r0': turing/color is 1e+308; the per-category table pools "
                                               "accuracies and probabilities (0 to 1) or cosines (-1 to 1)"), err
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
+def test_verify_refuses_expected_values_that_are_not_finite(tmp_path, text):
+    from caprecon.apps.metabench.verify import read_expected
+    from caprecon.data.judgments import JudgmentFormatError
+
+    path = tmp_path / "expected.csv"
+    path.write_text(f"benchmark,metric,key,value\nflickr8k-expert,bleu-4,tau_c,0.3\nflickr8k-expert,cider,tau_c,{text}\n")
+    with pytest.raises(JudgmentFormatError) as caught:
+        read_expected(path, "flickr8k-expert")
+    assert str(caught.value) == f"{path}:3: value must be a finite number, not {float(text)!r}"

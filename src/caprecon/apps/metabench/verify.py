@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from caprecon.core.checks import number_problem
 from caprecon.core.tables import format_table
 from caprecon.data.judgments import JudgmentFormatError
 from caprecon.stats.agreement import MetaRow
@@ -98,6 +99,8 @@ def read_expected(path: str | Path, benchmark: str, *, required: bool = True) ->
                 value = float(row["value"])
             except ValueError:
                 raise JudgmentFormatError(f"{where}: value {row['value']!r} is not a number") from None
+            if problem := number_problem(value):  # a NaN compares unequal to everything: never a pass, nor a clear fail
+                raise JudgmentFormatError(f"{where}: value {problem}")
             protocol = _protocol(row, where) if stated else None
             out.setdefault(row["metric"], {})[row["key"]] = Published(value, row.get("source") or str(path), protocol)
     if not out and required:
