@@ -146,3 +146,9 @@ def test_registered_plugin_names_build(monkeypatch):
     registry.register("embedder", "placeholder", "oracle:PixelEmbedder", "pixels, for tests")
     assert isinstance(registry.build("embedder", "placeholder"), PixelEmbedder)
     assert registry.describe_registry()["embedder"]["placeholder"] == "pixels, for tests"
+
+
+def test_meta_errors_read_like_every_commands(tmp_path, capsys):
+    assert main(["meta", "--metric", "bleu-4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("caprecon: error: give --judgments"), err

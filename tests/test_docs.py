@@ -278,3 +278,26 @@ def test_marker_must_precede_a_shell_fence():
 def test_commands_join_continuations_and_keep_heredocs():
     code = "# a comment\ncaprecon score -i a.jsonl \\\n    --out runs/a\ncat > b.txt <<'EOF'\nx\nEOF\nls"
     assert _commands(code) == ["caprecon score -i a.jsonl      --out runs/a", "cat > b.txt <<'EOF'\nx\nEOF", "ls"]
+
+
+def test_every_command_ends_its_help_with_an_example_it_accepts():
+    import shlex as _shlex
+
+    from caprecon.cli.commands import EXAMPLES
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = sorted(name for name, command in commands.items()
+                     if name != "text-to-image" and f"example: caprecon {name}" not in command.format_help())
+    assert missing == []
+    wrong = {name: unknown_options(_shlex.split(example)[1:]) for name, example in EXAMPLES.items()}
+    assert {name: options for name, options in wrong.items() if options} == {}
+
+
+def test_meta_help_groups_the_scoring_models_apart():
+    commands = build_parser()._subparsers._group_actions[0].choices
+    titles = [group.title for group in commands["meta"]._action_groups]
+    assert any(title.startswith("models (only for metrics scored here") for title in titles)
+    meta_options = next(g for g in commands["meta"]._action_groups if g.title == "options")
+    assert "--generator" not in {s for a in meta_options._group_actions for s in a.option_strings}
+    seed_policy = next(a for a in commands["caption"]._actions if a.dest == "seed_policy")
+    assert seed_policy.help.startswith("per-image (the default here)")

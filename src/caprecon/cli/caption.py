@@ -45,6 +45,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     for action in p._actions:  # the shared --preset also takes captioning presets here
         if action.dest == "preset":
             action.help = "captioning preset (remote-describer) or run preset (paper-recon, fast, offline)"
+        if action.dest == "seed_policy":  # what one_noise_per_image enforces, not score's default
+            action.help = ("per-image (the default here): every candidate of an image is rebuilt from the same "
+                           "noise, so their scores differ by the caption alone; fixed: --seed for every caption; "
+                           "per-sample is refused (it would add the noise's difference to the caption's)")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some images could not be captioned or candidates not scored")
     p.set_defaults(func=cmd_caption)

@@ -185,6 +185,40 @@ PLUGINS = {
 }
 
 
+# One example per command, shown at the end of its --help; each is one the docs show (and
+# tests/test_docs.py checks against the command's own parser).
+EXAMPLES = {
+    "score": "caprecon score -i captions.jsonl -m recon --preset offline --out runs/first",
+    "meta": "caprecon meta --judgments judgments.jsonl --metric recon --preset offline --out runs/meta",
+    "report": "caprecon report runs/first",
+    "models": "caprecon models --json",
+    "demo": "caprecon demo --out runs/demo",
+    "caption": "caprecon caption --images photos/ --captioner qwen3-vl-8b --n 10 --select recon --out runs/best",
+    "refine": "caprecon refine -i captions.jsonl --llm qwen3-8b --judge qwen3-vl-8b --qa-bank bank.jsonl "
+              "--out runs/refined",
+    "t2i": "caprecon t2i --input prompts.jsonl --generator sd35=sd3.5-medium --generator flux.1-dev --out runs/t2i",
+    "suite": "caprecon suite --suite suites.yaml --captioner qwen3-vl-2b --out runs/suite",
+    "suite-agree": "caprecon suite-agree --suite-run runs/suite --turing qwen3-vl-2b=runs/turing-qwen",
+    "compare": "caprecon compare runs/a8 runs/b8",
+    "seeds": "caprecon seeds runs/a8",
+    "reconstruct": "caprecon reconstruct -i captions.jsonl -m recon --preset paper-recon --cache-dir /data/cache",
+    "embed": "caprecon embed -i captions.jsonl -m recon --preset paper-recon --cache-dir /data/cache",
+    "judge": "caprecon judge -i captions.jsonl -m turing --judge qwen3-vl-8b --qa-bank bank.jsonl",
+    "merge": "caprecon merge runs/part-0 runs/part-1 --out runs/whole",
+    "store": "caprecon store merge stages --into merged-store",
+    "cache": "caprecon cache info --cache-dir my-cache",
+    "cttd": "caprecon cttd build --images photos/ --out builds/photos --vlm qwen3-vl-32b --judge qwen3-vl-8b",
+    "reward-audit": "caprecon reward-audit -i captions.jsonl -m recon --preset fast",
+    "distill": "caprecon distill runs/a runs/b --metric recon --out rewards/recon",
+}
+
+
+def _show_examples(sub: argparse._SubParsersAction) -> None:
+    for name, command in sub.choices.items():
+        if name in EXAMPLES:
+            command.epilog = "\n".join(filter(None, [f"example: {EXAMPLES[name]}", command.epilog]))
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser of every command, or, given the `command` a command line names, of only
     that one: what the others' options need is never imported."""
@@ -258,6 +292,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p.set_defaults(func=cmd_demo)
 
     register("caprecon.cli.cache", "caprecon.cli.cttd", "caprecon.cli.seeds", "caprecon.cli.scale")
+    _show_examples(sub)
     _show_nested_usage(sub)
     return parser
 

@@ -76,13 +76,18 @@ def global_options(p: argparse.ArgumentParser, default=None) -> None:
                         "calls, so only for files you trust (plug-ins given as options always load)")
 
 
-def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
+def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) -> None:
+    # in groups, so that --help shows what a reader needs first (a meta run on --scores files needs
+    # none of the models) and not one list of sixty options
+    p = parser
     if not for_meta:  # `meta` has its own --metric, --seed and --out
         p.add_argument("--metric", "-m", action="append", dest="metrics", metavar="NAME",
                        help="metric to compute (repeatable); see `caprecon models`")
         p.add_argument("--seed", type=whole_number(0, 2**63 - 1),
                        help="base seed of the reconstructions (default 0; see --seed-policy)")
         p.add_argument("--out", "-o", help="run folder for scores.jsonl, summary.json/csv and manifest.json")
+    p = parser.add_argument_group(
+        "models" + (" (only for metrics scored here: not those in --scores, nor bleu, cider, ...)" if for_meta else ""))
     p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
     p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
     p.add_argument("--generator", "-g", action="append",
@@ -100,10 +105,11 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
                    help="judge option, e.g. base_url=http://127.0.0.1:8000/v1 for an OpenAI-compatible server")
     p.add_argument("--judge-for", action="append", metavar="CATEGORY=MODEL",
                    help="a judge for one question category of turing, e.g. grounding=qwen2.5-vl-72b (repeatable)")
-    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
     p.add_argument("--llm", help="text LLM of captionqa and of meta --probes: name, hub id or folder")
     p.add_argument("--llm-opt", action="append", metavar="KEY=VALUE",
                    help="text-LLM option, e.g. base_url=... for an OpenAI-compatible server (repeatable)")
+    p = parser.add_argument_group("metric settings")
+    p.add_argument("--iou-threshold", type=float, help="box answers are correct at IoU >= this (default 0.5)")
     p.add_argument("--qa-bank", help="QA bank JSONL (image_id, question, category, type, choices, answer)")
     p.add_argument("--vqa-on", choices=["image", "reconstruction", "both"], help="what VQAScore looks at")
     p.add_argument("--vqa-template", help="VQAScore question with {caption}")
@@ -116,6 +122,7 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
                    help="clipscore's text before the caption (default 'A photo depicts '; '' for none)")
     p.add_argument("--beta", type=float, help="halluc's F_beta of precision and coverage (default 1; above 1 "
                    "weighs coverage more)")
+    p = parser.add_argument_group("reconstruction")
     p.add_argument("--template", help="prompt template with {caption}, or a preset: plain, photo, remote-sensing")
     p.add_argument("--seed-policy", choices=["per-sample", "per-image", "fixed"],
                    help="per-sample: a seed per (image, candidate) (default); per-image: one per image, shared by "
@@ -143,6 +150,7 @@ def add_run_options(p: argparse.ArgumentParser, *, for_meta: bool = False) -> No
     p.add_argument("--normalise-captions", action="store_const", const=True,
                    help="strip markdown, list markers and line breaks from captions first (raw text kept as "
                         "caption_raw); off by default so existing scores do not change")
+    p = parser.add_argument_group("execution and cache")
     p.add_argument("--batch-size", type=whole_number(1),
                    help="samples per model batch (default 16; halved automatically on out-of-memory)")
     p.add_argument("--workers", type=whole_number(0),

@@ -36,6 +36,7 @@ import numpy as np
 
 from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
+from caprecon.core.redaction import redact_text
 from caprecon.cli.common import Writes, real_number, run_command, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
@@ -193,7 +194,7 @@ def run_meta_command(
     try:
         return _run(args, score_metric, llm, store, scorable)
     except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
-        print(f"caprecon meta: {exc}", file=sys.stderr)
+        print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 
@@ -838,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_command(parser.parse_args(argv), run_meta_command)
     except ConfigError as exc:  # the lifecycle's prologue refused --out or --save
-        print(f"caprecon meta: {exc}", file=sys.stderr)
+        print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 
