@@ -21,6 +21,7 @@ from caprecon.apps.cttd import BuildConfig, build_bank
 from caprecon.apps.cttd.categorise import cluster_questions
 from caprecon.apps.cttd.generate import shape_qas
 from caprecon.apps.cttd.rank import relevance_diversity, top_k
+from caprecon.core.errors import ConfigError
 from caprecon.core.replies import ParseTally, ReplyError, parse_json_reply, read_replies
 from caprecon.apps.cttd.select import density_filter
 from caprecon.data.qa import load_qa_bank
@@ -501,3 +502,23 @@ def test_import_bad_row_names_the_line(tmp_path, capsys):
     assert main(["cttd", "import", str(bad), "--out", str(tmp_path / "bank"), "--no-images"]) == 2
     err = capsys.readouterr().err
     assert "bad.jsonl:1" in err and "neither an option letter nor one of the choices" in err
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--alpha", "nan", "--alpha must be a finite number at least 0, not nan"),
+    ("--alpha", "-0.5", "--alpha must be a finite number at least 0, not -0.5"),  # would reward redundancy
+    ("--top-k", "1000000000", "--top-k must be between 1 and 1000, not 1000000000"),
+    ("--qas-per-category", "0", "--qas-per-category must be between 1 and 100, not 0"),
+    ("--duplicate-cos", "1.5", "--duplicate-cos must be between -1 and 1, not 1.5"),
+    ("--qa-duplicate-cos", "inf", "--qa-duplicate-cos must be between -1 and 1, not inf"),
+    ("--dbscan-eps", "0", "--dbscan-eps must be above 0 and at most 2, not 0.0"),
+    ("--gmm-components", "-3", "--gmm-components must be between 1 and 1000, not -3"),
+    ("--uniform-std", "-1", "--uniform-std must be between 0 and 255, not -1.0"),
+])
+def test_build_numbers_have_bounds_and_domains(tmp_path, capsys, option, value, message):
+    images = tmp_path / "images"
+    images.mkdir()
+    assert main(["cttd", "build", "--images", str(images), "--out", str(tmp_path / "b"), option, value]) == 2
+    assert capsys.readouterr().err.strip().endswith(message)
+    with pytest.raises(ConfigError, match="--top-k must be between 1 and 1000"):
+        BuildConfig(top_k=1001)  # the API and a --config file are held to the same bounds

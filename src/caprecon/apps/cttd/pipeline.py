@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from caprecon.metrics.base import Context
 from caprecon.models.build import build_model
+from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.describe import describe_model
 from caprecon.core.redaction import redact
 from caprecon.store.index import Store, content_key
@@ -102,9 +103,21 @@ class BuildConfig:
                 raise ValueError(f"taxonomy must be 'paper', 'discover' or a taxonomy JSON file; {self.taxonomy!r} "
                                  f"is none of these")
             categorise.load_taxonomy(self.taxonomy)  # a bad file stops here, before stage 1's models run
-        for name in ("qas_per_category", "top_k", "questions_per_image", "blind_permutations", "max_new_tokens"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1")
+        # counts bounded far above any useful setting, so a typo cannot ask for hours of model calls
+        for name, low, high in (("min_side", 1, 65536), ("gmm_components", 1, 1000), ("seed", 0, 2**63 - 1),
+                                ("questions_per_image", 1, 100), ("dbscan_min_samples", 1, MAX_LIMIT),
+                                ("examples_per_cluster", 1, 100), ("qas_per_category", 1, 100),
+                                ("max_new_tokens", 1, 131072), ("judge_max_new_tokens", 1, 131072),
+                                ("blind_permutations", 1, 26), ("top_k", 1, 1000)):
+            check_count(_setting(name), getattr(self, name), low, high)
+        if self.pca_dims is not None:
+            check_count("--pca-dims", self.pca_dims, 1, 65536)
+        check_number("--uniform-std", self.uniform_std, 0, 255)  # a grey level's spread
+        for name in ("duplicate_cos", "qa_duplicate_cos"):
+            check_number(_setting(name), getattr(self, name), -1, 1)
+        check_number("--dbscan-eps", self.dbscan_eps, 0, 2, low_open=True)  # a cosine distance
+        # a negative weight would reward redundant questions instead of penalising them
+        check_number("--alpha", self.alpha, 0)
         if self.propose_prompt is not None and "{n}" not in self.propose_prompt:
             raise ValueError("the propose prompt must contain {n} (the number of questions)")
         if self.name_prompt is not None and "{questions}" not in self.name_prompt:
@@ -181,6 +194,11 @@ class Stage:
     # older build is redone; 0, the code of the first builds, is left out of the key, so builds
     # made before stages had revisions keep the stages that have not changed since
     revision: int = 0
+
+
+def _setting(name: str) -> str:
+    """A setting as the message names it: its option, or the config key of one that has none."""
+    return name if name in ("examples_per_cluster", "judge_max_new_tokens") else "--" + name.replace("_", "-")
 
 
 def _select(job: Job) -> None:
