@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from caprecon.core.scaling import binary_exponent
+
 
 #: up to this many observations pairs are counted directly; beyond, in O(n log n) by scipy
 QUADRATIC_UP_TO = 4000
@@ -79,9 +81,10 @@ def kendall_taus(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
-    x, y = np.asarray(x, float), np.asarray(y, float)
     if len(x) < 2:
         return math.nan
+    # at unit scale (`caprecon.core.scaling`): r does not depend on it, and scores near 1e308 overflowed
+    x, y = (np.ldexp(v, -binary_exponent([np.abs(v).max()])) for v in (np.asarray(x, float), np.asarray(y, float)))
     dx, dy = x - x.mean(), y - y.mean()
     spread = math.sqrt(float(np.dot(dx, dx)) * float(np.dot(dy, dy)))
     return float(np.dot(dx, dy)) / spread if spread > 0 else math.nan
