@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS := offline,data,eval,report,serve,cttd,ray,test,docs
+EXTRAS := offline,data,eval,report,serve,cttd,ray,test,docs,train
 
 .PHONY: demo test test-slow test-all test-extras bench docs cli-docs mutants clean
 
