@@ -227,7 +227,7 @@ WHOLE_FILE = {
          "--judge", str(w.tiny_dinov2), "--cache-dir", str(w.root / "cache"), "-q"], 2,
         "mme.tsv:2: the base64 `image` is not a picture"),
     "cttd build --taxonomy with a name that is not text": lambda w: (
-        ["cttd", "build", "--images", str(w.root), "--out", str(w.root / "cttd"), "--taxonomy",
+        ["cttd", "build", "--images", str(w.root), "--out", str(w.root.parent / "cttd"), "--taxonomy",
          str(w.file("taxonomy.json", '[{"name": 1}]'))], 2, "taxonomy.json item 1: needs a 'name' that is non-empty text"),
     **{f"t2i --limit {n}": (lambda n: lambda w: (
         ["t2i", "--input", str(w.ok), "--generator", str(w.tiny_sd), "--limit", n], 2,
@@ -238,7 +238,7 @@ WHOLE_FILE = {
          "--out", str(w.root / "merged-mix")], 2, "are shards of different inputs"),
     "merge --out one of the shards": lambda w: (
         ["merge", *w.shards("one", ("a cat", "a dog")), "--out", w.shards("one", ("a cat", "a dog"))[1]], 2,
-        "is one of the shards; merge into a new folder"),
+        "lies inside the input"),
     "merge --out another run": lambda w: (
         ["merge", *w.shards("one", ("a cat", "a dog")), "--out", str(w.scored_run())], 2,
         "already holds something other than a merge of these shards"),

@@ -340,7 +340,7 @@ def test_bank_questions_answers_and_names_are_data_not_markup(tmp_path, capsys):
                "dropped": {"judge disagrees: <script>alert(8)</script>": 4}, "model_calls": {}, "seconds": 0.5}]
     build = _build_folder(tmp_path, questions, stages=stages)
     assert main(["report", str(build)]) == 0  # no scores.jsonl, no turing: the bank alone
-    assert f"html: {build / 'report.html'}" in capsys.readouterr().out
+    assert f"report: {build / 'report.html'}" in capsys.readouterr().out
     html = (build / "report.html").read_text()
     assert html.count("<script") == 2 and "<img src=x" not in html and "<svg onload" not in html
     assert "<b>img" not in html and "<i>cat" not in html and "<u>src" not in html and "<!-- <script" not in html

@@ -67,7 +67,7 @@ from caprecon.models.vlm import VLMRequest
 from caprecon.reconstruct.templates import render
 from caprecon.run.captioning import Selection, export_parquet, one_noise_per_image
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.folder import holds_run_folder, open_store, write_manifest
 from caprecon.run.roles import Roles
 from caprecon.store.index import content_key
 
@@ -270,6 +270,7 @@ class Asker:
 # the run
 
 
+@holds_run_folder("out", inputs=("captions",))
 def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, captioner: Any = None,
            captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
            margin: float = 0.0, feedback: str | Sequence[str] | None = None, holdout: float = 0.5,
@@ -320,8 +321,6 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     metrics = [*measured, *([GuidingQuestions(build_metric("turing", guiding, cfg))] if split else [])]
     reviser = build_model("captioner", captioner, captioner_options) if captioner is not None else roles.llm
     out_dir = Path(out) if out else None
-    if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(cfg, out_dir)
     ctx = Context(store)
     asker = Asker(ctx, reviser=reviser, sees_image=captioner is not None, seed=cfg.seed,

@@ -43,7 +43,7 @@ from caprecon.core.describe import describe_model
 from caprecon.data.samples import IMAGE_SUFFIXES
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.core.tables import number
-from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.folder import holds_run_folder, open_store, write_manifest
 from caprecon.run.captioning import (
     Pool,
     Selection,
@@ -168,6 +168,7 @@ class BestOfN:
     out: Path | None = None
 
 
+@holds_run_folder("out", inputs=("images",))
 def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = None,
               captioner_options: dict[str, Any] | None = None, select: Any = None, n: int | None = None,
               temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
@@ -222,8 +223,6 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
     roles = Roles(cfg)
     metrics = [build_metric(name, roles, cfg) for name in selection.metrics]
     out_dir = Path(out) if out else None
-    if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(cfg, out_dir)  # the same store the scoring below opens (a read-only cache: its overlay)
     captioner_info = describe_model(model)
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -36,7 +35,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.folder import holds_run_folder, open_store, write_manifest, write_summary
 from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES, check_count
 from caprecon.core.errors import ConfigError
 from caprecon.core.scaling import binary_exponent, rescale
@@ -224,6 +223,7 @@ class T2IResults:
     out: Path | None = None
 
 
+@holds_run_folder("out", inputs=("samples",))
 def evaluate_generators(
     samples: str | Path | Iterable[Sample | dict],
     generators: Iterable[Any] | Mapping[str, Any],
@@ -271,8 +271,6 @@ def evaluate_generators(
     built_generators = {g.label: build_model("generator", g.spec, {**cfg.generator_options, **g.options})
                         for g in gens}
     out_dir = Path(out) if out else None
-    if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(cfg, out_dir)
     columns = [COLUMN_PREFIX + label for label in built_judges]
     described = {"generators": {}, "judges": {label: describe_model(j) for label, j in built_judges.items()}}
@@ -318,8 +316,8 @@ def evaluate_generators(
     }
     if out_dir:
         table.write(out_dir)
-        summary = {"table": [_without_nan(r, None) for r in table.rows()], "notes": table.notes}
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        summary = {"table": table.rows(), "notes": table.notes}
+        write_summary(out_dir, summary)
         write_manifest(out_dir, manifest)
     return T2IResults(records, table, manifest, out_dir)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from caprecon.core.checks import MAX_CANDIDATES, MAX_ROUNDS
-from caprecon.cli.common import add_run_options, failed_records, real_number, row_failures, run_settings, whole_number
+from caprecon.cli.common import Writes, add_run_options, failed_records, real_number, row_failures, run_settings, whole_number
 from caprecon.cli.refine import add_refine_options
 from caprecon.run.config import parse_options
 
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            "per-sample is refused (it would add the noise's difference to the caption's)")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some images could not be captioned or candidates not scored")
-    p.set_defaults(func=cmd_caption)
+    p.set_defaults(func=cmd_caption, writes=Writes(inputs=("images",), outputs="selected.jsonl"))
     return p
 
 
@@ -79,9 +79,6 @@ def cmd_caption(args: argparse.Namespace) -> int:
         print()
         print(f"selection curve ({run.selection.describe()}): expected score of the selected caption")
         print(curve_markdown(run.curve), end="")
-    print(f"written to {run.out}")
-    if run.out and (run.out / "report.html").is_file():
-        print(f"report: {run.out / 'report.html'}")
     if refined:
         from caprecon.cli.refine import print_refined
 

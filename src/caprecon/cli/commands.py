@@ -9,7 +9,8 @@ import logging
 import os
 import sys
 
-from caprecon.cli.common import ROWS_FAILED, add_image_root_options, add_run_options, global_options, run_settings
+from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Writes, add_image_root_options, add_run_options,
+                                 global_options, run_command, run_settings)
 from caprecon.core.errors import ConfigError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -17,9 +18,9 @@ from caprecon.data.qa import QABankError
 from caprecon.data.samples import SampleFormatError
 from caprecon.store.index import StoreError
 
-# exit statuses besides ROWS_FAILED (1): 2 when the run could not start or had to stop,
-# 141 (a shell's 128 + SIGPIPE) when the reader of stdout went away, as `caprecon ... | head` does
-CANNOT_RUN, INTERRUPTED, READER_GONE = 2, 130, 141
+# exit statuses besides ROWS_FAILED (1) and CANNOT_RUN (2): 141 (a shell's 128 + SIGPIPE) when the
+# reader of stdout went away, as `caprecon ... | head` does
+INTERRUPTED, READER_GONE = 130, 141
 # what the user can fix: printed as one line, never a traceback
 USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError)
 # a disk that cannot take what a command writes: the user's to fix, like a bad setting
@@ -41,19 +42,16 @@ def cmd_score(args: argparse.Namespace) -> int:
                     captions=args.captions, **score_settings(args), **run_settings(args))
     if not args.quiet:
         _report(results)
-    return _outcome(results.summary, results.out, allow_row_errors=args.allow_row_errors)
+    return _outcome(results.summary, allow_row_errors=args.allow_row_errors)
 
 
-def _outcome(summary: dict, out, *, allow_row_errors: bool) -> int:
-    """The last lines of stdout: rows scored, rows failed by reason, where the outputs are; the exit status."""
+def _outcome(summary: dict, *, allow_row_errors: bool) -> int:
+    """Rows scored, rows failed by reason (then `main` says where the outputs are); the exit status."""
     total, failed = summary["samples"], summary["errors"]
     print(f"rows scored: {total - failed} of {total}")
     if failed:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
         print(f"rows failed: {failed} ({reasons})")
-    print(f"outputs: {out / 'scores.jsonl' if out else 'not saved (no --out)'}")
-    if out and (out / "report.html").is_file():
-        print(f"report: {out / 'report.html'}")
     if total == 0:
         print("caprecon: error: the input holds no rows", file=sys.stderr)
         return ROWS_FAILED
@@ -123,7 +121,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                           f"scored with -m {args.metric}")
     elif scores.is_file():
         print(f"no {metric} scores in {scores}: no per-category table")
-    print(f"html: {write_html_report(args.run, args.out)}")
+    write_html_report(args.run, args.out)
     return 0
 
 
@@ -257,7 +255,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from caprecon.cli.common import add_score_options
 
         add_score_options(p)
-        p.set_defaults(func=cmd_score)
+        p.set_defaults(func=cmd_score, writes=Writes(inputs=("input",), outputs="scores.jsonl"))
 
     if wanted("meta"):
         p = add_parser("meta", help="agreement of metrics with human judgments (Kendall tau, CIs) and probes")
@@ -278,7 +276,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             "without it is an error)")
         p.add_argument("--out", help="where to write report.html, categories.md/.csv and radar.png "
                                      "(default: the run folder)")
-        p.set_defaults(func=cmd_report)
+        p.set_defaults(func=cmd_report, writes=Writes(inputs=("run",), default="run"))
 
     if wanted("models"):
         p = add_parser("models", help="list metrics, presets and registered models")
@@ -289,7 +287,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = add_parser("demo", help="score the bundled examples offline (no text-to-image model needed)")
         p.add_argument("--out", default="runs/demo", help="run folder (default runs/demo)")
         p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
-        p.set_defaults(func=cmd_demo)
+        p.set_defaults(func=cmd_demo, writes=Writes())
 
     register("caprecon.cli.cache", "caprecon.cli.cttd", "caprecon.cli.seeds", "caprecon.cli.scale")
     _show_examples(sub)
@@ -318,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     from caprecon.run.local import RunError, RunInterrupted
 
     try:
-        code = args.func(args)
+        code = run_command(args, args.func)
         sys.stdout.flush()  # a reader that went away is seen here, not in the interpreter's last flush
         return code
     except USER_ERRORS as exc:

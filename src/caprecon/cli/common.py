@@ -7,14 +7,18 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
 
 from caprecon.core.checks import MAX_SEEDS, count_problem, number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.run.config import parse_options, parse_pairs, parse_seeds
 
-# the exit status of a command some of whose rows failed (or that had none), whichever command it is
-ROWS_FAILED = 1
+# the exit status of a command some of whose rows failed (or that had none), whichever command it is;
+# and of one that could not run (a usage error) or had to stop
+ROWS_FAILED, CANNOT_RUN = 1, 2
 
 
 def whole_number(low: int, high: int | None = None):
@@ -250,3 +254,82 @@ def failed_records(records, what: str = "row") -> list[str]:
             for reason in record.get("error_reasons") or [str(record["error"]).split(":")[0]]:
                 counts[reason] = counts.get(reason, 0) + 1
     return [f"{reason}: {n} {what}(s)" for reason, n in counts.items()]
+
+
+@dataclass(frozen=True)
+class Writes:
+    """What a command writes, as its parser declares it (`p.set_defaults(writes=Writes(...))`), so that
+    `command_folder` checks and locks it before the command loads a model or reads a row.
+
+    `folder`: the option (dest) naming its run folder; `default`: the option naming a run whose folder
+    is written when `folder` is not given (`report`, `seeds`); `files`: options naming single files it
+    writes (`--save`); `inputs`: options naming what it reads, which an output may not be; `trees`: options
+    naming folders it searches to their depth, which an output may not lie inside either;
+    `outputs`: the main file in the folder, for the closing lines; `ends`: whether it prints them."""
+
+    folder: str | None = "out"
+    inputs: tuple[str, ...] = ()
+    trees: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    default: str | None = None
+    outputs: str | None = None
+    ends: bool = True
+
+    def folder_of(self, args: argparse.Namespace) -> tuple[Path | None, bool]:
+        """The folder the command writes, and whether the user named it."""
+        given = getattr(args, self.folder, None) if self.folder else None
+        if given is not None:
+            return Path(given), True
+        run = getattr(args, self.default, None) if self.default else None
+        if run is None:
+            return None, False
+        return (Path(run) if not Path(run).is_file() else Path(run).parent), False
+
+
+@contextlib.contextmanager
+def command_folder(args: argparse.Namespace) -> Iterator[Path | None]:
+    """The run lifecycle's prologue for a command line (`caprecon.run.folder.run_folder`): every
+    output checked, the folder locked until the command ends."""
+    from caprecon.run.folder import check_out, run_folder
+
+    writes: Writes | None = getattr(args, "writes", None)
+    if writes is None:
+        yield None
+        return
+    inputs = [getattr(args, name, None) for name in writes.inputs]
+    trees = [getattr(args, name, None) for name in writes.trees]
+    for name in writes.files:
+        if getattr(args, name, None) is not None:
+            check_out(getattr(args, name), inputs=inputs, trees=trees, option=f"--{name.replace('_', '-')}",
+                      file=True)
+    folder, named = writes.folder_of(args)
+    if folder is None:
+        yield None
+        return
+    option = f"--{writes.folder}" if named else "the run folder"
+    with run_folder(folder, inputs=inputs if named else (), trees=trees if named else (), option=option) as out:
+        yield out
+
+
+def closing(args: argparse.Namespace) -> list[str]:
+    """The closing lines of a command that writes a run folder (`caprecon.run.folder.closing_lines`)."""
+    from caprecon.run.folder import closing_lines
+
+    writes: Writes | None = getattr(args, "writes", None)
+    if writes is None or not writes.ends:
+        return []
+    if writes.folder is None:  # a command writing single files: each one it wrote
+        return [f"outputs: {getattr(args, name)}" for name in writes.files if getattr(args, name, None)]
+    folder, _ = writes.folder_of(args)
+    return closing_lines(folder, writes.outputs)
+
+
+def run_command(args: argparse.Namespace, command) -> int:
+    """A command through the run lifecycle: the prologue (`command_folder`), the command, and, unless
+    it could not run (exit 2), the closing lines."""
+    with command_folder(args):
+        code = command(args)
+    if code != CANNOT_RUN:
+        for line in closing(args):
+            print(line)
+    return code

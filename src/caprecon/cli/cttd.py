@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from caprecon.cli.common import ROWS_FAILED, global_options, row_failures
+from caprecon.cli.common import ROWS_FAILED, Writes, global_options, row_failures
 
 
 # the drops `cttd import` names one per line before it says "and N more"
@@ -69,7 +69,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when images could not be read or model replies not parsed (the datasheet "
                         "counts them)")
-    p.set_defaults(func=cmd_build)
+    p.set_defaults(func=cmd_build, writes=Writes(trees=("images",), outputs="bank.jsonl"))
 
     p = sub.add_parser("import", help="turn an existing question set into a QA bank",
                        description="generic JSONL/JSON/CSV/TSV question files, or VLMEvalKit benchmark TSVs")
@@ -89,7 +89,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--image-root", metavar="DIR",
                    help="relative image paths resolve against DIR (default: the question file's folder), and every "
                         "image must lie inside it: a question whose image escapes it is dropped")
-    p.set_defaults(func=cmd_import)
+    p.set_defaults(func=cmd_import, writes=Writes(inputs=("file",), outputs="bank.jsonl"))
 
 
 def _text_or_file(value: str | None) -> str | None:
@@ -176,7 +176,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise ConfigError(f"question file not found: {source}")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     images = None if args.no_images else ImageWriter(out / "images", out,
                                                       image_root=Path(args.image_root) if args.image_root else None)
     fmt = args.format

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from caprecon.core.checks import MAX_ROUNDS
-from caprecon.cli.common import (add_image_root_options, add_run_options, real_number, row_failures, run_settings,
+from caprecon.cli.common import (Writes, add_image_root_options, add_run_options, real_number, row_failures, run_settings,
                                  whole_number)
 from caprecon.core.tables import format_table, number, terminal_safe
 from caprecon.run.config import parse_options
@@ -64,7 +64,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="exit 0 even when some captions could not be refined (their rows keep an `error`)")
     add_refine_options(p)
     add_run_options(p, for_meta=True)
-    p.set_defaults(func=cmd_refine)
+    p.set_defaults(func=cmd_refine, writes=Writes(inputs=("input",), outputs="refined.jsonl"))
     return p
 
 
@@ -106,6 +106,4 @@ def print_refined(run) -> None:
     for line in format_table(table).splitlines():
         print(terminal_safe(line))
     print(f"improved {run.manifest['improved']} of {run.manifest['captions']} caption(s) "
-          f"(selection {run.selection.describe()}); written to {run.out}")
-    if run.out and (run.out / "report.html").is_file():
-        print(f"report: {run.out / 'report.html'}")
+          f"(selection {run.selection.describe()})")

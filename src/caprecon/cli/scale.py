@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from caprecon.cli.common import add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
+from caprecon.cli.common import Writes, add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
 
 
 def add_parser(plugins) -> None:
@@ -33,14 +33,14 @@ def add_parser(plugins) -> None:
                        help="exit 0 even when some rows failed or lack their reconstruction")
         add_run_options(p)
         add_shard_option(p)
-        p.set_defaults(func=_cmd_fill, stage=name)
+        p.set_defaults(func=_cmd_fill, stage=name, writes=Writes(inputs=("input",), ends=False))
 
     p = plugins.add_parser("merge", help="combine the run folders of `score --shard I/N` into one run folder")
     p.add_argument("shards", nargs="+", help="the shards' run folders (all N of them, each once)")
     p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some of the shards' rows failed (they keep their `error` field)")
-    p.set_defaults(func=_cmd_merge)
+    p.set_defaults(func=_cmd_merge, writes=Writes(inputs=("shards",), outputs="scores.jsonl"))
 
     p = plugins.add_parser("store", help="operations across stores (see also `caprecon cache`)")
     sub = p.add_subparsers(dest="store_command", required=True)
@@ -100,13 +100,12 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     print(f"merged {len(args.shards)} shards: {summary['samples']} rows, {summary['errors']} with errors")
     for name, s in summary["metrics"].items():
         print(f"{name}: mean {s['mean']} (n={s['n']})")
-    print(f"outputs: {Path(args.out) / 'scores.jsonl'}")
     return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],
                         allow=args.allow_row_errors)
 
 
 def _cmd_store_merge(args: argparse.Namespace) -> int:
-    from caprecon.run.stages import merge_stores
+    from caprecon.store.maintenance import merge_stores
 
     counts = merge_stores(args.sources, args.into)
     print(json.dumps(counts))

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from caprecon.core.checks import MAX_LIMIT
-from caprecon.cli.common import failed_records, real_number, row_failures, whole_number
+from caprecon.cli.common import Writes, failed_records, real_number, row_failures, whole_number
 from caprecon.run.config import load_config_file, parse_options, parse_pairs
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
@@ -86,7 +86,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some questions got no answer (their record's `error` says why)")
-    p.set_defaults(func=cmd_suite)
+    p.set_defaults(func=cmd_suite, writes=Writes(outputs="table.md"))
 
     p = subparsers.add_parser(
         "suite-agree", help="Kendall tau between the task suite's ranking of captioners and CTTD's (turing)",
@@ -98,7 +98,7 @@ def add_parser(subparsers) -> None:
                         "summary.json, or the number (repeatable; LABEL as in the suite's table)")
     p.add_argument("--metric", default="turing", help="the run's metric to read (default turing)")
     p.add_argument("--out", "-o", help="write agreement.json here")
-    p.set_defaults(func=cmd_suite_agree)
+    p.set_defaults(func=cmd_suite_agree, writes=Writes(inputs=("suite_run",), outputs="agreement.json"))
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
@@ -124,8 +124,6 @@ def cmd_suite(args: argparse.Namespace) -> int:
                               normalise=args.normalise, sigma=args.sigma, limit=args.limit, progress=not args.quiet)
     if not args.quiet:
         print(results.table.to_text())
-        if results.out:
-            print(f"\nrun folder: {results.out}")
     return row_failures(failed_records(results.records, "question"), allow=args.allow_row_errors)
 
 
@@ -141,7 +139,5 @@ def cmd_suite_agree(args: argparse.Namespace) -> int:
     agreement = surrogate_agreement(suite_averages(args.suite_run), surrogate)
     print(agreement.to_text())
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "agreement.json").write_text(json.dumps(agreement.to_dict(), indent=2))
+        (Path(args.out) / "agreement.json").write_text(json.dumps(agreement.to_dict(), indent=2))
     return 0

@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES
-from caprecon.cli.common import failed_records, row_failures, whole_number
+from caprecon.cli.common import Writes, failed_records, row_failures, whole_number
 from caprecon.run.config import load_config_file, parse_options
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.vqascore import DEFAULT_TEMPLATE
@@ -67,7 +67,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some caption x generator rows failed (their `error` says why)")
-    p.set_defaults(func=cmd_t2i)
+    p.set_defaults(func=cmd_t2i, writes=Writes(inputs=("input",), outputs="scores.jsonl"))
     return p
 
 
@@ -100,6 +100,4 @@ def cmd_t2i(args: argparse.Namespace) -> int:
                                   n_bootstrap=args.bootstrap, progress=not args.quiet)
     if not args.quiet:
         print(results.table.to_text())
-        if results.out:
-            print(f"\nrun folder: {results.out}")
     return row_failures(failed_records(results.records), allow=args.allow_row_errors)

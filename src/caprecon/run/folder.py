@@ -6,39 +6,181 @@ mean, std, n; rows failed by reason) and `manifest.json` (versions, models and t
 fingerprints, seeds, the full configuration, cache statistics, timings, and `status`:
 running, interrupted, stopped (by a run-level error) or complete). Every command that
 writes a run folder writes it through here; manifests are always redacted.
+
+The lifecycle every such command goes through:
+
+- prologue (`run_folder`, before any model loads or any work is done): `--out` is refused, in one
+  line, when it is a file, when it lies inside an input folder, or when another run holds it; then
+  the folder is created and its lock (`.caprecon.lock`, an flock the kernel drops when the holder
+  dies) is taken for the whole run, so two runs never write one folder at once;
+- the run writes its manifest with `write_manifest` and its `summary.json` with `write_summary`;
+- epilogue: `closing_lines`, the same last lines for every command (where the outputs and the report
+  are), and the lock is released.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import functools
+import inspect
 import json
+import logging
 import math
+import os
 import platform
+import socket
+import sys
+import threading
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
 from caprecon.core.records import is_number
-from caprecon.core.redaction import redact
+from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
 from caprecon.run.config import RunConfig
 from caprecon.run.local import base_record, read_scores
 from caprecon.store.index import Store
 
 
-def prepare_out(out_dir: Path) -> None:
-    """The run folder exists and is writable, or the run stops before any work."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file; give a folder for the run's outputs")
+LOCK_FILE = ".caprecon.lock"
+_log = logging.getLogger("caprecon")
+# folders this process holds, with how deep: a command's own calls into the API (caption's scoring,
+# score's report) are the same run, not a second one
+_held: dict[Path, list] = {}
+_held_guard = threading.Lock()
+
+
+def _paths(values: Iterable[Any]) -> list[Path]:
+    """The paths among a command's inputs (an input may also be rows, or a list of files)."""
+    found = []
+    for value in values:
+        if isinstance(value, (str, os.PathLike)):
+            found.append(Path(value))
+        elif isinstance(value, (list, tuple)):
+            found += _paths(value)
+    return found
+
+
+def check_out(path: str | Path, *, inputs: Iterable[Any] = (), trees: Iterable[Any] = (), option: str = "--out",
+              file: bool = False) -> Path:
+    """What a command is asked to write, refused in one line before it does anything: a file where a
+    folder is expected (or the reverse), an input itself, or a place inside a folder the command
+    searches to its depth (`trees`), where its outputs would be read as inputs when it runs again."""
+    out = Path(path)
+    if file and out.is_dir():
+        raise ConfigError(f"{option} {out} is a folder; give a file name")
+    if not file and out.exists() and not out.is_dir():
+        raise ConfigError(f"{option} {out} is a file; give a folder for the run's outputs")
+    where = out.resolve()
+    for given, searched in [*((p, False) for p in _paths(inputs)), *((p, True) for p in _paths(trees))]:
+        source = given.resolve()
+        if where == source or (searched and where.is_relative_to(source)):
+            raise ConfigError(f"{option} {out} lies inside the input {given}; give a place outside what the "
+                              "command reads")
+    return out
+
+
+def _holder(text: str) -> str:
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".caprecon-write-test"
-        probe.write_text("")
-        probe.unlink()
+        info = json.loads(text)
+        return f"pid {info['pid']} on {info['host']}, started {info['started']}: {info['command']}"
+    except (ValueError, KeyError, TypeError):
+        return "a run that left no details"
+
+
+@contextlib.contextmanager
+def run_folder(path: str | Path, *, inputs: Iterable[Any] = (), trees: Iterable[Any] = (),
+               option: str = "--out") -> Iterator[Path]:
+    """The prologue and the lock: `path` checked (`check_out`), created, writable, and held by this
+    process until the block ends. A second run into a held folder is refused with a message naming the
+    first; a lock left by a process that is gone (killed) is taken over with a warning. A folder this
+    made for a run that then stopped before writing anything is removed again."""
+    out = check_out(path, inputs=inputs, trees=trees, option=option)
+    key = out.resolve()
+    with _held_guard:
+        if key in _held:
+            _held[key][1] += 1
+        else:
+            made = not out.exists()
+            _held[key] = [_lock(out, option), 1, made]
+    failed = True
+    try:
+        yield out
+        failed = False
+    finally:
+        with _held_guard:
+            _held[key][1] -= 1
+            if _held[key][1] == 0:
+                handle, _, made = _held.pop(key)
+                handle.truncate(0)  # an empty lock file: its run ended as it should
+                if failed and made and [p.name for p in out.iterdir()] == [LOCK_FILE]:
+                    (out / LOCK_FILE).unlink()
+                    out.rmdir()
+                handle.close()  # drops the flock; the file stays, so no other run locks a vanished inode
+
+
+def _lock(out: Path, option: str):
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        handle = (out / LOCK_FILE).open("a+", encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"--out {out_dir} is not writable ({exc.strerror or exc}); choose another folder") from None
+        raise ConfigError(f"{option} {out} is not writable ({exc.strerror or exc}); choose another folder") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        first = _holder(handle.read())
+        handle.close()
+        raise ConfigError(f"{option} {out} is in use by another run ({first}); wait for it to end or give "
+                          f"another {option}") from None
+    handle.seek(0)
+    left = handle.read()
+    if left.strip():
+        _log.warning("%s %s: the run that held it (%s) is gone without finishing; this run takes the folder over",
+                     option, out, _holder(left))
+    handle.truncate(0)
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                             "command": redact_text(" ".join(sys.argv))}))
+    handle.flush()
+    return handle
+
+
+def holds_run_folder(out: str = "out", inputs: Sequence[str] = ()) -> Callable:
+    """For a Python API function that writes a run folder (its parameter `out`): the prologue,
+    `run_folder`, runs before its body, with the parameters named in `inputs` as what it reads."""
+
+    def decorate(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind_partial(*args, **kwargs).arguments
+            if given.get(out) is None:
+                return function(*args, **kwargs)
+            with run_folder(given[out], inputs=[given.get(name) for name in inputs]):
+                return function(*args, **kwargs)
+
+        return run
+
+    return decorate
+
+
+def closing_lines(out_dir: str | Path | None, outputs: str | None = None) -> list[str]:
+    """The last lines of every command that writes a run folder: where its outputs are (`outputs`,
+    the main file in it, when there is one) and where its report is."""
+    if out_dir is None:
+        return ["outputs: not saved (no --out)"]
+    out_dir = Path(out_dir)
+    lines = [f"outputs: {out_dir / outputs if outputs else out_dir}"]
+    if (out_dir / "report.html").is_file():
+        lines.append(f"report: {out_dir / 'report.html'}")
+    return lines
 
 
 _SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
@@ -101,8 +243,26 @@ def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dic
             "metrics": metrics}
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
+    """The run folder's `summary.json`, whichever command wrote it: strict JSON (a number that is
+    not finite is null), so any JSON reader can open it."""
+    path = Path(out_dir) / "summary.json"
+    path.write_text(json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    return path
+
+
 def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) -> None:
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False))
+    write_summary(out_dir, summary)
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "mean", "std", "n"])

@@ -33,7 +33,7 @@ from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
-from caprecon.run.folder import (open_store, platform_name, prepare_out, resumable_rows, summarise,
+from caprecon.run.folder import (holds_run_folder, open_store, platform_name, resumable_rows, summarise,
                                  write_manifest, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
@@ -71,6 +71,7 @@ class Results:
         return format_table(rows)
 
 
+@holds_run_folder("out", inputs=("samples",))
 def score(
     samples: str | Path | Iterable[Sample | dict],
     metrics: Sequence[str | Metric] | str | None = None,
@@ -131,7 +132,6 @@ def score(
     out_dir = Path(out) if out else None
     done: dict[str, dict[str, Any]] = {}
     if out_dir:
-        prepare_out(out_dir)
         done = {} if cfg.no_cache else resumable_rows(out_dir, cfg, metric_names, rows)
         write_manifest(out_dir, {"status": "running", "config": cfg.to_dict(), "metric_names": metric_names,
                                  "samples": len(rows), "image_root": image_root})

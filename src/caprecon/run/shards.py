@@ -22,6 +22,7 @@ from typing import Any, Sequence
 from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
 from caprecon.core.records import write_jsonl_atomically
+from caprecon.run.folder import LOCK_FILE, holds_run_folder, summarise, write_run
 from caprecon.run.local import read_scores
 
 
@@ -76,12 +77,11 @@ def input_fingerprint(samples: Sequence[Sample]) -> str:
     return digest.hexdigest()[:24]
 
 
+@holds_run_folder("out", inputs=("folders",))
 def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
     """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
     over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
     or foreign shard before writing anything."""
-    from caprecon.run.folder import summarise, write_run
-
     if not folders:
         raise ConfigError("caprecon merge needs the shard run folders to combine")
     manifests = [_manifest(Path(f)) for f in folders]
@@ -127,7 +127,6 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
                           "different inputs")
     records = [by_position[p] for p in range(total)]
     out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomically(out_dir / "scores.jsonl", records)
     summary = summarise(records, summarised)
     manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}
@@ -139,15 +138,9 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
 
 
 def _check_merge_target(out: Path, shards: list[Path]) -> None:
-    """`out` is new, empty, or this same merge done before: never a shard (it would be
-    overwritten while being read) nor another run (its scores replaced, its report left)."""
-    resolved = out.resolve()
-    for shard in shards:
-        if shard.resolve() == resolved:
-            raise ConfigError(f"--out {out} is one of the shards; merge into a new folder")
-    if out.is_file():
-        raise ConfigError(f"--out {out} is a file; give a folder")
-    if not out.is_dir() or not any(out.iterdir()):
+    """`out` is new, empty (but for its lock), or this same merge done before: never another run (its
+    scores replaced, its report left). That it is no shard and no file the prologue checked."""
+    if not any(p.name != LOCK_FILE for p in out.iterdir()):
         return
     try:
         earlier = json.loads((out / "manifest.json").read_text(encoding="utf-8")).get("merged_from")

@@ -21,7 +21,6 @@ reconstruction, in its own box convention; judges answer one after another.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from io import BytesIO
 from pathlib import Path
@@ -31,7 +30,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import open_store, write_manifest
+from caprecon.run.folder import holds_run_folder, open_store, write_manifest, write_summary
 from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
@@ -114,6 +113,7 @@ class _Images:
             raise SampleError(f"cannot decode image {self.paths[image_id]}: {exc}") from None
 
 
+@holds_run_folder("out")
 def evaluate_suites(
     suites: Sequence[SuiteEntry],
     sources: Sequence[CaptionSource],
@@ -175,8 +175,6 @@ def evaluate_suites(
     files = {s.label: read_caption_file(s.captions_file, benchmarks) for s in sources if s.captions_file}
 
     out_dir = Path(out) if out else None
-    if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(cfg, out_dir)
     ctx = Context(store)
     used = {q.image_id for b in benchmarks for q in b.questions}
@@ -413,5 +411,5 @@ def _write(out_dir: Path, table: SuiteTable, rows, caption_rows, manifest, image
         writer = csv.DictWriter(fh, fieldnames=list(long_rows[0]))
         writer.writeheader()
         writer.writerows(long_rows)
-    (out_dir / "summary.json").write_text(json.dumps(table.summary(), indent=2, ensure_ascii=False))
+    write_summary(out_dir, table.summary())
     write_manifest(out_dir, manifest)
