@@ -69,8 +69,8 @@ class MetaError(RuntimeError):
 
 
 def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.set_defaults(writes=Writes(inputs=("judgments", "scores", "images", "data", "data_root", "triples",
-                                              "expected"), files=("save",)))
+    parser.set_defaults(writes=Writes(inputs=("judgments", "scores", "images", "data", "triples", "expected"),
+                                      trees=("data_root",), files=("save",)))
     parser.add_argument(
         "action", nargs="?", choices=("verify",),
         help="verify: our values beside the published ones for --benchmark (see caprecon.apps.metabench.verify)",
