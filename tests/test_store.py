@@ -20,7 +20,8 @@ import pytest
 
 import caprecon
 import caprecon.run.score
-from caprecon.cli.cache import parse_age, parse_size, prune, verify
+from caprecon.cli.cache import parse_age, parse_size
+from caprecon.store.maintenance import prune, verify
 from caprecon.cli import main
 from caprecon.run.local import RunError
 from caprecon.store.index import Store, StoreCorruptError, StoreReadOnlyError, content_key

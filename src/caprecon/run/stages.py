@@ -10,14 +10,11 @@ load weights on first use), so GPU-heavy stages can run on one cluster and scori
 `judge` runs only the judges (and VLMs, LLMs) of turing, vqascore, fleur and captionqa over
 the sources and the stored reconstructions, never the generator, and stores their answers.
 
-`merge_stores` copies the results of per-shard stores into one, for filesystems where many
-processes must not share one SQLite index.
+(`caprecon.store.maintenance.merge_stores` copies the results of per-shard stores into one.)
 """
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any, Sequence
 
 from tqdm.auto import tqdm
@@ -25,7 +22,7 @@ from tqdm.auto import tqdm
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
-from caprecon.store.index import INDEX, Store, StoreError, sha256
+from caprecon.store.index import StoreError
 from caprecon.run.local import FailureWatch, RunError, isolated
 from caprecon.run.ray import reconstruction_plan
 
@@ -174,46 +171,3 @@ def _batches(samples, batch_size, caption_only, counts, progress, desc):
             if items:
                 yield batch, items
             bar.update(len(batch))
-
-
-def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, Any]:
-    """Copy every verified result of `sources` into the store `into` (created if absent).
-    An entry whose value or file fails its checksum is skipped and counted, never copied."""
-    target = Store(into, read_only=False)
-    counts = {"copied": 0, "present": 0, "damaged": 0}
-    for source in sources:
-        root = Path(source)
-        if not (root / INDEX).exists():
-            raise StoreError(f"no store at {root} (no {INDEX} there)")
-        if root.resolve() == target.root.resolve():
-            raise StoreError(f"{root} is the store merged into; give the per-shard stores as sources")
-        src = Store(root, read_only=True)
-        db, out = src.connect(), target.connect()
-        for fingerprint, description in db.execute("SELECT fingerprint, description FROM models"):
-            out.execute("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
-                        (fingerprint, description))
-        have = {row[0] for row in out.execute("SELECT key FROM results")}
-        rows = db.execute("SELECT key, kind, value, created, checksum, file_checksum, file_size, model FROM results")
-        batch = []
-        for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
-            if key in have:
-                counts["present"] += 1
-                continue
-            if checksum is not None and sha256(value) != checksum:
-                counts["damaged"] += 1
-                continue
-            if file_checksum is not None:
-                path = src.image_path(key)
-                if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
-                    counts["damaged"] += 1
-                    continue
-                destination = target.image_path(key)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, destination)
-            batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
-            counts["copied"] += 1
-        out.execute("BEGIN")
-        out.executemany("INSERT OR IGNORE INTO results (key, kind, value, created, checksum, file_checksum, "
-                        "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
-        out.execute("COMMIT")
-    return counts

@@ -22,6 +22,7 @@ writable overlay store laid over it.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -83,6 +84,19 @@ class StoreCorruptError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     pass
+
+
+class StoreFullError(StoreError):
+    """The disk (or quota) under the cache is full: the run stops; the rows it finished are kept."""
+
+
+# what a full disk or quota looks like, as an OSError and as SQLite says it
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_disk(exc: BaseException) -> bool:
+    return (isinstance(exc, OSError) and exc.errno in FULL_ERRNOS) or \
+        (isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc))
 
 
 def content_key(kind: str, **parts: Any) -> str:
@@ -205,12 +219,21 @@ class Store:
         """Run `action`, turning a damaged index into one clear `StoreCorruptError`."""
         try:
             return action(*args)
-        except sqlite3.OperationalError as exc:
+        except (OSError, sqlite3.OperationalError) as exc:
+            if full_disk(exc):
+                raise self._full(exc) from None
+            if isinstance(exc, OSError):
+                raise
             if "readonly" in str(exc) or "read-only" in str(exc):
                 raise StoreReadOnlyError(self._read_only_message()) from None
             raise
         except sqlite3.DatabaseError as exc:  # not a database, malformed image: damage, not contention
             raise StoreCorruptError(corrupt_message(self.index, exc)) from None
+
+    def _full(self, exc: BaseException) -> StoreFullError:
+        why = exc.strerror if isinstance(exc, OSError) else "database or disk is full"
+        return StoreFullError(f"the cache {self.root} is full ({why}): free space there, or give --cache-dir "
+                              "on a disk with room")
 
     def _read_only_message(self) -> str:
         return (f"cache {self.root} is read-only, and this run has new results to store. Pass --cache-overlay DIR "
@@ -274,6 +297,11 @@ class Store:
     def _require_writable(self) -> None:
         if self.read_only:
             raise StoreReadOnlyError(self._read_only_message())
+
+    @property
+    def columns(self) -> set[str] | None:
+        """The results table's columns when an old, read-only index may lack newer ones (else None)."""
+        return self._columns
 
     # -- raw values -------------------------------------------------------------------
 
@@ -437,7 +465,7 @@ class Store:
         self._require_writable()
         release = list(release)
         if not self.write_behind:
-            return self._write_images(kind, items, model, release)
+            return self._guard(self._write_images, kind, items, model, release)
         fingerprint = self._register_model(model)
         self._behind(self._write_images, kind, items, fingerprint, release)
         return {key: (record, self.image_path(key), None) for key, (_, record) in items.items()}
@@ -480,6 +508,8 @@ class Store:
         failed = next(filter(None, (f.exception() for f in pending)), None)
         if isinstance(failed, StoreError):
             raise failed
+        if failed is not None and full_disk(failed):
+            raise self._full(failed) from failed
         if failed is not None:  # a full disk, a lost file system: the run cannot keep what it computes
             raise StoreError(f"writing to the cache {self.root} failed: {type(failed).__name__}: {failed}") from failed
 

@@ -1,0 +1,341 @@
+"""Looking after a store: what it holds (`cache_info`), whether every entry reads back as written
+(`verify`, which can repair), deleting entries (`prune`), and copying the verified results of several
+stores into one (`merge_stores`). With `index`, the only modules that know the store's schema and SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Collection, Sequence
+
+from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
+                                  sha256)
+
+ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
+
+
+def _open(root: Path, *, write: bool) -> Store:
+    if not (root / INDEX).exists():
+        raise StoreError(f"no cache at {root} (no {INDEX} there)")
+    store = Store(root)
+    if write and store.read_only:
+        raise StoreReadOnlyError(f"cache {root} is read-only here; changing it needs write access to the folder")
+    return store
+
+
+def _select(store: Store, columns: list[str]) -> str:
+    """The columns, with NULL for those an old, read-only index lacks."""
+    have = store.columns
+    named = {c: c[c.find("(") + 1 : c.rfind(")")] if "(" in c else c for c in columns}  # length(value) -> value
+    return ", ".join(c if have is None or named[c] in have else f"NULL AS {named[c]}" for c in columns)
+
+
+def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, has_file: bool) -> int:
+    if file_size is None and has_file:  # an entry stored before sizes were recorded
+        path = store.image_path(key)
+        file_size = path.stat().st_size if path.exists() else 0
+    return value_len + (file_size or 0)
+
+
+# -- info ---------------------------------------------------------------------------
+
+
+def cache_info(root: str | Path) -> dict[str, Any]:
+    store = _open(Path(root), write=False)
+    db = store.connect()
+    model, file_size = _select(store, ["model", "file_size"]).split(", ")
+    kinds = [{"kind": k, "entries": n, "bytes": (v or 0) + (f or 0)} for k, n, v, f in db.execute(
+        f"SELECT kind, count(*), sum(length(value)), sum({file_size}) FROM results GROUP BY kind ORDER BY kind")]
+    described = _descriptions(db)
+    models = []
+    for fingerprint, n, v, f in db.execute(f"SELECT {model}, count(*), sum(length(value)), sum({file_size}) "
+                                           f"FROM results GROUP BY 1 ORDER BY 2 DESC"):
+        about = json.loads(described[fingerprint]) if fingerprint in described else {}
+        models.append({"fingerprint": fingerprint, "model": _model_name(about), "entries": n,
+                       "bytes": (v or 0) + (f or 0)})
+    thumbs = _thumbnails(store.root)
+    return {"root": str(store.root), "kinds": kinds, "models": models,
+            "thumbnails": {"files": len(thumbs), "bytes": sum(size for _, size in thumbs)}}
+
+
+def _thumbnails(root: Path) -> list[tuple[Path, int]]:
+    """The report thumbnails cached under the store (`thumbs/`): a disposable cache, made again when missing."""
+    folder = root / "thumbs"
+    out = []
+    for path in folder.rglob("*.jpg") if folder.is_dir() else []:
+        try:
+            out.append((path, path.stat().st_size))
+        except OSError:
+            continue
+    return out
+
+
+def _descriptions(db: sqlite3.Connection) -> dict[str, str]:
+    try:
+        return dict(db.execute("SELECT fingerprint, description FROM models"))
+    except sqlite3.OperationalError:  # an old, read-only index without the models table
+        return {}
+
+
+def _model_name(about: dict[str, Any]) -> str | None:
+    for field in ("model", "name", "weights", "weights_dir", "backend", "class"):
+        if isinstance(about.get(field), str) and about[field]:
+            name = about[field]
+            return name if len(name) <= 60 else "…" + name[-59:]
+    return None
+
+
+# -- verify -------------------------------------------------------------------------
+
+
+def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
+    """Check every entry: value checksums, image files present and matching their checksum,
+    files under images/ that no index row names (orphans), lapsed claims. With `repair`,
+    bad entries and orphans are deleted (they are recomputed when next needed), entries
+    stored before checksums get theirs, and a damaged index is moved aside and rebuilt
+    from whatever rows can still be read."""
+    root = Path(root)
+    report: dict[str, Any] = {"root": str(root), "index": "ok", "entries": 0, "bad_values": [], "missing_files": [],
+                              "damaged_files": [], "orphans": [], "expired_claims": 0, "checksums_added": 0,
+                              "repaired": repair}
+    index = root / INDEX
+    if not index.exists():
+        raise StoreError(f"no cache at {root} (no {INDEX} there)")
+    writable = is_writable(root)
+    if repair and not writable:
+        raise StoreReadOnlyError(f"cache {root} is read-only here; --repair needs write access to the folder "
+                                 "(without --repair, verify only reads)")
+    problem = _index_problem(index, read_only=not writable)
+    if problem:
+        report["index"] = f"damaged: {problem}"
+        if not repair:
+            report["ok"] = False
+            return report
+        report["salvaged"], report["moved_aside"] = _rebuild_index(index)
+    store = _open(root, write=repair)
+    db = store.connect()
+    bad_keys, backfill = [], []
+    file_keys: set[str] = set()
+    for key, kind, value, checksum, file_checksum, file_size in db.execute(
+            f"SELECT {_select(store, ['key', 'kind', 'value', 'checksum', 'file_checksum', 'file_size'])} FROM results"):
+        report["entries"] += 1
+        if checksum is not None and sha256(value) != checksum:
+            report["bad_values"].append(key)
+            bad_keys.append(key)
+            continue
+        has_file = file_checksum is not None or kind == "reconstruction"
+        new_checksums = {"checksum": checksum or sha256(value)}
+        if has_file:
+            file_keys.add(key)
+            path = store.image_path(key)
+            if not path.exists():
+                report["missing_files"].append(key)
+                bad_keys.append(key)
+                continue
+            if read_verified(path, file_checksum) is None:
+                report["damaged_files"].append(key)
+                bad_keys.append(key)
+                continue
+            if file_checksum is None:
+                data = path.read_bytes()
+                new_checksums.update(file_checksum=sha256(data), file_size=len(data))
+        if checksum is None or (has_file and file_checksum is None):
+            backfill.append((new_checksums["checksum"], new_checksums.get("file_checksum", file_checksum),
+                             new_checksums.get("file_size", file_size), key))
+    now = time.time()
+    images = root / "images"
+    for path in sorted(images.rglob("*")) if images.exists() else []:
+        if not path.is_file() or now - path.stat().st_mtime < ORPHAN_GRACE_SECONDS:
+            continue
+        if path.suffix != ".png" or path.stem not in file_keys:
+            report["orphans"].append(str(path.relative_to(root)))
+    try:
+        report["expired_claims"] = db.execute("SELECT count(*) FROM claims WHERE expires < ?", (now,)).fetchone()[0]
+    except sqlite3.OperationalError:  # an old, read-only index without claims
+        report["expired_claims"] = 0
+    if repair:
+        db.execute("BEGIN IMMEDIATE")
+        db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
+        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, file_size = ? WHERE key = ?", backfill)
+        db.execute("DELETE FROM claims WHERE expires < ?", (now,))
+        db.execute("COMMIT")
+        report["checksums_added"] = len(backfill)
+        for key in bad_keys:
+            store.image_path(key).unlink(missing_ok=True)
+        for rel in report["orphans"]:
+            (root / rel).unlink(missing_ok=True)
+    problems = [report[k] for k in ("bad_values", "missing_files", "damaged_files", "orphans")]
+    report["ok"] = repair or not any(problems)
+    return report
+
+
+def _index_problem(index: Path, *, read_only: bool) -> str | None:
+    try:
+        # read-only, SQLite cannot make the reader files of a WAL index: read it as the store does
+        db = Store(index.parent).connect() if read_only else sqlite3.connect(index, timeout=60)
+        try:
+            result = db.execute("PRAGMA integrity_check").fetchall()
+            db.execute("SELECT count(*) FROM results").fetchone()
+        finally:
+            db.close()
+    except StoreError as exc:  # the read-only store found the damage first
+        return str(exc)
+    except sqlite3.DatabaseError as exc:
+        return str(exc)
+    return None if result == [("ok",)] else "; ".join(r[0] for r in result[:5])
+
+
+def _rebuild_index(index: Path) -> tuple[int, str]:
+    """Move the damaged index aside, make a new one and copy in every row that still reads."""
+    aside = index.with_name(f"{INDEX}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    shutil.move(index, aside)
+    for suffix in ("-wal", "-shm"):
+        extra = index.with_name(INDEX + suffix)
+        if extra.exists():
+            shutil.move(extra, aside.with_name(aside.name + suffix))
+    rows = _readable_rows(aside)
+    store = Store(index.parent, read_only=False)
+    db = store.connect()
+    db.execute("BEGIN")
+    db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, file_size, "
+                   "model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    db.execute("COMMIT")
+    return len(rows), str(aside)
+
+
+def _readable_rows(damaged: Path) -> list[tuple]:
+    try:
+        db = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+        last = db.execute("SELECT max(rowid) FROM results").fetchone()[0] or 0
+    except sqlite3.DatabaseError:
+        return []  # nothing in it can be read: every entry is recomputed when next needed
+    wanted = ["key", "kind", "value", "created", "checksum", "file_checksum", "file_size", "model"]
+    select = ", ".join(c if c in columns else f"NULL AS {c}" for c in wanted)
+    rows: list[tuple] = []
+    for start in range(0, last + 1, 256):
+        try:
+            rows.extend(db.execute(f"SELECT {select} FROM results WHERE rowid BETWEEN ? AND ?",
+                                   (start, start + 255)).fetchall())
+        except sqlite3.DatabaseError:
+            for rowid in range(start, start + 256):  # a damaged page: keep the rows around it
+                try:
+                    rows.extend(db.execute(f"SELECT {select} FROM results WHERE rowid = ?", (rowid,)).fetchall())
+                except sqlite3.DatabaseError:
+                    continue
+    db.close()
+    return rows
+
+
+# -- prune --------------------------------------------------------------------------
+
+
+def prune(root: str | Path, *, older_than: float | None = None, model: str | None = None,
+          aliases: Collection[str] = (), max_size: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Delete entries older than `older_than` seconds and/or computed by `model` (a
+    fingerprint or its prefix, or the model's name as `cache info` shows it, or one of `aliases`: the
+    hub ids or folders its registry name stands for); then, with `max_size`, the oldest entries until
+    the rest fit in that many bytes."""
+    if older_than is None and model is None and max_size is None:
+        raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
+    root = Path(root)
+    store = _open(root, write=not dry_run)
+    db = store.connect()
+    columns = _select(store, ["key", "kind", "created", "model", "length(value)", "file_size", "file_checksum"])
+    entries = [(key, created, fp, _entry_size(store, key, n, fsize, fchk is not None or kind == "reconstruction"))
+               for key, kind, created, fp, n, fsize, fchk in db.execute(
+                   f"SELECT {columns} FROM results ORDER BY created")]
+    fingerprints = _matching_models(db, model, aliases) if model is not None else None
+    if model is not None and not fingerprints:
+        raise StoreError(f"no model in {root} matches {model!r}; `caprecon cache info --cache-dir {root}` lists them")
+    now = time.time()
+    doomed = set()
+    if older_than is not None or fingerprints is not None:
+        for key, created, fp, _ in entries:
+            if (older_than is None or now - created > older_than) and (fingerprints is None or fp in fingerprints):
+                doomed.add(key)
+    total = sum(size for *_, size in entries)
+    kept = total - sum(size for key, *_, size in entries if key in doomed)
+    if max_size is not None:
+        for key, _, _, size in entries:  # oldest first
+            if kept <= max_size:
+                break
+            if key not in doomed:
+                doomed.add(key)
+                kept -= size
+    thumbs = _thumbnails(root)
+    report = {"root": str(root), "entries": len(entries), "removed": len(doomed), "bytes_before": total,
+              "bytes_after": kept, "dry_run": dry_run, "thumbnails_removed": len(thumbs) if doomed else 0}
+    if dry_run or not doomed:
+        return report
+    for path, _ in thumbs:  # report thumbnails are not tied to entries: they go, and are made again when needed
+        path.unlink(missing_ok=True)
+    db.execute("BEGIN IMMEDIATE")
+    db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+    db.execute("COMMIT")
+    for key in doomed:
+        store.image_path(key).unlink(missing_ok=True)
+    try:
+        db.execute("VACUUM")  # give the space back to the file system
+    except sqlite3.OperationalError as exc:  # another process has the index open in a transaction
+        report["note"] = f"index not compacted ({exc}); run prune again when the cache is idle"
+    return report
+
+
+def _matching_models(db: sqlite3.Connection, wanted: str, aliases: Collection[str]) -> set[str]:
+    described = _descriptions(db)
+    used = {fp for (fp,) in db.execute("SELECT DISTINCT model FROM results WHERE model IS NOT NULL")}
+    names = {wanted, *aliases}
+    out = set()
+    for fp in used | set(described):
+        about = json.loads(described.get(fp) or "{}")
+        if fp.startswith(wanted) or names & {str(about.get(f)) for f in ("model", "name", "weights", "weights_dir")}:
+            out.add(fp)
+    return out
+
+
+def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, Any]:
+    """Copy every verified result of `sources` into the store `into` (created if absent).
+    An entry whose value or file fails its checksum is skipped and counted, never copied."""
+    target = Store(into, read_only=False)
+    counts = {"copied": 0, "present": 0, "damaged": 0}
+    for source in sources:
+        root = Path(source)
+        if not (root / INDEX).exists():
+            raise StoreError(f"no store at {root} (no {INDEX} there)")
+        if root.resolve() == target.root.resolve():
+            raise StoreError(f"{root} is the store merged into; give the per-shard stores as sources")
+        src = Store(root, read_only=True)
+        db, out = src.connect(), target.connect()
+        for fingerprint, description in db.execute("SELECT fingerprint, description FROM models"):
+            out.execute("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
+                        (fingerprint, description))
+        have = {row[0] for row in out.execute("SELECT key FROM results")}
+        rows = db.execute("SELECT key, kind, value, created, checksum, file_checksum, file_size, model FROM results")
+        batch = []
+        for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
+            if key in have:
+                counts["present"] += 1
+                continue
+            if checksum is not None and sha256(value) != checksum:
+                counts["damaged"] += 1
+                continue
+            if file_checksum is not None:
+                path = src.image_path(key)
+                if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
+                    counts["damaged"] += 1
+                    continue
+                destination = target.image_path(key)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, destination)
+            batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
+            counts["copied"] += 1
+        out.execute("BEGIN")
+        out.executemany("INSERT OR IGNORE INTO results (key, kind, value, created, checksum, file_checksum, "
+                        "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
+        out.execute("COMMIT")
+    return counts
