@@ -49,6 +49,7 @@ def test_long_caption_is_flagged(tiny_clip, pictures, caplog):
                          no_cache=True)
     # "A photo depicts " + 30 words: 1+5+7 letters + 120 letters + start/end tokens = 135; limit 77
     assert res.records[0]["clip_tokens_cut"] == 135 - 77
+    assert res.manifest["metrics"][0]["clip"]["text_budget"] == 77  # the manifest names the budget cut against
     assert "cut by 58 tokens" in caplog.text
 
 

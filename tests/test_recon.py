@@ -106,6 +106,8 @@ def test_long_caption_records_cut_tokens(tmp_path, tiny_sd, tiny_dinov2):
                          generator_options={"steps": 1}, max_side=32, no_cache=True)
     # 40 words x 4 letters + start and end tokens, limit 77
     assert res.records[0]["tokens_cut"] == 40 * 4 + 2 - 77
+    generator = res.manifest["models"]["generator"]
+    assert generator["text_budget"] == 77 and generator["text_budget_by_encoder"] == {"tokenizer": 77}
 
 
 def test_faithful_caption_beats_perturbed_under_oracle(tmp_path):

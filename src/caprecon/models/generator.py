@@ -121,9 +121,16 @@ class DiffusersGenerator:
         )
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "diffusers", "model": self.source.name, "revision": self.source.revision,
-                "steps": self.steps, "guidance": self.guidance, "dtype": self.dtype_name, "device": self.device,
-                "fingerprint": self.fingerprint}
+        described = {"backend": "diffusers", "model": self.source.name, "revision": self.source.revision,
+                     "steps": self.steps, "guidance": self.guidance, "dtype": self.dtype_name, "device": self.device,
+                     "max_sequence_length": self.max_sequence_length, "fingerprint": self.fingerprint}
+        # Each text encoder's budget is read from the loaded pipeline; a run whose images all came from
+        # the store never loads it, and describing it must not load it either.
+        if self._pipe is not None:
+            described["text_budget_by_encoder"] = {name: limit for name, _, limit in self._token_limits}
+            # the budget a caption keeps whole under every encoder; rows count what the tightest cut (`tokens_cut`)
+            described["text_budget"] = min(described["text_budget_by_encoder"].values(), default=None)
+        return described
 
     @property
     def dtype(self):

@@ -165,7 +165,9 @@ class ClipMatcher:
         return self.image_embedder.fingerprint
 
     def describe(self) -> dict[str, Any]:
-        return {**self.image_embedder.describe(), "backend": "clip-matcher"}
+        # the text budget: a caption past it is cut, and its row says by how much (`clip_tokens_cut`)
+        return {**self.image_embedder.describe(), "backend": "clip-matcher",
+                "text_budget": self.tokenizer.model_max_length}
 
     @property
     def tokenizer(self):
