@@ -268,13 +268,14 @@ def test_sqlite_saying_the_disk_is_full_reads_the_same(tmp_path):
 
     from caprecon.store.index import Store, StoreFullError
 
+    class Full:
+        def execute(self, *args):
+            raise sqlite3.OperationalError("database or disk is full")
+
     store = Store(tmp_path / "cache", read_only=False)
-
-    def full():
-        raise sqlite3.OperationalError("database or disk is full")
-
+    store.connect = lambda: Full()
     with pytest.raises(StoreFullError, match=r"the cache .* is full \(database or disk is full\): free space there"):
-        store._guard(full)
+        store.put_json("answer", {"k": 1})
 
 
 def test_a_run_refused_after_the_prologue_leaves_no_folder_behind(tmp_path):
