@@ -588,7 +588,8 @@ def test_library_versions_are_read_without_importing_torch_or_transformers():
     assert out == ["1", "True", "None", "False", "False"]
 
 
-def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypatch):
+def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypatch, capsys):
+    from caprecon.cli.commands import main
     from caprecon.models import registry
 
     # a registry name standing for a model folder, as `dinov2` stands for facebook/dinov2-base
@@ -597,7 +598,9 @@ def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypat
     cache = tmp_path / "cache"
     samples = _samples(tmp_path, n=2)
     _score(samples, cache, embedder="tiny-dino")
-    report = prune(cache, model="tiny-dino", dry_run=True)
+    # the command looks the name up in the registry and gives the store what it stands for
+    assert main(["cache", "prune", "--model", "tiny-dino", "--dry-run", "--json", "--cache-dir", str(cache)]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["removed"] == 4  # 2 sources and 2 reconstructions embedded; the generator's entries stay
     assert report["removed"] == prune(cache, model=str(tiny_dinov2), dry_run=True)["removed"]
 
