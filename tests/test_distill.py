@@ -86,6 +86,17 @@ def test_distilled_reward_learns_the_metric_and_loads_three_ways(tmp_path, run_f
     assert reward.context.stats()["generated"] == 0
 
 
+def test_default_encoders_are_named_so_the_folder_loads_as_a_reward(tmp_path, run_folder):
+    # they were written as module:Class plug-ins, which `distilled:FOLDER` refused to load
+    out = tmp_path / "reward"
+    distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary())
+    config = json.loads((out / "config.json").read_text())
+    assert (config["image_encoder"], config["text_encoder"]) == ("efficientnet-lite0", "imagenet-labels")
+    got = caprecon.Reward([f"distilled:{out}"], guards=None, cache_dir=str(tmp_path / "cache"))(
+        [render("red circle")], ["a red circle"])
+    assert len(got) == 1 and isinstance(got[0], float)
+
+
 def test_pairs_objective_orders_captions_of_one_image(tmp_path, run_folder):
     result = distill([run_folder], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(),
                      objective="pairs", hidden=32, epochs=100, lr=3e-3, holdout=0.25,

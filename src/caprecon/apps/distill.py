@@ -194,6 +194,9 @@ def distill(runs: Sequence[str | Path], metric: str, out: str | Path | None = No
     if out is not None and Path(out).exists() and any(Path(out).iterdir()):
         raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     rows, sources = read_rows(runs, metric)
+    # config.json names the encoders as they were given: a registry name rebuilds without --allow-plugins
+    image_spec = encoder_spec(image_encoder or DEFAULT_IMAGE_ENCODER)
+    text_spec = encoder_spec(text_encoder or DEFAULT_TEXT_ENCODER)
     image_encoder = build_model("embedder", image_encoder or DEFAULT_IMAGE_ENCODER, setting="image-encoder")
     text_encoder = build_model("matcher", text_encoder or DEFAULT_TEXT_ENCODER, setting="text-encoder")
     store = store if store is not None else Store.open(cache_dir or default_cache_dir())
@@ -215,9 +218,8 @@ def distill(runs: Sequence[str | Path], metric: str, out: str | Path | None = No
                       [g for g, t in zip(groups, train) if t], objective=objective, hidden=hidden, epochs=epochs,
                       lr=lr, seed=seed)
     train_seconds = time.perf_counter() - started
-    config = {"metric": metric, "objective": objective, "image_encoder": encoder_spec(image_encoder),
-              "text_encoder": encoder_spec(text_encoder), "image_dim": int(image_features.shape[1]),
-              "text_dim": int(text_features.shape[1]), "hidden": hidden, "target_mean": mean, "target_scale": scale}
+    config = {"metric": metric, "objective": objective, "image_encoder": image_spec, "text_encoder": text_spec,
+              "image_dim": int(image_features.shape[1]), "text_dim": int(text_features.shape[1]), "hidden": hidden, "target_mean": mean, "target_scale": scale}
     model = DistilledReward(config, head)
     model.use_encoders(image_encoder, text_encoder)
     predicted = model.predict(image_features[test], text_features[test])
