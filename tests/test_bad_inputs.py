@@ -231,7 +231,7 @@ WHOLE_FILE = {
          str(w.file("taxonomy.json", '[{"name": 1}]'))], 2, "taxonomy.json item 1: needs a 'name' that is non-empty text"),
     **{f"t2i --limit {n}": (lambda n: lambda w: (
         ["t2i", "--input", str(w.ok), "--generator", str(w.tiny_sd), "--limit", n], 2,
-        f"argument --limit: must be at least 1, not {n}"))(n) for n in ("0", "-2")},
+        f"argument --limit: must be between 1 and 100000000, not {n}"))(n) for n in ("0", "-2")},
     # issue 22: merges that went through
     "merge shards of different inputs": lambda w: (
         ["merge", w.shards("one", ("a cat", "a dog"))[0], w.shards("two", ("a cow", "a hen"))[1],

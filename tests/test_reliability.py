@@ -578,6 +578,9 @@ OTHER_PROGRAMS = {
     "--strict": "mkdocs/__main__.py",  # `mkdocs build --strict`
 }
 PLACEHOLDERS = {"--option"}  # "every `--option`" in prose
+# the servers' own flags in the docs' recipes (`vllm serve`, `python -m sglang.launch_server`),
+# programs not installed here: each option is named beside the program's command
+SERVER_RECIPES = {"--host", "--port", "--api-key", "--model-path"}
 
 
 def test_docs_name_only_options_that_exist():
@@ -590,8 +593,12 @@ def test_docs_name_only_options_that_exist():
     known = {s for p in _parsers(build_parser()) for a in p._actions for s in a.option_strings}
     named = {(option, page.relative_to(root).as_posix()) for page in pages
              for option in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", page.read_text())}
-    unknown = sorted((o, page) for o, page in named if o not in known | OTHER_PROGRAMS.keys() | PLACEHOLDERS)
+    unknown = sorted((o, page) for o, page in named
+                     if o not in known | OTHER_PROGRAMS.keys() | PLACEHOLDERS | SERVER_RECIPES)
     assert unknown == []
+    for option in SERVER_RECIPES:  # only on a line that runs a server, or in prose about one
+        lines = [line for page in pages for line in page.read_text().splitlines() if option in line]
+        assert lines and all(re.search(r"vllm serve|sglang|server|^\s", line) for line in lines), (option, lines)
     # the exemptions stay true: each option is still the other program's
     site = Path(sysconfig.get_paths()["purelib"])
     for option, where in OTHER_PROGRAMS.items():

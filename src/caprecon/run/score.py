@@ -209,7 +209,8 @@ def score(
 
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked
-        write_html_report(out_dir, progress=progress)
+        if records:  # an input with no rows has nothing to show, and says so itself
+            write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
 
 
