@@ -2,14 +2,23 @@
 
 Metric modules are imported when a metric is built, so a run that only needs ReconScore
 never imports the judge or text-LLM code.
+
+The registry is open: besides the names of `METRICS`, a metric is
+
+- `module:Class`, a `Metric` subclass written outside caprecon, given on the command line or,
+  with --allow-plugins, in a config file (a plug-in, trusted as every other: `models.registry`);
+- the name of a `caprecon.metrics` entry point of an installed package, pointing at such a class.
+
+Either is built with `Class.from_roles(roles, config)` (see `Metric`).
 """
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from caprecon.core.errors import ConfigError
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.recon import ClipImageScore, ReconScore
 
 # A factory receives the run's shared models (`caprecon.run.roles.Roles`: generator, embedder,
@@ -87,7 +96,20 @@ def _halluc(report: str) -> Callable[[Any, Any], Metric]:
     return build
 
 
+def _reference(name: str) -> Callable[[Any, Any], Metric]:
+    def build(roles: Any, cfg: Any) -> Metric:
+        from caprecon.metrics.reference import ReferenceMetric, ReferenceMetricError
+
+        try:
+            return ReferenceMetric(name)
+        except ReferenceMetricError as exc:  # no Java, no pycocoevalcap, SPICE's jars missing
+            raise ConfigError(f"-m {name}: {exc}") from None
+
+    return build
+
+
 MetricFactory = Callable[[Any, Any], Metric]
+ENTRY_POINTS = "caprecon.metrics"
 
 METRICS: dict[str, tuple[MetricFactory, str]] = {
     "recon": (_recon, "ReconScore (1 + cos(F(I), F(Î)))/2, F = --embedder"),
@@ -107,7 +129,46 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
     "halluc-coverage": (_halluc("coverage"), "halluc's coverage: turing with --qa-bank, else the references' claims "
                                              "checked on Î"),
     "halluc-f": (_halluc("f"), "F_beta (--beta) of halluc's precision and coverage"),
+    **{f"bleu-{n}": (_reference(f"bleu-{n}"), f"BLEU-{n} against the row's references (pycocoevalcap); "
+                                               f"summary: corpus BLEU") for n in range(1, 5)},
+    "meteor": (_reference("meteor"), "METEOR 1.5 against the references (pycocoevalcap, Java); summary: corpus METEOR"),
+    "rouge": (_reference("rouge"), "ROUGE-L against the references (pycocoevalcap)"),
+    "cider": (_reference("cider"), "CIDEr-D against the references, IDF from the whole input (pycocoevalcap)"),
+    "spice": (_reference("spice"), "SPICE F-score against the references (pycocoevalcap; Java and CoreNLP's jars)"),
 }
+
+
+def plugin_metric(name: str) -> type[Metric] | None:
+    """The class a `module:Class` metric or a `caprecon.metrics` entry point names; None when
+    `name` is neither."""
+    from caprecon.models import registry
+
+    if registry.imports_code(name):
+        try:
+            found = registry.import_plugin(name)
+        except ValueError as exc:
+            raise ConfigError(f"-m {name}: {exc}") from None
+    else:
+        point = next((p for p in entry_points(group=ENTRY_POINTS) if p.name == name), None)
+        if point is None:
+            return None
+        try:
+            found = point.load()
+        except Exception as exc:  # an installed package's import failed: say which and why, in one line
+            raise ConfigError(f"-m {name}: the {ENTRY_POINTS} entry point {point.value!r} does not load "
+                              f"({type(exc).__name__}: {exc})") from None
+    if not (isinstance(found, type) and issubclass(found, Metric)):
+        raise ConfigError(f"-m {name}: {found!r} is not a caprecon.metrics.Metric subclass")
+    return found
+
+
+def is_metric(name: str) -> bool:
+    """Whether `name` names a metric: registered, fused:/distilled:, `module:Class` or an entry point
+    (a `module:Class` is not imported here)."""
+    from caprecon.models import registry
+
+    return (name in METRICS or name.startswith(("fused:", "distilled:")) or registry.imports_code(name)
+            or any(p.name == name for p in entry_points(group=ENTRY_POINTS)))
 
 
 def build_metric(name: str, roles: Any, config: Any) -> Metric:
@@ -119,10 +180,14 @@ def build_metric(name: str, roles: Any, config: Any) -> Metric:
         from caprecon.metrics.distilled import DistilledMetric
 
         return DistilledMetric(name.partition(":")[2])
-    if name not in METRICS:
-        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted(METRICS))}, fused:FILE, "
-                          f"distilled:FOLDER")
-    return METRICS[name][0](roles, config)
+    if name in METRICS:
+        return METRICS[name][0](roles, config)
+    if (cls := plugin_metric(name)) is None:
+        installed = sorted(p.name for p in entry_points(group=ENTRY_POINTS))
+        raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted([*METRICS, *installed]))}, "
+                          f"fused:FILE, distilled:FOLDER, module:Class")
+    return cls.from_roles(roles, config)
 
 
-__all__ = ["METRICS", "ClipImageScore", "Context", "Metric", "ReconScore", "build_metric"]
+__all__ = ["METRICS", "ClipImageScore", "Column", "Context", "Metric", "ReconScore", "build_metric", "is_metric",
+           "plugin_metric"]

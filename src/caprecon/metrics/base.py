@@ -4,6 +4,10 @@ A metric is a small class holding the models it talks to (through their roles, n
 library directly). `score(items, ctx)` takes a batch of opened samples and returns one
 dict of named fields per item; the executor owns the batch loop, errors and output.
 `prepare(samples)` sees the run's whole input first, for what is computed over the corpus.
+`columns` declares each number a metric writes (`Column`: direction, range, aggregation,
+needs); the run writes the declarations into its manifest, and the report, `compare`, `seeds`
+and `meta` read them there instead of guessing from a name.
+A metric written outside caprecon is built by `from_roles(roles, config)` (see `Metric`).
 The `Context` is what metrics of one run share: the store, one `Reconstructor` per
 (generator, spec), and cached embeddings, so one reconstruction serves every metric.
 """
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 from PIL import Image
@@ -123,8 +128,76 @@ class Context:
         return self.cached_arrays("embedding", keys, compute, model=embedder)
 
 
+#: how a column's summary is formed: the mean of the rows' values, or the metric's own corpus-level
+#: value (`Metric.corpus`: corpus BLEU pools n-gram counts over every caption, it is no mean)
+MEAN, CORPUS = "mean", "corpus"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One number a metric writes per row, and how to read it (as torchmetrics' `higher_is_better`).
+
+    `higher_is_better` None: neither direction is better (a count, a spread). `low`/`high`: the
+    range the value lies in (None: unbounded that side). `aggregate`: MEAN or CORPUS. The needs say
+    what a row must carry (references, its source image) or what the run must name (a judge)."""
+
+    name: str
+    higher_is_better: bool | None = True
+    low: float | None = None
+    high: float | None = None
+    aggregate: str = MEAN
+    needs_references: bool = False
+    needs_source_image: bool = False
+    needs_judge: bool = False
+
+    def __post_init__(self) -> None:
+        if self.aggregate not in (MEAN, CORPUS):
+            raise ValueError(f"column {self.name}: aggregate must be {MEAN!r} or {CORPUS!r}, not {self.aggregate!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Column:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def best(self, values: Iterable[tuple[float, Any]]) -> Any:
+        """The label of the best (value, label) pair by this column's direction; None when it has none."""
+        values = list(values)
+        if self.higher_is_better is None or not values:
+            return None
+        return (max if self.higher_is_better else min)(values, key=lambda pair: pair[0])[1]
+
+
+def declared_columns(metrics: Iterable[Metric]) -> dict[str, dict[str, Any]]:
+    """The columns the metrics declare, by name, as a run's manifest holds them (`columns`)."""
+    return {c.name: c.to_json() for m in metrics for c in m.columns}
+
+
+def read_columns(manifest: Mapping[str, Any]) -> dict[str, Column]:
+    """The column declarations of a run's manifest (empty for a run written before they existed:
+    its columns then have no known direction)."""
+    found = manifest.get("columns") if isinstance(manifest, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    out = {}
+    for name, data in found.items():
+        if isinstance(data, Mapping):
+            try:
+                out[str(name)] = Column.from_json({**data, "name": str(name)})
+            except (TypeError, ValueError):
+                continue  # a hand-edited declaration the report cannot read: that column shows no best
+    return out
+
+
 class Metric:
-    """Base class: subclasses set `name` and implement `score`."""
+    """Base class: subclasses set `name`, declare `columns` and implement `score`.
+
+    The registry builds a metric with `from_roles(roles, config)`: `roles` holds the run's shared
+    models (`generator`, `embedder`, `clip`, `clip_matcher`, `judge`, `llm`, `qa_bank`, ... of
+    `caprecon.run.roles.Roles`), `config` the run's `caprecon.run.config.RunConfig`. The default
+    calls `cls()`, so a metric that needs no model needs no constructor at all."""
 
     name: ClassVar[str] = ""
     #: the field of `score`'s output that is this metric's headline number
@@ -133,6 +206,12 @@ class Metric:
     needs_source_image: bool = True
     #: other fields of `score`'s output summarised beside the headline (mean, std, n)
     companions: tuple[str, ...] = ()
+    #: every number `score` writes that a reader compares across rows or runs, headline first
+    columns: tuple[Column, ...] = ()
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> Metric:
+        return cls()
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         raise NotImplementedError
@@ -141,6 +220,11 @@ class Metric:
         """Called by a run once, with its whole input (every shard's rows, not only this shard's),
         before any batch is scored: a metric whose number depends on the corpus (CIDEr's document
         frequencies) takes it from here, so a row's score does not depend on its batch or shard."""
+
+    def corpus(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """The corpus-level value of each CORPUS column over `samples` (the rows it scored): what
+        the run's summary shows for that column in place of the rows' mean."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name}

@@ -17,7 +17,7 @@ from caprecon.data.qa import QAItem, build_prompt, load_qa_bank
 from caprecon.data.images import LoadedSample
 from caprecon.store.index import content_key
 from caprecon.metrics.categories import CategoryTally
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.grading import score_answer
 
 CANNOT = "Cannot answer from the description"
@@ -38,6 +38,7 @@ def captionqa_prompt(caption: str, item: QAItem) -> str:
 
 class CaptionQA(Metric):
     name = "captionqa"
+    columns = (Column("captionqa", low=0.0, high=1.0),)
 
     def __init__(self, llm: TextLLM, bank: str | Path | dict[str, list[QAItem]], *, max_new_tokens: int = 32,
                  iou_threshold: float = 0.5):

@@ -28,7 +28,7 @@ from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import SampleError
 from caprecon.store.index import content_key
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class ClipScore(Metric):
         if not isinstance(prefix, str):
             raise ValueError(f"{self.name} prefix must be text, not {prefix!r}")
         self.clip, self.prefix, self.weight = clip, prefix, float(weight)
+        self.columns = (Column(self.name, low=0.0, high=self.weight, needs_source_image=True),)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "clip": describe_model(self.clip), "prefix": self.prefix, "w": self.weight}
@@ -117,6 +118,13 @@ class RefClipScore(ClipScore):
 
     name = "refclipscore"
     companions = ("refclipscore_clip",)
+
+    def __init__(self, clip: CaptionImageMatcher, *, prefix: str = PREFIX, weight: float = WEIGHT):
+        super().__init__(clip, prefix=prefix, weight=weight)
+        # a harmonic mean of two numbers in [0, w] (the reference part is a cosine, at most 1 <= w)
+        self.columns = (Column("refclipscore", low=0.0, high=self.weight, needs_source_image=True,
+                               needs_references=True),
+                        Column("refclipscore_clip", low=0.0, high=self.weight, needs_source_image=True))
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         for item in items:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from caprecon.data.images import LoadedSample
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.store.index import content_key
 
 
@@ -22,6 +22,8 @@ class DistilledMetric(Metric):
 
             model = DistilledReward.from_pretrained(model)
         self.model = model
+        # a prediction of the metric it was trained on (unbounded: a regression head)
+        self.columns = (Column(self.name, needs_source_image=True),)
         model.encoders  # noqa: B018 -- a missing or refused encoder stops the run before any work
 
     def describe(self) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from caprecon.core.describe import describe_model
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.images import LoadedSample
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.judging import LazyImages, generations_with_token_probs, require_capability
 
 DIGITS = [str(d) for d in range(10)]
@@ -92,6 +92,7 @@ def fleur_score(tokens: Sequence[str], probs: Sequence[Sequence[float]]) -> tupl
 
 class Fleur(Metric):
     name = "fleur"
+    columns = (Column("fleur", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),)
 
     def __init__(self, vlm: VisionLanguageModel, *, prompt: str = PROMPT, max_new_tokens: int = 16):
         if "{caption}" not in prompt:

@@ -36,7 +36,7 @@ import numpy as np
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.reference import ReferenceMetricError, ReferenceMetrics, reference_metric_name
 
 FORMAT = "caprecon-fused"
@@ -134,6 +134,10 @@ class FusedMetric(Metric):
         except ReferenceMetricError as exc:
             raise ConfigError(f"{path or 'fused'}: {exc}") from None
         self.needs_source_image = any(m.needs_source_image for m in self.components.values())
+        # a prediction of the human rating (linear) or the log-odds of being preferred (logistic)
+        self.columns = (Column(self.name, needs_source_image=self.needs_source_image,
+                               needs_references=bool(self.reference_names),
+                               needs_judge=any(c.needs_judge for m in self.components.values() for c in m.columns)),)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "file": self.path, "sha256": self.sha256, "model": self.model.model,

@@ -35,7 +35,7 @@ from caprecon.core.replies import ParseTally
 from caprecon.data.images import LoadedSample
 from caprecon.data.qa import QAItem
 from caprecon.data.samples import SampleError
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.claims import Checked, ClaimSet, check_claims, extract_claims
 from caprecon.metrics.judging import LazyImages, require_capability
@@ -85,6 +85,17 @@ class Hallucination(Metric):
         self.parsing = ParseTally()  # how this run's claim lists were read (the manifest shows it)
         shown = ["halluc", "halluc_coverage", "halluc_f"] if generator is not None else ["halluc"]
         self.companions = tuple(c for c in [*shown, "halluc_rate"] if c != self.headline)
+        # coverage without a bank checks the references' claims
+        refs = generator is not None and bank is None
+        declared = {"halluc": Column("halluc", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
+                    "halluc_coverage": Column("halluc_coverage", low=0.0, high=1.0, needs_judge=True,
+                                              needs_source_image=bank is not None, needs_references=refs),
+                    "halluc_f": Column("halluc_f", low=0.0, high=1.0, needs_source_image=True, needs_judge=True,
+                                       needs_references=refs),
+                    # the share of the caption's claims the image does not support: smaller is better
+                    "halluc_rate": Column("halluc_rate", higher_is_better=False, low=0.0, high=1.0,
+                                          needs_source_image=True, needs_judge=True)}
+        self.columns = tuple(declared[c] for c in [self.headline, *self.companions])
 
     @property
     def headline(self) -> str:

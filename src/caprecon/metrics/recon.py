@@ -16,7 +16,7 @@ from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Column, Context, Metric
 
 
 class ReconScore(Metric):
@@ -28,6 +28,7 @@ class ReconScore(Metric):
     """
 
     name = "recon"
+    columns = (Column("recon", low=0.0, high=1.0, needs_source_image=True),)
 
     def __init__(self, generator: TextToImage, embedder: ImageEmbedder, spec: ReconstructionSpec | None = None,
                  **spec_options: Any):
@@ -55,6 +56,7 @@ class ClipImageScore(ReconScore):
     """cos(E(I), E(Î)) with E a CLIP image encoder; pass a CLIP `HFVisionEmbedder`."""
 
     name = "clip-image"
+    columns = (Column("clip-image", low=-1.0, high=1.0, needs_source_image=True),)
 
     def _transform(self, cos: np.ndarray) -> np.ndarray:
         return cos

@@ -29,11 +29,13 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from caprecon.data.samples import Sample
+from caprecon.data.images import LoadedSample
+from caprecon.data.samples import Sample, SampleError
+from caprecon.metrics.base import CORPUS, MEAN, Column, Context, Metric
 
 BLEU = ("bleu-1", "bleu-2", "bleu-3", "bleu-4")
 REFERENCE_METRICS = (*BLEU, "meteor", "rouge", "cider", "spice")
@@ -266,6 +268,55 @@ class ReferenceMetrics:
                 yield ("cider", *_cider_over(self._cider_corpus, gts, res))
         if "spice" in wanted:
             yield ("spice", *_spice(gts, res))
+
+
+# How each is summarised: BLEU and METEOR pool their statistics over the corpus, so the corpus value
+# is no mean of the captions'; CIDEr's is the mean of the captions' with the IDF of the whole input,
+# which is what its definition makes it; ROUGE-L and SPICE are means (pycocoevalcap's corpus values).
+AGGREGATES = {**{name: CORPUS for name in BLEU}, "meteor": CORPUS, "cider": CORPUS, "rouge": MEAN, "spice": MEAN}
+# CIDEr-D's per-caption value is 10x a mean cosine, clipped by its length penalty: at most 10
+HIGHS = {"cider": 10.0}
+
+
+class ReferenceMetric(Metric):
+    """One reference metric (`-m bleu-4`, `-m cider`, ...) as a run scores it: per caption the value
+    pycocoevalcap gives it within the run's whole input (CIDEr's IDF fixed by `prepare`), and in the
+    summary the corpus value (`corpus`) where the metric pools over the corpus."""
+
+    needs_source_image = False
+
+    def __init__(self, name: str):
+        canonical = reference_metric_name(name)
+        if canonical is None:
+            raise ReferenceMetricError(f"unknown reference metric {name!r} (known: {', '.join(REFERENCE_METRICS)})")
+        self.name = canonical
+        self.reference = ReferenceMetrics([canonical])
+        self.columns = (Column(canonical, low=0.0, high=HIGHS.get(canonical, 1.0), aggregate=AGGREGATES[canonical],
+                               needs_references=True),)
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "implementation": "pycocoevalcap", "aggregate": AGGREGATES[self.name]}
+
+    def prepare(self, samples: Sequence[Sample]) -> None:
+        self.reference.fix_corpus(samples)
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        samples = [it.sample for it in items]
+        rows: list[dict[str, Any] | None] = [None] * len(samples)
+        usable = [i for i, s in enumerate(samples) if _unusable(s) is None]
+        if usable:
+            records = self.reference.score([samples[i] for i in usable])
+            for i, record in zip(usable, records):
+                rows[i] = {self.name: record[self.name]}
+        out = []
+        for sample, row in zip(samples, rows):
+            if row is None:  # a row error, as any metric's: the run goes on
+                raise SampleError(f"{self.name}: {_unusable(sample)}", reason=_unusable(sample))
+            out.append(row)
+        return out
+
+    def corpus(self, samples: Sequence[Sample]) -> dict[str, float]:
+        return dict(self.reference.corpus(samples))
 
 
 def _unusable(sample: Sample) -> str | None:

@@ -65,7 +65,7 @@ class SeedAveraged(Metric):
         self.inner, self.seeds = inner, int(seeds)
         self.name = inner.name
         self.primary = inner.headline
-        self.companions = tuple(inner.companions)
+        self.companions, self.columns = tuple(inner.companions), inner.columns
         self.needs_source_image = inner.needs_source_image
         self.generator, self.spec = inner.generator, inner.spec
 
@@ -139,7 +139,7 @@ class GeneratorEnsemble(Metric):
         self.members, self.labels = list(members), list(labels)
         first = self.members[0]
         self.name, self.primary = first.name, first.headline
-        self.companions = tuple(first.companions)
+        self.companions, self.columns = tuple(first.companions), first.columns
         self.needs_source_image = first.needs_source_image
 
     def describe(self) -> dict[str, Any]:
@@ -185,7 +185,7 @@ class HumanCeiling(Metric):
     def __init__(self, inner: Metric):
         self.inner = inner
         self.name, self.primary = inner.name, inner.headline
-        self.companions = tuple(inner.companions)
+        self.companions, self.columns = tuple(inner.companions), inner.columns
         self.needs_source_image = inner.needs_source_image
         self.generator, self.spec = getattr(inner, "generator", None), getattr(inner, "spec", None)
 

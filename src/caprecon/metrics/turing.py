@@ -34,13 +34,19 @@ from caprecon.data.qa import COORDS, QAItem, build_prompt, load_qa_bank
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.categories import CategoryTally
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.grading import BoxReading, grade_reply
 from caprecon.metrics.judging import LazyImages, answers
 
 
 class CaptionTuringTest(Metric):
     name = "turing"
+    columns = (Column("turing", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
+               Column("turing_upper", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
+               # how much the reconstruction loses against the source image: smaller is better
+               Column("turing_gap", higher_is_better=False, low=-1.0, high=1.0, needs_source_image=True,
+                      needs_judge=True),
+               Column("turing_iou", low=0.0, high=1.0, needs_source_image=True, needs_judge=True))
 
     def __init__(self, generator: TextToImage, judge: VisionLanguageModel, bank: str | Path | dict[str, list[QAItem]],
                  spec: ReconstructionSpec | None = None, *, upper: bool = True, max_new_tokens: int = 32,

@@ -27,7 +27,7 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import SampleError
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.judging import Ask, LazyImages, option_probs, require_capability
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
@@ -90,6 +90,8 @@ class VQAScore(Metric):
         self.needs_source_image = on != "reconstruction"
         # on both images the source's is the headline, and the reconstruction's is summarised beside it
         self.companions = ("vqascore_recon",) if on == "both" else ()
+        self.columns = tuple(Column(name, low=0.0, high=1.0, needs_judge=True, needs_source_image=name == "vqascore")
+                             for name in [self.headline, *self.companions])
 
     @property
     def headline(self) -> str:

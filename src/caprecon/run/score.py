@@ -22,12 +22,14 @@ from typing import Any, Iterable, Sequence
 
 from caprecon.core.describe import installed_version
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.core.redaction import redact
 from caprecon.core.tables import format_table, number
 from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
+from caprecon.metrics.base import CORPUS, declared_columns
 from caprecon.metrics.adaptive import AdaptiveSeeds
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
@@ -65,9 +67,12 @@ class Results:
         return format_table([headers, *lines])
 
     def summary_table(self) -> str:
-        rows = [["metric", "mean", "std", "n"]]
+        """Mean, std and n per metric; a corpus-level metric (BLEU, CIDEr) shows its corpus value too."""
+        corpus = any("corpus" in s for s in self.summary["metrics"].values())
+        rows = [["metric", "mean", "std", "n", *(["corpus"] if corpus else [])]]
         for name, s in self.summary["metrics"].items():
-            rows.append([name, number(s["mean"]), number(s["std"]), str(s["n"])])
+            rows.append([name, number(s["mean"]), number(s["std"]), str(s["n"]),
+                         *([number(s.get("corpus")) if "corpus" in s else ""] if corpus else [])])
         return format_table(rows)
 
 
@@ -134,7 +139,7 @@ def score(
     if out_dir:
         done = {} if cfg.no_cache else resumable_rows(out_dir, cfg, metric_names, rows)
         write_manifest(out_dir, {"status": "running", "config": cfg.to_dict(), "metric_names": metric_names,
-                                 "samples": len(rows), "image_root": image_root})
+                                 "columns": declared_columns(built), "samples": len(rows), "image_root": image_root})
     store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
     thumbnails = _thumbnail_writer(out_dir, store, image_root)
@@ -169,6 +174,7 @@ def score(
             thumbnails.close(wait=False)
         raise
     summary = summarise(records, summarised)
+    _corpus_values(summary, built, records, rows)
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),
@@ -191,6 +197,7 @@ def score(
         "samples": len(rows),
         "image_root": image_root,
         "metric_names": metric_names,
+        "columns": declared_columns(built),
         "executor": executor,
         **({"shard": shard_info} if shard_info else {}),
     }
@@ -212,6 +219,21 @@ def score(
         if records:  # an input with no rows has nothing to show, and says so itself
             write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
+
+
+def _corpus_values(summary: dict[str, Any], metrics: Sequence[Metric], records: Sequence[dict[str, Any]],
+                   rows: Sequence[Sample]) -> None:
+    """A CORPUS column's summary is the metric's corpus value over the rows that have a value in
+    that column (`corpus`, beside the rows' mean); the rows are this run's (one shard's, in a shard)."""
+    by_id = {s.id: s for s in rows}
+    for metric in metrics:
+        for column in metric.columns:
+            entry = summary["metrics"].get(column.name)
+            if column.aggregate != CORPUS or not entry or not entry["n"]:
+                continue
+            scored = [by_id[r["id"]] for r in records if is_number(r.get(column.name)) and r.get("id") in by_id]
+            entry["corpus"] = metric.corpus(scored).get(column.name)
+            entry["aggregate"] = CORPUS
 
 
 def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
