@@ -34,6 +34,42 @@ def test_help_and_models_import_neither_scipy_nor_transformers(argv):
     assert _imported_by(argv) == set()
 
 
+def _loaded_by_import(module: str) -> tuple[list[str], set[str]]:
+    """caprecon's modules, and the big libraries among (HEAVY + numpy, PIL, pandas, sklearn),
+    loaded by `import MODULE` in a fresh interpreter."""
+    libraries = (*HEAVY, "numpy", "PIL", "pandas", "sklearn")
+    code = (f"import {module}, sys\nprint([m for m in sys.modules if m.startswith('caprecon')])\n"
+            f"print([m for m in {libraries!r} if m in sys.modules])")
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours, theirs = (eval(line) for line in done.stdout.splitlines()[-2:])
+    return ours, set(theirs)
+
+
+@pytest.mark.parametrize("module", ["caprecon", "caprecon.core.errors"])
+def test_importing_the_package_or_its_errors_loads_nothing_else(module):
+    # `except caprecon.core.errors.ConfigError` in a user's program must not cost a torch import
+    ours, theirs = _loaded_by_import(module)
+    assert len(ours) <= 3 and theirs == set(), (ours, theirs)
+
+
+def test_the_config_loads_no_model_library():
+    ours, theirs = _loaded_by_import("caprecon.run.config")
+    assert not theirs & {*HEAVY, "pandas", "sklearn"}, theirs
+    assert len(ours) <= 25, ours
+
+
+def test_the_package_hands_out_the_public_face_on_first_use():
+    code = ("import caprecon, sys\nassert 'caprecon.api' not in sys.modules\n"
+            "from caprecon import *\nprint(score is caprecon.score, set(caprecon.__all__) <= set(dir(caprecon)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    assert done.stdout.split() == ["True", "True"], done.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        caprecon.no_such_name  # noqa: B018
+
+
 def test_a_fully_cached_score_imports_neither_scipy_stats_nor_transformers(tmp_path, tiny_sd, tiny_dinov2):
     rng = np.random.default_rng(0)
     rows = []

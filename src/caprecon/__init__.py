@@ -6,7 +6,29 @@
     recon(images, captions)
 """
 
-from caprecon.api import *  # noqa: F403 -- the public face is chosen in api.py
-from caprecon.api import __all__  # noqa: F401
+import importlib
+from typing import TYPE_CHECKING
+
+# The public face (api.py) reaches every layer and loads numpy, PIL and the model libraries'
+# glue; importing it on first use keeps `import caprecon` and `caprecon.core.errors` light.
+if TYPE_CHECKING:
+    from caprecon.api import *  # noqa: F403 -- seen by type checkers and the API reference
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name.startswith("__") and name != "__all__":
+        raise AttributeError(f"module 'caprecon' has no attribute {name!r}")
+    api = importlib.import_module("caprecon.api")
+    if name == "__all__":
+        return api.__all__
+    if name not in api.__all__:
+        raise AttributeError(f"module 'caprecon' has no attribute {name!r}")
+    value = getattr(api, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *importlib.import_module("caprecon.api").__all__})
