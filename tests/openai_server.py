@@ -38,6 +38,7 @@ from pathlib import Path
 
 # Option letters and yes/no get a boosted output row (see `build_tiny_lm`), so they sit
 # in the top-k of every next-token distribution the way they do for a real judge model.
+MAX_MODEL_LEN = 2048  # what the fake server's /models listing reports, as vLLM's does
 ANSWER_TOKENS = ["A", "B", "C", "D", "Yes", "No", "yes", "no"]
 COLOURS = {
     "black": (0, 0, 0), "white": (255, 255, 255), "red": (255, 0, 0), "green": (0, 255, 0),
@@ -152,7 +153,8 @@ def create_app(model_dir: str, served_name: str):
 
     @app.get("/v1/models")
     def list_models():
-        return {"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "caprecon-tests"}]}
+        return {"object": "list", "data": [{"id": served_name, "object": "model", "owned_by": "caprecon-tests",
+                                                    "max_model_len": MAX_MODEL_LEN}]}
 
     @app.post("/_test/faults")
     def set_faults(body: dict):

@@ -276,6 +276,13 @@ def test_check_finds_the_served_model(server):
         OpenAICompatVLM("missing-model", server).check()
 
 
+def test_description_names_the_served_context(server):
+    from openai_server import MAX_MODEL_LEN
+
+    assert OpenAICompatVLM(SERVED, server).describe()["text_budget"] == MAX_MODEL_LEN  # vLLM's max_model_len
+    assert OpenAICompatLLM("missing-model", server).describe()["text_budget"] is None  # not listed: not known
+
+
 def test_option_probs_are_probabilities_from_the_first_token(server):
     vlm = OpenAICompatVLM(SERVED, server, max_concurrency=4)
     requests = _requests()

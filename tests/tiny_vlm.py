@@ -82,7 +82,7 @@ def build_tokenizer(special_tokens: list[str], vocab_size: int = 400, **named):
 
 
 def build_qwen2_vl(folder: str | Path, *, hidden: int = 64, layers: int = 2, vision_depth: int = 1,
-                   image_side: int = 56, seed: int = 0) -> Path:
+                   image_side: int = 56, seed: int = 0, context: int = 4096) -> Path:
     """A Qwen2-VL checkpoint: ChatML template, M-RoPE, a `vision_depth`-layer vision tower.
 
     Images are resized to about `image_side`² pixels (sides multiples of 28, aspect
@@ -99,7 +99,7 @@ def build_qwen2_vl(folder: str | Path, *, hidden: int = 64, layers: int = 2, vis
     config = Qwen2VLConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
                          num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=2,
-                         max_position_embeddings=4096,
+                         max_position_embeddings=context,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                           "mrope_section": _mrope_section(hidden // heads)},
                          bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
@@ -179,7 +179,8 @@ def build_llava(folder: str | Path, *, hidden: int = 64, layers: int = 2, image_
     return folder
 
 
-def build_qwen2_lm(folder: str | Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def build_qwen2_lm(folder: str | Path, *, hidden: int = 64, layers: int = 2, seed: int = 0,
+                   context: int = 4096) -> Path:
     """A text-only Qwen2 causal LM with a ChatML chat template."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -189,7 +190,7 @@ def build_qwen2_lm(folder: str | Path, *, hidden: int = 64, layers: int = 2, see
     tok.chat_template = QWEN_CHAT_TEMPLATE
     config = Qwen2Config(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, bos_token_id=tok.pad_token_id,
+                         max_position_embeddings=context, bos_token_id=tok.pad_token_id,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).eval()

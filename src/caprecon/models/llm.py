@@ -9,8 +9,10 @@ vision-language backend in `vlm.py`.
 from __future__ import annotations
 
 import inspect
+from functools import cached_property
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
+from caprecon.data.samples import SampleError
 from caprecon.models.common import computation, dtype_name, resolve_device, resolve_source, torch_dtype
 
 
@@ -187,11 +189,34 @@ class TransformersIdentity:
     def described_settings(self) -> dict[str, Any]:
         return {}
 
+    @cached_property
+    def text_budget(self) -> int | None:
+        """The tokens the model reads at once: its language model's `max_position_embeddings`, read
+        from the config file without loading weights; None where the config gives no such bound
+        (T5's relative positions)."""
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.source.load_target, revision=self.source.revision)
+        budget = getattr(config.get_text_config(), "max_position_embeddings", None)
+        return int(budget) if budget else None
+
+    def check_budget(self, lengths: Sequence[int]) -> None:
+        """Refuse a batch holding an input longer than `text_budget`: nothing here truncates a
+        prompt, and a rotary model past its context reads it without complaint, so an over-long
+        caption would be read at positions the model never saw. The executor then tries the rows
+        alone, and the long one becomes its row's error."""
+        budget = self.text_budget
+        longest = max(lengths, default=0)
+        if budget is not None and longest > budget:
+            raise SampleError(f"the model's input is {longest} tokens, over the text budget of "
+                              f"{self.source.name}: {budget} tokens (max_position_embeddings); shorten the caption "
+                              f"or use a model with a longer context (--preset detailed)", "prompt over the budget")
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "model": self.source.name, "revision": self.source.revision,
                 "device": self.device, "dtype": self.dtype_name, "batch_size": self.batch_size,
                 "max_new_tokens": self.max_new_tokens, "system_prompt": self.system_prompt,
-                **self.described_settings(), "fingerprint": self.fingerprint}
+                "text_budget": self.text_budget, **self.described_settings(), "fingerprint": self.fingerprint}
 
 
 class TransformersLLM(TransformersIdentity):
@@ -254,6 +279,7 @@ class TransformersLLM(TransformersIdentity):
         import torch
 
         model, tokenizer = self._load()
+        self.check_budget([len(s) for s in sequences])
         rows = []
         for lo in range(0, len(sequences), self.batch_size):
             ids, mask = right_pad(sequences[lo : lo + self.batch_size], tokenizer.pad_token_id)
@@ -294,6 +320,7 @@ class TransformersLLM(TransformersIdentity):
             chunk = texts[lo : lo + self.batch_size]
             batch = tokenizer(chunk, return_tensors="pt", padding=True, padding_side="left",
                               add_special_tokens=special_tokens_flag(tokenizer, chunk[0])).to(self.device)
+            self.check_budget(batch["attention_mask"].sum(-1).tolist())
             with torch.inference_mode():
                 generated = model.generate(**batch, generation_config=config)
             new = generated[:, batch["input_ids"].shape[1] :]

@@ -40,6 +40,7 @@ import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
@@ -125,7 +126,23 @@ class _ChatBackend:
 
     def describe(self) -> dict[str, Any]:
         return {**self._output_settings(), "max_concurrency": self.max_concurrency, "timeout": self.timeout,
-                "max_retries": self.max_retries, "fingerprint": self.fingerprint}
+                "max_retries": self.max_retries, "text_budget": self.text_budget, "fingerprint": self.fingerprint}
+
+    @cached_property
+    def text_budget(self) -> int | None:
+        """The served context in tokens, where the server's `/models` listing gives it (vLLM's
+        `max_model_len`); None otherwise. Asked once, without retries: a description must not wait
+        on a server that is down. No server here cuts a prompt (vLLM refuses one over its context
+        with HTTP 400, which becomes that row's error)."""
+        try:
+            listing = self._client().get(self.base_url + "/models", timeout=min(self.timeout, 5.0)).json()
+        except Exception:  # down, unreachable, or not JSON: the budget is simply not known
+            return None
+        for entry in listing.get("data", []) if isinstance(listing, dict) else []:
+            if isinstance(entry, dict) and entry.get("id") == self.model:
+                budget = entry.get("max_model_len")
+                return int(budget) if isinstance(budget, int) and budget > 0 else None
+        return None
 
     def check(self) -> None:
         """Ask the server's `/models` whether it serves `model`; raise `OpenAICompatError` if not."""

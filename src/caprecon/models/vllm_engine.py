@@ -52,6 +52,13 @@ class _Engine:
             self._llm = LLM(model=self.model, **self.engine_options)
         return self._llm
 
+    @property
+    def text_budget(self) -> int | None:
+        """The engine's `max_model_len` where the options set it (vLLM refuses a longer prompt,
+        which becomes its row's error, and never cuts one); None, the checkpoint's own, otherwise."""
+        budget = self.engine_options.get("max_model_len")
+        return int(budget) if budget else None
+
     def check(self) -> None:
         self._engine()
 

@@ -361,6 +361,8 @@ class TransformersVLM(TransformersIdentity):
     # -- scoring ------------------------------------------------------------------------------
 
     def _rows_on_prefix(self, prefix: _Prefix, targets: list[list[int]]):
+        self.check_budget([prefix.inputs["input_ids"].shape[1] + len(s) + len(t)
+                           for s, t in zip(prefix.suffixes, targets)])
         cache, start, length = self._run_prefix(prefix)
         rows = []
         for lo in range(0, len(targets), self.batch_size):
@@ -382,6 +384,7 @@ class TransformersVLM(TransformersIdentity):
             chunk = targets[lo : lo + self.batch_size]
             inputs = self._process(texts[lo : lo + self.batch_size], images[lo : lo + self.batch_size])
             lengths = inputs["attention_mask"].sum(-1).tolist()
+            self.check_budget([n + len(t) for n, t in zip(lengths, chunk)])
             seqs = [inputs["input_ids"][i, :n].tolist() + t for i, (n, t) in enumerate(zip(lengths, chunk))]
             ids, mask = right_pad(seqs, self._processor.tokenizer.pad_token_id)
             inputs["input_ids"], inputs["attention_mask"] = ids.to(self.device), mask.to(self.device)
@@ -543,6 +546,7 @@ class TransformersVLM(TransformersIdentity):
             if prefix is None:
                 pooled += [(i, image, t) for i, t in zip(indices, texts)]
                 continue
+            self.check_budget([prefix.inputs["input_ids"].shape[1] + len(s) for s in prefix.suffixes])
             state = self._run_prefix(prefix)
             replies: list[tuple[list[int], list[list[float]]]] = []
             for lo in range(0, len(texts), self.batch_size):
@@ -551,6 +555,7 @@ class TransformersVLM(TransformersIdentity):
         for lo in range(0, len(pooled), self.batch_size):
             indices, images, texts = (list(c) for c in zip(*pooled[lo : lo + self.batch_size]))
             inputs = self._process(texts, images, padding_side="left")
+            self.check_budget(inputs["attention_mask"].sum(-1).tolist())
             steps = _StepProbs(watch)
             with torch.inference_mode():
                 generated = model.generate(**inputs, generation_config=config, logits_processor=[steps])
