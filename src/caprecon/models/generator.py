@@ -9,6 +9,7 @@ per image), so an image never depends on which other requests share its batch.
 from __future__ import annotations
 
 import inspect
+import json
 from functools import cached_property
 import logging
 from collections import defaultdict
@@ -20,6 +21,9 @@ import numpy as np
 from PIL import Image
 
 from caprecon.models.common import ModelSource, computation, dtype_name, resolve_device, resolve_source, torch_dtype
+
+# what a description says of a text budget only the loaded pipeline can tell
+UNKNOWN_BUDGET = "unknown until loaded"
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +129,32 @@ class DiffusersGenerator:
                      "steps": self.steps, "guidance": self.guidance, "dtype": self.dtype_name, "device": self.device,
                      "max_sequence_length": self.max_sequence_length, "fingerprint": self.fingerprint}
         # Each text encoder's budget is read from the loaded pipeline; a run whose images all came from
-        # the store never loads it, and describing it must not load it either.
-        if self._pipe is not None:
-            described["text_budget_by_encoder"] = {name: limit for name, _, limit in self._token_limits}
-            # the budget a caption keeps whole under every encoder; rows count what the tightest cut (`tokens_cut`)
-            described["text_budget"] = min(described["text_budget_by_encoder"].values(), default=None)
+        # the store never loads it, and describing it must not load it either: then the tokenizers'
+        # config files say what they can
+        budgets = {name: limit for name, _, limit in self._token_limits} if self._pipe is not None \
+            else self._budgets_on_disk()
+        described["text_budget_by_encoder"] = budgets
+        # the budget a caption keeps whole under every encoder; rows count what the tightest cut (`tokens_cut`)
+        known = [b for b in budgets.values() if isinstance(b, int)]
+        unread = self._pipe is None and (self.source.path is None or len(known) < len(budgets))
+        described["text_budget"] = UNKNOWN_BUDGET if unread else min(known, default=None)
         return described
+
+    def _budgets_on_disk(self) -> dict[str, int | str]:
+        """`_token_limits`' budgets from each tokenizer's `tokenizer_config.json`, without loading
+        the pipeline: a CLIP tokenizer's own limit; a long-text encoder's is `max_sequence_length`
+        when set, else the pipeline's default, which only the loaded pipeline says."""
+        budgets: dict[str, int | str] = {}
+        for name in ("tokenizer", "tokenizer_2", "tokenizer_3"):
+            config = self.source.path / name / "tokenizer_config.json" if self.source.path is not None else None
+            if config is None or not config.is_file():
+                continue
+            try:
+                native = json.loads(config.read_text()).get("model_max_length") or 0
+            except (OSError, ValueError):
+                native = 0
+            budgets[name] = native if 0 < native <= 77 else self.max_sequence_length or UNKNOWN_BUDGET
+        return budgets
 
     @property
     def dtype(self):

@@ -30,10 +30,13 @@ class Entry:
     factory: str  # "module:attr", imported only when used
     defaults: dict[str, Any] = field(default_factory=dict)
     about: str = ""
+    # caption tokens the model reads at once, as its published files state (the loaded model's own
+    # figure goes in the manifest); None where not stated here
+    text_budget: int | None = None
 
 
-def _diffusers(model: str, about: str, **defaults: Any) -> Entry:
-    return Entry("caprecon.models.generator:DiffusersGenerator", {"model": model, **defaults}, about)
+def _diffusers(model: str, about: str, text_budget: int | None = None, **defaults: Any) -> Entry:
+    return Entry("caprecon.models.generator:DiffusersGenerator", {"model": model, **defaults}, about, text_budget)
 
 
 def _hf_vision(model: str, about: str) -> Entry:
@@ -45,7 +48,10 @@ GENERATORS: dict[str, Entry] = {
     # default in force (guidance 0 turns it off, which suits only the distilled Turbo model)
     "z-image": _diffusers("Tongyi-MAI/Z-Image", "Z-Image (the ReconScore paper's generator)", steps=28,
                           max_sequence_length=512),
-    "z-image-turbo": _diffusers("Tongyi-MAI/Z-Image-Turbo", "Z-Image-Turbo, 8 steps", steps=8, guidance=0.0),
+    # one LLM text encoder (Qwen3-4B), no CLIP beside it: 512 tokens, the default max_sequence_length
+    # of diffusers' ZImagePipeline (0.42)
+    "z-image-turbo": _diffusers("Tongyi-MAI/Z-Image-Turbo", "Z-Image-Turbo, 8 steps", text_budget=512, steps=8,
+                                guidance=0.0),
     "qwen-image": _diffusers("Qwen/Qwen-Image", "Qwen-Image", steps=28),
     "sd3.5-large": _diffusers("stabilityai/stable-diffusion-3.5-large", "Stable Diffusion 3.5 Large", steps=28,
                               guidance=3.5),
@@ -80,14 +86,16 @@ MATCHERS: dict[str, Entry] = {
                   "CLIP text-image similarity"),
 }
 
-def _judge(model: str, about: str, box_coords: str) -> Entry:
+def _judge(model: str, about: str, box_coords: str, text_budget: int | None = None) -> Entry:
     # box_coords: the family's own grounding convention (0-1000 grid, pixels of the resized input, fractions)
-    return Entry("caprecon.models.registry:build_judge", {"model": model, "box_coords": box_coords}, about)
+    return Entry("caprecon.models.registry:build_judge", {"model": model, "box_coords": box_coords}, about,
+                 text_budget)
 
 
 JUDGES: dict[str, Entry] = {
+    # 262,144 tokens: text_config.max_position_embeddings of the checkpoint's config.json
     "qwen3-vl-8b": _judge("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL 8B Instruct (the Caption Turing Test judge)",
-                          "1000"),
+                          "1000", text_budget=262144),
     "qwen3-vl-32b": _judge("Qwen/Qwen3-VL-32B-Instruct", "Qwen3-VL 32B Instruct", "1000"),
     "qwen2.5-vl-7b": _judge("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2.5-VL 7B Instruct", "pixel"),
     "qwen2.5-vl-72b": _judge("Qwen/Qwen2.5-VL-72B-Instruct", "Qwen2.5-VL 72B Instruct (the paper's grounding judge)",
@@ -98,7 +106,9 @@ JUDGES: dict[str, Entry] = {
 }
 
 LLMS: dict[str, Entry] = {
-    "qwen3-8b": Entry("caprecon.models.registry:build_llm", {"model": "Qwen/Qwen3-8B"}, "Qwen3 8B (CaptionQA)"),
+    # 40,960 tokens: max_position_embeddings of the checkpoint's config.json
+    "qwen3-8b": Entry("caprecon.models.registry:build_llm", {"model": "Qwen/Qwen3-8B"}, "Qwen3 8B (CaptionQA)",
+                      text_budget=40960),
     "qwen2.5-7b": Entry("caprecon.models.registry:build_llm", {"model": "Qwen/Qwen2.5-7B-Instruct"},
                         "Qwen2.5 7B Instruct"),
 }
@@ -267,6 +277,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         # generator can: left out, the score says how close the nearest other scene the caption fits is
         "generator": "retrieval", "generator_options": {"exclude_source": True},
         "embedder": "efficientnet-lite0", "clip": None,
+    },
+    # Paragraph-long captions (~300 tokens: DOCCI, CapArena, DetailCaps) read whole by every role;
+    # each budget is the registry entry's `text_budget`, with its source there (the generator's 512 is
+    # also set as an option, so it does not hang on the pipeline's default). DINOv2 reads no text. CLIP
+    # reads 77 tokens, SigLIP 2 64, Long-CLIP 248 (its paper; whether transformers' CLIPModel loads
+    # zer0int/LongCLIP-L-Diffusers was not checked offline): none holds a paragraph, so no CLIP is set.
+    "detailed": {
+        "about": "paragraph-long captions, read whole by every role: Z-Image-Turbo (one Qwen3 text encoder, "
+                 "512 tokens), DINOv2 features (no text), Qwen3-VL-8B judge (262,144) and Qwen3-8B text LLM "
+                 "(40,960); no CLIP (77 tokens; Long-CLIP's 248 fall short too)",
+        "generator": "z-image-turbo", "generator_options": {"max_sequence_length": 512},
+        "embedder": "dinov2", "judge": "qwen3-vl-8b", "llm": "qwen3-8b", "clip": None,
     },
 }
 
