@@ -14,7 +14,12 @@ import caprecon
 from caprecon.cli import main
 from caprecon.core.redaction import redact
 from caprecon.reports.html import write_html_report
+from caprecon.metrics.recon import ReconScore
+from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.reports.html.collect import summary_table
+
+# the directions recon and turing declare, as a run's manifest holds them
+COLUMNS = {c.name: c for c in (*ReconScore.columns, *CaptionTuringTest.columns)}
 
 PAYLOADS = ['</script><script>document.title="owned";alert(1)</script>', '<img src=x onerror="alert(2)">',
             "<!-- <script>alert(3)</script>", '"><svg onload=alert(4)>']
@@ -45,7 +50,7 @@ def test_summary_is_mean_and_student_t_interval_per_captioner():
     records = ([{"id": f"a{i}", "captioner": "A", "recon": v, "turing_gap": 0.1 * i} for i, v in enumerate(a)]
                + [{"id": f"b{i}", "model": "B", "recon": v, "turing_gap": 0.3} for i, v in enumerate(b)]
                + [{"id": "broken", "captioner": "A", "recon": 0.0, "error": "row 9: cannot read image"}])
-    table = summary_table(records, ["recon", "turing_gap"])
+    table = summary_table(records, ["recon", "turing_gap"], COLUMNS)
     rows = dict(table.rows)
     assert set(rows) == {"A", "B"}  # the `model` column names a captioner too; the failed row is left out
     for name, values in (("A", a), ("B", b)):
@@ -58,7 +63,7 @@ def test_summary_is_mean_and_student_t_interval_per_captioner():
 
 
 def test_summary_of_one_row_has_no_interval_and_one_captioner_no_best():
-    table = summary_table([{"id": "x", "recon": 0.5}], ["recon"])
+    table = summary_table([{"id": "x", "recon": 0.5}], ["recon"], COLUMNS)
     (name, [cell]), = table.rows
     assert (name, cell.mean, cell.low, cell.high, table.best) == ("all", 0.5, None, None, {})
 
@@ -133,7 +138,7 @@ def test_best_of_n_candidates_and_selection_curve(tmp_path):
     assert data["selection_metric"] == "recon"
     assert [(i["i"], i["k"], i["sel"]) for i in data["items"] if i["sel"]] == [("p1", 1, True), ("q1", 1, True)]
     assert 'id="pools"' in html and 'id="gallery-selected"' in html
-    rows = dict(summary_table(records, ["recon"]).rows)
+    rows = dict(summary_table(records, ["recon"], COLUMNS).rows)
     assert rows["qwen (selected)"][0].mean == pytest.approx(0.8) and rows["qwen (all candidates)"][0].n == 6
     points = re.search(r'<polyline points="([^"]+)"', html).group(1).split()
     assert len(points) == 3  # one vertex per n

@@ -92,11 +92,13 @@ def cmd_meta(args: argparse.Namespace) -> int:
         results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
         return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
 
-    from caprecon.cli.meta import probe_llm_and_store
+    from caprecon.cli.meta import metric_names, probe_llm_and_store
 
-    from caprecon.metrics import METRICS
+    from caprecon.metrics import METRICS, is_metric
 
-    return run_meta_command(args, score_metric=score_metric, scorable=METRICS,
+    # a metric written outside caprecon (module:Class, an installed entry point) is scorable too
+    asked = metric_names([*(args.metric or []), *(args.compare or [])])
+    return run_meta_command(args, score_metric=score_metric, scorable={*METRICS, *filter(is_metric, asked)},
                             **probe_llm_and_store(settings, args.config))
 
 

@@ -15,20 +15,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from caprecon.core.records import is_number, read_jsonl
 from caprecon.core.redaction import redact, redact_text
+from caprecon.metrics.base import Column
 from caprecon.metrics.seeds import seed_interval
 
 # fields of a score record that are numbers but not scores
 NOT_SCORES = frozenset({"seed", "candidate", "tokens_cut", "size", "match"})
-# scores where a smaller value is the better one; every other score is better when larger
-LOWER_IS_BETTER_SUFFIXES = ("_gap",)
 # the selection curve a best-of-N `caption` run writes beside its candidates
 CURVE_FILES = ("curve.csv", "selection_curve.csv", "selection_curve.jsonl")
 # per-sample records: a `score` run's, else a best-of-N `caption` run's candidates
 RECORD_FILES = ("scores.jsonl", "candidates.jsonl")
-
-
-def lower_is_better(metric: str) -> bool:
-    return metric.endswith(LOWER_IS_BETTER_SUFFIXES)
 
 
 def finite_or_none(value: Any) -> float | None:
@@ -84,9 +79,11 @@ class SummaryTable:
     best: dict[str, str] = field(default_factory=dict)  # metric -> name of the row with the best mean
 
 
-def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str],
+def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], columns: Mapping[str, Column],
                   group_by: Sequence[str] = GROUP_BY) -> SummaryTable:
-    """One row per captioner (all its rows; for best-of-N runs also the selected captions alone)."""
+    """One row per captioner (all its rows; for best-of-N runs also the selected captions alone).
+    The best row of a metric is marked by its declared direction (`columns`, the manifest's); a
+    metric without a declaration has no best."""
     groups: dict[str, list[Mapping[str, Any]]] = {}
     best_of_n = any("selected" in r for r in records)
     for record in records:
@@ -105,8 +102,8 @@ def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str],
     if len(rows) > 1:
         for k, metric in enumerate(metrics):
             scored = [(cells[k].mean, name) for name, cells in rows if cells[k].mean is not None]
-            if scored:
-                best[metric] = (min if lower_is_better(metric) else max)(scored)[1]
+            if metric in columns and (found := columns[metric].best(scored)) is not None:
+                best[metric] = found
     return SummaryTable(list(metrics), rows, best)
 
 

@@ -21,6 +21,7 @@ from markupsafe import Markup
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_jsonl
 from caprecon.core.tables import number
+from caprecon.metrics.base import read_columns
 from caprecon.reports.categories import UPPER, category_table, radar_chart
 from caprecon.reports.html import collect, svg
 from caprecon.reports.html.seeds import seeds_section
@@ -89,7 +90,7 @@ def _thumbnails(originals: Sequence[str], reconstructions: Sequence[str], out: P
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
-             progress: bool, cache: Path | None, image_root: str | None) -> dict[str, Any]:
+             progress: bool, cache: Path | None, image_root: str | None, lower_better: Sequence[str]) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
         original, reconstructions = record_images(record, run)
@@ -131,7 +132,7 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["ci"] = [[_rounded(v) for v in record[f"{m}_ci"]] if isinstance(record.get(f"{m}_ci"), list)
                           else None for m in metrics]
         items.append(item)
-    return {"metrics": list(metrics), "lower_is_better": [m for m in metrics if collect.lower_is_better(m)],
+    return {"metrics": list(metrics), "lower_is_better": list(lower_better),
             "groups": sorted({item["g"] for item in items}), "page_size": PAGE_SIZE, "thumbs": f"{FILES}/thumbs/",
             "selection_metric": selection_metric, "other": other, "flip_fields": list(FLIP_FIELDS), "items": items}
 
@@ -342,7 +343,9 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     best_of_n = any("selected" in r for r in records)
     selection = manifest.get("selection") if isinstance(manifest.get("selection"), Mapping) else {}
     selection_metric = selection.get("metric") if selection.get("metric") in metrics else next(iter(metrics), None)
-    summary = collect.summary_table(records, metrics, group_by) if records and metrics else None
+    columns = read_columns(manifest)  # what the run's metrics declared: direction, range, aggregation
+    lower_better = [m for m in metrics if m in columns and columns[m].higher_is_better is False]
+    summary = collect.summary_table(records, metrics, columns, group_by) if records and metrics else None
     categories = _categories(records, out) if records else []
     curve = _curve(run)
     seeds = seeds_section(records, metrics, group_by[0] if group_by else "captioner") if records else None
@@ -355,7 +358,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     image_root = manifest.get("image_root") if isinstance(manifest.get("image_root"), str) else None
     refinement = _refinement(run, out, progress=progress, cache=cache, image_root=image_root)
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
-                        group_by=group_by, progress=progress, cache=cache, image_root=image_root)
+                        group_by=group_by, progress=progress, cache=cache, image_root=image_root,
+                        lower_better=lower_better)
                if records else None)
 
     sections = [("summary", "Summary")] if summary else []
@@ -385,7 +389,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     html = _environment().get_template("report.html").render(
         title=title or f"caprecon report: {run.resolve().name}", run=str(run), counts=counts, sections=sections,
         group_label="captioner" if tuple(group_by) == collect.GROUP_BY else " / ".join(group_by),
-        summary=summary, lower_better=[m for m in metrics if collect.lower_is_better(m)], curve=curve, seeds=seeds,
+        summary=summary, lower_better=lower_better, curve=curve, seeds=seeds,
         categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n, refinement=refinement,
         selection_metric=selection_metric,
         hallucinations=bool(gallery) and any("h" in item for item in gallery["items"]),
