@@ -801,3 +801,40 @@ def test_pearson_of_scores_near_the_largest_float(recwarn):
     assert pearson([v * 1e308 for v in small], human) == pytest.approx(pearson(small, human), rel=1e-12)
     assert pearson(small, human) == pytest.approx(np.corrcoef(small, human)[0, 1], rel=1e-12)
     assert not [w for w in recwarn if "overflow" in str(w.message)]
+
+
+def _png_base64(colour=(200, 10, 10)) -> str:
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(1).integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def _generic_bank(path, inline_images):
+    return _jsonl(path, [{"image_id": image_id, "image": image, "question": "What colour?", "answer": "red"}
+                         for image_id, image in inline_images])
+
+
+def _vlmevalkit_bank(path, inline_images):
+    lines = ["index\timage\tquestion\tA\tB\tanswer"]
+    lines += [f"{image_id}\t{image}\tWhat colour?\tred\tblue\tA" for image_id, image in inline_images]
+    return _write(path, "\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("layout, writer", [("generic", _generic_bank), ("vlmevalkit", _vlmevalkit_bank)])
+def test_cttd_import_no_images_still_drops_undecodable_inline_images(layout, writer, tmp_path, capsys):
+    good = _png_base64()
+    not_base64 = "@" * 600
+    not_an_image = base64.b64encode(b"plain text " * 60).decode()
+    questions = writer(tmp_path / ("q.jsonl" if layout == "generic" else "q.tsv"),
+                       [("1", good), ("2", not_base64), ("3", not_an_image)])
+    out = tmp_path / "bank"
+    code, stdout, err = _run(["cttd", "import", str(questions), "--out", str(out), "--no-images"], capsys)
+    assert "Traceback" not in err
+    assert [json.loads(line)["image_id"] for line in (out / "bank.jsonl").open()] == ["1"]
+    assert not (out / "images").exists()  # decoded, never written
+    assert err.splitlines()[0].startswith("dropped: 2 question(s) whose image could not be used (image not base64: 1, "
+                                          "image not decodable: 1)")
+    first = 1 if layout == "generic" else 2  # a TSV's line 1 is its header
+    assert f"  {questions}:{first + 1} (image 2): the image is not valid base64" in err
+    assert f"  {questions}:{first + 2} (image 3): " in err
+    assert code == 1

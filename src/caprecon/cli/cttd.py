@@ -85,7 +85,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--category", default="", help="category of rows without one")
     p.add_argument("--source", help="source name for the datasheet (default: the file's name)")
     p.add_argument("--id-prefix", default="", help="vlmevalkit: prefix of image ids (default: none, the index)")
-    p.add_argument("--no-images", action="store_true", help="do not write the images to OUT/images")
+    p.add_argument("--no-images", action="store_true", help="do not write the images to OUT/images (inline ones are still decoded: a broken one drops its questions)")
     p.add_argument("--image-root", metavar="DIR",
                    help="relative image paths resolve against DIR (default: the question file's folder), and every "
                         "image must lie inside it: a question whose image escapes it is dropped")
@@ -176,8 +176,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise ConfigError(f"question file not found: {source}")
     out = Path(args.out)
-    images = None if args.no_images else ImageWriter(out / "images", out,
-                                                      image_root=Path(args.image_root) if args.image_root else None)
+    # with --no-images an inline image is still decoded, so a question whose image is broken is dropped
+    # and named as when images are written; only nothing reaches OUT/images
+    images = ImageWriter(None if args.no_images else out / "images", out,
+                         image_root=Path(args.image_root) if args.image_root else None)
     fmt = args.format
     try:
         if fmt == "auto":
@@ -197,7 +199,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     except QuestionImportError as exc:
         raise ConfigError(str(exc)) from None
     write_jsonl(out / "bank.jsonl", records)
-    dropped = images.dropped if images is not None else []
+    dropped = images.dropped
     reasons = dict(Counter(d.reason for d in dropped))
     sheet = {"bank": "bank.jsonl", "imported_from": str(source), "format": fmt, **bank_counts(records),
              "stages": [], "models": {}, "prompts": {}, "settings": {"format": fmt, "columns": args.column or []}}
@@ -209,7 +211,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     write_json(out / "datasheet.json", sheet)
     (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
     print(f"bank: {out / 'bank.jsonl'} — {len(records)} questions about {sheet['images']} images ({fmt})")
-    if images is not None and images.written:
+    if images.written:
         print(f"images: {out / 'images'} ({len(images.written)} written)")
     if dropped:
         counts = ", ".join(f"{reason}: {n}" for reason, n in reasons.items())

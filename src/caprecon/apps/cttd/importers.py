@@ -18,8 +18,9 @@ Images given inline (base64) or as paths are written to the output's `images/` f
 as `<image_id>.<format>`, so a captions file can name them and `turing` find them. Each is
 decoded first and only the bytes that decoded are written: a question whose image is not
 base64, not an image, missing, not a regular file or outside `image_root` is dropped,
-counted and named (`ImageWriter.dropped`), and the import goes on. Any row that is not a
-valid bank item stops the import with the file, line and problem.
+counted and named (`ImageWriter.dropped`), and the import goes on. Without a folder to write to
+(`--no-images`) inline images are still decoded and dropped alike; image paths are left unread.
+Any row that is not a valid bank item stops the import with the file, line and problem.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class ImageDropped(Exception):
 
 class ImageWriter:
     """Writes each image once, as images/<image_id>.<format>, after decoding it; remembers what
-    it wrote and which questions it dropped. Image paths are read through
+    it wrote and which questions it dropped; with `folder` None it writes nothing and only checks
+    inline images. Image paths are read through
     `caprecon.data.images.read_image_file`: relative ones resolve against `image_root` when it
     is given (else the question file's folder), and every one must then lie inside it."""
 
@@ -138,6 +140,8 @@ class ImageWriter:
         return self._result(image_id, where)
 
     def from_path(self, image_id: str, path: Path, where: str) -> str | None:
+        if self.folder is None:  # nothing is copied, so the image stays where the path says, unread
+            return None
         if image_id not in self.written and image_id not in self._refused:
             try:
                 data = read_image_file(path, self.image_root)
@@ -225,10 +229,12 @@ def import_generic(path: str | Path, *, columns: dict[str, str] | None = None,
         if images is not None and not _blank(image):
             text = str(image)
             try:
-                record["image"] = images.from_base64(image_id, text, where) if len(text) > 512 \
+                written = images.from_base64(image_id, text, where) if len(text) > 512 \
                     else images.from_path(image_id, images.locate(text, path.parent), where)
             except ImageDropped:
                 continue
+            if written is not None:
+                record["image"] = written
         out.append(_checked(record, where))
     return out
 
@@ -268,13 +274,15 @@ def import_vlmevalkit(path: str | Path, *, images: ImageWriter | None = None, so
             raw = row.get("image")
             if not _blank(raw) and len(str(raw)) <= 64:  # a reference to the row holding the image
                 raw = inline.get(str(raw).strip())
+            written = None
             try:
                 if not _blank(raw):
-                    record["image"] = images.from_base64(image_id, str(raw), where)
+                    written = images.from_base64(image_id, str(raw), where)
                 elif not _blank(row.get("image_path")):
-                    record["image"] = images.from_path(image_id, images.locate(str(row["image_path"]), path.parent),
-                                                       where)
+                    written = images.from_path(image_id, images.locate(str(row["image_path"]), path.parent), where)
             except ImageDropped:
                 continue
+            if written is not None:
+                record["image"] = written
         out.append(_checked(record, where))
     return out
