@@ -246,3 +246,43 @@ def test_a_registered_name_whose_module_is_missing_is_a_one_line_config_error(mo
     registry.register("generator", "bogus-gen", "no_such_module_xyz:Generator")
     with pytest.raises(ConfigError, match="no_such_module_xyz"):
         build_model("generator", "bogus-gen")
+
+
+def test_caprecon_build_is_the_commands_builder(text_lm):
+    import caprecon
+    from caprecon.core.redaction import redact_text
+
+    judge = caprecon.build("judge", f"{HERE}:KeyedJudge", api_key="public-key-456")
+    assert isinstance(judge, KeyedJudge)
+    assert redact_text("the key public-key-456 said") == "the key *** said"
+    with pytest.raises(ConfigError, match="text-only"):
+        caprecon.build("judge", str(text_lm))
+
+
+@pytest.mark.parametrize("metric", ["VQAScore", "Fleur"])
+def test_a_metric_given_a_model_path_builds_it_as_the_commands_do(metric, text_lm):
+    import caprecon
+
+    with pytest.raises(ConfigError, match=f"--judge {text_lm}: .*text-only"):
+        getattr(caprecon, metric)(str(text_lm))
+
+
+def test_clipscore_called_on_a_clip_path_matches_the_score_command(tiny_clip, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    import caprecon
+
+    rng = np.random.default_rng(1)
+    images = [Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)) for _ in range(2)]
+    captions = ["a red square", "two boats on a lake"]
+    rows = []
+    for i, image in enumerate(images):
+        image.save(tmp_path / f"{i}.png")
+        rows.append({"id": str(i), "image": str(tmp_path / f"{i}.png"), "caption": captions[i]})
+    (tmp_path / "in.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    called = caprecon.ClipScore(str(tiny_clip))(images, captions)
+    assert main(["score", "-i", str(tmp_path / "in.jsonl"), "-m", "clipscore", "--clip", str(tiny_clip),
+                 "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0
+    scored = [json.loads(line)["clipscore"] for line in (tmp_path / "run" / "scores.jsonl").open()]
+    assert called == pytest.approx(scored, abs=1e-6) and len(set(called)) == 2

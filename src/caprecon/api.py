@@ -12,15 +12,21 @@ from caprecon.apps.reward import AsyncReward, Guards, Reward
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample
 from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
+from caprecon.metrics.captionqa import CaptionQA
+from caprecon.metrics.clipscore import ClipS, ClipScore, RefClipScore
+from caprecon.metrics.fleur import Fleur
+from caprecon.metrics.halluc import Hallucination
+from caprecon.metrics.turing import CaptionTuringTest
+from caprecon.metrics.vqascore import VQAScore
+from caprecon.models.build import build
 from caprecon.models.embedder import DreamSimEmbedder, HFVisionEmbedder
 from caprecon.models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator
-from caprecon.models.registry import build
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.run.score import Results, score
 from caprecon.store.index import Store
 
 __all__ = [
-    "AsyncReward", "ClipImageScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "GenerationRequest", "HFVisionEmbedder",
-    "Guards", "Metric", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
+    "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
+    "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "score",
 ]

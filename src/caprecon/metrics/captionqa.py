@@ -19,6 +19,7 @@ from caprecon.store.index import content_key
 from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.grading import score_answer
+from caprecon.models.build import model_of
 
 CANNOT = "Cannot answer from the description"
 PREAMBLE = (
@@ -42,7 +43,7 @@ class CaptionQA(Metric):
 
     def __init__(self, llm: TextLLM, bank: str | Path | dict[str, list[QAItem]], *, max_new_tokens: int = 32,
                  iou_threshold: float = 0.5):
-        self.llm = llm
+        self.llm = model_of("llm", llm)
         self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
         self.max_new_tokens = max_new_tokens
         self.iou_threshold = iou_threshold

@@ -29,6 +29,7 @@ from caprecon.data.images import LoadedSample
 from caprecon.data.samples import SampleError
 from caprecon.store.index import content_key
 from caprecon.metrics.base import Column, Context, Metric
+from caprecon.models.build import model_of
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class ClipScore(Metric):
             raise ValueError(f"{self.name} weight must be a positive number, not {weight!r}")
         if not isinstance(prefix, str):
             raise ValueError(f"{self.name} prefix must be text, not {prefix!r}")
-        self.clip, self.prefix, self.weight = clip, prefix, float(weight)
+        self.clip, self.prefix, self.weight = model_of("matcher", clip), prefix, float(weight)
         self.columns = (Column(self.name, low=0.0, high=self.weight, needs_source_image=True),)
 
     def describe(self) -> dict[str, Any]:

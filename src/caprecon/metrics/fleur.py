@@ -35,6 +35,7 @@ from caprecon.models.vlm import VisionLanguageModel
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.judging import LazyImages, generations_with_token_probs, require_capability
+from caprecon.models.build import model_of
 
 DIGITS = [str(d) for d in range(10)]
 
@@ -97,6 +98,7 @@ class Fleur(Metric):
     def __init__(self, vlm: VisionLanguageModel, *, prompt: str = PROMPT, max_new_tokens: int = 16):
         if "{caption}" not in prompt:
             raise ValueError("FLEUR prompt must contain {caption}")
+        vlm = model_of("judge", vlm)
         require_capability(vlm, "generate_with_token_probs", self.name)
         self.vlm, self.prompt, self.max_new_tokens = vlm, prompt, max_new_tokens
 

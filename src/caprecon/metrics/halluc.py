@@ -43,6 +43,7 @@ from caprecon.models.generator import TextToImage
 from caprecon.models.llm import TextLLM
 from caprecon.models.vlm import VisionLanguageModel
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
+from caprecon.models.build import model_of
 
 HEADLINES = {"precision": "halluc", "coverage": "halluc_coverage", "f": "halluc_f"}
 NAMES = {"precision": "halluc", "coverage": "halluc-coverage", "f": "halluc-f"}  # as `METRICS` lists them
@@ -72,6 +73,7 @@ class Hallucination(Metric):
         if report != "precision" and generator is None:
             raise ValueError(f"halluc's {report} needs a generator (coverage is checked on the reconstruction)")
         self.name = NAMES[report]  # before any error, which names the metric as the user asked for it
+        judge, llm, generator = model_of("judge", judge), model_of("llm", llm), model_of("generator", generator)
         require_capability(judge, "option_probs", self.name)
         self.judge, self.llm, self.generator, self.bank = judge, llm, generator, bank
         self.spec = spec or ReconstructionSpec()

@@ -17,6 +17,7 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Column, Column, Context, Metric
+from caprecon.models.build import model_of
 
 
 class ReconScore(Metric):
@@ -32,8 +33,8 @@ class ReconScore(Metric):
 
     def __init__(self, generator: TextToImage, embedder: ImageEmbedder, spec: ReconstructionSpec | None = None,
                  **spec_options: Any):
-        self.generator = generator
-        self.embedder = embedder
+        self.generator = model_of("generator", generator)
+        self.embedder = model_of("embedder", embedder)
         self.spec = spec or ReconstructionSpec(**spec_options)
 
     def describe(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.grading import BoxReading, grade_reply
 from caprecon.metrics.judging import LazyImages, answers
+from caprecon.models.build import model_of
 
 
 class CaptionTuringTest(Metric):
@@ -56,8 +57,8 @@ class CaptionTuringTest(Metric):
             raise ValueError(f"iou_threshold must be in (0, 1], not {iou_threshold!r}")
         if judge_box_coords is not None and judge_box_coords not in COORDS:
             raise ValueError(f"judge_box_coords must be one of {', '.join(COORDS)}, not {judge_box_coords!r}")
-        self.generator = generator
-        self.judge = judge
+        self.generator = model_of("generator", generator)
+        self.judge = model_of("judge", judge)
         self.judges_for = dict(judges_for or {})  # category -> the judge of that category's questions
         self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
         self.spec = spec or ReconstructionSpec(**spec_options)

@@ -29,6 +29,7 @@ from caprecon.data.images import LoadedSample
 from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Column, Context, Metric
 from caprecon.metrics.judging import Ask, LazyImages, option_probs, require_capability
+from caprecon.models.build import model_of
 
 DEFAULT_TEMPLATE = "Is the figure showing: {caption}?"
 YES, NO = ("Yes", "yes"), ("No", "no")
@@ -82,6 +83,7 @@ class VQAScore(Metric):
             raise ValueError(f"VQAScore template must contain {{caption}}: {template!r}")
         if column and on == "both":
             raise ValueError("VQAScore on both images has two fields; `column` names one")
+        vlm, generator = model_of("judge", vlm), model_of("generator", generator)
         require_capability(vlm, "option_probs", self.name)
         self.vlm, self.template, self.on, self.generator = vlm, template, on, generator
         self.spec = spec or ReconstructionSpec()

@@ -56,6 +56,21 @@ def build_model(role: str, spec: Any, options: Mapping[str, Any] | None = None, 
     return model
 
 
+def build(role: str, spec: Any, **options: Any) -> Any:
+    """A model for `role` (`generator`, `embedder`, `matcher`, `judge`, `llm`, `captioner`) from a
+    registry name, a local folder, a hub id or `module:Class`, built as every command builds it.
+
+        judge = caprecon.build("judge", "qwen2.5-vl-3b", base_url="http://localhost:8000/v1", api_key=KEY)
+
+    Raises `ConfigError` naming the setting when the model cannot serve as `role`."""
+    return build_model(role, spec, options)
+
+
+def model_of(role: str, model: Any) -> Any:
+    """`model` itself when it is a model; a name or path given to a metric built by `build`."""
+    return build_model(role, model) if isinstance(model, (str, Path)) else model
+
+
 def _constructor(role: str, spec: Any) -> Any:
     """What `registry.build` calls for a registry name or a model path; None for an object or
     a plug-in (`module:Class`), which are not imported here."""
