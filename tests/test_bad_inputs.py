@@ -632,7 +632,7 @@ def test_selection_weights_must_be_finite_and_positive(command, weights, message
 
 def test_the_python_api_bounds_the_same_counts(tmp_path):
     from caprecon.apps.refine import refine
-    from caprecon.apps.t2i import evaluate_generators
+    from caprecon.apps.t2i import t2i
     from caprecon.core.errors import ConfigError
     from caprecon.run.captioning import Selection
     from caprecon.run.config import RunConfig
@@ -650,8 +650,8 @@ def test_the_python_api_bounds_the_same_counts(tmp_path):
                                                                                     n_resamples=10**9),
         "n_resamples must be between 0 and 100000, not -1": lambda: stability(rows, "recon", n_resamples=-1),
         "n_resamples must be between 0 and 100000, not -2": lambda: bootstrap_ci(len, ["a", "b"], n_resamples=-2),
-        "--limit must be between 1 and 100000000, not -1": lambda: evaluate_generators([], [], limit=-1),
-        "--bootstrap must be between 1 and 100000, not 0": lambda: evaluate_generators([], [], n_bootstrap=0),
+        "--limit must be between 1 and 100000000, not -1": lambda: t2i([], [], limit=-1),
+        "--bootstrap must be between 1 and 100000, not 0": lambda: t2i([], [], n_bootstrap=0),
     }
     for message, call in cases.items():
         with pytest.raises(ConfigError) as raised:
@@ -838,3 +838,20 @@ def test_cttd_import_no_images_still_drops_undecodable_inline_images(layout, wri
     assert f"  {questions}:{first + 1} (image 2): the image is not valid base64" in err
     assert f"  {questions}:{first + 2} (image 3): " in err
     assert code == 1
+
+
+HELP_COMMANDS = ["score", "meta", "caption", "refine", "t2i", "suite", "cttd build", "reward-audit", "reconstruct",
+                 "cttd import", "compare", "seeds", "report", "cache info", "merge", "distill", "models", "demo",
+                 "suite-agree"]
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS)
+def test_allow_plugins_only_on_commands_that_read_a_config(command, capsys):
+    code, out, _ = _run([*command.split(), "--help"], capsys)
+    assert code == 0
+    assert ("--allow-plugins" in out) == ("--config" in out), out
+
+
+def test_allow_plugins_is_refused_where_no_config_is_read(tmp_path, capsys):
+    code, _, err = _run(["compare", str(tmp_path), str(tmp_path), "--allow-plugins"], capsys)
+    assert code == 2 and "unrecognized arguments: --allow-plugins" in err

@@ -10,7 +10,7 @@ import os
 import sys
 
 from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Writes, add_image_root_options, add_run_options,
-                                 global_options, run_command, run_settings)
+                                 global_options, plugin_option, run_command, run_settings)
 from caprecon.core.errors import ConfigError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -229,6 +229,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     wanted = lambda name: command not in known or name == command  # noqa: E731
     parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
     global_options(parser, default=False)
+    plugin_option(parser, default=False)
     common = argparse.ArgumentParser(add_help=False)
     global_options(common, default=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -75,6 +75,11 @@ def global_options(p: argparse.ArgumentParser, default=None) -> None:
     """Options accepted before and after the subcommand; after it, they only override when given."""
     p.add_argument("--verbose", "-v", action="store_true", default=default,
                    help="log what each stage does (model loading, cache hits, retries)")
+
+
+def plugin_option(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    """--allow-plugins, on the commands that read a --config file (it means nothing elsewhere); on a
+    command it only overrides the one before the command when given."""
     p.add_argument("--allow-plugins", action="store_true", default=default,
                    help="load plug-ins (module:Class) named in a --config file: they are code the run imports and "
                         "calls, so only for files you trust (plug-ins given as options always load)")
@@ -94,6 +99,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
         "models" + (" (only for metrics scored here: not those in --scores, nor bleu, cider, ...)" if for_meta else ""))
     p.add_argument("--preset", help="run preset: paper-recon, fast, offline")
     p.add_argument("--config", help="YAML or TOML file of settings (same names as the options)")
+    plugin_option(p)
     p.add_argument("--generator", "-g", action="append",
                    help="registry name, hub id, local folder or module:Class; given twice or more, an ensemble: "
                         "reconstruction metrics report the mean over the generators (and --seeds) and how much of "

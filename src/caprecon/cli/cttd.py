@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from caprecon.cli.common import ROWS_FAILED, Writes, global_options, row_failures
+from caprecon.cli.common import ROWS_FAILED, Writes, global_options, plugin_option, row_failures
 
 
 # the drops `cttd import` names one per line before it says "and N more"
@@ -24,7 +24,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--images", required=True, help="folder of images (searched recursively; sub-folders = sources)")
     p.add_argument("--out", "-o", required=True, help="build folder: stage outputs, bank.jsonl, datasheet.md/.json")
     p.add_argument("--config", help="YAML or TOML file of build settings (same names as the options)")
-    global_options(p, default=argparse.SUPPRESS)  # --allow-plugins (for --config) and --verbose here too
+    global_options(p, default=argparse.SUPPRESS)
+    plugin_option(p)
     for role, about in (("vlm", "questioner VLM (stages 2, 4); default qwen3-vl-32b"),
                         ("judge", "VLM that checks answers on the original image (stage 5); default: the --vlm"),
                         ("llm", "text LLM naming clusters and running --blind-filter; default qwen3-8b"),

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from caprecon.core.checks import MAX_LIMIT
-from caprecon.cli.common import Writes, failed_records, real_number, row_failures, whole_number
+from caprecon.cli.common import Writes, failed_records, plugin_option, real_number, row_failures, whole_number
 from caprecon.run.config import load_config_file, parse_options, parse_pairs
 from caprecon.core.errors import ConfigError
 from caprecon.data.qa import COORDS
@@ -76,6 +76,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--template", help="prompt template with {caption}, or a preset (default: plain)")
     p.add_argument("--seed", type=whole_number(0, 2**63 - 1), help="base seed of the reconstructions (each image's derives from it)")
     p.add_argument("--config", help="YAML or TOML file of run settings (generator, judge, their options, size...)")
+    plugin_option(p)
     p.add_argument("--batch-size", type=whole_number(1), help="images per captioner, generator or judge batch "
                    "(default 16)")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
@@ -103,7 +104,7 @@ def add_parser(subparsers) -> None:
 
 def cmd_suite(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
-    from caprecon.apps.suites import caption_sources, evaluate_suites, load_suites
+    from caprecon.apps.suites import caption_sources, suite, load_suites
 
     file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     keys = ("generator", "judge", "size", "max_side", "template", "seed", "batch_size", "cache_dir", "no_cache")
@@ -117,7 +118,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     cfg = RunConfig.build(**settings)
     suites = load_suites(args.suite, args.data)
     sources = caption_sources(args.captioners or [], args.captions or [])
-    results = evaluate_suites(suites, sources, config=cfg, out=args.out,
+    results = suite(suites, sources, config=cfg, out=args.out,
                               captioner_options=parse_options(args.captioner_opt), prompt=args.prompt,
                               max_words=args.max_words, caption_max_new_tokens=args.caption_max_new_tokens,
                               judge_max_new_tokens=args.judge_max_new_tokens, judge_box_coords=args.judge_box_coords,

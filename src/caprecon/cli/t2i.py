@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES
-from caprecon.cli.common import Writes, failed_records, row_failures, whole_number
+from caprecon.cli.common import Writes, failed_records, plugin_option, row_failures, whole_number
 from caprecon.run.config import load_config_file, parse_options
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.vqascore import DEFAULT_TEMPLATE
@@ -59,6 +59,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--preset", help="run preset (its generator is used when no --generator is given)")
     p.add_argument("--config", help="YAML or TOML file: run settings, plus `generators` and `judges` lists of "
                                     "names or {label, model, options}")
+    plugin_option(p)
     p.add_argument("--batch-size", type=whole_number(1), help="images per generator or judge batch (default 16)")
     p.add_argument("--cache-dir", help="content-addressed cache (default $CAPRECON_CACHE or ~/.cache/caprecon)")
     p.add_argument("--no-cache", action="store_const", const=True,
@@ -85,7 +86,7 @@ def _settings(args: argparse.Namespace, file_values: dict[str, Any]) -> dict[str
 
 def cmd_t2i(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
-    from caprecon.apps.t2i import evaluate_generators
+    from caprecon.apps.t2i import t2i
 
     file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     lists = {key: file_values.pop(key) for key in _LISTS if key in file_values}
@@ -95,7 +96,7 @@ def cmd_t2i(args: argparse.Namespace) -> int:
     cfg = RunConfig.build(**_settings(args, file_values))
     generators = args.generators or lists.get("generators") or ([cfg.generator] if cfg.generator else [])
     judges = args.judges or lists.get("judges") or ([cfg.judge] if cfg.judge else list(DEFAULT_JUDGES))
-    results = evaluate_generators(args.input, generators, judges, config=cfg, out=args.out,
+    results = t2i(args.input, generators, judges, config=cfg, out=args.out,
                                   caption_column=args.caption_column, limit=args.limit, normalise=args.normalise,
                                   n_bootstrap=args.bootstrap, progress=not args.quiet)
     if not args.quiet:
