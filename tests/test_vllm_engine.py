@@ -39,7 +39,8 @@ def fake_vllm(monkeypatch):
 def test_engine_requests_and_answers_read_like_a_server(fake_vllm):
     llm = VLLMEngineLLM("some/model", engine={"max_model_len": 4096}, top_logprobs=3)
     probs = llm.option_probs(["Which? A or B", "Again?"], [["A", "B", "C"], ["B"]])
-    assert probs[0] == pytest.approx([0.2, 0.7, 0.0]) and probs[1] == pytest.approx([0.7])
+    # "C" is not among the top 3: unknown (NaN), read by the same rule as over a server
+    assert probs[0][:2] == pytest.approx([0.2, 0.7]) and math.isnan(probs[0][2]) and probs[1] == pytest.approx([0.7])
     engine = llm._llm
     assert engine.model == "some/model" and engine.options == {"max_model_len": 4096}
     conversations, params, _ = engine.calls[0]
