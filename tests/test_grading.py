@@ -9,7 +9,7 @@ from PIL import Image
 
 from caprecon.apps.cttd import BuildConfig, curate
 from caprecon.apps.cttd.stage import Job
-from caprecon.apps.suites import caption_sources, evaluate_suites, load_suites
+from caprecon.apps.suites import caption_sources, load_suites, suite
 from caprecon.apps.suites.entries import SUITES
 from caprecon.apps.suites.loaders import BenchQuestion
 from caprecon.apps.suites.table import UPPER
@@ -170,7 +170,7 @@ def test_suite_refcoco_row_with_a_grid_judge_scores_iou_one_on_1024x768(tmp_path
     captions = tmp_path / "drawn.jsonl"
     captions.write_text(json.dumps({"dataset": "refcoco", "index": "0", "caption": "a red square"}) + "\n")
     judge = Judge("1000", GRID_REPLY)
-    results = evaluate_suites(load_suites(["refcoco"], [str(bench)]), caption_sources([], {"drawn": captions}),
+    results = suite(load_suites(["refcoco"], [str(bench)]), caption_sources([], {"drawn": captions}),
                               generator=OracleGenerator(), judge=judge, size="1024x768",
                               cache_dir=str(tmp_path / "cache"))
     rows = {r["captioner"]: r for r in results.records}
@@ -193,7 +193,7 @@ def test_suite_scores_iou_one_on_the_1024x768_reconstruction_of_a_1280x960_origi
                                  "bbox": [x, y, x2 - x, y2 - y]}) + "\n")
     captions = tmp_path / "drawn.jsonl"
     captions.write_text(json.dumps({"dataset": "refcoco", "index": "0", "caption": "a red square"}) + "\n")
-    results = evaluate_suites(load_suites(["refcoco"], [str(bench)]), caption_sources([], {"drawn": captions}),
+    results = suite(load_suites(["refcoco"], [str(bench)]), caption_sources([], {"drawn": captions}),
                               generator=OracleGenerator(), judge=Judge(coords, reply),
                               cache_dir=str(tmp_path / "cache"))
     rows = {r["captioner"]: r for r in results.records}

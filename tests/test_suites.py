@@ -19,7 +19,7 @@ from caprecon.cli import main
 from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.vlm import TransformersVLM
-from caprecon.apps.suites import SuiteTable, caption_sources, evaluate_suites, load_suites, surrogate_agreement
+from caprecon.apps.suites import SuiteTable, caption_sources, load_suites, suite, surrogate_agreement
 from caprecon.apps.suites.entries import SUITES, SuiteEntry
 from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_benchmark
 from caprecon.apps.suites.table import UPPER
@@ -398,7 +398,7 @@ def test_table_one_with_a_scripted_judge(tmp_path, bench_files):
         files[label] = write_jsonl(tmp_path / f"{label}.jsonl", [{"image_id": i, "caption": text}
                                                                  for i in image_ids])
     judge = ScriptedJudge(SCRIPT)
-    results = evaluate_suites(suites, caption_sources([], files), generator=OracleGenerator(), judge=judge,
+    results = suite(suites, caption_sources([], files), generator=OracleGenerator(), judge=judge,
                               size="32x32", judge_box_coords="normalized", cache_dir=str(tmp_path / "cache"),
                               out=tmp_path / "run", sigma=40)
     table = results.table
@@ -434,7 +434,7 @@ def test_table_one_with_a_scripted_judge(tmp_path, bench_files):
     asked_before = len(judge.asked)
     files["third"] = write_jsonl(tmp_path / "third.jsonl", [{"dataset": "mmbench", "index": "10",
                                                              "caption": "a green triangle"}])
-    again = evaluate_suites(suites, caption_sources([], files), generator=OracleGenerator(), judge=judge,
+    again = suite(suites, caption_sources([], files), generator=OracleGenerator(), judge=judge,
                             size="32x32", judge_box_coords="normalized", cache_dir=str(tmp_path / "cache"))
     new = judge.asked[asked_before:]
     # only the red image's questions (mmbench 2, mme 2, math 1, refcoco 1) on its one new reconstruction
@@ -463,7 +463,7 @@ def test_a_dataset_has_a_judge_of_its_own(tmp_path, bench_files):
     # the gold boxes are (.25, .25, .75, .75) of their images: on the grid (250, 250, 750, 750)
     grounding = GridJudge({"the red card on the left": ("[250, 250, 750, 750]", "[250, 250, 750, 750]"),
                            "the green card at the top": ("[250, 250, 750, 750]", "[500, 250, 1000, 750]")})
-    results = evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+    results = suite(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
                               judge=default, judge_for={"refcoco": grounding}, size="32x32",
                               judge_box_coords="normalized", cache_dir=str(tmp_path / "cache"))
     # every refcoco question, on the originals and on the reconstructions, went to its own judge
@@ -482,14 +482,14 @@ def test_a_dataset_has_a_judge_of_its_own(tmp_path, bench_files):
         "refcoco"] * 2  # upper bound, then the source, each in the suite's order
 
     # only the datasets without a judge of their own need the default one
-    alone = evaluate_suites(suites[1:], caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+    alone = suite(suites[1:], caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
                             judge_for={"refcoco": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
     assert alone.table.score("drawn", "refcoco") == pytest.approx(100 * (1 + 1 / 3) / 2)
     with pytest.raises(ConfigError, match="no judge"):
-        evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
+        suite(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(),
                         judge_for={"refcoco": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ConfigError, match="--judge-for refcocog: no such dataset in this suite"):
-        evaluate_suites(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(), judge=default,
+        suite(suites, caption_sources([], {"drawn": drawn}), generator=OracleGenerator(), judge=default,
                         judge_for={"refcocog": grounding}, size="32x32", cache_dir=str(tmp_path / "cache"))
 
 
@@ -502,7 +502,7 @@ def test_suite_command_passes_judge_for_from_the_options_and_the_config_file(tmp
         seen["judge_for"] = config.judge_for
         return SimpleNamespace(out=None, records=[])
 
-    monkeypatch.setattr(suites_app, "evaluate_suites", capture)
+    monkeypatch.setattr(suites_app, "suite", capture)
     captions = write_jsonl(tmp_path / "c.jsonl", [{"dataset": "mmbench", "index": "10", "caption": "a red card"}])
     config = tmp_path / "run.yaml"
     config.write_text("judge_for: {mmbench: qwen3-vl-8b, refcoco: qwen2.5-vl-7b}\n")
@@ -642,14 +642,14 @@ def test_a_suite_reconstructs_in_halved_batches_after_out_of_memory(tmp_path, be
                                                              for n, i in enumerate(image_ids)])
              for label in ("red", "blue")}
     hungry = HungryGenerator(room=2)
-    results = evaluate_suites(suites, caption_sources([], files), generator=hungry, judge=ScriptedJudge(SCRIPT),
+    results = suite(suites, caption_sources([], files), generator=hungry, judge=ScriptedJudge(SCRIPT),
                               size="32x32", cache_dir=str(tmp_path / "cache"), batch_size=4)
     # two captioners' 4 pictures in batches of 4: 4 fails, then 2 and 2; the second batch starts at 2
     assert len(image_ids) == 4 and hungry.sizes == [4, 2, 2, 2, 2]
     made = [r for r in results.records if r["captioner"] != UPPER]
     assert made and all(r.get("reconstruction") and not r.get("error") for r in made)
     with pytest.raises(RunError, match="reconstruct: out of memory on a single row"):
-        evaluate_suites(suites, caption_sources([], files), generator=HungryGenerator(room=0),
+        suite(suites, caption_sources([], files), generator=HungryGenerator(room=0),
                         judge=ScriptedJudge(SCRIPT), size="32x32", cache_dir=str(tmp_path / "fresh"))
 
 

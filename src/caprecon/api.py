@@ -8,7 +8,10 @@ Everything here is defined in its own layer (docs/layout.md, "How the code is la
 this module only chooses what is public.
 """
 
+from caprecon.apps.refine import Refined, refine
 from caprecon.apps.reward import AsyncReward, Guards, Reward
+from caprecon.apps.suites import SuiteResults, suite
+from caprecon.apps.t2i import T2IResults, t2i
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample
 from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
@@ -28,5 +31,5 @@ from caprecon.store.index import Store
 __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
-    "load_samples", "score",
+    "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
 ]

@@ -5,7 +5,7 @@ every judge (a VLM) gives its probability that Î shows c, asked "Is the figure
 showing: c?" (VQAScore on the generated image). The paper reports the mean over the
 test set for two judges, LLaVA (primary) and InstructBLIP.
 
-    results = evaluate_generators("captions.parquet", {"sd35": "sd3.5-medium", "flux": "flux.1-dev"},
+    results = t2i("captions.parquet", {"sd35": "sd3.5-medium", "flux": "flux.1-dev"},
                                   out="runs/t2i")
     print(results.table.to_text())
 
@@ -224,7 +224,7 @@ class T2IResults:
 
 
 @holds_run_folder("out", inputs=("samples",))
-def evaluate_generators(
+def t2i(
     samples: str | Path | Iterable[Sample | dict],
     generators: Iterable[Any] | Mapping[str, Any],
     judges: Iterable[Any] | Mapping[str, Any] = DEFAULT_JUDGES,

@@ -104,7 +104,7 @@ def add_parser(subparsers) -> None:
 
 def cmd_suite(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
-    from caprecon.apps.suites import caption_sources, evaluate_suites, load_suites
+    from caprecon.apps.suites import caption_sources, load_suites, suite
 
     file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     keys = ("generator", "judge", "size", "max_side", "template", "seed", "batch_size", "cache_dir", "no_cache")
@@ -118,7 +118,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
     cfg = RunConfig.build(**settings)
     suites = load_suites(args.suite, args.data)
     sources = caption_sources(args.captioners or [], args.captions or [])
-    results = evaluate_suites(suites, sources, config=cfg, out=args.out,
+    results = suite(suites, sources, config=cfg, out=args.out,
                               captioner_options=parse_options(args.captioner_opt), prompt=args.prompt,
                               max_words=args.max_words, caption_max_new_tokens=args.caption_max_new_tokens,
                               judge_max_new_tokens=args.judge_max_new_tokens, judge_box_coords=args.judge_box_coords,

@@ -8,9 +8,9 @@ the suite's ranking and the CTTD surrogate's).
 
 from caprecon.apps.suites.agreement import surrogate_agreement
 from caprecon.apps.suites.entries import SUITES, SuiteEntry, load_suites
-from caprecon.apps.suites.runner import evaluate_suites
+from caprecon.apps.suites.runner import suite
 from caprecon.apps.suites.sources import CaptionSource, caption_sources
 from caprecon.apps.suites.table import SuiteResults, SuiteTable
 
 __all__ = ["SUITES", "CaptionSource", "SuiteEntry", "SuiteResults", "SuiteTable", "caption_sources",
-           "evaluate_suites", "load_suites", "surrogate_agreement"]
+           "load_suites", "suite", "surrogate_agreement"]

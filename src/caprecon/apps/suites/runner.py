@@ -114,7 +114,7 @@ class _Images:
 
 
 @holds_run_folder("out")
-def evaluate_suites(
+def suite(
     suites: Sequence[SuiteEntry],
     sources: Sequence[CaptionSource],
     *,
