@@ -632,7 +632,7 @@ def test_selection_weights_must_be_finite_and_positive(command, weights, message
 
 def test_the_python_api_bounds_the_same_counts(tmp_path):
     from caprecon.apps.refine import refine
-    from caprecon.apps.t2i import evaluate_generators
+    from caprecon.apps.t2i import t2i
     from caprecon.core.errors import ConfigError
     from caprecon.run.captioning import Selection
     from caprecon.run.config import RunConfig
@@ -650,8 +650,8 @@ def test_the_python_api_bounds_the_same_counts(tmp_path):
                                                                                     n_resamples=10**9),
         "n_resamples must be between 0 and 100000, not -1": lambda: stability(rows, "recon", n_resamples=-1),
         "n_resamples must be between 0 and 100000, not -2": lambda: bootstrap_ci(len, ["a", "b"], n_resamples=-2),
-        "--limit must be between 1 and 100000000, not -1": lambda: evaluate_generators([], [], limit=-1),
-        "--bootstrap must be between 1 and 100000, not 0": lambda: evaluate_generators([], [], n_bootstrap=0),
+        "--limit must be between 1 and 100000000, not -1": lambda: t2i([], [], limit=-1),
+        "--bootstrap must be between 1 and 100000, not 0": lambda: t2i([], [], n_bootstrap=0),
     }
     for message, call in cases.items():
         with pytest.raises(ConfigError) as raised:

@@ -86,7 +86,7 @@ def _settings(args: argparse.Namespace, file_values: dict[str, Any]) -> dict[str
 
 def cmd_t2i(args: argparse.Namespace) -> int:
     from caprecon.run.config import RunConfig
-    from caprecon.apps.t2i import evaluate_generators
+    from caprecon.apps.t2i import t2i
 
     file_values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
     lists = {key: file_values.pop(key) for key in _LISTS if key in file_values}
@@ -96,7 +96,7 @@ def cmd_t2i(args: argparse.Namespace) -> int:
     cfg = RunConfig.build(**_settings(args, file_values))
     generators = args.generators or lists.get("generators") or ([cfg.generator] if cfg.generator else [])
     judges = args.judges or lists.get("judges") or ([cfg.judge] if cfg.judge else list(DEFAULT_JUDGES))
-    results = evaluate_generators(args.input, generators, judges, config=cfg, out=args.out,
+    results = t2i(args.input, generators, judges, config=cfg, out=args.out,
                                   caption_column=args.caption_column, limit=args.limit, normalise=args.normalise,
                                   n_bootstrap=args.bootstrap, progress=not args.quiet)
     if not args.quiet:
