@@ -855,3 +855,22 @@ def test_allow_plugins_only_on_commands_that_read_a_config(command, capsys):
 def test_allow_plugins_is_refused_where_no_config_is_read(tmp_path, capsys):
     code, _, err = _run(["compare", str(tmp_path), str(tmp_path), "--allow-plugins"], capsys)
     assert code == 2 and "unrecognized arguments: --allow-plugins" in err
+
+
+@pytest.mark.parametrize("value", ["-1e-3", "-2E+5", "-1.", "-inf", "-Infinity"])
+def test_negative_numbers_are_values_not_options(value, tmp_path, capsys):
+    (tmp_path / "images").mkdir()
+    code, _, err = _run(["cttd", "build", "--images", str(tmp_path / "images"), "--out", str(tmp_path / "b"),
+                         "--alpha", value], capsys)
+    # the value reaches its own check, which names the option and the number
+    assert code == 2 and f"--alpha must be a finite number at least 0, not {float(value)!r}" in err, err
+    assert "unrecognized arguments" not in err
+
+
+def test_meta_takes_negative_numbers_as_values(tmp_path, capsys):
+    from caprecon.cli.meta import main as meta_main
+
+    with pytest.raises(SystemExit) as stop:
+        meta_main(["--bootstrap", "-1e3"])
+    assert stop.value.code == 2
+    assert "argument --bootstrap: must be a whole number, not '-1e3'" in capsys.readouterr().err

@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Writes, add_image_root_options, add_run_options,
+from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Parser, Writes, add_image_root_options, add_run_options,
                                  global_options, plugin_option, run_command, run_settings)
 from caprecon.core.errors import ConfigError, ServerError
 from caprecon.models.common import ModelNotFoundError
@@ -227,7 +227,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     builtin = ("score", "meta", "report", "models", "demo")
     known = {*builtin, *(name for names in PLUGINS.values() for name in names)}
     wanted = lambda name: command not in known or name == command  # noqa: E731
-    parser = argparse.ArgumentParser(prog="caprecon", description="Caption evaluation by reconstruction.")
+    parser = Parser(prog="caprecon", description="Caption evaluation by reconstruction.")
     global_options(parser, default=False)
     plugin_option(parser, default=False)
     common = argparse.ArgumentParser(add_help=False)

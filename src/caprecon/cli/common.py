@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +20,17 @@ from caprecon.run.config import parse_options, parse_pairs, parse_seeds
 # the exit status of a command some of whose rows failed (or that had none), whichever command it is;
 # and of one that could not run (a usage error) or had to stop
 ROWS_FAILED, CANNOT_RUN = 1, 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, taking any number that begins with a minus for a value, not an option:
+    argparse's own test knows only -1 and -.5, so `--alpha -1e-3` was refused as an unknown option
+    (no option of caprecon's is spelled like a number). Subcommands' parsers are of the same class."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
+                                                   re.IGNORECASE)
 
 
 def whole_number(low: int, high: int | None = None):

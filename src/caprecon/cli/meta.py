@@ -37,7 +37,7 @@ import numpy as np
 from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact_text
-from caprecon.cli.common import Writes, real_number, run_command, whole_number
+from caprecon.cli.common import Parser, Writes, real_number, run_command, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
 from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
 from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
@@ -832,7 +832,7 @@ def _write_report(out: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="caprecon meta", description="Agreement of caption metrics with human judgments, and probes."
     )
     add_meta_arguments(parser)
