@@ -602,7 +602,8 @@ COUNTS_AND_DOMAINS = [
 
 def _with_required(command, root):
     """`command`'s required arguments, so that only the option under test is wrong."""
-    return {"refine": ["refine", "-i", str(root / "none.jsonl"), "--out", str(root / "o")],
+    (root / "rows.jsonl").touch()  # there, so that what is refused is the option, not a missing input
+    return {"refine": ["refine", "-i", str(root / "rows.jsonl"), "--out", str(root / "o")],
             "caption": ["caption", "--images", str(root), "--out", str(root / "o")],
             "score": ["score", "-i", str(root / "none.jsonl")],
             "compare": ["compare", str(root)], "seeds": ["seeds", str(root)],
@@ -874,3 +875,29 @@ def test_meta_takes_negative_numbers_as_values(tmp_path, capsys):
         meta_main(["--bootstrap", "-1e3"])
     assert stop.value.code == 2
     assert "argument --bootstrap: must be a whole number, not '-1e3'" in capsys.readouterr().err
+
+
+MISSING_INPUTS = {  # command line with a path that is not there -> how the message names it
+    "score": (["score", "-i", "{x}", "-m", "clipscore", "--out", "{out}"], "--input"),
+    "caption": (["caption", "--images", "{x}", "--out", "{out}"], "--images"),
+    "refine": (["refine", "-i", "{x}", "--out", "{out}"], "--input"),
+    "t2i": (["t2i", "-i", "{x}", "--out", "{out}"], "--input"),
+    "reconstruct": (["reconstruct", "-i", "{x}", "-m", "recon", "--out", "{out}"], "--input"),
+    "compare": (["compare", "{x}", "{x}"], "runs"),
+    "seeds": (["seeds", "{x}"], "run"),
+    "report": (["report", "{x}"], "run"),
+    "merge": (["merge", "{x}", "--out", "{out}"], "shards"),
+    "meta --scores": (["meta", "--scores", "{x}", "--benchmark", "flickr8k-expert", "--out", "{out}"], "--scores"),
+    "cttd import": (["cttd", "import", "{x}", "--out", "{out}"], "file"),
+    "cttd build": (["cttd", "build", "--images", "{x}", "--out", "{out}"], "--images"),
+    "suite-agree": (["suite-agree", "--suite-run", "{x}", "--turing", "a=b", "--out", "{out}"], "--suite-run"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MISSING_INPUTS))
+def test_a_missing_input_names_its_option(kind, tmp_path, capsys):
+    argv, option = MISSING_INPUTS[kind]
+    missing, out = tmp_path / "nofile.jsonl", tmp_path / "out"
+    code, _, err = _run([a.format(x=missing, out=out) for a in argv], capsys)
+    assert code == 2 and err.strip().splitlines()[-1] == f"caprecon: error: {option}: not found: {missing}", err
+    assert not out.exists()  # refused before any folder is made

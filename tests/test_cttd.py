@@ -437,8 +437,9 @@ def test_killed_build_resumes_without_redoing_finished_items(image_folder, taxon
 
 def test_build_errors_name_the_problem(tmp_path, capsys):
     assert main(["cttd", "build", "--images", str(tmp_path / "none"), "--out", str(tmp_path / "b")]) == 2
-    assert "image folder not found" in capsys.readouterr().err
-    assert main(["cttd", "build", "--images", str(tmp_path), "--out", str(tmp_path / "b"), "--taxonomy",
+    assert f"--images: not found: {tmp_path / 'none'}" in capsys.readouterr().err
+    (tmp_path / "images").mkdir()  # beside the build folder: one inside the images is refused first
+    assert main(["cttd", "build", "--images", str(tmp_path / "images"), "--out", str(tmp_path / "b"), "--taxonomy",
                  "nothing.json"]) == 2
     assert "taxonomy must be 'paper', 'discover' or a taxonomy JSON file" in capsys.readouterr().err
 

@@ -462,7 +462,7 @@ def test_the_meta_module_runs_as_a_script_with_a_benchmark(tmp_path):
     done = subprocess.run([sys.executable, "-m", "caprecon.cli.meta", "--benchmark", "pascal50s", "--data",
                            str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr
-    assert f"--data {tmp_path / 'missing'} does not exist" in done.stderr + done.stdout
+    assert f"--data: not found: {tmp_path / 'missing'}" in done.stderr + done.stdout
 
 
 # ----------------------------------------------------------------------------- Elo and model-level agreement

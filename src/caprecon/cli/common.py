@@ -32,6 +32,15 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$",
                                                    re.IGNORECASE)
 
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        # how the command line spelled each option, so a message about its value can name it; the
+        # subcommand's parser ran first (inside super()), so its names are already there and win
+        own = {action.dest: action.option_strings[0] if action.option_strings else action.dest
+               for action in self._actions}
+        namespace.option_names = {**own, **getattr(namespace, "option_names", {})}
+        return namespace, extras
+
 
 def whole_number(low: int, high: int | None = None):
     """An argparse `type` for a count in [low, high], so `--batch-size 0` or `--rounds 10**9` is
@@ -304,6 +313,16 @@ class Writes:
         return (Path(run) if not Path(run).is_file() else Path(run).parent), False
 
 
+def _inputs_exist(args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """A path the command reads that is not there, named by its option (`--input: not found: x.jsonl`)."""
+    spelled = getattr(args, "option_names", {})
+    for name in names:
+        value = getattr(args, name, None)
+        for path in value if isinstance(value, (list, tuple)) else [value]:
+            if path is not None and not Path(path).exists():
+                raise ConfigError(f"{spelled.get(name, name)}: not found: {path}")
+
+
 @contextlib.contextmanager
 def command_folder(args: argparse.Namespace) -> Iterator[Path | None]:
     """The run lifecycle's prologue for a command line (`caprecon.run.folder.run_folder`): every
@@ -314,6 +333,7 @@ def command_folder(args: argparse.Namespace) -> Iterator[Path | None]:
     if writes is None:
         yield None
         return
+    _inputs_exist(args, (*writes.inputs, *writes.trees, *filter(None, [writes.default])))
     inputs = [getattr(args, name, None) for name in writes.inputs]
     trees = [getattr(args, name, None) for name in writes.trees]
     for name in writes.files:
