@@ -901,3 +901,18 @@ def test_a_missing_input_names_its_option(kind, tmp_path, capsys):
     code, _, err = _run([a.format(x=missing, out=out) for a in argv], capsys)
     assert code == 2 and err.strip().splitlines()[-1] == f"caprecon: error: {option}: not found: {missing}", err
     assert not out.exists()  # refused before any folder is made
+
+
+@pytest.mark.parametrize("scores", [[1e308, 1.5e308], [-1e308, -1.7e308, 1e308], [0.25, 0.75]],
+                         ids=["near the largest", "both signs", "within 1"])
+def test_a_run_summary_of_scores_near_the_largest_float(scores):
+    import statistics
+
+    from caprecon.run.folder import summarise
+
+    summary = summarise([{"id": str(i), "recon": v} for i, v in enumerate(scores)], ["recon"])["metrics"]["recon"]
+    # by hand at 1e-300 scale (exact in ratio), then scaled back
+    small = [v * 1e-300 for v in scores]
+    assert summary["mean"] == pytest.approx(statistics.fmean(small) * 1e300, rel=1e-12)
+    assert summary["std"] == pytest.approx(statistics.pstdev(small) * 1e300, rel=1e-12)
+    assert math.isfinite(summary["mean"]) and math.isfinite(summary["std"]) and summary["n"] == len(scores)

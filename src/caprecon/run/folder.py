@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
 from caprecon.core.records import is_number
+from caprecon.core.scaling import rescale, unit_scale
 from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
 from caprecon.run.config import RunConfig
@@ -231,9 +232,12 @@ def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dic
     metrics = {}
     for name in metric_names:
         values = [r[name] for r in records if is_number(r.get(name))]
-        mean = sum(values) / len(values) if values else None
-        std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if values else None
-        metrics[name] = {"mean": mean, "std": std, "n": len(values)}
+        # at unit scale: scores near 1e308 summed to inf, and summary.json could not be written
+        scaled, exponent = unit_scale(values)
+        mean = sum(scaled) / len(scaled) if values else None
+        std = math.sqrt(sum((v - mean) ** 2 for v in scaled) / len(scaled)) if values else None
+        metrics[name] = {"mean": None if mean is None else rescale(mean, exponent),
+                         "std": None if std is None else rescale(std, exponent), "n": len(values)}
     failed = [r for r in records if r.get("error")]
     reasons: dict[str, int] = {}
     for r in failed:
