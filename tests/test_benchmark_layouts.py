@@ -25,7 +25,10 @@ from caprecon.apps.metabench.verify import PUBLISHED, protocol_difference, publi
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 from caprecon.cli.meta import main as meta_main
 from caprecon.data.judgments import JudgmentFormatError
-from caprecon.data.loaders import benchmarks as loaders
+from caprecon.data.loaders.composite import load_composite
+from caprecon.data.loaders.foil import COCO_CAPTIONS_FILE, FOIL_FILE, load_foil
+from caprecon.data.loaders.polaris import POLARIS_CSV
+from caprecon.data.loaders.thumb import THUMB_FILE, THUMB_REFERENCES, load_thumb
 from caprecon.data.loaders.released import join_released, read_released_scores
 
 pa = pytest.importorskip("pyarrow")
@@ -167,7 +170,7 @@ def test_composite_as_fleur_ships_it_and_the_refs_rule(tmp_path):
         assert dog.image == "flickr8k/Flickr8k_Dataset/1000_ab12.jpg"  # FLEUR's image folder per subset
         assert by_caption["two men"].image == "coco2014/val2014/COCO_val2014_000000000042.jpg"
         assert dog.image_id == "flickr8k/1000_ab12"
-    assert [j.caption for j in loaders.load_composite(path, subsets=("coco",)).items] == ["two men"]
+    assert [j.caption for j in load_composite(path, subsets=("coco",)).items] == ["two men"]
 
 
 def test_composite_polos_csv_and_hub_folder(tmp_path):
@@ -222,10 +225,10 @@ def test_foil_pairs_by_annotation_id_with_coco_references(tmp_path):
         {"id": 11, "image_id": 1, "caption": "a dog on a bed", "foil": True, "foil_word": "bed"},
         {"id": 12, "image_id": 1, "caption": "a puppy on a couch", "foil": False},
     ]
-    _json(folder / loaders.FOIL_FILE, {"images": [{"id": 1, "file_name": "COCO_val2014_000000000001.jpg"}],
+    _json(folder / FOIL_FILE, {"images": [{"id": 1, "file_name": "COCO_val2014_000000000001.jpg"}],
                                        "annotations": anns})
     coco = ["a dog on a sofa", "a puppy on a couch", "a dog rests", "pet on furniture", "a small dog", "an animal"]
-    _json(folder / loaders.COCO_CAPTIONS_FILE, {"annotations": [{"image_id": 1, "caption": c} for c in coco]})
+    _json(folder / COCO_CAPTIONS_FILE, {"annotations": [{"image_id": 1, "caption": c} for c in coco]})
     polos_one = get_benchmark("foil-polos-1ref").load(str(folder))
     polos_all = get_benchmark("foil-polos-allref").load(str(folder))
     assert [(p.caption_a, p.caption_b) for p in polos_one.items] == [
@@ -244,7 +247,7 @@ def test_foil_pairs_by_annotation_id_with_coco_references(tmp_path):
     (row,) = run_benchmark(get_benchmark("foil-polos-1ref"), polos_one, score, n_bootstrap=0)
     assert row.value == pytest.approx(0.5)
     with pytest.raises(ValueError, match="pairs must be one of all, per-image"):
-        loaders.load_foil(folder, pairs="each")
+        load_foil(folder, pairs="each")
 
 
 # ----------------------------------------------------------------------------- THumB
@@ -258,12 +261,12 @@ def test_thumb_as_the_repository_ships_it(tmp_path):
         {"seg_id": 7, "image": "COCO_val2014_000000000007.jpg", "hyp": "a man surfing", "SYS": "Human",
          "P": 5.0, "R": 4.5, "Fl": 0, "Con": 0, "Inc": 0, "human_score": 4.75},
     ]  # fmt: skip
-    _lines(folder / loaders.THUMB_FILE, rows)
-    _lines(folder / loaders.THUMB_REFERENCES, [{"seg_id": 7, "refs": ["a surfer", "a man on a wave"]}])
+    _lines(folder / THUMB_FILE, rows)
+    _lines(folder / THUMB_REFERENCES, [{"seg_id": 7, "refs": ["a surfer", "a man on a wave"]}])
     judgments = get_benchmark("thumb").load(str(folder))
     assert [(j.system, j.ratings, j.refs) for j in judgments.items] == [
         ("Up-Down", (3.5,), ["a surfer", "a man on a wave"]), ("Human", (4.75,), ["a surfer", "a man on a wave"])]
-    assert [j.ratings for j in loaders.load_thumb(folder, target="recall").items] == [(3.0,), (4.5,)]
+    assert [j.ratings for j in load_thumb(folder, target="recall").items] == [(3.0,), (4.5,)]
 
 
 # ----------------------------------------------------------------------------- Nebula and Spica
@@ -298,7 +301,7 @@ def test_nebula_test_labels_corrected_from_spica(tmp_path):
 
 
 def test_polaris_polos_csv_and_the_datasets_cache(tmp_path):
-    path = _csv(tmp_path / "polaris" / loaders.POLARIS_CSV, ["mt", "refs", "score", "imgid"],
+    path = _csv(tmp_path / "polaris" / POLARIS_CSV, ["mt", "refs", "score", "imgid"],
                 [["a dog", repr(["a dog runs", "dog"]), "0.5", "p1.jpg"]])
     (item,) = get_benchmark("polaris").load(str(path.parent)).items
     assert (item.caption, item.refs, item.ratings, item.image_id) == ("a dog", ["a dog runs", "dog"], (0.5,), "p1")
@@ -333,13 +336,13 @@ def test_longcap_arena_splits_and_vela_csv(tmp_path):
 
 def test_find_benchmarks_under_a_data_root_and_the_hub_cache(tmp_path):
     _composite_json(tmp_path)
-    _csv(tmp_path / "polaris" / loaders.POLARIS_CSV, ["mt", "refs", "score", "imgid"], [["a", "['b']", "1", "x.jpg"]])
+    _csv(tmp_path / "polaris" / POLARIS_CSV, ["mt", "refs", "score", "imgid"], [["a", "['b']", "1", "x.jpg"]])
     snapshot = tmp_path / "hub" / "datasets--Ka2ukiMatsuda--Nebula" / "snapshots" / "abc123"
     _parquet(snapshot / "data" / "test-00000-of-00001.parquet", {
         "file_name": ["a.jpg"], "image": ["a.jpg"], "refs": [["r"]], "mt": ["m"], "human_score": [0.5]})
     found = {bench.name: path for bench, path in find_benchmarks(tmp_path)}
     assert found == {"composite": tmp_path / "composite" / "composite.json",
-                     "polaris": tmp_path / "polaris" / loaders.POLARIS_CSV,
+                     "polaris": tmp_path / "polaris" / POLARIS_CSV,
                      "nebula": snapshot, "nebula-raw": snapshot}  # fmt: skip
 
 
@@ -430,7 +433,7 @@ def test_fleur_pascal_files_per_category_add_up(tmp_path):
 def test_verify_on_a_fixture_with_a_hand_computed_tau(tmp_path, capsys):
     # human 1,1,2,2 against metric 1,2,3,4: 4 concordant pairs, none discordant, 2 tied in human only.
     # tau_b = 4 / sqrt(6 * 4) = 0.8165; tau_c = 2 * 4 / (4^2 * (2 - 1) / 2) = 1.0
-    data = _csv(tmp_path / "polaris" / loaders.POLARIS_CSV, ["mt", "refs", "score", "imgid"],
+    data = _csv(tmp_path / "polaris" / POLARIS_CSV, ["mt", "refs", "score", "imgid"],
                 [[f"caption {k}", "['r']", str(h), f"i{k}.jpg"] for k, h in enumerate((1, 1, 2, 2), 1)])
     scores = _csv(tmp_path / "m.csv", ["id", "m"], [[str(k), str(k)] for k in range(1, 5)])
     expected = tmp_path / "expected.csv"
@@ -446,7 +449,7 @@ def test_verify_on_a_fixture_with_a_hand_computed_tau(tmp_path, capsys):
 def test_verify_all_finds_every_benchmark_and_writes_one_table(tmp_path, capsys):
     root = tmp_path / "data"
     _composite_json(root)
-    _csv(root / "polaris" / loaders.POLARIS_CSV, ["mt", "refs", "score", "imgid"],
+    _csv(root / "polaris" / POLARIS_CSV, ["mt", "refs", "score", "imgid"],
          [[f"caption {k}", "['r']", str(h), f"i{k}.jpg"] for k, h in enumerate((1, 1, 2, 2), 1)])
     _parquet(root / "Nebula" / "data" / "test-00000-of-00001.parquet", {
         "file_name": ["a.jpg"], "image": ["a.jpg"], "refs": [["r"]], "mt": ["m"], "human_score": [0.5]})

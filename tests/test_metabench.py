@@ -17,7 +17,9 @@ from caprecon.metrics import reference
 from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, JudgmentFormatError, Judgments
 from caprecon.cli.meta import main as meta_main
 from caprecon.apps.metabench import BENCHMARKS, get_benchmark
-from caprecon.data.loaders import benchmarks as loaders
+from caprecon.data.loaders.composite import load_composite
+from caprecon.data.loaders.pascal50s import load_pascal50s, pascal_reference_draws
+from caprecon.data.loaders.thumb import load_thumb
 from caprecon.stats.agreement import compare_metrics
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import Published, compare, our_value, read_expected
@@ -94,17 +96,17 @@ def test_composite_folder_per_subset(tmp_path):
         w.writerow(["a.jpg", "a dog", "a dog runs|a brown dog", "4"])
     (folder / "30k_correctness.jsonl").write_text(json.dumps({"image": "b.jpg", "candidate": "a man", "references": ["a man walks"], "score": [2, 3]}) + "\n")
     _write(folder / "coco.json", [{"file_name": "c.jpg", "caption": "a cat", "refs": ["a cat sits"], "correctness": 5}])
-    judgments = loaders.load_composite(folder)
+    judgments = load_composite(folder)
     got = {j.image_id: (j.caption, j.ratings, j.refs) for j in judgments.items}
     assert got == {
         "flickr8k/a": ("a dog", (4.0,), ["a dog runs", "a brown dog"]),
         "flickr30k/b": ("a man", (2.0, 3.0), ["a man walks"]),
         "coco/c": ("a cat", (5.0,), ["a cat sits"]),
     }
-    assert [j.image_id for j in loaders.load_composite(folder, subsets=("coco",)).items] == ["coco/c"]
+    assert [j.image_id for j in load_composite(folder, subsets=("coco",)).items] == ["coco/c"]
     _write(folder / "coco.json", [{"file_name": "c.jpg", "caption": "a cat", "rating": 7}])
     with pytest.raises(JudgmentFormatError, match="coco.json item 1: Composite ratings are 1-5"):
-        loaders.load_composite(folder)
+        load_composite(folder)
 
 
 # ----------------------------------------------------------------------------- Pascal-50S
@@ -119,12 +121,12 @@ def _pascal(tmp_path, n_refs=5):
 
 
 def test_pascal50s_json_layout(tmp_path):
-    judgments = loaders.load_pascal50s(_pascal(tmp_path))
+    judgments = load_pascal50s(_pascal(tmp_path))
     assert [(j.category, j.preference) for j in judgments.items] == [("HC", 1.0), ("HC", 0.0), ("HI", 1.0), ("MM", 1.0)]
     assert judgments.pairwise and len(judgments.items[0].refs) == 5
     bad = _write(tmp_path / "bad.json", {"HC": [{"image": "p", "captions": ["a", "b"], "label": 2, "references": []}]})
     with pytest.raises(JudgmentFormatError, match=r"HC\[0\]: `label` must be 0 or 1"):
-        loaders.load_pascal50s(bad)
+        load_pascal50s(bad)
 
 
 def test_pairwise_ties_follow_the_documented_rule(tmp_path):
@@ -135,7 +137,7 @@ def test_pairwise_ties_follow_the_documented_rule(tmp_path):
         {"image": "3.jpg", "captions": ["good", "bad"], "label": 1, "references": ["r"]},   # metric wrong: 0
         {"image": "4.jpg", "captions": ["good", "bad"], "preference": 0.5, "references": ["r"]},  # human tie: out
     ]}  # fmt: skip
-    judgments = loaders.load_pascal50s(_write(tmp_path / "p.json", data))
+    judgments = load_pascal50s(_write(tmp_path / "p.json", data))
     score = _scorer(lambda s: {"good": 2.0, "bad": 1.0, "same": 1.5}[s.caption])
     (row,) = run_benchmark(get_benchmark("pascal50s"), judgments, score, n_bootstrap=0)
     assert row.value == pytest.approx(1.5 / 3) and row.n == 3
@@ -143,10 +145,10 @@ def test_pairwise_ties_follow_the_documented_rule(tmp_path):
 
 
 def test_pascal_5_of_48_is_seeded_and_matches_a_hand_count(tmp_path):
-    judgments = loaders.load_pascal50s(_pascal(tmp_path, n_refs=48))
-    draws = loaders.pascal_reference_draws(judgments, seed=3)
-    again = loaders.pascal_reference_draws(judgments, seed=3)
-    other = loaders.pascal_reference_draws(judgments, seed=4)
+    judgments = load_pascal50s(_pascal(tmp_path, n_refs=48))
+    draws = pascal_reference_draws(judgments, seed=3)
+    again = pascal_reference_draws(judgments, seed=3)
+    other = pascal_reference_draws(judgments, seed=4)
     refs = lambda ds: [[tuple(it.refs) for it in d.items] for d in ds]  # noqa: E731
     assert refs(draws) == refs(again) and refs(draws) != refs(other)
     full = set(judgments.items[0].refs)
@@ -157,7 +159,7 @@ def test_pascal_5_of_48_is_seeded_and_matches_a_hand_count(tmp_path):
     # B is "ref 1"; a caption scores 1 when it is among the pair's references. A is preferred:
     # leaving out ref 1 makes the metric right (1), leaving out ref 0 wrong (0), else a tie (0.5).
     pair = {"image": "p.jpg", "captions": ["ref 0", "ref 1"], "label": 0, "references": [f"ref {k}" for k in range(6)]}
-    small = loaders.load_pascal50s(_write(tmp_path / "six.json", {"HC": [pair]}))
+    small = load_pascal50s(_write(tmp_path / "six.json", {"HC": [pair]}))
     left_out = [({f"ref {k}" for k in range(6)} - set(random.Random(f"7:{d}:HC-0").sample(pair["references"], 5))).pop()
                 for d in range(5)]  # fmt: skip
     expected = np.mean([{"ref 1": 1.0, "ref 0": 0.0}.get(gone, 0.5) for gone in left_out])
@@ -201,7 +203,7 @@ def test_thumb_caption_and_system_pearson(tmp_path):
                          "refs": ["a ref"]})  # fmt: skip
     path = tmp_path / "thumb.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    judgments = loaders.load_thumb(path)
+    judgments = load_thumb(path)
     metric = rng.normal(size=len(rows))
     caption, system = run_benchmark(get_benchmark("thumb"), judgments, lambda j: {"m": metric}, n_bootstrap=0)
     total = np.array([r["Total"] for r in rows])
@@ -209,7 +211,7 @@ def test_thumb_caption_and_system_pearson(tmp_path):
     means = lambda v: [v[4 * k: 4 * k + 4].mean() for k in range(3)]  # noqa: E731
     assert system.statistic == "pearson_system" and system.n == 3
     assert system.value == pytest.approx(stats.pearsonr(means(metric), means(total))[0])
-    assert loaders.load_thumb(path, target="precision").items[0].ratings == (rows[0]["P"],)
+    assert load_thumb(path, target="precision").items[0].ratings == (rows[0]["P"],)
 
 
 # ----------------------------------------------------------------------------- Polaris / Nebula
@@ -283,7 +285,7 @@ def test_paired_bootstrap_finds_the_better_metric():
 
 def _pascal_cli_files(tmp_path):
     path = _pascal(tmp_path)
-    judgments = loaders.load_pascal50s(path)
+    judgments = load_pascal50s(path)
     with (tmp_path / "scores.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["id", "good", "bad"])

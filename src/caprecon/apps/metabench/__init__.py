@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Callable
 
 from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgments, JudgmentFormatError
-from caprecon.data.loaders import benchmarks as loaders
+from caprecon.data.loaders.composite import load_composite
+from caprecon.data.loaders.flickr8k import load_flickr8k
+from caprecon.data.loaders.foil import FOIL_FILE, load_foil
+from caprecon.data.loaders.longcap import LONGCAP_PERSPECTIVES, LONGCAP_SPLITS, load_longcap
+from caprecon.data.loaders.nebula import load_nebula, spica_corrected
+from caprecon.data.loaders.pascal50s import load_pascal50s
+from caprecon.data.loaders.polaris import POLARIS_CSV, load_polaris
+from caprecon.data.loaders.thumb import THUMB_FILE, load_thumb
 from caprecon.data.loaders.captionevalkit import captionevalkit_nebula_csv, load_captionevalkit_nebula
 from caprecon.data.loaders.caparena import CAPARENA_FILE, load_caparena
 from caprecon.data.loaders.expert import EXPERT_SCORES, expert_layout, load_expert_scores
@@ -68,12 +75,12 @@ class Benchmark:
 
 
 def _longcap(test: str, perspective: str) -> Benchmark:
-    split = loaders.LONGCAP_SPLITS[test]
+    split = LONGCAP_SPLITS[test]
     return Benchmark(
         f"longcaparena-{test}-{perspective}",
-        f"LongCap-Arena {test[:4].title()}{test[4:].upper()} ({split}), {loaders.LONGCAP_PERSPECTIVES[perspective]}: "
+        f"LongCap-Arena {test[:4].title()}{test[4:].upper()} ({split}), {LONGCAP_PERSPECTIVES[perspective]}: "
         "human scores of long captions",
-        partial(loaders.load_longcap, split=split, perspective=perspective),
+        partial(load_longcap, split=split, perspective=perspective),
         "tau_c",
         "the long reference caption(s) of each row",
         "the row's refs",
@@ -104,7 +111,7 @@ def _layout(path: str, layout: str, allowed: tuple[str, ...]) -> str:
 def _load_polaris(path: str, layout: str = "auto") -> Judgments:
     if _layout(path, layout, ("hub", "expert")) == "expert":
         return load_expert_scores(path, "polaris")
-    return loaders.load_polaris(path)
+    return load_polaris(path)
 
 
 def _load_nebula(path: str, layout: str = "auto", *, corrected: bool = True) -> Judgments:
@@ -112,7 +119,7 @@ def _load_nebula(path: str, layout: str = "auto", *, corrected: bool = True) -> 
     benchmark's name, `nebula` or `nebula-raw`, says which labels a number was computed on)."""
     chosen = _layout(path, layout, LAYOUTS)
     if chosen == "hub":
-        return loaders.load_nebula(path, corrected=corrected)
+        return load_nebula(path, corrected=corrected)
     if chosen == "expert":
         judgments = load_expert_scores(path, "nebula")
     else:
@@ -120,7 +127,7 @@ def _load_nebula(path: str, layout: str = "auto", *, corrected: bool = True) -> 
         if csv is None:
             raise JudgmentFormatError(f"{path}: no nebula_test.csv (CaptionEvalKit's nebula/ folder) there")
         judgments = load_captionevalkit_nebula(csv)
-    return loaders.spica_corrected(judgments, path) if corrected else judgments
+    return spica_corrected(judgments, path) if corrected else judgments
 
 
 def _foil(n_refs: int | None, pairs: str) -> Benchmark:
@@ -134,13 +141,13 @@ def _foil(n_refs: int | None, pairs: str) -> Benchmark:
         f"foil-{n_refs}ref" if per_image else f"foil-polos-{n_refs or 'all'}ref",
         "FOIL-COCO: original caption vs. the same caption with one word foiled, "
         + ("one pair per image (CLIPScore)" if per_image else "every foil (Polos)"),
-        partial(loaders.load_foil, n_refs=n_refs, pairs=pairs),
+        partial(load_foil, n_refs=n_refs, pairs=pairs),
         "accuracy",
         f"{which} of the image other than the original (captions_val2014.json)",
         refs,
         "one pair per image" if per_image else "every foil with its original",
         ties="half" if per_image else "loss",
-        finds=(loaders.FOIL_FILE,),
+        finds=(FOIL_FILE,),
     )
 
 
@@ -150,7 +157,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "flickr8k-expert",
             "Flickr8k-Expert: 3 expert ratings (1-4) per caption, each its own judgment (5,664 in all)",
-            partial(loaders.load_flickr8k, format=FLICKR8K_EXPERT),
+            partial(load_flickr8k, format=FLICKR8K_EXPERT),
             "tau_c",
             "the image's 5 references; a candidate that is one of them is skipped",
             "5, a candidate among them skipped",
@@ -160,7 +167,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "flickr8k-crowdflower",
             "Flickr8k-CrowdFlower: fraction of crowd workers saying the caption fits the image",
-            partial(loaders.load_flickr8k, format=FLICKR8K_CROWDFLOWER),
+            partial(load_flickr8k, format=FLICKR8K_CROWDFLOWER),
             "tau_b",
             "the image's references less the candidate itself when it is one of them",
             "the image's, less the candidate",
@@ -170,7 +177,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "composite",
             "Composite: 1-5 correctness ratings on Flickr8k, Flickr30k and COCO captions",
-            loaders.load_composite,
+            load_composite,
             "tau_c",
             "the image's references less the rated caption when it is one of them",
             "the image's, less the rated caption",
@@ -181,7 +188,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "pascal50s",
             "Pascal-50S: which of two captions people prefer, in categories HC, HI, HM, MM",
-            loaders.load_pascal50s,
+            load_pascal50s,
             "accuracy",
             "the 5 references stored with each pair",
             "5",
@@ -191,7 +198,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "pascal50s-48",
             "Pascal-50S from the original 48-reference files, 5 references sampled per pair",
-            loaders.load_pascal50s,
+            load_pascal50s,
             "accuracy",
             "5 of the pair's 48 references, sampled under --seed, 5 draws, accuracy averaged",
             "5",
@@ -205,12 +212,12 @@ BENCHMARKS: dict[str, Benchmark] = {
         Benchmark(
             "thumb",
             "THumB 1.0: precision/recall/total human scores of COCO system captions",
-            loaders.load_thumb,
+            load_thumb,
             "pearson",
             "the 4 references of mscoco_references.json, by seg_id",
             "4",
             "every caption",
-            finds=(loaders.THUMB_FILE,),
+            finds=(THUMB_FILE,),
         ),
         Benchmark(
             "polaris",
@@ -220,7 +227,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             "the `refs` of each row",
             "the row's refs",
             "test split",
-            finds=("datasets--yuwd--Polaris", loaders.POLARIS_CSV, "polaris_test.json", "Polaris"),
+            finds=("datasets--yuwd--Polaris", POLARIS_CSV, "polaris_test.json", "Polaris"),
             layouts=("hub", "expert"),
         ),
         Benchmark(
@@ -245,7 +252,7 @@ BENCHMARKS: dict[str, Benchmark] = {
             finds=("datasets--Ka2ukiMatsuda--Nebula", "nebula_test.json", "nebula_test.csv", "Nebula"),
             layouts=LAYOUTS,
         ),
-        *(_longcap(test, p) for test in loaders.LONGCAP_SPLITS for p in loaders.LONGCAP_PERSPECTIVES),
+        *(_longcap(test, p) for test in LONGCAP_SPLITS for p in LONGCAP_PERSPECTIVES),
         Benchmark(
             "caparena",
             "CapArena: people's pairwise verdicts on detailed captions of 14 models and DOCCI's human one",

@@ -19,7 +19,7 @@ from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
 from caprecon.apps.metabench.caparena import caparena_rows, has_systems, model_level_rows
-from caprecon.data.loaders.benchmarks import pascal_reference_draws
+from caprecon.data.loaders.pascal50s import pascal_reference_draws
 
 Scorer = Callable[[Judgments], Mapping[str, Sequence[float]]]
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from caprecon.data.judgments import PAIRS, JudgmentFormatError, Judgments, PairJudgment
-from caprecon.data.loaders.benchmarks import norm_text
+from caprecon.data.loaders.common import norm_text
 
 CAPARENA_FILE = "caparena_annots_eval.json"
 HUMAN_SOURCE = "human"  # DOCCI's own description entered as a model; CapArena leaves its battles out

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from caprecon.data.judgments import Judgments, JudgmentFormatError
-from caprecon.data.loaders.benchmarks import file_records, scored_rows
+from caprecon.data.loaders.common import file_records, scored_rows
 
 NEBULA_CSV = "nebula_test.csv"
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")

@@ -5,8 +5,9 @@ EXPERT ships six benchmark files and reads images from `images/` joined to a pat
 - `nebula_test.json`, `polaris_test.json`: a list of `{"imgid", "mt", "refs", "score"}`, the
   image at `Nebula/{imgid}.jpg` or `Polaris/{imgid}.jpg` (as `expert.py`'s `preprocess_dataset`);
 - `pascal_50s.json`, `flickr8k.json`, `crowdflower_flickr8k.json`, `composite.json`: the layouts
-  the CLIPScore/FLEUR copies use, read by `caprecon.data.loaders.benchmarks` (their `image`/
-  `image_path` already hold the folder, `Flickr8k_Dataset/...`, `VOC2012/JPEGImages/...`).
+  the CLIPScore/FLEUR copies use, read by `caprecon.data.loaders.pascal50s`, `.flickr8k` and
+  `.composite` (their `image`/`image_path` already hold the folder, `Flickr8k_Dataset/...`,
+  `VOC2012/JPEGImages/...`).
 
 `expert_layout` tells a file's layout from its contents, so a renamed copy is still read; the
 image root is the meta command's `--images` (EXPERT's `images/` folder).
@@ -18,7 +19,9 @@ import json
 from pathlib import Path
 
 from caprecon.data.judgments import SCORES, Judgment, JudgmentFormatError, Judgments
-from caprecon.data.loaders.benchmarks import COMPOSITE_SUBSETS, PASCAL_CATEGORIES, as_number, caption_list, norm_text
+from caprecon.data.loaders.common import as_number, caption_list, norm_text
+from caprecon.data.loaders.composite import COMPOSITE_SUBSETS
+from caprecon.data.loaders.pascal50s import PASCAL_CATEGORIES
 
 EXPERT_SCORES = "expert-scores"  # nebula_test.json / polaris_test.json
 EXPERT_IMAGE_FOLDERS = {"nebula": "Nebula", "polaris": "Polaris"}
