@@ -1,5 +1,6 @@
 """Samples in, from the formats people keep them in: one module per format that needs more
-than a few lines (`karpathy`, `benchmarks` for meta-evaluation judgments), the rest here.
+than a few lines (`karpathy`; the meta-evaluation benchmarks' judgments, one module each, with
+what they share in `common`), the rest here.
 
 Loading never opens images: rows name them, and `caprecon.data.images` opens them when a
 metric needs the pixels.
