@@ -25,6 +25,17 @@ class Wordiness(Metric):
 
     def score(self, items, ctx):
         return [{"wordiness": float(len(item.caption.split()))} for item in items]
+
+
+class Brevity(Metric):
+    """Wordiness negated, declared higher-is-better: meta must agree with people alike on both."""
+
+    name = "brevity"
+    needs_source_image = False
+    columns = (Column("brevity", higher_is_better=True),)
+
+    def score(self, items, ctx):
+        return [{"brevity": -float(len(item.caption.split()))} for item in items]
 '''
 CAPTIONS = {"short": ["a dog", "a cat", "two birds"],
             "long": ["a brown dog runs over the green grass", "a small cat sleeps on a red sofa today",
@@ -96,6 +107,80 @@ def test_a_user_metric_runs_through_meta(plugin_package, tmp_path, capsys):
                  "--no-cache"])
     assert code == 0, capsys.readouterr()
     assert "userpkg.metrics:Wordiness" in capsys.readouterr().out
+
+
+def _meta_rows(out):
+    import csv
+
+    with (out / "meta.csv").open() as fh:
+        return {row["metric"]: row for row in csv.DictReader(fh)}
+
+
+def _ratings(tmp_path):
+    """People prefer fewer words, though not in every case: a rating per caption, three images."""
+    from PIL import Image
+
+    path = tmp_path / "human.jsonl"
+    ratings = {"short": [5, 4, 2], "long": [1, 2, 3]}
+    for i in range(3):  # the metric reads no image, but meta scores only rows whose image opens
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(tmp_path / f"img{i}.png")
+    with path.open("w") as fh:
+        for captioner, captions in CAPTIONS.items():
+            for i, caption in enumerate(captions):
+                fh.write(json.dumps({"id": f"{captioner}{i}", "image": f"img{i}.png", "caption": caption,
+                                     "score": ratings[captioner][i]}) + "\n")
+    return path
+
+
+def test_meta_reads_a_lower_is_better_metric_negated(plugin_package, tmp_path, capsys):
+    """A metric declared lower-is-better agrees with people exactly as its negation declared higher-is-better;
+    before, meta read it higher-is-better and gave it the opposite sign."""
+    out = tmp_path / "meta"
+    code = main(["meta", "--judgments", str(_ratings(tmp_path)), "--metric", "userpkg.metrics:Wordiness",
+                 "--metric", "userpkg.metrics:Brevity", "--compare", "userpkg.metrics:Wordiness",
+                 "userpkg.metrics:Brevity", "--out", str(out), "--no-cache", "--bootstrap", "50"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    rows = _meta_rows(out)
+    wordy, brief = rows["userpkg.metrics:Wordiness"], rows["userpkg.metrics:Brevity"]
+    assert float(wordy["value"]) > 0.3
+    assert float(wordy["value"]) == pytest.approx(float(brief["value"]))
+    assert float(wordy["pair_accuracy"]) == pytest.approx(float(brief["pair_accuracy"]))
+    assert (wordy["direction"], brief["direction"]) == ("lower", "higher")
+    assert "userpkg.metrics:Wordiness: declared lower-is-better" in printed
+    assert "= +0.0000" in printed  # --compare: the two agree equally once each is read by its direction
+    assert "better" in (out / "meta.md").read_text()
+
+
+def test_meta_reads_the_direction_of_a_scores_file_from_its_run_manifest(plugin_package, tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["score", "-i", str(_input(tmp_path)), "-m", "userpkg.metrics:Wordiness", "--out", str(run),
+                 "--no-cache"]) == 0
+    # the same run under a column name the registry does not know: only its manifest declares it
+    (tmp_path / "plain").mkdir()
+    for name in ("run", "plain"):
+        (tmp_path / name / "scores.jsonl").write_text((run / "scores.jsonl").read_text().replace('"wordiness"',
+                                                                                                  '"words"'))
+    (run / "manifest.json").write_text((run / "manifest.json").read_text().replace('"wordiness"', '"words"'))
+    found = {}
+    for name in ("run", "plain"):
+        out = tmp_path / f"meta-{name}"
+        assert main(["meta", "--judgments", str(_ratings(tmp_path)), "--metric", "words", "--scores",
+                     str(tmp_path / name / "scores.jsonl"), "--out", str(out), "--bootstrap", "0"]) == 0
+        row = _meta_rows(out)["words"]
+        found[name] = (float(row["value"]), row["direction"])
+    printed = capsys.readouterr().out
+    assert found["run"][0] > 0.3 and found["run"][1] == "lower"
+    assert found["plain"] == (-found["run"][0], "higher (assumed)")  # nothing says otherwise: read as it is
+    assert "words: no declared direction" in printed
+
+
+def test_the_registry_declares_an_installed_metrics_direction(plugin_package):
+    from caprecon.metrics import declared_column
+
+    assert declared_column("wordiness").higher_is_better is False
+    assert declared_column("cider").higher_is_better is True
+    assert declared_column("recon") is None  # declared once built, in its run's manifest
 
 
 def test_a_config_file_cannot_name_a_metric_plug_in_without_allow_plugins(plugin_package, tmp_path, capsys):

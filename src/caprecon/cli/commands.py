@@ -88,9 +88,16 @@ def cmd_meta(args: argparse.Namespace) -> int:
     settings = run_settings(args)
     settings.pop("seed", None)  # meta's --seed seeds the bootstrap, not the reconstructions
 
+    from caprecon.metrics.base import read_columns
+
+    declared = {}  # by the name meta asked for: what the metric scored under it declared in its run's manifest
+
     def score_metric(name, samples):
         results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
-        return scores_from_records(results.records, results.metric_names[0], [s.id for s in samples])
+        column = results.metric_names[0]
+        if column in (found := read_columns(results.manifest)):
+            declared[name] = found[column]
+        return scores_from_records(results.records, column, [s.id for s in samples])
 
     from caprecon.cli.meta import metric_names, probe_llm_and_store
 
@@ -99,7 +106,7 @@ def cmd_meta(args: argparse.Namespace) -> int:
     # a metric written outside caprecon (module:Class, an installed entry point) is scorable too
     asked = metric_names([*(args.metric or []), *(args.compare or [])])
     return run_meta_command(args, score_metric=score_metric, scorable={*METRICS, *filter(is_metric, asked)},
-                            **probe_llm_and_store(settings, args.config))
+                            columns=declared, **probe_llm_and_store(settings, args.config))
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Collection, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,14 +40,15 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact_text
 from caprecon.cli.common import Parser, Writes, real_number, run_command, whole_number
 from caprecon.data.judgments import FORMATS, JudgmentFormatError, Judgments, ProbeTriple, load_judgments, load_triples
-from caprecon.stats.agreement import (HUMAN_ORDERS, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
+from caprecon.stats.agreement import (ASSUMED, HUMAN_ORDERS, LOWER, MetaRow, check_human_order, compare_metrics, format_comparison, format_table, run_meta, scores_from_records, write_csv, write_markdown)
 from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
 from caprecon.apps.metabench.caparena import TIE_BANDS, has_systems
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.verify import (VerifyRow, compare, format_verify, published_values, read_expected, write_verify_csv)
 from caprecon.data.loaders.hub import looks_like_repo_id
 from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
-from caprecon.metrics.base import Context
+from caprecon.metrics import declared_column
+from caprecon.metrics.base import Column, Context, read_columns
 from caprecon.metrics.claims import extract_claims
 from caprecon.metrics.reference import (REFERENCE_METRICS, ReferenceMetricError, ReferenceMetrics, reference_metric_name)
 from caprecon.models.llm import TextLLM
@@ -182,6 +184,7 @@ def run_meta_command(
     llm: TextLLM | None = None,
     store: Store | None = None,
     scorable: Collection[str] | None = None,
+    columns: Mapping[str, Column] | None = None,
 ) -> int:
     """Run `caprecon meta` with parsed `args`; returns the exit status.
 
@@ -189,17 +192,19 @@ def run_meta_command(
     not in a --scores file; without it such a metric is an error. `scorable`, when given,
     names the metrics it can score, so a misspelt name stops the command before any work.
     `llm` writes the probes' captions, its replies cached in `store` (a temporary one when
-    not given).
+    not given). `columns[name]`: what metric `name` declares of the column `score_metric` reads,
+    which `score_metric` may fill as it scores (a run's manifest holds it); a metric's direction
+    is read from it, a --scores file's run manifest or the registry (`metric_directions`).
     """
     try:
-        return _run(args, score_metric, llm, store, scorable)
+        return _run(args, score_metric, llm, store, scorable, columns or {})
     except (MetaError, JudgmentFormatError, ReferenceMetricError) as exc:
         print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
 
 
 def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLLM | None,
-         store: Store | None, scorable: Collection[str] | None = None) -> int:
+         store: Store | None, scorable: Collection[str] | None, scored_columns: Mapping[str, Column]) -> int:
     if args.action == "verify" or args.benchmark:
 
         return run_benchmark_command(args, score_metric)
@@ -239,23 +244,25 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[MetaRow] = []
     notes: list[str] = []
-    fits: list = []  # (judgments, scores, FitResult) per file, with --fit
+    fits: list = []  # (judgments, scores, FitResult, directions) per file, with --fit
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         notes += reference.skipped.values()
         for k, judgments in enumerate(files):
             samples = judgments.samples(args.images)
             given = read_scores(args.scores[k], samples) if args.scores else {}
             scores = score_judgments(metrics, samples, reference, score_metric, given)
-            fit = _fit(args, judgments, scores) if args.fit else None
+            file_columns = scores_file_columns(args.scores[k]) if args.scores else {}
+            directions = metric_directions(scores, scored_columns, file_columns)
+            fit = _fit(args, judgments, scores, directions) if args.fit else None
             written = {**scores, fit.name: fit.predictions} if fit else scores  # the report draws its scatter
             write_scores(judgments, samples, written, args.out / f"scores-{Path(judgments.name).stem}.csv")
             rows += run_meta(judgments, scores, tau_variant=args.tau, human_order=args.human_order,
-                             n_bootstrap=args.bootstrap, seed=args.seed)
+                             n_bootstrap=args.bootstrap, seed=args.seed, higher_is_better=directions)
             if fit:
-                fits.append((judgments, scores, fit))
+                fits.append((judgments, scores, fit, directions))
                 rows.append(fit.rows[0])
             if args.compare:
-                notes.append(_compare(args, judgments, scores))
+                notes.append(_compare(args, judgments, scores, directions))
         probe_rows = []
         if args.probes or triples is not None:
             writer = None
@@ -266,6 +273,7 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
 
     if fits:
         rows += _finish_fit(args, fits, notes)
+    notes += direction_notes(rows)
     write_csv(rows, args.out / "meta.csv")
     write_markdown(rows, args.out / "meta.md", title="Agreement with human judgments", notes=notes)
     print(format_table(rows))
@@ -340,13 +348,14 @@ def _fit_on(args: argparse.Namespace, files: Sequence[Judgments]) -> Judgments:
     return _judgments_named(args.fit_on, files, "--fit-on") if args.fit_on else files[0]
 
 
-def _fit(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]):
+def _fit(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray],
+         directions: Mapping[str, bool | None]):
     from caprecon.stats.fit import FitError, cross_validate
 
     try:
         return cross_validate(args.fit_model, judgments, scores, list(scores), n_folds=args.folds,
                               tau_variant=args.tau, human_order=args.human_order, n_bootstrap=args.bootstrap,
-                              seed=args.seed)
+                              seed=args.seed, higher_is_better=directions)
     except FitError as exc:
         raise MetaError(f"{judgments.name}: {exc}") from None
 
@@ -356,16 +365,17 @@ def _finish_fit(args: argparse.Namespace, fits: list, notes: list[str]) -> list[
     from caprecon.reports.fit import result_notes, write_fit_report
     from caprecon.stats.fit import FitError, fused_model, transfer
 
-    source = _fit_on(args, [j for j, _, _ in fits])
-    _, _, trained = next(f for f in fits if f[0] is source)
-    results = [fit for _, _, fit in fits]
+    source = _fit_on(args, [j for j, _, _, _ in fits])
+    _, _, trained, _ = next(f for f in fits if f[0] is source)
+    results = [fit for _, _, fit, _ in fits]
     rows: list[MetaRow] = []
     if args.evaluate_on:
-        target = _judgments_named(args.evaluate_on, [j for j, _, _ in fits], "--evaluate-on")
-        _, target_scores, _ = next(f for f in fits if f[0] is target)
+        target = _judgments_named(args.evaluate_on, [j for j, _, _, _ in fits], "--evaluate-on")
+        _, target_scores, _, target_directions = next(f for f in fits if f[0] is target)
         try:
             moved = transfer(trained.final, source.name, target, target_scores, tau_variant=args.tau,
-                             human_order=args.human_order, n_bootstrap=args.bootstrap, seed=args.seed)
+                             human_order=args.human_order, n_bootstrap=args.bootstrap, seed=args.seed,
+                             higher_is_better=target_directions)
         except FitError as exc:
             raise MetaError(f"--evaluate-on {target.name}: {exc}") from None
         results.append(moved)
@@ -398,14 +408,55 @@ def probe_llm_and_store(settings: dict, config_file: str | None) -> dict:
     return {"llm": Roles(config).llm, "store": store}
 
 
-def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray]) -> str:
+def _compare(args: argparse.Namespace, judgments: Judgments, scores: dict[str, np.ndarray],
+             directions: Mapping[str, bool | None]) -> str:
     a, b = (reference_metric_name(m) or m for m in args.compare)
     if missing := [m for m in (a, b) if m not in scores]:
         raise MetaError(f"--compare: {', '.join(missing)} not among the scored metrics ({', '.join(scores)})")
     result = compare_metrics(judgments, a, scores[a], b, scores[b], tau_variant=args.tau,
                              human_order=args.human_order, n_resamples=args.bootstrap,
-                             seed=args.seed)  # fmt: skip
+                             seed=args.seed, higher_is_better=directions)  # fmt: skip
     return f"{judgments.name}: {format_comparison(result)}"
+
+
+def metric_directions(names: Iterable[str], *declared: Mapping[str, Column]) -> dict[str, bool | None]:
+    """Each metric's declared direction (`Column.higher_is_better`), from the first of `declared`
+    that holds it (the runs that scored it here, a --scores file's run manifest), else from the
+    registry (`declared_column`). A metric nothing declares is left out: `run_meta` reads it
+    higher-is-better, as assumed."""
+    out = {}
+    for name in names:
+        column = next((d[name] for d in declared if name in d), None) or declared_column(name)
+        if column is not None:
+            out[name] = column.higher_is_better
+    return out
+
+
+def direction_notes(rows: Sequence[MetaRow]) -> list[str]:
+    """What the table's `better` column means, once per metric read other than as declared higher-is-better."""
+    lower = list(dict.fromkeys(r.metric for r in rows if r.direction == LOWER))
+    assumed = list(dict.fromkeys(r.metric for r in rows if r.direction == ASSUMED))
+    notes = []
+    if lower:
+        notes.append(f"{', '.join(lower)}: declared lower-is-better, so read negated: a positive tau or an accuracy "
+                     "over 0.5 means the metric agrees with people")
+    if assumed:
+        notes.append(f"{', '.join(assumed)}: no declared direction (not in the registry, nor in a run manifest "
+                     "beside the --scores file), assumed higher-is-better")
+    return notes
+
+
+def scores_file_columns(path: Path) -> dict[str, Column]:
+    """The column declarations of the run a scores file belongs to: its folder's manifest.json
+    (none for a file that is no run's, or a run written before metrics declared their columns)."""
+    manifest = Path(path).parent / "manifest.json"
+    if not manifest.is_file():
+        return {}
+    try:
+        found = read_columns(json.loads(manifest.read_text(encoding="utf-8")))
+    except ValueError as exc:
+        raise MetaError(f"{manifest}: not a JSON run manifest ({exc})") from None
+    return {reference_metric_name(name) or name: column for name, column in found.items()}
 
 
 def metric_names(given: Sequence[str] | None) -> list[str]:

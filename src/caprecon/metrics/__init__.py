@@ -171,6 +171,25 @@ def is_metric(name: str) -> bool:
             or any(p.name == name for p in entry_points(group=ENTRY_POINTS)))
 
 
+def declared_column(name: str) -> Column | None:
+    """What the metric named `name` declares of its column `name`, known without building it: a
+    reference metric's, or a plug-in's whose class declares `columns`. None otherwise: caprecon's
+    other metrics declare their columns once built from the run's models, and their run's manifest
+    holds them (`read_columns`)."""
+    from caprecon.metrics.reference import reference_column, reference_metric_name
+
+    if canonical := reference_metric_name(name):
+        return reference_column(canonical)
+    if name in METRICS or name.startswith(("fused:", "distilled:")):
+        return None
+    found = plugin_metric(name)
+    columns = getattr(found, "columns", ()) if found is not None else ()
+    if isinstance(columns, (tuple, list)) and columns:
+        named = [c for c in columns if isinstance(c, Column) and c.name in (name, found.name)]
+        return named[0] if named else next((c for c in columns if isinstance(c, Column)), None)
+    return None
+
+
 def build_metric(name: str, roles: Any, config: Any) -> Metric:
     if name.startswith("fused:"):  # a fitted combination: its file names the components
         from caprecon.metrics.fused import build_fused

@@ -278,6 +278,12 @@ AGGREGATES = {**{name: CORPUS for name in BLEU}, "meteor": CORPUS, "cider": CORP
 HIGHS = {"cider": 10.0}
 
 
+def reference_column(canonical: str) -> Column:
+    """The column a reference metric declares, known without pycocoevalcap."""
+    return Column(canonical, low=0.0, high=HIGHS.get(canonical, 1.0), aggregate=AGGREGATES[canonical],
+                  needs_references=True)
+
+
 class ReferenceMetric(Metric):
     """One reference metric (`-m bleu-4`, `-m cider`, ...) as a run scores it: per caption the value
     pycocoevalcap gives it within the run's whole input (CIDEr's IDF fixed by `prepare`), and in the
@@ -291,8 +297,7 @@ class ReferenceMetric(Metric):
             raise ReferenceMetricError(f"unknown reference metric {name!r} (known: {', '.join(REFERENCE_METRICS)})")
         self.name = canonical
         self.reference = ReferenceMetrics([canonical])
-        self.columns = (Column(canonical, low=0.0, high=HIGHS.get(canonical, 1.0), aggregate=AGGREGATES[canonical],
-                               needs_references=True),)
+        self.columns = (reference_column(canonical),)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "implementation": "pycocoevalcap", "aggregate": AGGREGATES[self.name]}

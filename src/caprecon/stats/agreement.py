@@ -12,7 +12,8 @@ Rating judgments
     caption rated by three experts contributes three (score, rating) pairs, all sharing
     the caption's score. Pairwise accuracy over the captions of one image comes beside
     them. Ratings where smaller is better (ranks, 1 = best) are declared with
-    `human_order="ascending"` and turned around, so a positive τ always means agreement.
+    `human_order="ascending"` and turned around, and so is a metric whose column is declared
+    lower-is-better (`higher_is_better`), so a positive τ always means agreement.
 Pair judgments
     How often the metric orders the two captions of a pair the way people did.
 Confidence intervals
@@ -38,6 +39,23 @@ from caprecon.stats.bootstrap import bootstrap_ratio, bootstrap_tau, paired_boot
 from caprecon.stats.correlation import kendall_tau, kendall_taus, pairwise_accuracy, pearson, spearman, within_image_pairs
 
 
+HIGHER, LOWER = "higher", "lower"
+ASSUMED = "higher (assumed)"  # nothing declared the column's direction: read as today, higher is better
+
+
+def direction_of(name: str, higher_is_better: Mapping[str, bool | None]) -> str:
+    """How `run_meta` reads metric `name`'s scores: as declared (`higher_is_better[name]`), else
+    assumed higher-is-better; a column declared with no better direction is read as assumed too."""
+    declared = higher_is_better.get(name)
+    return ASSUMED if declared is None else HIGHER if declared else LOWER
+
+
+def oriented(scores: Sequence[float], direction: str) -> np.ndarray:
+    """Scores turned so that larger is better: a lower-is-better metric's are negated."""
+    s = np.asarray(scores, float)
+    return -s if direction == LOWER else s
+
+
 @dataclass
 class MetaRow:
     """Agreement of one metric with one judgments file."""
@@ -56,6 +74,7 @@ class MetaRow:
     pair_accuracy: float = math.nan  # captions of one image ordered as by their mean human score
     tau_b: float = math.nan  # rating judgments: both variants, whichever `statistic` is
     tau_c: float = math.nan
+    direction: str = HIGHER  # how run_meta read the metric's scores: HIGHER, LOWER or ASSUMED (higher)
     extra: dict[str, float] = field(default_factory=dict)  # e.g. accuracy per Pascal-50S category
 
     def as_dict(self) -> dict:
@@ -70,6 +89,8 @@ class MetaRow:
         if any(not math.isnan(r.tau_b) for r in rows):
             at = columns.index(("ci", "95% CI")) + 1
             columns[at:at] = [("tau_b", "tau_b"), ("tau_c", "tau_c")]
+        if any(r.direction != HIGHER for r in rows):  # a table of higher-is-better metrics only has no need of it
+            columns.insert(columns.index(("metric", "metric")) + 1, ("direction", "better"))
         return columns + [(k, k.replace("_", " ")) for k in extra]
 
 
@@ -122,6 +143,7 @@ def run_meta(
     seed: int = 0,
     level: float = 0.95,
     tie_credit: float = 0.5,
+    higher_is_better: Mapping[str, bool | None] | None = None,
 ) -> list[MetaRow]:
     """One `MetaRow` per metric: its agreement with `judgments`, with a bootstrap CI.
 
@@ -129,19 +151,24 @@ def run_meta(
     order (NaN for a caption the metric failed on). Rating judgments are summarised by
     Kendall τ (`tau_variant`, default: the file's protocol, τ_c for Flickr8k-Expert and
     τ_b otherwise), oriented by `human_order`; pair judgments by pairwise accuracy.
+    `higher_is_better[name]` is the metric's declared direction (its `Column`'s): a lower-is-better
+    metric's scores are negated first, so its τ is positive when it agrees with people; a metric
+    not in it is assumed higher-is-better, and its row says so (`direction`).
     """
     check_human_order(judgments, human_order)
     expected = len(judgments.items) * (2 if judgments.pairwise else 1)
     rows = []
     for name, raw in scores_by_metric.items():
-        scores = np.asarray(raw, float)
+        direction = direction_of(name, higher_is_better or {})
+        scores = oriented(raw, direction)
         if scores.shape != (expected,):
             raise ValueError(f"metric {name!r}: {scores.size} scores for {expected} samples of {judgments.name}")
         if judgments.pairwise:
-            rows.append(_pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit))
+            row = _pairs_row(judgments, name, scores, n_bootstrap, seed, level, tie_credit)
         else:
-            rows.append(_ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap, seed, level,
-                                     tie_credit))
+            row = _ratings_row(judgments, name, scores, tau_variant, human_order, n_bootstrap, seed, level, tie_credit)
+        row.direction = direction
+        rows.append(row)
     return rows
 
 
@@ -282,13 +309,17 @@ def compare_metrics(
     level: float = 0.95,
     tie_credit: float = 0.5,
     human_order: str = "descending",
+    higher_is_better: Mapping[str, bool | None] | None = None,
 ) -> Comparison:
     """Is metric A's agreement with people better than metric B's? A paired bootstrap over
-    images: both metrics' statistics on the same resampled judgments."""
-    statistic, stat_a, groups = agreement_statistic(judgments, scores_a, tau_variant=tau_variant,
-                                                    tie_credit=tie_credit, human_order=human_order)
-    _, stat_b, _ = agreement_statistic(judgments, scores_b, tau_variant=tau_variant, tie_credit=tie_credit,
-                                       human_order=human_order)
+    images: both metrics' statistics on the same resampled judgments, each metric's scores
+    oriented by its declared direction as in `run_meta`."""
+    declared = higher_is_better or {}
+    statistic, stat_a, groups = agreement_statistic(judgments, oriented(scores_a, direction_of(name_a, declared)),
+                                                    tau_variant=tau_variant, tie_credit=tie_credit,
+                                                    human_order=human_order)
+    _, stat_b, _ = agreement_statistic(judgments, oriented(scores_b, direction_of(name_b, declared)),
+                                       tau_variant=tau_variant, tie_credit=tie_credit, human_order=human_order)
     d = paired_bootstrap(stat_a, stat_b, groups, n_resamples=n_resamples, seed=seed, level=level)
     return Comparison(name_a, name_b, statistic, d.value_a, d.value_b, d.difference, d.ci_low, d.ci_high, d.p_value,
                       d.n_resamples, level)

@@ -62,10 +62,13 @@ class Training:
 
     judgments: Judgments
     features: list[str]
-    x: np.ndarray  # samples x features
+    x: np.ndarray  # samples x features, each oriented so that larger is better (`signs`)
     usable: np.ndarray  # every feature finite (for pairs: in both captions of the pair)
     groups: np.ndarray  # image of each sample
     human_order: str = "descending"  # ascending: ratings are ranks (1 = best), learnt turned around
+    # -1 for a feature declared lower-is-better: the models' weights (linear) and trees (gbt) are held
+    # monotone increasing in every feature, so a lower-is-better score is learnt negated
+    signs: list[float] = field(default_factory=list)
 
     @property
     def target(self) -> np.ndarray:
@@ -93,12 +96,15 @@ class Training:
 
 
 def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], features: Sequence[str],
-                 human_order: str = "descending") -> Training:
+                 human_order: str = "descending", higher_is_better: Mapping[str, bool | None] | None = None) -> Training:
+    """The features of `scores` oriented by their declared direction (`higher_is_better`, as in
+    `run_meta`: a feature declared lower-is-better is negated, any other read as it is)."""
     if missing := [f for f in features if f not in scores]:
         raise FitError(f"--fit: no scores for {', '.join(missing)} on {judgments.name}")
     if not features:
         raise FitError("--fit needs at least one metric to combine")
-    x = np.column_stack([np.asarray(scores[f], float) for f in features])
+    signs = [-1.0 if (higher_is_better or {}).get(f) is False else 1.0 for f in features]
+    x = np.column_stack([sign * np.asarray(scores[f], float) for f, sign in zip(features, signs)])
     usable = np.isfinite(x).all(axis=1)
     if judgments.pairwise:
         both = usable[0::2] & usable[1::2]
@@ -106,7 +112,7 @@ def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], fe
         groups = np.array([it.image_id for it in judgments.items for _ in range(2)], dtype=object)
     else:
         groups = np.array([it.image_id for it in judgments.items], dtype=object)
-    return Training(judgments, list(features), x, usable, groups, human_order)
+    return Training(judgments, list(features), x, usable, groups, human_order, signs)
 
 
 def grouped_folds(groups: Sequence, rows: np.ndarray, n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -129,8 +135,10 @@ class Fitted:
     features: list[str]
     estimator: object
     scaler: object = None  # the standardisation of pair models (the linear rating model keeps its own in its Pipeline)
+    signs: list[float] = field(default_factory=list)  # the training's orientation of each feature (`Training.signs`)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
+        """Scores of oriented features (`Training.x`)."""
         x = np.asarray(x, float)
         if self.scaler is None:
             return self.estimator.predict(x)
@@ -156,8 +164,11 @@ class Fitted:
             raise FitError("--save writes linear and logistic models only: gradient-boosted trees have no plain-JSON "
                            "form in scikit-learn, and caprecon does not write pickles (opening one runs code)")
         scaler, weights, intercept = parts
-        return FusedModel(self.kind, list(self.features), [float(v) for v in scaler.mean_],
-                          [float(v) for v in scaler.scale_], [float(w) for w in weights], intercept, info)
+        # the saved model reads the scores as `score` writes them: w (-x + m) / s = -w (x - (-m)) / s
+        signs = self.signs or [1.0] * len(self.features)
+        return FusedModel(self.kind, list(self.features), [float(s * v) for s, v in zip(signs, scaler.mean_)],
+                          [float(v) for v in scaler.scale_], [float(s * w) for s, w in zip(signs, weights)], intercept,
+                          info)
 
 
 def fit_model(kind: str, training: Training, rows: np.ndarray, *, seed: int = 0) -> Fitted:
@@ -176,10 +187,12 @@ def fit_model(kind: str, training: Training, rows: np.ndarray, *, seed: int = 0)
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         model = HistGradientBoostingRegressor(monotonic_cst=[1] * x.shape[1], random_state=seed)
-        return Fitted(kind, training.features, model.fit(x[rows], y[rows], sample_weight=w[rows]))
+        return Fitted(kind, training.features, model.fit(x[rows], y[rows], sample_weight=w[rows]),
+                      signs=training.signs)
     if kind == "linear" and not pairwise:
         model = Pipeline([("scale", StandardScaler()), ("fit", LinearRegression(positive=True))])
-        return Fitted(kind, training.features, model.fit(x[rows], y[rows], fit__sample_weight=w[rows]))
+        return Fitted(kind, training.features, model.fit(x[rows], y[rows], fit__sample_weight=w[rows]),
+                      signs=training.signs)
     first, second, preference = _training_pairs(training, rows)
     if not len(first):
         raise FitError(f"--fit-model {kind}: no pair of captions with a human preference among the training rows")
@@ -192,7 +205,7 @@ def fit_model(kind: str, training: Training, rows: np.ndarray, *, seed: int = 0)
         model = LogisticRegression(fit_intercept=False).fit(d, won.astype(int))
     else:
         model = LinearRegression(positive=True, fit_intercept=False).fit(d, 2.0 * won - 1.0)
-    return Fitted(kind, training.features, model, scaler)
+    return Fitted(kind, training.features, model, scaler, training.signs)
 
 
 def _training_pairs(training: Training, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -241,10 +254,12 @@ def cross_validate(
     human_order: str = "descending",
     n_bootstrap: int = 1000,
     seed: int = 0,
+    higher_is_better: Mapping[str, bool | None] | None = None,
 ) -> FitResult:
     """Out-of-fold predictions by image-grouped folds, their agreement beside the components',
-    and the final model on all usable rows."""
-    training = training_set(judgments, scores, features, human_order)
+    and the final model on all usable rows. `higher_is_better`: each feature's declared
+    direction (see `training_set`)."""
+    training = training_set(judgments, scores, features, human_order, higher_is_better)
     rows = np.flatnonzero(training.usable)
     if len(rows) and not judgments.pairwise and np.ptp(training.target[rows]) == 0:
         # a regression would fit the constant and be saved and recommended, agreeing with nobody
@@ -258,7 +273,8 @@ def cross_validate(
         fold_of[test] = k
     final = fit_model(kind, training, rows, seed=seed)
     name = f"fused-{kind} (out-of-fold)"
-    result = _evaluate(name, kind, judgments, scores, training, oof, final, tau_variant, n_bootstrap, seed)
+    result = _evaluate(name, kind, judgments, scores, training, oof, final, tau_variant, n_bootstrap, seed,
+                       higher_is_better)
     result.fold = fold_of
     result.notes.append(f"{judgments.name}: {name}: {len(folds)} folds grouped by image over {len(rows)} "
                         f"captions of {len(set(training.groups[rows]))} images; every caption predicted by the "
@@ -276,27 +292,34 @@ def transfer(
     human_order: str = "descending",
     n_bootstrap: int = 1000,
     seed: int = 0,
+    higher_is_better: Mapping[str, bool | None] | None = None,
 ) -> FitResult:
-    """A model fitted on one judgments file, evaluated on another."""
-    training = training_set(judgments, scores, final.features, human_order)
+    """A model fitted on one judgments file, evaluated on another (its features oriented as in training)."""
+    training = training_set(judgments, scores, final.features, human_order, higher_is_better)
+    if training.signs != final.signs:
+        raise FitError(f"the features' directions on {judgments.name} differ from those the model was fitted with")
     predictions = np.full(len(training.x), math.nan)
     predictions[training.usable] = final.predict(training.x[training.usable])
     name = f"fused-{final.kind} (fit on {trained_on})"
-    return _evaluate(name, final.kind, judgments, scores, training, predictions, final, tau_variant, n_bootstrap, seed)
+    return _evaluate(name, final.kind, judgments, scores, training, predictions, final, tau_variant, n_bootstrap, seed,
+                     higher_is_better)
 
 
-def _evaluate(name, kind, judgments, scores, training, predictions, final, tau_variant, n_bootstrap, seed) -> FitResult:
+def _evaluate(name, kind, judgments, scores, training, predictions, final, tau_variant, n_bootstrap, seed,
+              higher_is_better) -> FitResult:
     usable = training.usable
     same_rows = {f: np.where(usable, np.asarray(scores[f], float), math.nan) for f in training.features}
+    # the fused score is fitted to people, larger better; each component is read by its own direction
+    directions = {**(higher_is_better or {}), name: True}
     rows = run_meta(judgments, {name: predictions, **same_rows}, tau_variant=tau_variant,
-                    human_order=training.human_order, n_bootstrap=n_bootstrap, seed=seed)
+                    human_order=training.human_order, n_bootstrap=n_bootstrap, seed=seed, higher_is_better=directions)
     components = [r for r in rows[1:] if math.isfinite(r.value)]
     comparison = None
     if components:
         best = max(components, key=lambda r: r.value)
         comparison = compare_metrics(judgments, name, predictions, best.metric, same_rows[best.metric],
                                      tau_variant=tau_variant, human_order=training.human_order,
-                                     n_resamples=n_bootstrap, seed=seed)
+                                     n_resamples=n_bootstrap, seed=seed, higher_is_better=directions)
     in_sample = np.full(len(training.x), math.nan)
     in_sample[usable] = final.predict(training.x[usable])
     importance, importance_kind = final.weights(), "weight on the standardised score"
