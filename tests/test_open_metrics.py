@@ -183,6 +183,31 @@ def test_the_registry_declares_an_installed_metrics_direction(plugin_package):
     assert declared_column("recon") is None  # declared once built, in its run's manifest
 
 
+def test_compare_and_seeds_name_the_winner_by_the_declared_direction(plugin_package, tmp_path, capsys):
+    """Fewer words win: compare said nothing of who was better (and its Elo ranked the wordiest first)."""
+    run = tmp_path / "run"
+    assert main(["score", "-i", str(_input(tmp_path)), "-m", "userpkg.metrics:Wordiness", "--out", str(run),
+                 "--no-cache"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "compare.jsonl"
+    assert main(["compare", str(run), "--by", "captioner", "-m", "wordiness", "--resamples", "50",
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["a"], row["b"], row["better"]) == ("long", "short", "short")
+    assert "wordiness: lower is better (declared in the run's manifest)" in printed
+    assert re.search(r"long\s+short\s.*\sshort\s*$", printed, re.M)
+    # seeds needs draws per seed; a caption-only metric has one, so give each row three, spread around it
+    rows = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    for k, r in enumerate(rows):
+        r["wordiness_seeds"] = [r["wordiness"] + d for d in (-0.5, 0.1 * k, 0.5)]
+    (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["seeds", str(run), "--by", "captioner", "-m", "wordiness", "--resamples", "20",
+                 "--out", str(tmp_path / "seeds")]) == 0
+    printed = capsys.readouterr().out
+    assert "best captioner at 3 seed(s), by its mean wordiness: short" in printed
+
+
 def test_a_config_file_cannot_name_a_metric_plug_in_without_allow_plugins(plugin_package, tmp_path, capsys):
     config = tmp_path / "run.yaml"
     config.write_text("metrics: [userpkg.metrics:Wordiness]\n")

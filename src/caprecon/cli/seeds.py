@@ -12,22 +12,40 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_records, write_jsonl_atomically
 from caprecon.core.tables import format_table, number
 from caprecon.cli.common import Writes, real_number, whole_number
+from caprecon.metrics import declared_column
+from caprecon.metrics.base import Column, read_columns
 
 
-def load_run(run: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """A run folder's (or scores file's) rows and the metric names its manifest lists."""
+def load_run(run: str) -> tuple[list[dict[str, Any]], list[str], dict[str, Column]]:
+    """A run folder's (or scores file's) rows, the metric names its manifest lists and the
+    columns its metrics declared there."""
     path = Path(run)
     scores = path if path.is_file() else path / "scores.jsonl"
     if not scores.is_file():
         raise ConfigError(f"{run}: no scores.jsonl (give a run folder or its scores.jsonl)")
     manifest = scores.parent / "manifest.json"
-    names = []
+    names, columns = [], {}
     if manifest.is_file():
         try:
-            names = list(json.loads(manifest.read_text(encoding="utf-8")).get("metric_names") or [])
+            found = json.loads(manifest.read_text(encoding="utf-8"))
+            names, columns = list(found.get("metric_names") or []), read_columns(found)
         except (ValueError, AttributeError):
             names = []
-    return [record for _, record in read_records(scores, ConfigError)], names
+    return [record for _, record in read_records(scores, ConfigError)], names, columns
+
+
+def direction(metric: str, columns: dict[str, Column]) -> tuple[bool | None, str]:
+    """The metric's declared direction and a line saying how it is read: from the run's manifest,
+    else from the registry; a column nothing declares is read higher-is-better, as assumed."""
+    column, where = columns.get(metric), "the run's manifest"
+    if column is None:
+        column, where = declared_column(metric), "the metric registry"
+    if column is None:
+        return True, f"{metric}: higher is better (assumed: neither the run's manifest nor the registry declares it)"
+    if column.higher_is_better is None:
+        return None, f"{metric}: neither higher nor lower is better (declared in {where})"
+    return column.higher_is_better, f"{metric}: {'higher' if column.higher_is_better else 'lower'} is better " \
+                                    f"(declared in {where})"
 
 
 def _metric(args: argparse.Namespace, run: str, names: list[str], records: list[dict[str, Any]]) -> str:
@@ -49,9 +67,10 @@ def _same_file(a: str, b: str) -> bool:
 def cmd_compare(args: argparse.Namespace) -> int:
     from caprecon.stats.seeds import compare, compare_within
 
-    records, names = load_run(args.runs[0])
+    records, names, columns = load_run(args.runs[0])
     metric = _metric(args, args.runs[0], names, records)
-    options = {"n_resamples": args.resamples, "seed": args.bootstrap_seed}
+    higher_is_better, read_as = direction(metric, columns)
+    options = {"n_resamples": args.resamples, "seed": args.bootstrap_seed, "higher_is_better": higher_is_better}
     if len(args.runs) == 2 and _same_file(*args.runs):
         raise ConfigError(f"{args.runs[0]} and {args.runs[1]} are the same run: a run compared with itself differs "
                           "by exactly 0; give two runs, or one run and --by FIELD to compare its systems")
@@ -61,17 +80,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
         comparisons = compare_within(records, metric, by=args.by, **options)
     else:
         raise ConfigError(f"compare takes one run (systems by --by) or two, not {len(args.runs)}")
-    header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)"]
+    header = ["A", "B", "images", "seeds", "mean A", "mean B", "A - B", "95% interval", "p", "P(flip)", "better"]
     table = [header] + [[c.a, c.b, c.images, c.seeds, number(c.mean_a), number(c.mean_b),
-                         number(c.difference), f"[{number(c.ci_low)}, {number(c.ci_high)}]", number(c.p_value), number(c.flip)]
+                         number(c.difference), f"[{number(c.ci_low)}, {number(c.ci_high)}]", number(c.p_value),
+                         number(c.flip), c.better or "-"]
                         for c in comparisons]
     print(f"{metric}: paired difference on the same images and seeds, bootstrap over both ({args.resamples} "
           "resamples)")
+    print(read_as)
     print(format_table(table))
     for note in (n for c in comparisons for n in c.notes()):
         print(note)
     if len(args.runs) == 1 and len({c.a for c in comparisons} | {c.b for c in comparisons}) > 2:
-        _print_elo(records, metric, args.by, args.bootstrap_seed)
+        _print_elo(records, metric, args.by, args.bootstrap_seed, higher_is_better)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -79,13 +100,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_elo(records: list[dict[str, Any]], metric: str, by: str, seed: int) -> None:
+def _print_elo(records: list[dict[str, Any]], metric: str, by: str, seed: int, higher_is_better: bool | None) -> None:
     """Several systems: the metric's preferences on each image as battles, rated as CapArena rates
-    its models (`caprecon.stats.elo`), so the ranking reads like an arena's."""
+    its models (`caprecon.stats.elo`), so the ranking reads like an arena's. A lower-is-better
+    metric's battles are won by the lower score; one with no better direction has no battles."""
     from caprecon.stats.elo import ELO_ROUNDS, battles_from_scores, bootstrap_elo
     from caprecon.stats.seeds import image_of
 
-    rows = [(image_of(r), str(r[by]), float(r[metric])) for r in records
+    if higher_is_better is None:
+        return
+    sign = 1.0 if higher_is_better else -1.0
+    rows = [(image_of(r), str(r[by]), sign * float(r[metric])) for r in records
             if r.get(by) is not None and is_number(r.get(metric))]  # fmt: skip
     battles = battles_from_scores(rows)
     ratings = bootstrap_elo(battles, rounds=ELO_ROUNDS, seed=seed)
@@ -96,10 +121,11 @@ def _print_elo(records: list[dict[str, Any]], metric: str, by: str, seed: int) -
 
 
 def cmd_seeds(args: argparse.Namespace) -> int:
-    from caprecon.stats.seeds import seeds_needed, stability, unscored, write_stability
+    from caprecon.stats.seeds import best_system, seeds_needed, stability, unscored, write_stability
 
-    records, names = load_run(args.run)
+    records, names, columns = load_run(args.run)
     metric = _metric(args, args.run, names, records)
+    higher_is_better, read_as = direction(metric, columns)
     curve = stability(records, metric, by=args.by, n_resamples=args.resamples, seed=args.bootstrap_seed)
     left_out = unscored(records, metric)
     units = f"systems by {args.by}" if args.by else "captions"
@@ -109,6 +135,9 @@ def cmd_seeds(args: argparse.Namespace) -> int:
                        [[p.k, number(p.tau), f"[{number(p.ci_low)}, {number(p.ci_high)}]"] for p in curve]))
     needed = seeds_needed(curve, args.threshold)
     print(f"seeds needed for tau >= {args.threshold}: {needed if needed is not None else 'more than ' + str(curve[-1].k)}")
+    print(f"{read_as}; tau is the same read either way")
+    if args.by and higher_is_better is not None and (best := best_system(records, metric, args.by, higher_is_better)):
+        print(f"best {args.by} at {curve[-1].k} seed(s), by its mean {metric}: {best}")
     if left_out:
         print(f"left out {left_out} of {len(records)} row(s) without a finite {metric} score (failed rows, NaN or inf)")
     out = Path(args.out) if args.out else (Path(args.run) if Path(args.run).is_dir() else Path(args.run).parent)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.core.scaling import binary_exponent, rescale
 from caprecon.stats.bootstrap import bootstrap_ci, bootstrap_tau, paired_bootstrap_seeds
 from caprecon.stats.correlation import kendall_tau
@@ -146,9 +147,17 @@ class Comparison:
     ci_high: float
     p_value: float
     flip: float  # probability that the ranking of a and b is not the observed one
+    higher_is_better: bool | None = True  # the metric's direction, as declared (None: neither is better)
+
+    @property
+    def better(self) -> str | None:
+        """The system whose mean is better by the metric's direction; None on a tie or with no direction."""
+        if self.higher_is_better is None or not self.difference:
+            return None
+        return self.a if (self.difference > 0) == self.higher_is_better else self.b
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "better": self.better}
 
     def notes(self) -> list[str]:
         """What could not be paired, in words, for the lines under the table."""
@@ -176,8 +185,9 @@ class Comparison:
 
 def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[str, Any]], metric: str, *,
             names: tuple[str, str] = ("A", "B"), n_resamples: int = 1000, seed: int = 0,
-            level: float = 0.95) -> Comparison:
-    """System A against system B on paired draws; see the module doc."""
+            level: float = 0.95, higher_is_better: bool | None = True) -> Comparison:
+    """System A against system B on paired draws; see the module doc. `higher_is_better`, the
+    metric's declared direction, says which of them is `better`."""
     records_a, records_b = list(records_a), list(records_b)
     unique_ids(records_a, names[0])
     unique_ids(records_b, names[1])
@@ -201,7 +211,7 @@ def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[
                                               result.ci_high)]
     return Comparison(names[0], names[1], metric, len(paired), k, seeds_a, seeds_b, shared_noise,
                       len(set(a) - set(b)), len(set(b) - set(a)), len(other_questions), unscored(records_a, metric),
-                      unscored(records_b, metric), *back, result.p_value, result.flip)
+                      unscored(records_b, metric), *back, result.p_value, result.flip, higher_is_better)
 
 
 def compare_within(records: Sequence[Mapping[str, Any]], metric: str, by: str = "captioner",
@@ -217,6 +227,16 @@ def compare_within(records: Sequence[Mapping[str, Any]], metric: str, by: str = 
     names = sorted(systems)
     return [compare(systems[x], systems[y], metric, names=(x, y), **options)
             for i, x in enumerate(names) for y in names[i + 1:]]
+
+
+def best_system(records: Iterable[Mapping[str, Any]], metric: str, by: str, higher_is_better: bool) -> str | None:
+    """The value of `by` whose rows' mean `metric` is best by its direction (None: no row scored)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get(by) is not None and is_number(r.get(metric)) and math.isfinite(float(r[metric])):
+            values[str(r[by])].append(float(r[metric]))
+    means = {name: float(np.mean(v)) for name, v in values.items()}
+    return (max if higher_is_better else min)(means, key=means.__getitem__) if means else None
 
 
 @dataclass(frozen=True)
