@@ -214,6 +214,28 @@ def test_thumb_caption_and_system_pearson(tmp_path):
     assert load_thumb(path, target="precision").items[0].ratings == (rows[0]["P"],)
 
 
+def test_a_benchmark_reads_a_lower_is_better_metric_negated_in_every_statistic(tmp_path):
+    """Pearson per caption and per system (THumB) as well as tau: a metric declared lower-is-better agrees
+    as its negation declared higher-is-better; an undeclared one is read as it is, and its rows say so."""
+    rows = [{"image": f"COCO_{k}.jpg", "hyp": f"{system} caption {k}", "model": system, "P": 1.0, "R": 1.0,
+             "Total": float(t), "refs": ["a ref"]}
+            for system, totals in (("a", [9, 8, 7, 9]), ("b", [3, 5, 4, 2]), ("c", [6, 6, 5, 7]))
+            for k, t in enumerate(totals)]  # fmt: skip
+    path = tmp_path / "thumb.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    errors = np.array([1.0, 2, 3, 1, 8, 6, 7, 9, 4, 4, 6, 3])  # fewer errors where people rated higher
+    found = run_benchmark(get_benchmark("thumb"), load_thumb(path),
+                          lambda j: {"errors": errors, "accuracy": -errors, "raw": errors}, n_bootstrap=0,
+                          higher_is_better={"errors": False, "accuracy": True})
+    value = {(r.metric, r.statistic): r.value for r in found}
+    for statistic in ("pearson", "pearson_system"):
+        assert value["errors", statistic] > 0.5
+        assert value["errors", statistic] == pytest.approx(value["accuracy", statistic])
+        assert value["raw", statistic] == pytest.approx(-value["errors", statistic])
+    assert {r.metric: r.direction for r in found} == {"errors": "lower", "accuracy": "higher",
+                                                     "raw": "higher (assumed)"}
+
+
 # ----------------------------------------------------------------------------- Polaris / Nebula
 
 

@@ -207,7 +207,7 @@ def _run(args: argparse.Namespace, score_metric: ScoreMetric | None, llm: TextLL
          store: Store | None, scorable: Collection[str] | None, scored_columns: Mapping[str, Column]) -> int:
     if args.action == "verify" or args.benchmark:
 
-        return run_benchmark_command(args, score_metric)
+        return run_benchmark_command(args, score_metric, scored_columns)
     if not args.judgments or not args.out:
         raise MetaError("give --judgments FILE... and --out DIR (or --benchmark NAME --data PATH)")
     if args.model_level or args.format in LAYOUTS:
@@ -674,7 +674,8 @@ def _insertion_probe(args: argparse.Namespace, judgments: Judgments, writer: Pro
 # the published values.
 
 
-def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | None) -> int:
+def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | None,
+                          scored_columns: Mapping[str, Column] | None = None) -> int:
     if args.all or args.data_root:
         return verify_all_command(args, score_metric)
     if not args.benchmark or not args.data:
@@ -722,7 +723,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         n_bootstrap = 0 if verifying else args.bootstrap
         rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, args, n_bootstrap, last, score_notes,
-                             files)
+                             files, scored_columns or {})
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
@@ -737,7 +738,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
             _write_report(args.out)
         return 1 if any(r.status == "fail" for r in table) else 0
 
-    notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes)]
+    notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes), *direction_notes(rows)]
     args.out.mkdir(parents=True, exist_ok=True)
     write_scores(last["judgments"], last["samples"], last["scores"], args.out / f"scores-{benchmark.name}.csv")
     write_csv(rows, args.out / "meta.csv")
@@ -751,7 +752,7 @@ def run_benchmark_command(args: argparse.Namespace, score_metric: ScoreMetric | 
             raise MetaError(f"--compare: {', '.join(missing)} could not be scored (see the notes above)")
         result = compare_metrics(last["judgments"], a, last["scores"][a], b, last["scores"][b],
                                  tau_variant=benchmark.tau_variant, n_resamples=args.bootstrap,
-                                 seed=args.seed)  # fmt: skip
+                                 seed=args.seed, higher_is_better=last["directions"])  # fmt: skip
         print(format_comparison(result))
         write_csv_comparison(result, args.out / "compare.csv")
     for note in notes:
@@ -772,18 +773,24 @@ ScoresFile = tuple[Path, bool, list]  # a --scores file: its path, whether a rel
 
 def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], reference: ReferenceMetrics,
                   score_metric: ScoreMetric | None, args: argparse.Namespace, n_bootstrap: int, last: dict,
-                  score_notes: list[str], files: Sequence[ScoresFile] = ()) -> list[MetaRow]:
-    """The benchmark's protocol on `judgments`; `last` keeps the (last draw's) judgments, samples and scores."""
+                  score_notes: list[str], files: Sequence[ScoresFile] = (),
+                  scored_columns: Mapping[str, Column] | None = None) -> list[MetaRow]:
+    """The benchmark's protocol on `judgments`; `last` keeps the (last draw's) judgments, samples and
+    scores, as scored, and the metrics' directions (`directions`)."""
+    # filled as each draw is scored: `score_metric` declares a metric's column only once it has scored it
+    directions: dict[str, bool | None] = {}
 
     def score(draw: Judgments):
         samples = draw.samples(args.images)
         given = benchmark_scores(files, samples, score_notes) if files else {}
         last.update(judgments=draw, samples=samples,
                     scores=score_judgments(metrics, samples, reference, score_metric, given, score_notes))
+        directions.update(metric_directions(last["scores"], scored_columns or {}))
+        last["directions"] = directions
         return last["scores"]
 
     return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=args.seed, tie_band=args.tie_band,
-                         model_level=args.model_level)  # fmt: skip
+                         model_level=args.model_level, higher_is_better=directions)  # fmt: skip
 
 
 def benchmark_scores(files: Sequence[ScoresFile], samples: Sequence[Sample], notes: list[str]) -> dict[str, np.ndarray]:

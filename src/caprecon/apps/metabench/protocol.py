@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from caprecon.data.judgments import Judgments
-from caprecon.stats.agreement import MetaRow, run_meta
+from caprecon.stats.agreement import MetaRow, direction_of, oriented, run_meta
 from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
@@ -34,11 +34,27 @@ def run_benchmark(
     level: float = 0.95,
     tie_band: str = "exact",
     model_level: bool = False,
+    higher_is_better: Mapping[str, bool | None] | None = None,
 ) -> list[MetaRow]:
     """One row per metric (two for Pearson benchmarks: caption- and system-level); a metric
     tie on a pair earns what the benchmark's `ties` rule says. CapArena's agreement predicts
     ties within `tie_band` (`caparena.TIE_BANDS`). `model_level` adds each metric's ranking of
-    the benchmark's models against people's (`caparena.model_level_rows`)."""
+    the benchmark's models against people's (`caparena.model_level_rows`). Each metric's scores
+    are read by its declared direction (`higher_is_better`, as `run_meta` reads them) in every
+    statistic, and its rows say how (`direction`)."""
+    declared = higher_is_better or {}
+    rows = _run_oriented(benchmark, judgments, _oriented_scorer(score, declared), n_bootstrap=n_bootstrap, seed=seed,
+                         level=level, tie_band=tie_band, model_level=model_level)
+    for row in rows:
+        row.direction = direction_of(row.metric, declared)
+    return rows
+
+
+def _oriented_scorer(score: Scorer, declared: Mapping[str, bool | None]) -> Scorer:
+    return lambda draw: {name: oriented(s, direction_of(name, declared)) for name, s in score(draw).items()}
+
+
+def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_band, model_level) -> list[MetaRow]:
     tie_credit = benchmark.tie_credit
     if benchmark.reference_draws:
         if model_level:
