@@ -217,7 +217,7 @@ MUTANTS = [
            'if "refs" in differs:', 'if "ties" in differs:', ("tests/test_metabench.py",)),
     Mutant("benchmark tie credit fixed at a half", "apps/metabench/protocol.py",
            "    tie_credit = benchmark.tie_credit", "    tie_credit = 0.5", ("tests/test_benchmark_layouts.py",)),
-    Mutant("FOIL one pair per image -> every foil", "data/loaders/benchmarks.py", "        paired_images.add(image_id)\n",
+    Mutant("FOIL one pair per image -> every foil", "data/loaders/foil.py", "        paired_images.add(image_id)\n",
            "", ("tests/test_benchmark_layouts.py",)),
     Mutant("expected file's tie rule unchecked", "apps/metabench/verify.py", 'and protocol["ties"] != row["key"]:',
            'and protocol["ties"] == "":', ("tests/test_metabench.py",)),

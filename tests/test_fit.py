@@ -391,7 +391,7 @@ def test_ray_s_reconstruct_stage_plans_what_a_fused_metric_s_components_rebuild(
     from caprecon.run.ray import reconstruction_plan
 
     generator, spec = object(), ("max_side", 32)  # a spec is hashable, as ReconstructionSpec is
-    component = SimpleNamespace(generator=generator, spec=spec, seeds=3, needs_source_image=True)
+    component = SimpleNamespace(generator=generator, spec=spec, seeds=3, needs_source_image=True, columns=())
     fused = FusedMetric(FusedModel("linear", ["recon"], [0.0], [1.0], [1.0]), {"recon": component})
     assert reconstruction_plan([fused]) == [(generator, spec, 3)]
 
