@@ -107,6 +107,10 @@ def test_pairs_objective_orders_captions_of_one_image(tmp_path, run_folder):
 def test_split_is_by_image_and_bad_settings_are_refused(tmp_path, run_folder):
     held = split_images(["a", "a", "b", "c", "d"], 0.5, 0)
     assert len(held) == 2 and held <= {"a", "b", "c", "d"}
+    # the same photos held out wherever they lie (it followed the temporary folder's name before)
+    names = [f"img{k}.png" for k in range(20)]
+    here, there = (split_images([f"{root}/{n}" for n in names], 0.25, 0) for root in ("/tmp/a", "/data/run7"))
+    assert {p.rsplit("/", 1)[1] for p in here} == {p.rsplit("/", 1)[1] for p in there} and len(here) == 5
     with pytest.raises(ConfigError, match="objective"):
         distill([run_folder], "recon", None, objective="ranks")
     with pytest.raises(ConfigError, match="clipscore"):

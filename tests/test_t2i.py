@@ -105,6 +105,7 @@ def test_two_generators_two_judges_end_to_end(tmp_path, tiny_sd, tiny_flux, judg
 
     # a rerun makes no model call and prints the same table
     made, judged, first = len(calls["generated"]), len(calls["judged"]), markdown
+    capsys.readouterr()  # the first run's closing lines
     assert main(argv[:-1]) == 0
     printed = capsys.readouterr().out
     assert (len(calls["generated"]), len(calls["judged"])) == (made, judged)

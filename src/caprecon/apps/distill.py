@@ -22,7 +22,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Sequence
 
 import numpy as np
@@ -83,8 +83,10 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
 
 def split_images(images: Sequence[str], holdout: float, seed: int) -> set[str]:
     """The held-out images: a share `holdout` of the distinct images, chosen by a hash of the seed and
-    the image, so the split does not depend on the rows' order."""
-    distinct = sorted(set(images), key=lambda im: hashlib.sha256(f"{seed}|{im}".encode()).hexdigest())
+    the image's file name (then its full path), so the split depends neither on the rows' order nor on
+    where the images lie: the same photos held out on every machine."""
+    distinct = sorted(set(images), key=lambda im: (
+        hashlib.sha256(f"{seed}|{PurePath(im).name}".encode()).hexdigest(), im))
     count = min(len(distinct) - 1, max(1, round(holdout * len(distinct))))
     if count < 1:
         raise ConfigError(f"distillation needs captions of at least 2 images to hold some out, got {len(distinct)}")
@@ -210,8 +212,10 @@ def distill(runs: Sequence[str | Path], metric: str, out: str | Path | None = No
     train = ~test
     if max_train_images is not None:
         allowed = sorted({g for g, t in zip(groups, train) if t},
-                         key=lambda g: hashlib.sha256(f"{seed}|train|{g}".encode()).hexdigest())[:max_train_images]
-        train &= np.array([g in set(allowed) for g in groups])
+                         key=lambda g: (hashlib.sha256(f"{seed}|train|{PurePath(g).name}".encode()).hexdigest(), g)
+                         )[:max_train_images]
+        kept = set(allowed)
+        train &= np.array([g in kept for g in groups])
     mean, scale = float(truth[train].mean()), float(truth[train].std() or 1.0)
     started = time.perf_counter()
     head = train_head(image_features[train], text_features[train], (truth[train] - mean) / scale,
