@@ -47,3 +47,16 @@ def write_samples(folder: Path, n: int, *, seed: int = 0, tag: str = "") -> tupl
     samples = folder / "samples.jsonl"
     samples.write_text("\n".join(json.dumps(r) for r in rows))
     return samples, rows
+
+
+def small_pictures(folder: Path, n: int, caption: str = "picture number {i}") -> Path:
+    """`n` random 32x24 PNGs `p{i}.png` in `folder` and `in.jsonl` naming them relative to it
+    (ids `r{i}`, captions `caption` with `{i}` filled): the runs the lifecycle and resume tests stop."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(folder / f"p{i}.png")
+        rows.append({"id": f"r{i}", "image": f"p{i}.png", "caption": caption.format(i=i)})
+    path = folder / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

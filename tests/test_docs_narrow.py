@@ -8,7 +8,6 @@ browser test does; skips where either is missing (`.ci/run` installs both).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,16 +39,7 @@ def site(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def browser():
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
-        pytest.skip("no Chromium installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=["--headless", "--no-sandbox", "--disable-gpu"])
-        yield browser
-        browser.close()
+# the `browser` fixture is in conftest.py
 
 
 def _narrow(browser, page_file: Path):

@@ -3,7 +3,6 @@
 import json
 import math
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -177,20 +176,7 @@ def test_report_command_on_runs_without_question_bank_metrics(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- in a real browser
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
-        pytest.skip("no Chromium installed (apt-get install chromium): the report's browser test needs one")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+# the `browser` fixture (headless Debian Chromium through Playwright) is in conftest.py
 
 
 def _open(browser, path):

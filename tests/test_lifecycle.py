@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bench_common import small_pictures
 from caprecon.cli.commands import main
 from caprecon.run.folder import LOCK_FILE, run_folder
 
@@ -112,17 +113,6 @@ _FIRST = textwrap.dedent("""
 """)
 
 
-def _pictures(folder: Path, n: int) -> Path:
-    rng = np.random.default_rng(3)
-    rows = []
-    for i in range(n):
-        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(folder / f"p{i}.png")
-        rows.append({"id": f"r{i}", "image": f"p{i}.png", "caption": f"picture number {i}"})
-    path = folder / "in.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def _wait_for(path: Path, process: subprocess.Popen) -> None:
     deadline = time.time() + 120
     while not path.exists():
@@ -133,7 +123,7 @@ def _wait_for(path: Path, process: subprocess.Popen) -> None:
 
 @pytest.mark.parametrize("second_settings", [[], ["--seed", "7"]], ids=["same settings", "other settings"])
 def test_a_second_run_into_a_busy_folder_is_refused_and_names_the_first(second_settings, tmp_path, tiny_clip):
-    rows = _pictures(tmp_path, 3)
+    rows = small_pictures(tmp_path, 3)
     script = tmp_path / "first.py"
     script.write_text(_FIRST)
     out = tmp_path / "run"
@@ -173,7 +163,7 @@ _HOLD = textwrap.dedent("""
 
 
 def test_refine_into_a_folder_another_process_holds_is_refused_before_its_models(tmp_path):
-    rows = _pictures(tmp_path, 1)
+    rows = small_pictures(tmp_path, 1)
     out, held = tmp_path / "run", tmp_path / "held"
     script = tmp_path / "hold.py"
     script.write_text(_HOLD)
@@ -238,7 +228,7 @@ def test_the_sql_guard_sees_sql(tmp_path):
 def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, tiny_clip, capsys, monkeypatch):
     from caprecon.store.index import Store
 
-    rows = _pictures(tmp_path, 3)
+    rows = small_pictures(tmp_path, 3)
     real, calls = Store._write_rows, []
 
     def full_after_the_first_row(self, records):

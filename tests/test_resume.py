@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+
+from bench_common import small_pictures
 
 SRC = Path(__file__).parents[1] / "src"
 ROWS = 9
@@ -40,13 +40,7 @@ def _stored_images(cache: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.slow
 def test_three_sigkills_then_finish(tmp_path, tiny_sd, tiny_dinov2):
-    rng = np.random.default_rng(3)
-    rows = []
-    for i in range(ROWS):
-        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
-        rows.append({"id": f"r{i}", "image": f"p{i}.png", "caption": f"a picture with {i} things"})
-    data = tmp_path / "in.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = small_pictures(tmp_path, ROWS, "a picture with {i} things")
 
     reference = subprocess.run(_command(data, tiny_sd, tiny_dinov2, tmp_path / "ref", tmp_path / "ref-cache"),
                                env=_env(), capture_output=True, text=True, timeout=600)
@@ -90,7 +84,7 @@ def test_three_sigkills_then_finish(tmp_path, tiny_sd, tiny_dinov2):
                            text=True, timeout=600)
     assert final.returncode == 0, final.stderr
     records = [json.loads(line) for line in scores.read_text().splitlines()]
-    assert [r["id"] for r in records] == [r["id"] for r in rows]  # every row exactly once, in order
+    assert [r["id"] for r in records] == [f"r{i}" for i in range(ROWS)]  # every row exactly once, in order
     expected = {r["id"]: r["recon"] for r in map(json.loads, (tmp_path / "ref" / "scores.jsonl").open())}
     assert {r["id"]: r["recon"] for r in records} == pytest.approx(expected, abs=1e-6)
 
