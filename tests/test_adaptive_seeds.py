@@ -106,3 +106,20 @@ def test_adaptive_options_on_the_command_line_are_usage_errors(tmp_path, capsys,
         cli_main(["score", str(samples), "--out", str(tmp_path / "out"), *argv])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_run_setting_that_a_metric_object_would_not_see_is_refused(tmp_path):
+    # the benchmark's replicates passed seed=rep beside NoisyScore(generator): the metric's own spec
+    # (seed 0) rebuilt every replicate from the same noise, and nothing said so
+    from caprecon.reconstruct.reconstructor import ReconstructionSpec
+
+    truth = _truth(2)
+    with pytest.raises(ConfigError, match=r"seed=1 does not reach the metric object NoisyScore.*seed=0"):
+        _score(NoisyGenerator(truth), truth, tmp_path, seed=1)
+    with pytest.raises(ConfigError, match="template"):
+        _score(NoisyGenerator(truth), truth, tmp_path, template="a photo of {caption}")
+    first = _score(NoisyGenerator(truth), truth, tmp_path, seed=0).records  # the spec's own value: fine
+    other = caprecon.score(_rows(truth), [NoisyScore(NoisyGenerator(truth), ReconstructionSpec(size=(16, 16),
+                                                                                                seed=1))],
+                           cache_dir=str(tmp_path / "cache")).records
+    assert [r["noisy"] for r in first] != [r["noisy"] for r in other]  # the spec's seed does reach it

@@ -126,6 +126,8 @@ def score(
 
     # everything that can be wrong with the configuration fails here, before any work
     roles = Roles(cfg)
+    for metric in metrics:
+        check_own_spec(metric, settings)
     built = [build_metrics(m, roles, cfg) for m in metrics]
     check_images(rows, built)
     for metric in built:
@@ -234,6 +236,35 @@ def _corpus_values(summary: dict[str, Any], metrics: Sequence[Metric], records: 
             scored = [by_id[r["id"]] for r in records if is_number(r.get(column.name)) and r.get("id") in by_id]
             entry["corpus"] = metric.corpus(scored).get(column.name)
             entry["aggregate"] = CORPUS
+
+
+# run settings that a metric object's own `spec` (a ReconstructionSpec) decides instead
+SPEC_SETTINGS = ("template", "seed", "seed_policy", "max_side", "size")
+
+
+def check_own_spec(metric: str | Metric, settings: dict[str, Any]) -> None:
+    """A metric object rebuilds images by its own spec: a run setting that would change the
+    images (say `seed=1` for another replicate) does not reach it, so one that disagrees with
+    the spec is refused rather than silently scored with the spec's value."""
+    spec = getattr(metric, "spec", None)
+    if isinstance(metric, str) or not uses_reconstruction(metric):
+        return
+    for name in SPEC_SETTINGS:
+        if name not in settings or settings[name] is None:
+            continue
+        given, own = settings[name], getattr(spec, name, None)
+        if name == "size":
+            from caprecon.reconstruct.reconstructor import parse_size
+
+            given = parse_size(given, spec.multiple)
+        elif name == "template":
+            from caprecon.reconstruct.templates import resolve_template
+
+            given = resolve_template(given)
+        if given != own:
+            raise ConfigError(f"{name}={settings[name]!r} does not reach the metric object {type(metric).__name__}: "
+                              f"it rebuilds images with its own spec ({name}={own!r}); build it with "
+                              f"ReconstructionSpec({name}=...) or name the metric instead")
 
 
 def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
