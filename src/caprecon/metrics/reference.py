@@ -33,6 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import CORPUS, MEAN, Column, Context, Metric
@@ -303,6 +304,10 @@ class ReferenceMetric(Metric):
         return {"metric": self.name, "implementation": "pycocoevalcap", "aggregate": AGGREGATES[self.name]}
 
     def prepare(self, samples: Sequence[Sample]) -> None:
+        if not any(_unusable(s) is None for s in samples):
+            raise ConfigError(f"-m {self.name} compares each caption with its references, and no row of the input "
+                              "has both a caption and reference captions (give them as `references`, a list of "
+                              "strings)")
         self.reference.fix_corpus(samples)
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
