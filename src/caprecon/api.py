@@ -10,6 +10,7 @@ this module only chooses what is public.
 
 from caprecon.apps.refine import Refined, refine
 from caprecon.apps.reward import AsyncReward, Guards, Reward
+from caprecon.apps.seeds import CompareResults, SeedsResults, compare, seeds
 from caprecon.apps.suites import SuiteResults, suite
 from caprecon.apps.t2i import T2IResults, t2i
 from caprecon.data.loaders import load_samples
@@ -32,4 +33,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
+    "compare", "CompareResults", "seeds", "SeedsResults",
 ]
