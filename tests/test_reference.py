@@ -211,3 +211,27 @@ def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, c
         err = capsys.readouterr().err
         assert f"-m {metric} compares each caption with its references, and no row" in err
         assert "Traceback" not in err and not (out / "scores.jsonl").exists()
+
+
+@needs_java
+def test_merged_shards_give_the_corpus_value_over_all_rows_when_given_the_input(theirs, tmp_path):
+    """BLEU's (and METEOR's) corpus values pool every row's references: a merge of shards had
+    none (each shard's own was over its rows), now it computes them from the input it is given,
+    equal to pycocoevalcap's over the whole corpus, and says so when it was not given one."""
+    import caprecon
+    from caprecon.core.errors import ConfigError
+    from caprecon.run.shards import merge_shards
+
+    rows = CORPUS[:2] + BROKEN + CORPUS[2:]
+    shards = [tmp_path / f"shard{i}" for i in range(2)]
+    for i, out in enumerate(shards):
+        caprecon.score(rows, ["bleu-1", "bleu-4"], shard=f"{i}/2", out=out, no_cache=True)
+    alone = merge_shards(shards, tmp_path / "alone")["metrics"]
+    assert alone["bleu-4"]["corpus"] is None and alone["bleu-4"]["aggregate"] == "corpus"
+    merged = merge_shards(shards, tmp_path / "merged", samples=rows)["metrics"]
+    for name in ("bleu-1", "bleu-4"):  # METEOR pools the same way, through the same code (its jar is slow to start)
+        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12)
+        assert merged[name]["corpus"] != pytest.approx(merged[name]["mean"])
+    assert (tmp_path / "merged" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
+    with pytest.raises(ConfigError, match="not the input the shards were scored from"):
+        merge_shards(shards, tmp_path / "other", samples=CORPUS)

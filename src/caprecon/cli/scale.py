@@ -38,9 +38,13 @@ def add_parser(plugins) -> None:
     p = plugins.add_parser("merge", help="combine the run folders of `score --shard I/N` into one run folder")
     p.add_argument("shards", nargs="+", help="the shards' run folders (all N of them, each once)")
     p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
+    p.add_argument("--input", "-i", metavar="FILE",
+                   help="the input the shards were scored from: with it, a corpus-level metric's value (BLEU's, "
+                        "METEOR's, which pool every row's references) is computed over all rows; without, the "
+                        "merged summary leaves it out")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some of the shards' rows failed (they keep their `error` field)")
-    p.set_defaults(func=_cmd_merge, writes=Writes(inputs=("shards",), outputs="scores.jsonl"))
+    p.set_defaults(func=_cmd_merge, writes=Writes(inputs=("shards", "input"), outputs="scores.jsonl"))
 
     p = plugins.add_parser("store", help="operations across stores (see also `caprecon cache`)")
     sub = p.add_subparsers(dest="store_command", required=True)
@@ -96,10 +100,14 @@ def _cmd_fill(args: argparse.Namespace) -> int:
 def _cmd_merge(args: argparse.Namespace) -> int:
     from caprecon.run.shards import merge_shards
 
-    summary = merge_shards(args.shards, args.out)
+    summary = merge_shards(args.shards, args.out, samples=args.input)
     print(f"merged {len(args.shards)} shards: {summary['samples']} rows, {summary['errors']} with errors")
     for name, s in summary["metrics"].items():
-        print(f"{name}: mean {s['mean']} (n={s['n']})")
+        pooled = ""
+        if s.get("aggregate") == "corpus":
+            pooled = f", corpus {s['corpus']}" if s.get("corpus") is not None else \
+                ", corpus value left out (give --input, the file the shards scored, to compute it)"
+        print(f"{name}: mean {s['mean']} (n={s['n']}){pooled}")
     return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],
                         allow=args.allow_row_errors)
 

@@ -2,7 +2,7 @@
 
 A run folder holds `scores.jsonl` (one record per sample: every score, the
 reconstruction's path, any row error), `summary.json` and `summary.csv` (per metric:
-mean, std, n; rows failed by reason) and `manifest.json` (versions, models and their
+mean, std, n, and a corpus-level metric's pooled value; rows failed by reason) and `manifest.json` (versions, models and their
 fingerprints, seeds, the full configuration, cache statistics, timings, and `status`:
 running, interrupted, stopped (by a run-level error) or complete). Every command that
 writes a run folder writes it through here; manifests are always redacted.
@@ -43,6 +43,7 @@ from caprecon.core.records import is_number
 from caprecon.core.scaling import rescale, unit_scale
 from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
+from caprecon.metrics.base import CORPUS
 from caprecon.run.config import RunConfig
 from caprecon.run.local import base_record, read_scores
 from caprecon.store.index import Store
@@ -226,6 +227,22 @@ def open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
     return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only)
 
 
+def corpus_values(summary: dict[str, Any], metrics: Sequence[Any], records: Sequence[dict[str, Any]],
+                  rows: Sequence[Sample]) -> None:
+    """A corpus-level column's summary (BLEU, METEOR, CIDEr: `Column.aggregate == "corpus"`) is the
+    metric's corpus value over the rows that have a value in that column (`corpus`, beside the rows'
+    mean). The rows are the run's: one shard's in a shard, every shard's in their merge."""
+    by_id = {s.id: s for s in rows}
+    for metric in metrics:
+        for column in metric.columns:
+            entry = summary["metrics"].get(column.name)
+            if column.aggregate != CORPUS or not entry or not entry["n"]:
+                continue
+            scored = [by_id[r["id"]] for r in records if is_number(r.get(column.name)) and r.get("id") in by_id]
+            entry["corpus"] = metric.corpus(scored).get(column.name)
+            entry["aggregate"] = CORPUS
+
+
 def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dict[str, Any]:
     """Per metric, mean/std/n over exactly the rows where that metric produced a number (a row
     that failed another metric still counts here); rows that failed anything, by reason."""
@@ -269,9 +286,10 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
     write_summary(out_dir, summary)
     with (out_dir / "summary.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["metric", "mean", "std", "n"])
+        writer.writerow(["metric", "mean", "std", "n", "corpus"])  # corpus: BLEU's, METEOR's pooled value
         for name, s in summary["metrics"].items():
-            writer.writerow([name, s["mean"], s["std"], s["n"]])
+            corpus = s.get("corpus")
+            writer.writerow([name, s["mean"], s["std"], s["n"], "" if corpus is None else corpus])
     write_manifest(out_dir, manifest)
 
 

@@ -29,14 +29,14 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.base import CORPUS, declared_columns
+from caprecon.metrics.base import declared_columns
 from caprecon.metrics.adaptive import AdaptiveSeeds
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
-from caprecon.run.folder import (holds_run_folder, open_store, platform_name, resumable_rows, summarise,
-                                 write_manifest, write_run)
+from caprecon.run.folder import (corpus_values, holds_run_folder, open_store, platform_name, resumable_rows,
+                                 summarise, write_manifest, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
 
@@ -176,7 +176,7 @@ def score(
             thumbnails.close(wait=False)
         raise
     summary = summarise(records, summarised)
-    _corpus_values(summary, built, records, rows)
+    corpus_values(summary, built, records, rows)
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),
@@ -221,21 +221,6 @@ def score(
         if records:  # an input with no rows has nothing to show, and says so itself
             write_html_report(out_dir, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
-
-
-def _corpus_values(summary: dict[str, Any], metrics: Sequence[Metric], records: Sequence[dict[str, Any]],
-                   rows: Sequence[Sample]) -> None:
-    """A CORPUS column's summary is the metric's corpus value over the rows that have a value in
-    that column (`corpus`, beside the rows' mean); the rows are this run's (one shard's, in a shard)."""
-    by_id = {s.id: s for s in rows}
-    for metric in metrics:
-        for column in metric.columns:
-            entry = summary["metrics"].get(column.name)
-            if column.aggregate != CORPUS or not entry or not entry["n"]:
-                continue
-            scored = [by_id[r["id"]] for r in records if is_number(r.get(column.name)) and r.get("id") in by_id]
-            entry["corpus"] = metric.corpus(scored).get(column.name)
-            entry["aggregate"] = CORPUS
 
 
 # run settings that a metric object's own `spec` (a ReconstructionSpec) decides instead

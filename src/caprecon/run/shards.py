@@ -22,7 +22,8 @@ from typing import Any, Sequence
 from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
 from caprecon.core.records import write_jsonl_atomically
-from caprecon.run.folder import LOCK_FILE, holds_run_folder, summarise, write_run
+from caprecon.metrics.base import CORPUS
+from caprecon.run.folder import LOCK_FILE, corpus_values, holds_run_folder, summarise, write_run
 from caprecon.run.local import read_scores
 
 
@@ -78,10 +79,16 @@ def input_fingerprint(samples: Sequence[Sample]) -> str:
 
 
 @holds_run_folder("out", inputs=("folders",))
-def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
+def merge_shards(folders: Sequence[str | Path], out: str | Path, samples: Any = None) -> dict[str, Any]:
     """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
     over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
-    or foreign shard before writing anything."""
+    or foreign shard before writing anything.
+
+    A corpus-level metric's value (BLEU's, METEOR's) pools the references of every row, which
+    the shards' rows do not carry: with `samples`, the input the shards were scored from (a
+    path or rows, checked against the shards' fingerprint), it is computed over all rows;
+    without, the merged summary holds `corpus: null` for it (each shard's own is over its rows
+    only, and no mean of them is the whole's)."""
     if not folders:
         raise ConfigError("caprecon merge needs the shard run folders to combine")
     manifests = [_manifest(Path(f)) for f in folders]
@@ -108,6 +115,11 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
         raise ConfigError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge needs all {count}")
     _check_merge_target(Path(out), [seen[i] for i in range(count)])
     summarised = _summarised(seen[0])
+    pooled = _corpus_columns(seen[0])
+    inputs = _input_rows(samples, first["shard"], first.get("image_root")) if pooled and samples is not None else None
+    pooling = [_pooling_metric(name) for name in pooled] if inputs is not None else []
+    for metric in pooling:
+        metric.prepare(inputs)  # CIDEr's document frequencies from the whole input, as each shard's were
 
     by_position: dict[int, dict[str, Any]] = {}
     for folder, manifest in zip(map(Path, folders), manifests):
@@ -129,6 +141,11 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path) -> dict[str, An
     out_dir = Path(out)
     write_jsonl_atomically(out_dir / "scores.jsonl", records)
     summary = summarise(records, summarised)
+    for name in pooled:
+        if name in summary["metrics"] and summary["metrics"][name]["n"]:
+            summary["metrics"][name].update({"aggregate": CORPUS, "corpus": None})
+    if inputs is not None:
+        corpus_values(summary, pooling, records, inputs)
     manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}
     manifest.update({"samples": total, "merged_from": [str(seen[i]) for i in range(count)],
                      "cache": _summed([m.get("cache") or {} for m in manifests]),
@@ -159,12 +176,61 @@ def _manifest(folder: Path) -> dict[str, Any]:
         raise ConfigError(f"{folder}: no manifest.json; is it a run folder?") from None
     except ValueError as exc:
         raise ConfigError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ConfigError(f"{path} holds {type(manifest).__name__}, not a run's manifest (a JSON object)")
     if "shard" not in manifest:
         raise ConfigError(f"{folder} is not a shard: it was scored without --shard")
+    problem = _shard_problem(manifest["shard"])
+    if problem:  # edited by hand or written by something else: read as it is, it would pass for another shard
+        raise ConfigError(f"{path}: its shard record {problem}; score that shard again")
     if manifest.get("status") != "complete":
         raise ConfigError(f"{folder} (shard {manifest['shard']['index']}/{manifest['shard']['count']}) is "
                           f"{manifest.get('status')}, not complete; run its command again to finish it")
     return manifest
+
+
+def _shard_problem(shard: Any) -> str | None:
+    """What is wrong with a manifest's `shard` record (as `select_shard` writes it), or None."""
+    if not isinstance(shard, dict):
+        return f"is {type(shard).__name__}, not an object"
+    for key in ("index", "count", "input_rows"):
+        if isinstance(shard.get(key), bool) or not isinstance(shard.get(key), int) or shard[key] < 0:
+            return f"needs {key}, a whole number, not {shard.get(key)!r}"
+    if not shard["index"] < shard["count"]:
+        return f"says shard {shard['index']} of {shard['count']}"
+    positions = shard.get("positions")
+    if not isinstance(positions, list) or not all(isinstance(p, int) and not isinstance(p, bool)
+                                                  and 0 <= p < shard["input_rows"] for p in positions):
+        return f"needs positions, a list of input rows (0 to {shard['input_rows'] - 1})"
+    return None
+
+
+def _corpus_columns(folder: Path) -> list[str]:
+    """The columns whose shard summaries hold a corpus value."""
+    metrics = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["metrics"]
+    return [name for name, entry in metrics.items() if isinstance(entry, dict) and entry.get("aggregate") == CORPUS]
+
+
+def _input_rows(samples: Any, shard: dict[str, Any], image_root: Any) -> list[Sample]:
+    """The input the shards were scored from, refused unless it is the one their fingerprint names."""
+    from caprecon.data.loaders import load_samples
+
+    rows = load_samples(samples, images_root=image_root)
+    if input_fingerprint(rows) != shard.get("input"):
+        where = f" {samples}" if isinstance(samples, (str, Path)) else ""
+        raise ConfigError(f"--input{where} is not the input the shards were scored from (its rows' ids, images, "
+                          "captions or references differ); give that file to compute the corpus values")
+    return rows
+
+
+def _pooling_metric(name: str) -> Any:
+    """The metric that computes a corpus column's value: the reference metrics are the ones that pool."""
+    from caprecon.metrics.reference import ReferenceMetric, reference_metric_name
+
+    if reference_metric_name(name) is None:
+        raise ConfigError(f"{name}: a corpus-level column that merge cannot recompute (only the reference metrics "
+                          "BLEU, METEOR, CIDEr); merge without --input keeps its rows and leaves its corpus value out")
+    return ReferenceMetric(name)
 
 
 def _summarised(folder: Path) -> list[str]:
