@@ -318,13 +318,13 @@ def _pascal_cli_files(tmp_path):
 
 
 def test_meta_benchmark_command_with_scores_and_compare(tmp_path, monkeypatch):
-    import caprecon.cli.meta as meta_cli
+    import caprecon.apps.metabench.scoring as scoring
 
     data, scores = _pascal_cli_files(tmp_path)
     out = tmp_path / "out"
     reads = []
-    real = meta_cli.read_records
-    monkeypatch.setattr(meta_cli, "read_records", lambda path, *a: (reads.append(str(path)), real(path, *a))[1])
+    real = scoring.read_records
+    monkeypatch.setattr(scoring, "read_records", lambda path, *a: (reads.append(str(path)), real(path, *a))[1])
     rc = meta_main(["--benchmark", "pascal50s", "--data", str(data), "--scores", str(scores), "--metric", "good", "bad",
                     "--compare", "good", "bad", "--bootstrap", "50", "--out", str(out)])  # fmt: skip
     assert rc == 0

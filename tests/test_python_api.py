@@ -72,3 +72,93 @@ def test_seeds_matches_the_command(tmp_path):
     # without `out`, seeds.csv goes into the run folder, as the command's
     assert caprecon.seeds(run, resamples=50).out == run / "seeds.csv"
     assert (run / "seeds.csv").read_text() == (tmp_path / "py" / "seeds.csv").read_text()
+
+
+# ----------------------------------------------------------------------------- meta (with --fit, --compare, verify)
+
+
+def _rated_files(tmp_path, n_images: int = 30, per_image: int = 3):
+    """Judgments rated exactly 2·a + b (c is noise), and a scores file of a, b and c by id."""
+    rng = np.random.default_rng(7)
+    n = n_images * per_image
+    a, b, c = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    human = 2 * a + b
+    judgments, scores = tmp_path / "judged.jsonl", tmp_path / "scores.jsonl"
+    judgments.write_text("".join(json.dumps({"id": str(k), "image": f"img{k // per_image}.jpg",
+                                             "caption": f"caption {k}", "human": float(human[k])}) + "\n"
+                                 for k in range(n)))
+    scores.write_text("".join(json.dumps({"id": str(k), "a": float(a[k]), "b": float(b[k]), "c": float(c[k])}) + "\n"
+                              for k in range(n)))
+    return judgments, scores, {"a": a, "b": b, "c": c}, human
+
+
+def _csv(path):
+    return list(csv.DictReader(path.open()))
+
+
+def test_meta_on_judgments_matches_the_command_and_prints_the_fitted_row_once(tmp_path, capsys):
+    from scipy import stats
+
+    judgments, scores, features, human = _rated_files(tmp_path)
+    options = ["--metric", "a", "b", "c", "--fit", "--compare", "a", "b", "--bootstrap", "50"]
+    capsys.readouterr()
+    assert main(["meta", "--judgments", str(judgments), "--scores", str(scores), *options,
+                 "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    results = caprecon.meta(judgments, scores=scores, metrics=["a", "b", "c"], fit=True, compare=("a", "b"),
+                            bootstrap=50, out=tmp_path / "py")
+    for name in ("meta.csv", "scores-judged.csv", "fit-weights.csv"):
+        assert _csv(tmp_path / "cli" / name) == _csv(tmp_path / "py" / name), name
+    written = _csv(tmp_path / "py" / "meta.csv")
+    assert [(r["metric"], float(r["value"])) for r in written] == \
+        [(r.metric, pytest.approx(r.value)) for r in results.rows]
+    # the numbers, worked out here: Kendall's tau-b of each metric against the ratings ...
+    by_metric = {r.metric: r.value for r in results.rows}
+    for name, values in features.items():
+        assert by_metric[name] == pytest.approx(stats.kendalltau(values, human).statistic)
+    # ... and the fused metric, out of fold, recovers the exact combination nearly perfectly
+    [fit] = results.fits
+    assert by_metric[fit.name] > 0.95 > by_metric["a"]
+    [comparison] = results.comparisons
+    assert comparison.difference == pytest.approx(by_metric["a"] - by_metric["b"])
+    assert (tmp_path / "py" / "report.html").is_file()
+
+    # the fitted row is printed once (in the table of every row), not again beside its components
+    fused_rows = [line for line in printed.splitlines() if re.match(rf"judged\.jsonl +{re.escape(fit.name)} ", line)]
+    assert len(fused_rows) == 1, printed
+    components = printed.split(f"{fit.name} on judged.jsonl (its row is above)")[1]
+    assert all(name in components for name in ("a", "b", "c"))
+
+
+def test_meta_on_a_benchmark_and_verify_match_the_command(tmp_path, capsys):
+    # Pascal-50S, four pairs: "good" always prefers caption A, right on the three pairs people labelled A
+    pair = lambda label: {"image": "p.jpg", "captions": ["x", "y"], "label": label,  # noqa: E731
+                          "references": [f"ref {k}" for k in range(5)]}
+    data = tmp_path / "pascal50s.json"
+    data.write_text(json.dumps({"HC": [pair(0), pair(1)], "HI": [pair(0)], "HM": [], "MM": [pair(0)]}))
+    scores = tmp_path / "scores.csv"
+    scores.write_text("id,good,bad\n" + "".join(f"{i}:{s},{float(s == 'a')},{float(s == 'b')}\n"
+                                                for i in ("HC-0", "HC-1", "HI-0", "MM-0") for s in "ab"))
+    from caprecon.data.loaders.pascal50s import load_pascal50s
+
+    assert sorted(s.id for s in load_pascal50s(data).samples()) == sorted(
+        f"{i}:{s}" for i in ("HC-0", "HC-1", "HI-0", "MM-0") for s in "ab")  # the ids the scores file names
+    common = ["--benchmark", "pascal50s", "--data", str(data), "--scores", str(scores), "--bootstrap", "50"]
+    assert main(["meta", *common, "--metric", "good", "bad", "--compare", "good", "bad",
+                 "--out", str(tmp_path / "cli")]) == 0
+    results = caprecon.meta(benchmark="pascal50s", data=data, scores=scores, metrics=["good", "bad"],
+                            compare=("good", "bad"), bootstrap=50, out=tmp_path / "py")
+    for name in ("meta.csv", "compare.csv", "scores-pascal50s.csv"):
+        assert _csv(tmp_path / "cli" / name) == _csv(tmp_path / "py" / name), name
+    value = {r.metric: r.value for r in results.rows}
+    assert (value["good"], value["bad"]) == (pytest.approx(0.75), pytest.approx(0.25))
+    assert results.benchmark == "pascal50s" and results.comparisons[0].difference == pytest.approx(0.5)
+
+    # verify: ours beside published values, one passing and one failing
+    expected = tmp_path / "expected.csv"
+    expected.write_text("benchmark,metric,key,value,source\npascal50s,good,HC,50,hand\npascal50s,good,mean,40,hand\n")
+    assert main(["meta", "verify", *common, "--expected", str(expected), "--out", str(tmp_path / "cli-v")]) == 1
+    checked = caprecon.meta(benchmark="pascal50s", data=data, scores=scores, bootstrap=50, expected=expected,
+                            verify=True, out=tmp_path / "py-v")
+    assert _csv(tmp_path / "cli-v" / "verify.csv") == _csv(tmp_path / "py-v" / "verify.csv")
+    assert [(r.key, r.status) for r in checked.verify] == [("HC", "pass"), ("mean", "fail")] and checked.failed

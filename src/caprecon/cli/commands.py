@@ -81,32 +81,13 @@ def _report(results) -> None:
 
 
 def cmd_meta(args: argparse.Namespace) -> int:
-    from caprecon.api import score
-    from caprecon.stats.agreement import scores_from_records
     from caprecon.cli.meta import run_meta_command
 
     settings = run_settings(args)
     settings.pop("seed", None)  # meta's --seed seeds the bootstrap, not the reconstructions
-
-    from caprecon.metrics.base import read_columns
-
-    declared = {}  # by the name meta asked for: what the metric scored under it declared in its run's manifest
-
-    def score_metric(name, samples):
-        results = score(samples, metrics=[name], config=args.config, progress=not args.quiet, **settings)
-        column = results.metric_names[0]
-        if column in (found := read_columns(results.manifest)):
-            declared[name] = found[column]
-        return scores_from_records(results.records, column, [s.id for s in samples])
-
-    from caprecon.cli.meta import metric_names, probe_llm_and_store
-
-    from caprecon.metrics import METRICS, is_metric
-
-    # a metric written outside caprecon (module:Class, an installed entry point) is scorable too
-    asked = metric_names([*(args.metric or []), *(args.compare or [])])
-    return run_meta_command(args, score_metric=score_metric, scorable={*METRICS, *filter(is_metric, asked)},
-                            columns=declared, **probe_llm_and_store(settings, args.config))
+    # caprecon's own metrics (and one written outside caprecon, module:Class or an entry point) are scored
+    # by `caprecon.score` with the run settings
+    return run_meta_command(args, "caprecon", config=args.config, progress=not args.quiet, **settings)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
