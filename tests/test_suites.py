@@ -610,7 +610,7 @@ def test_suite_command_end_to_end_and_rerun_makes_no_model_call(tmp_path, bench_
 def test_suite_command_errors_stop_before_any_work(tmp_path, bench_files, capsys):
     base = ["suite", "--suite", "mmbench", "--data", str(bench_files["mmbench"]), "--generator", "x:Y"]
     assert main(base + ["--captions", str(tmp_path / "missing.jsonl"), "--judge", "a:B"]) == 2
-    assert "captions file not found" in capsys.readouterr().err
+    assert f"--captions: not found: {tmp_path / 'missing.jsonl'}" in capsys.readouterr().err
     assert main(["suite", "--suite", "mmbench", "--captions", str(bench_files["mme"])]) == 2
     assert "no data file" in capsys.readouterr().err
     assert main(base + ["--judge", "a:B", "--judge-for", "refcoco"]) == 2

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.samples import Sample, SampleError
@@ -150,11 +151,17 @@ class Reward:
             if unknown:
                 raise ConfigError(f"weights name {', '.join(unknown)}, which is not among the metrics "
                                   f"({', '.join(labels)})")
-            self.weights = [float(weights.get(name, 1.0)) for name in labels]
+            given = [weights.get(name, 1.0) for name in labels]
         else:
-            self.weights = [float(w) for w in weights]
-            if len(self.weights) != len(self.metrics):
-                raise ConfigError(f"{len(self.weights)} weights for {len(self.metrics)} metrics")
+            given = list(weights)
+            if len(given) != len(self.metrics):
+                raise ConfigError(f"{len(given)} weights for {len(self.metrics)} metrics")
+        if weights is not None:  # NaN would make every reward NaN, text would fail on the first caption
+            for name, weight in zip(labels, given):
+                problem = number_problem(weight)
+                if problem:
+                    raise ConfigError(f"weight of {name} {problem}")
+            self.weights = [float(w) for w in given]
         self.guards = guards or Guards.off()
         self.hallucination = (self.guards.hallucination_weight > 0 and self.cfg.judge is not None
                               and self.cfg.llm is not None and "halluc" not in labels)

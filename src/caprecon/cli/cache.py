@@ -23,18 +23,29 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 _SPANS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+# the largest size and age taken: far beyond any disk or any cache's life, and finite (1e400GB is
+# inf as a float, which no byte count is; "1.2.3" is no number at all)
+MAX_SIZE, MAX_AGE = 10**18, 1000 * 365.25 * 86400
+
+
 def parse_size(text: str) -> int:
-    match = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    match = re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)\s*([a-zA-Z]*)\s*", text)
     if not match or match.group(2).lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"size {text!r}: use a number with B, KB, MB, GB, TB (or KiB, MiB, GiB, TiB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not size <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size {text!r}: must be at most 1000 PB")
+    return int(size)
 
 
 def parse_age(text: str) -> float:
-    match = re.fullmatch(r"\s*([\d.]+)\s*([smhdw])\s*", text)
+    match = re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)\s*([smhdw])\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(f"age {text!r}: use a number with s, m, h, d or w, e.g. 30d")
-    return float(match.group(1)) * _SPANS[match.group(2)]
+    age = float(match.group(1)) * _SPANS[match.group(2)]
+    if not age <= MAX_AGE:
+        raise argparse.ArgumentTypeError(f"age {text!r}: must be at most 1000 years")
+    return age
 
 
 def _human(n: float) -> str:
@@ -87,7 +98,19 @@ def add_parser(subparsers) -> None:
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    """The cache the command looks after; a --cache-dir that is not a folder is named as other commands name
+    a missing input (`--cache-dir: not found: x`)."""
+    from caprecon.cli.common import path_problem
+    from caprecon.core.errors import ConfigError
+
+    if args.cache_dir is None:
+        return default_cache_dir()
+    problem = path_problem(args.cache_dir)
+    if problem is None and not Path(args.cache_dir).is_dir():
+        problem = f"not a folder: {args.cache_dir} is a file"
+    if problem:
+        raise ConfigError(f"--cache-dir: {problem}")
+    return Path(args.cache_dir)
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

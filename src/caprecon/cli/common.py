@@ -292,7 +292,8 @@ class Writes:
     is written when `folder` is not given (`report`, `seeds`); `files`: options naming single files it
     writes (`--save`); `inputs`: options naming what it reads, which an output may not be; `trees`: options
     naming folders it searches to their depth, which an output may not lie inside either;
-    `outputs`: the main file in the folder, for the closing lines; `ends`: whether it prints them."""
+    `outputs`: the main file in the folder, for the closing lines; `ends`: whether it prints them; `once`:
+    inputs whose paths may not repeat (a run given twice to `distill` would count its rows twice)."""
 
     folder: str | None = "out"
     inputs: tuple[str, ...] = ()
@@ -301,26 +302,55 @@ class Writes:
     default: str | None = None
     outputs: str | None = None
     ends: bool = True
+    once: tuple[str, ...] = ()
 
-    def folder_of(self, args: argparse.Namespace) -> tuple[Path | None, bool]:
+    def folder_of(self, args: argparse.Namespace) -> tuple[str | Path | None, bool]:
         """The folder the command writes, and whether the user named it."""
         given = getattr(args, self.folder, None) if self.folder else None
-        if given is not None:
-            return Path(given), True
+        if given is not None:  # as given: Path('') would be the working folder, and check_out refuses ''
+            return given, True
         run = getattr(args, self.default, None) if self.default else None
         if run is None:
             return None, False
         return (Path(run) if not Path(run).is_file() else Path(run).parent), False
 
 
-def _inputs_exist(args: argparse.Namespace, names: tuple[str, ...]) -> None:
-    """A path the command reads that is not there, named by its option (`--input: not found: x.jsonl`)."""
+def _inputs_exist(args: argparse.Namespace, names: tuple[str, ...], once: tuple[str, ...] = ()) -> None:
+    """A path the command reads that is not there, named by its option (`--input: not found: x.jsonl`);
+    an empty one (an unset shell variable, which would read the working folder); and one that is neither
+    a file nor a folder (a FIFO no one writes to hangs the command on opening it, a device never ends);
+    and, for the options in `once`, a path given twice."""
     spelled = getattr(args, "option_names", {})
     for name in names:
         value = getattr(args, name, None)
+        seen: dict[Path, Any] = {}
         for path in value if isinstance(value, (list, tuple)) else [value]:
-            if path is not None and not Path(path).exists():
-                raise ConfigError(f"{spelled.get(name, name)}: not found: {path}")
+            if path is None:
+                continue
+            problem = path_problem(path)
+            if problem:
+                raise ConfigError(f"{spelled.get(name, name)}: {problem}")
+            if name in once and Path(path).resolve() in seen:  # its rows would count twice (distill's training rows)
+                first = seen[Path(path).resolve()]
+                also = f" (also as {first})" if str(first) != str(path) else ""
+                raise ConfigError(f"{spelled.get(name, name)}: {path} is given twice{also}")
+            seen[Path(path).resolve()] = path
+
+
+def path_problem(path: str | Path) -> str | None:
+    """What is wrong with a path a command reads, in the words of `--input: not found: x.jsonl`: not
+    there, empty, or neither a file nor a folder; None when it can be read."""
+    import stat
+
+    if not str(path).strip():
+        return f"empty path {str(path)!r}; give a file or folder"
+    if not Path(path).exists():
+        return f"not found: {path}"
+    mode = Path(path).stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        return f"not a file or folder: {path} is {kind}"
+    return None
 
 
 @contextlib.contextmanager
@@ -333,7 +363,7 @@ def command_folder(args: argparse.Namespace) -> Iterator[Path | None]:
     if writes is None:
         yield None
         return
-    _inputs_exist(args, (*writes.inputs, *writes.trees, *filter(None, [writes.default])))
+    _inputs_exist(args, (*writes.inputs, *writes.trees, *filter(None, [writes.default])), writes.once)
     inputs = [getattr(args, name, None) for name in writes.inputs]
     trees = [getattr(args, name, None) for name in writes.trees]
     for name in writes.files:

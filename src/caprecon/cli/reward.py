@@ -7,7 +7,10 @@ import argparse
 import json
 import sys
 
-from caprecon.cli.common import add_image_root_options, add_run_options, real_number, run_settings, whole_number
+from caprecon.cli.common import (ROWS_FAILED, Writes, add_image_root_options, add_run_options,
+                                 real_number, run_settings, whole_number)
+from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, number_problem
+from caprecon.core.errors import ConfigError
 from caprecon.core.tables import format_table, number
 
 
@@ -35,7 +38,7 @@ def add_parser(subparsers) -> None:
                    help="with --judge and --llm: -W * (1 - halluc) (default 1; 0: off)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     add_run_options(p, for_meta=True)
-    p.set_defaults(func=cmd_audit)
+    p.set_defaults(func=cmd_audit, writes=Writes(folder=None, inputs=("input",), files=("json",)))
 
     d = subparsers.add_parser(
         "distill", help="train a small reward model on earlier runs' scores (no text-to-image model needed)",
@@ -55,26 +58,30 @@ def add_parser(subparsers) -> None:
                    help="value: regress the metric; pairs: learn which of two captions of one image scores higher")
     d.add_argument("--holdout", type=real_number(0, 1, low_open=True, high_open=True), default=0.2,
                    help="share of images held out for the report (default 0.2)")
-    d.add_argument("--epochs", type=whole_number(1), default=200, help="training epochs (default 200)")
-    d.add_argument("--hidden", type=whole_number(1), default=256, help="width of the head (default 256)")
+    d.add_argument("--epochs", type=whole_number(1, MAX_EPOCHS), default=200, help="training epochs (default 200)")
+    d.add_argument("--hidden", type=whole_number(1, MAX_WIDTH), default=256, help="width of the head (default 256)")
     d.add_argument("--seed", type=whole_number(0), default=0, help="seed of the split and the head (default 0)")
     d.add_argument("--cache-dir", help="store for the features (default $CAPRECON_CACHE or ~/.cache/caprecon)")
-    d.set_defaults(func=cmd_distill)
+    # the runs are checked by the prologue; --out by cmd_distill (distill wants a new or empty folder, so
+    # it is not a locked run folder, whose lock file would make it not empty)
+    d.set_defaults(func=cmd_distill, writes=Writes(folder=None, inputs=("runs",), ends=False, once=("runs",)))
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from caprecon.apps.reward import Guards, Reward, audit
     from caprecon.data.loaders import load_samples
-    from caprecon.run.config import parse_options
 
     settings = run_settings(args)
     guards = Guards(length_target=args.length_target, length_weight=args.length_weight,
                     repetition_n=args.repetition_n, repetition_weight=args.repetition_weight,
                     hallucination_weight=args.hallucination_weight)
-    weights = {k: float(v) for k, v in parse_options(args.weight).items()} if args.weight else None
+    weights = parse_weights(args.weight) if args.weight else None
     reward = Reward(args.metrics, weights, preset=settings.pop("preset", None), config=settings.pop("config", None)
                     or args.config, guards=guards, **settings)
     rows = load_samples(args.input, images_root=args.image_root, max_image_bytes=args.max_image_bytes)
+    if not rows:  # as `score` says it: an audit of nothing has no figures to print
+        print("caprecon: error: the input holds no rows", file=sys.stderr)
+        return ROWS_FAILED
     result = audit(reward, [r.image for r in rows], [r.caption for r in rows])
     table = [["", "metrics only", "with guards"]]
     for key, label in (("mean", "mean reward"), ("spearman_length", "Spearman with length"),
@@ -89,8 +96,32 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if result["reward"]["scored"] == result["captions"] else 1
 
 
+def parse_weights(pairs: list[str]) -> dict[str, float]:
+    """`--weight METRIC=W`: the metric as written (bleu-4 stays bleu-4), W a finite number, each metric once."""
+    weights: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--weight {pair!r} must look like METRIC=W")
+        if name in weights:
+            raise ConfigError(f"--weight {pair!r}: {name} is given a weight twice")
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"--weight {pair!r}: W must be a number, not {text!r}") from None
+        problem = number_problem(value)
+        if problem:
+            raise ConfigError(f"--weight {pair!r}: W {problem}")
+        weights[name] = value
+    return weights
+
+
 def cmd_distill(args: argparse.Namespace) -> int:
     from caprecon.apps.distill import distill
+    from caprecon.run.folder import check_out
+
+    check_out(args.out, inputs=args.runs)  # a file, or one of the runs, refused before any encoder loads
 
     result = distill(args.runs, args.metric, args.out, image_encoder=args.image_encoder,
                      text_encoder=args.text_encoder, objective=args.objective, holdout=args.holdout,

@@ -20,6 +20,8 @@ MAX_SEEDS = 1000  # reconstructions per caption
 MAX_RESAMPLES = 100_000  # bootstrap resamples: each holds one draw per image in memory
 MAX_LIMIT = 10**8  # the first N rows or questions of an input
 MAX_CANDIDATES = 1000  # captions sampled per image for best-of-N
+MAX_EPOCHS = 100_000  # passes of `distill` over its rows
+MAX_WIDTH = 65_536  # units of `distill`'s head: its first layer holds width x feature size weights
 
 
 def count_problem(value: Any, low: int, high: int | None = None) -> str | None:

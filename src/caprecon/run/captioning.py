@@ -129,11 +129,16 @@ class Selection:
             weights: dict[str, float] = {}
             for part in spec:
                 name, sep, value = str(part).partition("=")
+                if name.strip() in weights:  # recon=0.7,recon=0.3: which weight was meant?
+                    raise ConfigError(f"selection {part!r}: {name.strip()} is named twice; give each metric once")
                 try:
                     weights[name.strip()] = float(value) if sep else 1.0
                 except ValueError:
                     raise ConfigError(f"selection {part!r}: the weight after '=' must be a number") from None
             spec = weights
+        for name, weight in spec.items():  # a mapping from Python or a config file: numbers only
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+                raise ConfigError(f"selection weight of {name}: must be a number, not {weight!r}")
         weights = {str(k): float(v) for k, v in spec.items()}
         if not weights:
             raise ConfigError("name at least one metric to select by, e.g. --select recon")

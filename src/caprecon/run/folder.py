@@ -73,6 +73,8 @@ def check_out(path: str | Path, *, inputs: Iterable[Any] = (), trees: Iterable[A
     """What a command is asked to write, refused in one line before it does anything: a file where a
     folder is expected (or the reverse), an input itself, or a place inside a folder the command
     searches to its depth (`trees`), where its outputs would be read as inputs when it runs again."""
+    if not str(path).strip():  # an unset shell variable: Path('') is the working folder, written into unasked
+        raise ConfigError(f"{option} is empty ({str(path)!r}); give a {'file name' if file else 'folder'}")
     out = Path(path)
     if file and out.is_dir():
         raise ConfigError(f"{option} {out} is a folder; give a file name")

@@ -34,6 +34,7 @@ from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from caprecon.core.errors import ConfigError
 from caprecon.data.judgments import Judgment, Judgments, PairJudgment
 from caprecon.stats.bootstrap import bootstrap_ratio, bootstrap_tau, paired_bootstrap
 from caprecon.stats.correlation import kendall_tau, kendall_taus, pairwise_accuracy, pearson, spearman, within_image_pairs
@@ -101,6 +102,8 @@ def scores_from_records(records: Sequence[Mapping], field_name: str, ids: Sequen
     """
     by_id = {str(r.get("id")): r for r in records}
     out = np.full(len(ids), math.nan)
+    odd: list = []  # values that are no number ("high"): in a column of numbers, refused, not read as missing
+    native = parsed = 0
     for k, sample_id in enumerate(ids):
         record = by_id.get(str(sample_id))
         if record is None or record.get("error"):
@@ -109,7 +112,17 @@ def scores_from_records(records: Sequence[Mapping], field_name: str, ids: Sequen
         try:
             out[k] = float(value)
         except (TypeError, ValueError):
+            if value is not None and not (isinstance(value, str) and not value.strip()):
+                odd.append((sample_id, value))
             continue
+        parsed += 1
+        native += isinstance(value, (int, float))
+    # a column of numbers: JSON numbers, or text that mostly reads as numbers (a CSV's); a text column
+    # (captioner, ...) is no score at all and stays NaN
+    if odd and (native or parsed > len(odd)):
+        sample_id, value = odd[0]
+        raise ConfigError(f"row {str(sample_id)!r}: {field_name} is {str(value)[:40]!r}, not a number (the other "
+                          "rows' are numbers; leave it empty or null where there is no score)")
     return out
 
 

@@ -74,6 +74,33 @@ def unique_ids(records: Sequence[Mapping[str, Any]], name: str) -> None:
         seen[key] = i
 
 
+def numbers_only(records: Sequence[Mapping[str, Any]], metric: str, name: str) -> None:
+    """Refuse a score that is no number at all (text, true, a list of text): a file edited by hand or
+    written by something else, not a missing score to leave out. A missing score (null, NaN, inf, a
+    failed row) is left out and counted (`unscored`)."""
+    for i, r in enumerate(records, 1):
+        where = f"{name}: row {str(r['id'])!r}" if r.get("id") is not None else f"{name}: row {i}"
+        value = r.get(metric)
+        if value is not None and not _numeric(value):
+            raise ConfigError(f"{where}: {metric} is {_kind(value)}, not a number")
+        draws = r.get(f"{metric}_seeds")
+        if draws is not None and (not isinstance(draws, list) or not all(v is None or _numeric(v) for v in draws)):
+            raise ConfigError(f"{where}: {metric}_seeds is {_kind(draws)}, not a list of numbers")
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    if isinstance(value, list):
+        odd = next((v for v in value if v is not None and not _numeric(v)), None)
+        return f"a list holding {_kind(odd)}" if odd is not None else "a list"
+    return f"{type(value).__name__} {value!r}"[:60]
+
+
 def unscored(records: Sequence[Mapping[str, Any]], metric: str) -> int:
     """Rows without a finite `metric` score (a failed row, NaN, inf): left out, and counted."""
     return sum(1 for r in records if seed_values(r, metric) is None)
@@ -191,15 +218,20 @@ def compare(records_a: Iterable[Mapping[str, Any]], records_b: Iterable[Mapping[
     records_a, records_b = list(records_a), list(records_b)
     unique_ids(records_a, names[0])
     unique_ids(records_b, names[1])
+    numbers_only(records_a, metric, names[0])
+    numbers_only(records_b, metric, names[1])
     exponent = magnitude(metric, records_a, records_b)
     a, b = by_image(records_a, metric, exponent), by_image(records_b, metric, exponent)
     both = sorted(set(a) & set(b))
     other_questions = [i for i in both if a[i].questions and b[i].questions and a[i].questions != b[i].questions]
     paired = [i for i in both if i not in set(other_questions)]
     if not paired:
+        unnamed = not any(r.get("image_id") is not None for r in (*records_a, *records_b))
         raise ConfigError(f"{names[0]} and {names[1]} have no image with a {metric} score in common"
                           + (f" that they were asked the same questions about ({len(other_questions)} image(s) "
-                             f"with other numbers of questions, {metric}_n)" if other_questions else ""))
+                             f"with other numbers of questions, {metric}_n)" if other_questions else "")
+                          + (": their rows have no image_id, so each row's id stands for its image, and no id "
+                             "is in both" if unnamed else ""))
     seeds_a, seeds_b = min(len(a[i].values) for i in paired), min(len(b[i].values) for i in paired)
     k = min(seeds_a, seeds_b)
     named = [(a[i].seeds_up_to(k), b[i].seeds_up_to(k)) for i in paired]
@@ -255,6 +287,7 @@ def stability(records: Sequence[Mapping[str, Any]], metric: str, *, by: str | No
     each scored by its mean over its rows. Rows without a finite score are left out (`unscored`
     counts them); an id on two rows is refused."""
     unique_ids(records, "the run")
+    numbers_only(records, metric, "the run")
     exponent = magnitude(metric, records)  # tau does not depend on the scale: no need to multiply back
     rows = [(r, seed_values(r, metric, exponent)) for r in records]
     rows = [(r, v) for r, v in rows if v is not None]

@@ -78,8 +78,8 @@ def read_expected(path: str | Path, benchmark: str, *, required: bool = True) ->
     """The rows of an expected-values CSV that belong to `benchmark`. Protocol columns are
     optional, but a file that has them must fill them on every row."""
     path = Path(path)
-    if not path.is_file():
-        raise JudgmentFormatError(f"expected-values file not found: {path}")
+    if not path.is_file():  # named by its option, as every command names a missing input
+        raise JudgmentFormatError(f"--expected: {'not a file' if path.exists() else 'not found'}: {path}")
     out: Expected = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)

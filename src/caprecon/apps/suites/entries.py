@@ -124,6 +124,9 @@ SUITES: dict[str, SuiteEntry] = {e.name: e for e in (
 
 def resolve_entry(spec: str | Mapping[str, Any], base: Path | None = None) -> SuiteEntry:
     """A registered name, or a mapping: `suite: NAME` plus overrides, or a full entry (name, question...)."""
+    if not isinstance(spec, (str, Mapping)):  # `datasets: [5]` in a suite file
+        raise ConfigError(f"a suite file's datasets are names or entries (mappings), not {type(spec).__name__} "
+                          f"{spec!r}")
     if isinstance(spec, str):
         if spec not in SUITES:
             raise ConfigError(f"unknown suite {spec!r}; registered: {', '.join(SUITES)} (or give a suite file)")
@@ -157,6 +160,10 @@ def load_suites(specs: list[str], data: list[str] | None = None) -> list[SuiteEn
     for spec in specs:
         path = Path(spec)
         if path.suffix.lower() in (".yaml", ".yml", ".toml") or path.is_file():
+            if not path.exists():  # in the words of every command's missing input
+                raise ConfigError(f"--suite: not found: {path}")
+            if not path.is_file():
+                raise ConfigError(f"--suite: not a file: {path}")
             values = load_config_file(path)
             listed = values.get("datasets")
             if not isinstance(listed, list) or not listed:
@@ -174,16 +181,22 @@ def load_suites(specs: list[str], data: list[str] | None = None) -> list[SuiteEn
     waiting = [i for i, e in enumerate(entries) if e.data is None and e.name not in named]
     if len(positional) > len(waiting):
         raise ConfigError(f"{len(positional)} --data file(s) for {len(waiting)} suite(s) without one")
+    given = set()  # the entries whose file --data names (the others' come from a suite file)
     for i, e in enumerate(entries):
         if e.name in named:
             entries[i] = replace(e, data=named[e.name])
+            given.add(i)
     for i, file in zip(waiting, positional):
         entries[i] = replace(entries[i], data=file)
-    for e in entries:
+        given.add(i)
+    for i, e in enumerate(entries):
         if e.data is None:
             raise ConfigError(f"suite {e.name!r} has no data file: give --data PATH (or NAME=PATH)")
+        where = "--data" if i in given else f"suite {e.name!r}: data file"  # the option, or the suite file's entry
         if not e.data.exists():
-            raise ConfigError(f"suite {e.name!r}: data file not found: {e.data}")
+            raise ConfigError(f"{where}: not found: {e.data}")
+        if not e.data.is_file():  # every format a suite reads (tsv, jsonl, json, csv) is one file
+            raise ConfigError(f"{where}: not a file: {e.data}")
     names = [e.name for e in entries]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

@@ -29,9 +29,13 @@ def caption_sources(captioners: Iterable[Any] | Mapping[str, Any] = (),
     files = caption_files.items() if isinstance(caption_files, Mapping) else [
         f.partition("=")[::2] if "=" in str(f) else (Path(str(f)).stem, f) for f in caption_files]
     for label, path in files:
+        if not str(label).strip() or not str(path).strip():  # "pub=" or "=file": Path('') is the working folder
+            raise ConfigError(f"--captions {f'{label}={path}'!r} must look like [LABEL=]FILE, with both parts")
         path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"--captions: not found: {path}")
         if not path.is_file():
-            raise ConfigError(f"captions file not found: {path}")
+            raise ConfigError(f"--captions: not a file: {path}")
         sources.append(CaptionSource(str(label).strip(), captions_file=path))
     labels = [s.label for s in sources]
     repeated = sorted({label for label in labels if labels.count(label) > 1})

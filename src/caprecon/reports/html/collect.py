@@ -150,9 +150,13 @@ def read_manifest(run: Path) -> dict[str, Any]:
         return {}
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return {"unreadable": f"{path.name} is not valid JSON"}
-    return redact(manifest) if isinstance(manifest, dict) else {}
+    except json.JSONDecodeError as exc:
+        return {"unreadable": f"{path} is not valid JSON (line {exc.lineno})"}
+    except UnicodeDecodeError:
+        return {"unreadable": f"{path} is not UTF-8 text"}
+    if not isinstance(manifest, dict):
+        return {"unreadable": f"{path} holds a JSON {type(manifest).__name__}, not a run's manifest (an object)"}
+    return redact(manifest)
 
 
 def headline_metrics(run: Path, manifest: Mapping[str, Any]) -> list[str]:

@@ -339,6 +339,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
 
     records = collect.read_records(run)
     manifest = collect.read_manifest(run)
+    if manifest.get("unreadable"):  # the page is still made from the scores; the run's settings are not shown
+        log.warning("%s: the report shows none of the run's settings", manifest["unreadable"])
     metrics = collect.score_fields(records, collect.headline_metrics(run, manifest)) if records else []
     best_of_n = any("selected" in r for r in records)
     selection = manifest.get("selection") if isinstance(manifest.get("selection"), Mapping) else {}
