@@ -13,6 +13,7 @@ import pytest
 
 import caprecon
 from caprecon.cli import main
+from caprecon.core.errors import ConfigError
 
 
 def _seeded_run(folder, systems: dict[str, list[list[float]]], metric: str = "recon"):
@@ -162,3 +163,56 @@ def test_meta_on_a_benchmark_and_verify_match_the_command(tmp_path, capsys):
                             verify=True, out=tmp_path / "py-v")
     assert _csv(tmp_path / "cli-v" / "verify.csv") == _csv(tmp_path / "py-v" / "verify.csv")
     assert [(r.key, r.status) for r in checked.verify] == [("HC", "pass"), ("mean", "fail")] and checked.failed
+
+
+# ----------------------------------------------------------------------------- report, demo
+
+
+def _turing_row(image, captioner, answers):
+    """A turing row from (correct, asked) per category; the judge on the original gets every one right."""
+    record = {"id": f"{image}-{captioner}", "image_id": image, "caption": "...", "captioner": captioner}
+    for category, (correct, asked) in answers.items():
+        record.update({f"turing/{category}": correct / asked, f"turing_n/{category}": asked,
+                       f"turing_upper/{category}": 1.0})
+    asked = sum(n for _, n in answers.values())
+    record.update(turing=sum(c for c, _ in answers.values()) / asked, turing_upper=1.0, turing_n=asked)
+    return record
+
+
+def test_report_matches_the_command(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [_turing_row("i1", "A", {"spatial": (1, 2), "ocr": (1, 1)}), _turing_row("i2", "A", {"spatial": (0, 1)}),
+            _turing_row("i1", "B", {"spatial": (2, 2), "ocr": (0, 1)}), _turing_row("i2", "B", {"spatial": (1, 1)})]
+    (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["report", str(run), "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    result = caprecon.report(run, out=tmp_path / "py")
+    assert _csv(tmp_path / "cli" / "categories.csv") == _csv(tmp_path / "py" / "categories.csv")
+    assert result.html == tmp_path / "py" / "report.html" and result.html.is_file()
+    assert result.files == {"markdown": tmp_path / "py" / "categories.md", "csv": tmp_path / "py" / "categories.csv",
+                            "radar": tmp_path / "py" / "radar.png"}
+    assert result.table.to_text() in printed
+    # pooled by questions: A got 1 + 0 of 3 spatial questions and 1 of 1 ocr, B 2 + 1 of 3 and 0 of 1
+    table = {r["captioner"]: r for r in _csv(tmp_path / "py" / "categories.csv")}
+    assert [table[c]["spatial"] for c in "AB"] == ["33.33", "100.00"] and [table[c]["ocr"] for c in "AB"] == \
+        ["100.00", "0.00"]
+    assert [table[c]["mean over questions"] for c in "AB"] == ["50.00", "75.00"]
+    # a run without turing scores: the page, and the line saying why there is no table
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "scores.jsonl").write_text(json.dumps({"id": "1", "caption": "x", "recon": 0.5}) + "\n")
+    assert caprecon.report(plain).note == f"no turing scores in {plain / 'scores.jsonl'}: no per-category table"
+    with pytest.raises(ConfigError, match="needs a run scored with -m halluc"):
+        caprecon.report(plain, metric="halluc")
+
+
+def test_demo_matches_the_command(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    results = caprecon.demo(out=tmp_path / "py")
+    cli = {r["id"]: r["recon"] for r in _jsonl(tmp_path / "cli" / "scores.jsonl")}
+    assert cli == {r["id"]: r["recon"] for r in results.records} and len(cli) >= 3
+    assert (tmp_path / "py" / "report.html").is_file()
+    for r in results.records:  # every score the command printed, to its four digits
+        assert f"{r['recon']:.4f}" in printed

@@ -8,8 +8,10 @@ Everything here is defined in its own layer (docs/layout.md, "How the code is la
 this module only chooses what is public.
 """
 
+from caprecon.apps.demo import demo
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.refine import Refined, refine
+from caprecon.apps.report import RunReport, report
 from caprecon.apps.reward import AsyncReward, Guards, Reward
 from caprecon.apps.seeds import CompareResults, SeedsResults, compare, seeds
 from caprecon.apps.suites import SuiteResults, suite
@@ -34,5 +36,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "compare", "CompareResults", "meta", "MetaResults", "seeds", "SeedsResults",
+    "compare", "CompareResults", "demo", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
 ]

@@ -29,39 +29,13 @@ def demo_dir() -> Path:
     return Path(str(resources.files("caprecon.data") / "demo"))
 
 
-def run_demo(out: str | Path = "runs/demo", quiet: bool = False):
-    from caprecon.run.score import score
-    from caprecon.core.tables import format_table
-
-    results = score(demo_dir() / "captions.jsonl", metrics=["recon"], preset="offline", out=out,
-                    progress=not quiet)
+def demo(out: str | Path = "runs/demo", progress: bool = False):
+    """Score the bundled captions with the offline stand-in (`recon`, preset `offline`) into `out`,
+    with its `report.html` (grouped by the captions' quality); returns `caprecon.score`'s `Results`."""
     from caprecon.reports.html import write_html_report
+    from caprecon.run.score import score
 
+    results = score(demo_dir() / "captions.jsonl", metrics=["recon"], preset="offline", out=out, progress=progress)
     # the bundled captions come in three qualities: the report's summary compares them
-    report = write_html_report(results.out, title="caprecon demo (offline stand-in)", group_by=("quality",))
-    if not quiet:
-        rows = [["id", "quality", "caption", "own rank", "retrieved", "recon"]]
-        for r in results.records:
-            rows.append([r["id"], r.get("quality", ""), r["caption"][:50], str(r.get("source_rank", "")),
-                         str(r.get("retrieved", "")),
-                         f"{r['recon']:.4f}" if isinstance(r.get("recon"), float) else r.get("error", "")])
-        print(format_table(rows))
-        print()
-        by_quality: dict[str, list[dict]] = {}
-        for r in results.records:
-            if isinstance(r.get("recon"), float):
-                by_quality.setdefault(r.get("quality", "?"), []).append(r)
-        for quality, scored in by_quality.items():
-            mean = sum(r["recon"] for r in scored) / len(scored)
-            first = sum(1 for r in scored if r.get("source_rank") == 1)
-            print(f"{quality:9s} captions: mean recon {mean:.4f}, own photo ranked first {first} of {len(scored)}")
-        print()
-        generator, embedder = results.manifest["models"]["generator"], results.manifest["models"]["embedder"]
-        matcher = generator["matcher"]
-        print(f"generator: retrieval over {len(generator['gallery'])} bundled photos, the scored one left out; "
-              f"caption-image match by "
-              f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
-              f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
-        print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
-        print(f"\n{NOTICE}\nrun folder: {results.out}\nreport: {report.resolve()}")
+    write_html_report(results.out, title="caprecon demo (offline stand-in)", group_by=("quality",))
     return results

@@ -91,27 +91,15 @@ def cmd_meta(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from caprecon.apps.report import report
 
-    from caprecon.reports.html import write_html_report
-    from caprecon.reports.categories import category_table, load_records, write_report
-
-    scores = Path(args.run) if Path(args.run).is_file() else Path(args.run) / "scores.jsonl"
-    if not Path(args.run).exists():
-        raise ConfigError(f"{args.run}: no such run folder")
-    metric = args.metric or "turing"
-    if scores.is_file() and any(metric in record for record in load_records(scores)):
-        table = category_table(scores, metric=metric)
-        paths = write_report(table, args.out or args.run)
-        print(table.to_text())
-        for kind, path in paths.items():
+    result = report(args.run, metric=args.metric, out=args.out)
+    if result.table is not None:
+        print(result.table.to_text())
+        for kind, path in result.files.items():
             print(f"{kind}: {path}")
-    elif args.metric:  # asked for by name: a run without it is a mistake, not a page without a table
-        raise ConfigError(f"{args.run}: no scored row has {args.metric}; the per-category table needs a run "
-                          f"scored with -m {args.metric}")
-    elif scores.is_file():
-        print(f"no {metric} scores in {scores}: no per-category table")
-    write_html_report(args.run, args.out)
+    elif result.note:
+        print(result.note)
     return 0
 
 
@@ -133,9 +121,36 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from caprecon.apps.demo import run_demo
+    from caprecon.apps.demo import NOTICE, demo
+    from caprecon.core.tables import format_table
 
-    run_demo(out=args.out, quiet=args.quiet)
+    results = demo(out=args.out, progress=not args.quiet)
+    if args.quiet:
+        return 0
+    rows = [["id", "quality", "caption", "own rank", "retrieved", "recon"]]
+    for r in results.records:
+        rows.append([r["id"], r.get("quality", ""), r["caption"][:50], str(r.get("source_rank", "")),
+                     str(r.get("retrieved", "")),
+                     f"{r['recon']:.4f}" if isinstance(r.get("recon"), float) else r.get("error", "")])
+    print(format_table(rows))
+    print()
+    by_quality: dict[str, list[dict]] = {}
+    for r in results.records:
+        if isinstance(r.get("recon"), float):
+            by_quality.setdefault(r.get("quality", "?"), []).append(r)
+    for quality, scored in by_quality.items():
+        mean = sum(r["recon"] for r in scored) / len(scored)
+        first = sum(1 for r in scored if r.get("source_rank") == 1)
+        print(f"{quality:9s} captions: mean recon {mean:.4f}, own photo ranked first {first} of {len(scored)}")
+    print()
+    generator, embedder = results.manifest["models"]["generator"], results.manifest["models"]["embedder"]
+    matcher = generator["matcher"]
+    print(f"generator: retrieval over {len(generator['gallery'])} bundled photos, the scored one left out; "
+          f"caption-image match by "
+          f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
+          f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
+    print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
+    print(f"\n{NOTICE}\nrun folder: {results.out}\nreport: {(results.out / 'report.html').resolve()}")
     return 0
 
 
