@@ -518,6 +518,42 @@ def test_refine_command_resumes_after_sigkill(world):
     assert [r["round"] for r in refined[0]["rounds"]] == [0, 1, 2, 3]
 
 
+def test_two_refine_runs_into_one_folder_do_not_both_write_rounds(world, capsys):
+    """The first run holds --out (stopped inside round 2 by the slow reviser); a second `refine` into
+    the same folder, with other settings too, is refused naming the first and writes no round; once
+    the first is gone, the folder's rounds are each there once."""
+    out = world["tmp"] / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1"}
+    args = ["refine", "-i", str(world["captions"]), "--out", str(out), "--generator", "oracle:OracleGenerator",
+            "--embedder", "oracle:PixelEmbedder", "--judge", "refine_fakes:DescribingVLM", "--qa-bank",
+            str(world["bank"]), "--max-side", "96", "--cache-dir", str(world["cache"]), "--rounds", "3",
+            "--feedback", "flipped", "-q"]
+    marker = world["tmp"] / "blocked"
+    first = subprocess.Popen([sys.executable, "-m", "caprecon", *args, "--llm", "refine_fakes:SlowReviserLLM"],
+                             env={**env, "REFINE_BLOCK_MARKER": str(marker)}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not marker.exists() and time.time() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        assert marker.exists(), "the first run never reached round 2"
+        rounds_before = (out / "rounds.jsonl").read_text()
+        for extra in ([], ["--margin", "0.01"]):  # the same settings, and others
+            code = main([*args, *extra, "--llm", "refine_fakes:ReviserLLM"])
+            err = capsys.readouterr().err.strip().splitlines()
+            assert code == 2 and len(err) == 1, err
+            assert f"--out {out} is in use by another run (pid {first.pid} on " in err[0]
+            assert "refine -i" in err[0] and "--llm refine_fakes:SlowReviserLLM)" in err[0]  # the first's command
+            assert (out / "rounds.jsonl").read_text() == rounds_before  # the second wrote nothing
+        assert first.poll() is None  # and the first was not disturbed
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+    assert [json.loads(line)["round"] for line in rounds_before.splitlines()] == [0, 1]
+    assert main([*args, "--llm", "refine_fakes:ReviserLLM"]) == 0  # the folder is free again: resumed
+    assert [json.loads(line)["round"] for line in (out / "rounds.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+
+
 def test_refine_keeps_to_the_image_root_and_an_escaping_row_is_that_rows_error(world, opened, capsys):
     outside = world["tmp"] / "outside.png"
     render(SCENE, 96, 96).save(outside)  # a picture refinement would improve, were it read
