@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from oracle import render
 
 from caprecon.cli import main
-from oracle import render
 
 TESTS = Path(__file__).parent
 WORLD = ["-g", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder", "--max-side", "32"]

@@ -1,0 +1,513 @@
+"""A bad-input attack on the newer commands: each case one mistake a user makes, run as
+`caprecon ...` in a subprocess with a timeout, and classified by what came back.
+
+    python scripts/attack.py              # every case, then the table of outcomes
+    python scripts/attack.py -k refine    # the cases whose name contains one of the words
+    python scripts/attack.py -v           # also each case's last line of stderr
+    git archive COMMIT src | tar -x -C /tmp/old
+    python scripts/attack.py --before /tmp/old/src   # that commit's outcomes beside this tree's
+
+Outcomes:
+
+- `clean`: exit 2 (the command could not run) or 1 (some rows failed), no traceback, and the
+  last line of stderr names the problem (each case says which words it must hold: the option,
+  the file, the row);
+- `vague`: a refusal without a traceback whose last line does not name the problem;
+- `traceback`: Python's traceback on stderr;
+- `silent`: exit 0 without a word about the mistake (each case says what a warning must hold);
+- `hang`: still running after the timeout (the process group is killed).
+
+The inputs are tiny and offline: the shapes world of tests/oracle.py and the scripted models of
+tests/ (`oracle:OracleGenerator`, `broken_models:PickyJudge`, ...), loaded as `module:Class`
+options with tests/ on PYTHONPATH, so no model weights are read. The cases are not those of
+tests/test_bad_inputs.py, tests/test_reliability.py and tests/test_lifecycle.py: the point is
+to find what those did not. Exit status 1 when any case is not `clean`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = ROOT / "tests"
+TIMEOUT = 90  # seconds; a case still running after this is a hang
+OUTCOMES = ("clean", "vague", "traceback", "silent", "hang")
+
+
+@dataclass
+class Case:
+    name: str
+    kind: str  # the kind of mistake (malformed row, wrong type, empty file, ...)
+    argv: Callable[["Workspace"], list]
+    names: tuple[str, ...]  # what the last line of stderr must hold (all of them, case-insensitive)
+    codes: tuple[int, ...] = (2,)  # the exit statuses of a clean refusal
+    warned: bool = False  # exit 0 with a warning naming the problem (stderr holds `names`) is clean too
+    stream: str = "err"  # where the message is: stderr, or stdout (a report such as `cache verify`'s)
+
+
+@dataclass
+class Result:
+    case: Case
+    outcome: str
+    code: int | None
+    seconds: float
+    last: str = ""
+    stderr: str = ""
+
+
+class Workspace:
+    """The files every case starts from, in a temporary folder: two shape pictures, their
+    captions with references, a QA bank, a scored run of two systems with per-seed scores,
+    two shards of a bleu-4 run, an MME-style suite file, human judgments, a filled cache."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        sys.path.insert(0, str(TESTS))
+        from oracle import render
+        from PIL import Image
+
+        render("a red square", 32, 32).save(root / "red.png")
+        render("a blue circle", 32, 32).save(root / "blue.png")
+        self.rows = self.jsonl("rows.jsonl", [
+            {"id": "a", "image": "red.png", "caption": "a red square", "refs": ["a red square", "one red square"]},
+            {"id": "b", "image": "blue.png", "caption": "a blue circle", "refs": ["a blue circle", "a circle"]}])
+        self.bank = self.jsonl("bank.jsonl", [
+            {"image_id": image_id, "question": f"Is there a {colour} shape in the image?", "category": "colour",
+             "type": "yesno", "answer": answer} for image_id in ("a", "b")
+            for colour, answer in (("red", "yes" if image_id == "a" else "no"), ("blue", "yes" if image_id == "b"
+                                                                                 else "no"), ("green", "no"))])
+        # a run of two systems, each row with three per-seed scores
+        seeded = [{"id": f"{system}{i}", "image_id": f"img{i}", "captioner": system, "caption": f"caption {i}",
+                   "recon": 0.1 * i + shift, "recon_seeds": [0.1 * i + shift, 0.1 * i + shift + 0.01,
+                                                             0.1 * i + shift - 0.01]}
+                  for system, shift in (("x", 0.0), ("y", 0.05)) for i in range(4)]
+        self.run = self.folder("run", seeded)
+        self.run_x = self.folder("run-x", [r for r in seeded if r["captioner"] == "x"])
+        self.run_y = self.folder("run-y", [r for r in seeded if r["captioner"] == "y"])
+        # the MME-style suite file: two cards, one question each
+        cards = []
+        for colour in ((220, 30, 30), (30, 60, 220)):
+            data = io.BytesIO()
+            Image.new("RGB", (32, 32), colour).save(data, format="PNG")
+            cards.append(base64.b64encode(data.getvalue()).decode())
+        self.tsv = self.text("cards.tsv", "index\timage\tquestion\tanswer\tcategory\n" + "".join(
+            f"{i}\t{card}\tIs the card red?\t{'Yes' if i == 0 else 'No'}\tcolor\n" for i, card in enumerate(cards)))
+        self.card_captions = self.jsonl("card-captions.jsonl", [
+            {"dataset": "mme", "index": str(i), "caption": c} for i, c in enumerate(("a red card", "a blue card"))])
+        # human judgments of captions with references (meta --fit), and their scores
+        judged, scores = [], []
+        for i in range(6):
+            for k in range(3):
+                judged.append({"id": f"{i}-{k}", "image": f"img{i}.jpg", "caption": f"caption {i} {k}",
+                               "refs": ["a reference", "another one"], "human": float(k + (i % 2))})
+                scores.append({"id": f"{i}-{k}", "bleu-1": 0.1 * k + 0.01 * i, "cider": 0.2 * k - 0.01 * i})
+        self.judgments = self.jsonl("judged.jsonl", judged)
+        self.scores = self.jsonl("judged-scores.jsonl", scores)
+        self.judged, self.scored = judged, scores
+        self.expert = self.jsonl("expert.jsonl", [  # Flickr8k-Expert's rows: three experts' ratings of 1-4
+            {**{k: j[k] for k in ("id", "image", "caption", "refs")}, "ratings": [1 + k % 4, 1 + (k + 1) % 4, 2]}
+            for k, j in enumerate(judged)])
+        self.shards = self.bleu_shards()
+        self.cache = root / "cache"
+        self.caprecon(["score", "-i", self.rows, "-m", "recon", *self.world, "--cache-dir", self.cache,
+                       "--out", root / "cached-run", "-q"])
+
+    # the scripted models, as options
+    world = ["-g", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder", "--max-side", "32"]
+    judge = ["--judge", "broken_models:PickyJudge"]
+
+    def text(self, name: str, text: str) -> Path:
+        path = self.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    def jsonl(self, name: str, rows: list) -> Path:
+        return self.text(name, "".join(json.dumps(r) + "\n" for r in rows))
+
+    def folder(self, name: str, rows: list, manifest: dict | None = None) -> Path:
+        self.jsonl(f"{name}/scores.jsonl", rows)
+        if manifest is not None:
+            self.text(f"{name}/manifest.json", json.dumps(manifest))
+        return self.root / name
+
+    def caprecon(self, argv: list) -> None:
+        done = subprocess.run([sys.executable, "-m", "caprecon.cli", *map(str, argv)], cwd=self.root,
+                              env=environment(), capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise SystemExit(f"setting up the workspace failed: caprecon {' '.join(map(str, argv))}\n{done.stderr}")
+
+    def bleu_shards(self) -> list[Path]:
+        folders = [self.root / f"shard{i}" for i in range(2)]
+        for i, folder in enumerate(folders):
+            self.caprecon(["score", "-i", self.rows, "-m", "bleu-4", "--shard", f"{i}/2", "--out", folder, "-q"])
+        return folders
+
+    def copy(self, source: Path, name: str) -> Path:
+        import shutil
+
+        target = self.root / name
+        if not target.exists():
+            shutil.copytree(source, target)
+        return target
+
+    def fifo(self, name: str) -> Path:
+        path = self.root / name
+        if not path.exists():
+            os.mkfifo(path)
+        return path
+
+    def refine(self, *extra) -> list:
+        return ["refine", "-i", self.rows, "--llm", "refine_fakes:ReviserLLM", *self.world,
+                "--judge", "refine_fakes:DescribingVLM", "--qa-bank", self.bank, "--cache-dir", self.root / "c-refine",
+                "-q", *extra]
+
+    def t2i(self, *extra) -> list:
+        return ["t2i", "-g", "oracle:OracleGenerator", *self.judge, "--size", "32x32", "--cache-dir",
+                self.root / "c-t2i", "-q", *extra]
+
+    def suite(self, *extra) -> list:
+        return ["suite", "-g", "oracle:OracleGenerator", *self.judge, "--size", "32x32", "--cache-dir",
+                self.root / "c-suite", "-q", *extra]
+
+    def audit(self, *extra) -> list:
+        return ["reward-audit", "-m", "recon", *self.world, "--cache-dir", self.root / "c-audit", *extra]
+
+
+SOURCE = ROOT / "src"  # the caprecon under attack (--src: another checkout's, e.g. an earlier commit's)
+
+
+def environment() -> dict:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), str(SOURCE), os.environ.get("PYTHONPATH")]))}
+
+
+def out(w: Workspace, name: str) -> Path:
+    return w.root / "outs" / name
+
+
+CASES = [
+    # --- refine
+    Case("refine: a row that is a JSON list, not an object", "malformed row",
+         lambda w: w.refine("-i", w.text("list-row.jsonl", '["a", "red.png", "a red square"]\n'),
+                            "--out", out(w, "r1")), ("list-row.jsonl:1",)),
+    Case("refine: --input is a folder", "folder for a file",
+         lambda w: w.refine("-i", w.root / "run", "--out", out(w, "r2")), ("run", "captions file")),
+    Case("refine: --input is a FIFO nobody writes", "odd file",
+         lambda w: w.refine("-i", w.fifo("pipe.jsonl"), "--out", out(w, "r3")), ("--input", "pipe.jsonl")),
+    Case("refine: --holdout nan", "out of range",
+         lambda w: w.refine("--holdout", "nan", "--out", out(w, "r4")), ("--holdout",)),
+    Case("refine: --feedback that is no source", "out of range",
+         lambda w: w.refine("--feedback", "flipped,gossip", "--out", out(w, "r5")), ("--feedback", "gossip")),
+    Case("refine: --select naming a metric twice", "conflicting options",
+         lambda w: w.refine("--select", "recon=0.5,recon=0.5", "--out", out(w, "r6")), ("recon",)),
+    Case("refine: --select with an unknown metric", "out of range",
+         lambda w: w.refine("--select", "reconn", "--out", out(w, "r7")), ("reconn",)),
+    Case("refine: two rows with one id", "duplicate ids",
+         lambda w: w.refine("-i", w.jsonl("dup-refine.jsonl", [{"id": "a", "image": "red.png", "caption": "x"}] * 2),
+                            "--out", out(w, "r8")), ("'a'",)),
+    Case("refine: --config with rounds as text", "config wrong type",
+         lambda w: w.refine("--config", w.text("rounds.yaml", "seed: many\n"), "--out", out(w, "r9")), ("seed",)),
+    Case("refine: --out '' (an unset shell variable)", "odd path",
+         lambda w: w.refine("--out", ""), ("--out", "empty")),
+    Case("refine: --input ''", "odd path",
+         lambda w: w.refine("-i", "", "--out", out(w, "r10")), ("--input", "empty")),
+    # --- halluc (score -m halluc)
+    Case("halluc: --beta nan", "out of range",
+         lambda w: ["score", "-i", w.rows, "-m", "halluc", "--judge", "halluc_fakes:PixelJudge", "--llm",
+                    "halluc_fakes:ClaimLLM", "--beta", "nan", "--out", out(w, "h1")], ("--beta",)),
+    Case("halluc: --beta 0", "out of range",
+         lambda w: ["score", "-i", w.rows, "-m", "halluc", "--judge", "halluc_fakes:PixelJudge", "--llm",
+                    "halluc_fakes:ClaimLLM", "--beta", "0", "--out", out(w, "h2")], ("--beta",)),
+    # --- compare and seeds
+    Case("compare: a score that is text", "wrong type",
+         lambda w: ["compare", w.folder("text-score", [{"id": "a0", "image_id": "i", "captioner": "x",
+                                                        "recon": "0.5"}, {"id": "b0", "image_id": "i",
+                                                                          "captioner": "y", "recon": 0.4}])],
+         ("recon", "a0")),
+    Case("compare: an empty scores.jsonl", "empty file",
+         lambda w: ["compare", w.folder("empty-run", []), w.run_y], ("empty-run",)),
+    Case("compare: a folder without scores.jsonl", "missing file",
+         lambda w: ["compare", w.root / "shard0" / "report_files", w.run_y], ("scores.jsonl",)),
+    Case("compare: --by a field no row has", "missing column",
+         lambda w: ["compare", w.run, "--by", "model"], ("'model'", "found 0")),
+    Case("compare: rows without image_id", "missing column",
+         lambda w: ["compare", w.folder("no-image-id", [{"id": "a", "captioner": "x", "recon": 0.4},
+                                                        {"id": "b", "captioner": "y", "recon": 0.5}])],
+         ("image_id",)),
+    Case("compare: --out ''", "odd path",
+         lambda w: ["compare", w.run_x, w.run_y, "--out", ""], ("--out", "empty")),
+    Case("compare: scores.jsonl a symlink to itself", "symlink",
+         lambda w: ["compare", loop(w, "loop-run"), w.run_y], ("scores.jsonl",)),
+    Case("seeds: per-seed scores that are text", "wrong type",
+         lambda w: ["seeds", w.folder("text-seeds", [{"id": f"s{i}", "image_id": f"i{i}", "recon": 0.1,
+                                                      "recon_seeds": "0.1,0.2"} for i in range(3)]),
+                    "--out", out(w, "s1")], ("recon_seeds",)),
+    Case("seeds: a run of one seed per caption", "out of range",
+         lambda w: ["seeds", w.folder("one-seed", [{"id": f"s{i}", "image_id": f"i{i}", "recon": 0.1 * i,
+                                                    "recon_seeds": [0.1 * i]} for i in range(3)]),
+                    "--out", out(w, "s2")], ("seed",)),
+    Case("seeds: the run ''", "odd path",
+         lambda w: ["seeds", "", "--out", out(w, "s5")], ("run", "empty")),
+    Case("seeds: scores.jsonl is a folder", "folder for a file",
+         lambda w: ["seeds", folder_named(w, "dir-scores"), "--out", out(w, "s3")], ("scores.jsonl",)),
+    Case("seeds: a truncated last line", "malformed row",
+         lambda w: ["seeds", truncated(w, "cut-run"), "--out", out(w, "s4")],
+         ("scores.jsonl:9",)),
+    # --- report
+    Case("report: a manifest.json that is not JSON", "malformed file",
+         lambda w: ["report", with_manifest(w, "bad-manifest", "{not json")], ("manifest.json",),
+         warned=True),
+    Case("report: a manifest.json that is a JSON list", "wrong type",
+         lambda w: ["report", with_manifest(w, "list-manifest", json.dumps([{"config": {}}]))], ("manifest.json",),
+         warned=True),
+    Case("report: --metric that the run lacks, in another script", "odd name",
+         lambda w: ["report", w.run, "--metric", "réc\u00f6n"], ("réc\u00f6n",)),
+    # --- merge
+    Case("merge: one shard given twice", "duplicate ids",
+         lambda w: ["merge", w.shards[0], w.shards[0], "--out", out(w, "m1")], ("shard", "twice")),
+    Case("merge: a shard whose manifest says shard 'x'", "wrong type",
+         lambda w: ["merge", w.shards[0], forged_shard(w), "--out", out(w, "m2")], ("manifest",)),
+    Case("merge: one of two shards", "missing file",
+         lambda w: ["merge", w.shards[1], "--out", out(w, "m3")], ("shard",)),
+    # --- meta --fit and verify
+    Case("meta --fit: --scores with a text score", "wrong type",
+         lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("text-scores.jsonl", [
+             {**s, "cider": "high"} if i == 4 else s for i, s in enumerate(w.scored)]), "--metric", "bleu-1",
+                    "cider", "--fit", "--bootstrap", "0", "--out", out(w, "f1")], ("cider",)),
+    Case("meta --fit: human ratings that are NaN", "out of range",
+         lambda w: ["meta", "--judgments", w.jsonl("nan-judged.jsonl", [{**j, "human": float("nan")} if i < 3 else j
+                                                                       for i, j in enumerate(w.judged)]),
+                    "--scores", w.scores, "--metric", "bleu-1", "cider", "--fit", "--bootstrap", "0", "--out",
+                    out(w, "f2")], ("human",)),
+    Case("meta --fit: --folds 1", "out of range",
+         lambda w: ["meta", "--judgments", w.judgments, "--scores", w.scores, "--metric", "bleu-1", "cider", "--fit",
+                    "--folds", "1", "--out", out(w, "f3")], ("--folds",)),
+    Case("meta --fit: an empty --judgments file", "empty file",
+         lambda w: ["meta", "--judgments", w.text("empty-judged.jsonl", ""), "--scores", w.scores, "--metric",
+                    "bleu-1", "--fit", "--out", out(w, "f4")], ("empty-judged.jsonl",)),
+    Case("meta verify: --expected without a value column", "missing column",
+         lambda w: ["meta", "verify", "--benchmark", "flickr8k-expert", "--data", w.expert, "--scores", w.scores,
+                    "--expected", w.text("expected.csv", "benchmark,metric,key\nflickr8k-expert,bleu-1,tau_c\n")],
+         ("expected.csv",)),
+    Case("meta verify: --expected is a folder", "folder for a file",
+         lambda w: ["meta", "verify", "--benchmark", "flickr8k-expert", "--data", w.expert, "--scores", w.scores,
+                    "--expected", w.root / "run"], ("--expected",)),
+    # --- suite
+    Case("suite: a suite file whose datasets is a text", "config wrong type",
+         lambda w: w.suite("--suite", w.text("suite.yaml", "datasets: mme\n"), "--captions",
+                           f"pub={w.card_captions}"), ("datasets",)),
+    Case("suite: a suite file listing a number", "config wrong type",
+         lambda w: w.suite("--suite", w.text("suite-number.yaml", "datasets: [5]\n"), "--captions",
+                           f"pub={w.card_captions}"), ("datasets", "5")),
+    Case("suite: --captions with no file after the label", "malformed option",
+         lambda w: w.suite("--suite", "mme", "--data", w.tsv, "--captions", "pub="), ("--captions",)),
+    Case("suite: --data is a folder", "folder for a file",
+         lambda w: w.suite("--suite", "mme", "--data", w.root / "run", "--captions", f"pub={w.card_captions}"),
+         ("--data",)),
+    Case("suite: --config with seed as a list", "config wrong type",
+         lambda w: w.suite("--suite", "mme", "--data", w.tsv, "--captions", f"pub={w.card_captions}",
+                           "--config", w.text("suite-seed.yaml", "seed: [1, 2]\n")), ("seed",)),
+    Case("suite: a caption that is a number", "wrong type",
+         lambda w: w.suite("--suite", "mme", "--data", w.tsv, "--captions", "pub=" + str(w.jsonl(
+             "number-captions.jsonl", [{"dataset": "mme", "index": "0", "caption": 7}]))), ("caption",)),
+    # --- t2i
+    Case("t2i: --size 0x32", "out of range",
+         lambda w: w.t2i("-i", w.rows, "--size", "0x32", "--out", out(w, "t1")), ("size 0x32", "positive")),
+    Case("t2i: --caption-column no row has", "missing column",
+         lambda w: w.t2i("-i", w.rows, "--caption-column", "prompt", "--out", out(w, "t2")), ("prompt",)),
+    Case("t2i: --config with generators a number", "config wrong type",
+         lambda w: ["t2i", "-i", w.rows, "--config", w.text("gens.yaml", "generators: 5\n"), "--out", out(w, "t3")],
+         ("generators",)),
+    Case("t2i: two generators with one label", "conflicting options",
+         lambda w: w.t2i("-i", w.rows, "-g", "a=oracle:OracleGenerator", "-g", "a=broken_models:PickyGenerator",
+                         "--out", out(w, "t4")), ("'a'",)),
+    Case("t2i: --input a symlink to a missing file", "symlink",
+         lambda w: w.t2i("-i", dangling(w, "gone.jsonl"), "--out", out(w, "t5")), ("--input", "gone.jsonl")),
+    # --- cache
+    Case("cache prune: --max-size beyond any float", "out of range",
+         lambda w: ["cache", "prune", "--cache-dir", w.cache, "--max-size", "1" + "0" * 400 + "GB", "--dry-run"],
+         ("--max-size",)),
+    Case("cache prune: no criterion", "conflicting options",
+         lambda w: ["cache", "prune", "--cache-dir", w.cache], ("--older-than",)),
+    Case("cache info: --cache-dir is a file", "folder for a file",
+         lambda w: ["cache", "info", "--cache-dir", w.rows], ("--cache-dir",)),
+    Case("cache verify: an index that is not SQLite", "malformed file",
+         lambda w: ["cache", "verify", "--cache-dir", garbage_index(w)], ("--repair",), codes=(1,), stream="out"),
+    Case("cache prune: --older-than 1e400d", "out of range",
+         lambda w: ["cache", "prune", "--cache-dir", w.cache, "--older-than", "1" + "0" * 400 + "d", "--dry-run"],
+         ("--older-than",)),
+    # --- distill
+    Case("distill: --epochs 10**9", "out of range",
+         lambda w: ["distill", w.root / "cached-run", "-m", "recon", "--epochs", str(10**9), "--out", out(w, "d1")],
+         ("--epochs",)),
+    Case("distill: --hidden 10**9", "out of range",
+         lambda w: ["distill", w.root / "cached-run", "-m", "recon", "--hidden", str(10**9), "--out", out(w, "d2")],
+         ("--hidden",)),
+    Case("distill: one run given twice", "duplicate ids",
+         lambda w: ["distill", w.root / "cached-run", w.root / "cached-run", "-m", "recon", "--out", out(w, "d3")],
+         ("cached-run", "twice")),
+    Case("distill: a metric the runs lack", "missing column",
+         lambda w: ["distill", w.run, "-m", "turing", "--out", out(w, "d4")], ("turing",)),
+    Case("distill: --out an existing file", "folder for a file",
+         lambda w: ["distill", w.run, "-m", "recon", "--out", w.rows], ("--out",)),
+    # --- reward-audit
+    Case("reward-audit: --weight recon=abc", "wrong type",
+         lambda w: w.audit("-i", w.rows, "--weight", "recon=abc"), ("--weight", "abc")),
+    Case("reward-audit: --weight for a metric not in the reward", "conflicting options",
+         lambda w: w.audit("-i", w.rows, "--weight", "clipscore=2"), ("clipscore",)),
+    Case("reward-audit: an empty --input", "empty file",
+         lambda w: w.audit("-i", w.text("empty.jsonl", "")), ("holds no rows",), codes=(1,)),
+    Case("reward-audit: --json is a folder", "folder for a file",
+         lambda w: w.audit("-i", w.rows, "--json", w.root / "run"), ("--json",)),
+    Case("reward-audit: --weight recon=nan", "out of range",
+         lambda w: w.audit("-i", w.rows, "--weight", "recon=nan"), ("--weight",)),
+]
+
+
+def truncated(w: Workspace, name: str) -> Path:
+    """The run of two systems, its last line cut off mid-row (a run killed while it wrote)."""
+    folder = w.copy(w.run, name)
+    (folder / "scores.jsonl").write_text((w.run / "scores.jsonl").read_text() + '{"id": "z9", "recon_se')
+    return folder
+
+
+def loop(w: Workspace, name: str) -> Path:
+    folder = w.root / name
+    folder.mkdir(exist_ok=True)
+    link = folder / "scores.jsonl"
+    if not link.is_symlink():
+        link.symlink_to("scores.jsonl")
+    return folder
+
+
+def dangling(w: Workspace, name: str) -> Path:
+    link = w.root / name
+    if not link.is_symlink():
+        link.symlink_to(w.root / "nothing-here.jsonl")
+    return link
+
+
+def folder_named(w: Workspace, name: str) -> Path:
+    (w.root / name / "scores.jsonl").mkdir(parents=True, exist_ok=True)
+    return w.root / name
+
+
+def with_manifest(w: Workspace, name: str, text: str) -> Path:
+    folder = w.copy(w.run, name)
+    (folder / "manifest.json").write_text(text)
+    return folder
+
+
+def forged_shard(w: Workspace) -> Path:
+    folder = w.copy(w.shards[1], "forged-shard")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["shard"] = "x" if not isinstance(manifest.get("shard"), dict) else {**manifest["shard"], "index": "x"}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def garbage_index(w: Workspace) -> Path:
+    folder = w.root / "garbage-cache"
+    folder.mkdir(exist_ok=True)
+    (folder / "index.sqlite").write_text("this is not a database\n" * 10)
+    return folder
+
+
+def run_case(case: Case, w: Workspace) -> Result:
+    argv = [str(a) for a in case.argv(w)]
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "caprecon.cli", *argv], cwd=w.root, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return Result(case, "hang", None, time.monotonic() - start)
+    seconds = time.monotonic() - start
+    said = stderr if case.stream == "err" else stdout
+    lines = [line for line in said.splitlines() if line.strip() and not line.startswith("PTBTokenizer")]
+    last = lines[-1] if lines else ""
+    named = all(n.lower() in last.lower() for n in case.names)
+    if "Traceback (most recent call last)" in stderr:
+        outcome = "traceback"
+    elif proc.returncode == 0:
+        said = all(n.lower() in stderr.lower() for n in case.names) and "warning" in stderr.lower()
+        outcome = "clean" if case.warned and said else "silent"
+    elif proc.returncode in case.codes and named and (last.startswith("caprecon") or ": error: " in last
+                                                      or case.stream == "out"):
+        outcome = "clean"
+    else:
+        outcome = "vague"
+    return Result(case, outcome, proc.returncode, seconds, last, stderr)
+
+
+def attack(cases: list[Case], verbose: bool, keep: bool) -> list[Result]:
+    """Every case against the caprecon under SOURCE, in a workspace of its own; one line per case."""
+    root = Path(tempfile.mkdtemp(prefix="caprecon-attack-"))
+    try:
+        w = Workspace(root)
+        results = []
+        for case in cases:
+            result = run_case(case, w)
+            results.append(result)
+            code = "-" if result.code is None else result.code
+            print(f"{result.outcome:9s} exit {code!s:3s} {result.seconds:5.1f}s  {case.name}", flush=True)
+            if verbose or result.outcome != "clean":
+                detail = result.last if result.outcome != "traceback" else \
+                    "\n".join(result.stderr.strip().splitlines()[-3:])
+                print(f"          {detail}", flush=True)
+        return results
+    finally:
+        if keep:
+            print(f"workspace: {root}")
+        else:
+            import shutil
+
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    global SOURCE
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", nargs="+", metavar="WORD", help="only the cases whose name holds one of these")
+    parser.add_argument("-v", "--verbose", action="store_true", help="each case's last line of stderr")
+    parser.add_argument("--keep", action="store_true", help="keep the workspace folder (its path is printed)")
+    parser.add_argument("--src", type=Path, help="attack the caprecon package under this src/ folder instead")
+    parser.add_argument("--before", type=Path, metavar="SRC",
+                        help="first attack the src/ folder of an earlier commit (`git archive COMMIT src | tar -x "
+                             "-C DIR`), then this one, and print the outcomes side by side")
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if not args.k or any(k in c.name for k in args.k)]
+    columns = {}
+    if args.before:
+        print(f"before: {args.before}")
+        SOURCE, after = args.before.resolve(), SOURCE
+        columns["before"] = attack(cases, args.verbose, args.keep)
+        SOURCE = after
+        print(f"\nafter: {SOURCE}")
+    SOURCE = args.src.resolve() if args.src else SOURCE
+    columns["after" if args.before else "cases"] = results = attack(cases, args.verbose, args.keep)
+    print()
+    print("outcome   " + "".join(f"{name:>8s}" for name in columns))
+    for outcome in (*OUTCOMES, "all"):
+        print(f"{outcome:10s}" + "".join(f"{sum(outcome in ('all', r.outcome) for r in rs):8d}"
+                                        for rs in columns.values()))
+    return 0 if all(r.outcome == "clean" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
