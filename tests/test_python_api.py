@@ -216,3 +216,17 @@ def test_demo_matches_the_command(tmp_path, capsys):
     assert (tmp_path / "py" / "report.html").is_file()
     for r in results.records:  # every score the command printed, to its four digits
         assert f"{r['recon']:.4f}" in printed
+
+
+def test_meta_refuses_what_its_options_refuse(tmp_path):
+    judgments, scores, _, _ = _rated_files(tmp_path)
+    with pytest.raises(ConfigError, match="--bootstrap must be between 0 and 100000, not -1"):
+        caprecon.meta(judgments, scores=scores, metrics=["a"], bootstrap=-1, out=tmp_path / "o")
+    with pytest.raises(ConfigError, match="--fit-model 'trees': choose from linear, logistic, gbt"):
+        caprecon.meta(judgments, scores=scores, metrics=["a"], fit=True, fit_model="trees", out=tmp_path / "o")
+    with pytest.raises(ConfigError, match="--out .* is a file"):
+        caprecon.meta(judgments, scores=scores, metrics=["a"], out=scores)
+    with pytest.raises(TypeError, match="run settings \\(preset\\) are for caprecon's own scoring"):
+        caprecon.meta(judgments, metrics=["m"], score_metric=lambda name, samples: [0.0] * len(samples),
+                      preset="fast", out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()  # refused before the run folder was made

@@ -51,6 +51,7 @@ from caprecon.models.llm import TextLLM
 from caprecon.run.folder import check_out, run_folder
 from caprecon.stats.agreement import (Comparison, MetaRow, check_human_order, compare_metrics, format_comparison,
                                       run_meta, write_csv, write_markdown)
+from caprecon.stats.fit import DEFAULT_FOLDS
 from caprecon.stats.probes import ProbeRow, ProbeWriter
 from caprecon.store.index import Store
 
@@ -107,7 +108,7 @@ def meta(
     data_root: str | Path | None = None,
     fit: bool = False,
     fit_model: str = "linear",
-    folds: int = 5,
+    folds: int = DEFAULT_FOLDS,
     save: str | Path | None = None,
     fit_on: str | None = None,
     evaluate_on: str | None = None,

@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from caprecon.core.checks import MAX_RESAMPLES, check_count, check_number
 from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
+from caprecon.stats.fit import DEFAULT_FOLDS
 
 ScoreMetric = Callable[[str, list[Sample]], Sequence[float]]
 """score_metric(name, samples) -> one score per sample (NaN or None where it failed)."""
@@ -69,7 +70,7 @@ class MetaRequest:
     data_root: Path | None = None
     fit: bool = False
     fit_model: str = "linear"
-    folds: int = 5
+    folds: int = DEFAULT_FOLDS
     save: Path | None = None
     fit_on: str | None = None
     evaluate_on: str | None = None
