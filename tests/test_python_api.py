@@ -230,3 +230,68 @@ def test_meta_refuses_what_its_options_refuse(tmp_path):
         caprecon.meta(judgments, metrics=["m"], score_metric=lambda name, samples: [0.0] * len(samples),
                       preset="fast", out=tmp_path / "o")
     assert not (tmp_path / "o").exists()  # refused before the run folder was made
+
+
+# ----------------------------------------------------------------------------- caption (best-of-N, then --refine)
+
+
+SHAPES = "a red square and a blue square and a green square"
+
+
+def _shapes_world(tmp_path):
+    """One picture of three squares, and a QA bank about their colours (the refine tests' world)."""
+    from oracle import render
+
+    images = tmp_path / "images"
+    images.mkdir()
+    render(SHAPES, 96, 96).save(images / "scene.png")
+    bank = tmp_path / "bank.jsonl"
+    questions = [f"Is there a {c} shape in the image?" for c in ("red", "blue", "green", "purple")]
+    bank.write_text("".join(json.dumps({"image_id": "scene", "question": q, "category": "colour", "type": "yesno",
+                                        "answer": "yes"}) + "\n" for q in [*questions, "Is the background white here?"]))
+    return images, bank
+
+
+def _recon_by_hand(caption: str) -> float:
+    """ReconScore (1 + cos) / 2 of the oracle's drawing of `caption` against the picture."""
+    from oracle import PixelEmbedder, render
+
+    a, b = PixelEmbedder().embed([render(SHAPES, 96, 96), render(caption, 96, 96)])
+    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
+
+
+def test_caption_with_refine_matches_the_command(tmp_path, capsys):
+    images, bank = _shapes_world(tmp_path)
+    models = {"captioner": "refine_fakes:ShapesCaptioner", "generator": "oracle:OracleGenerator",
+              "embedder": "oracle:PixelEmbedder", "judge": "refine_fakes:DescribingVLM"}
+    assert main(["caption", "--images", str(images), *(a for k, v in models.items() for a in (f"--{k}", v)),
+                 "--n", "2", "--qa-bank", str(bank), "--max-side", "96", "--cache-dir", str(tmp_path / "cache-cli"),
+                 "--refine", "3", "--feedback", "flipped", "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    run = caprecon.caption(images, n=2, qa_bank=str(bank), max_side=96, cache_dir=str(tmp_path / "cache-py"),
+                           refine=3, feedback="flipped", out=tmp_path / "py", **models)
+    cli, py = tmp_path / "cli", tmp_path / "py"
+    assert _jsonl(cli / "selected.jsonl") == _jsonl(py / "selected.jsonl") == run.selected
+    assert (cli / "curve.csv").read_text() == (py / "curve.csv").read_text()
+    assert [(r["caption"], r["score"], r["selected"]) for r in _jsonl(cli / "candidates.jsonl")] == \
+        [(r["caption"], r["score"], r["selected"]) for r in run.candidates]
+    refined = _jsonl(py / "refine" / "refined.jsonl")
+    assert [(r["original"], r["caption"]) for r in _jsonl(cli / "refine" / "refined.jsonl")] == \
+        [(r["original"], r["caption"]) for r in refined] == [(r["original"], r["caption"]) for r in run.refined.captions]
+    assert (cli / "refine" / "rounds.csv").read_text() == (py / "refine" / "rounds.csv").read_text()
+    # the numbers, by hand: the red square beats the yellow one, and refinement adds the two missing squares
+    [chosen] = run.selected
+    assert chosen["caption"] == "a red square" and chosen["score"] == pytest.approx(_recon_by_hand("a red square"))
+    assert [c["caption"] for c in chosen["candidates"]] == ["a yellow square", "a red square"]
+    assert refined[0]["caption"] == SHAPES and _recon_by_hand(SHAPES) == pytest.approx(1.0)
+    assert "improved 1 of 1 caption(s)" in printed and run.refined.manifest["improved"] == 1
+
+
+def test_caption_refuses_bad_refine_settings_before_captioning(tmp_path):
+    images, _ = _shapes_world(tmp_path)
+    for options, message in (({"refine": 0}, "--rounds must be"), ({"refine": 2, "holdout": 1.0}, "--holdout must be"),
+                             ({"refine": 2, "margin": -1}, "--margin must be")):
+        with pytest.raises(ConfigError, match=message):
+            caprecon.caption(images, captioner="refine_fakes:ShapesCaptioner", generator="oracle:OracleGenerator",
+                             embedder="oracle:PixelEmbedder", out=tmp_path / "o", **options)
+        assert not (tmp_path / "o").exists()  # nothing captioned, no run folder left

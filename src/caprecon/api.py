@@ -14,6 +14,7 @@ from caprecon.apps.refine import Refined, refine
 from caprecon.apps.report import RunReport, report
 from caprecon.apps.reward import AsyncReward, Guards, Reward
 from caprecon.apps.seeds import CompareResults, SeedsResults, compare, seeds
+from caprecon.apps.selection import BestOfN, caption
 from caprecon.apps.suites import SuiteResults, suite
 from caprecon.apps.t2i import T2IResults, t2i
 from caprecon.data.loaders import load_samples
@@ -36,5 +37,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "compare", "CompareResults", "demo", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
+    "BestOfN", "caption", "compare", "CompareResults", "demo", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
 ]

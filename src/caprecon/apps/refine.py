@@ -270,6 +270,15 @@ class Asker:
 # the run
 
 
+def check_settings(rounds: Any, margin: Any, holdout: Any) -> None:
+    """The refinement's own numbers, refused in one line as the command's options refuse them
+    (`caption` checks them before it captions anything)."""
+    check_count("--rounds", rounds, 1, MAX_ROUNDS)
+    check_number("--margin", margin, 0)
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
+        raise ConfigError(f"--holdout must be a share strictly between 0 and 1, not {holdout!r}")
+
+
 @holds_run_folder("out", inputs=("captions",))
 def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, captioner: Any = None,
            captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
@@ -291,10 +300,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
 
     started = time.time()
     selection = Selection.parse(select or "recon")
-    check_count("--rounds", rounds, 1, MAX_ROUNDS)
-    check_number("--margin", margin, 0)
-    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) or not 0 < holdout < 1:
-        raise ConfigError(f"--holdout must be a share strictly between 0 and 1, not {holdout!r}")
+    check_settings(rounds, margin, holdout)
     cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
     one_noise_per_image(cfg, settings, "refinement")
     sources = _feedback_sources(feedback, cfg, selection)

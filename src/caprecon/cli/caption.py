@@ -56,22 +56,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_caption(args: argparse.Namespace) -> int:
-    from caprecon.apps.selection import best_of_n, curve_markdown
+    from caprecon.apps.selection import caption, curve_markdown
     from caprecon.core.tables import terminal_safe
 
     settings = run_settings(args)
-    run = best_of_n(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
-                    select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                    max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,
-                    preset=settings.pop("preset", None), config=args.config,
-                    out=args.out, progress=not args.quiet, **settings)
-    refined = _refine_selected(args, run, settings) if args.refine and run.selected else None
+    run = caption(args.images, captioner=args.captioner, captioner_options=parse_options(args.captioner_opt),
+                  select=args.select, n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                  max_new_tokens=args.max_new_tokens, prompt=args.prompt, max_words=args.max_words,
+                  refine=args.refine, margin=args.margin, feedback=args.feedback, holdout=args.holdout,
+                  preset=settings.pop("preset", None), config=args.config,
+                  out=args.out, progress=not args.quiet, **settings)
     problems = failed_records(run.candidates, "candidate")
     if args.quiet:
         return row_failures(problems, allow=args.allow_row_errors)
     for row in run.selected:
-        caption = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
-        print(terminal_safe(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption}"))
+        caption_text = row["caption"] if len(row["caption"]) <= 70 else row["caption"][:69] + "…"
+        print(terminal_safe(f"{row['image_id']}  #{row['candidate']}  {row['score']:.4f}  {caption_text}"))
     unselected = run.manifest["selection"]["unselected"]
     if unselected:
         print(f"no caption selected for {len(unselected)} image(s) (see candidates.jsonl): {', '.join(unselected)}")
@@ -79,25 +79,9 @@ def cmd_caption(args: argparse.Namespace) -> int:
         print()
         print(f"selection curve ({run.selection.describe()}): expected score of the selected caption")
         print(curve_markdown(run.curve), end="")
-    if refined:
+    if run.refined:
         from caprecon.cli.refine import print_refined
 
         print()
-        print_refined(refined)
+        print_refined(run.refined)
     return row_failures(problems, allow=args.allow_row_errors)
-
-
-def _refine_selected(args: argparse.Namespace, run, settings: dict):
-    """The selected captions refined by the captioner that wrote them, scored by the same --select."""
-    from caprecon.apps.refine import refine
-    from caprecon.apps.selection import split_preset
-
-    caption_preset, run_preset = split_preset(args.preset)
-    rows = [{"id": r["image_id"], "image": r["image"], "image_id": r["image_id"], "caption": r["caption"]}
-            for r in run.selected]
-    return refine(rows, captioner=args.captioner or caption_preset.get("captioner"),
-                  captioner_options=parse_options(args.captioner_opt), select=run.selection.weights,
-                  rounds=args.refine, margin=args.margin, feedback=args.feedback, holdout=args.holdout,
-                  out=run.out / "refine",
-                  image_root=args.images, preset=run_preset,
-                  config=args.config, progress=not args.quiet, **settings)
