@@ -14,6 +14,7 @@ import pytest
 import caprecon
 from caprecon.cli import main
 from caprecon.core.errors import ConfigError
+from caprecon.core.tables import number
 
 
 def _seeded_run(folder, systems: dict[str, list[list[float]]], metric: str = "recon"):
@@ -295,3 +296,78 @@ def test_caption_refuses_bad_refine_settings_before_captioning(tmp_path):
             caprecon.caption(images, captioner="refine_fakes:ShapesCaptioner", generator="oracle:OracleGenerator",
                              embedder="oracle:PixelEmbedder", out=tmp_path / "o", **options)
         assert not (tmp_path / "o").exists()  # nothing captioned, no run folder left
+
+
+# ----------------------------------------------------------------------------- distill
+
+
+def _scored_shapes_run(root, images: int = 12):
+    """A scored run of one-shape pictures, six captions each, 'recon' 1 for the right colour and shape,
+    .5 for one of the two, 0 for neither (test_distill's run, smaller)."""
+    from oracle import render
+
+    rng = np.random.default_rng(0)
+    colours, shapes = ["red", "green", "blue", "yellow"], ["circle", "square", "triangle"]
+    rows, truth = [], {}
+    for k in range(images):
+        colour, shape = colours[k % 4], shapes[(k // 4) % 3]
+        path = root / f"img{k}.png"
+        render(f"{colour} {shape}").save(path)
+        for c in range(6):
+            said = colours[rng.integers(4)], shapes[rng.integers(3)]
+            value = 0.5 * (said[0] == colour) + 0.5 * (said[1] == shape)
+            rows.append({"id": f"{k}-{c}", "image": str(path), "caption": f"a {said[0]} {said[1]}", "recon": value})
+    run = root / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "manifest.json").write_text(json.dumps({"samples": len(rows), "cache": {"model_seconds": 7.2}}))
+    return run, rows
+
+
+def test_distill_matches_the_command(tmp_path, capsys):
+    import hashlib
+
+    from scipy import stats
+
+    from PIL import Image
+
+    from caprecon.models.distilled import DistilledReward
+
+    run, rows = _scored_shapes_run(tmp_path)
+    encoders = {"image_encoder": "oracle:PixelEmbedder", "text_encoder": "cttd_fakes:WordMatcher"}
+    settings = {"holdout": 0.25, "hidden": 16, "epochs": 60, "seed": 3}
+    assert main(["distill", str(run), "-m", "recon", "--out", str(tmp_path / "cli"),
+                 *(a for k, v in {**encoders, **settings}.items() for a in (f"--{k.replace('_', '-')}", str(v))),
+                 "--cache-dir", str(tmp_path / "cache-cli")]) == 0
+    printed = capsys.readouterr().out
+    result = caprecon.distill(run, "recon", tmp_path / "py", cache_dir=tmp_path / "cache-py", **encoders, **settings)
+    cli, py = tmp_path / "cli", tmp_path / "py"
+    assert result.out == py and json.loads((cli / "config.json").read_text()) == json.loads((py / "config.json").read_text())
+    assert (cli / "model.safetensors").read_bytes() == (py / "model.safetensors").read_bytes()
+    assert json.loads((cli / "manifest.json").read_text())["report"]["held_out"] == result.report["held_out"]
+    held = result.report["held_out"]
+    assert f"pairwise accuracy {number(held['pairwise_accuracy'])} ({held['pairs']} pairs)" in printed
+    # by hand: the documented split (a quarter of the 12 images, ranked by sha256 of "seed|file name") ...
+    names = sorted({r["image"] for r in rows}, key=lambda p: hashlib.sha256(f"3|{p.rsplit('/', 1)[1]}".encode()).hexdigest())
+    out_rows = [r for r in rows if r["image"] in names[:3]]
+    assert (held["images"], held["rows"], result.report["train_images"]) == (3, len(out_rows), 9)
+    # ... and the held-out Spearman, from the saved model scoring those rows afresh
+    model = DistilledReward.from_pretrained(py, allow_plugins=True)
+    predicted = model.score([Image.open(r["image"]).convert("RGB") for r in out_rows], [r["caption"] for r in out_rows])
+    assert held["spearman"] == pytest.approx(stats.spearmanr(predicted, [r["recon"] for r in out_rows]).statistic,
+                                             abs=1e-5)
+
+
+def test_distill_refuses_what_its_options_refuse(tmp_path):
+    run, _ = _scored_shapes_run(tmp_path, images=3)
+    for options, message in (({"epochs": 0}, "--epochs must be between 1 and"), ({"hidden": 10**9}, "--hidden must be"),
+                             ({"holdout": 1}, "--holdout must be"), ({"seed": -1}, "--seed must be at least 0")):
+        with pytest.raises(ConfigError, match=message):
+            caprecon.distill(run, "recon", tmp_path / "o", **options)
+    with pytest.raises(ConfigError, match="is given twice"):
+        caprecon.distill([run, str(run) + "/"], "recon", tmp_path / "o")
+    with pytest.raises(ConfigError, match="--out .* lies inside the input"):
+        caprecon.distill(run, "recon", run)
+    with pytest.raises(ConfigError, match="--out .* is a file"):
+        caprecon.distill(run, "recon", run / "scores.jsonl")
+    assert not (tmp_path / "o").exists()

@@ -9,6 +9,7 @@ this module only chooses what is public.
 """
 
 from caprecon.apps.demo import demo
+from caprecon.apps.distill import Distilled, distill
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.refine import Refined, refine
 from caprecon.apps.report import RunReport, report
@@ -37,5 +38,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "BestOfN", "caption", "compare", "CompareResults", "demo", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
+    "BestOfN", "caption", "compare", "CompareResults", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
 ]

@@ -27,11 +27,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, check_count, check_number
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_jsonl
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import Context
+from caprecon.run.folder import check_out
 from caprecon.store.index import Store, content_key
 
 OBJECTIVES = ("value", "pairs")
@@ -178,23 +180,42 @@ def evaluate(predicted: np.ndarray, truth: np.ndarray, groups: Sequence[str]) ->
             "kendall": kendall_tau(predicted, truth, "b"), "pairwise_accuracy": pairs.accuracy, "pairs": pairs.n}
 
 
-def distill(runs: Sequence[str | Path], metric: str, out: str | Path | None = None, *,
+def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Path | None = None, *,
             image_encoder: Any = None, text_encoder: Any = None, objective: str = "value", holdout: float = 0.2,
             hidden: int = 256, epochs: int = 200, lr: float = 1e-3, seed: int = 0, max_train_images: int | None = None,
             store: Store | None = None, cache_dir: str | Path | None = None) -> Distilled:
-    """Train a distilled reward for `metric` on the rows of `runs`; write it to `out` (config.json,
-    model.safetensors, manifest.json). `max_train_images` caps the training images (a learning curve)."""
+    """`caprecon distill`: train a distilled reward for `metric` on the rows of `runs` (run folders, or
+    one); write it to `out`, a new or empty folder (config.json, model.safetensors, manifest.json).
+    The encoders are objects or names, as `--image-encoder`/`--text-encoder` take them;
+    `max_train_images` caps the training images (a learning curve). Returns `Distilled`."""
     from caprecon.core.paths import default_cache_dir
     from caprecon.models.build import build_model
     from caprecon.models.distilled import (DEFAULT_IMAGE_ENCODER, DEFAULT_TEXT_ENCODER, DistilledReward,
                                            encoder_spec)
 
+    # every setting and the output, checked before any encoder loads (the command's options say the same)
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-    if not 0 < holdout < 1:
-        raise ConfigError(f"--holdout must lie strictly between 0 and 1, not {holdout}")
-    if out is not None and Path(out).exists() and any(Path(out).iterdir()):
-        raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
+    check_number("--holdout", holdout, 0, 1, low_open=True, high_open=True)
+    check_count("--epochs", epochs, 1, MAX_EPOCHS)
+    check_count("--hidden", hidden, 1, MAX_WIDTH)
+    check_count("--seed", seed, 0)
+    check_number("--lr", lr, 0, low_open=True)
+    if max_train_images is not None:
+        check_count("--max-train-images", max_train_images, 1)
+    runs = [runs] if isinstance(runs, (str, Path)) else list(runs)
+    given: dict[Path, str | Path] = {}
+    for run in runs:  # a run given twice would count its rows twice
+        first = given.get(Path(run).resolve())
+        if first is not None:
+            also = f" (also as {first})" if str(first) != str(run) else ""
+            raise ConfigError(f"runs: {run} is given twice{also}")
+        given[Path(run).resolve()] = run
+    if out is not None:
+        # a file, or one of the runs, refused; distill wants a new or empty folder, not a locked run folder
+        check_out(out, inputs=runs)
+        if Path(out).exists() and any(Path(out).iterdir()):
+            raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     rows, sources = read_rows(runs, metric)
     # config.json names the encoders as they were given: a registry name rebuilds without --allow-plugins
     image_spec = encoder_spec(image_encoder or DEFAULT_IMAGE_ENCODER)

@@ -62,8 +62,8 @@ def add_parser(subparsers) -> None:
     d.add_argument("--hidden", type=whole_number(1, MAX_WIDTH), default=256, help="width of the head (default 256)")
     d.add_argument("--seed", type=whole_number(0), default=0, help="seed of the split and the head (default 0)")
     d.add_argument("--cache-dir", help="store for the features (default $CAPRECON_CACHE or ~/.cache/caprecon)")
-    # the runs are checked by the prologue; --out by cmd_distill (distill wants a new or empty folder, so
-    # it is not a locked run folder, whose lock file would make it not empty)
+    # the runs are checked by the prologue; --out by distill (it wants a new or empty folder, so it is
+    # not a locked run folder, whose lock file would make it not empty)
     d.set_defaults(func=cmd_distill, writes=Writes(folder=None, inputs=("runs",), ends=False, once=("runs",)))
 
 
@@ -119,9 +119,6 @@ def parse_weights(pairs: list[str]) -> dict[str, float]:
 
 def cmd_distill(args: argparse.Namespace) -> int:
     from caprecon.apps.distill import distill
-    from caprecon.run.folder import check_out
-
-    check_out(args.out, inputs=args.runs)  # a file, or one of the runs, refused before any encoder loads
 
     result = distill(args.runs, args.metric, args.out, image_encoder=args.image_encoder,
                      text_encoder=args.text_encoder, objective=args.objective, holdout=args.holdout,
