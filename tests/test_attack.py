@@ -110,7 +110,8 @@ def test_a_fifo_no_one_writes_to_is_refused_not_waited_on(w):
      "--out is empty (''); give a folder"),
     (lambda w: ["score", "-i", w["rows"], "-m", "recon", *WORLD, "--out", " "], "--out is empty (' '); give a folder"),
     (lambda w: ["compare", w["run"], "--out", ""], "--out is empty (''); give a file name"),
-], ids=["refine", "score", "compare"])
+    (lambda w: ["meta", "--judgments", w["rows"], "--out", ""], "argument --out: is empty (''); give a path"),
+], ids=["refine", "score", "compare", "meta"])
 def test_an_empty_output_path_is_refused_not_the_working_folder(argv, message, w, capsys, monkeypatch):
     monkeypatch.chdir(w["root"])  # before, Path('') was the working folder, written into
     before = sorted(p.name for p in w["root"].iterdir())

@@ -42,6 +42,14 @@ class Parser(argparse.ArgumentParser):
         return namespace, extras
 
 
+def path_value(text: str) -> Path:
+    """An option's path, refused when empty: `Path("")` is the working folder, which an unset shell
+    variable (`--out "$OUT"`) would otherwise write into or read unasked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}); give a path")
+    return Path(text)
+
+
 def whole_number(low: int, high: int | None = None):
     """An argparse `type` for a count in [low, high], so `--batch-size 0` or `--rounds 10**9` is
     refused up front, in the words the Python API uses (`caprecon.core.checks`)."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
 from caprecon.apps.metabench import LAYOUTS
@@ -22,7 +21,7 @@ from caprecon.apps.metabench.caparena import TIE_BANDS
 from caprecon.apps.metabench.verify import format_verify
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.metabench.request import ScoreMetric
-from caprecon.cli.common import Parser, Writes, real_number, run_command, whole_number
+from caprecon.cli.common import Parser, Writes, path_value, real_number, run_command, whole_number
 from caprecon.core.checks import MAX_RESAMPLES
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact_text
@@ -39,7 +38,7 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         help="verify: our values beside the published ones for --benchmark (see caprecon.apps.metabench.verify)",
     )  # fmt: skip
     parser.add_argument(
-        "--judgments", nargs="+", type=Path, metavar="FILE",
+        "--judgments", nargs="+", type=path_value, metavar="FILE",
         help="human judgments: Flickr8k-Expert / -CrowdFlower JSONL, pairwise preferences, "
         "or a generic CSV/JSONL of (image, caption, human score); several files are scored separately",
     )  # fmt: skip
@@ -49,11 +48,11 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         f"--data holds ({', '.join(LAYOUTS)}; default: recognised from the file)",
     )  # fmt: skip
     parser.add_argument(
-        "--captions", type=Path, metavar="FILE",
+        "--captions", type=path_value, metavar="FILE",
         help="Flickr8k.token.txt, needed to read the original ExpertAnnotations.txt / CrowdFlowerAnnotations.txt",
     )  # fmt: skip
     parser.add_argument(
-        "--images", type=Path, metavar="DIR",
+        "--images", type=path_value, metavar="DIR",
         help="folder the judgments' image names are relative to (default: the judgments file's folder); "
         "the reference metrics do not open images",
     )  # fmt: skip
@@ -63,10 +62,10 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "commas also separate names",
     )  # fmt: skip
     parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="folder for the CSV and markdown results (optional for verify)"
+        "--out", type=path_value, metavar="DIR", help="folder for the CSV and markdown results (optional for verify)"
     )
     parser.add_argument(
-        "--scores", nargs="+", type=Path, metavar="FILE",
+        "--scores", nargs="+", type=path_value, metavar="FILE",
         help="precomputed per-caption scores (CSV/JSONL with `id` and a column per metric), one file per "
         "--judgments file in the same order; metrics found there are not recomputed",
     )  # fmt: skip
@@ -92,7 +91,7 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
         "probe (its claim splitter is --llm)",
     )  # fmt: skip
     parser.add_argument(
-        "--triples", type=Path, metavar="FILE",
+        "--triples", type=path_value, metavar="FILE",
         help="your (image, reference, paraphrase, perturbed) rows for the Δ probe; without --probes only the "
         "Δ probe runs, and it needs no LLM",
     )  # fmt: skip
@@ -107,7 +106,7 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
         "--benchmark", choices=tuple(BENCHMARKS),
         help="run a benchmark's pinned protocol (statistic, references, exclusions) on the files in --data",
     )  # fmt: skip
-    parser.add_argument("--data", type=Path, metavar="PATH", help="the --benchmark's file or folder, as published")
+    parser.add_argument("--data", type=path_value, metavar="PATH", help="the --benchmark's file or folder, as published")
     parser.add_argument(
         "--compare", nargs=2, metavar=("A", "B"),
         help="paired bootstrap over images: does metric A agree with people better than B? (difference, CI, p)",
@@ -127,14 +126,14 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
         help="verify: largest |ours - published| that passes, in points (values x100)",
     )  # fmt: skip
     parser.add_argument(
-        "--expected", type=Path, metavar="FILE",
+        "--expected", type=path_value, metavar="FILE",
         help="verify: CSV (benchmark, metric, key, value[, source]) replacing the built-in published values",
     )  # fmt: skip
     parser.add_argument(
         "--all", action="store_true",
         help="verify: every benchmark found under --data-root, one table (verify.csv/.md, meta.csv, report) in --out",
     )  # fmt: skip
-    parser.add_argument("--data-root", type=Path, metavar="DIR",
+    parser.add_argument("--data-root", type=path_value, metavar="DIR",
                         help="verify --all: the folder the benchmarks' files (or the Hugging Face cache) are under")
 
 
@@ -159,7 +158,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--folds", type=whole_number(2), default=DEFAULT_FOLDS, metavar="K",
                         help=f"cross-validation folds, grouped by image (default {DEFAULT_FOLDS})")
     parser.add_argument(
-        "--save", type=Path, metavar="FILE",
+        "--save", type=path_value, metavar="FILE",
         help="with --fit: write the model fitted on all rows of the --fit-on file (default: the first) as JSON, "
         "for `caprecon score -m fused:FILE`",
     )  # fmt: skip
