@@ -371,3 +371,77 @@ def test_distill_refuses_what_its_options_refuse(tmp_path):
     with pytest.raises(ConfigError, match="--out .* is a file"):
         caprecon.distill(run, "recon", run / "scores.jsonl")
     assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- cttd build, cttd import
+
+
+def test_cttd_build_matches_the_command(tmp_path, capsys):
+    from cttd_fakes import write_example
+
+    write_example(tmp_path / "example")
+    images, taxonomy = tmp_path / "example" / "shapes", tmp_path / "example" / "taxonomy.json"
+    models = {"vlm": "cttd_fakes:ScriptedVLM", "embedder": "oracle:PixelEmbedder", "matcher": "cttd_fakes:WordMatcher"}
+    assert main(["cttd", "build", "--images", str(images), "--out", str(tmp_path / "cli"),
+                 *(a for k, v in models.items() for a in (f"--{k}", v)), "--taxonomy", str(taxonomy),
+                 "--density-band", "0", "1", "--top-k", "6", "--allow-row-errors"]) == 0
+    printed = capsys.readouterr().out
+    result = caprecon.cttd_build(images, tmp_path / "py", taxonomy=str(taxonomy), density_band=(0, 1), top_k=6,
+                                 **models)
+    assert (tmp_path / "cli" / "bank.jsonl").read_text() == result.bank.read_text()
+    cli_sheet = json.loads((tmp_path / "cli" / "datasheet.json").read_text())
+    assert {k: cli_sheet[k] for k in ("questions", "images", "by_category")} == \
+        {k: result.datasheet[k] for k in ("questions", "images", "by_category")}
+    assert f"bank: {tmp_path / 'cli' / 'bank.jsonl'} — {result.datasheet['questions']} questions" in printed
+    assert result.report == tmp_path / "py" / "report.html" and result.report.is_file()
+    # by hand: stage 1 drops the four pictures made to be dropped; every question is about one of the six
+    # scenes, at most --top-k of them each, and the file holds as many as the datasheet counts
+    select = next(s for s in result.datasheet["stages"] if s["stage"] == "select")
+    assert sum(select["dropped"].values()) == 4
+    bank = _jsonl(result.bank)
+    per_image = {r["image_id"]: sum(1 for b in bank if b["image_id"] == r["image_id"]) for r in bank}
+    assert set(per_image) <= {f"scene{i}" for i in range(6)} and max(per_image.values()) <= 6
+    assert len(bank) == result.datasheet["questions"] > 0
+    assert {"select", "generate", "curate", "rank"} <= set(result.ran)
+    again = caprecon.cttd_build(images, tmp_path / "py", taxonomy=str(taxonomy), density_band=(0, 1), top_k=6,
+                                **models)
+    assert again.ran == [] and again.bank.read_text() == result.bank.read_text()  # resumed: every stage done
+    with pytest.raises(ConfigError, match="--top-k must be between 1 and 1000"):
+        caprecon.cttd_build(images, tmp_path / "bad", top_k=0, **models)
+    with pytest.raises(ConfigError, match="lies inside the input"):
+        caprecon.cttd_build(images, images / "build", taxonomy=str(taxonomy), **models)
+    assert not (tmp_path / "bad").exists() and not (images / "build").exists()
+
+
+def test_cttd_import_matches_the_command(tmp_path, capsys):
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (12, 8), (200, 10, 10)).save(buffer, format="PNG")
+    red = base64.b64encode(buffer.getvalue()).decode()
+    header = ["index", "image", "question", "hint", "A", "B", "C", "answer", "category"]
+    rows = [["11", red, "What colour is it?", "", "blue", "red", "green", "B", "colour"],
+            ["12", "11", "Is it red?", "", "", "", "", "Yes", "existence"],
+            ["13", "not base64 at all" * 40, "Name the colour.", "", "", "", "", "blue", "colour"]]
+    tsv = tmp_path / "MMB.tsv"
+    tsv.write_text("\n".join("\t".join(r) for r in [header, *rows]) + "\n")
+    assert main(["cttd", "import", str(tsv), "--out", str(tmp_path / "cli"), "--id-prefix", "mmb-"]) == 1
+    err = capsys.readouterr().err
+    imported = caprecon.cttd_import(tsv, tmp_path / "py", id_prefix="mmb-")
+    for name in ("bank.jsonl", "datasheet.md"):
+        assert (tmp_path / "cli" / name).read_text() == (tmp_path / "py" / name).read_text().replace(
+            str(tmp_path / "py"), str(tmp_path / "cli")), name
+    # by hand: the third row's image is not base64, so its question is dropped and named; two remain
+    assert imported.format == "vlmevalkit" and [r["question"] for r in imported.records] == \
+        ["What colour is it?", "Is it red?"]
+    [dropped] = imported.dropped
+    assert dropped.image_id == "mmb-13" and f"(image mmb-13): {dropped.error}" in err
+    # row 12 refers to row 11's picture: written under each id
+    assert list(imported.images) == ["mmb-11", "mmb-12"] and all(p.is_file() for p in imported.images.values())
+    with pytest.raises(ConfigError, match="question file not found"):
+        caprecon.cttd_import(tmp_path / "nothing.tsv", tmp_path / "o")
+    with pytest.raises(ConfigError, match="--format 'xml'"):
+        caprecon.cttd_import(tsv, tmp_path / "o", format="xml")

@@ -8,6 +8,8 @@ Everything here is defined in its own layer (docs/layout.md, "How the code is la
 this module only chooses what is public.
 """
 
+from caprecon.apps.cttd.importers import Imported, cttd_import
+from caprecon.apps.cttd.pipeline import BuildResult, cttd_build
 from caprecon.apps.demo import demo
 from caprecon.apps.distill import Distilled, distill
 from caprecon.apps.metabench.meta import MetaResults, meta
@@ -38,5 +40,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "BestOfN", "caption", "compare", "CompareResults", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
+    "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults",
 ]

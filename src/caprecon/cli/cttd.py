@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from pathlib import Path
 
 from caprecon.cli.common import ROWS_FAILED, Writes, global_options, plugin_option, row_failures
@@ -100,18 +99,17 @@ def _text_or_file(value: str | None) -> str | None:
     return path.read_text(encoding="utf-8") if path.is_file() else value
 
 
-def build_config(args: argparse.Namespace):
-    from caprecon.run.config import load_config_file, parse_options
-    from caprecon.core.errors import ConfigError
-    from caprecon.apps.cttd.pipeline import BuildConfig
+def build_settings(args: argparse.Namespace) -> dict:
+    """The build settings the options give (`cttd_build` lays them over the --config file's)."""
+    from caprecon.run.config import parse_options
 
-    values = load_config_file(args.config, allow_plugins=args.allow_plugins) if args.config else {}
+    values: dict = {}
     for role in ("vlm", "judge", "llm", "embedder", "matcher"):
         if getattr(args, role) is not None:
             values[role] = getattr(args, role)
         options = parse_options(getattr(args, f"{role}_opt"))
         if options:
-            values[f"{role}_options"] = {**values.get(f"{role}_options", {}), **options}
+            values[f"{role}_options"] = options
     for name in ("taxonomy", "min_side", "uniform_std", "duplicate_cos", "density_band", "gmm_components", "pca_dims",
                  "questions_per_image", "dbscan_eps", "dbscan_min_samples", "qas_per_category", "box_coords",
                  "max_new_tokens", "judge_check", "judge_box_coords", "qa_duplicate_cos", "blind_filter",
@@ -123,26 +121,14 @@ def build_config(args: argparse.Namespace):
             values[name] = _text_or_file(getattr(args, name))
     if args.types:
         values["types"] = [t.strip() for t in args.types.split(",") if t.strip()]
-    try:
-        return BuildConfig(**values)
-    except TypeError as exc:
-        raise ConfigError(f"unknown build setting: {exc}") from None
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    return values
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from caprecon.core.errors import ConfigError
-    from caprecon.reports.html import write_html_report
-    from caprecon.apps.cttd.categorise import TaxonomyError
-    from caprecon.apps.cttd.pipeline import build_bank
-    from caprecon.apps.cttd.select import ImageFolderError
+    from caprecon.apps.cttd.pipeline import cttd_build
 
-    config = build_config(args)
-    try:
-        result = build_bank(args.images, args.out, config, cache_dir=args.cache_dir, progress=not args.quiet)
-    except (ImageFolderError, TaxonomyError) as exc:
-        raise ConfigError(str(exc)) from None
+    result = cttd_build(args.images, args.out, config=args.config, allow_plugins=args.allow_plugins,
+                        cache_dir=args.cache_dir, progress=not args.quiet, **build_settings(args))
     if not args.quiet:
         sheet = result.datasheet
         print(f"bank: {result.bank} — {sheet['questions']} questions about {sheet['images']} images")
@@ -151,9 +137,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             state = "skipped" if stage.get("skipped") else "ran" if stage["stage"] in result.ran else "done before"
             print(f"  {stage['stage']:11s} {state:16s} {dropped}")
         print(f"datasheet: {result.folder / 'datasheet.md'}")
-    report = write_html_report(result.folder, progress=not args.quiet)
-    if not args.quiet:
-        print(f"report: {report}")
+        print(f"report: {result.report}")
     if not result.datasheet["questions"]:
         print(f"caprecon: error: the bank holds no questions; {result.folder / 'datasheet.md'} says what each "
               "stage dropped", file=sys.stderr)
@@ -165,56 +149,22 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from caprecon.run.config import parse_options
-    from caprecon.core.errors import ConfigError
-    from caprecon.core.records import read_records
-    from caprecon.apps.cttd.datasheet import bank_counts, datasheet_markdown
-    from caprecon.apps.cttd.importers import (ImageWriter, QuestionImportError, allow_long_csv_fields, import_generic, import_vlmevalkit)
-    from caprecon.apps.cttd.stage import write_json, write_jsonl
+    from caprecon.apps.cttd.importers import cttd_import
     from caprecon.core.tables import terminal_safe
+    from caprecon.run.config import parse_options
 
-    source = Path(args.file)
-    if not source.is_file():
-        raise ConfigError(f"question file not found: {source}")
-    out = Path(args.out)
-    # with --no-images an inline image is still decoded, so a question whose image is broken is dropped
-    # and named as when images are written; only nothing reaches OUT/images
-    images = ImageWriter(None if args.no_images else out / "images", out,
-                         image_root=Path(args.image_root) if args.image_root else None)
-    fmt = args.format
-    try:
-        if fmt == "auto":
-            fmt = "generic"
-            if source.suffix.lower() == ".tsv":
-                allow_long_csv_fields()
-                first = next((row for _, row in read_records(source, QuestionImportError)), {})
-                if {"index", "question", "answer", "A"} <= set(first):
-                    fmt = "vlmevalkit"
-        if fmt == "vlmevalkit":
-            records = import_vlmevalkit(source, images=images, source=args.source, id_prefix=args.id_prefix)
-        else:
-            columns = {k: str(v) for k, v in parse_options(args.column).items()}
-            records = import_generic(source, columns=columns, default_type=args.type, default_category=args.category,
-                                     option_columns=[c.strip() for c in (args.option_columns or "").split(",")
-                                                     if c.strip()], source=args.source, images=images)
-    except QuestionImportError as exc:
-        raise ConfigError(str(exc)) from None
-    write_jsonl(out / "bank.jsonl", records)
-    dropped = images.dropped
-    reasons = dict(Counter(d.reason for d in dropped))
-    sheet = {"bank": "bank.jsonl", "imported_from": str(source), "format": fmt, **bank_counts(records),
-             "stages": [], "models": {}, "prompts": {}, "settings": {"format": fmt, "columns": args.column or []}}
-    if dropped:  # the report's stage table shows the counts; the list names every question
-        sheet["stages"] = [{"stage": "import", "counts": {"questions": len(records) + len(dropped),
-                                                         "kept": len(records)},
-                            "dropped": reasons, "model_calls": {}}]
-        sheet["dropped_questions"] = [vars(d) for d in dropped]
-    write_json(out / "datasheet.json", sheet)
-    (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
-    print(f"bank: {out / 'bank.jsonl'} — {len(records)} questions about {sheet['images']} images ({fmt})")
-    if images.written:
-        print(f"images: {out / 'images'} ({len(images.written)} written)")
+    result = cttd_import(args.file, args.out, format=args.format,
+                         columns={k: str(v) for k, v in parse_options(args.column).items()},
+                         option_columns=[c.strip() for c in (args.option_columns or "").split(",") if c.strip()],
+                         default_type=args.type, default_category=args.category, source=args.source,
+                         id_prefix=args.id_prefix, write_images=not args.no_images, image_root=args.image_root)
+    print(f"bank: {result.bank} — {len(result.records)} questions about {result.datasheet['images']} images "
+          f"({result.format})")
+    if result.images:
+        print(f"images: {Path(args.out) / 'images'} ({len(result.images)} written)")
+    dropped = result.dropped
     if dropped:
+        reasons = result.datasheet["stages"][0]["dropped"]
         counts = ", ".join(f"{reason}: {n}" for reason, n in reasons.items())
         print(f"dropped: {len(dropped)} question(s) whose image could not be used ({counts}); datasheet.json "
               f"lists them", file=sys.stderr)

@@ -32,9 +32,9 @@ import io
 import json
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from PIL import Image
 
@@ -43,7 +43,9 @@ from caprecon.data.qa import QABankError, parse_item
 from caprecon.data.samples import SampleError
 from caprecon.core.records import read_records
 from caprecon.apps.cttd.curate import bank_record
+from caprecon.run.folder import holds_run_folder
 
+FORMATS = ("auto", "generic", "vlmevalkit")
 FIELDS = ("image_id", "question", "answer", "type", "category", "choices", "coords", "id", "image", "source")
 _YES_NO = {"yes", "no"}
 
@@ -286,3 +288,79 @@ def import_vlmevalkit(path: str | Path, *, images: ImageWriter | None = None, so
                 record["image"] = written
         out.append(_checked(record, where))
     return out
+
+
+@dataclass
+class Imported:
+    """What `cttd_import` returns: the bank written, its questions, the layout read, the questions
+    dropped because their image could not be used (each named), and the images written."""
+
+    bank: Path
+    records: list[dict[str, Any]]
+    format: str  # generic or vlmevalkit
+    datasheet: dict[str, Any]
+    dropped: list[Dropped] = field(default_factory=list)
+    images: dict[str, Path] = field(default_factory=dict)  # image id -> the file written under OUT/images
+
+
+@holds_run_folder("out", inputs=("file",))
+def cttd_import(file: str | Path, out: str | Path, *, format: str = "auto", columns: dict[str, str] | None = None,
+                option_columns: Sequence[str] = (), default_type: str | None = None, default_category: str = "",
+                source: str | None = None, id_prefix: str = "", write_images: bool = True,
+                image_root: str | Path | None = None) -> Imported:
+    """`caprecon cttd import`: the question file `file` as a QA bank in `out` (bank.jsonl, images/,
+    datasheet.md/.json). `format` is auto (vlmevalkit for a .tsv with index, question, answer and
+    option columns), generic or vlmevalkit; `columns`, `option_columns`, `default_type`,
+    `default_category` are the generic layout's (`import_generic`), `id_prefix` the vlmevalkit one's;
+    `write_images=False` is `--no-images`. A row that is not a bank item stops the import
+    (ConfigError naming the file and line); a question whose image cannot be used is dropped and named
+    in `Imported.dropped` and the datasheet.
+
+        imported = caprecon.cttd_import("MMBench_DEV_EN.tsv", "banks/mmbench", id_prefix="mmb-")
+    """
+    from collections import Counter
+
+    from caprecon.apps.cttd.datasheet import bank_counts, datasheet_markdown
+    from caprecon.apps.cttd.stage import write_json, write_jsonl
+    from caprecon.core.errors import ConfigError
+
+    if format not in FORMATS:
+        raise ConfigError(f"--format {format!r}: choose from {', '.join(FORMATS)}")
+    path = Path(file)
+    if not path.is_file():
+        raise ConfigError(f"question file not found: {path}")
+    out = Path(out)
+    # without images written an inline image is still decoded, so a question whose image is broken is
+    # dropped and named as when images are written; only nothing reaches OUT/images
+    images = ImageWriter(out / "images" if write_images else None, out,
+                         image_root=Path(image_root) if image_root else None)
+    chosen = format
+    try:
+        if chosen == "auto":
+            chosen = "generic"
+            if path.suffix.lower() == ".tsv":
+                allow_long_csv_fields()
+                first = next((row for _, row in read_records(path, QuestionImportError)), {})
+                if {"index", "question", "answer", "A"} <= set(first):
+                    chosen = "vlmevalkit"
+        if chosen == "vlmevalkit":
+            records = import_vlmevalkit(path, images=images, source=source, id_prefix=id_prefix)
+        else:
+            records = import_generic(path, columns=dict(columns or {}), default_type=default_type,
+                                     default_category=default_category, option_columns=list(option_columns),
+                                     source=source, images=images)
+    except QuestionImportError as exc:
+        raise ConfigError(str(exc)) from None
+    write_jsonl(out / "bank.jsonl", records)
+    dropped = images.dropped
+    sheet = {"bank": "bank.jsonl", "imported_from": str(path), "format": chosen, **bank_counts(records),
+             "stages": [], "models": {}, "prompts": {},
+             "settings": {"format": chosen, "columns": [f"{k}={v}" for k, v in (columns or {}).items()]}}
+    if dropped:  # the report's stage table shows the counts; the list names every question
+        sheet["stages"] = [{"stage": "import", "counts": {"questions": len(records) + len(dropped),
+                                                         "kept": len(records)},
+                            "dropped": dict(Counter(d.reason for d in dropped)), "model_calls": {}}]
+        sheet["dropped_questions"] = [vars(d) for d in dropped]
+    write_json(out / "datasheet.json", sheet)
+    (out / "datasheet.md").write_text(datasheet_markdown(sheet), encoding="utf-8")
+    return Imported(out / "bank.jsonl", records, chosen, sheet, list(dropped), dict(images.written))

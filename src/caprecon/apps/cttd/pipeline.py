@@ -34,6 +34,7 @@ from caprecon.metrics.base import Context
 from caprecon.models.build import build_model
 from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.describe import describe_model
+from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.store.index import Store, content_key
 from caprecon.apps.cttd import categorise, curate, generate, propose, rank, select
@@ -259,12 +260,16 @@ def _file_digest(path: Path) -> str | None:
 
 @dataclass
 class BuildResult:
+    """What `cttd_build` (and `build_bank`) returns: the build folder, its bank and datasheet, and
+    what this run did."""
+
     folder: Path
     bank: Path
     datasheet: dict[str, Any]
     ran: list[str]  # stages run this time
     skipped: list[str]  # stages found finished
     computed: dict[str, int]  # model results computed this time (not found in the store), by kind
+    report: Path | None = None  # report.html (`cttd_build` writes it)
 
 
 def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None = None, *,
@@ -318,3 +323,41 @@ def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None =
     shutil.copyfile(out / rank.FOLDER / rank.OUTPUT, bank)
     datasheet = write_datasheet(out, config, STAGES)
     return BuildResult(out, bank, datasheet, ran, skipped, dict(ctx.computed))
+
+
+def cttd_build(images: str | Path, out: str | Path, *, config: str | Path | None = None, allow_plugins: bool = False,
+               cache_dir: str | Path | None = None, progress: bool = False, **settings: Any) -> BuildResult:
+    """`caprecon cttd build`: run (or resume) the CTTD pipeline on the image folder `images` into the
+    build folder `out`, and write its report.html. `settings` are `BuildConfig` fields (vlm, judge,
+    llm, embedder, matcher and their `*_options`, taxonomy, top_k, ...), over those of the YAML or
+    TOML file `config` (a plug-in it names loads only with `allow_plugins`); a role's options merge
+    with the file's. Every setting is checked, and `out` refused when it is a file or lies inside
+    `images`, before any model loads.
+
+        result = caprecon.cttd_build("photos/", "builds/photos", vlm="qwen3-vl-32b", judge="qwen3-vl-8b")
+        print(result.bank, result.datasheet["questions"])
+    """
+    from caprecon.apps.cttd.categorise import TaxonomyError
+    from caprecon.apps.cttd.select import ImageFolderError
+    from caprecon.reports.html import write_html_report
+    from caprecon.run.config import load_config_file
+    from caprecon.run.folder import run_folder
+
+    values = load_config_file(config, allow_plugins=allow_plugins) if config else {}
+    for key, value in settings.items():
+        if key.endswith("_options") and isinstance(value, dict):
+            value = {**values.get(key, {}), **value}
+        values[key] = value
+    try:
+        build = BuildConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"unknown build setting: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    with run_folder(out, trees=[images]):
+        try:
+            result = build_bank(images, out, build, cache_dir=cache_dir, progress=progress)
+        except (ImageFolderError, TaxonomyError) as exc:
+            raise ConfigError(str(exc)) from None
+        result.report = write_html_report(result.folder, progress=progress)
+    return result
