@@ -445,3 +445,43 @@ def test_cttd_import_matches_the_command(tmp_path, capsys):
         caprecon.cttd_import(tmp_path / "nothing.tsv", tmp_path / "o")
     with pytest.raises(ConfigError, match="--format 'xml'"):
         caprecon.cttd_import(tsv, tmp_path / "o", format="xml")
+
+
+# ----------------------------------------------------------------------------- reconstruct, embed, judge
+
+
+def test_the_stages_match_the_commands_and_leave_score_nothing_to_compute(tmp_path, capsys):
+    images, bank = _shapes_world(tmp_path)
+    data = tmp_path / "captions.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "image": str(images / "scene.png"), "caption": c}) + "\n"
+                            for i, c in (("a", "a red square"), ("b", SHAPES))))
+    models = {"generator": "oracle:OracleGenerator", "embedder": "oracle:PixelEmbedder",
+              "judge": "refine_fakes:DescribingVLM"}
+    common = {"max_side": 96, "qa_bank": str(bank), **models}
+    flags = [a for k, v in common.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    results = {}
+    for name, metrics in (("reconstruct", ["recon", "turing"]), ("embed", ["recon"]), ("judge", ["turing"])):
+        assert main([name, "-i", str(data), *(a for m in metrics for a in ("-m", m)), *flags,
+                     "--cache-dir", str(tmp_path / "cache-cli"), "-q"]) == 0, name
+        printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        results[name] = caprecon.stage(name, data, metrics, cache_dir=str(tmp_path / "cache-py"), **common)
+        assert printed == {**results[name].counts, "store": str(tmp_path / "cache-cli")}, name
+        assert results[name].store == tmp_path / "cache-py" and results[name].problems == []
+    # by hand: two captions, one reconstruction each, shared by recon and turing; embed and judge make none
+    assert (results["reconstruct"].counts["rows"], results["reconstruct"].counts["generated"]) == (2, 2)
+    assert results["embed"].counts.get("generated", 0) == results["judge"].counts["generated"] == 0
+    assert results["judge"].counts["missing_reconstruction"] == 0
+    # a score with the same settings finds every reconstruction, embedding and answer stored
+    scored = caprecon.score(data, ["recon", "turing"], cache_dir=str(tmp_path / "cache-py"), **common)
+    cache = scored.manifest["cache"]
+    assert (cache["generated"], cache["embedded"]) == (0, 0) and cache["reused"] >= 2
+    assert not {kind: n for kind, n in cache.items()  # no judge answer computed either
+                if kind not in ("generated", "reused", "damaged", "embedded", "model_seconds") and n}
+    unfilled = caprecon.score(data, ["recon", "turing"], cache_dir=str(tmp_path / "cold"), **common).manifest["cache"]
+    assert unfilled["generated"] == 2 and any(n for kind, n in unfilled.items()  # what the stages spared it
+                                              if kind not in ("generated", "reused", "damaged", "embedded", "model_seconds"))
+    # judging before anything is reconstructed: the rows are named as missing, the command's exit 1
+    fresh = caprecon.stage("judge", data, ["turing"], cache_dir=str(tmp_path / "empty"), **common)
+    assert fresh.counts["missing_reconstruction"] == 2 and "no stored reconstruction: 2" in fresh.problems[0]
+    with pytest.raises(ConfigError, match="stage 'score': choose from reconstruct, embed, judge"):
+        caprecon.stage("score", data, ["recon"], **common)

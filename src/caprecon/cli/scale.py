@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from caprecon.cli.common import Writes, add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
 
@@ -55,46 +54,15 @@ def add_parser(plugins) -> None:
 
 
 def _cmd_fill(args: argparse.Namespace) -> int:
-    from caprecon.data.samples import check_unique_ids
-    from caprecon.run.folder import open_store
-    from caprecon.run.score import build_metrics, check_images
-    from caprecon.run.config import RunConfig
-    from caprecon.run.roles import Roles
-    from caprecon.metrics import Context, build_metric
-    from caprecon.metrics.fused import FusedMetric
-    from caprecon.data.normalise import normalised_samples
-    from caprecon.run.shards import parse_shard, select_shard
-    from caprecon.run.stages import embed_all, judge_all, reconstruct_all
-    from caprecon.data.loaders import load_samples
+    from caprecon.run.stages import stage
 
-    cfg = RunConfig.build(file=args.config, **({"metrics": args.metrics} if args.metrics else {}), **run_settings(args))
-    rows = load_samples(args.input, images_root=args.image_root, max_image_bytes=args.max_image_bytes,
-                        annotations=args.annotations, captions=args.captions)
-    check_unique_ids(rows)
-    if cfg.normalise_captions:
-        rows = normalised_samples(rows)
-    if args.shard:
-        rows, _ = select_shard(rows, parse_shard(args.shard))
-    roles = Roles(cfg)
-    # reconstruct makes every seed (--seeds) of every generator the run will score; embed and judge
-    # fill what their metrics read themselves, the first seed of the first generator
-    build = build_metrics if args.stage == "reconstruct" else build_metric
-    metrics = [build(name, roles, cfg) for name in cfg.metrics]
-    # a fused metric reads nothing itself: its components are what the stage fills
-    metrics = [part for m in metrics for part in (m.components.values() if isinstance(m, FusedMetric) else (m,))]
-    check_images(rows, metrics)
-    ctx = Context(open_store(cfg, Path(args.out) if args.out else None))
-    fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[args.stage]
-    counts = fill(rows, metrics, ctx, batch_size=cfg.batch_size, progress=not args.quiet)
-    print(json.dumps({**counts, "store": str(ctx.store.root)}))
-    problems = [f"{reason}: {n} (first: {counts['first_errors'][reason]})"
-                for reason, n in counts.get("failed_by_reason", {}).items()]
-    if counts.get("missing_reconstruction"):
-        problems.append(f"no stored reconstruction: {counts['missing_reconstruction']} (run `caprecon reconstruct` "
-                        "with the same settings first)")
-    if counts.get("unreadable"):
-        problems.append(f"image unreadable: {counts['unreadable']}")
-    return row_failures(problems, allow=args.allow_row_errors)
+    settings = run_settings(args)
+    result = stage(args.stage, args.input, args.metrics, preset=settings.pop("preset", None), config=args.config,
+                   out=args.out, progress=not args.quiet, images_root=args.image_root,
+                   max_image_bytes=args.max_image_bytes, annotations=args.annotations, captions=args.captions,
+                   shard=args.shard, **settings)
+    print(json.dumps(result.row()))
+    return row_failures(result.problems, allow=args.allow_row_errors)
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:

@@ -10,12 +10,17 @@ load weights on first use), so GPU-heavy stages can run on one cluster and scori
 `judge` runs only the judges (and VLMs, LLMs) of turing, vqascore, fleur and captionqa over
 the sources and the stored reconstructions, never the generator, and stores their answers.
 
+`stage` is the three commands from Python: the input read as `score` reads it, the metrics
+built as `score` builds them, and the one stage run over them.
+
 (`caprecon.store.maintenance.merge_stores` copies the results of per-shard stores into one.)
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -25,6 +30,8 @@ from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import StoreError
 from caprecon.run.local import FailureWatch, RunError, isolated
 from caprecon.run.ray import reconstruction_plan
+from caprecon.core.errors import ConfigError
+from caprecon.run.folder import holds_run_folder
 
 
 def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context, *, batch_size: int,
@@ -171,3 +178,80 @@ def _batches(samples, batch_size, caption_only, counts, progress, desc):
             if items:
                 yield batch, items
             bar.update(len(batch))
+
+
+STAGES = ("reconstruct", "embed", "judge")
+
+
+@dataclass
+class StageResults:
+    """What `stage` returns: the stage's counts (rows, unreadable, failed and by reason, generated,
+    reused, missing_reconstruction, computed: what it adds to the store), the store it filled, and
+    the problems that make the command exit 1 (rows failed, unreadable or lacking a reconstruction)."""
+
+    stage: str
+    counts: dict[str, Any]
+    store: Path
+    problems: list[str] = field(default_factory=list)
+
+    def row(self) -> dict[str, Any]:
+        """The counts and the store, as the command prints them (one JSON line)."""
+        return {**self.counts, "store": str(self.store)}
+
+
+@holds_run_folder("out", inputs=("samples",))
+def stage(name: str, samples: str | Path | Iterable[Sample | dict], metrics: Sequence[str] | str | None = None, *,
+          preset: str | None = None, config: str | Path | None = None, out: str | Path | None = None,
+          progress: bool = False, images_root: str | Path | None = None, max_image_bytes: int | None = None,
+          annotations: str | Path | None = None, captions: str | Path | None = None,
+          shard: str | tuple[int, int] | None = None, **settings: Any) -> StageResults:
+    """`caprecon reconstruct`, `caprecon embed` and `caprecon judge` (`name`): fill the store with
+    what `metrics` will ask for on `samples`, read and configured as `caprecon.score` reads and
+    configures them (`settings` are `RunConfig` fields). A `score` with the same settings and
+    store then finds it all cached.
+
+        caprecon.stage("reconstruct", "captions.jsonl", ["recon"], generator="sd3.5-medium", cache_dir="/shared")
+        caprecon.stage("embed", "captions.jsonl", ["recon"], generator="sd3.5-medium", embedder="dreamsim",
+                       cache_dir="/shared")
+    """
+    from caprecon.data.loaders import load_samples
+    from caprecon.data.normalise import normalised_samples
+    from caprecon.data.samples import check_unique_ids
+    from caprecon.metrics import build_metric
+    from caprecon.metrics.fused import FusedMetric
+    from caprecon.run.config import RunConfig
+    from caprecon.run.folder import open_store
+    from caprecon.run.roles import Roles
+    from caprecon.run.score import build_metrics, check_images
+    from caprecon.run.shards import parse_shard, select_shard
+
+    if name not in STAGES:
+        raise ConfigError(f"stage {name!r}: choose from {', '.join(STAGES)}")
+    names = [metrics] if isinstance(metrics, str) else list(metrics or [])
+    cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+    rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes, annotations=annotations,
+                        captions=captions)
+    check_unique_ids(rows)
+    if cfg.normalise_captions:
+        rows = normalised_samples(rows)
+    if shard is not None:
+        rows, _ = select_shard(rows, parse_shard(shard))
+    roles = Roles(cfg)
+    # reconstruct makes every seed (--seeds) of every generator the run will score; embed and judge
+    # fill what their metrics read themselves, the first seed of the first generator
+    build = build_metrics if name == "reconstruct" else build_metric
+    built = [build(metric, roles, cfg) for metric in cfg.metrics]
+    # a fused metric reads nothing itself: its components are what the stage fills
+    built = [part for m in built for part in (m.components.values() if isinstance(m, FusedMetric) else (m,))]
+    check_images(rows, built)
+    ctx = Context(open_store(cfg, Path(out) if out else None))
+    fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[name]
+    counts = fill(rows, built, ctx, batch_size=cfg.batch_size, progress=progress)
+    problems = [f"{reason}: {n} (first: {counts['first_errors'][reason]})"
+                for reason, n in counts.get("failed_by_reason", {}).items()]
+    if counts.get("missing_reconstruction"):
+        problems.append(f"no stored reconstruction: {counts['missing_reconstruction']} (run `caprecon reconstruct` "
+                        "with the same settings first)")
+    if counts.get("unreadable"):
+        problems.append(f"image unreadable: {counts['unreadable']}")
+    return StageResults(name, counts, Path(ctx.store.root), problems)
