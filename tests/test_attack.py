@@ -26,18 +26,12 @@ import pytest
 from oracle import render
 
 from caprecon.cli import main
+from clirun import run_cli as _run
 
 TESTS = Path(__file__).parent
 WORLD = ["-g", "oracle:OracleGenerator", "--embedder", "oracle:PixelEmbedder", "--max-side", "32"]
 
 
-def _run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as stop:  # argparse refuses the option itself
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _refused(code, err, message, expected_code=2):

@@ -15,6 +15,7 @@ from PIL import Image
 
 from caprecon.cli import main
 from tiny_vlm import build_qwen2_lm
+from clirun import run_cli as _run
 
 
 def _write(path, text, encoding="utf-8"):
@@ -26,13 +27,6 @@ def _jsonl(path, rows):
     return _write(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
-def _run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as stop:  # argparse refuses the option itself
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _outcome(code: int, err: str) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from caprecon.cli import main
+from clirun import run_cli as _run
 
 RED, BLUE, GREEN = (220, 20, 20), (20, 20, 220), (20, 200, 20)
 # what a subprocess probing a hang or an endless read may use, so a failure cannot take the machine with
@@ -39,13 +39,6 @@ def _png(path, colour, size=(32, 24)):
     return path
 
 
-def _run(argv, capsys):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as stop:  # argparse refuses the option itself
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def _gallery(page: str) -> dict:
