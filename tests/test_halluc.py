@@ -317,8 +317,6 @@ def test_meta_probes_run_the_inserted_object_probe_for_halluc(tmp_path):
 
 
 def test_merged_shards_summarise_halluc_companions_as_a_whole_run_does(tmp_path):
-    from caprecon.run.shards import merge_shards
-
     scenes = [("a red circle and a blue square", "a red circle and a green triangle"),
               ("a green triangle", "a green triangle and a blue circle"), ("a yellow square", "a yellow square"),
               ("a blue circle", "a red circle")]
@@ -331,7 +329,7 @@ def test_merged_shards_summarise_halluc_companions_as_a_whole_run_does(tmp_path)
     shards = [tmp_path / f"shard{i}" for i in range(2)]
     for i, folder in enumerate(shards):
         caprecon.score(data, ["halluc"], out=folder, shard=f"{i}/2", **settings)
-    merged = merge_shards(shards, tmp_path / "merged")
+    merged = caprecon.merge(shards, tmp_path / "merged").summary
     assert list(merged["metrics"]) == ["halluc", "halluc_coverage", "halluc_f", "halluc_rate"]
     for name in merged["metrics"]:
         # each companion by hand from the whole run's rows, and equal to the whole run's summary

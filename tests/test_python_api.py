@@ -485,3 +485,41 @@ def test_the_stages_match_the_commands_and_leave_score_nothing_to_compute(tmp_pa
     assert fresh.counts["missing_reconstruction"] == 2 and "no stored reconstruction: 2" in fresh.problems[0]
     with pytest.raises(ConfigError, match="stage 'score': choose from reconstruct, embed, judge"):
         caprecon.stage("score", data, ["recon"], **common)
+
+
+# ----------------------------------------------------------------------------- merge
+
+
+def test_merge_matches_the_command(tmp_path, capsys):
+    from oracle import PixelEmbedder, render
+
+    scenes = ["a red square", "a blue circle", "a green triangle", "a yellow square"]
+    rows = []
+    for k, drawn in enumerate(scenes):
+        render(drawn, 96, 96).save(tmp_path / f"s{k}.png")
+        rows += [{"id": f"{k}-{c}", "image": str(tmp_path / f"s{k}.png"), "caption": caption}
+                 for c, caption in enumerate((drawn, scenes[(k + 1) % 4]))]
+    data = tmp_path / "captions.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = {"generator": "oracle:OracleGenerator", "embedder": "oracle:PixelEmbedder", "max_side": 96,
+                "no_cache": True}
+    shards = [tmp_path / f"shard{i}" for i in range(3)]
+    for i, folder in enumerate(shards):
+        caprecon.score(data, ["recon"], out=folder, shard=f"{i}/3", **settings)
+    assert main(["merge", *map(str, shards), "--input", str(data), "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    merged = caprecon.merge(list(reversed(shards)), tmp_path / "py", samples=data)  # the folders' order is free
+    cli, py = tmp_path / "cli", tmp_path / "py"
+    assert (cli / "scores.jsonl").read_text() == (py / "scores.jsonl").read_text()
+    assert json.loads((cli / "summary.json").read_text()) == json.loads((py / "summary.json").read_text()) \
+        == merged.summary
+    assert _jsonl(py / "scores.jsonl") == merged.records and merged.out == py and merged.shards == shards
+    # by hand: the rows in input order, each the oracle's recon of its caption against its picture
+    assert [r["id"] for r in merged.records] == [r["id"] for r in rows]
+    for row, record in zip(rows, merged.records):
+        drawn = scenes[int(row["id"][0])]
+        a, b = PixelEmbedder().embed([render(drawn, 96, 96), render(row["caption"], 96, 96)])
+        assert record["recon"] == pytest.approx((1.0 + float(np.clip(a @ b, -1, 1))) / 2.0, abs=1e-6)
+    mean = float(np.mean([r["recon"] for r in merged.records]))
+    assert merged.summary["samples"] == 8 and merged.summary["metrics"]["recon"]["mean"] == pytest.approx(mean)
+    assert "merged 3 shards: 8 rows, 0 with errors" in printed

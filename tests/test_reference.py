@@ -144,7 +144,6 @@ def test_fused_cider_is_the_whole_inputs_whatever_the_batch_or_shard(theirs, tmp
     import json
 
     import caprecon
-    from caprecon.run.shards import merge_shards
 
     expected = dict(zip([s.id for s in CORPUS], theirs[0]["cider"]))
     fused = tmp_path / "cider.json"  # the fused score is CIDEr itself
@@ -166,7 +165,7 @@ def test_fused_cider_is_the_whole_inputs_whatever_the_batch_or_shard(theirs, tmp
     for i, out in enumerate(shards):
         part = caprecon.score(rows, shard=f"{i}/2", out=out, batch_size=64, **options)
         assert 0 < len(part.records) < len(rows)  # each shard scores part of the input
-    merge_shards(shards, tmp_path / "merged")
+    caprecon.merge(shards, tmp_path / "merged")
     merged = [json.loads(line) for line in (tmp_path / "merged" / "scores.jsonl").read_text().splitlines()]
     assert cider(merged) == pytest.approx(expected)
 
@@ -220,18 +219,17 @@ def test_merged_shards_give_the_corpus_value_over_all_rows_when_given_the_input(
     equal to pycocoevalcap's over the whole corpus, and says so when it was not given one."""
     import caprecon
     from caprecon.core.errors import ConfigError
-    from caprecon.run.shards import merge_shards
 
     rows = CORPUS[:2] + BROKEN + CORPUS[2:]
     shards = [tmp_path / f"shard{i}" for i in range(2)]
     for i, out in enumerate(shards):
         caprecon.score(rows, ["bleu-1", "bleu-4"], shard=f"{i}/2", out=out, no_cache=True)
-    alone = merge_shards(shards, tmp_path / "alone")["metrics"]
+    alone = caprecon.merge(shards, tmp_path / "alone").summary["metrics"]
     assert alone["bleu-4"]["corpus"] is None and alone["bleu-4"]["aggregate"] == "corpus"
-    merged = merge_shards(shards, tmp_path / "merged", samples=rows)["metrics"]
+    merged = caprecon.merge(shards, tmp_path / "merged", samples=rows).summary["metrics"]
     for name in ("bleu-1", "bleu-4"):  # METEOR pools the same way, through the same code (its jar is slow to start)
         assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12)
         assert merged[name]["corpus"] != pytest.approx(merged[name]["mean"])
     assert (tmp_path / "merged" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
     with pytest.raises(ConfigError, match="not the input the shards were scored from"):
-        merge_shards(shards, tmp_path / "other", samples=CORPUS)
+        caprecon.merge(shards, tmp_path / "other", samples=CORPUS)

@@ -13,7 +13,7 @@ import caprecon
 from caprecon.cli import main
 from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
-from caprecon.run.shards import merge_shards, parse_shard, shard_positions
+from caprecon.run.shards import merge, parse_shard, shard_positions
 from caprecon.data.samples import Sample
 from scale_models import Counting, FlakyGenerator
 
@@ -84,7 +84,7 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, tiny_sd, tiny_din
     # each shard computed its own reconstructions (no shared cache), and none holds all rows
     assert all(0 < len((f / "scores.jsonl").read_text().splitlines()) < len(whole.records) for f in shards)
 
-    summary = merge_shards(list(reversed(shards)), tmp_path / "merged")  # order of the folders is free
+    summary = merge(list(reversed(shards)), tmp_path / "merged").summary  # order of the folders is free
     merged = [json.loads(line) for line in (tmp_path / "merged" / "scores.jsonl").read_text().splitlines()]
     assert [r["id"] for r in merged] == [r["id"] for r in whole.records]
     for ours, theirs in zip(merged, whole.records):
@@ -98,15 +98,15 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, tiny_sd, tiny_din
     assert manifest["merged_from"] == [str(f) for f in shards] and "shard" not in manifest
 
     with pytest.raises(ConfigError, match=r"shard\(s\) 1/3 missing"):
-        merge_shards([shards[0], shards[2]], tmp_path / "bad")
+        merge([shards[0], shards[2]], tmp_path / "bad")
     with pytest.raises(ConfigError, match="shard 2/3 is given twice"):
-        merge_shards([shards[0], shards[1], shards[2], shards[2]], tmp_path / "bad")
+        merge([shards[0], shards[1], shards[2], shards[2]], tmp_path / "bad")
     assert not (tmp_path / "bad").exists()  # refused before writing anything
     assert main(["merge", str(shards[0]), str(shards[1]), "--out", str(tmp_path / "bad")]) == 2  # CLI: exit 2
     assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 1  # its one failed row
     assert (tmp_path / "cli" / "scores.jsonl").read_text() == (tmp_path / "merged" / "scores.jsonl").read_text()
     with pytest.raises(ConfigError, match="scored without --shard"):
-        merge_shards([tmp_path / "whole", *shards], tmp_path / "bad")
+        merge([tmp_path / "whole", *shards], tmp_path / "bad")
 
 
 # -- stages run apart ---------------------------------------------------------------------------

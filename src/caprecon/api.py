@@ -34,6 +34,7 @@ from caprecon.models.embedder import DreamSimEmbedder, HFVisionEmbedder
 from caprecon.models.generator import DiffusersGenerator, GenerationRequest, RetrievalGenerator
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.run.score import Results, score
+from caprecon.run.shards import Merged, merge
 from caprecon.run.stages import StageResults, stage
 from caprecon.store.index import Store
 
@@ -41,5 +42,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults",
+    "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged",
 ]

@@ -66,9 +66,9 @@ def _cmd_fill(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from caprecon.run.shards import merge_shards
+    from caprecon.run.shards import merge
 
-    summary = merge_shards(args.shards, args.out, samples=args.input)
+    summary = merge(args.shards, args.out, samples=args.input).summary
     print(f"merged {len(args.shards)} shards: {summary['samples']} rows, {summary['errors']} with errors")
     for name, s in summary["metrics"].items():
         pooled = ""

@@ -7,8 +7,8 @@ Images are dealt largest group first, each to the shard holding the fewest rows 
 to the lowest shard), which is deterministic and balances rows to within one image's group.
 
 Each shard's run folder records in its manifest which shard it is and the input positions of
-its rows; `merge_shards` checks that exactly shards 0..n-1 of one run are present, each
-once, and writes the folder the unsharded run would have written.
+its rows; `merge` (`caprecon merge`) checks that exactly shards 0..n-1 of one run are present,
+each once, and writes the folder the unsharded run would have written.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -78,17 +79,34 @@ def input_fingerprint(samples: Sequence[Sample]) -> str:
     return digest.hexdigest()[:24]
 
 
-@holds_run_folder("out", inputs=("folders",))
-def merge_shards(folders: Sequence[str | Path], out: str | Path, samples: Any = None) -> dict[str, Any]:
-    """Combine shard run folders into `out`: scores.jsonl in input order, summaries recomputed
-    over all rows, and a manifest naming the shards. Refuses a missing, doubled, unfinished
-    or foreign shard before writing anything.
+@dataclass
+class Merged:
+    """What `merge` returns: the merged run folder, its rows (scores.jsonl, in input order), its
+    summary (summary.json: the figures over all rows) and the shard folders it was made from, in
+    shard order."""
+
+    out: Path
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+    shards: list[Path]
+
+
+@holds_run_folder("out", inputs=("shards", "samples"))
+def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) -> Merged:
+    """`caprecon merge`: combine the run folders of `score --shard I/N` into `out`: scores.jsonl in
+    input order, summaries recomputed over all rows, and a manifest naming the shards. Refuses a
+    missing, doubled, unfinished or foreign shard before writing anything.
 
     A corpus-level metric's value (BLEU's, METEOR's) pools the references of every row, which
     the shards' rows do not carry: with `samples`, the input the shards were scored from (a
-    path or rows, checked against the shards' fingerprint), it is computed over all rows;
-    without, the merged summary holds `corpus: null` for it (each shard's own is over its rows
-    only, and no mean of them is the whole's)."""
+    path or rows, checked against the shards' fingerprint; `--input`), it is computed over all
+    rows; without, the merged summary holds `corpus: null` for it (each shard's own is over its
+    rows only, and no mean of them is the whole's).
+
+        merged = caprecon.merge([f"runs/a-{i}" for i in range(8)], "runs/a", samples="captions.jsonl")
+        print(merged.summary["samples"], merged.summary["metrics"]["recon"]["mean"])
+    """
+    folders = [shards] if isinstance(shards, (str, Path)) else list(shards)
     if not folders:
         raise ConfigError("caprecon merge needs the shard run folders to combine")
     manifests = [_manifest(Path(f)) for f in folders]
@@ -151,7 +169,7 @@ def merge_shards(folders: Sequence[str | Path], out: str | Path, samples: Any = 
                      "cache": _summed([m.get("cache") or {} for m in manifests]),
                      "seconds": round(sum(m.get("seconds") or 0 for m in manifests), 3)})
     write_run(out_dir, summary, manifest)
-    return summary
+    return Merged(out=out_dir, records=records, summary=summary, shards=[Path(seen[i]) for i in range(count)])
 
 
 def _check_merge_target(out: Path, shards: list[Path]) -> None:
