@@ -523,3 +523,49 @@ def test_merge_matches_the_command(tmp_path, capsys):
     mean = float(np.mean([r["recon"] for r in merged.records]))
     assert merged.summary["samples"] == 8 and merged.summary["metrics"]["recon"]["mean"] == pytest.approx(mean)
     assert "merged 3 shards: 8 rows, 0 with errors" in printed
+
+
+# ----------------------------------------------------------------------------- reward-audit
+
+
+def test_reward_audit_matches_the_command(tmp_path, capsys):
+    from oracle import render
+
+    rows = []
+    for k, caption in enumerate(["red circle", "blue square green triangle", "yellow circle", "black square"]):
+        render(caption).save(tmp_path / f"img{k}.png")
+        rows.append({"id": str(k), "image": str(tmp_path / f"img{k}.png"), "caption": f"a {caption}"})
+    data = tmp_path / "captions.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    models = {"generator": "oracle:OracleGenerator", "embedder": "oracle:PixelEmbedder"}
+    def flags_of(options):
+        return [a for k, v in options.items() for a in (f"--{k}", v)]
+
+    assert main(["reward-audit", "-i", str(data), *flags_of(models),
+                 "--max-side", "96", "--cache-dir", str(tmp_path / "cache-cli"), "--length-target", "4",
+                 "--repetition-n", "2", "--weight", "recon=2", "--json", str(tmp_path / "cli.json"), "-q"]) == 0
+    printed = capsys.readouterr().out
+    found = caprecon.reward_audit(data, ["recon"], {"recon": 2.0}, max_side=96, cache_dir=str(tmp_path / "cache-py"),
+                                  guards=caprecon.Guards(length_target=4, repetition_n=2), **models)
+    assert json.loads((tmp_path / "cli.json").read_text()) == found.figures()
+    assert isinstance(found, caprecon.Audit) and found.captions == 4 and found.reward["scored"] == 4
+    assert found.parts == ["recon", "length", "repetition"] and "4 of 4 caption(s) scored" in printed
+
+    # by hand: padding adds no shape, so recon stays and the guarded rise is the guards' change alone
+    def guards(caption: str) -> float:
+        said = re.findall(r"\w+", caption.lower())
+        grams = list(zip(said, said[1:]))
+        repeated = sum(g in grams[:i] for i, g in enumerate(grams))
+        return -0.5 * max(0.0, len(said) / 4 - 1) - (repeated / len(grams) if grams else 0.0)
+
+    padding = " The image shows many details, colors, textures and objects arranged in the scene."
+    captions = [r["caption"] for r in rows]
+    assert found.metrics["rise_padded"] == pytest.approx(0.0, abs=1e-9)
+    assert found.reward["rise_padded"] == pytest.approx(np.mean([guards(c + padding) - guards(c) for c in captions]))
+    assert found.reward["rise_repeated"] - found.metrics["rise_repeated"] == \
+        pytest.approx(np.mean([guards(f"{c} {c}") - guards(c) for c in captions]))
+    # an input of no rows: an audit of nothing (the command's exit 1), and no model loads
+    (tmp_path / "empty.jsonl").write_text("")
+    empty = caprecon.reward_audit(tmp_path / "empty.jsonl", ["recon"], generator="no_such_module:Generator")
+    assert (empty.captions, empty.parts, empty.reward) == (0, [], {})
+    assert main(["reward-audit", "-i", str(tmp_path / "empty.jsonl"), *flags_of(models)]) == 1

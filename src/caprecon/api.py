@@ -15,7 +15,7 @@ from caprecon.apps.distill import Distilled, distill
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.refine import Refined, refine
 from caprecon.apps.report import RunReport, report
-from caprecon.apps.reward import AsyncReward, Guards, Reward
+from caprecon.apps.reward import AsyncReward, Audit, Guards, Reward, reward_audit
 from caprecon.apps.seeds import CompareResults, SeedsResults, compare, seeds
 from caprecon.apps.selection import BestOfN, caption
 from caprecon.apps.suites import SuiteResults, suite
@@ -42,5 +42,5 @@ __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
-    "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged",
+    "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged", "reward_audit", "Audit",
 ]

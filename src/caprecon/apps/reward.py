@@ -26,7 +26,7 @@ import logging
 import math
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -318,7 +318,46 @@ class AsyncReward(Reward):
 PADDING = " The image shows many details, colors, textures and objects arranged in the scene."
 
 
-def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> dict[str, Any]:
+@dataclass
+class Audit:
+    """What `reward_audit` finds (the figures `reward-audit --json` writes): the number of captions,
+    the reward's parts, and for the metrics alone (`metrics`) and the whole reward, guards included
+    (`reward`), each a dict of `scored` (captions the reward scored), `mean`, `spearman_length`,
+    `spearman_repetition`, `rise_padded` and `rise_repeated` (None where there is too little to say)."""
+
+    captions: int
+    parts: list[str]
+    metrics: dict[str, Any]
+    reward: dict[str, Any]
+
+    def figures(self) -> dict[str, Any]:
+        """The figures as one JSON-ready dict, as `reward-audit --json` writes them."""
+        return asdict(self)
+
+
+def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequence[str | Metric] | str | None = None,
+                 weights: Sequence[float] | Mapping[str, float] | None = None, *, guards: Guards | None = Guards(),
+                 preset: str | None = None, config: str | Path | None = None, images_root: str | Path | None = None,
+                 max_image_bytes: int | None = None, **settings: Any) -> Audit:
+    """`caprecon reward-audit`: how the `Reward` built from `metrics`, `weights`, `guards` and the run
+    settings (those of `caprecon.score`) responds to padding and repetition on the captions of
+    `samples` (a file as `score` reads it, or rows), before training with it (see `audit`). An input
+    of no rows gives an audit of 0 captions, and no model loads.
+
+        found = caprecon.reward_audit("captions.jsonl", ["recon"], preset="fast",
+                                      guards=caprecon.Guards(length_target=40))
+        print(found.metrics["rise_padded"], found.reward["rise_padded"])  # guarded, padding should not pay
+    """
+    from caprecon.data.loaders import load_samples
+
+    reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, **settings)
+    rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes)
+    if not rows:
+        return Audit(captions=0, parts=[], metrics={}, reward={})
+    return audit(reward, [r.image for r in rows], [r.caption for r in rows])
+
+
+def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> Audit:
     """What a user checks before training with `reward`: over the captions as given, the Spearman
     correlation of the reward with their length (words) and repetition share; and the mean change of
     the reward when each caption is padded (`PADDING` appended) or repeats itself (said twice). Each
@@ -337,7 +376,7 @@ def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> dic
         values = [v for name, v in zip(names, row) if guarded or name not in guards]
         return None if any(v is None for v in values) else math.fsum(values)
 
-    out: dict[str, Any] = {"captions": n, "parts": names}
+    out: dict[str, Any] = {}
     for label, guarded in (("metrics", False), ("reward", True)):
         values = [total(r, guarded) for r in rows]
         base, padded, repeated = values[:n], values[n : 2 * n], values[2 * n :]
@@ -356,4 +395,4 @@ def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> dic
         out[label] = {"scored": len(scored), "mean": math.fsum(ys) / len(ys) if ys else None,
                       "spearman_length": correlation(lengths), "spearman_repetition": correlation(shares),
                       "rise_padded": rise(padded), "rise_repeated": rise(repeated)}
-    return out
+    return Audit(captions=n, parts=names, **out)

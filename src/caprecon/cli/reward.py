@@ -68,32 +68,30 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from caprecon.apps.reward import Guards, Reward, audit
-    from caprecon.data.loaders import load_samples
+    from caprecon.apps.reward import Guards, reward_audit
 
     settings = run_settings(args)
     guards = Guards(length_target=args.length_target, length_weight=args.length_weight,
                     repetition_n=args.repetition_n, repetition_weight=args.repetition_weight,
                     hallucination_weight=args.hallucination_weight)
-    weights = parse_weights(args.weight) if args.weight else None
-    reward = Reward(args.metrics, weights, preset=settings.pop("preset", None), config=settings.pop("config", None)
-                    or args.config, guards=guards, **settings)
-    rows = load_samples(args.input, images_root=args.image_root, max_image_bytes=args.max_image_bytes)
-    if not rows:  # as `score` says it: an audit of nothing has no figures to print
+    result = reward_audit(args.input, args.metrics, parse_weights(args.weight) if args.weight else None,
+                          guards=guards, preset=settings.pop("preset", None),
+                          config=settings.pop("config", None) or args.config, images_root=args.image_root,
+                          max_image_bytes=args.max_image_bytes, **settings)
+    if not result.captions:  # as `score` says it: an audit of nothing has no figures to print
         print("caprecon: error: the input holds no rows", file=sys.stderr)
         return ROWS_FAILED
-    result = audit(reward, [r.image for r in rows], [r.caption for r in rows])
     table = [["", "metrics only", "with guards"]]
     for key, label in (("mean", "mean reward"), ("spearman_length", "Spearman with length"),
                        ("spearman_repetition", "Spearman with repetition"),
                        ("rise_padded", "rise when padded"), ("rise_repeated", "rise when repeated")):
-        table.append([label, number(result["metrics"][key]), number(result["reward"][key])])
+        table.append([label, number(result.metrics[key]), number(result.reward[key])])
     print(format_table(table))
-    print(f"{result['reward']['scored']} of {result['captions']} caption(s) scored; parts: {', '.join(result['parts'])}")
+    print(f"{result.reward['scored']} of {result.captions} caption(s) scored; parts: {', '.join(result.parts)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=2)
-    return 0 if result["reward"]["scored"] == result["captions"] else 1
+            json.dump(result.figures(), fh, indent=2)
+    return 0 if result.reward["scored"] == result.captions else 1
 
 
 def parse_weights(pairs: list[str]) -> dict[str, float]:
