@@ -174,8 +174,6 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     """The first run's thumbnails are made from the pixels in memory while it works (no file
     is read for them: only the broken file is tried); a cached run into a new folder makes
     none — its thumbnails are links to the cache's; pruning the cache drops them."""
-    from caprecon.cli import cache as cache_cli
-
     samples = _samples(tmp_path)
     encodes = _counting_encodes(monkeypatch)
     _score_into(samples, tmp_path, "first")
@@ -194,9 +192,9 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     for name in first:  # the cache's own files, linked, none made again
         assert (again / name).stat().st_ino == cached[name].stat().st_ino
         assert cached[name].stat().st_mtime_ns == stamps[name]
-    assert cache_cli.cache_info(tmp_path / "cache")["thumbnails"]["files"] == 10
+    assert caprecon.cache_info(tmp_path / "cache")["thumbnails"]["files"] == 10
 
-    report = cache_cli.prune(tmp_path / "cache", max_size=0)
+    report = caprecon.cache_prune(tmp_path / "cache", max_size=0)
     assert report["thumbnails_removed"] == 10 and not list((tmp_path / "cache" / "thumbs").rglob("*.jpg"))
     _score_into(samples, tmp_path, "third")  # everything regenerated (pruned), thumbnails made again
     assert len(list((tmp_path / "third" / "report_files" / "thumbs").iterdir())) == 10

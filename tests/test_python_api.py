@@ -569,3 +569,52 @@ def test_reward_audit_matches_the_command(tmp_path, capsys):
     empty = caprecon.reward_audit(tmp_path / "empty.jsonl", ["recon"], generator="no_such_module:Generator")
     assert (empty.captions, empty.parts, empty.reward) == (0, [], {})
     assert main(["reward-audit", "-i", str(tmp_path / "empty.jsonl"), *flags_of(models)]) == 1
+
+
+# ----------------------------------------------------------------------------- cache, store merge
+
+
+def test_cache_commands_match_the_functions(tmp_path, capsys):
+    import shutil
+
+    from oracle import render
+
+    for k, drawn in enumerate(["a red square", "a blue circle"]):
+        render(drawn, 96, 96).save(tmp_path / f"s{k}.png")
+    rows = [{"id": f"r{k}", "image": str(tmp_path / f"s{k}.png"), "caption": c}
+            for k, c in enumerate(["a red square", "a green triangle"])]
+    cache = tmp_path / "cache"
+    caprecon.score(rows, ["recon"], generator="oracle:OracleGenerator", embedder="oracle:PixelEmbedder",
+                   max_side=96, cache_dir=str(cache))
+    shutil.copytree(cache, tmp_path / "copy")
+    # `store merge`: the copies of every verified entry, counted alike by the command and the function
+    assert main(["store", "merge", str(cache), "--into", str(tmp_path / "merged-cli")]) == 0
+    merged = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert merged == caprecon.merge_stores([cache], tmp_path / "merged-py")
+    assert caprecon.cache_info(tmp_path / "merged-py")["kinds"] == caprecon.cache_info(cache)["kinds"]
+
+    def command(*argv) -> dict:
+        capsys.readouterr()
+        assert main(["cache", *argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    info = caprecon.cache_info(cache)
+    assert command("info", "--cache-dir", str(cache)) == info
+    # by hand: two reconstructions, and embeddings of two sources and two reconstructions
+    kinds = {row["kind"]: row["entries"] for row in info["kinds"]}
+    assert kinds["reconstruction"] == 2 and sum(kinds.values()) == sum(row["entries"] for row in info["models"])
+    assert merged == {"copied": sum(kinds.values()), "present": 0, "damaged": 0}
+    assert command("verify", "--cache-dir", str(cache)) == caprecon.cache_verify(cache)
+    assert caprecon.cache_verify(cache)["entries"] == sum(kinds.values())
+    dry = caprecon.cache_prune(cache, max_size=0, dry_run=True)
+    assert command("prune", "--cache-dir", str(cache), "--max-size", "0", "--dry-run") == dry
+    assert dry["removed"] == dry["entries"] == sum(kinds.values()) and dry["bytes_after"] == 0
+    assert command("prune", "--cache-dir", str(tmp_path / "copy"), "--max-size", "0") == \
+        {**caprecon.cache_prune(cache, max_size=0), "root": str(tmp_path / "copy")}
+    assert caprecon.cache_info(cache)["kinds"] == caprecon.cache_info(tmp_path / "copy")["kinds"] == []
+    # what the command's options refuse, the functions refuse
+    for bad, message in (({"max_size": float("inf")}, "--max-size must be"), ({"older_than": -1}, "--older-than")):
+        with pytest.raises(ConfigError, match=message):
+            caprecon.cache_prune(cache, **bad)
+    with pytest.raises(ConfigError, match="--cache-dir: not found"):
+        caprecon.cache_info(tmp_path / "nowhere")

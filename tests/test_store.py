@@ -21,7 +21,7 @@ import pytest
 import caprecon
 import caprecon.run.score
 from caprecon.cli.cache import parse_age, parse_size
-from caprecon.store.maintenance import prune, verify
+from caprecon.store.maintenance import cache_prune, cache_verify
 from caprecon.cli import main
 from caprecon.run.local import RunError
 from caprecon.store.index import Store, StoreCorruptError, StoreReadOnlyError, content_key
@@ -170,7 +170,7 @@ def test_two_processes_on_one_cache_generate_each_reconstruction_once(tmp_path):
     assert all(m["cache"]["generated"] + m["cache"]["reused"] == 24 for m in manifests)
     scores = [(tmp_path / f"run{i}" / "scores.jsonl").read_text() for i in range(2)]
     assert scores[0] == scores[1]
-    assert verify(tmp_path / "cache")["ok"]
+    assert cache_verify(tmp_path / "cache")["ok"]
 
 
 # -- item 9 (store part): a damaged index ---------------------------------------------------
@@ -257,19 +257,19 @@ def test_verify_reports_and_repairs_orphans_missing_and_damaged_files(tmp_path):
     samples = _samples(tmp_path, n=4)
     cache = tmp_path / "cache"
     pngs = [Path(r["reconstruction"]) for r in _score(samples, cache).records]
-    assert verify(cache)["ok"]
+    assert cache_verify(cache)["ok"]
     pngs[0].unlink()
     pngs[1].write_bytes(pngs[1].read_bytes()[:-10])
     orphan = cache / "images" / "zz" / ("z" * 64 + ".png")
     orphan.parent.mkdir()
     shutil.copy(pngs[2], orphan)
     os.utime(orphan, (time.time() - 3600,) * 2)
-    report = verify(cache)
+    report = cache_verify(cache)
     assert not report["ok"] and report["entries"] == 16  # 4 reconstructions, 8 embeddings (sources and reconstructions), 4 source sizes
     assert len(report["missing_files"]) == 1 and len(report["damaged_files"]) == 1
     assert report["orphans"] == [str(orphan.relative_to(cache))]
-    verify(cache, repair=True)
-    assert verify(cache)["ok"] and not orphan.exists()
+    cache_verify(cache, repair=True)
+    assert cache_verify(cache)["ok"] and not orphan.exists()
     assert _score(samples, cache).manifest["cache"]["generated"] == 2
 
 
@@ -284,21 +284,21 @@ def test_old_index_is_migrated_and_pruned_by_model_age_and_size(tmp_path):
     samples = _samples(tmp_path, n=3)
     _score(samples, cache)
     _score(samples, cache, embedder=CoarsePixelEmbedder())
-    assert verify(cache, repair=True)["checksums_added"] == 1
-    assert prune(cache, older_than=parse_age("30d"))["removed"] == 1
+    assert cache_verify(cache, repair=True)["checksums_added"] == 1
+    assert cache_prune(cache, older_than=parse_age("30d"))["removed"] == 1
     assert Store(cache).get_json(["old"]) == {}
-    coarse = prune(cache, model="pixel-embedder-coarse", dry_run=True)
+    coarse = cache_prune(cache, model="pixel-embedder-coarse", dry_run=True)
     assert coarse["removed"] == 6 and coarse["entries"] == 18  # 3 reconstructions, 6 + 6 embeddings, 3 source sizes
-    assert prune(cache, model="pixel-embedder-coarse")["removed"] == 6
+    assert cache_prune(cache, model="pixel-embedder-coarse")["removed"] == 6
     assert _score(samples, cache, embedder=CoarsePixelEmbedder()).manifest["cache"]["embedded"] == 6
-    assert prune(cache, max_size=parse_size("1MB"))["removed"] == 0
-    total = prune(cache, max_size=0, dry_run=True)["bytes_before"]
+    assert cache_prune(cache, max_size=parse_size("1MB"))["removed"] == 0
+    total = cache_prune(cache, max_size=0, dry_run=True)["bytes_before"]
     oldest_first = [key for (key,) in sqlite3.connect(cache / "index.sqlite").execute(
         "SELECT key FROM results ORDER BY created")]
-    report = prune(cache, max_size=total // 2)
+    report = cache_prune(cache, max_size=total // 2)
     assert 0 < report["removed"] < report["entries"] and report["bytes_after"] <= total // 2
     assert Store(cache).get_json(oldest_first[:1]) == {} and Store(cache).get_arrays(oldest_first[-1:])
-    assert verify(cache)["ok"]
+    assert cache_verify(cache)["ok"]
     assert parse_size("10GB") == 10**10 and parse_size("2GiB") == 2 * 2**30 and parse_age("12h") == 43200
 
 
@@ -396,10 +396,10 @@ def test_old_read_only_index_is_read_verified_and_listed(tmp_path):
     _make_read_only(cache)
     try:
         assert Store(cache).get_json(["k"]) == {"k": "yes"}
-        assert verify(cache)["ok"] and verify(cache)["entries"] == 1
-        assert prune(cache, max_size=0, dry_run=True)["removed"] == 1
+        assert cache_verify(cache)["ok"] and cache_verify(cache)["entries"] == 1
+        assert cache_prune(cache, max_size=0, dry_run=True)["removed"] == 1
         with pytest.raises(StoreReadOnlyError, match="write access"):
-            prune(cache, max_size=0)
+            cache_prune(cache, max_size=0)
         assert (cache / "index.sqlite").stat().st_mode & 0o222 == 0 and len(list(cache.iterdir())) == 1
     finally:
         _make_writable(cache)
@@ -483,7 +483,7 @@ def test_every_row_written_names_a_stored_reconstruction(tmp_path):
     with unittest.mock.patch.object(caprecon.run.score, "run_local", watching):
         result = _score(samples, tmp_path / "cache", batch_size=2, out=tmp_path / "out")
     assert seen == [True] * len(CAPTIONS) and result.manifest["cache"]["generated"] == len(CAPTIONS)
-    assert verify(tmp_path / "cache")["ok"]
+    assert cache_verify(tmp_path / "cache")["ok"]
 
 
 def _open_new_cache_at_once(folder, barrier, results):
@@ -602,7 +602,7 @@ def test_prune_by_model_takes_the_registry_name(tmp_path, tiny_dinov2, monkeypat
     assert main(["cache", "prune", "--model", "tiny-dino", "--dry-run", "--json", "--cache-dir", str(cache)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["removed"] == 4  # 2 sources and 2 reconstructions embedded; the generator's entries stay
-    assert report["removed"] == prune(cache, model=str(tiny_dinov2), dry_run=True)["removed"]
+    assert report["removed"] == cache_prune(cache, model=str(tiny_dinov2), dry_run=True)["removed"]
 
 
 def test_arrays_come_back_exactly_without_np_load_per_value(tmp_path, monkeypatch):

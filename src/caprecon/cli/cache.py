@@ -4,8 +4,8 @@
     caprecon cache verify [--repair]       checksums, files missing from the index, index rows missing their file
     caprecon cache prune --older-than 30d | --model NAME | --max-size 10GB [--dry-run]
 
-Each command is also a function of `caprecon.store.maintenance` (`cache_info`, `verify`, `prune`)
-returning a plain dict; this module parses and prints.
+Each command is also a function of `caprecon.store.maintenance` (`caprecon.cache_info`,
+`cache_verify`, `cache_prune`) returning the dict `--json` prints; this module parses and prints.
 """
 
 from __future__ import annotations
@@ -13,19 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from pathlib import Path
 
-from caprecon.core.paths import default_cache_dir
-from caprecon.store.maintenance import cache_info, prune, verify
+from caprecon.store.maintenance import MAX_AGE, MAX_SIZE, cache_info, cache_prune, cache_root, cache_verify
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SPANS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-# the largest size and age taken: far beyond any disk or any cache's life, and finite (1e400GB is
-# inf as a float, which no byte count is; "1.2.3" is no number at all)
-MAX_SIZE, MAX_AGE = 10**18, 1000 * 365.25 * 86400
 
 
 def parse_size(text: str) -> int:
@@ -54,15 +47,6 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
-
-
-def _registered_as(name: str) -> set[str]:
-    """The hub ids or folders a registry name (z-image, dinov2, ...) stands for: a model's
-    description names those, not the registry name it was chosen by."""
-    from caprecon.models import registry
-
-    return {entry.defaults["model"] for table, _ in registry.ROLES.values() for key, entry in table.items()
-            if key == name and isinstance(entry.defaults.get("model"), str)}
 
 
 # -- the command ----------------------------------------------------------------------
@@ -97,24 +81,8 @@ def add_parser(subparsers) -> None:
     q.set_defaults(func=_cmd_prune)
 
 
-def _root(args: argparse.Namespace) -> Path:
-    """The cache the command looks after; a --cache-dir that is not a folder is named as other commands name
-    a missing input (`--cache-dir: not found: x`)."""
-    from caprecon.cli.common import path_problem
-    from caprecon.core.errors import ConfigError
-
-    if args.cache_dir is None:
-        return default_cache_dir()
-    problem = path_problem(args.cache_dir)
-    if problem is None and not Path(args.cache_dir).is_dir():
-        problem = f"not a folder: {args.cache_dir} is a file"
-    if problem:
-        raise ConfigError(f"--cache-dir: {problem}")
-    return Path(args.cache_dir)
-
-
 def _cmd_info(args: argparse.Namespace) -> int:
-    info = cache_info(_root(args))
+    info = cache_info(args.cache_dir)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -131,8 +99,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    root = _root(args)
-    report = verify(root, repair=args.repair)
+    root = cache_root(args.cache_dir)
+    report = cache_verify(root, repair=args.repair)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0 if report["ok"] else 1
@@ -156,9 +124,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
-    report = prune(_root(args), older_than=args.older_than, model=args.model,
-                   aliases=_registered_as(args.model) if args.model else (), max_size=args.max_size,
-                   dry_run=args.dry_run)
+    from caprecon.models.registry import registered_as
+
+    report = cache_prune(args.cache_dir, older_than=args.older_than, model=args.model,
+                         aliases=registered_as(args.model) if args.model else (), max_size=args.max_size,
+                         dry_run=args.dry_run)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from caprecon.core.checks import MAX_SEEDS, count_problem, number_problem
 from caprecon.core.errors import ConfigError
+from caprecon.core.paths import path_problem
 from caprecon.run.config import parse_options, parse_pairs, parse_seeds
 
 # the exit status of a command some of whose rows failed (or that had none), whichever command it is;
@@ -343,22 +344,6 @@ def _inputs_exist(args: argparse.Namespace, names: tuple[str, ...], once: tuple[
                 also = f" (also as {first})" if str(first) != str(path) else ""
                 raise ConfigError(f"{spelled.get(name, name)}: {path} is given twice{also}")
             seen[Path(path).resolve()] = path
-
-
-def path_problem(path: str | Path) -> str | None:
-    """What is wrong with a path a command reads, in the words of `--input: not found: x.jsonl`: not
-    there, empty, or neither a file nor a folder; None when it can be read."""
-    import stat
-
-    if not str(path).strip():
-        return f"empty path {str(path)!r}; give a file or folder"
-    if not Path(path).exists():
-        return f"not found: {path}"
-    mode = Path(path).stat().st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
-        return f"not a file or folder: {path} is {kind}"
-    return None
 
 
 @contextlib.contextmanager

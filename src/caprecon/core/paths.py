@@ -12,3 +12,19 @@ def default_cache_dir() -> Path:
         return Path(os.environ["CAPRECON_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "caprecon"
+
+
+def path_problem(path: str | Path) -> str | None:
+    """What is wrong with a path a command reads, in the words of `--input: not found: x.jsonl`: not
+    there, empty, or neither a file nor a folder; None when it can be read."""
+    import stat
+
+    if not str(path).strip():
+        return f"empty path {str(path)!r}; give a file or folder"
+    if not Path(path).exists():
+        return f"not found: {path}"
+    mode = Path(path).stat().st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        return f"not a file or folder: {path} is {kind}"
+    return None

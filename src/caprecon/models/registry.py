@@ -312,3 +312,10 @@ def describe_registry() -> dict[str, dict[str, str]]:
     out["preset"] = {name: p["about"] for name, p in PRESETS.items()}
     out["caption-preset"] = {name: p["about"] for name, p in CAPTION_PRESETS.items()}
     return out
+
+
+def registered_as(name: str) -> set[str]:
+    """The hub ids or folders a registry name (z-image, dinov2, ...) stands for: a model's
+    description in the store names those, not the registry name it was chosen by."""
+    return {entry.defaults["model"] for table, _ in ROLES.values() for key, entry in table.items()
+            if key == name and isinstance(entry.defaults.get("model"), str)}

@@ -1,6 +1,11 @@
 """Looking after a store: what it holds (`cache_info`), whether every entry reads back as written
-(`verify`, which can repair), deleting entries (`prune`), and copying the verified results of several
-stores into one (`merge_stores`). With `index`, the only modules that know the store's schema and SQL.
+(`cache_verify`, which can repair), deleting entries (`cache_prune`), and copying the verified results
+of several stores into one (`merge_stores`): `caprecon cache info|verify|prune` and `caprecon store
+merge`, each returning the dict the command prints with `--json`. With `index`, the only modules that
+know the store's schema and SQL.
+
+    caprecon.cache_info()                                   # the default cache ($CAPRECON_CACHE, ...)
+    caprecon.cache_prune("/shared/cache", max_size=10**10, dry_run=True)["removed"]
 """
 
 from __future__ import annotations
@@ -12,9 +17,15 @@ import time
 from pathlib import Path
 from typing import Any, Collection, Sequence
 
+from caprecon.core.checks import number_problem
+from caprecon.core.errors import ConfigError
+from caprecon.core.paths import default_cache_dir, path_problem
 from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
                                   sha256)
 
+# the largest size and age prune takes: far beyond any disk or any cache's life, and finite (1e400GB is
+# inf as a float, which no byte count is)
+MAX_SIZE, MAX_AGE = 10**18, 1000 * 365.25 * 86400
 ORPHAN_GRACE_SECONDS = 600  # a newer file without an index row may belong to a run writing it right now
 
 
@@ -41,11 +52,28 @@ def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, h
     return value_len + (file_size or 0)
 
 
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """The cache a command looks after: `cache_dir`, or the default ($CAPRECON_CACHE, else
+    ~/.cache/caprecon); one that is not a folder is named as a missing input is (`--cache-dir: not
+    found: x`)."""
+    if cache_dir is None:
+        return default_cache_dir()
+    problem = path_problem(cache_dir)
+    if problem is None and not Path(cache_dir).is_dir():
+        problem = f"not a folder: {cache_dir} is a file"
+    if problem:
+        raise ConfigError(f"--cache-dir: {problem}")
+    return Path(cache_dir)
+
+
 # -- info ---------------------------------------------------------------------------
 
 
-def cache_info(root: str | Path) -> dict[str, Any]:
-    store = _open(Path(root), write=False)
+def cache_info(root: str | Path | None = None) -> dict[str, Any]:
+    """`caprecon cache info`: entries and bytes by kind (`kinds`) and by model (`models`: fingerprint,
+    name, entries, bytes), and the report thumbnails (`thumbnails`: files, bytes), of the cache at
+    `root` (default: the default cache)."""
+    store = _open(cache_root(root), write=False)
     db = store.connect()
     model, file_size = _select(store, ["model", "file_size"]).split(", ")
     kinds = [{"kind": k, "entries": n, "bytes": (v or 0) + (f or 0)} for k, n, v, f in db.execute(
@@ -92,13 +120,13 @@ def _model_name(about: dict[str, Any]) -> str | None:
 # -- verify -------------------------------------------------------------------------
 
 
-def verify(root: str | Path, *, repair: bool = False) -> dict[str, Any]:
-    """Check every entry: value checksums, image files present and matching their checksum,
+def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dict[str, Any]:
+    """`caprecon cache verify`: check every entry of the cache at `root` (default: the default cache): value checksums, image files present and matching their checksum,
     files under images/ that no index row names (orphans), lapsed claims. With `repair`,
     bad entries and orphans are deleted (they are recomputed when next needed), entries
     stored before checksums get theirs, and a damaged index is moved aside and rebuilt
     from whatever rows can still be read."""
-    root = Path(root)
+    root = cache_root(root)
     report: dict[str, Any] = {"root": str(root), "index": "ok", "entries": 0, "bad_values": [], "missing_files": [],
                               "damaged_files": [], "orphans": [], "expired_claims": 0, "checksums_added": 0,
                               "repaired": repair}
@@ -234,15 +262,20 @@ def _readable_rows(damaged: Path) -> list[tuple]:
 # -- prune --------------------------------------------------------------------------
 
 
-def prune(root: str | Path, *, older_than: float | None = None, model: str | None = None,
-          aliases: Collection[str] = (), max_size: int | None = None, dry_run: bool = False) -> dict[str, Any]:
-    """Delete entries older than `older_than` seconds and/or computed by `model` (a
+def cache_prune(root: str | Path | None = None, *, older_than: float | None = None, model: str | None = None,
+                aliases: Collection[str] = (), max_size: int | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """`caprecon cache prune`: in the cache at `root` (default: the default cache), delete entries older than `older_than` seconds and/or computed by `model` (a
     fingerprint or its prefix, or the model's name as `cache info` shows it, or one of `aliases`: the
     hub ids or folders its registry name stands for); then, with `max_size`, the oldest entries until
-    the rest fit in that many bytes."""
+    the rest fit in that many bytes. A registry name (z-image) is matched by the hub ids it stands for:
+    `caprecon.models.registry.registered_as(name)`, which the command passes as `aliases`."""
     if older_than is None and model is None and max_size is None:
         raise StoreError("say what to prune: --older-than AGE, --model NAME and/or --max-size SIZE")
-    root = Path(root)
+    for name, value, bound in (("--older-than", older_than, MAX_AGE), ("--max-size", max_size, MAX_SIZE)):
+        problem = None if value is None else number_problem(value, low=0, high=bound)
+        if problem:
+            raise ConfigError(f"{name} {problem}")
+    root = cache_root(root)
     store = _open(root, write=not dry_run)
     db = store.connect()
     columns = _select(store, ["key", "kind", "created", "model", "length(value)", "file_size", "file_checksum"])
