@@ -293,3 +293,24 @@ def test_caprecon_meta_gives_its_llm_to_the_probes_and_caches_the_replies(tmp_pa
     # 2 paraphrases, 2 triplet extractions (one per image), 3 captions (both images share the triplets)
     with sqlite3.connect(tmp_path / "cache" / "index.sqlite") as db:
         assert db.execute("SELECT COUNT(*) FROM results WHERE kind = 'llm-answer'").fetchone() == (7,)
+
+
+def test_the_delta_probe_reads_a_lower_is_better_metric_negated(tmp_path, capsys):
+    # it assumed higher-is-better: a metric where lower is better (a hallucination rate) that
+    # rightly scores the perturbation worse got a negative Δ, read as "does not notice"
+    from caprecon.metrics.base import Column
+
+    judged = _judgments_file(tmp_path)
+    triples = tmp_path / "triples.jsonl"
+    ref = "A black dog runs on the grass ."
+    triples.write_text(json.dumps({"image": "i1.png", "reference": ref, "paraphrase": GOOD[ref],
+                                   "perturbed": "A white dog runs on the grass ."}) + "\n")
+    out = tmp_path / "o"
+    rc = run_meta_command(_parse(["--judgments", str(judged), "--metric", "words", "--out", str(out),
+                                  "--triples", str(triples), "--bootstrap", "0"]), score_metric=_words,
+                          columns={"words": Column("words", higher_is_better=False)})
+    assert rc == 0
+    (probe,) = list(csv.DictReader((out / "probes.csv").open()))
+    # words: paraphrase 7, perturbed 8; lower is better, so the paraphrase wins: Δ = -7 - (-8) = 1
+    assert float(probe["value"]) == pytest.approx(1.0)
+    assert "lower is better: scores negated" in probe["detail"]

@@ -221,6 +221,8 @@ def _run(req: MetaRequest, score_metric: ScoreMetric | None, llm: TextLLM | None
             scores = score_judgments(metrics, samples, reference, score_metric, given)
             file_columns = scores_file_columns(req.scores[k]) if req.scores else {}
             directions = metric_directions(scores, scored_columns, file_columns)
+            if k == 0:
+                probe_directions = directions  # the probes score the first file's images
             fit = cross_validate_file(req, judgments, scores, directions) if req.fit else None
             written = {**scores, fit.name: fit.predictions} if fit else scores  # the report draws its scatter
             name = Path(judgments.name).stem
@@ -240,7 +242,8 @@ def _run(req: MetaRequest, score_metric: ScoreMetric | None, llm: TextLLM | None
             if req.probes:  # an LLM is there: checked above
                 context = Context(store if store is not None else Store.temporary())
                 writer = ProbeWriter(llm, context, progress=req.progress)
-            results.probes = run_probes(req, files[0], triples, writer, metrics, reference, score_metric, notes)
+            results.probes = run_probes(req, files[0], triples, writer, metrics, reference, score_metric, notes,
+                                        probe_directions)
 
     if fits:
         transferred, results.fits = finish_fit(req, fits, notes)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -31,9 +31,12 @@ def run_probes(
     reference: ReferenceMetrics,
     score_metric: ScoreMetric | None,
     notes: list[str],
+    directions: Mapping[str, bool | None] | None = None,
 ) -> list[ProbeRow]:
     """The Δ probe (on user `triples`, else on the LLM's paraphrases of the first judgments
-    file's references) and, with --probes, the length probe (captions the LLM writes)."""
+    file's references) and, with --probes, the length probe (captions the LLM writes).
+    `directions`: each metric's declared direction (`metric_directions`); Δ reads a
+    lower-is-better metric's scores negated, so a positive Δ always means it noticed."""
     rejected = []
     images_root = req.images or (judgments.path.parent if judgments.path else None)
     if triples is not None:
@@ -63,8 +66,12 @@ def run_probes(
     pair_scores = score_judgments(computable, pair_samples, reference, score_metric, {})
     groups = [t.image_id for t in triples]
     n = len(triples)
+    # Δ > 0 means the metric prefers the paraphrase: a lower-is-better metric's scores are read negated
+    lower = {name for name, higher in (directions or {}).items() if higher is False}
     for name, values in pair_scores.items():
-        rows.append(paraphrase_delta(name, values[:n], values[n:], groups, n_bootstrap=req.bootstrap, seed=req.seed))
+        values = [-v for v in values] if name in lower else values
+        row = paraphrase_delta(name, values[:n], values[n:], groups, n_bootstrap=req.bootstrap, seed=req.seed)
+        rows.append(replace(row, detail=f"{row.detail} (lower is better: scores negated)") if name in lower else row)
     if req.probes:
         assert writer is not None
         sets, length_rejected = length_sets(judgments, writer)
