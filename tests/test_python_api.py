@@ -217,6 +217,8 @@ def test_demo_matches_the_command(tmp_path, capsys):
     assert (tmp_path / "py" / "report.html").is_file()
     for r in results.records:  # every score the command printed, to its four digits
         assert f"{r['recon']:.4f}" in printed
+    # it ends as every command does, naming its report once (it printed its own two lines before these)
+    assert printed.count("report.html") == 1 and printed.rstrip().endswith(f"report: {tmp_path / 'cli' / 'report.html'}")
 
 
 def test_meta_refuses_what_its_options_refuse(tmp_path):

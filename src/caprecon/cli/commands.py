@@ -150,7 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"{matcher['classifier']['source']} ImageNet labels ({matcher['labels']}) embedded with "
           f"all-MiniLM-L6-v2 ({matcher['text_model_licence']})")
     print(f"embedder:  {embedder['source']} ({embedder['licence']}), 1280-d pooled features")
-    print(f"\n{NOTICE}\nrun folder: {results.out}\nreport: {(results.out / 'report.html').resolve()}")
+    print(f"\n{NOTICE}")  # the closing lines name the folder and the report
     return 0
 
 
