@@ -22,7 +22,7 @@ from typing import Callable
 
 from caprecon.data.judgments import FLICKR8K_CROWDFLOWER, FLICKR8K_EXPERT, Judgments, JudgmentFormatError
 from caprecon.data.loaders.composite import load_composite
-from caprecon.data.loaders.flickr8k import load_flickr8k
+from caprecon.data.loaders.flickr import load_flickr8k
 from caprecon.data.loaders.foil import FOIL_FILE, load_foil
 from caprecon.data.loaders.longcap import LONGCAP_PERSPECTIVES, LONGCAP_SPLITS, load_longcap
 from caprecon.data.loaders.nebula import load_nebula, spica_corrected
