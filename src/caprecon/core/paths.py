@@ -28,3 +28,12 @@ def path_problem(path: str | Path) -> str | None:
         kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
         return f"not a file or folder: {path} is {kind}"
     return None
+
+
+def file_problem(path: str | Path) -> str | None:
+    """`path_problem` for a path that must be one file (a suite file, a captions file, an
+    expected-values table): a folder is `not a file: x`."""
+    problem = path_problem(path)
+    if problem is None and Path(path).is_dir():
+        return f"not a file: {path}"
+    return problem

@@ -31,6 +31,7 @@ from caprecon.core.tables import format_table
 from caprecon.data.judgments import JudgmentFormatError
 from caprecon.stats.agreement import MetaRow
 from caprecon.apps.metabench import PROTOCOL_FIELDS, Benchmark
+from caprecon.core.paths import file_problem
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,8 @@ def read_expected(path: str | Path, benchmark: str, *, required: bool = True) ->
     """The rows of an expected-values CSV that belong to `benchmark`. Protocol columns are
     optional, but a file that has them must fill them on every row."""
     path = Path(path)
-    if not path.is_file():  # named by its option, as every command names a missing input
-        raise JudgmentFormatError(f"--expected: {'not a file' if path.exists() else 'not found'}: {path}")
+    if problem := file_problem(path):  # named by its option, as every command names a missing input
+        raise JudgmentFormatError(f"--expected: {problem}")
     out: Expected = {}
     with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)

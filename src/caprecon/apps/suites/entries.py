@@ -31,6 +31,7 @@ from typing import Any, Mapping
 
 from caprecon.run.config import load_config_file
 from caprecon.core.errors import ConfigError
+from caprecon.core.paths import file_problem
 
 QUESTION_TYPES = ("mc", "yesno", "math", "ocr", "box")
 METRICS = ("accuracy", "accuracy+", "grounding")
@@ -160,10 +161,8 @@ def load_suites(specs: list[str], data: list[str] | None = None) -> list[SuiteEn
     for spec in specs:
         path = Path(spec)
         if path.suffix.lower() in (".yaml", ".yml", ".toml") or path.is_file():
-            if not path.exists():  # in the words of every command's missing input
-                raise ConfigError(f"--suite: not found: {path}")
-            if not path.is_file():
-                raise ConfigError(f"--suite: not a file: {path}")
+            if problem := file_problem(path):  # in the words of every command's missing input
+                raise ConfigError(f"--suite: {problem}")
             values = load_config_file(path)
             listed = values.get("datasets")
             if not isinstance(listed, list) or not listed:
@@ -193,10 +192,8 @@ def load_suites(specs: list[str], data: list[str] | None = None) -> list[SuiteEn
         if e.data is None:
             raise ConfigError(f"suite {e.name!r} has no data file: give --data PATH (or NAME=PATH)")
         where = "--data" if i in given else f"suite {e.name!r}: data file"  # the option, or the suite file's entry
-        if not e.data.exists():
-            raise ConfigError(f"{where}: not found: {e.data}")
-        if not e.data.is_file():  # every format a suite reads (tsv, jsonl, json, csv) is one file
-            raise ConfigError(f"{where}: not a file: {e.data}")
+        if problem := file_problem(e.data):  # every format a suite reads (tsv, jsonl, json, csv) is one file
+            raise ConfigError(f"{where}: {problem}")
     names = [e.name for e in entries]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

@@ -11,6 +11,7 @@ from caprecon.apps.suites.table import UPPER
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records
 from caprecon.run.entrants import Entrant, entrants
+from caprecon.core.paths import file_problem
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,8 @@ def caption_sources(captioners: Iterable[Any] | Mapping[str, Any] = (),
         if not str(label).strip() or not str(path).strip():  # "pub=" or "=file": Path('') is the working folder
             raise ConfigError(f"--captions {f'{label}={path}'!r} must look like [LABEL=]FILE, with both parts")
         path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"--captions: not found: {path}")
-        if not path.is_file():
-            raise ConfigError(f"--captions: not a file: {path}")
+        if problem := file_problem(path):
+            raise ConfigError(f"--captions: {problem}")
         sources.append(CaptionSource(str(label).strip(), captions_file=path))
     labels = [s.label for s in sources]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
