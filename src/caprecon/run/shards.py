@@ -132,8 +132,9 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
     if missing:
         raise ConfigError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: merge needs all {count}")
     _check_merge_target(Path(out), [seen[i] for i in range(count)])
-    summarised = _summarised(seen[0])
-    pooled = _corpus_columns(seen[0])
+    summaries = _summaries(seen[0])
+    summarised = list(summaries)
+    pooled = [name for name, entry in summaries.items() if isinstance(entry, dict) and entry.get("aggregate") == CORPUS]
     inputs = _input_rows(samples, first["shard"], first.get("image_root")) if pooled and samples is not None else None
     pooling = [_pooling_metric(name) for name in pooled] if inputs is not None else []
     for metric in pooling:
@@ -223,12 +224,6 @@ def _shard_problem(shard: Any) -> str | None:
     return None
 
 
-def _corpus_columns(folder: Path) -> list[str]:
-    """The columns whose shard summaries hold a corpus value."""
-    metrics = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["metrics"]
-    return [name for name, entry in metrics.items() if isinstance(entry, dict) and entry.get("aggregate") == CORPUS]
-
-
 def _input_rows(samples: Any, shard: dict[str, Any], image_root: Any) -> list[Sample]:
     """The input the shards were scored from, refused unless it is the one their fingerprint names."""
     from caprecon.data.loaders import load_samples
@@ -251,12 +246,14 @@ def _pooling_metric(name: str) -> Any:
     return ReferenceMetric(name)
 
 
-def _summarised(folder: Path) -> list[str]:
-    """The fields a shard's summary holds: the headlines and what metrics report beside them
-    (halluc's coverage, F and rate), the same in every shard of one run."""
+def _summaries(folder: Path) -> dict[str, Any]:
+    """Each field a shard's summary holds (the headlines and what metrics report beside them:
+    halluc's coverage, F and rate; the same in every shard of one run) with its entry, which says
+    whether the field pools over the corpus."""
     path = folder / "summary.json"
     try:
-        return list(json.loads(path.read_text(encoding="utf-8"))["metrics"])
+        metrics = json.loads(path.read_text(encoding="utf-8"))["metrics"]
+        return metrics if isinstance(metrics, dict) else dict.fromkeys(metrics)
     except FileNotFoundError:
         raise ConfigError(f"{folder}: no summary.json; run its command again to finish it") from None
     except (ValueError, KeyError, TypeError) as exc:
