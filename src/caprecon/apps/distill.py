@@ -83,12 +83,18 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
     return rows, sources
 
 
+def shuffled(images: Sequence[str], seed: int, salt: str = "") -> list[str]:
+    """The distinct images in an order drawn by a hash of the seed and each file's name (then its
+    path): the same photos come first on every machine, whatever the rows' order."""
+    return sorted(set(images), key=lambda im: (
+        hashlib.sha256(f"{seed}|{salt}{PurePath(im).name}".encode()).hexdigest(), im))
+
+
 def split_images(images: Sequence[str], holdout: float, seed: int) -> set[str]:
     """The held-out images: a share `holdout` of the distinct images, chosen by a hash of the seed and
     the image's file name (then its full path), so the split depends neither on the rows' order nor on
     where the images lie: the same photos held out on every machine."""
-    distinct = sorted(set(images), key=lambda im: (
-        hashlib.sha256(f"{seed}|{PurePath(im).name}".encode()).hexdigest(), im))
+    distinct = shuffled(images, seed)
     count = min(len(distinct) - 1, max(1, round(holdout * len(distinct))))
     if count < 1:
         raise ConfigError(f"distillation needs captions of at least 2 images to hold some out, got {len(distinct)}")
@@ -232,10 +238,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     test = np.array([g in held for g in groups])
     train = ~test
     if max_train_images is not None:
-        allowed = sorted({g for g, t in zip(groups, train) if t},
-                         key=lambda g: (hashlib.sha256(f"{seed}|train|{PurePath(g).name}".encode()).hexdigest(), g)
-                         )[:max_train_images]
-        kept = set(allowed)
+        kept = set(shuffled([g for g, t in zip(groups, train) if t], seed, "train|")[:max_train_images])
         train &= np.array([g in kept for g in groups])
     mean, scale = float(truth[train].mean()), float(truth[train].std() or 1.0)
     started = time.perf_counter()
