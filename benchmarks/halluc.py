@@ -16,17 +16,12 @@ Usage: python benchmarks/halluc.py [--rounds 3] [--threads 1] [--hidden 64] [--c
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

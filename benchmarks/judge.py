@@ -18,19 +18,14 @@ Usage: python benchmarks/judge.py [--rounds 5] [--threads 1] [--image-side 336]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 GOAL = 3.0  # the image-once call against one call per question
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
