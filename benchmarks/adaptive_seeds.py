@@ -23,7 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
+import _offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 import numpy as np  # noqa: E402
 

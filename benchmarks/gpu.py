@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
+import _offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 
 GOAL = 3.0  # the image-once call against one call per question
 
-import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
+import _offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
+import _offline  # noqa: E402, F401  (the offline environment, tests/ on the import path)
 
 started = time.perf_counter()
 import torch  # noqa: E402
