@@ -12,7 +12,7 @@ from pathlib import Path
 
 from caprecon.core.errors import ConfigError
 from caprecon.reports.categories import CategoryTable, category_table, load_records, write_report
-from caprecon.run.folder import run_folder
+from caprecon.run.folder import run_folder, scores_path
 
 CATEGORY_METRICS = ("turing", "captionqa", "halluc")
 """The question-bank metrics with a per-category table (halluc: precision by claim type)."""
@@ -39,7 +39,7 @@ def report(run: str | Path, *, metric: str | None = None, out: str | Path | None
         raise ConfigError(f"{run}: no such run folder")
     if metric is not None and metric not in CATEGORY_METRICS:
         raise ConfigError(f"--metric {metric}: choose from {', '.join(CATEGORY_METRICS)}")
-    scores = Path(run) if Path(run).is_file() else Path(run) / "scores.jsonl"
+    scores = scores_path(run)
     folder = Path(out) if out is not None else (Path(run) if Path(run).is_dir() else Path(run).parent)
     wanted = metric or "turing"
     with run_folder(folder, inputs=[run] if out is not None else [],

@@ -23,15 +23,14 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, read_records, write_jsonl_atomically
 from caprecon.metrics import declared_column
 from caprecon.metrics.base import Column, read_columns
-from caprecon.run.folder import check_out, run_folder
+from caprecon.run.folder import check_out, run_folder, scores_path
 from caprecon.stats.seeds import STABILITY_THRESHOLD, Comparison, Stability
 
 
 def load_run(run: str | Path) -> tuple[list[dict[str, Any]], list[str], dict[str, Column]]:
     """A run folder's (or scores file's) rows, the metric names its manifest lists and the
     columns its metrics declared there."""
-    path = Path(run)
-    scores = path if path.is_file() else path / "scores.jsonl"
+    scores = scores_path(run)
     if not scores.is_file():
         raise ConfigError(f"{run}: no scores.jsonl (give a run folder or its scores.jsonl)")
     manifest = scores.parent / "manifest.json"
@@ -70,8 +69,6 @@ def run_metric(metric: str | None, run: str | Path, names: list[str], records: l
     return metric
 
 
-def _scores_path(run: str | Path) -> Path:
-    return Path(run) if Path(run).is_file() else Path(run) / "scores.jsonl"
 
 
 def _check_resampling(resamples: int, bootstrap_seed: int) -> None:
@@ -116,13 +113,13 @@ def compare(runs: str | Path | Sequence[str | Path], *, metric: str | None = Non
     _check_resampling(resamples, bootstrap_seed)
     if out is not None:  # refused before any run is read (the CLI's prologue does the same)
         check_out(out, inputs=runs, option="--out", file=True)
+    if len(runs) == 2 and scores_path(runs[0]).resolve() == scores_path(runs[1]).resolve():
+        raise ConfigError(f"{runs[0]} and {runs[1]} are the same run: a run compared with itself differs "
+                          "by exactly 0; give two runs, or one run and --by FIELD to compare its systems")
     records, names, columns = load_run(runs[0])
     metric = run_metric(metric, runs[0], names, records)
     higher_is_better, read_as = direction(metric, columns)
     options = {"n_resamples": resamples, "seed": bootstrap_seed, "higher_is_better": higher_is_better}
-    if len(runs) == 2 and _scores_path(runs[0]).resolve() == _scores_path(runs[1]).resolve():
-        raise ConfigError(f"{runs[0]} and {runs[1]} are the same run: a run compared with itself differs "
-                          "by exactly 0; give two runs, or one run and --by FIELD to compare its systems")
     if len(runs) == 2:
         comparisons = [compare_two(records, load_run(runs[1])[0], metric,
                                    names=(str(runs[0]), str(runs[1])), **options)]

@@ -229,6 +229,11 @@ def open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
     return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only)
 
 
+def scores_path(run: str | Path) -> Path:
+    """A run's scores file: `run` itself when it is a file, else the run folder's scores.jsonl."""
+    return Path(run) if Path(run).is_file() else Path(run) / "scores.jsonl"
+
+
 def corpus_values(summary: dict[str, Any], metrics: Sequence[Any], records: Sequence[dict[str, Any]],
                   rows: Sequence[Sample]) -> None:
     """A corpus-level column's summary (BLEU, METEOR, CIDEr: `Column.aggregate == "corpus"`) is the
