@@ -4,13 +4,15 @@ image; the folder it writes loads as an nn.Module, as a metric and as a Reward p
 from __future__ import annotations
 
 import hashlib
+import math
 import json
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
-from oracle import PixelEmbedder, render
+from oracle import OracleGenerator, PixelEmbedder, render
 
 import caprecon
 from caprecon.apps.distill import distill, split_images
@@ -115,3 +117,116 @@ def test_split_is_by_image_and_bad_settings_are_refused(tmp_path, run_folder):
         distill([run_folder], "recon", None, objective="ranks")
     with pytest.raises(ConfigError, match="clipscore"):
         distill([run_folder], "clipscore", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder())
+
+
+@pytest.fixture(scope="module")
+def recon_run(tmp_path_factory):
+    """A real recon run (the oracle draws each caption, PixelEmbedder compares): 24 one-shape
+    images with 6 captions each, scored by `caprecon.score` into a run folder whose rows name
+    their reconstructions in the store."""
+    root = tmp_path_factory.mktemp("distill-recon")
+    rng = np.random.default_rng(1)
+    rows = []
+    for k in range(24):
+        colour, shape = COLOURS[k % 6], SHAPES[(k // 6) % 3]
+        path = root / f"img{k}.png"
+        render(f"{colour} {shape}").save(path)
+        for c in range(6):
+            rows.append({"id": f"{k}-{c}", "image": str(path),
+                         "caption": f"a {COLOURS[rng.integers(6)]} {SHAPES[rng.integers(3)]}"})
+    caprecon.score(rows, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                   out=root / "run", cache_dir=str(root / "cache"))
+    return root / "run", root / "cache"
+
+
+def test_reconstruction_objective_learns_the_metrics_own_form(tmp_path, recon_run):
+    run, cache = recon_run
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=64, epochs=150, lr=3e-3,
+                    holdout=0.25, cache_dir=cache)
+    result = distill([run], "recon", tmp_path / "reward", **settings)  # auto: the rows name reconstructions
+    value = distill([run], "recon", None, objective="value", **settings)
+    assert result.report["objective"] == "reconstruction" and value.report["objective"] == "value"
+    held = result.report["held_out"]
+    # on these rows: 0.909 against the value head's 0.819
+    assert held["spearman"] > 0.85 and held["spearman"] > value.report["held_out"]["spearman"] + 0.05
+
+    # the reward is the image's cosine with the caption's predicted reconstruction embedding, on the
+    # metric's scale: worked out here from the saved weights with numpy
+    model = DistilledReward.from_pretrained(tmp_path / "reward", allow_plugins=True)
+    config = json.loads((tmp_path / "reward" / "config.json").read_text())
+    assert config["head"] == "reconstruction"
+    w = {k: v.numpy().astype(np.float64) for k, v in model.head.state_dict().items()}
+    image, captions = render("green square"), ["a green square", "a red circle"]
+    text = WordEncoder().embed_texts(captions).astype(np.float64)
+    hidden = text @ w["text.0.weight"].T + w["text.0.bias"]
+    hidden = 0.5 * hidden * (1 + np.vectorize(math.erf)(hidden / math.sqrt(2)))  # exact GELU
+    predicted = hidden @ w["text.2.weight"].T + w["text.2.bias"]
+    unit = PixelEmbedder().embed([image])[0].astype(np.float64)
+    by_hand = config["target_scale"] * (predicted @ (unit / np.linalg.norm(unit))) + config["target_mean"]
+    assert model.score([image, image], captions) == pytest.approx(by_hand.tolist(), abs=1e-5)
+    # with the oracle's drawings learnt, the line onto the metric is ReconScore's (1 + cos) / 2
+    assert config["target_scale"] == pytest.approx(0.5, abs=0.05) and config["target_mean"] == pytest.approx(0.5, abs=0.05)
+    records = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    got = model.score([Image.open(r["image"]) for r in records], [r["caption"] for r in records])
+    error = np.abs(np.array(got) - [r["recon"] for r in records])
+    assert error.mean() < 0.03 and error.max() < 0.2  # on the metric's own scale (0.022 and 0.126 here)
+
+
+def test_reconstruction_targets_average_a_rows_seeds(tmp_path):
+    from caprecon.apps.distill import Row, reconstruction_targets
+    from caprecon.metrics.base import Context
+
+    paths = []
+    for name in ("red circle", "blue square", "green triangle"):
+        paths.append(str(tmp_path / f"{name}.png"))
+        render(name).save(paths[-1])
+    rows = [Row("x.png", "a", 0.5, (paths[0], paths[1])), Row("x.png", "b", 0.5, (paths[2],))]
+    got = reconstruction_targets(rows, PixelEmbedder(), Context(caprecon.Store.temporary()))
+    unit = PixelEmbedder().embed([render(n) for n in ("red circle", "blue square", "green triangle")])
+    assert got == pytest.approx(np.stack([(unit[0] + unit[1]) / 2, unit[2]]), abs=1e-6)
+
+
+def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, recon_run):
+    # auto falls back to value on rows that name none; asked for by name, it is refused naming a row
+    result = distill([run_folder], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(),
+                     hidden=8, epochs=1, store=caprecon.Store.temporary())
+    assert result.report["objective"] == "value"
+    with pytest.raises(ConfigError, match="row 1 .*names no reconstruction"):
+        distill([run_folder], "recon", None, objective="reconstruction")
+    # a reconstruction gone from the store: named, with what to do
+    run, _ = recon_run
+    copy = tmp_path / "run"
+    copy.mkdir()
+    records = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    records[3]["reconstruction"] = str(tmp_path / "gone.png")
+    (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    with pytest.raises(ConfigError, match="row 4 .*reconstruction cannot be read.*--objective value"):
+        distill([copy], "recon", None, objective="reconstruction", image_encoder=PixelEmbedder(),
+                text_encoder=WordEncoder(), hidden=8, epochs=1, holdout=0.05, store=caprecon.Store.temporary())
+    assert distill([copy], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
+                   epochs=1, store=caprecon.Store.temporary()).report["objective"] == "value"
+
+
+def test_a_folder_naming_an_unknown_head_is_refused(tmp_path, run_folder):
+    from caprecon.models.common import ModelNotFoundError
+
+    out = tmp_path / "reward"
+    distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary())
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "head": "transformer"}))
+    with pytest.raises(ModelNotFoundError, match="unknown head 'transformer'"):
+        DistilledReward.from_pretrained(out)
+
+
+def test_the_line_onto_the_metric_is_least_squares():
+    from caprecon.apps.distill import onto_metric
+
+    image, text = np.eye(4)[:3], np.ones((3, 2))
+
+    def head(image_features, text_features):  # the cosines 0.1, 0.4 and 0.7
+        return torch.tensor([0.1, 0.4, 0.7]) + 0 * image_features.sum(-1)
+
+    # the metric 2 * cos + 0.3, the middle one 0.01 below the line: by hand, the slope stays
+    # (0.3 * 0.6 + 0.3 * 0.6) / (2 * 0.09) = 2 and the intercept drops by a third of 0.01
+    mean, scale = onto_metric(head, image, text, np.array([0.5, 1.09, 1.7]))
+    assert (mean, scale) == pytest.approx((0.3 - 0.01 / 3, 2.0), abs=1e-6)  # the head works in float32

@@ -4,9 +4,20 @@ scored, so that training needs no text-to-image model in the loop.
 The rows come from run folders (their `scores.jsonl`; the manifest names the store the run worked
 through). A frozen image encoder and text encoder (default: the demo's EfficientNet-Lite0 and
 MiniLM, offline) give features, cached in the store like every embedding, and a small head
-(`caprecon.models.distilled.RewardHead`) learns the metric from them: by value (mean squared error
-on the standardised metric), or by preference (`objective="pairs"`: a logistic loss on the
-difference of two captions of one image, the better one known from the metric).
+learns the metric from them, by one of three objectives:
+
+- `reconstruction` (where the rows name their reconstructions, as reconstruction metrics write
+  them): the head learns, from the caption alone, the image encoder's embedding of the caption's
+  reconstruction (`ReconstructionHead`), and the reward is the image's cosine with that prediction,
+  mapped onto the metric's scale by a line fitted on the training rows. Every caption is a
+  training example of the text-to-reconstruction map, whichever picture it describes, so it needs
+  far fewer pictures than the other two; it is the metric's own form when the image encoder is the
+  metric's embedder (the offline default is).
+- `value`: mean squared error on the standardised metric (`RewardHead` over both features).
+- `pairs`: a logistic loss on the difference of two captions of one image, the better one known
+  from the metric (`RewardHead`).
+
+`auto` (the default) takes `reconstruction` where every row names a reconstruction, else `value`.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
 signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
@@ -36,7 +47,7 @@ from caprecon.metrics.base import Context
 from caprecon.run.folder import check_out
 from caprecon.store.index import Store, content_key
 
-OBJECTIVES = ("value", "pairs")
+OBJECTIVES = ("auto", "reconstruction", "value", "pairs")
 
 
 @dataclass
@@ -44,6 +55,8 @@ class Row:
     image: str
     caption: str
     value: float
+    #: the reconstructions the metric compared the image with (one per seed or generator), if the run wrote them
+    reconstructions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -71,7 +84,7 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
             value = record.get(metric)
             if is_number(value) and math.isfinite(value) and record.get("image") and isinstance(
                     record.get("caption"), str) and record["caption"].strip():
-                rows.append(Row(str(record["image"]), record["caption"], float(value)))
+                rows.append(Row(str(record["image"]), record["caption"], float(value), reconstructions(record, run)))
                 found += 1
         cache = manifest.get("cache") or {}
         sources.append({"run": str(run), "rows": found, "store": (manifest.get("store") or {}).get("root"),
@@ -81,6 +94,17 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
         raise ConfigError(f"no row of {names} has a number for metric {metric!r} and an image path; "
                           f"score them with -m {metric} first")
     return rows, sources
+
+
+def reconstructions(record: dict[str, Any], run: Path) -> tuple[str, ...]:
+    """The reconstructions a row names (`reconstructions` of a row scored from several seeds or
+    generators, else `reconstruction`), resolved as the report resolves them."""
+    from caprecon.store.thumbs import resolve
+
+    named = record.get("reconstructions")
+    if not isinstance(named, list):
+        named = [record.get("reconstruction")]
+    return tuple(resolve(p, run) for p in named if isinstance(p, str) and p)
 
 
 def shuffled(images: Sequence[str], seed: int, salt: str = "") -> list[str]:
@@ -132,6 +156,45 @@ def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Co
     return np.concatenate(images), np.concatenate(texts), kept
 
 
+def reconstruction_targets(rows: Sequence[Row], image_encoder: Any, ctx: Context, batch: int = 64) -> np.ndarray:
+    """Each row's target for the reconstruction head: the mean of its reconstructions' unit
+    embeddings under the image encoder (through the store). A reconstruction that cannot be read
+    is an error naming the row: the store that held it may have been pruned."""
+    paths = sorted({p for row in rows for p in row.reconstructions})
+    loaded = []
+    for path in paths:
+        try:
+            loaded.append(read_image(Sample(id=path, image=path, caption="-")))
+        except SampleError as exc:
+            row = next(k for k, r in enumerate(rows) if path in r.reconstructions)
+            raise ConfigError(f"row {row + 1} ({rows[row].image}): its reconstruction cannot be read ({exc}); "
+                              f"score the run again, or choose --objective value") from None
+    unit = np.concatenate([
+        ctx.embed(image_encoder, [it.image_key for it in loaded[start : start + batch]],
+                  lambda j, part=loaded[start : start + batch]: part[j].image)
+        for start in range(0, len(loaded), batch)]) if loaded else np.zeros((0, 0))
+    unit = unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
+    where = {p: k for k, p in enumerate(paths)}
+    return np.stack([unit[[where[p] for p in row.reconstructions]].mean(axis=0) for row in rows])
+
+
+def choose_objective(objective: str, rows: Sequence[Row]) -> str:
+    """`auto`: reconstruction where every row names reconstructions that are still on disk, else value.
+    `reconstruction` on rows without them is refused, naming the first such row."""
+    import os
+
+    if objective == "auto":
+        complete = all(r.reconstructions and all(os.path.isfile(p) for p in r.reconstructions) for r in rows)
+        return "reconstruction" if complete else "value"
+    if objective == "reconstruction":
+        bare = next((k for k, r in enumerate(rows) if not r.reconstructions), None)
+        if bare is not None:
+            raise ConfigError(f"--objective reconstruction: row {bare + 1} ({rows[bare].image}) names no "
+                              f"reconstruction (only reconstruction metrics' runs do); choose --objective value "
+                              f"or pairs")
+    return objective
+
+
 def same_image_pairs(groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     from caprecon.stats.correlation import within_image_pairs
 
@@ -142,7 +205,9 @@ def same_image_pairs(groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
 def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: Sequence[str], *,
                objective: str = "value", hidden: int = 256, epochs: int = 200, lr: float = 1e-3,
                weight_decay: float = 1e-4, seed: int = 0, batch: int = 256):
-    """A `RewardHead` fitted to the standardised `target` (value) or to its order within each image (pairs)."""
+    """A `RewardHead` fitted to the standardised `target` (value) or to its order within each image
+    (pairs); for `reconstruction`, a `ReconstructionHead` fitted to `target`, the rows' mean unit
+    reconstruction embeddings."""
     import torch
 
     from caprecon.models.distilled import RewardHead
@@ -153,6 +218,9 @@ def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: 
     x_img, x_txt = torch.as_tensor(image, dtype=torch.float32), torch.as_tensor(text, dtype=torch.float32)
     y = torch.as_tensor(target, dtype=torch.float32)
     generator = torch.Generator().manual_seed(seed)
+    if objective == "reconstruction":
+        return train_reconstruction(text, target, image, hidden=hidden, epochs=epochs, lr=lr,
+                                    weight_decay=weight_decay, seed=seed, batch=batch)
     if objective == "pairs":
         i, j = same_image_pairs(groups)
         decided = target[i] != target[j]
@@ -177,6 +245,44 @@ def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: 
     return head
 
 
+def train_reconstruction(text: np.ndarray, target: np.ndarray, image: np.ndarray, *, hidden: int, epochs: int,
+                         lr: float, weight_decay: float, seed: int, batch: int):
+    """A `ReconstructionHead` whose text MLP regresses each row's mean unit reconstruction embedding
+    (squared error summed over the dimensions): its prediction is the embedding expected over seeds."""
+    import torch
+
+    from caprecon.models.distilled import ReconstructionHead
+
+    torch.manual_seed(seed)
+    head = ReconstructionHead(image.shape[1], text.shape[1], hidden)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
+    x_txt, y = torch.as_tensor(text, dtype=torch.float32), torch.as_tensor(target, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    head.train()
+    for _ in range(epochs):
+        for idx in torch.randperm(len(y), generator=generator).split(batch):
+            loss = ((head.reconstruction(x_txt[idx]) - y[idx]) ** 2).sum(-1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    head.eval()
+    return head
+
+
+def onto_metric(head: Any, image: np.ndarray, text: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """(mean, scale) mapping the reconstruction head's cosine onto the metric's scale: the least-squares
+    line of the metric on the head's output over the training rows (ReconScore is (1 + cos) / 2, a
+    raw-cosine metric the cosine itself; the line finds either)."""
+    import torch
+
+    with torch.inference_mode():
+        out = head(torch.as_tensor(image, dtype=torch.float32), torch.as_tensor(text, dtype=torch.float32)).numpy()
+    if np.ptp(out) == 0:
+        return float(truth.mean()), 1.0
+    scale, mean = np.polyfit(out.astype(np.float64), truth, 1)
+    return float(mean), float(scale)
+
+
 def evaluate(predicted: np.ndarray, truth: np.ndarray, groups: Sequence[str]) -> dict[str, Any]:
     from caprecon.stats.correlation import kendall_tau, pairwise_accuracy, spearman
 
@@ -187,7 +293,7 @@ def evaluate(predicted: np.ndarray, truth: np.ndarray, groups: Sequence[str]) ->
 
 
 def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Path | None = None, *,
-            image_encoder: Any = None, text_encoder: Any = None, objective: str = "value", holdout: float = 0.2,
+            image_encoder: Any = None, text_encoder: Any = None, objective: str = "auto", holdout: float = 0.2,
             hidden: int = 256, epochs: int = 200, lr: float = 1e-3, seed: int = 0, max_train_images: int | None = None,
             store: Store | None = None, cache_dir: str | Path | None = None) -> Distilled:
     """`caprecon distill`: train a distilled reward for `metric` on the rows of `runs` (run folders, or
@@ -223,6 +329,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
         if Path(out).exists() and any(Path(out).iterdir()):
             raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     rows, sources = read_rows(runs, metric)
+    objective = choose_objective(objective, rows)
     # config.json names the encoders as they were given: a registry name rebuilds without --allow-plugins
     image_spec = encoder_spec(image_encoder or DEFAULT_IMAGE_ENCODER)
     text_spec = encoder_spec(text_encoder or DEFAULT_TEXT_ENCODER)
@@ -242,11 +349,18 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
         train &= np.array([g in kept for g in groups])
     mean, scale = float(truth[train].mean()), float(truth[train].std() or 1.0)
     started = time.perf_counter()
-    head = train_head(image_features[train], text_features[train], (truth[train] - mean) / scale,
+    if objective == "reconstruction":
+        target = reconstruction_targets([rows[k] for k in np.flatnonzero(train)], image_encoder, ctx)
+    else:
+        target = (truth[train] - mean) / scale
+    head = train_head(image_features[train], text_features[train], target,
                       [g for g, t in zip(groups, train) if t], objective=objective, hidden=hidden, epochs=epochs,
                       lr=lr, seed=seed)
+    if objective == "reconstruction":
+        mean, scale = onto_metric(head, image_features[train], text_features[train], truth[train])
     train_seconds = time.perf_counter() - started
-    config = {"metric": metric, "objective": objective, "image_encoder": image_spec, "text_encoder": text_spec,
+    config = {"metric": metric, "objective": objective, "head": "reconstruction" if objective == "reconstruction"
+              else "value", "image_encoder": image_spec, "text_encoder": text_spec,
               "image_dim": int(image_features.shape[1]), "text_dim": int(text_features.shape[1]), "hidden": hidden, "target_mean": mean, "target_scale": scale}
     model = DistilledReward(config, head)
     model.use_encoders(image_encoder, text_encoder)

@@ -54,8 +54,11 @@ def add_parser(subparsers) -> None:
                                            "(default efficientnet-lite0)")
     d.add_argument("--text-encoder", help="frozen text encoder: a matcher (imagenet-labels: MiniLM, the default; "
                                           "clip) or module:Class with embed_texts")
-    d.add_argument("--objective", choices=["value", "pairs"], default="value",
-                   help="value: regress the metric; pairs: learn which of two captions of one image scores higher")
+    d.add_argument("--objective", choices=["auto", "reconstruction", "value", "pairs"], default="auto",
+                   help="reconstruction: learn each caption's reconstruction embedding and score the image's "
+                        "cosine with it (runs of reconstruction metrics); value: regress the metric; pairs: learn "
+                        "which of two captions of one image scores higher; auto (default): reconstruction where "
+                        "every row names its reconstruction, else value")
     d.add_argument("--holdout", type=real_number(0, 1, low_open=True, high_open=True), default=0.2,
                    help="share of images held out for the report (default 0.2)")
     d.add_argument("--epochs", type=whole_number(1, MAX_EPOCHS), default=200, help="training epochs (default 200)")
@@ -122,7 +125,8 @@ def cmd_distill(args: argparse.Namespace) -> int:
                      text_encoder=args.text_encoder, objective=args.objective, holdout=args.holdout,
                      epochs=args.epochs, hidden=args.hidden, seed=args.seed, cache_dir=args.cache_dir)
     r, held = result.report, result.report["held_out"]
-    print(f"trained on {r['train_rows']} rows of {r['train_images']} images ({r['train_seconds']:.1f} s); "
+    print(f"objective {r['objective']}: trained on {r['train_rows']} rows of {r['train_images']} images "
+          f"({r['train_seconds']:.1f} s); "
           f"held out: {held['rows']} rows of {held['images']} images")
     print(f"Spearman {number(held['spearman'])}  Kendall {number(held['kendall'])}  "
           f"pairwise accuracy {number(held['pairwise_accuracy'])} ({held['pairs']} pairs)")

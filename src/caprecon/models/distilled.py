@@ -2,8 +2,12 @@
 
 `caprecon distill` trains the head to predict a metric (say ReconScore) from the two encoders'
 features of (image, caption), so that the metric's text-to-image model is not needed where the
-reward is used. The folder it writes holds `config.json` (the encoders, the head's shape, the
-metric's mean and scale on the training rows) and `model.safetensors` (the head's weights).
+reward is used. Two heads: `RewardHead` reads both features and learns the metric's value (or its
+order); `ReconstructionHead` has the metric's own form, for metrics that compare the image with
+its reconstruction: it predicts the reconstruction's embedding from the caption alone and compares
+the image's embedding with it. The folder it writes holds `config.json` (the encoders, the head's
+kind and shape, the affine map onto the metric's scale fitted on the training rows) and
+`model.safetensors` (the head's weights).
 
     model = DistilledReward.from_pretrained("rewards/recon")   # an nn.Module
     model.score(images, captions)                               # the metric's scale
@@ -45,6 +49,29 @@ class RewardHead(nn.Module):
         return self.mlp(torch.cat([i, t, i * t], dim=-1)).squeeze(-1)
 
 
+class ReconstructionHead(nn.Module):
+    """The metric's own form: an MLP maps the caption's text features to the embedding its
+    reconstruction is expected to have (trained on the unit embeddings of the reconstructions the
+    runs made, so it learns their mean over seeds), and the output is that prediction's dot product
+    with the image's unit embedding: the expected cosine of the image with a reconstruction. The
+    image encoder must be the metric's embedder for the two to share a space."""
+
+    def __init__(self, image_dim: int, text_dim: int, hidden: int = 256):
+        super().__init__()
+        self.text = nn.Sequential(nn.Linear(text_dim, hidden), nn.GELU(), nn.Linear(hidden, image_dim))
+
+    def reconstruction(self, text_features: torch.Tensor) -> torch.Tensor:
+        return self.text(text_features)
+
+    def forward(self, image_features: torch.Tensor, text_features: torch.Tensor) -> torch.Tensor:
+        image = nn.functional.normalize(image_features, dim=-1)
+        return (image * self.reconstruction(text_features)).sum(-1)
+
+
+#: the heads a config.json may name (older folders name none: the value head)
+HEADS = {"value": RewardHead, "reconstruction": ReconstructionHead}
+
+
 def encoder_spec(model: Any) -> str:
     """How config.json names an encoder: its registry name or folder as given, or `module:Class`
     of an object (rebuilt without options when the folder is loaded)."""
@@ -58,7 +85,11 @@ class DistilledReward(nn.Module):
     def __init__(self, config: dict[str, Any], head: RewardHead | None = None):
         super().__init__()
         self.config = config
-        self.head = head or RewardHead(config["image_dim"], config["text_dim"], config["hidden"])
+        kind = config.get("head", "value")
+        if kind not in HEADS:
+            raise ModelNotFoundError(f"distilled reward: unknown head {kind!r} in config.json "
+                                     f"(this caprecon knows {', '.join(HEADS)})")
+        self.head = head or HEADS[kind](config["image_dim"], config["text_dim"], config["hidden"])
         self._encoders: tuple[Any, Any] | None = None
 
     @classmethod
