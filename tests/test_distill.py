@@ -230,3 +230,13 @@ def test_the_line_onto_the_metric_is_least_squares():
     # (0.3 * 0.6 + 0.3 * 0.6) / (2 * 0.09) = 2 and the intercept drops by a third of 0.01
     mean, scale = onto_metric(head, image, text, np.array([0.5, 1.09, 1.7]))
     assert (mean, scale) == pytest.approx((0.3 - 0.01 / 3, 2.0), abs=1e-6)  # the head works in float32
+
+
+def test_the_reconstruction_head_compares_in_the_runs_embedder():
+    from caprecon.apps.distill import runs_embedder
+
+    assert runs_embedder([{"embedder": "dinov2"}, {"embedder": "dinov2", "embedder_options": {}}]) == "dinov2"
+    assert runs_embedder([{"embedder": "dinov2"}, {"embedder": "dreamsim"}]) is None  # they differ
+    assert runs_embedder([{"embedder": "mypkg.features:Embedder"}]) is None  # code: not loaded unasked
+    assert runs_embedder([{"embedder": "dinov2", "embedder_options": {"device": "cuda"}}]) is None  # not saved
+    assert runs_embedder([{"embedder": None}]) is None

@@ -87,8 +87,10 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
                 rows.append(Row(str(record["image"]), record["caption"], float(value), reconstructions(record, run)))
                 found += 1
         cache = manifest.get("cache") or {}
+        config = manifest.get("config") or {}
         sources.append({"run": str(run), "rows": found, "store": (manifest.get("store") or {}).get("root"),
-                        "samples": manifest.get("samples"), "model_seconds": cache.get("model_seconds")})
+                        "samples": manifest.get("samples"), "model_seconds": cache.get("model_seconds"),
+                        "embedder": config.get("embedder"), "embedder_options": config.get("embedder_options") or {}})
     if not rows:
         names = ", ".join(str(r) for r in runs)
         raise ConfigError(f"no row of {names} has a number for metric {metric!r} and an image path; "
@@ -195,6 +197,20 @@ def choose_objective(objective: str, rows: Sequence[Row]) -> str:
     return objective
 
 
+def runs_embedder(sources: Sequence[dict[str, Any]]) -> str | None:
+    """The embedder the runs' metric compared images with, when they all name the same one without
+    options and by a name or folder (not `module:Class` code): the reconstruction head's image encoder,
+    so that the reward compares in the metric's own space. None: the default encoder."""
+    from caprecon.models import registry
+
+    named = {s.get("embedder") for s in sources}
+    spec = named.pop() if len(named) == 1 else None
+    if isinstance(spec, str) and spec and not registry.imports_code(spec) and \
+            not any(s.get("embedder_options") for s in sources):
+        return spec
+    return None
+
+
 def same_image_pairs(groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     from caprecon.stats.correlation import within_image_pairs
 
@@ -298,7 +314,8 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
             store: Store | None = None, cache_dir: str | Path | None = None) -> Distilled:
     """`caprecon distill`: train a distilled reward for `metric` on the rows of `runs` (run folders, or
     one); write it to `out`, a new or empty folder (config.json, model.safetensors, manifest.json).
-    The encoders are objects or names, as `--image-encoder`/`--text-encoder` take them;
+    The encoders are objects or names, as `--image-encoder`/`--text-encoder` take them (no image
+    encoder: for the reconstruction objective the runs' own embedder, see `runs_embedder`);
     `max_train_images` caps the training images (a learning curve). Returns `Distilled`."""
     from caprecon.core.paths import default_cache_dir
     from caprecon.models.build import build_model
@@ -330,6 +347,8 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
             raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     rows, sources = read_rows(runs, metric)
     objective = choose_objective(objective, rows)
+    if image_encoder is None and objective == "reconstruction":
+        image_encoder = runs_embedder(sources)
     # config.json names the encoders as they were given: a registry name rebuilds without --allow-plugins
     image_spec = encoder_spec(image_encoder or DEFAULT_IMAGE_ENCODER)
     text_spec = encoder_spec(text_encoder or DEFAULT_TEXT_ENCODER)
@@ -365,7 +384,8 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     model = DistilledReward(config, head)
     model.use_encoders(image_encoder, text_encoder)
     predicted = model.predict(image_features[test], text_features[test])
-    report = {"metric": metric, "objective": objective, "train_rows": int(train.sum()),
+    report = {"metric": metric, "objective": objective, "image_encoder": image_spec, "text_encoder": text_spec,
+              "train_rows": int(train.sum()),
               "train_images": len({g for g, t in zip(groups, train) if t}),
               "held_out": evaluate(predicted, truth[test], [g for g, t in zip(groups, test) if t]),
               "train_seconds": round(train_seconds, 3), **speed(model, rows, test, sources)}

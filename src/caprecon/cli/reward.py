@@ -50,8 +50,9 @@ def add_parser(subparsers) -> None:
     d.add_argument("runs", nargs="+", metavar="RUN", help="run folders whose scores.jsonl has the metric")
     d.add_argument("--metric", "-m", required=True, help="the metric to learn (a column of scores.jsonl)")
     d.add_argument("--out", "-o", required=True, help="new folder for the distilled reward")
-    d.add_argument("--image-encoder", help="frozen image encoder: embedder name, folder or module:Class "
-                                           "(default efficientnet-lite0)")
+    d.add_argument("--image-encoder", help="frozen image encoder: embedder name, folder or module:Class (default: "
+                                           "for the reconstruction objective the runs' embedder, else "
+                                           "efficientnet-lite0)")
     d.add_argument("--text-encoder", help="frozen text encoder: a matcher (imagenet-labels: MiniLM, the default; "
                                           "clip) or module:Class with embed_texts")
     d.add_argument("--objective", choices=["auto", "reconstruction", "value", "pairs"], default="auto",
