@@ -46,6 +46,23 @@ def test_n_rows_with_k_distinct_requests_make_k_generations_and_embeddings(tmp_p
     assert len({r["reconstruction"] for r in result.records}) == 3
 
 
+def test_a_request_asked_again_in_a_later_batch_is_not_looked_up_again(tmp_path, monkeypatch):
+    # the copies' generation and embedding were already once each; their look-ups in the store
+    # (an SQLite query and a file check each) cost a duplicate row more than its own work
+    asked: dict[str, list[str]] = {"images": [], "arrays": []}
+    get_images, get_arrays = caprecon.Store.get_images, caprecon.Store.get_arrays
+    monkeypatch.setattr(caprecon.Store, "get_images",
+                        lambda self, keys, **kw: asked["images"].extend(keys) or get_images(self, keys, **kw))
+    monkeypatch.setattr(caprecon.Store, "get_arrays",
+                        lambda self, keys: asked["arrays"].extend(keys) or get_arrays(self, keys))
+    caprecon.score(_rows(tmp_path, 12), ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
+                   batch_size=2, max_side=48, cache_dir=str(tmp_path / "cache"))
+    # an image: looked for, and looked for again once claimed (another process may have made it
+    # meanwhile), then never again; before, once more for every batch a copy fell in (15 looks in all)
+    assert len(set(asked["images"])) == 3 and len(asked["images"]) == 6
+    assert len(asked["arrays"]) == len(set(asked["arrays"])) == 6  # three sources, three reconstructions
+
+
 def test_adaptive_seeds_draw_each_seed_of_a_repeated_caption_once(tmp_path):
     generator = Counting(OracleGenerator())
     result = caprecon.score(_rows(tmp_path, 12), ["recon"], generator=generator, embedder=PixelEmbedder(),
@@ -67,3 +84,27 @@ def test_one_request_from_rows_of_other_images_in_other_shards_generates_once(tm
         caprecon.score(samples, ["recon"], generator=generator, embedder=PixelEmbedder(), shard=shard,
                        seed_policy="fixed", max_side=48, cache_dir=str(tmp_path / "cache"))
     assert generator.calls == 3
+
+
+def test_what_a_run_remembers_is_bounded_and_handed_out_as_copies(tmp_path, monkeypatch):
+    import numpy as np
+
+    from caprecon.data.images import read_image
+    from caprecon.data.samples import Sample
+    from caprecon.metrics import base
+    from caprecon.reconstruct import reconstructor
+
+    monkeypatch.setattr(base, "KNOWN_ARRAYS", 2)
+    ctx = base.Context(caprecon.Store.temporary())
+    first = ctx.cached_arrays("embedding", ["a", "b", "c"], lambda order: [np.full(2, float(i)) for i in order])
+    assert list(ctx._arrays) == ["b", "c"]  # the oldest forgotten
+    first[2] += 5  # the caller's copy: what the context remembers stays as computed
+    assert ctx.cached_arrays("embedding", ["c"], lambda order: pytest.fail("c is known"))[0] == pytest.approx([2, 2])
+
+    monkeypatch.setattr(reconstructor, "KNOWN_IMAGES", 2)
+    _rows(tmp_path, 3)  # the three pictures
+    items = [read_image(Sample(id=str(i), image=str(tmp_path / f"img{i}.png"), caption=c))
+             for i, c in enumerate(CAPTIONS)]
+    rebuild = ctx.reconstructor(OracleGenerator(), reconstructor.ReconstructionSpec(max_side=48))
+    rebuild.reconstruct(items)
+    assert len(rebuild._known) == 2

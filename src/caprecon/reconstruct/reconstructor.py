@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
@@ -147,6 +148,10 @@ class Reconstruction:
         return out
 
 
+#: how many (record, path, checksum) entries a reconstructor keeps in memory (a few hundred bytes each)
+KNOWN_IMAGES = 65_536
+
+
 class Reconstructor:
     """Generates (or finds in the store) the reconstruction of each sample.
 
@@ -174,11 +179,16 @@ class Reconstructor:
         self.reused = 0
         self.damaged = 0  # stored images found missing or damaged, and so generated again
         self.model_seconds = 0.0  # wall time inside the generator
+        # (record, path, checksum) of the images this reconstructor found or made, by key, so a request
+        # asked again (a duplicate row in a later batch, a GRPO group's repeated completion) costs
+        # no second look-up in the store; bounded, the oldest forgotten first
+        self._known: OrderedDict[str, tuple] = OrderedDict()
 
     def describe(self) -> dict[str, Any]:
         return asdict(self.spec)
 
-    def request_for(self, item: LoadedSample, seed_index: int | None = None) -> tuple[str, GenerationRequest]:
+    def request_for(self, item: LoadedSample, seed_index: int | None = None, *,
+                    generator_fingerprint: str | None = None) -> tuple[str, GenerationRequest]:
         """The request and its cache key (of this reconstructor's seed, or of `seed_index`). A caption-only sample without a set `size` asks
         for the generator's native resolution: the key says "native" (the generator's
         fingerprint pins what that is) and the request's sides stay 0 until generation."""
@@ -194,7 +204,8 @@ class Reconstructor:
                                                             if seed_index is None else seed_index),
                                     width=width, height=height, image_id=s.image_id)
         key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
-                          generator=self.generator.fingerprint, reconstructor=self.code_revision, seed=request.seed,
+                          generator=generator_fingerprint or self.generator.fingerprint,
+                          reconstructor=self.code_revision, seed=request.seed,
                           size=[width, height] if width else "native",
                           image_id=s.image_id if getattr(self.generator, "depends_on_image_id", False) else None)
         return key, request
@@ -210,7 +221,8 @@ class Reconstructor:
         return replace(request, width=width, height=height)
 
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
-        return self._reconstruct([self.request_for(item) for item in items])
+        fingerprint = self.generator.fingerprint  # once a batch, not once a row
+        return self._reconstruct([self.request_for(item, generator_fingerprint=fingerprint) for item in items])
 
     def reconstruct_seeds(self, items: Sequence[LoadedSample], seeds: int | Sequence[int],
                           start: int | Sequence[int] = 0) -> list[list[Reconstruction]]:
@@ -221,7 +233,9 @@ class Reconstructor:
         stops = [seeds] * len(items) if isinstance(seeds, int) else list(seeds)
         starts = [start] * len(items) if isinstance(start, int) else list(start)
         ranges = [range(a, b) for a, b in zip(starts, stops)]
-        keyed = [self.request_for(item, k) for item, span in zip(items, ranges) for k in span]
+        fingerprint = self.generator.fingerprint
+        keyed = [self.request_for(item, k, generator_fingerprint=fingerprint) for item, span in zip(items, ranges)
+                 for k in span]
         flat = self._reconstruct(keyed, hold=True)
         out, at = [], 0
         for span in ranges:
@@ -235,6 +249,7 @@ class Reconstructor:
             wanted.setdefault(key, request)
         found = {k: self.held[k] for k in wanted if k in self.held}
         held = sum(1 for key, _ in keyed if key in found)
+        found.update({k: self._known[k] for k in wanted if k not in found and k in self._known})
         damaged_before = self.store.damaged
         found.update(self.store.get_images([k for k in wanted if k not in found]))
         self.damaged += self.store.damaged - damaged_before
@@ -246,6 +261,11 @@ class Reconstructor:
         self.reused += len(keyed) - held - (self.generated - generated_before)
         if hold:
             self.held.update({k: found[k] for k in wanted})
+        for k in wanted:  # without the pixels a fresh image carries: the store has them
+            self._known[k] = found[k][:3]
+            self._known.move_to_end(k)
+        while len(self._known) > KNOWN_IMAGES:
+            self._known.popitem(last=False)
         return [self._reconstruction(key, request, found[key]) for key, request in keyed]
 
     def _reconstruction(self, key: str, request: GenerationRequest, entry: tuple) -> Reconstruction:
@@ -258,7 +278,9 @@ class Reconstructor:
     def _regenerate(self, key: str, request: GenerationRequest) -> Reconstruction:
         log.warning("cached reconstruction %s fails its checksum; generating it again", key)
         self.damaged += 1
-        return self._reconstruction(key, request, self._obtain({key: request})[key])
+        entry = self._obtain({key: request})[key]
+        self._known[key] = entry[:3]
+        return self._reconstruction(key, request, entry)
 
     def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
         """Generate the items no other process is generating; wait for the others."""
