@@ -13,7 +13,7 @@ Prints, per step count: samples/s raw, samples/s caprecon (without and with the 
 and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
 rounds of each round's side-by-side ratio; beside it the CPU time each side used (this
 process and its children, every thread: what background work takes from the models on a
-busy machine), caprecon / raw (goal <= 1.05), with the quartiles of the single rounds' ratios
+busy machine), caprecon / raw (goal <= 1.10 at 2 steps, <= 1.05 at 8), with the quartiles of the single rounds' ratios
 beside the medians (on a shared VM they spread by a tenth and more). A third side, run in the same rounds, is the raw
 loop that also keeps each reconstruction as caprecon's cache does (a PNG file): its CPU over
 the raw loop's is the part of the ratio that storing the pictures alone costs, and caprecon's
@@ -56,7 +56,14 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 from caprecon.store.index import PNG_SAVE  # noqa: E402
 
 GOAL = 0.95
-CPU_GOAL = 1.05
+#: caprecon's CPU over the raw loop's, by denoising steps (issue 41): at 2 steps a sample costs the
+#: models so little that caprecon's own few hundred microseconds weigh twice as much as at 8
+CPU_GOALS = {2: 1.10, 8: 1.05}
+
+
+def cpu_goal(steps: int) -> float:
+    """The goal at `steps`: 2 steps' below 8, 8 steps' from 8 on."""
+    return CPU_GOALS[2] if steps < 8 else CPU_GOALS[8]
 BATCH = 16
 REPORT = ReportTimer()
 
@@ -176,12 +183,13 @@ def main() -> None:
             print(f"  CPU s (process + children)      raw {statistics.median(raw_cpu):.2f}, "
                   f"caprecon {statistics.median(ours_cpu):.2f}")
             print(f"  side by side: wall caprecon/raw throughput {with_report:6.3f} (goal >= {GOAL}),  "
-                  f"CPU caprecon/raw {cpu_ratio:6.3f} (goal <= {CPU_GOAL})")
+                  f"CPU caprecon/raw {cpu_ratio:6.3f} (goal <= {cpu_goal(steps):.2f})")
             # how far single rounds spread: a median's distance from a goal means little beside it
             print(f"  single rounds: wall {spread(a / b for a, b in zip(raw, ours))}, "
                   f"CPU {spread(b / a for a, b in zip(raw_cpu, ours_cpu))}")
             in_use_ratio = statistics.median(u / a for a, u in zip(raw_cpu, in_use_cpu))
-            print(f"  into a cache in use (its folders made): CPU caprecon/raw {in_use_ratio:6.3f} (goal <= {CPU_GOAL})")
+            print(f"  into a cache in use (its folders made): CPU caprecon/raw {in_use_ratio:6.3f} "
+                  f"(goal <= {cpu_goal(steps):.2f})")
             # the share of that CPU ratio no cache can avoid: the raw loop keeping its reconstructions
             kept_ratio = statistics.median(k / a for a, k in zip(raw_cpu, kept_cpu))
             print(f"  raw loop keeping each reconstruction as a PNG file: CPU / raw {kept_ratio:6.3f};  "
