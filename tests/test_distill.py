@@ -36,22 +36,29 @@ class WordEncoder:
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
-@pytest.fixture(scope="module")
-def run_folder(tmp_path_factory):
-    """A scored run: 24 one-shape images, each with 6 captions naming some colour and shape; the
-    'metric' is 1 for the right colour and shape, 0.5 for one of the two, 0 for neither."""
-    root = tmp_path_factory.mktemp("distill")
-    rng = np.random.default_rng(0)
-    rows = []
+def _shape_captions(root, seed):
+    """24 one-shape images drawn into `root`, each with 6 captions naming a colour and a shape
+    drawn at random: (row id, image path, its colour, its shape, said colour, said shape)."""
+    rng = np.random.default_rng(seed)
+    out = []
     for k in range(24):
         colour, shape = COLOURS[k % 6], SHAPES[(k // 6) % 3]
         path = root / f"img{k}.png"
         render(f"{colour} {shape}").save(path)
         for c in range(6):
             said_colour, said_shape = COLOURS[rng.integers(6)], SHAPES[rng.integers(3)]
-            value = 0.5 * (said_colour == colour) + 0.5 * (said_shape == shape)
-            rows.append({"id": f"{k}-{c}", "image": str(path), "caption": f"a {said_colour} {said_shape}",
-                         "recon": value})
+            out.append((f"{k}-{c}", path, colour, shape, said_colour, said_shape))
+    return out
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    """A scored run: 24 one-shape images, each with 6 captions naming some colour and shape; the
+    'metric' is 1 for the right colour and shape, 0.5 for one of the two, 0 for neither."""
+    root = tmp_path_factory.mktemp("distill")
+    rows = [{"id": row_id, "image": str(path), "caption": f"a {said_colour} {said_shape}",
+             "recon": 0.5 * (said_colour == colour) + 0.5 * (said_shape == shape)}
+            for row_id, path, colour, shape, said_colour, said_shape in _shape_captions(root, seed=0)]
     run = root / "run"
     run.mkdir()
     (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
@@ -125,15 +132,8 @@ def recon_run(tmp_path_factory):
     images with 6 captions each, scored by `caprecon.score` into a run folder whose rows name
     their reconstructions in the store."""
     root = tmp_path_factory.mktemp("distill-recon")
-    rng = np.random.default_rng(1)
-    rows = []
-    for k in range(24):
-        colour, shape = COLOURS[k % 6], SHAPES[(k // 6) % 3]
-        path = root / f"img{k}.png"
-        render(f"{colour} {shape}").save(path)
-        for c in range(6):
-            rows.append({"id": f"{k}-{c}", "image": str(path),
-                         "caption": f"a {COLOURS[rng.integers(6)]} {SHAPES[rng.integers(3)]}"})
+    rows = [{"id": row_id, "image": str(path), "caption": f"a {said_colour} {said_shape}"}
+            for row_id, path, _, _, said_colour, said_shape in _shape_captions(root, seed=1)]
     caprecon.score(rows, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
                    out=root / "run", cache_dir=str(root / "cache"))
     return root / "run", root / "cache"
