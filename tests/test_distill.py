@@ -200,6 +200,7 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
     records = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
     records[3]["reconstruction"] = str(tmp_path / "gone.png")
     (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    (copy / "manifest.json").write_text((run / "manifest.json").read_text())
     with pytest.raises(ConfigError, match="row 4 .*reconstruction cannot be read.*--objective value"):
         distill([copy], "recon", None, objective="reconstruction", image_encoder=PixelEmbedder(),
                 text_encoder=WordEncoder(), hidden=8, epochs=1, holdout=0.05, store=caprecon.Store.temporary())
@@ -240,3 +241,20 @@ def test_the_reconstruction_head_compares_in_the_runs_embedder():
     assert runs_embedder([{"embedder": "mypkg.features:Embedder"}]) is None  # code: not loaded unasked
     assert runs_embedder([{"embedder": "dinov2", "embedder_options": {"device": "cuda"}}]) is None  # not saved
     assert runs_embedder([{"embedder": None}]) is None
+
+
+def test_auto_takes_the_reconstruction_head_only_for_a_metric_comparing_embeddings(tmp_path, recon_run):
+    # a VQAScore-like column of a run whose rows name reconstructions: its value is no cosine of
+    # embeddings, so auto learns the value; recon in the same run still gets the reconstruction head
+    run, _ = recon_run
+    copy = tmp_path / "run"
+    copy.mkdir()
+    records = [{**json.loads(line), "judged": 0.3} for line in (run / "scores.jsonl").read_text().splitlines()]
+    (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["metrics"].append({"metric": "vqascore", "column": "judged", "vlm": {"class": "Judge"}})
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8, epochs=1,
+                    store=caprecon.Store.temporary())
+    assert distill([copy], "judged", None, **settings).report["objective"] == "value"
+    assert distill([copy], "recon", None, **settings).report["objective"] == "reconstruction"

@@ -17,7 +17,8 @@ learns the metric from them, by one of three objectives:
 - `pairs`: a logistic loss on the difference of two captions of one image, the better one known
   from the metric (`RewardHead`).
 
-`auto` (the default) takes `reconstruction` where every row names a reconstruction, else `value`.
+`auto` (the default) takes `reconstruction` for a metric the runs describe as comparing embeddings
+(recon, clip-image) where every row names a reconstruction still on disk, else `value`.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
 signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
@@ -88,9 +89,13 @@ def read_rows(runs: Sequence[str | Path], metric: str) -> tuple[list[Row], list[
                 found += 1
         cache = manifest.get("cache") or {}
         config = manifest.get("config") or {}
+        described = [m for m in manifest.get("metrics") or [] if isinstance(m, dict)
+                     and m.get("column", m.get("metric")) == metric]
         sources.append({"run": str(run), "rows": found, "store": (manifest.get("store") or {}).get("root"),
                         "samples": manifest.get("samples"), "model_seconds": cache.get("model_seconds"),
-                        "embedder": config.get("embedder"), "embedder_options": config.get("embedder_options") or {}})
+                        "embedder": config.get("embedder"), "embedder_options": config.get("embedder_options") or {},
+                        # the run's metric compares the image with its reconstruction in an embedder's space
+                        "compares_embeddings": bool(described) and all("embedder" in m for m in described)})
     if not rows:
         names = ", ".join(str(r) for r in runs)
         raise ConfigError(f"no row of {names} has a number for metric {metric!r} and an image path; "
@@ -180,13 +185,16 @@ def reconstruction_targets(rows: Sequence[Row], image_encoder: Any, ctx: Context
     return np.stack([unit[[where[p] for p in row.reconstructions]].mean(axis=0) for row in rows])
 
 
-def choose_objective(objective: str, rows: Sequence[Row]) -> str:
-    """`auto`: reconstruction where every row names reconstructions that are still on disk, else value.
-    `reconstruction` on rows without them is refused, naming the first such row."""
+def choose_objective(objective: str, rows: Sequence[Row], sources: Sequence[dict[str, Any]] = ()) -> str:
+    """`auto`: reconstruction where every run describes the metric as comparing the image with its
+    reconstruction by an embedder (recon, clip-image; not VQAScore on the reconstruction) and every
+    row names reconstructions still on disk, else value. `reconstruction` on rows without
+    reconstructions is refused, naming the first such row."""
     import os
 
     if objective == "auto":
-        complete = all(r.reconstructions and all(os.path.isfile(p) for p in r.reconstructions) for r in rows)
+        complete = all(s.get("compares_embeddings") for s in sources) and \
+            all(r.reconstructions and all(os.path.isfile(p) for p in r.reconstructions) for r in rows)
         return "reconstruction" if complete else "value"
     if objective == "reconstruction":
         bare = next((k for k, r in enumerate(rows) if not r.reconstructions), None)
@@ -346,7 +354,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
         if Path(out).exists() and any(Path(out).iterdir()):
             raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     rows, sources = read_rows(runs, metric)
-    objective = choose_objective(objective, rows)
+    objective = choose_objective(objective, rows, sources)
     if image_encoder is None and objective == "reconstruction":
         image_encoder = runs_embedder(sources)
     # config.json names the encoders as they were given: a registry name rebuilds without --allow-plugins

@@ -58,8 +58,9 @@ def add_parser(subparsers) -> None:
     d.add_argument("--objective", choices=["auto", "reconstruction", "value", "pairs"], default="auto",
                    help="reconstruction: learn each caption's reconstruction embedding and score the image's "
                         "cosine with it (runs of reconstruction metrics); value: regress the metric; pairs: learn "
-                        "which of two captions of one image scores higher; auto (default): reconstruction where "
-                        "every row names its reconstruction, else value")
+                        "which of two captions of one image scores higher; auto (default): reconstruction for a "
+                        "metric comparing embeddings (recon, clip-image) whose rows name their reconstructions, "
+                        "else value")
     d.add_argument("--holdout", type=real_number(0, 1, low_open=True, high_open=True), default=0.2,
                    help="share of images held out for the report (default 0.2)")
     d.add_argument("--epochs", type=whole_number(1, MAX_EPOCHS), default=200, help="training epochs (default 200)")
