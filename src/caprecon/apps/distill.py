@@ -149,18 +149,23 @@ def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Co
         if base is not None:
             items.append(base.with_caption(row.caption))
             kept.append(i)
-    images, texts = [], []
+    texts, fingerprint = [], text_encoder.fingerprint
     for start in range(0, len(items), batch):
         part = items[start : start + batch]
-        images.append(ctx.embed(image_encoder, [it.image_key for it in part], lambda j, p=part: p[j].image))
-        keys = [content_key("text-embedding", encoder=text_encoder.fingerprint, text=it.caption) for it in part]
+        keys = [content_key("text-embedding", encoder=fingerprint, text=it.caption) for it in part]
         texts.append(ctx.cached_arrays("text-embedding", keys,
                                        lambda order, p=part: list(text_encoder.embed_texts([p[j].caption
                                                                                             for j in order])),
                                        model=text_encoder))
     if not items:
         raise ConfigError("no row's image could be read")
-    return np.concatenate(images), np.concatenate(texts), kept
+    return embed_images(items, image_encoder, ctx, batch), np.concatenate(texts), kept
+
+
+def embed_images(items: Sequence[LoadedSample], image_encoder: Any, ctx: Context, batch: int = 64) -> np.ndarray:
+    """The image encoder's features of opened images, a batch at a time, through the store."""
+    return np.concatenate([ctx.embed(image_encoder, [it.image_key for it in part], lambda j, p=part: p[j].image)
+                           for part in (items[start : start + batch] for start in range(0, len(items), batch))])
 
 
 def reconstruction_targets(rows: Sequence[Row], image_encoder: Any, ctx: Context, batch: int = 64) -> np.ndarray:
@@ -176,10 +181,7 @@ def reconstruction_targets(rows: Sequence[Row], image_encoder: Any, ctx: Context
             row = next(k for k, r in enumerate(rows) if path in r.reconstructions)
             raise ConfigError(f"row {row + 1} ({rows[row].image}): its reconstruction cannot be read ({exc}); "
                               f"score the run again, or choose --objective value") from None
-    unit = np.concatenate([
-        ctx.embed(image_encoder, [it.image_key for it in loaded[start : start + batch]],
-                  lambda j, part=loaded[start : start + batch]: part[j].image)
-        for start in range(0, len(loaded), batch)]) if loaded else np.zeros((0, 0))
+    unit = embed_images(loaded, image_encoder, ctx, batch) if loaded else np.zeros((0, 0))
     unit = unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
     where = {p: k for k, p in enumerate(paths)}
     return np.stack([unit[[where[p] for p in row.reconstructions]].mean(axis=0) for row in rows])
@@ -230,21 +232,20 @@ def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: 
                objective: str = "value", hidden: int = 256, epochs: int = 200, lr: float = 1e-3,
                weight_decay: float = 1e-4, seed: int = 0, batch: int = 256):
     """A `RewardHead` fitted to the standardised `target` (value) or to its order within each image
-    (pairs); for `reconstruction`, a `ReconstructionHead` fitted to `target`, the rows' mean unit
-    reconstruction embeddings."""
+    (pairs); for `reconstruction`, a `ReconstructionHead` whose text MLP regresses `target`, the
+    rows' mean unit reconstruction embeddings (squared error summed over the dimensions), so that
+    it predicts the embedding expected over seeds."""
     import torch
 
-    from caprecon.models.distilled import RewardHead
+    from caprecon.models.distilled import ReconstructionHead, RewardHead
 
     torch.manual_seed(seed)
-    head = RewardHead(image.shape[1], text.shape[1], hidden)
+    head = (ReconstructionHead if objective == "reconstruction" else RewardHead)(image.shape[1], text.shape[1], hidden)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     x_img, x_txt = torch.as_tensor(image, dtype=torch.float32), torch.as_tensor(text, dtype=torch.float32)
     y = torch.as_tensor(target, dtype=torch.float32)
     generator = torch.Generator().manual_seed(seed)
-    if objective == "reconstruction":
-        return train_reconstruction(text, target, image, hidden=hidden, epochs=epochs, lr=lr,
-                                    weight_decay=weight_decay, seed=seed, batch=batch)
+    count = len(y)
     if objective == "pairs":
         i, j = same_image_pairs(groups)
         decided = target[i] != target[j]
@@ -252,40 +253,21 @@ def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: 
         if not len(i):
             raise ConfigError("objective pairs: no two captions of one image differ in the metric")
         wins = (y[i] > y[j]).float()
+        count = len(i)
+
+    def loss_of(idx: torch.Tensor) -> torch.Tensor:
+        if objective == "reconstruction":
+            return ((head.reconstruction(x_txt[idx]) - y[idx]) ** 2).sum(-1).mean()
+        if objective == "pairs":
+            a, b = i[idx], j[idx]
+            margin = head(x_img[a], x_txt[a]) - head(x_img[b], x_txt[b])
+            return torch.nn.functional.binary_cross_entropy_with_logits(margin, wins[idx])
+        return torch.nn.functional.mse_loss(head(x_img[idx], x_txt[idx]), y[idx])
+
     head.train()
     for _ in range(epochs):
-        count = len(i) if objective == "pairs" else len(y)
         for idx in torch.randperm(count, generator=generator).split(batch):
-            if objective == "pairs":
-                a, b = i[idx], j[idx]
-                margin = head(x_img[a], x_txt[a]) - head(x_img[b], x_txt[b])
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(margin, wins[idx])
-            else:
-                loss = torch.nn.functional.mse_loss(head(x_img[idx], x_txt[idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    head.eval()
-    return head
-
-
-def train_reconstruction(text: np.ndarray, target: np.ndarray, image: np.ndarray, *, hidden: int, epochs: int,
-                         lr: float, weight_decay: float, seed: int, batch: int):
-    """A `ReconstructionHead` whose text MLP regresses each row's mean unit reconstruction embedding
-    (squared error summed over the dimensions): its prediction is the embedding expected over seeds."""
-    import torch
-
-    from caprecon.models.distilled import ReconstructionHead
-
-    torch.manual_seed(seed)
-    head = ReconstructionHead(image.shape[1], text.shape[1], hidden)
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
-    x_txt, y = torch.as_tensor(text, dtype=torch.float32), torch.as_tensor(target, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    head.train()
-    for _ in range(epochs):
-        for idx in torch.randperm(len(y), generator=generator).split(batch):
-            loss = ((head.reconstruction(x_txt[idx]) - y[idx]) ** 2).sum(-1).mean()
+            loss = loss_of(idx)
             opt.zero_grad()
             loss.backward()
             opt.step()
