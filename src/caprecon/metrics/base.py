@@ -15,7 +15,6 @@ The `Context` is what metrics of one run share: the store, one `Reconstructor` p
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequenc
 import numpy as np
 from PIL import Image
 
+from caprecon.core.recent import Recent
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
@@ -50,7 +50,7 @@ class Context:
         self.computed: dict[str, int] = {}  # model results computed (not found in the store), by kind
         # the vectors (embeddings) read or computed lately, so a row asking for one again (a duplicate
         # row, the same photo under many captions) costs no second read of the store; bounded
-        self._arrays: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._arrays: Recent = Recent(KNOWN_ARRAYS)
 
     def reconstructor(self, generator: TextToImage, spec: ReconstructionSpec) -> Reconstructor:
         slot = (id(generator), spec, self.seed_index)
@@ -111,20 +111,14 @@ class Context:
         found = {k: self._arrays[k] for k in keys if k in self._arrays}
         rest = [k for k in keys if k not in found]
         if rest:
-            found.update(self._remember(self.store.get_arrays(rest)))
+            stored = self.store.get_arrays(rest)
+            self._arrays.put(stored)
+            found.update(stored)
         return found
 
     def _put_arrays(self, kind: str, values: dict[str, np.ndarray], model: Any = None) -> None:
         self.store.put_arrays(kind, values, model=model)
-        self._remember(values)
-
-    def _remember(self, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for key, value in values.items():
-            self._arrays[key] = value
-            self._arrays.move_to_end(key)
-        while len(self._arrays) > KNOWN_ARRAYS:
-            self._arrays.popitem(last=False)
-        return values
+        self._arrays.put(values)
 
     @contextmanager
     def model_call(self) -> Iterator[None]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Sequence
 
 from PIL import Image
 
+from caprecon.core.recent import Recent
 from caprecon.models.common import derive_seed
 from caprecon.models.generator import GenerationRequest, TextToImage
 from caprecon.reconstruct.templates import render, resolve_template
@@ -182,7 +182,7 @@ class Reconstructor:
         # (record, path, checksum) of the images this reconstructor found or made, by key, so a request
         # asked again (a duplicate row in a later batch, a GRPO group's repeated completion) costs
         # no second look-up in the store; bounded, the oldest forgotten first
-        self._known: OrderedDict[str, tuple] = OrderedDict()
+        self._known: Recent = Recent(KNOWN_IMAGES)
 
     def describe(self) -> dict[str, Any]:
         return asdict(self.spec)
@@ -261,11 +261,7 @@ class Reconstructor:
         self.reused += len(keyed) - held - (self.generated - generated_before)
         if hold:
             self.held.update({k: found[k] for k in wanted})
-        for k in wanted:  # without the pixels a fresh image carries: the store has them
-            self._known[k] = found[k][:3]
-            self._known.move_to_end(k)
-        while len(self._known) > KNOWN_IMAGES:
-            self._known.popitem(last=False)
+        self._known.put({k: found[k][:3] for k in wanted})  # without the pixels a fresh image carries
         return [self._reconstruction(key, request, found[key]) for key, request in keyed]
 
     def _reconstruction(self, key: str, request: GenerationRequest, entry: tuple) -> Reconstruction:
@@ -279,7 +275,7 @@ class Reconstructor:
         log.warning("cached reconstruction %s fails its checksum; generating it again", key)
         self.damaged += 1
         entry = self._obtain({key: request})[key]
-        self._known[key] = entry[:3]
+        self._known.put({key: entry[:3]})
         return self._reconstruction(key, request, entry)
 
     def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
