@@ -198,6 +198,23 @@ def test_the_default_byte_cap_is_64_mib_and_refuses_unread(tmp_path):
     assert len(read_image_file(at_limit)) == 64 * 1024 * 1024
 
 
+
+def test_a_file_longer_than_its_size_says_is_read_whole_and_still_capped():
+    """Bytes are asked for by the size fstat gives (one more to see a file that grew), not by
+    the 64 MiB cap; a file holding more than its size (as /proc's do: size 0) is still read to
+    its end, and refused past --max-image-bytes."""
+    from caprecon.data.images import read_image_file
+    from caprecon.data.samples import SampleError
+
+    proc = Path("/proc/self/maps")
+    if not proc.exists() or proc.stat().st_size != 0:
+        pytest.skip("needs a file whose size says 0 while it holds bytes (Linux /proc)")
+    data = read_image_file(proc)
+    assert len(data) > 100 and data.count(b"\n") > 3  # every line, not the single byte past size 0
+    with pytest.raises(SampleError) as refused:
+        read_image_file(proc, max_bytes=10)
+    assert refused.value.reason == "image too large" and "holds over 10 bytes" in str(refused.value)
+
 # --------------------------------------------------------------------------- 5: terminal escapes in captions
 
 FORGING = "a cat\x1b[2J\x1b]0;owned\x07\rrow ok\x08\x08\u202eevil\x9b31m\x00"

@@ -145,7 +145,7 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
         key = known_digest(ident)
         if key is not None:
             return key, None
-        data = _read_limited(fh, path, limit)
+        data = _read_limited(fh, path, limit, info.st_size)
     key = hashlib.sha256(data).hexdigest()
     remember_digest(ident, key)
     return key, data
@@ -158,8 +158,8 @@ def read_image_file(path: str | Path, image_root: str | Path | None = None, *, m
     regular file (a FIFO would block for ever, /dev/zero never ends) or holds more than
     `max_bytes` (default `MAX_IMAGE_BYTES`). `root_option`: the option that set `image_root`,
     as the message names it (`caprecon caption` confines reads to its `--images` folder)."""
-    with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fh, _, limit):
-        return _read_limited(fh, path, limit)
+    with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fh, info, limit):
+        return _read_limited(fh, path, limit, info.st_size)
 
 
 @contextmanager
@@ -189,9 +189,15 @@ def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int |
         yield fh, info, limit
 
 
-def _read_limited(fh, path, limit: int) -> bytes:
+def _read_limited(fh, path, limit: int, size: int) -> bytes:
+    """The file's bytes, `size` long by its fstat; a `SampleError` past `limit`."""
     try:
-        data = fh.read(limit + 1)  # a file growing while read stops at the limit too
+        # one byte past the size fstat gave shows a file that grew since: only then read on, up to
+        # the limit. Asking for limit + 1 bytes at once made Python allocate (and the kernel map
+        # and unmap) 64 MB for every photo: 0.11 ms against 0.02 ms a 47 KB JPEG, on every thread
+        data = fh.read(min(size, limit) + 1)
+        if len(data) > size:
+            data += fh.read(limit + 1 - len(data))  # a file growing while read stops at the limit too
     except OSError as exc:
         raise SampleError(f"cannot read image {path}: {exc}", "image unreadable") from None
     if len(data) > limit:
