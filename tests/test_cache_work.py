@@ -77,16 +77,20 @@ def test_a_cached_run_decodes_no_picture_that_several_rows_of_a_batch_share(tmp_
 
 def test_a_cached_run_reads_no_source_file_it_hashed_before(tmp_path, monkeypatch):
     samples = _samples(tmp_path)
-    reads = []
-    real = images_module._read_limited
-    monkeypatch.setattr(images_module, "_read_limited", lambda fh, path, limit: (reads.append(str(path)),
-                                                                                  real(fh, path, limit))[1])
+    reads, opened = [], []
+    real, real_open = images_module._read_limited, images_module._open_checked
+    monkeypatch.setattr(images_module, "_read_limited", lambda fh, path, *rest: (reads.append(str(path)),
+                                                                                  real(fh, path, *rest))[1])
+    monkeypatch.setattr(images_module, "_open_checked", lambda path, limit: (opened.append(str(path)),
+                                                                            real_open(path, limit))[1])
     first = _score_into(samples, tmp_path, "first")
     assert {str(tmp_path / f"img{i}.jpg") for i in range(5)} <= set(reads)
-    reads.clear()
+    reads.clear(), opened.clear()
     again = _score_into(samples, tmp_path, "again")
-    # only the broken file is read again: it never decoded, so it is decoded (and fails) once more
+    # only the broken file is read again: it never decoded, so it is decoded (and fails) once more;
+    # the others are not even opened (a stat shows them unchanged), where each was opened once before
     assert set(reads) == {str(tmp_path / "broken.jpg")}
+    assert set(opened) == {str(tmp_path / "broken.jpg")}  # to decode it (and for the report's thumbnail)
     assert [r.get("recon") for r in again.records] == [r.get("recon") for r in first.records]
 
 

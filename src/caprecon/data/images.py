@@ -138,11 +138,24 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
                    root_option: str = "--image-root") -> tuple[str, bytes | None]:
     """The content key (sha256) of the image file at `path`, and its bytes when they had to be
     read for it: a file hashed before with the same size and modification time is not read
-    again (`caprecon.core.digests`), so a cached run of a thousand photos reads none. The
-    checks are `read_image_file`'s, made before either answer."""
-    with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fh, info, limit):
-        ident = (str(Path(path).resolve()), info.st_size, info.st_mtime_ns)
-        key = known_digest(ident)
+    again (`caprecon.core.digests`), nor even opened (a stat tells), so a cached run of a
+    thousand photos reads none. The checks are `read_image_file`'s, made before either answer
+    (a file whose stat shows anything amiss is opened, and the open names the problem)."""
+    path = Path(path)
+    limit = _checked(path, image_root, max_bytes, root_option)
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None  # missing, or cannot be looked at: the open below says which
+    real, seen = str(path.resolve()), None
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= limit:
+        seen = (real, info.st_size, info.st_mtime_ns)
+        key = known_digest(seen)
+        if key is not None:
+            return key, None
+    with _open_checked(path, limit) as (fh, info):
+        ident = (real, info.st_size, info.st_mtime_ns)
+        key = known_digest(ident) if ident != seen else None  # asked already when the file is the one stat saw
         if key is not None:
             return key, None
         data = _read_limited(fh, path, limit, info.st_size)
@@ -166,11 +179,14 @@ def read_image_file(path: str | Path, image_root: str | Path | None = None, *, m
 def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int | None,
                      root_option: str = "--image-root"):
     """The open file (with its fstat and byte limit), once every check has passed."""
-    if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
-        raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
-    if image_root is not None and not inside(path, Path(image_root)):
-        raise SampleError(f"image {path} lies outside {root_option} {image_root}", f"image outside {root_option}")
-    limit = max_bytes or MAX_IMAGE_BYTES
+    limit = _checked(path, image_root, max_bytes, root_option)
+    with _open_checked(path, limit) as (fh, info):
+        yield fh, info, limit
+
+
+@contextmanager
+def _open_checked(path: Path, limit: int):
+    """The open file and its fstat, once the file's own checks have passed (its path's are `_checked`)."""
     try:
         # non-blocking, so a FIFO opens at once (and is refused below) instead of waiting for a writer
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -186,7 +202,16 @@ def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int |
         if info.st_size > limit:
             raise SampleError(f"image {path} holds {info.st_size} bytes, over the limit of {limit} "
                               f"(--max-image-bytes)", "image too large")
-        yield fh, info, limit
+        yield fh, info
+
+
+def _checked(path: Path, image_root: str | Path | None, max_bytes: int | None, root_option: str) -> int:
+    """The checks of the path itself (before any file is looked at); the byte limit."""
+    if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
+        raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
+    if image_root is not None and not inside(path, Path(image_root)):
+        raise SampleError(f"image {path} lies outside {root_option} {image_root}", f"image outside {root_option}")
+    return max_bytes or MAX_IMAGE_BYTES
 
 
 def _read_limited(fh, path, limit: int, size: int) -> bytes:
