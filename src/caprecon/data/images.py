@@ -107,9 +107,13 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     return item
 
 
-def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
+def read_image(sample: Sample, *, caption_only: bool = False, remembered_only: bool = False) -> LoadedSample | None:
     """Like `open_image`, but a file's pixels are only decoded when first used: the bytes are
-    read and hashed (a missing or unreadable file is still a `SampleError` here)."""
+    read and hashed (a missing or unreadable file is still a `SampleError` here).
+
+    With `remembered_only`, None instead of any work beyond a stat: for a picture given in
+    memory or as bytes (hashed), or a file whose digest is not remembered (read and hashed).
+    A run answers those rows in line and hands only the others to its reading threads."""
     if not isinstance(sample.caption, str):
         raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
                           "caption not text")
@@ -120,6 +124,8 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
             return LoadedSample(sample, None, "")
         raise SampleError("no image given", "no image")
     src = sample.image
+    if remembered_only and not isinstance(src, (str, Path)):
+        return None
     if isinstance(src, Image.Image):
         image = decode_image(src, "the image given")
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
@@ -128,7 +134,12 @@ def read_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
-    key, data = image_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    if remembered_only:
+        key, data = remembered_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes), None
+        if key is None:
+            return None
+    else:
+        key, data = image_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
     reader = None if data is not None else \
         (lambda: read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes))
     return LoadedSample(sample, image_key=key, data=data, reader=reader, what=f"image {path}")
@@ -143,16 +154,10 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
     (a file whose stat shows anything amiss is opened, and the open names the problem)."""
     path = Path(path)
     limit = _checked(path, image_root, max_bytes, root_option)
-    try:
-        info = os.stat(path)
-    except OSError:
-        info = None  # missing, or cannot be looked at: the open below says which
-    real, seen = str(path.resolve()), None
-    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= limit:
-        seen = (real, info.st_size, info.st_mtime_ns)
-        key = known_digest(seen)
-        if key is not None:
-            return key, None
+    real = str(path.resolve())
+    key, seen = _remembered(path, real, limit)
+    if key is not None:
+        return key, None
     with _open_checked(path, limit) as (fh, info):
         ident = (real, info.st_size, info.st_mtime_ns)
         key = known_digest(ident) if ident != seen else None  # asked already when the file is the one stat saw
@@ -162,6 +167,28 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
     key = hashlib.sha256(data).hexdigest()
     remember_digest(ident, key)
     return key, data
+
+
+def remembered_file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
+                        root_option: str = "--image-root") -> str | None:
+    """`image_file_key`'s answer when a stat gives it (the file's digest is remembered for its
+    size and time), else None: nothing is opened or read. The path's checks are made first."""
+    path = Path(path)
+    limit = _checked(path, image_root, max_bytes, root_option)
+    return _remembered(path, str(path.resolve()), limit)[0]
+
+
+def _remembered(path: Path, real: str, limit: int) -> tuple[str | None, tuple[str, int, int] | None]:
+    """(the remembered digest or None, the identity asked for or None when the stat showed
+    anything amiss: missing, not a regular file, over `limit`; the open then names it)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None, None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+        return None, None
+    seen = (real, info.st_size, info.st_mtime_ns)
+    return known_digest(seen), seen
 
 
 def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,

@@ -413,7 +413,9 @@ class _BatchReader:
     """Opens a batch's samples: reads and hashes each file and decodes it, except bytes the
     store has seen decode before (their size is recorded), which stay undecoded until a
     metric needs the pixels — a fully cached run decodes nothing. With a thread pool the
-    files are read in parallel and a batch can be read while the previous one is scored."""
+    files are read in parallel and a batch can be read while the previous one is scored; a
+    file whose digest is remembered is answered in line from a stat, and only reading,
+    hashing and decoding go to the pool."""
 
     KIND = "source-size"
 
@@ -431,8 +433,12 @@ class _BatchReader:
             self._ahead.shutdown(cancel_futures=True)
 
     def read(self, batch: list[tuple[int, Sample]]) -> list[LoadedSample | SampleError]:
-        mapper = self.pool.map if self.pool else map
-        opened = list(mapper(self._read_one, [s for _, s in batch]))
+        samples = [s for _, s in batch]
+        # a file whose digest is remembered needs a stat, done here: handing it to a pool thread
+        # cost more than the stat (a cached 512-row run took twice as long); files to read and
+        # hash, and pictures to decode, go to the pool
+        opened: list[Any] = [self._read_one(s, remembered_only=True) for s in samples]
+        self._fill(opened, self._read_one, lambda o: o is None, samples)
         files = [o for o in opened if isinstance(o, LoadedSample) and not o.decoded]
         # rows of one picture (several captions of it) share a key, and each takes the size
         known = self.ctx.store.get_json(list({self._key(o.image_key) for o in files})) if files else {}
@@ -440,17 +446,28 @@ class _BatchReader:
             size = known.get(self._key(item.image_key))
             if size is not None:
                 item.assume_size(tuple(size))
-        return list(mapper(self._decode_unseen, opened))
+        self._fill(opened, self._decode_unseen, self._unseen, opened)
+        return opened
 
-    def _read_one(self, sample: Sample) -> LoadedSample | SampleError:
+    def _fill(self, opened: list[Any], work: Callable[[Any], Any], due: Callable[[Any], bool], args: list[Any]) -> None:
+        """opened[i] = work(args[i]) for each i where due(opened[i]), on the pool's threads."""
+        todo = [i for i, o in enumerate(opened) if due(o)]
+        for i, result in zip(todo, (self.pool.map if self.pool else map)(work, [args[i] for i in todo])):
+            opened[i] = result
+
+    def _read_one(self, sample: Sample, remembered_only: bool = False) -> LoadedSample | SampleError | None:
         try:
-            return read_image(sample, caption_only=self.caption_only)
+            return read_image(sample, caption_only=self.caption_only, remembered_only=remembered_only)
         except SampleError as exc:
             return exc
 
     @staticmethod
-    def _decode_unseen(item: LoadedSample | SampleError) -> LoadedSample | SampleError:
-        if isinstance(item, LoadedSample) and not item.decoded and not item.size_known:
+    def _unseen(item: LoadedSample | SampleError) -> bool:
+        return isinstance(item, LoadedSample) and not item.decoded and not item.size_known
+
+    @classmethod
+    def _decode_unseen(cls, item: LoadedSample | SampleError) -> LoadedSample | SampleError:
+        if cls._unseen(item):
             try:
                 item.image  # noqa: B018 -- a file that does not decode is this row's error, now
             except SampleError as exc:
