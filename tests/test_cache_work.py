@@ -105,14 +105,15 @@ def test_a_cached_run_answers_remembered_files_in_line_and_hands_the_pool_only_w
 
     samples = _samples(tmp_path)
     on_pool = []
-    real = local.read_image
+    finish = local._BatchReader._finish
 
-    def read_image(sample, **kwargs):
-        if threading.current_thread().name.startswith("caprecon-read"):
-            on_pool.append(sample.id)
-        return real(sample, **kwargs)
+    def finish_on_pool(rest):
+        assert threading.current_thread().name.startswith("caprecon-read")
+        item = finish(rest)
+        on_pool.append(item.sample.id if isinstance(item, images_module.LoadedSample) else str(item))
+        return item
 
-    monkeypatch.setattr(local, "read_image", read_image)
+    monkeypatch.setattr(local._BatchReader, "_finish", staticmethod(finish_on_pool))
     decode = local._BatchReader._decode_unseen
     monkeypatch.setattr(local._BatchReader, "_decode_unseen", classmethod(
         lambda cls, item: (on_pool.append(f"decode {item.sample.id}"), decode(item))[1]))

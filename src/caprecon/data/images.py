@@ -18,6 +18,7 @@ import io
 import os
 import stat
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -107,13 +108,14 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     return item
 
 
-def read_image(sample: Sample, *, caption_only: bool = False, remembered_only: bool = False) -> LoadedSample | None:
+def read_image(sample: Sample, *, caption_only: bool = False,
+               later: bool = False) -> LoadedSample | Callable[[], LoadedSample]:
     """Like `open_image`, but a file's pixels are only decoded when first used: the bytes are
     read and hashed (a missing or unreadable file is still a `SampleError` here).
 
-    With `remembered_only`, None instead of any work beyond a stat: for a picture given in
-    memory or as bytes (hashed), or a file whose digest is not remembered (read and hashed).
-    A run answers those rows in line and hands only the others to its reading threads."""
+    With `later`, the work beyond a stat comes back undone, as a call that does it: hashing a
+    picture given in memory or as bytes, reading and hashing a file whose digest is not
+    remembered. A run makes the stats in line and hands only those calls to its reading threads."""
     if not isinstance(sample.caption, str):
         raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
                           "caption not text")
@@ -124,8 +126,8 @@ def read_image(sample: Sample, *, caption_only: bool = False, remembered_only: b
             return LoadedSample(sample, None, "")
         raise SampleError("no image given", "no image")
     src = sample.image
-    if remembered_only and not isinstance(src, (str, Path)):
-        return None
+    if later and not isinstance(src, (str, Path)):
+        return partial(read_image, sample, caption_only=caption_only)
     if isinstance(src, Image.Image):
         image = decode_image(src, "the image given")
         key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
@@ -134,12 +136,16 @@ def read_image(sample: Sample, *, caption_only: bool = False, remembered_only: b
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
-    if remembered_only:
-        key, data = remembered_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes), None
-        if key is None:
-            return None
-    else:
-        key, data = image_file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    if hash_file is None:
+        return _file_sample(sample, path, key, None)
+    if later:
+        return lambda: _file_sample(sample, path, *hash_file())
+    return _file_sample(sample, path, *hash_file())
+
+
+def _file_sample(sample: Sample, path: Path, key: str, data: bytes | None) -> LoadedSample:
+    """The sample of an image file, its bytes in hand (read for its key) or read when needed."""
     reader = None if data is not None else \
         (lambda: read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes))
     return LoadedSample(sample, image_key=key, data=data, reader=reader, what=f"image {path}")
@@ -152,12 +158,34 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
     again (`caprecon.core.digests`), nor even opened (a stat tells), so a cached run of a
     thousand photos reads none. The checks are `read_image_file`'s, made before either answer
     (a file whose stat shows anything amiss is opened, and the open names the problem)."""
+    key, hash_file = file_key(path, image_root, max_bytes=max_bytes, root_option=root_option)
+    return (key, None) if hash_file is None else hash_file()
+
+
+def file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
+             root_option: str = "--image-root") -> tuple[str, None] | tuple[None, Callable[[], tuple[str, bytes | None]]]:
+    """`image_file_key` in two steps: (the key, None) when a stat gives it (the file's digest is
+    remembered for its size and time: nothing is opened); else (None, the call that opens, reads
+    and hashes the file, and returns the key and bytes). The path's checks are made first."""
     path = Path(path)
     limit = _checked(path, image_root, max_bytes, root_option)
-    real = str(path.resolve())
-    key, seen = _remembered(path, real, limit)
-    if key is not None:
-        return key, None
+    real, seen = str(path.resolve()), None
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None  # missing, or cannot be looked at: the open says which
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= limit:
+        seen = (real, info.st_size, info.st_mtime_ns)
+        key = known_digest(seen)
+        if key is not None:
+            return key, None
+    return None, partial(_hash_file, path, real, seen, limit)
+
+
+def _hash_file(path: Path, real: str, seen: tuple[str, int, int] | None, limit: int) -> tuple[str, bytes | None]:
+    """Open, read and hash the file `file_key` found no digest for by its stat (`seen`: the identity
+    it asked for); the bytes come back with the key, or none when the opened file proves to be a
+    remembered one after all (it changed since the stat)."""
     with _open_checked(path, limit) as (fh, info):
         ident = (real, info.st_size, info.st_mtime_ns)
         key = known_digest(ident) if ident != seen else None  # asked already when the file is the one stat saw
@@ -167,28 +195,6 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
     key = hashlib.sha256(data).hexdigest()
     remember_digest(ident, key)
     return key, data
-
-
-def remembered_file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
-                        root_option: str = "--image-root") -> str | None:
-    """`image_file_key`'s answer when a stat gives it (the file's digest is remembered for its
-    size and time), else None: nothing is opened or read. The path's checks are made first."""
-    path = Path(path)
-    limit = _checked(path, image_root, max_bytes, root_option)
-    return _remembered(path, str(path.resolve()), limit)[0]
-
-
-def _remembered(path: Path, real: str, limit: int) -> tuple[str | None, tuple[str, int, int] | None]:
-    """(the remembered digest or None, the identity asked for or None when the stat showed
-    anything amiss: missing, not a regular file, over `limit`; the open then names it)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None, None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-        return None, None
-    seen = (real, info.st_size, info.st_mtime_ns)
-    return known_digest(seen), seen
 
 
 def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,

@@ -433,12 +433,11 @@ class _BatchReader:
             self._ahead.shutdown(cancel_futures=True)
 
     def read(self, batch: list[tuple[int, Sample]]) -> list[LoadedSample | SampleError]:
-        samples = [s for _, s in batch]
-        # a file whose digest is remembered needs a stat, done here: handing it to a pool thread
+        # a file whose digest is remembered needs a stat, made here: handing it to a pool thread
         # cost more than the stat (a cached 512-row run took twice as long); files to read and
         # hash, and pictures to decode, go to the pool
-        opened: list[Any] = [self._read_one(s, remembered_only=True) for s in samples]
-        self._fill(opened, self._read_one, lambda o: o is None, samples)
+        opened: list[Any] = [self._read_one(s) for _, s in batch]
+        self._fill(opened, self._finish, callable)
         files = [o for o in opened if isinstance(o, LoadedSample) and not o.decoded]
         # rows of one picture (several captions of it) share a key, and each takes the size
         known = self.ctx.store.get_json(list({self._key(o.image_key) for o in files})) if files else {}
@@ -446,18 +445,26 @@ class _BatchReader:
             size = known.get(self._key(item.image_key))
             if size is not None:
                 item.assume_size(tuple(size))
-        self._fill(opened, self._decode_unseen, self._unseen, opened)
+        self._fill(opened, self._decode_unseen, self._unseen)
         return opened
 
-    def _fill(self, opened: list[Any], work: Callable[[Any], Any], due: Callable[[Any], bool], args: list[Any]) -> None:
-        """opened[i] = work(args[i]) for each i where due(opened[i]), on the pool's threads."""
+    def _fill(self, opened: list[Any], work: Callable[[Any], Any], due: Callable[[Any], bool]) -> None:
+        """opened[i] = work(opened[i]) for each i where due(opened[i]), on the pool's threads."""
         todo = [i for i, o in enumerate(opened) if due(o)]
-        for i, result in zip(todo, (self.pool.map if self.pool else map)(work, [args[i] for i in todo])):
+        for i, result in zip(todo, (self.pool.map if self.pool else map)(work, [opened[i] for i in todo])):
             opened[i] = result
 
-    def _read_one(self, sample: Sample, remembered_only: bool = False) -> LoadedSample | SampleError | None:
+    def _read_one(self, sample: Sample) -> LoadedSample | SampleError | Callable[[], LoadedSample]:
+        """The sample opened as far as a stat goes; what is left (reading, hashing) as a call."""
         try:
-            return read_image(sample, caption_only=self.caption_only, remembered_only=remembered_only)
+            return read_image(sample, caption_only=self.caption_only, later=True)
+        except SampleError as exc:
+            return exc
+
+    @staticmethod
+    def _finish(rest: Callable[[], LoadedSample]) -> LoadedSample | SampleError:
+        try:
+            return rest()
         except SampleError as exc:
             return exc
 
