@@ -187,28 +187,37 @@ class Reconstructor:
     def describe(self) -> dict[str, Any]:
         return asdict(self.spec)
 
-    def request_for(self, item: LoadedSample, seed_index: int | None = None, *,
-                    generator_fingerprint: str | None = None) -> tuple[str, GenerationRequest]:
-        """The request and its cache key (of this reconstructor's seed, or of `seed_index`). A caption-only sample without a set `size` asks
-        for the generator's native resolution: the key says "native" (the generator's
-        fingerprint pins what that is) and the request's sides stay 0 until generation."""
-        s = item.sample
-        if self.spec.size:
-            width, height = self.spec.size
-        elif item.image_key:  # the size needs no decoding when the file was seen before
-            width, height = self.spec.size_for(*item.size)
-        else:
-            width = height = 0
-        request = GenerationRequest(prompt=render(self.spec.template, s.caption),
-                                    seed=self.spec.seed_for(s.image_id, s.candidate, self.seed_index
-                                                            if seed_index is None else seed_index),
-                                    width=width, height=height, image_id=s.image_id)
-        key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
-                          generator=generator_fingerprint or self.generator.fingerprint,
-                          reconstructor=self.code_revision, seed=request.seed,
-                          size=[width, height] if width else "native",
-                          image_id=s.image_id if getattr(self.generator, "depends_on_image_id", False) else None)
-        return key, request
+    def request_for(self, item: LoadedSample, seed_index: int | None = None) -> tuple[str, GenerationRequest]:
+        """The request and its cache key (of this reconstructor's seed, or of `seed_index`); see `requests_for`."""
+        return self.requests_for([item], [seed_index])[0]
+
+    def requests_for(self, items: Sequence[LoadedSample],
+                     seed_indexes: Sequence[int | None] | None = None) -> list[tuple[str, GenerationRequest]]:
+        """Each item's request and its cache key (of this reconstructor's seed, or of the item's
+        seed index), the generator's fingerprint read once for all. A caption-only sample without
+        a set `size` asks for the generator's native resolution: the key says "native" (the
+        generator's fingerprint pins what that is) and the request's sides stay 0 until generation."""
+        fingerprint = self.generator.fingerprint
+        by_image_id = getattr(self.generator, "depends_on_image_id", False)
+        out = []
+        for item, seed_index in zip(items, seed_indexes or [None] * len(items)):
+            s = item.sample
+            if self.spec.size:
+                width, height = self.spec.size
+            elif item.image_key:  # the size needs no decoding when the file was seen before
+                width, height = self.spec.size_for(*item.size)
+            else:
+                width = height = 0
+            request = GenerationRequest(prompt=render(self.spec.template, s.caption),
+                                        seed=self.spec.seed_for(s.image_id, s.candidate, self.seed_index
+                                                                if seed_index is None else seed_index),
+                                        width=width, height=height, image_id=s.image_id)
+            key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
+                              generator=fingerprint, reconstructor=self.code_revision, seed=request.seed,
+                              size=[width, height] if width else "native",
+                              image_id=s.image_id if by_image_id else None)
+            out.append((key, request))
+        return out
 
     def native_size(self) -> tuple[int, int]:
         size = getattr(self.generator, "native_size", None)
@@ -221,8 +230,7 @@ class Reconstructor:
         return replace(request, width=width, height=height)
 
     def reconstruct(self, items: Sequence[LoadedSample]) -> list[Reconstruction]:
-        fingerprint = self.generator.fingerprint  # once a batch, not once a row
-        return self._reconstruct([self.request_for(item, generator_fingerprint=fingerprint) for item in items])
+        return self._reconstruct(self.requests_for(items))
 
     def reconstruct_seeds(self, items: Sequence[LoadedSample], seeds: int | Sequence[int],
                           start: int | Sequence[int] = 0) -> list[list[Reconstruction]]:
@@ -233,9 +241,8 @@ class Reconstructor:
         stops = [seeds] * len(items) if isinstance(seeds, int) else list(seeds)
         starts = [start] * len(items) if isinstance(start, int) else list(start)
         ranges = [range(a, b) for a, b in zip(starts, stops)]
-        fingerprint = self.generator.fingerprint
-        keyed = [self.request_for(item, k, generator_fingerprint=fingerprint) for item, span in zip(items, ranges)
-                 for k in span]
+        keyed = self.requests_for([item for item, span in zip(items, ranges) for _ in span],
+                                  [k for span in ranges for k in span])
         flat = self._reconstruct(keyed, hold=True)
         out, at = [], 0
         for span in ranges:

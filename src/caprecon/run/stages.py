@@ -83,8 +83,7 @@ def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     for batch, items in _batches(samples, batch_size, False, counts, progress, "embedding"):
         for metric in embedding:
             reconstructor = ctx.reconstructor(metric.generator, metric.spec)
-            fingerprint = reconstructor.generator.fingerprint
-            keys = [reconstructor.request_for(item, generator_fingerprint=fingerprint)[0] for item in items]
+            keys = [key for key, _ in reconstructor.requests_for(items)]
             stored = ctx.store.get_images(keys)
             counts["missing_reconstruction"] += sum(1 for k in keys if k not in stored)
             _isolated(lambda some, metric=metric: ctx.embed(metric.embedder, [it.image_key for it in some],
