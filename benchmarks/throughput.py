@@ -58,13 +58,15 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 from caprecon.store.index import PNG_SAVE  # noqa: E402
 
 GOAL = 0.95
+BATCH = 16
+REPORT = ReportTimer()
+
+
 def cpu_goal(steps: int) -> float:
     """caprecon's CPU over the raw loop's (issue 41): <= 1.10 below 8 denoising steps, where a sample
     costs the models so little that caprecon's own few hundred microseconds weigh twice as much,
     and <= 1.05 from 8 on."""
     return 1.10 if steps < 8 else 1.05
-BATCH = 16
-REPORT = ReportTimer()
 
 
 def cpu_seconds() -> float:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -49,6 +50,12 @@ from caprecon.run.folder import check_out
 from caprecon.store.index import Store, content_key
 
 OBJECTIVES = ("auto", "reconstruction", "value", "pairs")
+
+
+def head_of(objective: str) -> str:
+    """The head an objective trains (`caprecon.models.distilled.HEADS`): the reconstruction head for
+    `reconstruction`, the value head for `value` and `pairs`."""
+    return "reconstruction" if objective == "reconstruction" else "value"
 
 
 @dataclass
@@ -192,8 +199,6 @@ def choose_objective(objective: str, rows: Sequence[Row], sources: Sequence[dict
     reconstruction by an embedder (recon, clip-image; not VQAScore on the reconstruction) and every
     row names reconstructions still on disk, else value. `reconstruction` on rows without
     reconstructions is refused, naming the first such row."""
-    import os
-
     if objective == "auto":
         complete = all(s.get("compares_embeddings") for s in sources) and \
             all(r.reconstructions and all(os.path.isfile(p) for p in r.reconstructions) for r in rows)
@@ -237,10 +242,10 @@ def train_head(image: np.ndarray, text: np.ndarray, target: np.ndarray, groups: 
     it predicts the embedding expected over seeds."""
     import torch
 
-    from caprecon.models.distilled import ReconstructionHead, RewardHead
+    from caprecon.models.distilled import HEADS
 
     torch.manual_seed(seed)
-    head = (ReconstructionHead if objective == "reconstruction" else RewardHead)(image.shape[1], text.shape[1], hidden)
+    head = HEADS[head_of(objective)](image.shape[1], text.shape[1], hidden)
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay)
     x_img, x_txt = torch.as_tensor(image, dtype=torch.float32), torch.as_tensor(text, dtype=torch.float32)
     y = torch.as_tensor(target, dtype=torch.float32)
@@ -368,8 +373,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     if objective == "reconstruction":
         mean, scale = onto_metric(head, image_features[train], text_features[train], truth[train])
     train_seconds = time.perf_counter() - started
-    config = {"metric": metric, "objective": objective, "head": "reconstruction" if objective == "reconstruction"
-              else "value", "image_encoder": image_spec, "text_encoder": text_spec,
+    config = {"metric": metric, "objective": objective, "head": head_of(objective), "image_encoder": image_spec, "text_encoder": text_spec,
               "image_dim": int(image_features.shape[1]), "text_dim": int(text_features.shape[1]), "hidden": hidden, "target_mean": mean, "target_scale": scale}
     model = DistilledReward(config, head)
     model.use_encoders(image_encoder, text_encoder)
