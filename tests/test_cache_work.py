@@ -377,3 +377,40 @@ def test_the_digest_memo_answers_a_later_process(tmp_path):
     import sqlite3
 
     assert sqlite3.connect(tmp_path / "cache" / "digests.sqlite").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_batchs_files_resolve_as_path_resolve_does_with_each_folder_looked_up_once(tmp_path, monkeypatch):
+    """`Folders.real_file` gives what `Path.resolve` and `os.stat` give (the digest memo's key is
+    the real path), for links to files and folders, `..` and relative paths, with one `lstat` for
+    each further file of a folder seen before, where resolving each path walked every component."""
+    from pathlib import Path
+
+    from caprecon.data.images import Folders
+
+    deep = tmp_path / "a" / "b" / "c"
+    deep.mkdir(parents=True)
+    for i in range(6):
+        (deep / f"p{i}.png").write_bytes(b"x" * (i + 1))
+    (tmp_path / "via").symlink_to(deep, target_is_directory=True)
+    (deep / "link.png").symlink_to(deep / "p1.png")
+    monkeypatch.chdir(tmp_path / "a")
+    paths = [deep / "p0.png", tmp_path / "via" / "p2.png", deep / "link.png", Path("b/c/p3.png"),
+             tmp_path / "a" / "b" / ".." / "b" / "c" / "p4.png", deep / "missing.png", Path("b/c/..")]
+    folders = Folders()
+    for path in paths:
+        real, info = folders.real_file(path)
+        assert real == str(path.resolve()), path
+        if path.exists():
+            assert (info.st_ino, info.st_size) == (os.stat(path).st_ino, os.stat(path).st_size), path
+        else:
+            assert info is None, path
+
+    calls = []
+    real_lstat = os.lstat
+    monkeypatch.setattr(os, "lstat", lambda p, *a, **k: (calls.append(p), real_lstat(p, *a, **k))[1])
+    folders = Folders()
+    for i in range(6):
+        folders.real_file(deep / f"p{i}.png")
+    depth = len(deep.parts)
+    assert len(calls) <= 6 + depth, calls  # resolving each of the six walked 6 x depth components
+

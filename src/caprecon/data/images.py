@@ -108,14 +108,15 @@ def open_image(sample: Sample, *, caption_only: bool = False) -> LoadedSample:
     return item
 
 
-def read_image(sample: Sample, *, caption_only: bool = False,
-               later: bool = False) -> LoadedSample | Callable[[], LoadedSample]:
+def read_image(sample: Sample, *, caption_only: bool = False, later: bool = False,
+               folders: Folders | None = None) -> LoadedSample | Callable[[], LoadedSample]:
     """Like `open_image`, but a file's pixels are only decoded when first used: the bytes are
     read and hashed (a missing or unreadable file is still a `SampleError` here).
 
     With `later`, the work beyond a stat comes back undone, as a call that does it: hashing a
     picture given in memory or as bytes, reading and hashing a file whose digest is not
-    remembered. A run makes the stats in line and hands only those calls to its reading threads."""
+    remembered. A run makes the stats in line and hands only those calls to its reading threads.
+    `folders`: the real paths of folders resolved before (`Folders`), for a batch of files."""
     if not isinstance(sample.caption, str):
         raise SampleError(f"caption is a {type(sample.caption).__name__}, not text: {sample.caption!r:.60}",
                           "caption not text")
@@ -136,7 +137,7 @@ def read_image(sample: Sample, *, caption_only: bool = False,
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
-    key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes)
+    key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes, folders=folders)
     if hash_file is None:
         return _file_sample(sample, path, key, None)
     if later:
@@ -162,18 +163,48 @@ def image_file_key(path: str | Path, image_root: str | Path | None = None, *, ma
     return (key, None) if hash_file is None else hash_file()
 
 
+class Folders:
+    """The real paths of folders, each resolved once: the files of a batch mostly share one
+    folder, and resolving a path costs a system call per component (`lstat`), each of which
+    lets another thread take the interpreter from the one running the models. Kept for one
+    batch, so a folder swapped for a link later is seen by the next."""
+
+    def __init__(self) -> None:
+        self._real: dict[str, str] = {}
+
+    def real_file(self, path: Path) -> tuple[str, os.stat_result | None]:
+        """`path` resolved as `Path.resolve` does, and the stat of the file it names (None when
+        it cannot be looked at): one `lstat` for a file that is not a link, in a folder seen before."""
+        name = path.name
+        try:
+            info = os.lstat(path)
+        except OSError:
+            info = None
+        if info is None or stat.S_ISLNK(info.st_mode) or name in ("", ".", ".."):
+            try:
+                info = os.stat(path)
+            except OSError:
+                info = None
+            return str(path.resolve()), info
+        folder = os.path.dirname(path) or "."
+        real = self._real.get(folder)
+        if real is None:
+            real = self._real[folder] = str(Path(folder).resolve())
+        return os.path.join(real, name), info
+
+
 def file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
-             root_option: str = "--image-root") -> tuple[str, None] | tuple[None, Callable[[], tuple[str, bytes | None]]]:
+             root_option: str = "--image-root", folders: Folders | None = None,
+             ) -> tuple[str, None] | tuple[None, Callable[[], tuple[str, bytes | None]]]:
     """`image_file_key` in two steps: (the key, None) when a stat gives it (the file's digest is
     remembered for its size and time: nothing is opened); else (None, the call that opens, reads
-    and hashes the file, and returns the key and bytes). The path's checks are made first."""
+    and hashes the file, and returns the key and bytes). The path's checks are made first.
+    `folders`: folders resolved before (a batch's files share them)."""
     path = Path(path)
     limit = _checked(path, image_root, max_bytes, root_option)
-    real, seen = str(path.resolve()), None
-    try:
-        info = os.stat(path)
-    except OSError:
-        info = None  # missing, or cannot be looked at: the open says which
+    # missing, or cannot be looked at: info None, and the open says which
+    real, info = (folders or Folders()).real_file(path)
+    seen = None
     if info is not None and stat.S_ISREG(info.st_mode) and info.st_size <= limit:
         seen = (real, info.st_size, info.st_mtime_ns)
         key = known_digest(seen)

@@ -34,7 +34,7 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
-from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.images import Folders, LoadedSample, read_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import StoreError, content_key
 
@@ -436,7 +436,8 @@ class _BatchReader:
         # a file whose digest is remembered needs a stat, made here: handing it to a pool thread
         # cost more than the stat (a cached 512-row run took twice as long); files to read and
         # hash, and pictures to decode, go to the pool
-        opened: list[Any] = [self._read_one(s) for _, s in batch]
+        folders = Folders()  # a batch's files mostly share their folder: it is resolved once
+        opened: list[Any] = [self._read_one(s, folders) for _, s in batch]
         self._fill(opened, self._finish, callable)
         files = [o for o in opened if isinstance(o, LoadedSample) and not o.decoded]
         # rows of one picture (several captions of it) share a key, and each takes the size
@@ -454,10 +455,10 @@ class _BatchReader:
         for i, result in zip(todo, (self.pool.map if self.pool else map)(work, [opened[i] for i in todo])):
             opened[i] = result
 
-    def _read_one(self, sample: Sample) -> LoadedSample | SampleError | Callable[[], LoadedSample]:
+    def _read_one(self, sample: Sample, folders: Folders) -> LoadedSample | SampleError | Callable[[], LoadedSample]:
         """The sample opened as far as a stat goes; what is left (reading, hashing) as a call."""
         try:
-            return read_image(sample, caption_only=self.caption_only, later=True)
+            return read_image(sample, caption_only=self.caption_only, later=True, folders=folders)
         except SampleError as exc:
             return exc
 
