@@ -414,3 +414,20 @@ def test_a_batchs_files_resolve_as_path_resolve_does_with_each_folder_looked_up_
     depth = len(deep.parts)
     assert len(calls) <= 6 + depth, calls  # resolving each of the six walked 6 x depth components
 
+
+def test_a_thumbnail_makes_its_folder_when_missing_and_leaves_no_part_file_when_it_fails(tmp_path):
+    import caprecon.store.thumbs as thumbs_module
+
+    target = tmp_path / "new" / "ab" / "t.jpg"
+    assert thumbs_module._save(Image.new("RGB", (4, 4), "red"), target)
+    assert Image.open(target).size == (4, 4)
+    assert thumbs_module._save(b"\xff\xd8\xffbytes", tmp_path / "new" / "ab" / "u.jpg")
+    assert (tmp_path / "new" / "ab" / "u.jpg").read_bytes() == b"\xff\xd8\xffbytes"
+
+    class Broken:
+        def save(self, fh, *args, **kwargs):
+            fh.write(b"half")
+            raise OSError("encoder failed")
+
+    assert not thumbs_module._save(Broken(), tmp_path / "new" / "ab" / "v.jpg")
+    assert sorted(p.name for p in (tmp_path / "new" / "ab").iterdir()) == ["t.jpg", "u.jpg"]  # no .part left

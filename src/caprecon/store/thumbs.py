@@ -23,6 +23,7 @@ and neither does anything that is not a regular file or is larger than images ma
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import logging
@@ -162,15 +163,27 @@ def _file_shown_as_is(source: str, size: tuple[int, int], side: int) -> bool:
 
 def _save(content: Image.Image | bytes, target: str | Path) -> bool:
     """Write the thumbnail (pixels to encode, or a picture file's own bytes)."""
+    partial = f"{os.path.splitext(target)[0]}.{os.getpid()}.{threading.get_ident()}.part"
     try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        partial = f"{os.path.splitext(target)[0]}.{os.getpid()}.{threading.get_ident()}.part"
-        if isinstance(content, bytes):
-            with open(partial, "wb") as fh:
-                fh.write(content)
-        else:
-            content.save(partial, "JPEG", quality=QUALITY, optimize=False)
-        os.replace(partial, target)  # never leave a half-written thumbnail under its final name
+        try:
+            fh = open(partial, "wb")
+        except FileNotFoundError:
+            # the folder is made only when the file finds it missing: `makedirs` on a folder that
+            # exists costs three system calls, each a hand-over of the interpreter on the run's
+            # thumbnail thread
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fh = open(partial, "wb")
+        try:
+            with fh:
+                if isinstance(content, bytes):
+                    fh.write(content)
+                else:
+                    content.save(fh, "JPEG", quality=QUALITY, optimize=False)
+            os.replace(partial, target)  # never leave a half-written thumbnail under its final name
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
+            raise
         return True
     except OSError:
         return False
