@@ -231,11 +231,11 @@ def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, ti
     rows = small_pictures(tmp_path, 3)
     real, calls = Store._write_rows, []
 
-    def full_after_the_first_row(self, records):
+    def full_after_the_first_row(self, records, release=()):
         calls.append(len(records))
         if len(calls) > 3:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, records)
+        return real(self, records, release)
 
     monkeypatch.setattr(Store, "_write_rows", full_after_the_first_row)
     argv = ["score", "-i", str(rows), "-m", "clipscore", "--clip", str(tiny_clip), "--cache-dir",

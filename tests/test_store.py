@@ -652,10 +652,10 @@ def test_with_write_behind_index_rows_are_written_on_the_writing_thread_and_read
     real = Store._write_rows
     gate = threading.Event()
 
-    def slow(self, records):
+    def slow(self, records, release=()):
         gate.wait(10)  # held until the reads below are done, so they find the rows still queued
         writes.append((threading.current_thread().name, sorted(r[0] for r in records)))
-        return real(self, records)
+        return real(self, records, release)
 
     monkeypatch.setattr(Store, "_write_rows", slow)
     store.put_json("judge-answer", {"a": {"answer": "yes"}})
@@ -671,3 +671,75 @@ def test_with_write_behind_index_rows_are_written_on_the_writing_thread_and_read
     assert len(writes) <= 2  # rows queued while the writer was busy go in one transaction
     again = Store(tmp_path / "s")
     assert again.get_json(["a", "b"]) == {"a": {"answer": "yes"}, "b": {"answer": "no"}}
+
+
+def test_a_batch_waits_for_the_writes_of_its_images_not_for_queued_vectors(tmp_path, monkeypatch):
+    """Rows name reconstructions, so their images are written before the rows (flush_images); the
+    vectors and answers queued with them are written on, and only the run's end waits for them.
+    Reading an image no queued write holds waits for nothing; a write that failed meanwhile
+    still stops the next wait."""
+    import threading
+
+    from PIL import Image
+
+    store = Store(tmp_path / "s")
+    store.write_behind = True
+    gate, real = threading.Event(), Store._write_rows
+
+    def held_vectors(self, records, release=()):
+        if any(r[1] == "embedding" for r in records):
+            assert gate.wait(10)
+        return real(self, records, release)
+
+    monkeypatch.setattr(Store, "_write_rows", held_vectors)
+    image = content_key("reconstruction", caption="a red circle")
+    store.put_images("reconstruction", {image: (Image.new("RGB", (8, 8), "red"), {"n": 1})})
+    store.flush_images([image])
+    store.put_arrays("embedding", {"v": np.arange(3, dtype=np.float32)})  # its write is held at the gate
+    store.flush_images()  # returns: no image is queued
+    assert store.image_path(image).exists() and not gate.is_set()
+    assert image in store.get_images([image])  # written: read without waiting for the vector
+    assert image in Store(tmp_path / "s").get_images([image])  # its row is in the index already
+    assert store.get_images(["not-queued"]) == {}  # no queued write holds it: nothing to wait for
+    assert store.get_arrays(["v"])["v"].tolist() == [0, 1, 2]  # still queued, and read from the queue
+    gate.set()
+    store.flush()
+    assert Store(tmp_path / "s").get_arrays(["v"])["v"].tolist() == [0, 1, 2]
+
+    def full(self, records, release=()):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Store, "_write_rows", full)
+    store.put_arrays("embedding", {"w": np.zeros(2, dtype=np.float32)})
+    store._writer.submit(lambda: None).result()  # the failed write is done
+    with pytest.raises(caprecon.store.index.StoreFullError):
+        store.flush_images()  # no image queued, but the failure is not left for the end
+    store.flush()  # raised once
+
+
+def test_claims_go_with_the_rows_of_their_images_in_one_transaction(tmp_path, monkeypatch):
+    """The claims on images written are dropped in the transaction that writes their rows: no
+    moment where another process finds neither the claim nor the image, and one commit, not
+    two. Many keys at once span several statements (SQLite's 999 parameters)."""
+    from PIL import Image
+
+    store, other = Store(tmp_path / "s"), Store(tmp_path / "s")
+    keys = [f"k{i}" for i in range(700)]  # 2,100 parameters to claim, 8 per row to write
+    assert store.claim(keys) == set(keys)
+    assert other.claim(keys) == set()
+    released = []
+    monkeypatch.setattr(Store, "release", lambda self, k: released.append(list(k)))
+    items = {k: (Image.new("RGB", (2, 2), "blue"), {"n": i}) for i, k in enumerate(keys)}
+    store.put_images("reconstruction", items, release=keys)
+    assert released == []  # no transaction of its own
+    assert other.claim(keys) == set(keys)  # every claim went with the rows
+    assert len(other.get_images(keys)) == 700
+    assert {k: v["n"] for k, v in store.get_json(keys[:3]).items()} == {"k0": 0, "k1": 1, "k2": 2}
+
+    def full(self, records, release=()):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Store, "_write_rows", full)
+    with pytest.raises(caprecon.store.index.StoreFullError):
+        store.put_images("reconstruction", {"lost": (Image.new("RGB", (2, 2)), {})}, release=["lost"])
+    assert released == [["lost"]]  # a failed write still lets its claims go

@@ -291,7 +291,8 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     store = ctx.store
     behind = store.write_behind
     # reconstructions are written while the next model (the embedder, a judge) works; each
-    # batch's writes finish before its rows are written, so a row never names a missing file
+    # batch's images are written before its rows are, so a row never names a missing file (its
+    # vectors and answers may still be queued: nothing waits on them until the run ends)
     store.write_behind = not store.read_only
     try:
         upcoming = reader.submit(batches[0]) if batches else None
@@ -313,8 +314,9 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                 if not items:
                     break
                 runner.score_into(items, [rows[pos] for pos in positions])
-            _flush(store)
+            _flush(store, images=True)  # the rows name the batch's reconstructions: their files first
             out.finish([index for index, _ in batch], rows)
+        _flush(store)  # and every other write (vectors, answers) before the run counts as done
     except KeyboardInterrupt:
         raise out.interrupted() from None
     except RunError as stop:
@@ -402,9 +404,10 @@ class RunRows:
         return records
 
 
-def _flush(store) -> None:
+def _flush(store, *, images: bool = False) -> None:
+    """Wait for the store's queued writes (`images`: those of images alone); a failed one stops the run."""
     try:
-        store.flush()
+        store.flush_images() if images else store.flush()
     except StoreError as exc:
         raise RunError(str(exc)) from exc
 

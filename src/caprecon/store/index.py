@@ -99,6 +99,32 @@ def full_disk(exc: BaseException) -> bool:
         (isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc))
 
 
+_RESULT_COLUMNS = "key, kind, value, created, checksum, file_checksum, file_size, model"
+_MAX_PARAMS = 999  # what every SQLite build takes in one statement
+
+
+def _insert_rows(db: sqlite3.Connection, table: str, columns: str, rows: list[tuple]) -> None:
+    """`INSERT OR REPLACE` of `rows`, many to a statement: `executemany` steps once per row, and
+    each step lets another thread take the interpreter from the one running the models."""
+    if not rows:
+        return
+    width = len(rows[0])
+    per = max(1, _MAX_PARAMS // width)
+    one = "(" + ",".join("?" * width) + ")"
+    for start in range(0, len(rows), per):
+        chunk = rows[start : start + per]
+        db.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES {','.join([one] * len(chunk))}",
+                   [value for row in chunk for value in row])
+
+
+def _delete_claims(db: sqlite3.Connection, keys: list[str], owner: str) -> None:
+    """Drop `owner`'s claims on `keys`, many to a statement."""
+    per = _MAX_PARAMS - 1
+    for start in range(0, len(keys), per):
+        chunk = keys[start : start + per]
+        db.execute(f"DELETE FROM claims WHERE owner = ? AND key IN ({','.join('?' * len(chunk))})", [owner, *chunk])
+
+
 def content_key(kind: str, **parts: Any) -> str:
     """Stable hash of a result's kind and every input that determines it."""
     blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
@@ -154,7 +180,11 @@ class Store:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.damaged = 0  # entries found bad on reading (missing file, checksum mismatch), over this store's life
         self._local = threading.local()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the queue of index rows and the leases held: held for moments
+        # one write transaction at a time in this process (SQLite would make the others wait out
+        # its busy handler's sleeps); apart from `_lock`, so that queueing and reading rows on the
+        # models' thread never waits for the writer's transaction
+        self._writing = threading.Lock()
         self._described: set[str] = set()
         self._folders: set[Path] = set()  # image folders known to exist
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
@@ -175,6 +205,7 @@ class Store:
         self._beat: threading.Thread | None = None
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list[Future] = []
+        self._images_pending: dict[str, Future] = {}  # the write of each image key queued, until waited for
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
         if not self.read_only:
             (self.root / "images").mkdir(parents=True, exist_ok=True)
@@ -338,21 +369,22 @@ class Store:
         return found
 
     def _put(self, rows: Iterable[tuple[str, str, bytes, dict[str, Any]]], model: Any = None, *,
-             on_writer: bool = False) -> None:
+             on_writer: bool = False, release: list[str] | None = None) -> None:
         """`rows`: (key, kind, value, file columns). `model`: the backend that computed them.
-        `on_writer`: called on the writing thread, which writes them at once with what is queued."""
+        `on_writer`: called on the writing thread, which writes them at once with what is queued.
+        `release`: claims dropped in the same transaction (written at once, or on the writer)."""
         self._require_writable()
         fingerprint = self._register_model(model)
         now = time.time()
         records = [(k, kind, v, now, sha256(v), extra.get("file_checksum"), extra.get("file_size"), fingerprint)
                    for k, kind, v, extra in rows]
         if not self.write_behind:
-            self._write_rows(records)
+            self._write_rows(records, release or ())
             return
         if on_writer:
             with self._lock:
                 self._queued += records
-            self._drain()
+            self._drain(release or ())
             return
         with self._lock:
             self._queued += records
@@ -361,32 +393,41 @@ class Store:
         if not due:  # one drain at a time takes everything queued by then: one transaction
             self._behind(self._drain)
 
-    def _behind(self, work, *args) -> None:
+    def _behind(self, work, *args) -> Future:
         """Run `work` on the writing thread (in order with every other write)."""
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="caprecon-write")
-        self._pending.append(self._writer.submit(work, *args))
+        future = self._writer.submit(work, *args)
+        # those done well need no waiting for: a long run that waits for images alone keeps few
+        self._pending = [f for f in self._pending if not f.done() or f.exception() is not None]
+        self._pending.append(future)
+        return future
 
-    def _drain(self) -> None:
+    def _drain(self, release: list[str] | tuple[()] = ()) -> None:
         with self._lock:
             records, self._queued, self._drain_due = self._queued, [], False
-        if not records:
+        if not records and not release:
             return
         try:
-            self._write_rows(records)
+            self._write_rows(records, release)
         finally:
             with self._lock:
                 for record in records:
                     if self._unwritten.get(record[0], (None, None))[1] == record[4]:
                         del self._unwritten[record[0]]
 
-    def _write_rows(self, records: list[tuple]) -> None:
+    def _write_rows(self, records: list[tuple], release: list[str] | tuple[()] = ()) -> None:
+        """`records` in one transaction, which also drops this store's claims on `release`."""
         def write():
-            with self._lock:
+            with self._writing:
                 db = self.connect()
                 db.execute("BEGIN")
-                db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, "
-                               "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", records)
+                try:
+                    _insert_rows(db, "results", _RESULT_COLUMNS, records)
+                    _delete_claims(db, list(release), self.owner)
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
                 db.execute("COMMIT")
 
         self._guard(write)
@@ -467,11 +508,13 @@ class Store:
         if not self.write_behind:
             return self._guard(self._write_images, kind, items, model, release)
         fingerprint = self._register_model(model)
-        self._behind(self._write_images, kind, items, fingerprint, release)
+        future = self._behind(self._write_images, kind, items, fingerprint, release)
+        self._images_pending.update(dict.fromkeys(items, future))
         return {key: (record, self.image_path(key), None) for key, (_, record) in items.items()}
 
     def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
                       release: list[str]) -> dict[str, tuple[dict[str, Any], Path, str]]:
+        released = False
         try:
             rows, stored, written = [], {}, {}
             for key, (image, record) in items.items():
@@ -488,11 +531,13 @@ class Store:
                 rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
                 stored[key] = (record, path, digest)
-            self._put(rows, model, on_writer=self.write_behind)
+            # the claims go in the rows' transaction: whoever waits on them finds the images there
+            self._put(rows, model, on_writer=self.write_behind, release=release)
+            released = True
             self.put_thumbnails(written)
             return stored
         finally:
-            if release:
+            if release and not released:
                 self.release(release)
 
     def put_thumbnails(self, images: Mapping[str, tuple[Image.Image, tuple[int, bytes] | None]]) -> None:
@@ -505,6 +550,25 @@ class Store:
     def flush(self) -> None:
         """Wait for the queued writes; the first that failed raises here."""
         pending, self._pending = self._pending, []
+        self._images_pending = {}
+        self._raise_failed(pending)
+
+    def flush_images(self, keys: Iterable[str] | None = None) -> None:
+        """Wait for the queued writes of images (of `keys`, or all): their files and index rows.
+        Other queued writes (vectors, answers) go on; the first failure raises here."""
+        if keys is None:
+            waited, self._images_pending = set(self._images_pending.values()), {}
+        else:
+            waited = {f for k in keys if (f := self._images_pending.pop(k, None)) is not None}
+        for future in waited:
+            future.exception()  # waits for it
+        # with those, any other write that has failed by now: a full disk stops the run at once
+        done = [f for f in self._pending if f.done()]
+        if done:
+            self._pending = [f for f in self._pending if not f.done()]  # a failure raises once
+            self._raise_failed(done)
+
+    def _raise_failed(self, pending: Iterable[Future]) -> None:
         failed = next(filter(None, (f.exception() for f in pending)), None)
         if isinstance(failed, StoreError):
             raise failed
@@ -518,8 +582,8 @@ class Store:
         recorded size, and with `verify` also matches its checksum. Without `verify` the
         full check waits until the file is read (`read_verified`), so a run that needs no
         pixels reads none. Images this store is still writing (`write_behind`) are waited for."""
-        if self._pending:
-            self.flush()
+        if self._images_pending:  # only the writes of the images asked for are waited for
+            self.flush_images(keys)
         found: dict[str, tuple[dict[str, Any], Path, str | None]] = {}
         for key, value, checksum, file_checksum, file_size in self._rows(
                 keys, "key, value, checksum, file_checksum, file_size"):
@@ -552,7 +616,7 @@ class Store:
         now = time.time()
 
         def take() -> set[str]:
-            with self._lock:
+            with self._writing:
                 db = self.connect()
                 db.execute("BEGIN IMMEDIATE")
                 try:
@@ -569,8 +633,8 @@ class Store:
                         if owner != self.owner and expires > now and _holder_alive(owner):
                             continue  # someone alive is generating it
                         mine.add(key)
-                    db.executemany("INSERT OR REPLACE INTO claims (key, owner, expires) VALUES (?, ?, ?)",
-                                   [(k, self.owner, now + self.lease_seconds) for k in mine])
+                    _insert_rows(db, "claims", "key, owner, expires",
+                                 [(k, self.owner, now + self.lease_seconds) for k in mine])
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -583,9 +647,8 @@ class Store:
         keys = list(keys)
 
         def drop():
-            with self._lock:
-                self.connect().executemany("DELETE FROM claims WHERE key = ? AND owner = ?",
-                                            [(k, self.owner) for k in keys])
+            with self._writing:
+                _delete_claims(self.connect(), keys, self.owner)
 
         if keys:
             self._guard(drop)
@@ -595,7 +658,7 @@ class Store:
         rows = [(expires, k, self.owner) for k in keys]
 
         def extend():
-            with self._lock:
+            with self._writing:
                 self.connect().executemany("UPDATE claims SET expires = ? WHERE key = ? AND owner = ?", rows)
 
         self._guard(extend)
