@@ -125,6 +125,16 @@ def _delete_claims(db: sqlite3.Connection, keys: list[str], owner: str) -> None:
         db.execute(f"DELETE FROM claims WHERE owner = ? AND key IN ({','.join('?' * len(chunk))})", [owner, *chunk])
 
 
+def fan_out(folder: str | Path) -> None:
+    """Make the 256 folders `00`..`ff` that a cache files its entries in (by the first two hex
+    digits of their names) all at once, unless the last is there: made one by one as entries
+    came, each cost a failed write or link, a look and a `mkdir` on a run's writing threads."""
+    if os.path.isdir(os.path.join(folder, "ff")):
+        return
+    for i in range(256):
+        os.makedirs(os.path.join(folder, f"{i:02x}"), exist_ok=True)
+
+
 def content_key(kind: str, **parts: Any) -> str:
     """Stable hash of a result's kind and every input that determines it."""
     blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
@@ -186,7 +196,6 @@ class Store:
         # models' thread never waits for the writer's transaction
         self._writing = threading.Lock()
         self._described: set[str] = set()
-        self._folders: set[Path] = set()  # image folders known to exist
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
         #: queue every write on a background thread (`put_*` return at once; `flush()` waits for them,
@@ -209,6 +218,7 @@ class Store:
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
         if not self.read_only:
             (self.root / "images").mkdir(parents=True, exist_ok=True)
+            fan_out(self.root / "images")
         if not self._empty:
             self._guard(self._prepare)
 
@@ -520,11 +530,12 @@ class Store:
             for key, (image, record) in items.items():
                 data = _png_bytes(image)
                 path = self.image_path(key)
-                if path.parent not in self._folders:  # one mkdir per folder and store, not per image
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    self._folders.add(path.parent)
                 partial = path.with_suffix(f".{os.getpid()}.part")
-                partial.write_bytes(data)
+                try:
+                    partial.write_bytes(data)
+                except FileNotFoundError:  # its folder, made when the store opened, has gone since
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    partial.write_bytes(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
                 written[str(path)] = (image, file_head(data))
                 digest = sha256(data)

@@ -40,6 +40,7 @@ from PIL import Image
 
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
+from caprecon.store.index import fan_out
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +320,9 @@ class ThumbnailWriter:
             self._queue.put(images)
 
     def _feed(self) -> None:
+        if self.cache is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be written: each link says so
+                fan_out(self.cache)
         while (paths := self._queue.get()) is not None:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
