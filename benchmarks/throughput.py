@@ -19,8 +19,8 @@ loop that also keeps each reconstruction as caprecon's cache does (a PNG file): 
 the raw loop's is the part of the ratio that storing the pictures alone costs, and caprecon's
 over it is what the rest of caprecon adds. A fourth side scores new pictures and captions into
 a cache in use (one that earlier runs made its folders in, as the default per-user cache is):
-a fresh cache makes up to 256 folders for reconstructions and 256 for thumbnails, a one-time
-cost that weighs on 256 samples.
+a fresh cache makes its 256 folders for reconstructions and 256 for thumbnails when it opens,
+a one-time cost that weighs on 256 samples.
 
 Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
 """
