@@ -14,6 +14,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "caprecon"
 
 
+def create_file(path: str | Path):
+    """`path` opened for writing bytes, its folder made only when the open finds it missing: making
+    or checking it first costs system calls on every file, on the threads that write a run's pictures."""
+    try:
+        return open(path, "wb")
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, "wb")
+
+
 def path_problem(path: str | Path) -> str | None:
     """What is wrong with a path a command reads, in the words of `--input: not found: x.jsonl`: not
     there, empty, or neither a file nor a folder; None when it can be read."""

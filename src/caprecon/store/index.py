@@ -40,12 +40,13 @@ import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import quote
 
 import numpy as np
 from PIL import Image
 
+from caprecon.core.paths import create_file
 from caprecon.data.images import file_head
 
 
@@ -103,26 +104,31 @@ _RESULT_COLUMNS = "key, kind, value, created, checksum, file_checksum, file_size
 _MAX_PARAMS = 999  # what every SQLite build takes in one statement
 
 
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """`items` in runs of at most `size`: as many as one SQL statement takes."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
 def _insert_rows(db: sqlite3.Connection, table: str, columns: str, rows: list[tuple]) -> None:
     """`INSERT OR REPLACE` of `rows`, many to a statement: `executemany` steps once per row, and
     each step lets another thread take the interpreter from the one running the models."""
     if not rows:
         return
     width = len(rows[0])
-    per = max(1, _MAX_PARAMS // width)
-    one = "(" + ",".join("?" * width) + ")"
-    for start in range(0, len(rows), per):
-        chunk = rows[start : start + per]
-        db.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES {','.join([one] * len(chunk))}",
+    for chunk in _chunks(rows, max(1, _MAX_PARAMS // width)):
+        db.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES {','.join([f'({_marks(width)})'] * len(chunk))}",
                    [value for row in chunk for value in row])
 
 
-def _delete_claims(db: sqlite3.Connection, keys: list[str], owner: str) -> None:
+def _delete_claims(db: sqlite3.Connection, keys: Sequence[str], owner: str) -> None:
     """Drop `owner`'s claims on `keys`, many to a statement."""
-    per = _MAX_PARAMS - 1
-    for start in range(0, len(keys), per):
-        chunk = keys[start : start + per]
-        db.execute(f"DELETE FROM claims WHERE owner = ? AND key IN ({','.join('?' * len(chunk))})", [owner, *chunk])
+    for chunk in _chunks(keys, _MAX_PARAMS - 1):
+        db.execute(f"DELETE FROM claims WHERE owner = ? AND key IN ({_marks(len(chunk))})", [owner, *chunk])
 
 
 def fan_out(folder: str | Path) -> None:
@@ -353,11 +359,9 @@ class Store:
             columns = ", ".join(c if c in self._columns else f"NULL AS {c}" for c in columns.split(", "))
         db = self.connect()
         out = []
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            out.extend(self._guard(lambda: db.execute(f"SELECT {columns} FROM results WHERE key IN ({marks})",
-                                                      chunk).fetchall()))
+        for chunk in _chunks(keys, _MAX_PARAMS):
+            out.extend(self._guard(lambda: db.execute(f"SELECT {columns} FROM results WHERE key IN "
+                                                      f"({_marks(len(chunk))})", chunk).fetchall()))
         return out
 
     def _get(self, keys: list[str]) -> dict[str, bytes]:
@@ -379,7 +383,7 @@ class Store:
         return found
 
     def _put(self, rows: Iterable[tuple[str, str, bytes, dict[str, Any]]], model: Any = None, *,
-             on_writer: bool = False, release: list[str] | None = None) -> None:
+             on_writer: bool = False, release: Sequence[str] = ()) -> None:
         """`rows`: (key, kind, value, file columns). `model`: the backend that computed them.
         `on_writer`: called on the writing thread, which writes them at once with what is queued.
         `release`: claims dropped in the same transaction (written at once, or on the writer)."""
@@ -389,12 +393,12 @@ class Store:
         records = [(k, kind, v, now, sha256(v), extra.get("file_checksum"), extra.get("file_size"), fingerprint)
                    for k, kind, v, extra in rows]
         if not self.write_behind:
-            self._write_rows(records, release or ())
+            self._write_rows(records, release)
             return
         if on_writer:
             with self._lock:
                 self._queued += records
-            self._drain(release or ())
+            self._drain(release)
             return
         with self._lock:
             self._queued += records
@@ -413,7 +417,7 @@ class Store:
         self._pending.append(future)
         return future
 
-    def _drain(self, release: list[str] | tuple[()] = ()) -> None:
+    def _drain(self, release: Sequence[str] = ()) -> None:
         with self._lock:
             records, self._queued, self._drain_due = self._queued, [], False
         if not records and not release:
@@ -426,7 +430,7 @@ class Store:
                     if self._unwritten.get(record[0], (None, None))[1] == record[4]:
                         del self._unwritten[record[0]]
 
-    def _write_rows(self, records: list[tuple], release: list[str] | tuple[()] = ()) -> None:
+    def _write_rows(self, records: list[tuple], release: Sequence[str] = ()) -> None:
         """`records` in one transaction, which also drops this store's claims on `release`."""
         def write():
             with self._writing:
@@ -434,7 +438,7 @@ class Store:
                 db.execute("BEGIN")
                 try:
                     _insert_rows(db, "results", _RESULT_COLUMNS, records)
-                    _delete_claims(db, list(release), self.owner)
+                    _delete_claims(db, release, self.owner)
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
@@ -524,18 +528,14 @@ class Store:
 
     def _write_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
                       release: list[str]) -> dict[str, tuple[dict[str, Any], Path, str]]:
-        released = False
         try:
             rows, stored, written = [], {}, {}
             for key, (image, record) in items.items():
                 data = _png_bytes(image)
                 path = self.image_path(key)
                 partial = path.with_suffix(f".{os.getpid()}.part")
-                try:
-                    partial.write_bytes(data)
-                except FileNotFoundError:  # its folder, made when the store opened, has gone since
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    partial.write_bytes(data)
+                with create_file(partial) as fh:  # its folder was made when the store opened (fan_out)
+                    fh.write(data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
                 written[str(path)] = (image, file_head(data))
                 digest = sha256(data)
@@ -544,12 +544,12 @@ class Store:
                 stored[key] = (record, path, digest)
             # the claims go in the rows' transaction: whoever waits on them finds the images there
             self._put(rows, model, on_writer=self.write_behind, release=release)
-            released = True
-            self.put_thumbnails(written)
-            return stored
-        finally:
-            if release and not released:
+        except BaseException:
+            if release:  # not written: the claims go all the same, so others may generate them
                 self.release(release)
+            raise
+        self.put_thumbnails(written)
+        return stored
 
     def put_thumbnails(self, images: Mapping[str, tuple[Image.Image, tuple[int, bytes] | None]]) -> None:
         """Hand pictures whose pixels are in memory, by their file's path, to `thumbnails`: each
@@ -632,11 +632,9 @@ class Store:
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     held: dict[str, tuple[str, float]] = {}
-                    for start in range(0, len(keys), 500):
-                        chunk = keys[start : start + 500]
-                        marks = ",".join("?" * len(chunk))
+                    for chunk in _chunks(keys, _MAX_PARAMS):
                         for key, owner, expires in db.execute(
-                                f"SELECT key, owner, expires FROM claims WHERE key IN ({marks})", chunk):
+                                f"SELECT key, owner, expires FROM claims WHERE key IN ({_marks(len(chunk))})", chunk):
                             held[key] = (owner, expires)
                     mine = set()
                     for key in keys:

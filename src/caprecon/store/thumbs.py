@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping
 
 from PIL import Image
 
+from caprecon.core.paths import create_file
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.store.index import fan_out
@@ -166,28 +167,23 @@ def _save(content: Image.Image | bytes, target: str | Path) -> bool:
     """Write the thumbnail (pixels to encode, or a picture file's own bytes)."""
     partial = f"{os.path.splitext(target)[0]}.{os.getpid()}.{threading.get_ident()}.part"
     try:
-        try:
-            fh = open(partial, "wb")
-        except FileNotFoundError:
-            # the folder is made only when the file finds it missing: `makedirs` on a folder that
-            # exists costs three system calls, each a hand-over of the interpreter on the run's
-            # thumbnail thread
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            fh = open(partial, "wb")
-        try:
-            with fh:
-                if isinstance(content, bytes):
-                    fh.write(content)
-                else:
-                    content.save(fh, "JPEG", quality=QUALITY, optimize=False)
-            os.replace(partial, target)  # never leave a half-written thumbnail under its final name
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(partial)
-            raise
-        return True
+        fh = create_file(partial)
     except OSError:
         return False
+    try:
+        with fh:
+            if isinstance(content, bytes):
+                fh.write(content)
+            else:
+                content.save(fh, "JPEG", quality=QUALITY, optimize=False)
+        os.replace(partial, target)  # never leave a half-written thumbnail under its final name
+        return True
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        if isinstance(exc, OSError):
+            return False
+        raise
 
 
 def _link(cached: str | Path, target: str | Path) -> bool:
