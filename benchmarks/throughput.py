@@ -22,6 +22,11 @@ a cache in use (one that earlier runs made its folders in, as the default per-us
 a fresh cache makes its 256 folders for reconstructions and 256 for thumbnails when it opens,
 a one-time cost that weighs on 256 samples.
 
+Before the rounds it prints what creating one file costs here, in the folder the benchmark
+writes to (the temporary folder: set TMPDIR to move it): each reconstruction is a new file and
+a fresh cache makes 512 folders, and on ext4 without a journal a new file costs up to a
+millisecond of kernel CPU, 40-70x what it costs on tmpfs (docs/scale.md).
+
 Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
 """
 
@@ -51,7 +56,7 @@ from PIL import Image  # noqa: E402
 
 import caprecon  # noqa: E402
 import tiny_models  # noqa: E402
-from bench_common import ReportTimer, write_samples  # noqa: E402
+from bench_common import ReportTimer, file_creation_ms, write_samples  # noqa: E402
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
@@ -122,6 +127,8 @@ def main() -> None:
         samples, rows = write_samples(tmp / "samples", args.samples)
 
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
+        print(f"creating a file in {tmp.parent}: {file_creation_ms(tmp):.3f} ms of CPU   "
+              f"(0.013 on tmpfs, 0.14-0.9 on ext4 without a journal, on the project's machine)")
         for steps in args.steps:
             t = time.perf_counter()
             generator = DiffusersGenerator(str(sd), steps=steps, batch_size=BATCH)
