@@ -25,7 +25,7 @@ a one-time cost that weighs on 256 samples.
 Before the rounds it prints what creating one file costs here, in the folder the benchmark
 writes to (the temporary folder: set TMPDIR to move it): each reconstruction is a new file and
 a fresh cache makes 512 folders, and on ext4 without a journal a new file costs up to a
-millisecond of kernel CPU, 40-70x what it costs on tmpfs (docs/scale.md).
+millisecond of kernel CPU, 10-70x what it costs on tmpfs (docs/scale.md).
 
 Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
 """
@@ -128,7 +128,7 @@ def main() -> None:
 
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
         print(f"creating a file in {tmp.parent}: {file_creation_ms(tmp):.3f} ms of CPU   "
-              f"(0.013 on tmpfs, 0.14-0.9 on ext4 without a journal, on the project's machine)")
+              f"(0.02 on tmpfs, 0.14-0.9 on ext4 without a journal, on the project's machine)")
         for steps in args.steps:
             t = time.perf_counter()
             generator = DiffusersGenerator(str(sd), steps=steps, batch_size=BATCH)

@@ -6,7 +6,6 @@ with and without it)."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -16,14 +15,16 @@ from PIL import Image
 
 def file_creation_ms(folder: Path, n: int = 200) -> float:
     """CPU milliseconds (user + kernel) this process spends creating one empty file in a new
-    folder under `folder`: 0.013 on tmpfs on the project's machine, 0.14-0.9 on its ext4 without a
-    journal, where the kernel looks up recently freed inodes before reusing one. The
-    files stay: deleting them would make the next files the benchmark creates dearer still."""
+    folder under `folder`, opened as the store opens each reconstruction's file (`create_file`);
+    what it costs by file system: docs/scale.md. The files stay: deleting them would make the
+    next files the benchmark creates dearer still (ext4 without a journal)."""
+    from caprecon.core.paths import create_file
+
     probe = folder / "file-creation-probe"
     probe.mkdir(parents=True)
     started = time.process_time()
     for i in range(n):
-        os.close(os.open(probe / f"f{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        create_file(probe / f"f{i}").close()
     return (time.process_time() - started) / n * 1e3
 
 
