@@ -28,16 +28,20 @@ import re
 import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from caprecon.core.checks import number_problem
+from tqdm.auto import tqdm
+
+from caprecon.core.checks import count_problem, number_problem
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.normalise import normalise_caption
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics import Context, Metric
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
-from caprecon.run.local import FailureWatch, isolated
+from caprecon.run.local import MetricRunner
 from caprecon.run.roles import Roles
 from caprecon.run.score import build_metrics
 
@@ -60,7 +64,9 @@ def repetition(caption: str, n: int = 3) -> float:
 @dataclass(frozen=True)
 class Guards:
     """The terms that keep a policy from gaming the reward (see the module's docstring); a weight
-    of 0 turns its term off. `Guards.off()` turns all of them off."""
+    of 0 turns its term off. `Guards.off()` turns all of them off. Every setting is checked here,
+    when the guards are built: `length_target` and `repetition_n` whole numbers >= 1, the weights
+    finite numbers >= 0."""
 
     length_target: int = 60
     length_weight: float = 0.5
@@ -69,12 +75,14 @@ class Guards:
     hallucination_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.length_target < 1 or self.repetition_n < 1:
-            raise ConfigError(f"guards: length_target and repetition_n must be at least 1, not "
-                              f"{self.length_target} and {self.repetition_n}")
+        for name in ("length_target", "repetition_n"):
+            problem = count_problem(getattr(self, name), 1)
+            if problem:
+                raise ConfigError(f"guards: {name} {problem}")
         for name in ("length_weight", "repetition_weight", "hallucination_weight"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"guards: {name} must be a number >= 0, not {getattr(self, name)!r}")
+            problem = number_problem(getattr(self, name), 0.0)
+            if problem:
+                raise ConfigError(f"guards: {name} {problem}")
 
     @classmethod
     def off(cls) -> "Guards":
@@ -89,19 +97,30 @@ class Guards:
 
 def completion_text(completion: Any) -> str:
     """A completion's text: a string as it is; in TRL's conversational form (a list of messages),
-    the last assistant message's content, whose text parts are joined when it is a list of parts."""
+    the last assistant message's content, whose text parts are joined when it is a list of parts.
+    A content of None (a reply of tool calls alone) and a text part of None hold no text; anything
+    else that is not text (a number, a mapping) is refused with `ConfigError`."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
         completion = [completion]
     if isinstance(completion, Sequence):
         replies = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
-        if replies:
-            content = replies[-1].get("content", "")
-            if isinstance(content, str):
-                return content
-            return " ".join(part.get("text", "") for part in content
-                            if isinstance(part, Mapping) and part.get("type", "text") == "text")
+        if not replies:
+            raise ConfigError("a completion in TRL's conversational form needs an assistant message; this one has "
+                              f"{len(completion)} message(s) and none from the assistant")
+        content = replies[-1].get("content")
+        if content is None or isinstance(content, str):
+            return content or ""
+        if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
+            raise ConfigError(f"the assistant message's content is a {type(content).__name__}, not text or a list "
+                              "of parts")
+        texts = [part.get("text") for part in content
+                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
+        for text in texts:
+            if text is not None and not isinstance(text, str):
+                raise ConfigError(f"a text part of the assistant message holds a {type(text).__name__}, not text")
+        return " ".join(text for text in texts if text)
     raise ConfigError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
 
 
@@ -122,28 +141,39 @@ def _image_source(image: Any) -> Any:
     return image
 
 
+def _as_list(what: str, values: Any) -> list[Any]:
+    """A column of the call as a list (an iterator is read once); a lone string is refused, since
+    it would be read as one caption per character."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{what} must be a list with one entry per completion, not a {type(values).__name__}")
+    return list(values)
+
+
 class Reward:
     """A caprecon reward: picklable, batched, cached; see the module's docstring.
 
     `metrics`: metric names (`recon`, `clipscore`, `distilled:PATH`, ...) or `Metric` objects
-    (default: the config's, else recon); `weights`: one per metric, or {name: weight} (default 1
-    each). `guards`: a `Guards` (default: all on), or None for none. `empty`: the reward of an
-    empty completion (no metric can score it, and a policy must not learn that silence is safe).
-    `preset`, `config` and `settings` are those of `caprecon.score` (generator, embedder, judge,
-    llm, cache_dir, seed, ...). Models load on the first call; a pickled copy (a trainer's worker)
-    loads its own.
+    (default: the config's, else recon), each at most once; `weights`: one per metric, or
+    {name: weight} (default 1 each). `guards`: a `Guards` (default: all on), or None for none.
+    `empty`: the reward of an empty completion, whatever the metrics, weights and guards (no metric
+    can score it, and a policy must not learn that silence is safe). `progress`: a progress bar
+    over each call's scoring (False: none). `preset`, `config` and `settings` are those of
+    `caprecon.score` (generator, embedder, judge, llm, cache_dir, seed, ...), and a (picture,
+    caption) gets the value `score` gives it under them. Every setting is checked here, before any
+    model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
     """
 
     def __init__(self, metrics: Sequence[str | Metric] | str | None = None,
                  weights: Sequence[float] | Mapping[str, float] | None = None, *, preset: str | None = None,
                  config: str | Path | None = None, guards: Guards | None = Guards(), empty: float = 0.0,
-                 log_parts: bool = True, **settings: Any):
+                 log_parts: bool = True, progress: bool = True, **settings: Any):
         metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
         names = [m for m in metrics if isinstance(m, str)]
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
         self.metrics = metrics or list(self.cfg.metrics)
         labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+        check_once(labels)
         if weights is None:
             self.weights = [1.0] * len(self.metrics)
         elif isinstance(weights, Mapping):
@@ -162,11 +192,17 @@ class Reward:
                 if problem:
                     raise ConfigError(f"weight of {name} {problem}")
             self.weights = [float(w) for w in given]
+        if guards is not None and not isinstance(guards, Guards):
+            raise ConfigError(f"guards must be a caprecon.Guards or None, not a {type(guards).__name__}")
         self.guards = guards or Guards.off()
         self.hallucination = (self.guards.hallucination_weight > 0 and self.cfg.judge is not None
                               and self.cfg.llm is not None and "halluc" not in labels)
+        problem = number_problem(empty)
+        if problem:
+            raise ConfigError(f"empty (the reward of an empty completion) {problem}")
         self.empty = float(empty)
         self.log_parts = log_parts
+        self.progress = progress
         self._built: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
@@ -184,6 +220,7 @@ class Reward:
         if self._built is None:
             roles = Roles(self.cfg)
             built = [build_metrics(m, roles, self.cfg) for m in self.metrics]
+            check_once([m.headline for m in built])  # two objects of one metric write one column
             if self.hallucination:
                 built.append(build_metrics("halluc", roles, self.cfg))
             self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
@@ -200,29 +237,42 @@ class Reward:
                 "guards": self.guards.__dict__, "hallucination_guard": self.hallucination, "empty": self.empty,
                 "models": built["roles"].describe(), "store": built["ctx"].store.describe()}
 
-    def __call__(self, images: Sequence[Any] | None = None, captions: Sequence[str] | None = None, *,
-                 prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                 completion_ids: Any = None, image: Sequence[Any] | None = None,
+    def __call__(self, images: Iterable[Any] | None = None, captions: Iterable[str] | None = None, *,
+                 prompts: Sequence[Any] | None = None, completions: Iterable[Any] | None = None,
+                 completion_ids: Any = None, image: Iterable[Any] | None = None,
                  log_metric: Callable[[str, float], None] | None = None, **columns: Any) -> list[float | None]:
         """TRL's form (keywords: `completions` and the dataset's `image` or `images` column, one per
-        completion), or `reward(images, captions)`. One reward per completion; None where it has no
-        single image or a metric failed on it (TRL skips those)."""
+        completion), or `reward(images, captions)`. One reward per completion: `empty` for an empty
+        one; None where it has no single image or a metric failed on it (TRL skips those). Inputs
+        that cannot be read (a caption that is not text, columns of different lengths) raise
+        `ConfigError` naming the row, before any scoring."""
         if completions is not None:
-            captions = [completion_text(c) for c in completions]
+            captions = []
+            for row, completion in enumerate(_as_list("completions", completions)):
+                try:
+                    captions.append(completion_text(completion))
+                except ConfigError as exc:
+                    raise ConfigError(f"completion {row}: {exc}") from None
             pictures = image if image is not None else images
             if pictures is None:
                 raise ConfigError("the reward needs the picture each completion describes: give the dataset an "
                                   "`image` (or `images`) column")
-            pictures = [row_image(p) if image is not None else row_image(images=p) for p in pictures]
+            pictures = [row_image(p) if image is not None else row_image(images=p)
+                        for p in _as_list("image" if image is not None else "images", pictures)]
         else:
             if images is None or captions is None:
                 raise ConfigError("call the reward as reward(images, captions) or with TRL's keywords "
                                   "(completions=..., image=...)")
-            pictures = list(images)
+            pictures, captions = _as_list("images", images), _as_list("captions", captions)
+            for row, caption in enumerate(captions):
+                if not isinstance(caption, str):
+                    raise ConfigError(f"caption {row} is a {type(caption).__name__}, not text: {caption!r:.60}")
         if len(pictures) != len(captions):
-            raise ConfigError(f"{len(pictures)} images but {len(captions)} completions")
-        parts = self.parts(pictures, captions)
-        totals = [None if any(v is None for v in row) else math.fsum(row) for row in zip(*parts.values())]
+            raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
+                              "completion")
+        parts, empty = self._parts(pictures, captions)
+        totals = [self.empty if blank else None if any(v is None for v in row) else math.fsum(row)
+                  for blank, row in zip(empty, zip(*parts.values()))]
         if log_metric is not None and self.log_parts:
             for name, values in {**parts, "reward": totals}.items():
                 known = [v for v in values if v is not None]
@@ -231,46 +281,45 @@ class Reward:
         return totals
 
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
-        """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their sum."""
+        """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
+        sum, except for an empty caption, whose reward is `empty` and whose parts are all None."""
+        return self._parts(list(images), list(captions))[0]
+
+    def _parts(self, images: list[Any], captions: list[str]) -> tuple[dict[str, list[float | None]], list[bool]]:
+        """The parts, and which captions are empty (their reward `empty`, their parts None)."""
+        if self.cfg.normalise_captions:  # as `score` reads them under the same settings
+            captions = [normalise_caption(c) for c in captions]
+        empty = [not caption.strip() for caption in captions]
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
             built = self._build()
-            unique: dict[tuple[str, str], LoadedSample] = {}
-            row_keys: list[tuple[str, str] | None] = []
+            unique: dict[tuple[str, str, str], LoadedSample] = {}
+            row_keys: list[tuple[str, str, str] | None] = []
             bases: dict[int, LoadedSample | Exception] = {}
             for i, (picture, caption) in enumerate(zip(images, captions)):
-                row_keys.append(self._key(i, picture, caption, bases, unique))
+                row_keys.append(None if empty[i] else self._key(i, picture, caption, bases, unique))
             names = [m.headline for m in built["metrics"]]
-            scored = {name: self._score(metric, list(unique.values()), built["ctx"])
-                      for name, metric in zip(names, built["metrics"])}
-        keys = list(unique)
-        position = {k: j for j, k in enumerate(keys)}
+            scored = self._score_all(built["metrics"], list(unique.values()), built["ctx"])
+        position = {k: j for j, k in enumerate(unique)}
         parts: dict[str, list[float | None]] = {}
-        for name, weight in zip(names, self.weights):
-            parts[name] = [self._part(scored[name], position, key, caption, weight)
-                           for key, caption in zip(row_keys, captions)]
+        for name, weight, values in zip(names, self.weights, scored):
+            parts[name] = [None if key is None or values[position[key]] is None else weight * values[position[key]]
+                           for key in row_keys]
         if self.hallucination:
-            rate = parts.pop("halluc")
-            parts["hallucination"] = [None if v is None else -self.guards.hallucination_weight * (1.0 - v)
-                                      for v in rate]
+            rate = scored[-1]
+            parts["hallucination"] = [None if key is None or rate[position[key]] is None
+                                      else -self.guards.hallucination_weight * (1.0 - rate[position[key]])
+                                      for key in row_keys]
         if self.guards.length_weight:
-            parts["length"] = [self.guards.length(c) for c in captions]
+            parts["length"] = [None if blank else self.guards.length(c) for blank, c in zip(empty, captions)]
         if self.guards.repetition_weight:
-            parts["repetition"] = [self.guards.repetition(c) for c in captions]
-        return parts
-
-    def _part(self, values: list[Any], position: dict, key: Any, caption: str, weight: float) -> float | None:
-        if key is None:
-            return None
-        if key == "empty":
-            return self.empty
-        value = values[position[key]]
-        return None if value is None else weight * value
+            parts["repetition"] = [None if blank else self.guards.repetition(c) for blank, c in zip(empty, captions)]
+        return parts, empty
 
     def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
-        """The row's (image content key, caption), its item added to `unique` when new; "empty" for
-        an empty caption, None for a row without a readable picture."""
-        if not isinstance(caption, str) or not caption.strip():
-            return "empty"
+        """The row's (picture's content key, its image id, caption), its item added to `unique` when
+        new; None for a row without a readable picture. The image id is `score`'s for a file (its
+        name), and the content key for a picture in memory or as bytes, which nothing else names:
+        the reconstruction's seed derives from it, so a completion gets the reward `score` gives it."""
         if picture is None:
             return None
         source = _image_source(picture)
@@ -278,29 +327,48 @@ class Reward:
         if base is None:
             try:
                 base = read_image(Sample(id=str(row), image=source, caption=caption))
-                base.sample = replace(base.sample, image_id=base.image_key[:32], candidate=0)
+                if not isinstance(source, (str, Path)):
+                    base.sample = replace(base.sample, image_id=base.image_key[:32])
             except SampleError as exc:
                 log.warning("reward: row %d: %s", row, exc)
                 base = exc
             bases[id(picture)] = base
         if isinstance(base, Exception):
             return None
-        key = (base.image_key, caption)
+        key = (base.image_key, base.sample.image_id, caption)
         if key not in unique:
             unique[key] = base.with_caption(caption)
         return key
 
-    def _score(self, metric: Metric, items: list[LoadedSample], ctx: Context) -> list[float | None]:
-        if not items:
-            return []
-        results = isolated(lambda part: metric.score(part, ctx), items, FailureWatch(metric.name))
-        values: list[float | None] = []
-        for item, result in zip(items, results):
-            value = None if isinstance(result, Exception) else result.get(metric.headline)
-            if isinstance(result, Exception):
-                log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
-            values.append(value if isinstance(value, (int, float)) and math.isfinite(value) else None)
-        return values
+    def _score_all(self, metrics: list[Metric], items: list[LoadedSample], ctx: Context) -> list[list[float | None]]:
+        """Each metric's headline value per item (None where it failed on the item), scored in the
+        run's batches under a progress bar, each batch held to the metric contract as a run holds it."""
+        batch = self.cfg.batch_size
+        out: list[list[float | None]] = [[] for _ in metrics]
+        with tqdm(total=len(items) * len(metrics), desc="reward", unit="caption", disable=not self.progress,
+                  leave=False, dynamic_ncols=True) as bar:
+            for metric, values in zip(metrics, out):
+                runner = MetricRunner(metric, ctx, batch)
+                for start in range(0, len(items), batch):
+                    part = items[start : start + batch]
+                    for item, result in zip(part, runner.score(part)):
+                        if isinstance(result, Exception):
+                            log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
+                            values.append(None)
+                        else:
+                            value = result.get(metric.headline)
+                            values.append(float(value) if is_number(value) else None)
+                    bar.update(len(part))
+        return out
+
+
+def check_once(labels: Sequence[str]) -> None:
+    """Each metric of a reward at most once: named twice, its parts would collapse into one and
+    the weights would no longer sum as given."""
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ConfigError(f"metric {', '.join(twice)} is named more than once; name each metric once and give it "
+                          f"the weight you want (weights={{{twice[0]!r}: 2.0}})")
 
 
 class AsyncReward(Reward):
