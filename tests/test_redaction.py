@@ -243,3 +243,16 @@ def test_an_unreachable_server_with_a_password_ends_every_command_in_one_masked_
     if command in ("refine", "meta"):  # the error reaches the command line: the one path says how to go on
         assert done.stderr.strip().splitlines()[-1].endswith(
             f"what finished is kept in {world['out']}: once the server answers, run the same command again to resume")
+
+
+def test_a_caprecon_record_is_masked_as_it_is_made_whatever_handler_shows_it(caplog):
+    # a Python program's own handler (here pytest's, on the root), not the command line's filter
+    log = logging.getLogger("caprecon.models.some_backend")
+    try:
+        raise ConnectionError("cannot reach http://bob:pw-made-7311@10.0.0.1/v1")
+    except ConnectionError as exc:
+        with caplog.at_level(logging.WARNING):
+            log.warning("%s; retrying", exc, exc_info=True)
+    [ours] = caplog.records
+    assert ours.getMessage() == "cannot reach http://***@10.0.0.1/v1; retrying"
+    assert "pw-made-7311" not in caplog.text and "http://***@10.0.0.1" in ours.exc_text  # the traceback too

@@ -322,12 +322,12 @@ def test_trl_shaped_inputs_it_takes(tmp_path, pictures):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda r, p: r(completions=[[{"role": "assistant", "content": 42}]], image=[p]), "completion 0: .*content is a int"),
+    (lambda r, p: r(completions=[[{"role": "assistant", "content": 42}]], image=[p]), "completion 0: .*content is an int"),
     (lambda r, p: r(completions=["a", [{"role": "assistant", "content": [{"type": "text", "text": 7}]}]],
-                    image=[p, p]), "completion 1: a text part .* holds a int"),
+                    image=[p, p]), "completion 1: a text part .* holds an int"),
     (lambda r, p: r(completions=[[{"role": "user", "content": "describe"}]], image=[p]),
      "completion 0: .*needs an assistant message"),
-    (lambda r, p: r([p, p], ["red circle", 42]), "caption 1 is a int, not text"),
+    (lambda r, p: r([p, p], ["red circle", 42]), "caption 1 is an int, not text"),
     (lambda r, p: r([p], "red circle"), "captions must be a list"),
     (lambda r, p: r(completions=["a", "b", "c"], image=[p, p]), "2 images but 3 completions"),
     (lambda r, p: r([p, p, p], ["a"]), "3 images but 1 completions"),

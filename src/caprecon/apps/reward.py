@@ -4,13 +4,15 @@
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds_with_an_image_column, ...)
     reward(images, captions)  # the same reward outside TRL: one float per caption
 
-One call scores a whole generation batch. Identical (image, caption) pairs in it are scored once,
-every model result goes through the store (a caption seen before costs lookups), and each caption's
-reconstruction seed derives from its image's content alone (the row's candidate index is not used),
-so the same completion always gets the same reward, whatever its place in the batch.
+One call scores a whole generation batch. Identical (picture content, caption) pairs in it are
+scored once, every model result goes through the store (a caption seen before costs lookups), and
+each caption's reconstruction seed derives from its picture (a file by its name, as `score` names it;
+a picture in memory or as bytes by its content), never from the row, so the same completion always
+gets the same reward, whatever its place in the batch, and the value `score` gives the same pair
+under the same settings.
 
 The reward is the weighted sum of its metrics plus the guards, each a part of its own, logged
-through TRL's `log_metric` as `caprecon/<part>`:
+through TRL's `log_metric` as `caprecon/<part>`; an empty completion's reward is `empty` alone:
 - length: -length_weight * max(0, words / length_target - 1): nothing up to the target, then a
   penalty growing with the overshoot (TRL's overlong punishment, on tokens, can stand beside it);
 - repetition: -repetition_weight * the share of the caption's word n-grams (n = repetition_n)
@@ -113,15 +115,20 @@ def completion_text(completion: Any) -> str:
         if content is None or isinstance(content, str):
             return content or ""
         if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
-            raise ConfigError(f"the assistant message's content is a {type(content).__name__}, not text or a list "
-                              "of parts")
+            raise ConfigError(f"the assistant message's content is {_kind(content)}, not text or a list of parts")
         texts = [part.get("text") for part in content
                  if isinstance(part, Mapping) and part.get("type", "text") == "text"]
         for text in texts:
             if text is not None and not isinstance(text, str):
-                raise ConfigError(f"a text part of the assistant message holds a {type(text).__name__}, not text")
+                raise ConfigError(f"a text part of the assistant message holds {_kind(text)}, not text")
         return " ".join(text for text in texts if text)
-    raise ConfigError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
+    raise ConfigError(f"a completion must be a string or a list of messages, not {_kind(completion)}")
+
+
+def _kind(value: Any) -> str:
+    """`an int`, `a str`: what a value is, for messages."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def row_image(image: Any = None, images: Any = None) -> Any:
@@ -145,7 +152,7 @@ def _as_list(what: str, values: Any) -> list[Any]:
     """A column of the call as a list (an iterator is read once); a lone string is refused, since
     it would be read as one caption per character."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ConfigError(f"{what} must be a list with one entry per completion, not a {type(values).__name__}")
+        raise ConfigError(f"{what} must be a list with one entry per completion, not {_kind(values)}")
     return list(values)
 
 
@@ -266,7 +273,7 @@ class Reward:
             pictures, captions = _as_list("images", images), _as_list("captions", captions)
             for row, caption in enumerate(captions):
                 if not isinstance(caption, str):
-                    raise ConfigError(f"caption {row} is a {type(caption).__name__}, not text: {caption!r:.60}")
+                    raise ConfigError(f"caption {row} is {_kind(caption)}, not text: {caption!r:.60}")
         if len(pictures) != len(captions):
             raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
                               "completion")

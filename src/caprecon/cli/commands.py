@@ -11,7 +11,7 @@ import sys
 
 from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Parser, Writes, add_image_root_options, add_run_options,
                                  global_options, plugin_option, run_command, run_settings)
-from caprecon.core.errors import ConfigError, ServerError
+from caprecon.core.errors import ConfigError, MetricContractError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
 from caprecon.data.qa import QABankError
@@ -22,7 +22,8 @@ from caprecon.store.index import StoreError
 # reader of stdout went away, as `caprecon ... | head` does
 INTERRUPTED, READER_GONE = 130, 141
 # what the user can fix: printed as one line, never a traceback
-USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError)
+USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError,
+               MetricContractError)  # a plug-in metric's code is wrong (`reward-audit` raises it as it is)
 # a disk that cannot take what a command writes: the user's to fix, like a bad setting
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 

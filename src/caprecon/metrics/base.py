@@ -24,7 +24,7 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequenc
 import numpy as np
 from PIL import Image
 
-from caprecon.core.errors import ConfigError
+from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.recent import Recent
 from caprecon.core.records import is_number
 from caprecon.models.embedder import ImageEmbedder
@@ -196,11 +196,6 @@ class Column:
         return (max if self.higher_is_better else min)(values, key=lambda pair: pair[0])[1]
 
 
-class MetricContractError(RuntimeError):
-    """A metric broke its contract (see `checked_rows`): its code is wrong, not the rows, so a run
-    stops on it (keeping what it finished) and a `Reward` call raises it."""
-
-
 #: how far past a declared bound a value may lie and still count as inside: the rounding of a
 #: cosine computed in float32 ((1 + cos) / 2 of two equal unit vectors is 1 + 6e-8)
 RANGE_SLACK = 1e-6
@@ -211,7 +206,7 @@ def check_columns(metric: Metric) -> None:
     its bounds numbers (or None) with `low` not above `high`. Raises `ConfigError` naming the metric
     and the column, before any work."""
     for column in metric.columns:
-        where = f"metric {metric.name or type(metric).__name__}: column {column.name!r}"
+        where = f"metric contract: {metric.name or type(metric).__name__}: column {column.name!r}"
         if column.higher_is_better not in (True, False, None):
             raise ConfigError(f"{where}: higher_is_better must be True, False or None (neither), not "
                               f"{column.higher_is_better!r}")
@@ -228,21 +223,21 @@ def checked_rows(metric: Metric, count: int, rows: Any) -> list[dict[str, Any]]:
     relies on (the run, `score`, the `Reward`): one dict per item, in order; each with the metric's
     headline field; each declared column present as a number (None: no value) inside its declared
     range. Anything else raises `MetricContractError` naming the metric, the row and the problem."""
-    name = metric.name or type(metric).__name__
+    where = f"metric contract: {metric.name or type(metric).__name__}"
     try:
         rows = list(rows)
     except TypeError:
-        raise MetricContractError(f"metric {name}: score returned a {type(rows).__name__}, not a list of one dict "
+        raise MetricContractError(f"{where}: score returned a {type(rows).__name__}, not a list of one dict "
                                   f"per item") from None
     if len(rows) != count:
-        raise MetricContractError(f"metric {name}: score returned {len(rows)} rows for {count} items; it must return "
+        raise MetricContractError(f"{where}: score returned {len(rows)} rows for {count} items; it must return "
                                   f"one dict per item, in order")
     columns = {c.name: c for c in metric.columns}
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
-            raise MetricContractError(f"metric {name}: row {i} of the batch is a {type(row).__name__}, not a dict")
+            raise MetricContractError(f"{where}: row {i} of the batch is a {type(row).__name__}, not a dict")
         if metric.headline not in row:
-            raise MetricContractError(f"metric {name}: row {i} of the batch has no {metric.headline!r} (its headline "
+            raise MetricContractError(f"{where}: row {i} of the batch has no {metric.headline!r} (its headline "
                                       f"column); it wrote {', '.join(map(repr, row)) or 'nothing'}")
         for key, column in columns.items():
             value = row.get(key)
@@ -251,10 +246,10 @@ def checked_rows(metric: Metric, count: int, rows: Any) -> list[dict[str, Any]]:
             if hasattr(value, "item") and type(value).__module__ == "numpy":
                 value = value.item()  # a numpy scalar is a number (the run writes it as one)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise MetricContractError(f"metric {name}: row {i} of the batch has {key} = {value!r:.60}, but the "
+                raise MetricContractError(f"{where}: row {i} of the batch has {key} = {value!r:.60}, but the "
                                           f"column is declared a number")
             if math.isfinite(value) and not _inside(value, column):
-                raise MetricContractError(f"metric {name}: row {i} of the batch has {key} = {value!r}, outside the "
+                raise MetricContractError(f"{where}: row {i} of the batch has {key} = {value!r}, outside the "
                                           f"declared range [{column.low}, {column.high}]")
     return rows
 

@@ -34,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.metrics.base import Context, Metric, MetricContractError, checked_rows
+from caprecon.core.errors import MetricContractError
+from caprecon.metrics.base import Context, Metric, checked_rows
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
