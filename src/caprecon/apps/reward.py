@@ -277,7 +277,8 @@ class Reward:
         if len(pictures) != len(captions):
             raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
                               "completion")
-        parts, empty = self._parts(pictures, captions)
+        parts = self.parts(pictures, captions)
+        empty = [not caption.strip() for caption in self._read(captions)]
         totals = [self.empty if blank else None if any(v is None for v in row) else math.fsum(row)
                   for blank, row in zip(empty, zip(*parts.values()))]
         if log_metric is not None and self.log_parts:
@@ -290,12 +291,7 @@ class Reward:
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
         """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
         sum, except for an empty caption, whose reward is `empty` and whose parts are all None."""
-        return self._parts(list(images), list(captions))[0]
-
-    def _parts(self, images: list[Any], captions: list[str]) -> tuple[dict[str, list[float | None]], list[bool]]:
-        """The parts, and which captions are empty (their reward `empty`, their parts None)."""
-        if self.cfg.normalise_captions:  # as `score` reads them under the same settings
-            captions = [normalise_caption(c) for c in captions]
+        images, captions = list(images), self._read(captions)
         empty = [not caption.strip() for caption in captions]
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
             built = self._build()
@@ -320,7 +316,11 @@ class Reward:
             parts["length"] = [None if blank else self.guards.length(c) for blank, c in zip(empty, captions)]
         if self.guards.repetition_weight:
             parts["repetition"] = [None if blank else self.guards.repetition(c) for blank, c in zip(empty, captions)]
-        return parts, empty
+        return parts
+
+    def _read(self, captions: Sequence[str]) -> list[str]:
+        """The captions as the metrics read them: cleaned as `score` cleans them under the same settings."""
+        return [normalise_caption(c) for c in captions] if self.cfg.normalise_captions else list(captions)
 
     def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
         """The row's (picture's content key, its image id, caption), its item added to `unique` when
@@ -415,7 +415,7 @@ def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequenc
                  preset: str | None = None, config: str | Path | None = None, images_root: str | Path | None = None,
                  max_image_bytes: int | None = None, **settings: Any) -> Audit:
     """`caprecon reward-audit`: how the `Reward` built from `metrics`, `weights`, `guards` and the run
-    settings (those of `caprecon.score`) responds to padding and repetition on the captions of
+    settings (those of `caprecon.score`, and the reward's `progress`) responds to padding and repetition on the captions of
     `samples` (a file as `score` reads it, or rows), before training with it (see `audit`). An input
     of no rows gives an audit of 0 captions, and no model loads.
 
