@@ -306,6 +306,9 @@ MUTANTS = [
     Mutant("a stage's missing results asked for again for ever", "run/local.py", "if len(done) != len(part):",
            "if len(done) > len(part):",
            ("tests/test_metric_contract.py::test_a_stage_that_returns_fewer_results_than_rows_stops_instead_of_spinning",)),
+    Mutant("contract: a broken metric's batch retried on Ray", "run/ray.py",
+           "except (RunError, MetricContractError) as stop:", "except RunError as stop:",
+           ("tests/test_metric_contract.py::test_on_ray_a_broken_metric_stops_the_run_at_once_naming_it",)),
 ]
 
 

@@ -130,3 +130,27 @@ def test_a_stage_that_returns_fewer_results_than_rows_stops_instead_of_spinning(
                                                  "row, in order")):
         isolated(fewer, [1, 2, 3], FailureWatch("generator"))
     assert calls == [3]
+
+
+def test_on_ray_a_broken_metric_stops_the_run_at_once_naming_it(tmp_path):
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
+    import os
+    from pathlib import Path
+
+    import caprecon
+    import contract_metrics
+    from caprecon import score
+
+    tests = Path(__file__).parent
+    # the workers import the caprecon this test imported (a mutated copy's, under scripts/mutants.py)
+    path = os.pathsep.join([str(Path(caprecon.__file__).parents[1]), str(tests), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}})
+    try:
+        with pytest.raises(RunError, match=re.escape(BREAKING["FewerRows"])) as stop:
+            score([{"id": str(k), "caption": c} for k, c in enumerate(CAPTIONS)], [contract_metrics.FewerRows()],
+                  batch_size=2, executor="ray", ray={"workers": 1, "retries": 3}, cache_dir=str(tmp_path / "cache"))
+        assert "retries" not in str(stop.value)  # stopped at once: retrying a broken metric's batch cannot help
+    finally:
+        ray.shutdown()
