@@ -358,7 +358,10 @@ def test_a_reward_call_shows_its_progress_unless_told_not_to(tmp_path, pictures,
     reward, _ = make(tmp_path)
     reward([pictures[0], pictures[1]], ["red circle", "green triangle"])
     shown = capsys.readouterr().err
+    assert "reward: loading models" in shown  # the first call loads them
     assert "reward:" in shown and "/2 [" in shown  # a bar over the two captions, cleared when done
+    reward([pictures[1]], ["blue square"])
+    assert "loading" not in capsys.readouterr().err  # once
     quiet, _ = make(tmp_path, progress=False)
     quiet([pictures[0]], ["blue square"])
     assert capsys.readouterr().err == ""

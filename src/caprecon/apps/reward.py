@@ -163,8 +163,8 @@ class Reward:
     (default: the config's, else recon), each at most once; `weights`: one per metric, or
     {name: weight} (default 1 each). `guards`: a `Guards` (default: all on), or None for none.
     `empty`: the reward of an empty completion, whatever the metrics, weights and guards (no metric
-    can score it, and a policy must not learn that silence is safe). `progress`: a progress bar
-    over each call's scoring (False: none). `preset`, `config` and `settings` are those of
+    can score it, and a policy must not learn that silence is safe). `progress`: progress bars over
+    each call's scoring and the first call's model loading (False: none). `preset`, `config` and `settings` are those of
     `caprecon.score` (generator, embedder, judge, llm, cache_dir, seed, ...), and a (picture,
     caption) gets the value `score` gives it under them. Every setting is checked here, before any
     model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
@@ -226,10 +226,12 @@ class Reward:
     def _build(self) -> dict[str, Any]:
         if self._built is None:
             roles = Roles(self.cfg)
-            built = [build_metrics(m, roles, self.cfg) for m in self.metrics]
+            wanted = [*self.metrics, *(["halluc"] if self.hallucination else [])]
+            # the first call loads the models (seconds to minutes): a bar says so before any scoring
+            with tqdm(wanted, desc="reward: loading models", unit="metric", disable=not self.progress, leave=False,
+                      dynamic_ncols=True) as metrics:
+                built = [build_metrics(m, roles, self.cfg) for m in metrics]
             check_once([m.headline for m in built])  # two objects of one metric write one column
-            if self.hallucination:
-                built.append(build_metrics("halluc", roles, self.cfg))
             self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
         return self._built
 
