@@ -391,12 +391,15 @@ PYTHON_PRELUDE = """\
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")  # a program's own handler
 import caprecon
-from caprecon.core.errors import ConfigError, MetricContractError, ServerError
+from caprecon.core import errors
 from caprecon.run.local import RunError
 from oracle import OracleGenerator, PixelEmbedder, render
+# an earlier caprecon (--before) may lack some of them
+REFUSALS = (RunError, *(getattr(errors, name) for name in ("ConfigError", "MetricContractError", "ServerError")
+                        if hasattr(errors, name)))
 try:
 {body}
-except (ConfigError, MetricContractError, RunError, ServerError) as exc:
+except REFUSALS as exc:
     print(f"caprecon: error: {{exc}}", file=sys.stderr)
     sys.exit(2)
 """
@@ -405,10 +408,12 @@ except (ConfigError, MetricContractError, RunError, ServerError) as exc:
 def reward_call(call: str, **options: str) -> Callable[[Workspace], str]:
     """A case's code: a `Reward` over the shapes world (its `options` added, as Python source) called as `call`."""
     settings = ", ".join(f"{k}={v}" for k, v in {"generator": "OracleGenerator()", "embedder": "PixelEmbedder()",
-                                                  "max_side": "32", "progress": "False", **options}.items())
+                                                  "max_side": "32", **options}.items())
 
-    def code(w: Workspace) -> str:
-        return (f"reward = caprecon.Reward(['recon'], cache_dir={str(w.root / 'c-reward')!r}, {settings})\n"
+    def code(w: Workspace) -> str:  # no progress bar where the reward has one (an earlier caprecon's has not)
+        return (f"quiet = {{'progress': False}} if 'progress' in __import__('inspect').signature(caprecon.Reward)"
+                f".parameters else {{}}\n"
+                f"reward = caprecon.Reward(['recon'], cache_dir={str(w.root / 'c-reward')!r}, {settings}, **quiet)\n"
                 f"picture = render('a red square', 32, 32)\n"
                 f"print(reward{call})\n")
     return code
@@ -473,7 +478,7 @@ CASES += [
          python=True),
     Case("Reward: a judge server's URL password, unreachable, retried", "secret",
          lambda w: reward_call("([picture], ['a red square'])")(w).replace("['recon']", "['vqascore']").replace(
-             "progress=False", "progress=False, judge='m', judge_options={'base_url': "
+             "max_side=32", "max_side=32, judge='m', judge_options={'base_url': "
              "'http://user:pw-attack-5150@127.0.0.1:9/v1', 'max_retries': 2, 'backoff': 0.0}"),
          ("cannot reach",), warned=True, python=True, absent=("pw-attack-5150",)),
 ]
