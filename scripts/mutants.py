@@ -224,6 +224,20 @@ MUTANTS = [
     Mutant("a tau row's variant ignored", "apps/metabench/__init__.py",
            '        ties = key if key in ("tau_b", "tau_c") else self.ties', "        ties = self.ties",
            ("tests/test_benchmark_layouts.py",)),
+    # the store for training: keep policies and the size cap (oldest first, down to 90 %)
+    Mutant("store keep: a record-only image found without records", "store/index.py",
+           "                if records and (checksum is None", "                if (checksum is None",
+           ("tests/test_keep.py",)),
+    Mutant("store keep: vectors writes the picture", "store/index.py",
+           '        if self.keep != "images":\n            return self._put_records',
+           '        if self.keep == "none":\n            return self._put_records', ("tests/test_keep.py",)),
+    Mutant("size cap prunes to the cap, not below it", "store/maintenance.py",
+           "goal = store.max_size * CAP_LOW_WATER", "goal = store.max_size", ("tests/test_keep.py",)),
+    Mutant("size cap deletes the newest first", "store/maintenance.py",
+           'FROM results ORDER BY created")]\n        total', 'FROM results ORDER BY created DESC")]\n        total',
+           ("tests/test_keep.py",)),
+    Mutant("size cap: at the cap counts as over it", "store/maintenance.py",
+           "        if total > store.max_size:", "        if total >= store.max_size:", ("tests/test_keep.py",)),
 ]
 
 
