@@ -224,6 +224,14 @@ MUTANTS = [
     Mutant("a tau row's variant ignored", "apps/metabench/__init__.py",
            '        ties = key if key in ("tau_b", "tau_c") else self.ties', "        ties = self.ties",
            ("tests/test_benchmark_layouts.py",)),
+    # the guards as TRL reward functions: tokens when TRL gives them, the rule of `Guards`
+    Mutant("TRL guard ignores completion_ids", "rewards.py", "        if completion_ids is not None:\n",
+           "        if False:\n", ("tests/test_trl_guards.py",)),
+    Mutant("TRL length guard gives the repetition term", "rewards.py", 'if self.__name__ == "length":',
+           'if self.__name__ != "length":', ("tests/test_trl_guards.py",)),
+    Mutant("guard repetition share over distinct n-grams inverted", "apps/reward.py",
+           "return 1.0 - len(set(grams)) / len(grams) if grams", "return len(set(grams)) / len(grams) if grams",
+           ("tests/test_trl_guards.py",)),
     # the store for training: keep policies and the size cap (oldest first, down to 90 %)
     Mutant("store keep: a record-only image found without records", "store/index.py",
            "                if records and (checksum is None", "                if (checksum is None",
