@@ -377,7 +377,7 @@ def serve(metrics: Sequence[str] | str | None = None, weights: Mapping[str, floa
         "command": "serve", "metrics": [m if isinstance(m, str) else m.name for m in reward.metrics],
         "weights": reward.weights, "guards": guards.__dict__, "empty": empty, "preset": preset,
         "settings": {k: v for k, v in vars(reward.cfg).items() if not k.startswith("_")},
-        "host": host, "port": port, "replicas": replicas, "auth": "bearer token" if token else "none",
+        "host": host, "port": port, "replicas": replicas, "access": "restricted" if token else "open",
         "image_root": str(image_root) if image_root is not None else None,
         "max_image_bytes": max_image_bytes or MAX_IMAGE_BYTES, "max_body_bytes": max_body_bytes or MAX_BODY_BYTES,
         "batch_requests": batch_requests, "batch_wait_s": batch_wait_s, "missing": missing,
