@@ -164,6 +164,38 @@ def test_every_image_form_keys_as_in_process(served, tmp_path):
     assert remote([grey], ["green triangle"]) == local([grey], ["green triangle"])
 
 
+def test_requests_batched_together_are_answered_apart(tmp_path):
+    service, generator = make_service(tmp_path)
+    first = service.parse({"captions": ["red circle", "red circle blue square"],
+                           "images": [encode_cell(PICTURES[0])] * 2})
+    second = service.parse({"captions": ["green triangle", "green triangle", "red circle"],
+                            "images": [{"encoded": "@@"}, encode_cell(PICTURES[1]), encode_cell(PICTURES[1])]})
+    one, two = service.score_many([first, second])  # as Ray Serve hands a replica one batch of two requests
+    assert one["parts"]["recon"] == pytest.approx([expected_recon(PICTURES[0], "red circle"),
+                                                   expected_recon(PICTURES[0], "red circle blue square")], abs=1e-6)
+    assert one["errors"] == {} and list(two["errors"]) == ["0"]
+    assert two["parts"]["recon"][0] is None
+    assert two["parts"]["recon"][1:] == pytest.approx([expected_recon(PICTURES[1], "green triangle"),
+                                                       expected_recon(PICTURES[1], "red circle")], abs=1e-6)
+    assert two["parts"]["length"] == pytest.approx([0.0, 0.0, 0.0])
+    assert len(generator.prompts) == 4
+
+
+def test_a_rotated_photo_is_sent_upright_as_reward_reads_it(served, tmp_path):
+    stand_in, _ = served
+    from caprecon.apps.reward import Reward
+
+    exif = Image.Exif()
+    exif[0x0112] = 6  # EXIF orientation: rotate 90 degrees to show it upright
+    path = tmp_path / "turned.jpg"
+    render("red circle green triangle", 96, 64).save(path, exif=exif, quality=95)
+    photo = Image.open(path)  # as a dataset hands it: EXIF not applied
+    local = Reward(["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=96, guards=guards(),
+                   cache_dir=str(tmp_path / "local-cache"))
+    want = local([photo], ["red circle green triangle"])
+    assert RemoteReward(stand_in.url)([photo], ["red circle green triangle"]) == want
+
+
 def test_rows_without_a_picture_and_bad_cells_are_row_errors(served, caplog):
     stand_in, _ = served
     remote = RemoteReward(stand_in.url)
@@ -260,8 +292,9 @@ def test_openrlhf_remote_reward_model_protocol(tmp_path):
         # OpenRLHF's caller (openrlhf/utils/remote_rm_utils.py, request_api_wrapper): POST the json, read "rewards"
         buffer = io.BytesIO()
         PICTURES[0].save(buffer, format="PNG")
-        data = {"query": ["<p>describe</p> green triangle", "<p>describe</p> red circle", "x"],
-                "prompts": ["<p>describe</p>", "<p>describe</p>", ""],
+        # the prompts name a shape: a caption that kept its prompt would draw it too
+        data = {"query": ["<p>not a blue square</p> green triangle", "<p>not a blue square</p> red circle", "x"],
+                "prompts": ["<p>not a blue square</p>", "<p>not a blue square</p>", ""],
                 "labels": ["g.png", "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode(), ""]}
         request = urllib.request.Request(stand_in.url + "/openrlhf", data=json.dumps(data).encode(),
                                          headers={"Content-Type": "application/json"})

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 256 * 2**20
 DEFAULT_PORT = 8000
 #: Ray Serve's batching: the most requests scored in one call, and how long the first waits for others
-BATCH_REQUESTS, BATCH_WAIT_S = 16, 0.01
+BATCH_REQUESTS, BATCH_WAIT_S = 16, 0.002
 
 
 def token_digest(token: str | None) -> str | None:
