@@ -257,13 +257,12 @@ MUTANTS = [
     Mutant("store keep: vectors writes the picture", "store/index.py",
            '        if self.keep != "images":\n            return self._put_records',
            '        if self.keep == "none":\n            return self._put_records', ("tests/test_keep.py",)),
-    Mutant("size cap prunes to the cap, not below it", "store/maintenance.py",
-           "goal = store.max_size * CAP_LOW_WATER", "goal = store.max_size", ("tests/test_keep.py",)),
-    Mutant("size cap deletes the newest first", "store/maintenance.py",
-           'FROM results ORDER BY created")]\n        total', 'FROM results ORDER BY created DESC")]\n        total',
-           ("tests/test_keep.py",)),
-    Mutant("size cap: at the cap counts as over it", "store/maintenance.py",
-           "        if total > store.max_size:", "        if total >= store.max_size:", ("tests/test_keep.py",)),
+    Mutant("size cap prunes to the cap, not below it", "store/index.py",
+           "goal = self.max_size * CAP_LOW_WATER", "goal = self.max_size", ("tests/test_keep.py",)),
+    Mutant("size cap deletes the newest first", "store/index.py",
+           'FROM results ORDER BY created")]', 'FROM results ORDER BY created DESC")]', ("tests/test_keep.py",)),
+    Mutant("size cap: at the cap counts as over it", "store/index.py",
+           "            if total > self.max_size:", "            if total >= self.max_size:", ("tests/test_keep.py",)),
 ]
 
 

@@ -19,7 +19,7 @@ from caprecon.apps.reward import Reward
 from caprecon.core.errors import ConfigError
 from caprecon.reports.html.collect import manifest_highlights
 from caprecon.store.index import Store
-from caprecon.store.maintenance import cache_verify, enforce_cap
+from caprecon.store.maintenance import cache_verify
 
 CAPTIONS = ["red circle blue square", "green triangle", "red circle"]
 
@@ -155,10 +155,10 @@ def test_size_cap_deletes_the_oldest_down_to_nine_tenths(tmp_path):
         store.put_json("answer", {f"k{i}": "x" * 98})
     assert [n for _, n in _sizes(tmp_path / "s")] == [100] * 10
     store.max_size = 500
-    assert enforce_cap(store) == 6  # 1000 bytes down to at most 450: six oldest go, 400 remain
+    assert store.enforce_cap() == 6  # 1000 bytes down to at most 450: six oldest go, 400 remain
     assert [k for k, _ in _sizes(tmp_path / "s")] == ["k6", "k7", "k8", "k9"]
     store.max_size = 400
-    assert enforce_cap(store) == 0  # at the cap is within it
+    assert store.enforce_cap() == 0  # at the cap is within it
 
 
 def test_a_capped_store_enforces_its_cap_as_it_writes(tmp_path):

@@ -65,6 +65,9 @@ LEASE_SECONDS = 120.0  # a claim's lifetime; its holder renews it every third of
 
 #: what a store keeps (see the module's docstring)
 KEEP_POLICIES = ("images", "vectors", "none")
+#: where the size cap prunes down to, as a share of the cap: room for a twentieth's writes, and more,
+#: before the next prune (pruning to the cap itself would prune again at the next write)
+CAP_LOW_WATER = 0.9
 #: the kind of an image's index row when its picture was not kept (`keep="vectors"`): "reconstruction-record"
 RECORD_ONLY = "-record"
 
@@ -498,15 +501,42 @@ class Store:
     def _mind_cap(self, written: int) -> None:
         """Enforce the size cap once a twentieth of it has been written since the last time (the
         count of the store's bytes is one query; each write paying for it would slow every batch)."""
-        from caprecon.store.maintenance import enforce_cap
-
         with self._lock:
             self._unchecked_bytes += written
             due = self._unchecked_bytes * 20 >= self.max_size
             if due:
                 self._unchecked_bytes = 0
         if due:
-            enforce_cap(self)
+            self.enforce_cap()
+
+    def enforce_cap(self) -> int:
+        """Keep the store within `max_size`: when its entries (values and picture files) hold more
+        bytes, delete the oldest until they hold at most `CAP_LOW_WATER` of it. Returns the entries
+        deleted. A store given a cap runs this itself as it writes (`--cache-max-size`); `cache prune
+        --max-size` deletes the oldest entries once, by hand, down to the size given."""
+        if self.max_size is None or self.read_only:
+            return 0
+        with self.transaction() as db:
+            # an image entry stored before sizes were recorded counts its record alone
+            entries = [(key, (value_bytes or 0) + (file_size or 0)) for key, value_bytes, file_size in db.execute(
+                "SELECT key, length(value), file_size FROM results ORDER BY created")]
+            total = sum(size for _, size in entries)
+            doomed = []
+            if total > self.max_size:
+                goal = self.max_size * CAP_LOW_WATER
+                for key, size in entries:  # oldest first
+                    if total <= goal:
+                        break
+                    doomed.append(key)
+                    total -= size
+                for chunk in _chunks(doomed, _MAX_PARAMS):
+                    db.execute(f"DELETE FROM results WHERE key IN ({_marks(len(chunk))})", list(chunk))
+        for key in doomed:
+            self.image_path(key).unlink(missing_ok=True)
+        if doomed:
+            log.info("cache %s over its cap of %d bytes: %d oldest entries deleted", self.root, self.max_size,
+                     len(doomed))
+        return len(doomed)
 
     def _register_model(self, model: Any) -> str | None:
         if model is None:

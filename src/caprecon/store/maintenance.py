@@ -11,7 +11,6 @@ know the store's schema and SQL.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import sqlite3
 import time
@@ -23,8 +22,6 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir, path_problem
 from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
                                   sha256)
-
-log = logging.getLogger(__name__)
 
 # the largest size and age prune takes: far beyond any disk or any cache's life, and finite (1e400GB is
 # inf as a float, which no byte count is)
@@ -320,42 +317,6 @@ def cache_prune(root: str | Path | None = None, *, older_than: float | None = No
     except sqlite3.OperationalError as exc:  # another process has the index open in a transaction
         report["note"] = f"index not compacted ({exc}); run prune again when the cache is idle"
     return report
-
-
-#: where the size cap prunes down to, as a share of the cap: room for a twentieth's writes, and more,
-#: before the next prune (pruning to the cap itself would prune again at the next write)
-CAP_LOW_WATER = 0.9
-
-
-def enforce_cap(store: Store) -> int:
-    """Keep `store` within its `max_size`: when its entries (values and picture files) hold more
-    bytes, delete the oldest until they hold at most `CAP_LOW_WATER` of it. Returns the entries
-    deleted. A store given a cap calls this itself as it writes (`Store(max_size=...)`, `--cache-max-size`);
-    `cache prune --max-size` deletes the oldest entries once, by hand, down to the size given."""
-    if store.max_size is None or store.read_only:
-        return 0
-    columns = _select(store, ["key", "kind", "length(value)", "file_size", "file_checksum"])
-    with store.transaction() as db:
-        entries = [(key, _entry_size(store, key, n, fsize, fchk is not None or kind == "reconstruction"))
-                   for key, kind, n, fsize, fchk in db.execute(f"SELECT {columns} FROM results ORDER BY created")]
-        total = sum(size for _, size in entries)
-        doomed = []
-        if total > store.max_size:
-            goal = store.max_size * CAP_LOW_WATER
-            for key, size in entries:  # oldest first
-                if total <= goal:
-                    break
-                doomed.append(key)
-                total -= size
-            for chunk in range(0, len(doomed), 900):
-                part = doomed[chunk : chunk + 900]
-                db.execute(f"DELETE FROM results WHERE key IN ({','.join('?' * len(part))})", part)
-    for key in doomed:
-        store.image_path(key).unlink(missing_ok=True)
-    if doomed:
-        log.info("cache %s over its cap of %d bytes: %d oldest entries deleted", store.root, store.max_size,
-                 len(doomed))
-    return len(doomed)
 
 
 def _matching_models(db: sqlite3.Connection, wanted: str, aliases: Collection[str]) -> set[str]:
