@@ -305,3 +305,35 @@ def test_openrlhf_remote_reward_model_protocol(tmp_path):
         assert reply["extra_logs"]["recon"] == pytest.approx(want, abs=1e-6)
     finally:
         stand_in.close()
+
+
+def test_the_command_passes_its_options_and_stops_on_a_signal(tmp_path, monkeypatch, capsys):
+    import signal
+
+    import caprecon.apps.serve as served_module
+    from clirun import run_cli
+
+    seen = {}
+
+    class Running:
+        url, replicas, manifest = "http://127.0.0.1:8123", 2, {"metrics": ["recon"]}
+
+        def stop(self, *, everything=False):
+            seen["stopped"] = everything
+
+    def fake_serve(metrics, weights, **options):
+        seen.update(metrics=metrics, weights=weights, **options)
+        threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,)).start()  # Ctrl-C, once it serves
+        return Running()
+
+    monkeypatch.setattr(served_module, "serve", fake_serve)
+    monkeypatch.setenv("MY_TOKEN", "tok-123")
+    code, out, err = run_cli(["serve", "-m", "recon", "--weight", "recon=2", "--replicas", "2", "--port", "8123",
+                              "--keep", "vectors", "--cache-max-size", "2GB", "--length-target", "40",
+                              "--token-env", "MY_TOKEN", "--preset", "offline"], capsys)
+    assert code == 0 and seen["stopped"] is True
+    assert seen["metrics"] == ["recon"] and seen["weights"] == {"recon": 2.0} and seen["replicas"] == 2
+    assert seen["keep"] == "vectors" and seen["cache_max_size"] == 2 * 10**9 and seen["length_target"] == 40
+    assert seen["token"] == "tok-123" and seen["host"] == "127.0.0.1" and seen["preset"] == "offline"
+    assert "serving recon on http://127.0.0.1:8123 with 2 replica(s); bearer token required" in err
+    assert "tok-123" not in out + err

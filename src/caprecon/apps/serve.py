@@ -317,27 +317,35 @@ def gpus_for(replicas: int, gpus: float | None) -> float:
 
 @dataclass
 class Service:
-    """A running service: its `url`; `stop()` takes it down."""
+    """A running service: its `url`; `stop()` takes it down, and with `everything` also Ray Serve and
+    the local Ray that `start` began (a Ray the caller had started stays up)."""
 
     url: str
     replicas: int
     manifest: dict[str, Any]
+    started_ray: bool = False
 
-    def stop(self) -> None:
+    def stop(self, *, everything: bool = False) -> None:
+        import ray
         from ray import serve
 
         serve.delete("caprecon")
+        if everything:
+            serve.shutdown()
+            if self.started_ray:
+                ray.shutdown()
 
 
 def start(settings: ServiceSettings, *, replicas: int = 1, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           gpus_per_replica: float | None = None, batch_requests: int = BATCH_REQUESTS,
           batch_wait_s: float = BATCH_WAIT_S, ray_address: str | None = None) -> Service:
     """Start the service on Ray Serve (a local Ray unless `ray_address`), and return once every replica
-    answers. The caller's Ray stays up after `stop()`; `ray.shutdown()` ends it."""
+    answers. A Ray the caller started stays up after `stop()`."""
     import ray
     from ray import serve
 
-    if not ray.is_initialized():
+    started_ray = not ray.is_initialized()
+    if started_ray:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     gpus = gpus_for(replicas, gpus_per_replica)
     serve.start(http_options={"host": host, "port": port})
@@ -347,7 +355,7 @@ def start(settings: ServiceSettings, *, replicas: int = 1, host: str = "127.0.0.
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
     settings.manifest.setdefault("replicas", replicas)
     settings.manifest.setdefault("gpus_per_replica", gpus)
-    return Service(url=f"http://{shown}:{port}", replicas=replicas, manifest=settings.manifest)
+    return Service(url=f"http://{shown}:{port}", replicas=replicas, manifest=settings.manifest, started_ray=started_ray)
 
 
 @holds_run_folder("out", inputs=("image_root",))

@@ -84,6 +84,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-    service.stop()
+    while not stop.wait(0.5):  # a wait without a timeout would let no signal handler run
+        pass
+    service.stop(everything=True)
     return 0
