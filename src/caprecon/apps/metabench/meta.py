@@ -33,7 +33,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
-from caprecon.apps.metabench.caparena import has_systems
+from caprecon.apps.metabench.caparena import check_human_ranking, has_systems
 from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
@@ -101,6 +101,7 @@ def meta(
     compare: Sequence[str] | None = None,
     model_level: bool = False,
     tie_band: str = "exact",
+    human_ranking: str = "published",
     verify: bool = False,
     tolerance: float = 1.0,
     expected: str | Path | None = None,
@@ -141,7 +142,7 @@ def meta(
     request = MetaRequest(judgments, metrics, out, scores, images, format, captions, bootstrap, seed, tau,
                           human_order, probes, triples, benchmark, data, compare, model_level, tie_band, verify,
                           tolerance, expected, every_benchmark, data_root, fit, fit_model, folds, save, fit_on,
-                          evaluate_on, progress)
+                          evaluate_on, progress, human_ranking)
     if score_metric == OWN:
         if llm is not None:  # a run setting here, as in `caprecon.score`: a name, or a model
             settings["llm"] = llm
@@ -300,6 +301,13 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
                         f"(benchmarks that do: thumb, caparena)")
     if req.tie_band != "exact" and benchmark.statistic != "caparena":
         raise MetaError(f"--tie-band applies to caparena's three-way agreement, not to {benchmark.name}")
+    if req.human_ranking != "published" and benchmark.statistic != "caparena":
+        raise MetaError(f"--human-ranking applies to caparena's model-level agreement, not to {benchmark.name}")
+    if benchmark.statistic == "caparena":
+        try:
+            check_human_ranking(judgments.items, req.human_ranking)
+        except ValueError as exc:
+            raise MetaError(f"--human-ranking {req.human_ranking}: {exc}") from None
     expected = read_expected(req.expected, benchmark.name) if req.expected else published_values(benchmark)
     if verifying and not expected:
         raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
@@ -328,7 +336,8 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
     if verifying:
-        table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped)
+        table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped,
+                                 human_ranking=req.human_ranking)
         results = MetaResults([], [protocol, *dict.fromkeys(score_notes)], req.out, benchmark.name, verify=table)
         if req.out:
             req.out.mkdir(parents=True, exist_ok=True)
@@ -382,7 +391,8 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
         return last["scores"]
 
     return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=req.seed, tie_band=req.tie_band,
-                         model_level=req.model_level, higher_is_better=directions)  # fmt: skip
+                         model_level=req.model_level, higher_is_better=directions,
+                         human_ranking=req.human_ranking)  # fmt: skip
 
 
 def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResults:
@@ -414,7 +424,9 @@ def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResul
                 continue
             try:
                 judgments = benchmark.load(str(path))
-            except JudgmentFormatError as exc:
+                if benchmark.statistic == "caparena":
+                    check_human_ranking(judgments.items, req.human_ranking)
+            except ValueError as exc:  # a JudgmentFormatError, or models the human ranking does not rank
                 reason = f"{benchmark.name}: {exc}"
                 table += [VerifyRow(benchmark.name, metric, key, math.nan, published.value, math.nan, req.tolerance,
                                     "skipped", published.source, reason) for metric, keys in expected.items()
@@ -423,7 +435,8 @@ def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResul
                 continue
             last: dict = {}
             rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, req, 0, last, notes)
-            table += beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=reference.skipped)
+            table += beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=reference.skipped,
+                                      human_ranking=req.human_ranking)
             meta_rows += rows
             if last:
                 write_scores(last["judgments"], last["samples"], last["scores"], req.out / f"scores-{benchmark.name}.csv")

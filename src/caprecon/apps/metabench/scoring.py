@@ -14,6 +14,7 @@ import numpy as np
 from caprecon.apps.metabench.request import MetaError, ScoreMetric
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records
+from caprecon.data.images import path_refusal
 from caprecon.data.judgments import Judgments
 from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
 from caprecon.data.samples import Sample
@@ -134,7 +135,8 @@ def score_judgments(
     A sample whose row names no image is scored by the reference metrics (text only) and left
     out of the others as a row error (NaN, counted as failed), each such row named in `notes`."""
     ids = [s.id for s in samples]
-    with_image = [i for i, s in enumerate(samples) if s.image is not None]
+    refused = {i: why for i, s in enumerate(samples) if (why := path_refusal(s))}
+    with_image = [i for i, s in enumerate(samples) if s.image is not None and i not in refused]
     if score_metric is None and (missing := [m for m in metrics if m not in given and m not in reference.names
                                              and m not in reference.skipped]):
         raise MetaError(f"metric {missing[0]!r} is neither a reference metric nor in the --scores file")
@@ -155,10 +157,14 @@ def score_judgments(
                 raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(scored)} samples")
             scores[name] = np.full(len(samples), math.nan)
             scores[name][with_image] = [math.nan if v is None else float(v) for v in values]
-            if len(scored) < len(samples) and notes is not None:
-                rows = [str(s.meta.get("judgment_row", s.id)) for s in samples if s.image is None]
+            rows = [str(s.meta.get("judgment_row", s.id)) for s in samples if s.image is None]
+            if rows and notes is not None:
                 notes.append(f"{name}: {len(rows)} row(s) name no image, left out as row errors "
                              f"(row {', '.join(rows[:5])}{', ...' if len(rows) > 5 else ''})")
+            if refused and notes is not None:  # never opened: their files are not the benchmark's to read
+                first, why = next(iter(refused.items()))
+                notes.append(f"{name}: {len(refused)} row(s) refused, left out as row errors (row "
+                             f"{samples[first].meta.get('judgment_row', samples[first].id)}: {why})")
         else:
             raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
     return scores

@@ -119,11 +119,13 @@ def _protocol(row: dict, where: str) -> dict[str, str]:
     return protocol
 
 
-def protocol_difference(benchmark: Benchmark, key: str, published: dict[str, str] | None) -> dict[str, tuple[str, str]]:
-    """field -> (published, this benchmark's) for each protocol field where they differ."""
+def protocol_difference(benchmark: Benchmark, key: str, published: dict[str, str] | None,
+                        human_ranking: str = "published") -> dict[str, tuple[str, str]]:
+    """field -> (published, this benchmark's) for each protocol field where they differ
+    (`human_ranking`: the one CapArena's model-level values were computed against)."""
     if published is None:
         return {}
-    ours = benchmark.protocol(key)
+    ours = benchmark.protocol(key, human_ranking)
     return {f: (published[f], ours[f]) for f in PROTOCOL_FIELDS if published[f] != ours[f]}
 
 
@@ -152,12 +154,13 @@ def compare(
     *,
     tolerance: float,
     skipped: Mapping[str, str],
+    human_ranking: str = "published",
 ) -> list[VerifyRow]:
     out = []
     for metric, keys in expected.items():
         for key, published in keys.items():
             ours = 100.0 * our_value(rows, metric, key)
-            differs = protocol_difference(benchmark, key, published.protocol)
+            differs = protocol_difference(benchmark, key, published.protocol, human_ranking)
             reason = ""
             if "refs" in differs:
                 status = "skipped"

@@ -41,7 +41,9 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
         return _own_caption_protocol(_flickr8k_hub(path, format), format)
     path = Path(path)
     if path.suffix.lower() != ".json" or not isinstance(data := load_json(path), dict):
-        return _own_caption_protocol(load_judgments(path, format), format)
+        judgments = load_judgments(path, format)
+        judgments.confined = True  # a benchmark's file: its images stay inside its folder (or --images)
+        return _own_caption_protocol(judgments, format)
     gathered: dict[tuple[str, str], Judgment] = {}
     for key, entry in data.items():
         where = f"{path} [{key!r}]"
