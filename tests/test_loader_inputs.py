@@ -178,3 +178,126 @@ def test_meta_names_the_refused_row_and_scores_the_rest(tmp_path, capsys):
     assert all("secret" not in str(image) for image in seen) and len(seen) == 2  # battle 2's captions only
     assert any("m: 2 row(s) refused, left out as row errors (row 1: image" in n and "lies outside --images" in n
                for n in results.notes), results.notes
+
+
+# ----------------------------------------------------------------------------- CapArena files
+
+
+def _battle(img, a, b, winner, caption1=None, caption2=None):
+    return {"img": img, "source1": a, "source2": b, "caption1": caption1 or f"{a} on {img}",
+            "caption2": caption2 or f"{b} on {img}", "ref": "r", "winner": winner, "cluster": "level 1"}
+
+
+def test_caparena_winner_outside_the_labels_is_an_error_naming_the_battle(tmp_path):
+    path = _json(tmp_path / "caparena_annots_eval.json", [_battle("1.jpg", "A", "B", "A"),
+                                                          _battle("2.jpg", "A", "B", "Tie")])
+    with pytest.raises(JudgmentFormatError, match=r"\[1\]: winner 'Tie' is neither source1 \('A'\), source2 \('B'\) "
+                                                  r"nor one of equal, skip, bad"):
+        get_benchmark("caparena").load(str(path))
+    for label in ("equal", "skip", "bad", "B"):  # the labels the file has
+        _json(path, [_battle("1.jpg", "A", "B", label)])
+        assert get_benchmark("caparena").load(str(path)).items[0].verdict == label
+
+
+def test_caparena_drops_a_model_against_itself_and_repeated_battles_and_says_so(tmp_path):
+    path = _json(tmp_path / "caparena_annots_eval.json", [
+        _battle("1.jpg", "A", "B", "A"), _battle("2.jpg", "A", "A", "equal"), _battle("3.jpg", "B", "C", "C"),
+        _battle("1.jpg", "A", "B", "B"),  # the first battle again, judged otherwise
+        _battle("1.jpg", "B", "A", "A", caption1="B on 1.jpg", caption2="A on 1.jpg"),  # and in the other order
+        _battle("1.jpg", "A", "B", "A", caption1="another caption of A")])  # fmt: skip
+    judgments = get_benchmark("caparena").load(str(path))
+    assert [it.row for it in judgments.items] == [1, 3, 6]
+    assert judgments.notes == [f"{path}: 1 battle(s) of a model against itself dropped ([1])",
+                               f"{path}: 2 repeated battle(s) dropped ([3] repeats [0], [4] repeats [0])"]
+    _json(path, [_battle("2.jpg", "A", "A", "equal")])
+    with pytest.raises(JudgmentFormatError, match=r"no battles \(.*1 battle\(s\) of a model against itself"):
+        get_benchmark("caparena").load(str(path))
+
+
+def _arena_meta(tmp_path, battles, *extra):
+    from caprecon.cli.meta import main as meta_main
+
+    folder = tmp_path / f"arena{len(list(tmp_path.iterdir()))}"
+    _json(folder / "caparena_annots_eval.json", battles)
+    return meta_main(["--benchmark", "caparena", "--data", str(folder), "--metric", "m", "--scores",
+                      str(_scores(folder, battles)), "--human-ranking", "recomputed", "--bootstrap", "0",
+                      "--out", str(folder / "out"), *extra])  # fmt: skip
+
+
+def _scores(folder: Path, battles) -> Path:
+    path = folder / "scores.csv"
+    rows = [[f"{k + 1}:{side}", 0.1 * k + (0.5 if side == "a" else 0.0)] for k in range(len(battles)) for side in "ab"]
+    return _csv(path, ["id", "m"], rows)
+
+
+def test_caparena_files_without_a_statistic_say_so(tmp_path, capsys):
+    every_human = [_battle(f"{k}.jpg", "A", "human", "human") for k in range(3)]
+    assert _arena_meta(tmp_path, every_human) == 2
+    assert "every battle involves the human caption, which CapArena's protocol leaves out" in capsys.readouterr().err
+
+    only_ties = [_battle("1.jpg", "A", "B", "equal"), _battle("2.jpg", "B", "C", "skip"),
+                 _battle("3.jpg", "A", "C", "bad"), _battle("4.jpg", "A", "human", "human")]
+    assert _arena_meta(tmp_path, only_ties) == 2
+    assert "people called every battle without the human caption a tie" in capsys.readouterr().err
+
+    two_models = [_battle("1.jpg", "A", "B", "A"), _battle("2.jpg", "A", "B", "B"), _battle("3.jpg", "A", "human", "A")]
+    assert _arena_meta(tmp_path, two_models, "--model-level") == 2
+    assert ("only 2 model(s) besides the human caption (A, B): a correlation of their rankings is ±1 by "
+            "construction; --model-level needs 3 or more") in capsys.readouterr().err
+    assert _arena_meta(tmp_path, two_models) == 0  # the caption-level agreement stands: battle 1 agrees, 2 not
+    out = capsys.readouterr().out
+    assert "so the model-level agreement is left out" in out
+    row = next(csv.DictReader((tmp_path / "arena3" / "out" / "meta.csv").open()))
+    assert row["value"] == "0.5" and "spearman_model" not in row
+
+
+# ----------------------------------------------------------------------------- EXPERT and Pascal-50S field types
+
+_ENTRY = {"imgid": "a", "mt": "a cat", "refs": ["a cat on a mat"], "score": 0.5}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("mt", 3, r"\[1\]: mt must be text, not the int 3"),
+    ("refs", "a cat|a mat", r"\[1\]: refs must be a list of captions, got 'a cat\|a mat'"),
+    ("refs", ["a cat", 7], r"\[1\]: each of refs must be text, not the int 7"),
+    ("score", float("nan"), r"\[1\]: score nan is not a finite number"),
+    ("score", "inf", r"\[1\]: score 'inf' is not a finite number"),
+    ("score", True, r"\[1\]: score True is not a finite number"),
+    ("imgid", ["a"], r"\[1\]: imgid must be an image's name"),
+])  # fmt: skip
+def test_expert_rows_of_the_wrong_type_are_refused_naming_the_row(tmp_path, field, value, message):
+    path = tmp_path / "nebula_test.json"
+    path.write_text(json.dumps([_ENTRY, {**_ENTRY, field: value}]))  # json writes NaN as NaN, as Python reads it
+    with pytest.raises(JudgmentFormatError, match=message):
+        get_benchmark("nebula-raw").load(str(path))
+    path.write_text(json.dumps([_ENTRY, _ENTRY]))
+    assert [it.caption for it in get_benchmark("nebula-raw").load(str(path)).items] == ["a cat", "a cat"]
+
+
+def test_an_empty_expert_list_says_it_is_empty(tmp_path):
+    path = tmp_path / "nebula_test.json"
+    path.write_text("[]")
+    for name in ("nebula-raw", "polaris"):
+        with pytest.raises(JudgmentFormatError, match=r"nebula_test.json: the list is empty: no rated captions"):
+            get_benchmark(name).load(str(path))
+
+
+_PAIR = {"image": "VOC2012/a.jpg", "captions": ["a plane", "an airplane"], "label": 0, "references": ["a jet"]}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"HC": [{**_PAIR, "references": "a jet|a plane"}]}, r"HC\[0\]: references must be a list of captions"),
+    ({"HC": [_PAIR], "XX": [_PAIR]}, r"unknown category 'XX'; Pascal-50S has HC, HI, HM, MM"),
+    ({"HC": [{**_PAIR, "preference": float("nan")}]}, r"HC\[0\]: preference nan is not a finite number"),
+    ({"HC": [{**_PAIR, "captions": ["a plane", 5]}]}, r"HC\[0\]: the second caption must be text"),
+    ({"HC": [{**_PAIR, "label": True}]}, r"HC\[0\]: `label` must be 0 or 1"),
+    ({"HC": ["a pair"]}, r"HC\[0\]: a pair is an object"),
+    ({"HC": {"0": _PAIR}}, r"HC: must be a list of pairs, not dict"),
+    ({"HC": [{**_PAIR, "image": 42}]}, r"HC\[0\]: `image` must be a file name"),
+])  # fmt: skip
+def test_pascal_rows_of_the_wrong_type_are_refused_naming_the_row(tmp_path, data, message):
+    path = _json(tmp_path / "pascal50s.json", data)
+    with pytest.raises(JudgmentFormatError, match=message):
+        get_benchmark("pascal50s").load(str(path))
+    _json(path, {"HC": [_PAIR], "MM": [{**_PAIR, "label": "1"}]})
+    assert [it.preference for it in get_benchmark("pascal50s").load(str(path)).items] == [1.0, 0.0]

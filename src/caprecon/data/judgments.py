@@ -104,6 +104,8 @@ class Judgments:
     #: whether the images the rows name must lie inside the root they resolve against (`samples`):
     #: a benchmark's files come from others; a judgments file of one's own is confined under --images
     confined: bool = True
+    #: what the loader dropped or could not use, a sentence each (a repeated battle, say), for the run's notes
+    notes: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -40,6 +40,7 @@ from caprecon.stats.elo import ELO_ROUNDS, ELO_SEED, Battle, bootstrap_elo, mean
 
 TIE_BANDS = ("exact", "matched")
 HUMAN_RANKINGS = ("published", "recomputed")
+MIN_MODELS = 3  # two models' rankings agree or disagree entirely: a correlation of ±1 says nothing
 # CapArena's human ranking, best first, as `caparena_metrics.py` fixes it (`ranking_human`)
 PUBLISHED_HUMAN_RANKING = (
     "GPT-4o-0806", "human", "Gemini-2.0-flash-exp", "InternVL2-26B", "Gemini-1.5-pro-002", "Claude-3.5-Sonnet-0620",
@@ -87,6 +88,27 @@ def check_human_ranking(items: Sequence[PairJudgment], human_ranking: str) -> No
                          "rank people by this file's own battles instead (--human-ranking recomputed)")
 
 
+def check_battles(items: Sequence[PairJudgment], *, model_level: bool = False) -> list[str]:
+    """A ValueError, before any scoring, where the battles cannot give CapArena's statistics: none
+    without the human caption, or people calling every one a tie; with `model_level`, fewer than three
+    models. The notes on what they cannot give otherwise (a model-level agreement of two models)."""
+    kept = [it for it in items if HUMAN_SOURCE not in it.systems]
+    if not kept:
+        raise ValueError("every battle involves the human caption, which CapArena's protocol leaves out: no battle "
+                         "is left to compare the metric with people on")
+    if all(it.preference == 0.5 for it in kept):
+        raise ValueError("people called every battle without the human caption a tie (equal, skip or bad): the "
+                         "agreement would count only the metric's ties, and people's Elo ranks no model")
+    models = sorted({m for it in kept for m in it.systems})
+    if len(models) >= MIN_MODELS:
+        return []
+    said = (f"only {len(models)} model(s) besides the human caption ({', '.join(models)}): a correlation of their "
+            "rankings is ±1 by construction")
+    if model_level:
+        raise ValueError(f"{said}; --model-level needs {MIN_MODELS} or more")
+    return [f"caparena: {said}, so the model-level agreement is left out"]
+
+
 def people_ranking(items: Sequence[PairJudgment], human_ranking: str, *, rounds: int = ELO_ROUNDS) -> dict[str, float]:
     """People's rating of the models other than `human` (higher is better), by `human_ranking`."""
     check_human_ranking(items, human_ranking)
@@ -108,6 +130,7 @@ def caparena_rows(name: str, judgments: Judgments, scores: Mapping[str, Sequence
     levels = np.array([it.category for it in items], dtype=object)
     images = np.array([it.image_id for it in items], dtype=object)
     reference = people_ranking(items, human_ranking, rounds=elo_rounds)
+    ranked = len({m for it in items for m in it.systems}) >= MIN_MODELS  # else check_battles says why not
     rows = []
     for metric, raw in scores.items():
         values = np.asarray(raw, float)
@@ -127,9 +150,10 @@ def caparena_rows(name: str, judgments: Judgments, scores: Mapping[str, Sequence
                  for lv in sorted(set(levels)) if (ok & (levels == lv)).any()}  # fmt: skip
         extra["ties_predicted"] = float((predicted[ok] == 0).sum())
         extra["ties_human"] = float((human[ok] == 0).sum())
-        model = rank_agreement(bootstrap_elo(_battles([items[i] for i in index], predicted[ok]), rounds=elo_rounds),
-                               reference)
-        extra.update(spearman_model=model.spearman, kendall_model=model.kendall, n_models=float(model.n_models))
+        if ranked:
+            model = rank_agreement(bootstrap_elo(_battles([items[i] for i in index], predicted[ok]),
+                                                 rounds=elo_rounds), reference)  # fmt: skip
+            extra.update(spearman_model=model.spearman, kendall_model=model.kendall, n_models=float(model.n_models))
         rows.append(MetaRow(judgments=name, metric=metric, statistic="agreement", value=agreement(np.arange(len(items))),
                             ci_low=low, ci_high=high, n=int(ok.sum()), n_images=len(set(images[ok])),
                             n_failed=int((~ok).sum()), extra=extra))  # fmt: skip

@@ -33,7 +33,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 import numpy as np
 
 from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
-from caprecon.apps.metabench.caparena import check_human_ranking, has_systems
+from caprecon.apps.metabench.caparena import check_battles, check_human_ranking, has_systems
 from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
@@ -303,7 +303,12 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
         raise MetaError(f"--tie-band applies to caparena's three-way agreement, not to {benchmark.name}")
     if req.human_ranking != "published" and benchmark.statistic != "caparena":
         raise MetaError(f"--human-ranking applies to caparena's model-level agreement, not to {benchmark.name}")
+    load_notes = list(judgments.notes)
     if benchmark.statistic == "caparena":
+        try:
+            load_notes += check_battles(judgments.items, model_level=req.model_level)
+        except ValueError as exc:
+            raise MetaError(f"{benchmark.name} ({req.data}): {exc}") from None
         try:
             check_human_ranking(judgments.items, req.human_ranking)
         except ValueError as exc:
@@ -338,14 +343,15 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
     if verifying:
         table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped,
                                  human_ranking=req.human_ranking)
-        results = MetaResults([], [protocol, *dict.fromkeys(score_notes)], req.out, benchmark.name, verify=table)
+        results = MetaResults([], [protocol, *load_notes, *dict.fromkeys(score_notes)], req.out, benchmark.name,
+                              verify=table)
         if req.out:
             req.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, req.out / "verify.csv")
             write_report(req.out)
         return results
 
-    notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes), *direction_notes(rows)]
+    notes = [protocol, *load_notes, *skipped.values(), *dict.fromkeys(score_notes), *direction_notes(rows)]
     results = MetaResults(rows, notes, req.out, benchmark.name, scores={benchmark.name: last["scores"]})
     req.out.mkdir(parents=True, exist_ok=True)
     write_scores(last["judgments"], last["samples"], last["scores"], req.out / f"scores-{benchmark.name}.csv")
@@ -424,15 +430,18 @@ def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResul
                 continue
             try:
                 judgments = benchmark.load(str(path))
+                load_notes = list(judgments.notes)
                 if benchmark.statistic == "caparena":
+                    load_notes += check_battles(judgments.items, model_level=req.model_level)
                     check_human_ranking(judgments.items, req.human_ranking)
-            except ValueError as exc:  # a JudgmentFormatError, or models the human ranking does not rank
+            except ValueError as exc:  # a JudgmentFormatError, battles without a statistic, or unranked models
                 reason = f"{benchmark.name}: {exc}"
                 table += [VerifyRow(benchmark.name, metric, key, math.nan, published.value, math.nan, req.tolerance,
                                     "skipped", published.source, reason) for metric, keys in expected.items()
                           for key, published in keys.items()]  # fmt: skip
                 notes.append(reason)
                 continue
+            notes += load_notes
             last: dict = {}
             rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, req, 0, last, notes)
             table += beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=reference.skipped,

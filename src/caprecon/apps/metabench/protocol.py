@@ -18,7 +18,7 @@ from caprecon.stats.agreement import MetaRow, direction_of, oriented, run_meta
 from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
-from caprecon.apps.metabench.caparena import caparena_rows, check_human_ranking, has_systems, model_level_rows
+from caprecon.apps.metabench.caparena import caparena_rows, check_battles, check_human_ranking, has_systems, model_level_rows
 from caprecon.data.loaders.pascal50s import pascal_reference_draws
 
 Scorer = Callable[[Judgments], Mapping[str, Sequence[float]]]
@@ -65,8 +65,9 @@ def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_
         return _averaged_draws(benchmark, judgments, score, seed=seed, tie_credit=tie_credit)
     if model_level and not has_systems(judgments):
         raise ValueError(f"{benchmark.name} does not name the model behind every caption; --model-level needs it")
-    if benchmark.statistic == "caparena":
-        check_human_ranking(judgments.items, human_ranking)  # before the scoring, which may take hours
+    if benchmark.statistic == "caparena":  # before the scoring, which may take hours
+        check_battles(judgments.items, model_level=model_level)
+        check_human_ranking(judgments.items, human_ranking)
     scores = score(judgments)
     if benchmark.statistic == "caparena":
         rows = caparena_rows(benchmark.name, judgments, scores, tie_band=tie_band, n_bootstrap=n_bootstrap, seed=seed,

@@ -56,7 +56,7 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
             caption = norm_text(first_field(judged, ("caption",)) or "")
             if not caption:
                 raise JudgmentFormatError(f"{spot}: no caption")
-            rating = as_number(judged.get("rating"), spot, "rating")
+            rating = as_number(judged.get("rating"), spot, "rating", finite=False)
             if math.isnan(rating):
                 continue
             _gather(gathered, str(key), str(judged.get("image_path") or image), caption, refs, rating)
@@ -70,7 +70,7 @@ def _flickr8k_hub(source: str | Path, format: str) -> Judgments:
     folder, rows = hub.read_rows(source, "test", config=config)
     gathered: dict[tuple[str, str], Judgment] = {}
     for where, record in row_records(rows, str(folder)):
-        image, caption, rating, refs = table_fields(record, where)
+        image, caption, rating, refs = table_fields(record, where, finite=False)  # NaN ratings dropped below
         if math.isnan(rating):
             continue
         _gather(gathered, Path(image).stem, image, caption, refs, rating)
