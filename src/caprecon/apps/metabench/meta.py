@@ -34,7 +34,7 @@ import numpy as np
 
 from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
 from caprecon.apps.metabench.caparena import check_battles, check_human_ranking, has_systems
-from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit
+from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit, refuse_unfittable_scores
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.request import MetaError, MetaRequest, ScoreMetric
@@ -219,6 +219,8 @@ def _run(req: MetaRequest, score_metric: ScoreMetric | None, llm: TextLLM | None
         for k, judgments in enumerate(files):
             samples = judgments.samples(req.images)
             given = read_scores(req.scores[k], samples) if req.scores else {}
+            if req.fit:  # what --fit cannot take is refused before this file is scored
+                refuse_unfittable_scores(judgments, given)
             scores = score_judgments(metrics, samples, reference, score_metric, given)
             file_columns = scores_file_columns(req.scores[k]) if req.scores else {}
             directions = metric_directions(scores, scored_columns, file_columns)
