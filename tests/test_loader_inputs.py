@@ -301,3 +301,35 @@ def test_pascal_rows_of_the_wrong_type_are_refused_naming_the_row(tmp_path, data
         get_benchmark("pascal50s").load(str(path))
     _json(path, {"HC": [_PAIR], "MM": [{**_PAIR, "label": "1"}]})
     assert [it.preference for it in get_benchmark("pascal50s").load(str(path)).items] == [1.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- meta verify
+
+
+def test_meta_verify_refuses_fit_options(tmp_path, capsys):
+    from caprecon.cli.meta import main as meta_main
+
+    path = _json(tmp_path / "pascal50s.json", {"HC": [_PAIR]})
+    for action, extra in ((["verify"], ["--fit"]), ([], ["--fit", "--save", str(tmp_path / "f.json")])):
+        assert meta_main([*action, "--benchmark", "pascal50s", "--data", str(path), "--out", str(tmp_path / "o"),
+                          *extra]) == 2  # fmt: skip
+        err = capsys.readouterr().err
+        assert f"{', '.join(o for o in extra if o.startswith('--'))}: " in err and "fits nothing" in err
+        assert "caprecon meta --judgments FILE... --fit" in err and not (tmp_path / "o" / "meta.csv").exists()
+
+
+def test_verify_all_says_a_pascal_file_without_hm_pairs_has_none(tmp_path, capsys):
+    from caprecon.cli.meta import main as meta_main
+
+    root = tmp_path / "data"
+    _json(root / "pascal50s.json", {"HC": [_PAIR, {**_PAIR, "label": 1}], "MM": [_PAIR]})
+    assert meta_main(["verify", "--all", "--data-root", str(root), "--metric", "bleu-4", "--out",
+                      str(tmp_path / "out")]) in (0, 1)  # fmt: skip
+    table = {(r["metric"], r["key"]): r for r in csv.DictReader((tmp_path / "out" / "verify.csv").open())
+             if r["benchmark"] == "pascal50s"}
+    assert table[("bleu-4", "HM")]["status"] == "skipped"
+    assert table[("bleu-4", "HM")]["reason"] == ("bleu-4 HM: the pascal50s file holds no HM items, so there is no "
+                                                 "HM value to check")  # fmt: skip
+    assert table[("bleu-4", "HC")]["status"] in ("pass", "fail")  # HC pairs are there: compared
+    others = {r["reason"] for (m, _), r in table.items() if m != "bleu-4"}
+    assert all("not scored (give its per-caption scores with --scores)" in r for r in others)

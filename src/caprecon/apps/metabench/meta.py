@@ -278,6 +278,12 @@ def _compare(req: MetaRequest, judgments: Judgments, scores: dict[str, np.ndarra
 
 def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
                    scored_columns: Mapping[str, Column] | None = None) -> MetaResults:
+    fitting = [name for name, value in (("--fit", req.fit), ("--save", req.save), ("--fit-on", req.fit_on),
+                                        ("--evaluate-on", req.evaluate_on)) if value]
+    if fitting:  # the benchmark path has no fit: accepted, they were silently ignored
+        raise MetaError(f"{', '.join(fitting)}: {'meta verify' if req.verify else '--benchmark'} runs a benchmark's "
+                        "pinned protocol and fits nothing; fit a combination on judgments files with "
+                        "`caprecon meta --judgments FILE... --fit`")
     if req.every_benchmark or req.data_root:
         return _verify_all(req, score_metric)
     if not req.benchmark or not req.data:
