@@ -4,6 +4,7 @@ or computed (reference metrics here, caprecon's own through `score`), and `score
 from __future__ import annotations
 
 import csv
+import logging
 import json
 import math
 from pathlib import Path
@@ -23,6 +24,8 @@ from caprecon.metrics.base import Column, read_columns
 from caprecon.metrics.reference import REFERENCE_METRICS, ReferenceMetrics, reference_metric_name
 from caprecon.stats.agreement import ASSUMED, LOWER, MetaRow, scores_from_records
 from caprecon.stats.seeds import unique_ids
+
+log = logging.getLogger(__name__)
 
 # Columns of scores-<file>.csv that describe the caption rather than score it.
 SCORES_INFO_COLUMNS = ("image_id", "caption", "human")
@@ -161,10 +164,13 @@ def score_judgments(
             if rows and notes is not None:
                 notes.append(f"{name}: {len(rows)} row(s) name no image, left out as row errors "
                              f"(row {', '.join(rows[:5])}{', ...' if len(rows) > 5 else ''})")
-            if refused and notes is not None:  # never opened: their files are not the benchmark's to read
+            if refused:  # never opened: their files are not the benchmark's to read
                 first, why = next(iter(refused.items()))
-                notes.append(f"{name}: {len(refused)} row(s) refused, left out as row errors (row "
-                             f"{samples[first].meta.get('judgment_row', samples[first].id)}: {why})")
+                said = (f"{name}: {len(refused)} row(s) refused, left out as row errors (row "
+                        f"{samples[first].meta.get('judgment_row', samples[first].id)}: {why})")
+                log.warning("%s", said)  # at once, on stderr: a file that reaches outside its folder is news
+                if notes is not None:
+                    notes.append(said)
         else:
             raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
     return scores

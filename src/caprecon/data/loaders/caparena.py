@@ -15,10 +15,13 @@ and captions, in either order), are dropped, each named in `Judgments.notes`.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from caprecon.data.judgments import PAIRS, JudgmentFormatError, Judgments, PairJudgment
 from caprecon.data.loaders.common import caption_text, norm_text
+
+log = logging.getLogger(__name__)
 
 CAPARENA_FILE = "caparena_annots_eval.json"
 NO_WINNER = ("equal", "skip", "bad")  # the labels of a battle neither caption won
@@ -75,4 +78,6 @@ def load_caparena(path: str | Path) -> Judgments:
         notes.append(f"{file}: {len(repeats)} repeated battle(s) dropped ({shown}{', ...' if len(repeats) > 5 else ''})")
     if not items:
         raise JudgmentFormatError(f"{file}: no battles" + (f" ({'; '.join(notes)})" if notes else ""))
+    for note in notes:
+        log.warning("%s", note)
     return Judgments(PAIRS, items, file, notes=notes)
