@@ -693,6 +693,11 @@ def test_caparena_human_ranking_is_the_published_one_by_default_and_says_which(t
     err = capsys.readouterr().err
     assert "--human-ranking published: A: not in CapArena's published human ranking" in err
     assert "(--human-ranking recomputed)" in err and not (tmp_path / "out" / "meta.csv").exists()
+    from caprecon.apps.metabench.meta import meta
+    from caprecon.apps.metabench.request import MetaError
+
+    with pytest.raises(MetaError, match="--human-ranking published: A: not in CapArena's published human ranking"):
+        meta(benchmark="caparena", data=tmp_path, metrics=["bleu-1"], out=tmp_path / "out2", score_metric=None)
     data = tmp_path / "p.json"
     data.write_text(json.dumps({"HC": [{"image": "i.jpg", "captions": ["a", "b"], "label": 0, "references": ["r"]}]}))
     assert meta_main(["--benchmark", "pascal50s", "--data", str(data), "--human-ranking", "recomputed",
