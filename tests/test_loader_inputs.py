@@ -106,15 +106,30 @@ def _captionevalkit(data: Path, name: str) -> Path:
     return data / "nebula"
 
 
+def _hub_table(data: Path, name: str) -> Path:
+    # a Hugging Face copy (Nebula's): a parquet shard whose stored image goes by the name it was stored under
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    (data / "Nebula" / "data").mkdir(parents=True, exist_ok=True)
+    kind = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    pq.write_table(pa.table({"file_name": [name], "image": pa.array([{"bytes": b"x", "path": name}], type=kind),
+                             "refs": [["r"]], "mt": ["a cat"], "human_score": [0.5]}),
+                   data / "Nebula" / "data" / "test-00000-of-00001.parquet")  # fmt: skip
+    return data / "Nebula"
+
+
 LOADERS = {"caparena": _caparena, "nebula-raw": _expert("nebula"), "polaris": _expert("polaris"),
            "pascal50s": _pascal, "flickr8k-expert": _flickr, "composite": _composite, "foil-polos-allref": _foil,
            "thumb": _thumb, "longcaparena-testb-desc": _longcap}  # fmt: skip
 
 
-@pytest.mark.parametrize("benchmark", [*LOADERS, "polaris-csv", "nebula-captionevalkit"])
+OTHER_COPIES = {"polaris-csv": ("polaris", _polaris), "nebula-captionevalkit": ("nebula-raw", _captionevalkit),
+                "nebula-hub": ("nebula-raw", _hub_table)}
+
+
+@pytest.mark.parametrize("benchmark", [*LOADERS, *OTHER_COPIES])
 def test_every_loader_refuses_an_image_outside_its_root(tmp_path, benchmark):
-    write = {"polaris-csv": _polaris, "nebula-captionevalkit": _captionevalkit}.get(benchmark) or LOADERS[benchmark]
-    name = {"polaris-csv": "polaris", "nebula-captionevalkit": "nebula-raw"}.get(benchmark, benchmark)
+    name, write = OTHER_COPIES.get(benchmark) or (benchmark, LOADERS[benchmark])
     images = tmp_path / "data" / "images"
     (images / "Nebula").mkdir(parents=True)
     (images / "Polaris").mkdir(parents=True)

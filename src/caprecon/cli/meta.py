@@ -53,8 +53,9 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--images", type=path_value, metavar="DIR",
-        help="folder the judgments' image names are relative to (default: the judgments file's folder); "
-        "the reference metrics do not open images",
+        help="folder the judgments' image names are relative to (default: the judgments file's folder), and "
+        "that every image a row names must lie inside (a benchmark's: always, inside the default too); the "
+        "reference metrics do not open images",
     )  # fmt: skip
     parser.add_argument(
         "--metric", nargs="+", action="extend", metavar="NAME",
