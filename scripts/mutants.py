@@ -253,6 +253,8 @@ MUTANTS = [
     Mutant("meta scores a refused row's image", "apps/metabench/scoring.py",
            "if s.image is not None and i not in refused]", "if s.image is not None]",
            ("tests/test_loader_inputs.py",)),
+    Mutant("bootstrap τ on no scored row", "stats/bootstrap.py", "    if not len(x):  # every row failed",
+           "    if False:  # every row failed", ("tests/test_loader_inputs.py",)),
     # CapArena files (issue 51, item 9)
     Mutant("CapArena winner outside the labels read as a tie", "data/loaders/caparena.py",
            "if winner not in (a, b, *NO_WINNER):", "if not winner:", ("tests/test_loader_inputs.py",)),

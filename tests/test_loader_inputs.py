@@ -5,6 +5,7 @@ blanks or ±1 by construction refused with a sentence that says so."""
 from __future__ import annotations
 
 import csv
+import math
 import json
 import os
 from pathlib import Path
@@ -348,3 +349,19 @@ def test_verify_all_says_a_pascal_file_without_hm_pairs_has_none(tmp_path, capsy
     assert table[("bleu-4", "HC")]["status"] in ("pass", "fail")  # HC pairs are there: compared
     others = {r["reason"] for (m, _), r in table.items() if m != "bleu-4"}
     assert all("not scored (give its per-caption scores with --scores)" in r for r in others)
+
+
+def test_expert_file_whose_every_image_lies_outside_ends_with_its_reason_not_a_traceback(tmp_path):
+    from caprecon.apps.metabench.meta import meta
+
+    images = tmp_path / "images"
+    (images / "Nebula").mkdir(parents=True)
+    path = _json(tmp_path / "annotations" / "nebula_test.json", [
+        {"imgid": "../../outside/secret", "mt": f"a cat {k}", "refs": ["r"], "score": k} for k in range(3)])
+    called = []
+    results = meta(benchmark="nebula-raw", data=path, images=images, metrics=["m"], out=tmp_path / "out",
+                   score_metric=lambda name, samples: called.append(samples) or [1.0] * len(samples),
+                   scorable={"m"}, bootstrap=20)  # the interval's bootstrap ran into an IndexError on no rows
+    (row,) = results.rows
+    assert called == [] and row.n == 0 and row.n_failed == 3 and math.isnan(row.ci_low)
+    assert any("m: 3 row(s) refused" in note and "lies outside --images" in note for note in results.notes)
