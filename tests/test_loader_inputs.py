@@ -263,6 +263,7 @@ def test_caparena_files_without_a_statistic_say_so(tmp_path, capsys):
     assert _arena_meta(tmp_path, two_models) == 0  # the caption-level agreement stands: battle 1 agrees, 2 not
     out = capsys.readouterr().out
     assert "so the model-level agreement is left out" in out
+    assert "model level: every battle without the human caption; models against people's Elo of the file" in out
     row = next(csv.DictReader((tmp_path / "arena3" / "out" / "meta.csv").open()))
     assert row["value"] == "0.5" and "spearman_model" not in row
 

@@ -32,7 +32,7 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
+from caprecon.apps.metabench import LAYOUTS, MODEL_LEVEL_KEYS, find_benchmarks, get_benchmark
 from caprecon.apps.metabench.caparena import check_battles, check_human_ranking, has_systems
 from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit, refuse_unfittable_scores
 from caprecon.apps.metabench.probes import run_probes
@@ -348,6 +348,8 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
+    if benchmark.statistic == "caparena":  # which people's ranking the model-level values are against
+        protocol += f"; model level: {benchmark.protocol(MODEL_LEVEL_KEYS[0], req.human_ranking)['sampling']}"
     if verifying:
         table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped,
                                  human_ranking=req.human_ranking)
