@@ -366,3 +366,23 @@ def test_expert_file_whose_every_image_lies_outside_ends_with_its_reason_not_a_t
     (row,) = results.rows
     assert called == [] and row.n == 0 and row.n_failed == 3 and math.isnan(row.ci_low)
     assert any("m: 3 row(s) refused" in note and "lies outside --images" in note for note in results.notes)
+
+
+@pytest.mark.parametrize("benchmark, data, message", [
+    ("composite", {"flickr8k": [{"image": "a.jpg", "caption": 4, "human": 4, "refs": ["r"]}]},
+     r"flickr8k\[0\]: caption must be text, not the int 4"),
+    ("composite", {"flickr8k": [{"image": "a.jpg", "caption": "a cat", "human": 4, "refs": "r|s"}]},
+     r"flickr8k\[0\]: refs must be a list of captions"),
+    ("composite", {"flickr8k": [{"image": "a.jpg", "caption": "a cat", "human": "nan", "refs": ["r"]}]},
+     r"flickr8k\[0\]: human 'nan' is not a finite number"),
+    ("flickr8k-expert", {"1": {"image_path": "a.jpg", "ground_truth": "a dog|a cat",
+                               "human_judgement": [{"caption": "a cat", "rating": 2}]}},
+     r"\['1'\]: ground_truth must be a list of captions"),
+    ("flickr8k-expert", {"1": {"image_path": "a.jpg", "ground_truth": ["a dog"],
+                               "human_judgement": [{"caption": 5, "rating": 2}]}},
+     r"human_judgement\[0\]: caption must be text"),
+])  # fmt: skip
+def test_expert_copies_of_composite_and_flickr8k_refuse_wrong_types(tmp_path, benchmark, data, message):
+    path = _json(tmp_path / ("composite.json" if benchmark == "composite" else "flickr8k.json"), data)
+    with pytest.raises(JudgmentFormatError, match=message):
+        get_benchmark(benchmark).load(str(path))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from caprecon.data.judgments import FLICKR8K_EXPERT, Judgment, JudgmentFormatError, Judgments, load_judgments
 from caprecon.data.loaders import hub
-from caprecon.data.loaders.common import as_number, first_field, load_json, norm_text, row_records, table_fields
+from caprecon.data.loaders.common import (as_number, caption_list, caption_text, first_field, load_json, norm_text,
+                                          row_records, table_fields)
 
 
 def load_flickr8k(path: str | Path, format: str) -> Judgments:
@@ -49,11 +50,11 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
         where = f"{path} [{key!r}]"
         if not isinstance(entry, dict) or "human_judgement" not in entry:
             raise JudgmentFormatError(f"{where}: expected an object with `ground_truth` and `human_judgement`")
-        refs = [norm_text(r) for r in entry.get("ground_truth") or []]
+        refs = caption_list(entry.get("ground_truth") or [], where, "ground_truth", written=False)
         image = str(entry.get("image_path") or key)
         for k, judged in enumerate(entry["human_judgement"]):
             spot = f"{where} human_judgement[{k}]"
-            caption = norm_text(first_field(judged, ("caption",)) or "")
+            caption = caption_text(first_field(judged, ("caption",)) or "", spot, "caption")
             if not caption:
                 raise JudgmentFormatError(f"{spot}: no caption")
             rating = as_number(judged.get("rating"), spot, "rating", finite=False)
