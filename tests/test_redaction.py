@@ -46,7 +46,8 @@ def test_of_the_field_names_the_project_writes_only_token_itself_is_secret():
         if path.name != "redaction.py":
             names |= set(re.findall(r"(?=[\"']-*((?:[A-Za-z][\w-]*)?token[\w-]*)[\"'])", path.read_text(), re.IGNORECASE))
     assert {"max_new_tokens", "tokens_cut", "clip_tokens_cut", "token"} <= names  # the scan sees them
-    assert {n for n in names if is_secret_name(n)} == {"token"}
+    # and the environment variable holding the service's bearer token: `CAPRECON_SERVE_TOKEN=...` is masked
+    assert {n for n in names if is_secret_name(n)} == {"token", "CAPRECON_SERVE_TOKEN"}
 
 
 def test_manifest_is_masked_by_name_and_harmless_fields_kept():

@@ -249,8 +249,11 @@ def test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards(
                     max_side=96, cache_dir=str(tmp_path / "cache"), empty=-1.0, progress=False,
                     guards=Guards(length_target=1, repetition_n=1))
     assert reward([pictures[0]] * 3, ["", "  \n ", "\t"]) == [-1.0, -1.0, -1.0]
-    parts = reward.parts([pictures[0]], [" "])
-    assert all(values == [None] for values in parts.values())  # no part scored it: `empty` is the whole reward
+    # the parts sum to the reward (as a served reward's client sums them): 0 each, and `empty`
+    parts = reward.parts([pictures[0]] * 2, [" ", "red circle"])
+    assert parts == {"recon": [0.0, pytest.approx(3.0 * expected_recon(pictures[0], "red circle"), abs=1e-6)],
+                     "bleu-1": [0.0, None], "length": [0.0, -0.5 * (2 / 1 - 1)], "repetition": [0.0, 0.0],
+                     "empty": [-1.0, 0.0]}
     guarded = Reward(["recon"], generator=CountingOracle(), embedder=PixelEmbedder(), max_side=96, empty=-0.25,
                      cache_dir=str(tmp_path / "cache"), progress=False)
     assert guarded(completions=[[{"role": "assistant", "content": None}]], image=[pictures[1]]) == [-0.25]

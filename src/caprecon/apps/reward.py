@@ -12,7 +12,8 @@ gets the same reward, whatever its place in the batch, and the value `score` giv
 under the same settings.
 
 The reward is the weighted sum of its metrics plus the guards, each a part of its own, logged
-through TRL's `log_metric` as `caprecon/<part>`; an empty completion's reward is `empty` alone:
+through TRL's `log_metric` as `caprecon/<part>`; an empty completion's parts are 0 but one, `empty`,
+which holds its reward (`Reward(empty=...)`):
 - length: -length_weight * max(0, words / length_target - 1): nothing up to the target, then a
   penalty growing with the overshoot (TRL's overlong punishment, on tokens, can stand beside it);
 - repetition: -repetition_weight * the share of the caption's word n-grams (n = repetition_n)
@@ -292,19 +293,21 @@ class Reward:
             raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
                               "completion")
         parts = self.parts(pictures, captions)
-        empty = [not caption.strip() for caption in self._read(captions)]
-        totals = [self.empty if blank else None if any(v is None for v in row) else math.fsum(row)
-                  for blank, row in zip(empty, zip(*parts.values()))]
+        totals = [None if any(v is None for v in row) else math.fsum(row) for row in zip(*parts.values())]
         if log_metric is not None and self.log_parts:
+            blank = parts.get(EMPTY_PART, [0.0] * len(totals))
             for name, values in {**parts, "reward": totals}.items():
-                known = [v for v in values if v is not None]
-                if known:
+                # a part's mean over the completions it scored: an empty one's zeros would only dilute it
+                known = [v for v, b in zip(values, blank) if v is not None and (name == "reward" or b == 0.0)]
+                if known and name != EMPTY_PART:
                     log_metric(f"caprecon/{name}", math.fsum(known) / len(known))
         return totals
 
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
         """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
-        sum, except for an empty caption, whose reward is `empty` and whose parts are all None."""
+        sum (None where a part is None). When a caption is empty, every part of it is 0 and one more
+        part, `empty`, holds the reward of an empty completion (0 for the other captions), so the sum
+        is `empty` whatever the metrics, weights and guards."""
         images, captions = list(images), self._read(captions)
         empty = [not caption.strip() for caption in captions]
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
@@ -317,19 +320,22 @@ class Reward:
             names = [m.headline for m in built["metrics"]]
             scored = self._score_all(built["metrics"], list(unique.values()), built["ctx"])
         position = {k: j for j, k in enumerate(unique)}
+
+        def part(values: list[float | None], term: Callable[[float], float]) -> list[float | None]:
+            return [0.0 if blank else None if key is None or values[position[key]] is None
+                    else term(values[position[key]]) for blank, key in zip(empty, row_keys)]
+
         parts: dict[str, list[float | None]] = {}
         for name, weight, values in zip(names, self.weights, scored):
-            parts[name] = [None if key is None or values[position[key]] is None else weight * values[position[key]]
-                           for key in row_keys]
+            parts[name] = part(values, lambda value, weight=weight: weight * value)
         if self.hallucination:
-            rate = scored[-1]
-            parts["hallucination"] = [None if key is None or rate[position[key]] is None
-                                      else -self.guards.hallucination_weight * (1.0 - rate[position[key]])
-                                      for key in row_keys]
-        if self.guards.length_weight:
-            parts["length"] = [None if blank else self.guards.length(c) for blank, c in zip(empty, captions)]
+            parts["hallucination"] = part(scored[-1], lambda rate: -self.guards.hallucination_weight * (1.0 - rate))
+        if self.guards.length_weight:  # an empty caption has no words: its terms are 0
+            parts["length"] = [self.guards.length(c) for c in captions]
         if self.guards.repetition_weight:
-            parts["repetition"] = [None if blank else self.guards.repetition(c) for blank, c in zip(empty, captions)]
+            parts["repetition"] = [self.guards.repetition(c) for c in captions]
+        if any(empty):
+            parts[EMPTY_PART] = [self.empty if blank else 0.0 for blank in empty]
         return parts
 
     def _read(self, captions: Sequence[str]) -> list[str]:
@@ -381,6 +387,10 @@ class Reward:
                             values.append(float(value) if is_number(value) else None)
                     bar.update(len(part))
         return out
+
+
+#: the part that holds the reward of an empty completion (present when a call has one)
+EMPTY_PART = "empty"
 
 
 def check_once(labels: Sequence[str]) -> None:
