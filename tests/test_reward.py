@@ -205,6 +205,9 @@ def test_reward_gives_what_score_gives_for_the_same_picture_and_caption(tmp_path
     assert scored == pytest.approx(by_hand, abs=1e-6) and by_hand[0] < 0.99  # the noise shows
     reward = Reward(["recon"], generator=SeededOracle(), guards=None, progress=False, **models)
     assert reward([str(p) for p in paths], captions) == pytest.approx(scored, abs=1e-6)
+    # a dataset's undecoded cell: its bytes, named by its path (as a served reward sends a file)
+    cells = [{"bytes": p.read_bytes(), "path": f"elsewhere/{p.name}"} for p in paths]
+    assert reward(cells, captions) == pytest.approx(scored, abs=1e-6)
     # one noise for every caption (the ReconScore paper's policy): a picture in memory scores as its file
     fixed = {**models, "seed_policy": "fixed", "cache_dir": str(tmp_path / "fixed")}
     scored = score([{"id": "a", "image": str(paths[0]), "caption": captions[0]}], ["recon"], generator=SeededOracle(),

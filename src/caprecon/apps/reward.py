@@ -345,16 +345,20 @@ class Reward:
     def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
         """The row's (picture's content key, its image id, caption), its item added to `unique` when
         new; None for a row without a readable picture. The image id is `score`'s for a file (its
-        name), and the content key for a picture in memory or as bytes, which nothing else names:
+        name; a dataset cell's `path` names its bytes), and the content key for a picture in memory
+        or as bare bytes, which nothing else names:
         the reconstruction's seed derives from it, so a completion gets the reward `score` gives it."""
         if picture is None:
             return None
         source = _image_source(picture)
+        # a file's name: the path, or a dataset cell's `path` beside its bytes
+        name = picture.get("path") if isinstance(picture, Mapping) else source if isinstance(source, (str, Path)) else None
         base = bases.get(id(picture))  # a dataset repeats one image object across its G completions
         if base is None:
             try:
-                base = read_image(Sample(id=str(row), image=source, caption=caption))
-                if not isinstance(source, (str, Path)):
+                base = read_image(Sample(id=str(row), image=source, caption=caption,
+                                         image_id=Path(name).stem if name else ""))
+                if not name:
                     base.sample = replace(base.sample, image_id=base.image_key[:32])
             except SampleError as exc:
                 log.warning("reward: row %d: %s", row, exc)
