@@ -250,6 +250,12 @@ MUTANTS = [
     Mutant("merge writes no report.html", "run/shards.py",
            '    write_reports(out_dir, records, summary, manifest.get("metric_names") or summarised)', "    pass",
            ("tests/test_scale.py",)),
+    # cache verify on a damaged index (issue 51 item 17): one line naming the file, exit 1
+    Mutant("cache verify on a damaged index exits 0", "cli/cache.py",
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 1',
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
+    Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
+           "    if False:  # SQLite", ("tests/test_store.py",)),
 ]
 
 
