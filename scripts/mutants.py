@@ -256,6 +256,25 @@ MUTANTS = [
            '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
     Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
            "    if False:  # SQLite", ("tests/test_store.py",)),
+    # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
+    Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",
+           "found = registry.import_plugin(name)",
+           'found = getattr(__import__(name.split(":")[0], fromlist=["_"]), name.split(":")[1])',
+           ("tests/test_open_metrics.py",)),
+    # failures explained (issue 51 item 23): a server's failure says how to go on; a foreign error keeps its type
+    Mutant("a model server's failure loses its advice", "run/local.py",
+           'return f"the model server failed: {text}; {RESUME_AFTER_SERVER}"', 'return text',
+           ("tests/test_messages.py",)),
+    Mutant("a server's failure counted under its client's class", "run/local.py",
+           '    if isinstance(exc, ServerError):  # the server\'s failure, whichever client class said it',
+           '    if False:  # the server\'s failure, whichever client class said it', ("tests/test_messages.py",)),
+    Mutant("an unexpected error loses its type", "run/local.py",
+           '(an unexpected {type(exc).__name__} inside the model or metric', '(an unexpected error inside the model or metric',
+           ("tests/test_messages.py",)),
+    # a module:Class in the working folder says PYTHONPATH is what is missing (issue 51 item 15)
+    Mutant("a missing plug-in module gives no PYTHONPATH advice", "models/registry.py",
+           "if exc.name and module.split(\".\")[0] == exc.name else \"\")", "if False else \"\")",
+           ("tests/test_docs.py::test_a_user_metric_in_the_working_folder_needs_pythonpath",)),
 ]
 
 

@@ -109,7 +109,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(f"cache: {root}")
-        print(f"index: {report['index_file']}: {report['index']}")
+        print(f"index: {report['index']}" if report["index"] == "ok" else
+              f"index: {report['index_file']}: {report['index']}")
         if "salvaged" in report:
             print(f"  moved aside to {report['moved_aside']}; {report['salvaged']} readable rows kept")
     if damaged:  # nothing else could be checked: the one line says what is wrong and what to do

@@ -10,7 +10,7 @@ import os
 import sys
 
 from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Parser, Writes, add_image_root_options, add_run_options,
-                                 global_options, plugin_option, rows_outcome, run_command, run_settings)
+                                 global_options, plugin_option, run_command, run_settings)
 from caprecon.core.errors import ConfigError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
@@ -42,7 +42,24 @@ def cmd_score(args: argparse.Namespace) -> int:
                     captions=args.captions, **score_settings(args), **run_settings(args))
     if not args.quiet:
         _report(results)
-    return rows_outcome(results.summary, allow_row_errors=args.allow_row_errors)
+    return _outcome(results.summary, allow_row_errors=args.allow_row_errors)
+
+
+def _outcome(summary: dict, *, allow_row_errors: bool) -> int:
+    """Rows scored, rows failed by reason (then `main` says where the outputs are); the exit status."""
+    total, failed = summary["samples"], summary["errors"]
+    print(f"rows scored: {total - failed} of {total}")
+    if failed:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
+        print(f"rows failed: {failed} ({reasons})")
+    if total == 0:
+        print("caprecon: error: the input holds no rows", file=sys.stderr)
+        return ROWS_FAILED
+    if failed and not allow_row_errors:
+        print(f"caprecon: {failed} row(s) failed; their `error` field says why (--allow-row-errors exits 0)",
+              file=sys.stderr)
+        return ROWS_FAILED
+    return 0
 
 
 def _report(results) -> None:

@@ -281,26 +281,6 @@ def row_failures(problems: list[str], *, allow: bool) -> int:
     return ROWS_FAILED
 
 
-def rows_outcome(summary: dict, *, allow_row_errors: bool) -> int:
-    """How `score` and `merge` end: rows scored, rows failed by reason (then the closing lines say where
-    the outputs are); the exit status."""
-    import sys
-
-    total, failed = summary["samples"], summary["errors"]
-    print(f"rows scored: {total - failed} of {total}")
-    if failed:
-        reasons = ", ".join(f"{reason}: {n}" for reason, n in summary["failed_by_reason"].items())
-        print(f"rows failed: {failed} ({reasons})")
-    if total == 0:
-        print("caprecon: error: the input holds no rows", file=sys.stderr)
-        return ROWS_FAILED
-    if failed and not allow_row_errors:
-        print(f"caprecon: {failed} row(s) failed; their `error` field says why (--allow-row-errors exits 0)",
-              file=sys.stderr)
-        return ROWS_FAILED
-    return 0
-
-
 def failed_records(records, what: str = "row") -> list[str]:
     """'reason: how many' for the records that failed, by their `error_reasons` (else the
     first words of their `error`), for `row_failures`."""

@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from caprecon.cli.common import (Writes, add_image_root_options, add_run_options, add_shard_option, row_failures,
-                                 rows_outcome, run_settings)
+from caprecon.cli.common import Writes, add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
 
 
 def add_parser(plugins) -> None:
@@ -77,7 +76,9 @@ def _cmd_merge(args: argparse.Namespace) -> int:
             pooled = f", corpus {s['corpus']}" if s.get("corpus") is not None else \
                 ", corpus value left out (give --input, the file the shards scored, to compute it)"
         print(f"{name}: mean {s['mean']} (n={s['n']}){pooled}")
-    return rows_outcome(summary, allow_row_errors=args.allow_row_errors)  # then the closing lines, as `score`
+    print(f"rows scored: {summary['samples'] - summary['errors']} of {summary['samples']}")  # as `score` ends
+    return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],
+                        allow=args.allow_row_errors)
 
 
 def _cmd_store_merge(args: argparse.Namespace) -> int:
