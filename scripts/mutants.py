@@ -275,6 +275,12 @@ MUTANTS = [
     Mutant("a missing plug-in module gives no PYTHONPATH advice", "models/registry.py",
            "if exc.name and module.split(\".\")[0] == exc.name else \"\")", "if False else \"\")",
            ("tests/test_docs.py::test_a_user_metric_in_the_working_folder_needs_pythonpath",)),
+    # a resumed refinement ends as the uninterrupted one (issue 51 item 22)
+    Mutant("refine resume keeps the line a kill cut", "apps/refine.py",
+           'whole = text[: text.rfind("\\n") + 1]  # a kill', "whole = text  # a kill", ("tests/test_refine.py",)),
+    Mutant("refine resume redoes a round a caption finished", "apps/refine.py",
+           'return last["round"] < round_no and last["accepted"]', 'return last["round"] <= round_no and last["accepted"]',
+           ("tests/test_refine.py",)),
 ]
 
 
