@@ -295,7 +295,8 @@ CASES = [
              {"id": "a", "image": "red.png", "caption": "a red square!"}]), "--out", out(w, "m4")],
          ("--input", "not the input the shards were scored from")),
     Case("merge: one id in two shards", "duplicate ids",
-         lambda w: ["merge", w.shards[0], same_id_shard(w), "--out", out(w, "m5")], ("more than once", "same-id-shard")),
+         lambda w: ["merge", w.shards[0], same_id_shard(w), "--out", out(w, "m5")],
+         ("more than once", "same-id-shard")),
     # --- meta --fit and verify
     Case("meta --fit: --scores with a text score", "wrong type",
          lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("text-scores.jsonl", [

@@ -269,7 +269,8 @@ MUTANTS = [
            '    if isinstance(exc, ServerError):  # the server\'s failure, whichever client class said it',
            '    if False:  # the server\'s failure, whichever client class said it', ("tests/test_messages.py",)),
     Mutant("an unexpected error loses its type", "run/local.py",
-           '(an unexpected {type(exc).__name__} inside the model or metric', '(an unexpected error inside the model or metric',
+           '(an unexpected {type(exc).__name__} inside the model or metric',
+           '(an unexpected error inside the model or metric',
            ("tests/test_messages.py",)),
     # a module:Class in the working folder says PYTHONPATH is what is missing (issue 51 item 15)
     Mutant("a missing plug-in module gives no PYTHONPATH advice", "models/registry.py",
@@ -279,7 +280,8 @@ MUTANTS = [
     Mutant("refine resume keeps the line a kill cut", "apps/refine.py",
            'whole = text[: text.rfind("\\n") + 1]  # a kill', "whole = text  # a kill", ("tests/test_refine.py",)),
     Mutant("refine resume redoes a round a caption finished", "apps/refine.py",
-           'return last["round"] < round_no and last["accepted"]', 'return last["round"] <= round_no and last["accepted"]',
+           'return last["round"] < round_no and last["accepted"]',
+           'return last["round"] <= round_no and last["accepted"]',
            ("tests/test_refine.py",)),
 ]
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from caprecon.cli.common import Writes, add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
+from caprecon.cli.common import (Writes, add_image_root_options, add_run_options, add_shard_option, row_failures,
+                                 run_settings)
 
 
 def add_parser(plugins) -> None:

@@ -252,8 +252,8 @@ def _input_rows(samples: Any, shard: dict[str, Any], image_root: Any) -> list[Sa
     if input_fingerprint(rows) != shard.get("input"):
         where = f" {samples}" if isinstance(samples, (str, Path)) else ""
         raise ConfigError(f"--input{where} is not the input the shards were scored from (its rows' ids, images, "
-                          "captions or references differ); give that file, or leave --input out (it only adds the corpus "
-                          "values of BLEU and METEOR)")
+                          "captions or references differ); give that file, or leave --input out (it only adds "
+                          "the corpus values of BLEU and METEOR)")
     return rows
 
 
