@@ -5,6 +5,7 @@ residuals full - cheap alternate +-0.01, so the calibration's sd is about 0.01 a
 open is decided by hand below."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,28 @@ def test_bad_settings_refused_before_work():
         cascade(rows, cheap=cheap, metric=full_metric, decision="rank", budget=1.5)
     assert cheap.rows == 0 and generator.calls == 0
     assert caprecon.cascade is cascade
+
+
+def test_score_cascade_cli(tmp_path, tiny_clip, capsys):
+    """`score --cascade`: the demo's 12 captions, clipscore (tiny CLIP) first, recon of the offline stand-in on at
+    most a quarter of them; the closing lines and summary.json say what was used and what all rows would use."""
+    import json
+
+    from caprecon.cli import main
+
+    demo = Path(caprecon.__file__).parent / "data" / "demo" / "captions.jsonl"
+    code = main(["score", "-i", str(demo), "--preset", "offline", "--clip", str(tiny_clip), "-q",
+                 "--cascade", "clipscore", "--decision", "threshold:0.6", "--budget", "0.25",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["cascade"]
+    assert summary["reconstructed"] == 3 == summary["generations"]  # int(0.25 * 12), one seed each
+    assert summary["full_generations"] == 12 and summary["decision"] == "threshold:0.6"
+    records = [json.loads(x) for x in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    assert sum(r["reconstructed"] for r in records) == 3
+    assert all(r["keep"] == (r["decision_score"] >= 0.6) for r in records)
+    assert all(r["decision_score"] == r["recon"] for r in records if r["reconstructed"])
+    assert "rows decided: 12 of 12" in printed
+    assert main(["score", "-i", str(demo), "--decision", "rank", "--out", str(tmp_path / "other")]) == 2
+    assert "--cascade CHEAP and --decision go together" in capsys.readouterr().err

@@ -196,6 +196,8 @@ def _calls(stats: dict[str, Any]) -> dict[str, int]:
 def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metric, decision: str,
             metric: str | Metric = "recon", budget: float = 0.3, rounds: int = DEFAULT_ROUNDS, z: float = DEFAULT_Z,
             by: str | None = None, out: str | Path | None = None, progress: bool = False,
+            images_root: str | Path | None = None, max_image_bytes: int | None = None,
+            annotations: str | Path | None = None, captions: str | Path | None = None,
             **settings: Any) -> CascadeResults:
     """Decide with `cheap` scores first and `metric` (the full one) only where the decision is open.
 
@@ -203,7 +205,7 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
     the systems that field names, by their mean) or `threshold:X`. `budget`: the most rows the
     full metric may score, as a fraction of all rows. `settings` are `score`'s (preset, generator,
     cache_dir, ...), shared by both metrics. `out`: a folder for scores.jsonl, summary.json and
-    manifest.json.
+    manifest.json. `images_root`, `max_image_bytes`, `annotations`, `captions`: as `load_samples`'.
     """
     wanted = Decision.parse(decision)
     check_number("--budget", budget, 0, 1, low_open=True)
@@ -212,7 +214,8 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
     if cheap == metric:
         raise ConfigError(f"--cascade {cheap} is the full metric itself: give a cheaper signal (clipscore, "
                           "distilled:FOLDER)")
-    rows = load_samples(samples)
+    rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions,
+                        max_image_bytes=max_image_bytes)
     check_unique_ids(rows)
     if out is None:
         return _run(rows, wanted, cheap, metric, budget, rounds, z, by, None, progress, settings)
