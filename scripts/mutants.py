@@ -307,6 +307,8 @@ MUTANTS = [
          "min(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)"),
         ("cascade: full pipeline's generations n / done -> done / n", "round(needed * n / done)",
          "round(needed * done / n)"),
+        ("cascade: swap chance over the others -> over all units", "chance.sum(axis=1) / (units - 1)",
+         "chance.sum(axis=1) / units"),
         ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
     )],
 ]

@@ -65,6 +65,10 @@ def test_margins_by_hand():
     rank = margins(Decision.parse("rank"), value, sd, ["a"] * 4, systems=["x", "y", "y", "x"])
     expected = (0.7 - 0.375) / math.hypot(math.sqrt(0.02) / 2, 0.05)
     assert rank[0] == pytest.approx(expected) == rank[3] == rank[1]
+    # three captions, sd 1: a and b level (swap chance 1/2), c 10 above (chance ~0): a's mean chance is 1/4
+    three = margins(Decision.parse("rank"), np.array([0.0, 0.0, 10.0]), np.ones(3), ["a", "b", "c"])
+    assert three[0] == pytest.approx(0.67449, abs=1e-4) == three[1]  # Phi(-0.67449) = 0.25
+    assert three[2] == pytest.approx(10 / math.sqrt(2), abs=0.02)  # its two chances alike: Phi(-10/sqrt 2)
 
 
 def test_threshold_reconstructs_only_rows_near_it(tmp_path):
