@@ -39,6 +39,9 @@ from caprecon.run.shards import Merged, merge
 from caprecon.run.stages import StageResults, stage
 from caprecon.store.index import Store
 from caprecon.store.maintenance import cache_info, cache_prune, cache_verify, merge_stores
+from caprecon import rewards
+from caprecon.apps.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
+from caprecon.apps.serve import serve
 
 __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
@@ -46,5 +49,6 @@ __all__ = [
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
     "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged", "reward_audit", "Audit",
     "cascade", "CascadeResults",
-    "cache_info", "cache_verify", "cache_prune", "merge_stores",
+    "cache_info", "cache_verify", "cache_prune", "merge_stores", "rewards",
+    "RemoteReward", "AsyncRemoteReward", "RemoteRewardError", "verl_reward", "serve",
 ]
