@@ -18,6 +18,7 @@ from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
+from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
@@ -57,7 +58,8 @@ class RunConfig:
     seed_policy: str = "per-sample"
     seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
     max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
-    target_width: float | None = None  # adaptive seeds: stop drawing once a caption's interval is this narrow
+    target_width: float | None = None  # adaptive seeds: the interval width each caption's draws aim at
+    adaptive_rule: str = "moderated"  # adaptive seeds' variance: moderated, pooled or stein (metrics/adaptive.py)
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True
@@ -93,6 +95,9 @@ class RunConfig:
             check_count("--seeds", self.seeds, 2, MAX_SEEDS)  # an interval needs two seeds
             check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
             check_number("--target-width", self.target_width, 0, low_open=True)
+        if self.adaptive_rule not in ADAPTIVE_RULES:
+            raise ConfigError(f"--adaptive-rule must be one of {', '.join(ADAPTIVE_RULES)}, "
+                              f"not {self.adaptive_rule!r}")
         if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")
