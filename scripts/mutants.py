@@ -259,6 +259,8 @@ MUTANTS = [
            "return VariancePrior(df,", ("tests/test_adaptive_seeds.py",)),
     Mutant("adaptive: variance fitted per batch, not over the input", "run/score.py",
            'if part.rule != "stein"]', 'if part.rule == "stein"]', ("tests/test_adaptive_seeds.py",)),
+    Mutant("seeds: a run of one caption ranked", "stats/seeds.py", "if by is None and len(rows) < 2:",
+           "if by is None and len(rows) < 1:", ("tests/test_bad_inputs.py",)),
 ]
 
 
