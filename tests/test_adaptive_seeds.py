@@ -193,13 +193,19 @@ def test_adaptive_settings_are_checked_before_any_work(tmp_path, settings, messa
     (["--seeds", "1..16", "--target-width", "0.01"], "--seeds"),
     (["--seeds", "3..", "--target-width", "0.01"], "--seeds"),
     (["--seeds", "auto", "--target-width", "-1"], "--target-width"),
+    # issue 51 item 15: auto alone says what to add
+    (["--seeds", "auto"], "--seeds auto (adaptive seeds) needs --target-width W"),
+    (["--seeds", "3..16"], "--seeds 3..16 (adaptive seeds) needs --target-width W"),
+    (["--target-width", "0.01"], "give it with --seeds MIN..MAX (e.g. 3..16) or --seeds auto"),
 ])
 def test_adaptive_options_on_the_command_line_are_usage_errors(tmp_path, capsys, argv, message):
     samples = tmp_path / "s.jsonl"
     samples.write_text('{"id": "a", "caption": "x"}\n')
-    with pytest.raises(SystemExit) as exit_:
-        cli_main(["score", str(samples), "--out", str(tmp_path / "out"), *argv])
-    assert exit_.value.code == 2
+    try:  # argparse's usage errors exit; the run's settings' errors return
+        code = cli_main(["score", "-i", str(samples), "--out", str(tmp_path / "out"), *argv])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code == 2
     assert message in capsys.readouterr().err
 
 

@@ -85,12 +85,16 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         check_count("--seed", self.seed, 0, 2**63 - 1)
+        given = self.seeds
         if isinstance(self.seeds, str):
             self.seeds, self.max_seeds = parse_seeds(self.seeds)
         check_count("--seeds", self.seeds, 1, MAX_SEEDS)
-        if (self.max_seeds is None) != (self.target_width is None):
-            raise ConfigError("adaptive seeds need both a range and a width: --seeds MIN..MAX (or auto) "
-                              "with --target-width W")
+        if self.max_seeds is not None and self.target_width is None:
+            raise ConfigError(f"--seeds {str(given).strip()} (adaptive seeds) needs --target-width W, the width of "
+                              f"95% interval each caption's seeds aim at (e.g. --target-width 0.01)")
+        if self.max_seeds is None and self.target_width is not None:
+            raise ConfigError("--target-width is for adaptive seeds: give it with --seeds MIN..MAX (e.g. 3..16) "
+                              "or --seeds auto")
         if self.max_seeds is not None:
             check_count("--seeds", self.seeds, 2, MAX_SEEDS)  # an interval needs two seeds
             check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
