@@ -174,7 +174,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                         "MIN..MAX or auto (3..16), which need --target-width W: MIN seeds each, then as many more "
                         "(up to MAX) as a caption's first-stage variance says its 95%% interval needs to be W wide")
     p.add_argument("--target-width", type=real_number(0, low_open=True), metavar="W",
-                   help="required with --seeds MIN..MAX or auto: the width of 95%% interval each caption's seeds aim "
+                   help="required with --seeds MIN..MAX or auto: the width of the 95%% interval each caption's seeds aim "
                         "at (e.g. 0.01); wider only for captions that reach MAX")
     p.add_argument("--adaptive-rule", choices=["moderated", "pooled", "stein"],
                    help="adaptive seeds' variance for each caption's seed count and interval, from the first MIN "

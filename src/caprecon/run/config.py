@@ -90,7 +90,7 @@ class RunConfig:
             self.seeds, self.max_seeds = parse_seeds(self.seeds)
         check_count("--seeds", self.seeds, 1, MAX_SEEDS)
         if self.max_seeds is not None and self.target_width is None:
-            raise ConfigError(f"--seeds {str(given).strip()} (adaptive seeds) needs --target-width W, the width of "
+            raise ConfigError(f"--seeds {str(given).strip()} (adaptive seeds) needs --target-width W, the width of the "
                               f"95% interval each caption's seeds aim at (e.g. --target-width 0.01)")
         if self.max_seeds is None and self.target_width is not None:
             raise ConfigError("--target-width is for adaptive seeds: give it with --seeds MIN..MAX (e.g. 3..16) "
