@@ -231,8 +231,6 @@ class FirstDraws(Metric):
     """The first stage of an `AdaptiveSeeds` alone, for the run's fit before scoring: each row's
     first-stage sds under `key`."""
 
-    needs_source_image = True
-
     def __init__(self, adaptive: AdaptiveSeeds, key: str):
         self.adaptive, self.key, self.name = adaptive, key, key
         self.needs_source_image = adaptive.needs_source_image
