@@ -123,6 +123,10 @@ def test_budget_caps_generations(tmp_path):
     summary = (tmp_path / "run" / "summary.json").read_text()
     assert '"generations": 10' in summary and '"full_generations": 40' in summary
     assert len((tmp_path / "run" / "scores.jsonl").read_text().splitlines()) == 40
+    # again in the same store: the generator makes nothing, the reconstructions needed are counted all the same
+    again = cascade(rows, cheap=cheap, metric=full_metric, decision="threshold:0.5", budget=0.25,
+                    cache_dir=str(tmp_path / "cache"))
+    assert generator.calls == 10 and again.generations == 10 and again.model_calls["reused"] == 10
 
 
 def test_bad_settings_refused_before_work():
