@@ -15,12 +15,18 @@ VQAScore reads its one question (`yes_probabilities`). Claims are asked level by
 their dependencies, all claims of a level of every image in one judge batch (the judge's
 backend shares each image's prefix among its questions); a claim with a parent judged
 false (P(yes) < 0.5) is not asked and counts as unsupported with P(yes) = 0 (DSG's gating).
+
+Scoring answers already given (`gate`, `item_score`): a question scores 1 when answered yes and
+0 otherwise (`answer_score`: an empty answer, or one neither yes nor no, is 0); DSG's gate sets
+a question to 0 when any of its parents scored below `SUPPORTED` (on yes/no scores: 0), a parent
+with no score of its own counting as 0; an item's score is the mean over all its questions,
+reported gated and ungated.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from caprecon.core.replies import ParseTally, ReplyShapeError, read_replies
 from caprecon.metrics.base import Context
@@ -201,3 +207,33 @@ def check_claims(ctx: Context, judge: VisionLanguageModel, images: LazyImages,
             for (s, c), p in zip(owners, yes_probabilities(ctx, judge, asks, images, normalise=normalise)):
                 results[s][c] = Checked(sets[s][1][c], float(p))
     return [list(r) for r in results]  # every claim is filled: each level is at least its parents' + 1
+
+
+def answer_score(answer: str | None) -> float:
+    """1.0 for a yes (case and surrounding punctuation aside), else 0.0: no, empty, missing, other."""
+    return 1.0 if answer is not None and answer.strip().strip(".,!?").strip().lower() == "yes" else 0.0
+
+
+def gate(scores: Mapping[int, float], parents: Mapping[int, Sequence[int]]) -> dict[int, float]:
+    """Each question's score after DSG's gate: 0 when any of its parents (ids, `parents[q]`)
+    scored below `SUPPORTED` by its own answer, or has no score; else its own score."""
+    return {q: 0.0 if any(scores.get(p, 0.0) < SUPPORTED for p in parents.get(q, ())) else s
+            for q, s in scores.items()}
+
+
+@dataclass(frozen=True)
+class ItemScore:
+    """An item's score: the mean over all its questions, with and without the gate."""
+
+    gated: float
+    ungated: float
+    n: int  # questions
+
+
+def item_score(scores: Mapping[int, float], parents: Mapping[int, Sequence[int]]) -> ItemScore:
+    """The mean of `scores` over all questions, gated (`gate`) and not; an item with no
+    question scores 0 both ways (nothing it asked for was seen)."""
+    if not scores:
+        return ItemScore(0.0, 0.0, 0)
+    gated = gate(scores, parents)
+    return ItemScore(sum(gated.values()) / len(gated), sum(scores.values()) / len(scores), len(scores))
