@@ -1,0 +1,131 @@
+"""`claims`: each claim of a caption checked on the photo I and on its reconstruction Î.
+
+The `--llm` splits the caption into claims (`caprecon.metrics.claims`: DSG-style typed claims
+with their parents, a yes/no question each and the words of the caption they come from); the
+judge answers every question on I and on Î, with DSG's gate on each image (a claim whose parent
+is not supported on that image is not asked there and counts as unsupported). A claim is
+supported when P(yes) >= 0.5. Per caption:
+
+    claims_precision       supported on I / all claims (1 - precision: the hallucination rate)
+    claims_conveyed        supported on I and on Î / supported on I: what a generator could rebuild
+                           from the caption of what is true of the photo (None when nothing is supported)
+    claims_lost            how many claims are supported on I but not on Î
+    claims_precision/<type>, claims_conveyed/<type>   the same per claim type
+    claims_n, claims_n/<type>                         claims per caption (and per type)
+    claims_unlocated       claims whose span is not found in the caption (flagged in the evidence)
+    claims_evidence        per claim: text, type, question, span with its character offsets in the
+                           caption (start, end; None when not found), P(yes) on I and on Î, whether
+                           gated on each, and its status: conveyed, hallucinated or lost
+
+The reconstruction is the run's one (the store's, shared with every other metric); under
+`--seeds` the headline, claims_conveyed, and its companions carry their seed interval
+(`caprecon.metrics.seeds`). Precision does not depend on Î, so its interval is a point.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from caprecon.core.describe import describe_model
+from caprecon.core.replies import ParseTally
+from caprecon.data.images import LoadedSample
+from caprecon.data.samples import SampleError
+from caprecon.metrics.base import Column, Context, Metric
+from caprecon.metrics.claims import CLAIM_TYPES, Checked, Claim, check_claims, extract_claims
+from caprecon.metrics.judging import LazyImages, require_capability
+from caprecon.models.build import model_of
+from caprecon.models.generator import TextToImage
+from caprecon.models.llm import TextLLM
+from caprecon.models.vlm import VisionLanguageModel
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+
+CONVEYED, HALLUCINATED, LOST = "conveyed", "hallucinated", "lost"
+
+
+def span_offsets(caption: str, span: str) -> tuple[int, int] | None:
+    """Where `span` is in `caption` (character offsets, end exclusive): the first exact match,
+    else the first match ignoring case; None when it is not there (or empty)."""
+    if not span:
+        return None
+    start = caption.find(span)
+    if start < 0:
+        start = caption.lower().find(span.lower())
+    return (start, start + len(span)) if start >= 0 else None
+
+
+def ratio(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
+
+
+def claim_rows(caption: str, on_image: Sequence[Checked], on_recon: Sequence[Checked]) -> dict[str, Any]:
+    """One caption's fields from its claims checked on I and on Î (same claims, same order)."""
+    evidence, unlocated = [], 0
+    tally: dict[str, list[int]] = {}  # type -> [claims, supported on I, also on Î]
+    for seen, rebuilt in zip(on_image, on_recon):
+        claim: Claim = seen.claim
+        status = HALLUCINATED if not seen.supported else CONVEYED if rebuilt.supported else LOST
+        counts = tally.setdefault(claim.type, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += seen.supported
+        counts[2] += seen.supported and rebuilt.supported
+        where = span_offsets(caption, claim.span)
+        unlocated += where is None
+        evidence.append({"claim": claim.text, "type": claim.type, "question": claim.question, "span": claim.span,
+                         "start": where[0] if where else None, "end": where[1] if where else None,
+                         "p_yes_image": round(seen.p_yes, 4), "p_yes_recon": round(rebuilt.p_yes, 4),
+                         "gated_image": seen.gated, "gated_recon": rebuilt.gated, "status": status})
+    n, supported, kept = (sum(c[i] for c in tally.values()) for i in range(3))
+    row: dict[str, Any] = {"claims_conveyed": ratio(kept, supported), "claims_precision": ratio(supported, n),
+                           "claims_lost": supported - kept, "claims_n": n, "claims_unlocated": unlocated}
+    for kind in sorted(tally):
+        total, on_i, both = tally[kind]
+        row[f"claims_precision/{kind}"] = ratio(on_i, total)
+        row[f"claims_conveyed/{kind}"] = ratio(both, on_i)
+        row[f"claims_n/{kind}"] = total
+    row["claims_evidence"] = evidence
+    return row
+
+
+class ClaimCheck(Metric):
+    """The caption's claims on I and on Î; see the module doc."""
+
+    name = "claims"
+    primary = "claims_conveyed"
+    companions = ("claims_precision", "claims_lost")
+    columns = (Column("claims_conveyed", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
+               Column("claims_precision", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
+               Column("claims_lost", higher_is_better=False, low=0.0, needs_source_image=True, needs_judge=True))
+
+    def __init__(self, judge: VisionLanguageModel, llm: TextLLM, generator: TextToImage, *,
+                 spec: ReconstructionSpec | None = None, normalise: bool = False):
+        judge, llm, generator = model_of("judge", judge), model_of("llm", llm), model_of("generator", generator)
+        if generator is None:
+            raise ValueError("the claims metric needs a generator: each claim is checked on the reconstruction too")
+        require_capability(judge, "option_probs", self.name)
+        self.judge, self.llm, self.generator = judge, llm, generator
+        self.spec = spec or ReconstructionSpec()
+        self.normalise = normalise
+        self.parsing = ParseTally()
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "column": self.headline, "judge": describe_model(self.judge),
+                "llm": describe_model(self.llm), "generator": describe_model(self.generator),
+                "claim_types": list(CLAIM_TYPES), "gate": "DSG: a claim whose parent is unsupported on an image "
+                "is unsupported there", "probability": "P(yes)/(P(yes)+P(no))" if self.normalise else "P('Yes')",
+                "claim_parsing": self.parsing.to_dict()}
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        claim_sets = extract_claims(ctx, self.llm, [it.caption for it in items], tally=self.parsing)
+        if any(s.unreadable for s in claim_sets):
+            raise SampleError("the LLM's claim list of the caption could not be read, even after one retry",
+                              "claims unreadable")
+        recons = ctx.reconstructor(self.generator, self.spec).reconstruct(list(items))
+        images = LazyImages()
+        photo_keys = [images.add(it.image_key, lambda it=it: it.image) for it in items]
+        recon_keys = [images.add(r.key, r.image) for r in recons]
+        sets = [(k, s.claims) for k, s in zip(photo_keys, claim_sets)]
+        sets += [(k, s.claims) for k, s in zip(recon_keys, claim_sets)]
+        checked = check_claims(ctx, self.judge, images, sets, normalise=self.normalise)
+        on_image, on_recon = checked[: len(items)], checked[len(items):]
+        return [{**recon.record(), **claim_rows(item.caption, seen, rebuilt)}
+                for item, recon, seen, rebuilt in zip(items, recons, on_image, on_recon)]
