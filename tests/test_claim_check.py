@@ -3,7 +3,7 @@
 Scripted models (`halluc_fakes`): two claims per coloured shape of the caption, an entity and
 an attribute depending on it; the judge reads the pixels (P(yes) 0.9 true, 0.2 false). The
 generator draws the caption's shapes but forgets every blue one (and, under `FlakyGenerator`,
-also the red ones on odd seeds), so which claims are lost is known by hand.
+also the red ones under its second seed), so which claims are lost is known by hand.
 """
 
 from __future__ import annotations
@@ -27,20 +27,27 @@ def _drop(prompt: str, colours: tuple[str, ...]) -> str:
 class ForgetfulGenerator:
     """Draws the caption's shapes except the blue ones."""
 
-    fingerprint = hashlib.sha256(b"forgetful-v1").hexdigest()[:24]
+    fingerprint = hashlib.sha256(b"forgetful-v1").hexdigest()[:24]  # a pure function of the request: cacheable
 
     def generate(self, requests):
         return [Generated(render(_drop(r.prompt, ("blue",)), r.width, r.height)) for r in requests]
 
 
 class FlakyGenerator:
-    """Also forgets the red shapes on odd seeds."""
+    """Also forgets the red shapes under every seed but the first it is asked for (seed 0: the
+    seeds themselves are derived from the sample, so their parity is not known in advance)."""
 
-    fingerprint = hashlib.sha256(b"flaky-v1").hexdigest()[:24]
+    def __init__(self):
+        self.fingerprint = hashlib.sha256(f"flaky-{id(self)}".encode()).hexdigest()[:24]  # nothing cached from before
+        self.first_seed: dict[str, int] = {}
 
     def generate(self, requests):
-        return [Generated(render(_drop(r.prompt, ("blue", "red") if r.seed % 2 else ("blue",)), r.width, r.height))
-                for r in requests]
+        out = []
+        for r in requests:
+            first = self.first_seed.setdefault(r.prompt, r.seed)
+            out.append(Generated(render(_drop(r.prompt, ("blue",) if r.seed == first else ("blue", "red")),
+                                        r.width, r.height)))
+        return out
 
 
 def _sample(tmp_path, drawn: str, caption: str) -> dict:
