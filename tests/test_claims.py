@@ -210,3 +210,48 @@ def test_tifa160_verify_passes_against_the_pinned_values(capsys):
                  "--tolerance", "0.2"])
     out = capsys.readouterr().out
     assert code == 0 and out.count(" pass ") == 4
+
+
+def test_claims_go_to_dsg_rows_and_back(tmp_path):
+    from caprecon.metrics.claims import Claim, from_propositions, to_propositions
+
+    claims = [Claim("there is a dog", "entity", "Is there a dog?", "a brown dog", (), "whole"),
+              Claim("the dog is brown", "attribute", "Is the dog brown?", "brown", (0,), "color"),
+              Claim("there is grass", "entity", "Is there grass?", "grass"),
+              Claim("the dog is on the grass", "spatial", "Is the dog on the grass?", "on the grass", (0, 2)),
+              Claim("a sign says STOP", "text", "Does a sign say STOP?", "STOP")]
+    rows = to_propositions("cap_1", "a brown dog on the grass, STOP", claims)
+    assert [r.fields()[3:8] for r in rows] == [
+        ["1", "0", "entity", "whole", "entity - whole (a brown dog)"],
+        ["2", "1", "attribute", "color", "attribute - color (brown)"],
+        ["3", "0", "entity", "whole", "entity - whole (grass)"],
+        ["4", "1,3", "relation", "spatial", "relation - spatial (on the grass)"],
+        ["5", "0", "other", "text rendering", "other - text rendering (STOP)"]]
+    write_propositions(tmp_path / "mine.csv", PropositionFile(tuple(rows)))
+    back = from_propositions(read_propositions(tmp_path / "mine.csv").propositions)
+    assert [(c.type, c.depends_on, c.question, c.span) for c in back] == \
+        [(c.type, c.depends_on, c.question, c.span) for c in claims]
+    assert [c.kind for c in back] == ["whole", "color", "whole", "spatial", "text rendering"]
+
+
+def test_dsg_rows_become_claims_with_parents_as_indices(tmp_path):
+    from caprecon.metrics.claims import from_propositions
+
+    (tmp_path / "q.csv").write_bytes(SMALL.encode())
+    claims = from_propositions(read_propositions(tmp_path / "q.csv").by_item()["p_2"])
+    assert [c.depends_on for c in claims] == [(), (0,), (), (0, 2), (0,)]
+    assert [c.type for c in claims] == ["entity", "count", "entity", "spatial", "spatial"]
+    assert claims[1].question == "Are there two dogs?" and claims[1].kind == "count"
+
+
+def test_the_llms_claims_carry_dsgs_types_and_kinds():
+    from caprecon.metrics.claims import shape_claims
+
+    shaped, adjusted = shape_claims({"claims": [
+        {"claim": "it is a watercolour", "type": "global", "kind": "style", "question": "Is it a watercolour?",
+         "span": "watercolour", "depends_on": []},
+        {"claim": "a sign reads OPEN", "type": "text rendering", "kind": "Text Rendering",
+         "question": "Does a sign read OPEN?", "span": "OPEN", "depends_on": [0]}]})
+    assert [(c["type"], c["kind"], c["depends_on"]) for c in shaped["claims"]] == \
+        [("global", "style", []), ("text", "text rendering", [0])]
+    assert adjusted  # "text rendering" was renamed to caprecon's "text"
