@@ -111,3 +111,26 @@ def test_conveyed_carries_its_seed_interval(tmp_path):
     low, high = row["claims_conveyed_ci"]
     assert low < 0.25 < high
     assert row["claims_precision_seeds"] == pytest.approx([1.0, 1.0])
+
+
+def test_the_reward_takes_precision_and_conveyed_as_parts_of_their_own(tmp_path):
+    from caprecon.apps.reward import Reward
+    from caprecon.core.errors import ConfigError
+
+    llm, judge = ClaimLLM(), PixelJudge()
+    parts = ["claims[claims_precision]", "claims[claims_conveyed]"]
+    reward = Reward(parts, {"claims[claims_precision]": 1.0, "claims[claims_conveyed]": 0.5}, guards=None,
+                    generator=ForgetfulGenerator(), judge=judge, llm=llm, max_side=96,
+                    cache_dir=str(tmp_path / "cache"))
+    photo = render("a red circle and a blue square and a yellow triangle")
+    logged: dict[str, float] = {}
+    values = reward(completions=["a red circle and a blue square and a green triangle"], image=[photo],
+                    log_metric=lambda name, value: logged.__setitem__(name, value))
+    # precision 4 of 6 (weight 1), conveyed 2 of 4 (weight 0.5), as worked out above
+    assert values == [pytest.approx(4 / 6 + 0.5 * 2 / 4)]
+    assert logged["caprecon/claims[claims_precision]"] == pytest.approx(4 / 6)
+    assert logged["caprecon/claims[claims_conveyed]"] == pytest.approx(0.25)
+    assert len(llm.prompts) == 1  # both parts from one scoring of the metric
+    with pytest.raises(ConfigError, match="claims has no column claims_recall"):
+        Reward(["claims[claims_recall]"], guards=None, generator=ForgetfulGenerator(), judge=judge, llm=llm,
+               max_side=96, cache_dir=str(tmp_path / "cache"))([photo], ["a red circle"])

@@ -17,6 +17,11 @@ through TRL's `log_metric` as `caprecon/<part>`:
   that repeat an earlier one;
 - hallucination: -hallucination_weight * (1 - halluc), the share of the caption's claims the judge
   does not find on the original image; only where a judge and an LLM are configured.
+
+A metric named `name[column]` is one of the metric's columns as a part of its own, with its own
+weight: `Reward(["claims[claims_precision]", "claims[claims_conveyed]"], {"claims[claims_precision]": 1.0,
+"claims[claims_conveyed]": 0.5})` logs precision (what the caption gets wrong about the photo) and
+conveyed (what of it a generator rebuilt) apart, from one scoring of `claims`.
 """
 
 from __future__ import annotations
@@ -44,6 +49,13 @@ from caprecon.run.score import build_metrics
 log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
+_COLUMN = re.compile(r"^(?P<metric>[^\[\]]+)\[(?P<column>[^\[\]]+)\]$")
+
+
+def metric_column(label: str) -> tuple[str, str | None]:
+    """`"claims[claims_precision]"` as ("claims", "claims_precision"); a plain name as (name, None)."""
+    found = _COLUMN.match(label)
+    return (found["metric"], found["column"]) if found else (label, None)
 
 
 def words(caption: str) -> list[str]:
@@ -139,7 +151,7 @@ class Reward:
                  config: str | Path | None = None, guards: Guards | None = Guards(), empty: float = 0.0,
                  log_parts: bool = True, **settings: Any):
         metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
-        names = [m for m in metrics if isinstance(m, str)]
+        names = list(dict.fromkeys(metric_column(m)[0] for m in metrics if isinstance(m, str)))
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
         self.metrics = metrics or list(self.cfg.metrics)
@@ -183,7 +195,19 @@ class Reward:
     def _build(self) -> dict[str, Any]:
         if self._built is None:
             roles = Roles(self.cfg)
-            built = [build_metrics(m, roles, self.cfg) for m in self.metrics]
+            once: dict[str, Metric] = {}  # columns of one metric share its scoring
+            for m in self.metrics:
+                name = metric_column(m)[0] if isinstance(m, str) else m
+                if isinstance(name, str) and name not in once:
+                    once[name] = build_metrics(name, roles, self.cfg)
+            built = [once[metric_column(m)[0]] if isinstance(m, str) else build_metrics(m, roles, self.cfg)
+                     for m in self.metrics]
+            for m, metric in zip(self.metrics, built):
+                column = metric_column(m)[1] if isinstance(m, str) else None
+                known = [c.name for c in metric.columns] or [metric.headline, *metric.companions]
+                if column is not None and column.split("/")[0] not in known:
+                    raise ConfigError(f"reward part {m}: {metric.name} has no column {column} "
+                                      f"(its columns: {', '.join(known)}, each also per category as column/<category>)")
             if self.hallucination:
                 built.append(build_metrics("halluc", roles, self.cfg))
             self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
@@ -239,9 +263,19 @@ class Reward:
             bases: dict[int, LoadedSample | Exception] = {}
             for i, (picture, caption) in enumerate(zip(images, captions)):
                 row_keys.append(self._key(i, picture, caption, bases, unique))
-            names = [m.headline for m in built["metrics"]]
-            scored = {name: self._score(metric, list(unique.values()), built["ctx"])
-                      for name, metric in zip(names, built["metrics"])}
+            labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+            if self.hallucination:
+                labels.append("halluc")
+            columns = [metric_column(label)[1] or metric.headline for label, metric in zip(labels, built["metrics"])]
+            names = [label if metric_column(label)[1] else metric.headline
+                     for label, metric in zip(labels, built["metrics"])]
+            by_metric: dict[int, list[str]] = {}
+            for metric, column in zip(built["metrics"], columns):
+                by_metric.setdefault(id(metric), []).append(column)
+            results = {id(metric): self._score(metric, list(unique.values()), built["ctx"], by_metric[id(metric)])
+                       for metric in built["metrics"]}
+            scored = {name: results[id(metric)][column]
+                      for name, metric, column in zip(names, built["metrics"], columns)}
         keys = list(unique)
         position = {k: j for j, k in enumerate(keys)}
         parts: dict[str, list[float | None]] = {}
@@ -290,16 +324,20 @@ class Reward:
             unique[key] = base.with_caption(caption)
         return key
 
-    def _score(self, metric: Metric, items: list[LoadedSample], ctx: Context) -> list[float | None]:
+    def _score(self, metric: Metric, items: list[LoadedSample], ctx: Context,
+               columns: Sequence[str]) -> dict[str, list[float | None]]:
+        """Each of `columns` of the metric's rows: one scoring, None where it failed or has no number."""
         if not items:
-            return []
+            return {column: [] for column in columns}
         results = isolated(lambda part: metric.score(part, ctx), items, FailureWatch(metric.name))
-        values: list[float | None] = []
+        values: dict[str, list[float | None]] = {column: [] for column in columns}
         for item, result in zip(items, results):
-            value = None if isinstance(result, Exception) else result.get(metric.headline)
             if isinstance(result, Exception):
                 log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
-            values.append(value if isinstance(value, (int, float)) and math.isfinite(value) else None)
+            for column in columns:
+                value = None if isinstance(result, Exception) else result.get(column)
+                values[column].append(value if isinstance(value, (int, float)) and not isinstance(value, bool)
+                                      and math.isfinite(value) else None)
         return values
 
 
