@@ -134,3 +134,64 @@ def test_the_reward_takes_precision_and_conveyed_as_parts_of_their_own(tmp_path)
     with pytest.raises(ConfigError, match="claims has no column claims_recall"):
         Reward(["claims[claims_recall]"], guards=None, generator=ForgetfulGenerator(), judge=judge, llm=llm,
                max_side=96, cache_dir=str(tmp_path / "cache"))([photo], ["a red circle"])
+
+
+def test_the_rationale_is_built_from_the_evidence_alone():
+    from caprecon.reports.html.collect import claim_evidence, claim_rationale
+
+    caption = "a red car and two dogs near a wooden table"
+    raw = [{"claim": "there is a car", "type": "entity", "question": "Is there a car?", "span": "red car",
+            "start": 2, "end": 9, "p_yes_image": 0.1, "p_yes_recon": 0.9, "gated_image": False, "gated_recon": False,
+            "status": "hallucinated"},
+           {"claim": "there are two dogs", "type": "count", "question": "Are there two dogs?", "span": "two dogs",
+            "start": 14, "end": 22, "p_yes_image": 0.3, "p_yes_recon": 0.9, "gated_image": False,
+            "gated_recon": False, "status": "hallucinated"},
+           {"claim": "there is a table", "type": "entity", "question": "Is there a table?", "span": "wooden table",
+            "start": 30, "end": 42, "p_yes_image": 0.9, "p_yes_recon": 0.2, "gated_image": False,
+            "gated_recon": False, "status": "lost"},
+           {"claim": "it is daytime", "type": "global", "question": "Is it daytime?", "span": "sunny",
+            "start": None, "end": None, "p_yes_image": 0.8, "p_yes_recon": 0.7, "gated_image": False,
+            "gated_recon": False, "status": "conveyed"},
+           {"claim": "bad", "status": "unknown"}]
+    evidence = claim_evidence({"claims_evidence": raw})
+    assert [e["st"] for e in evidence] == ["hallucinated", "hallucinated", "lost", "conveyed"]
+    assert evidence[3]["s"] is None
+    assert claim_rationale(evidence, caption) == ("2 of 4 claims not on the photo: 'red car', 'two dogs'; "
+                                                  "1 of 2 lost in reconstruction: 'wooden table'")
+    assert claim_rationale(evidence[3:], caption) == ("0 of 1 claims not on the photo; "
+                                                      "all 1 supported claims conveyed by the reconstruction")
+    assert claim_rationale([], caption) == ""
+
+
+def test_the_report_marks_each_claim_with_its_answers_in_chromium(tmp_path, browser):
+    from caprecon.reports.html import write_html_report
+
+    sample = _sample(tmp_path, "a red circle and a blue square and a yellow triangle",
+                     "a red circle and a blue square and a green triangle")
+    out = tmp_path / "run"
+    caprecon.score([sample], ["claims"], generator=ForgetfulGenerator(), judge=PixelJudge(), llm=ClaimLLM(),
+                   max_side=96, out=out)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.goto(write_html_report(out).resolve().as_uri())
+    page.wait_for_load_state("load")
+    card = page.locator("#gallery-items .card[data-id='a']")
+    # each shape's words marked by its entity claim's status; the attribute's word lies inside them
+    assert card.locator("mark.claim.conveyed").all_text_contents() == ["red circle"]
+    assert card.locator("mark.claim.lost").all_text_contents() == ["blue square"]
+    assert card.locator("mark.claim.hallucinated").all_text_contents() == ["green triangle"]
+    title = card.locator("mark.claim.lost").get_attribute("title")
+    assert "Is there a blue shape?" in title and "on the original: P(yes) 0.9000" in title
+    assert "on the reconstruction: P(yes) 0.2000" in title
+    assert card.locator("p.rationale").text_content() == (
+        "2 of 6 claims not on the photo: 'green triangle', 'triangle'; "
+        "2 of 4 lost in reconstruction: 'blue square', 'square'")
+    listed = card.locator("details.claims li")
+    assert listed.count() == 6
+    assert listed.nth(3).locator(".answers").text_content() == (
+        "on the original: P(yes) 0.9000; on the reconstruction: not asked (a claim it depends on is false)")
+    assert card.locator("figure").count() == 2  # the photo and its reconstruction beside the caption
+    assert problems == []
+    page.close()
