@@ -255,3 +255,11 @@ def test_the_llms_claims_carry_dsgs_types_and_kinds():
     assert [(c["type"], c["kind"], c["depends_on"]) for c in shaped["claims"]] == \
         [("global", "style", []), ("text", "text rendering", [0])]
     assert adjusted  # "text rendering" was renamed to caprecon's "text"
+
+
+def test_the_recorded_judge_is_built_by_name_as_any_judge(tmp_path):
+    import caprecon
+
+    (tmp_path / "a.csv").write_text(ANSWERS)
+    judge = caprecon.build("judge", "recorded", answers=str(tmp_path / "a.csv"))
+    assert isinstance(judge, RecordedJudge) and judge.answer(image_key("gen-b", "p_2"), 1) == "unsuitable"
