@@ -263,3 +263,52 @@ def test_the_recorded_judge_is_built_by_name_as_any_judge(tmp_path):
     (tmp_path / "a.csv").write_text(ANSWERS)
     judge = caprecon.build("judge", "recorded", answers=str(tmp_path / "a.csv"))
     assert isinstance(judge, RecordedJudge) and judge.answer(image_key("gen-b", "p_2"), 1) == "unsuitable"
+
+
+# question banks with dependencies: the Caption Turing Test gates by them
+
+
+def _bank(tmp_path, records) -> str:
+    path = tmp_path / "bank.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records))
+    return str(path)
+
+
+def test_turing_scores_a_question_whose_parent_was_answered_wrong_as_wrong(tmp_path):
+    import caprecon
+    from halluc_fakes import PixelJudge
+    from oracle import OracleGenerator, render
+
+    render("a red circle and a blue square", 96, 96).save(tmp_path / "photo.png")
+    bank = _bank(tmp_path, [
+        {"id": "red", "image_id": "photo", "question": "Is there a red shape in the image?", "type": "yesno",
+         "answer": "yes", "category": "object"},
+        {"id": "blue", "image_id": "photo", "question": "Is there a blue shape in the image?", "type": "yesno",
+         "answer": "yes", "category": "object"},
+        {"id": "left", "image_id": "photo", "question": "Is the leftmost shape red?", "type": "yesno",
+         "answer": "yes", "category": "position", "parents": ["blue"]}])
+    sample = {"id": "c", "image": str(tmp_path / "photo.png"), "image_id": "photo", "caption": "a red circle"}
+    row = caprecon.score([sample], ["turing"], generator=OracleGenerator(), judge=PixelJudge(), qa_bank=bank,
+                         max_side=96).records[0]
+    # on Î (a red circle only): red right, blue wrong, "leftmost red" right but its parent "blue" wrong
+    assert row["turing_ungated"] == pytest.approx(2 / 3)
+    assert row["turing"] == pytest.approx(1 / 3) and row["turing_gated"] == 1
+    assert row["turing/position"] == 0.0
+    # on I every answer is right, so the gate changes nothing
+    assert row["turing_upper"] == 1.0 and row["turing_upper_ungated"] == 1.0
+
+
+def test_a_bank_parent_must_be_a_question_about_the_same_image(tmp_path):
+    from caprecon.data.qa import QABankError, load_qa_bank
+
+    base = {"image_id": "a", "type": "yesno", "answer": "yes"}
+    ok = load_qa_bank(_bank(tmp_path, [{**base, "id": "x", "question": "Is there a dog?"},
+                                       {**base, "id": "y", "question": "Is the dog brown?", "parents": ["x"]}]))
+    assert ok["a"][1].parents == ("x",) and ok["a"][0].parents == ()
+    with pytest.raises(QABankError, match="has as parent 'z', which is no question about this image"):
+        load_qa_bank(_bank(tmp_path, [{**base, "id": "x", "question": "Is there a dog?", "parents": ["z"]}]))
+    with pytest.raises(QABankError, match="form a cycle"):
+        load_qa_bank(_bank(tmp_path, [{**base, "id": "x", "question": "Is there a dog?", "parents": ["y"]},
+                                      {**base, "id": "y", "question": "Is the dog brown?", "parents": ["x"]}]))
+    with pytest.raises(QABankError, match="parents must be a list of question ids"):
+        load_qa_bank(_bank(tmp_path, [{**base, "id": "x", "question": "Is there a dog?", "parents": "y"}]))
