@@ -87,7 +87,13 @@ def claim_rows(caption: str, on_image: Sequence[Checked], on_recon: Sequence[Che
 
 
 class ClaimCheck(Metric):
-    """The caption's claims on I and on Î; see the module doc."""
+    """`-m claims`: the caption's claims, split by `llm`, checked by `judge` on the photo and on
+    the reconstruction `generator` makes of the caption (`spec`); `normalise` reads P(yes) as
+    P(yes)/(P(yes)+P(no)). Per caption: claims_conveyed (the headline), claims_precision,
+    claims_lost, the same per claim type, and each claim's evidence (the module doc says how).
+
+        metric = caprecon.ClaimCheck(judge, llm, generator)
+        metric(images, captions)  # claims_conveyed per pair"""
 
     name = "claims"
     primary = "claims_conveyed"
