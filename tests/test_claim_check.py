@@ -195,3 +195,34 @@ def test_the_report_marks_each_claim_with_its_answers_in_chromium(tmp_path, brow
     assert card.locator("figure").count() == 2  # the photo and its reconstruction beside the caption
     assert problems == []
     page.close()
+
+
+def test_t2i_asks_dsgs_questions_of_live_judges(tmp_path):
+    import csv as csv_module
+
+    from caprecon.apps.t2i import t2i
+    from oracle import OracleGenerator
+
+    text = "a red circle and a blue square"
+    rows = [("1", "0", "entity", "whole", "Is there a red shape?"), ("2", "1", "attribute", "shape", "Is the red shape a circle?"),
+            ("3", "0", "entity", "whole", "Is there a blue shape?"),
+            ("4", "3", "attribute", "state", "Is there a red shape?")]  # true where its parent is not: gated there
+    with (tmp_path / "dsg.csv").open("w", newline="") as fh:
+        writer = csv_module.writer(fh)
+        writer.writerow(["item_id", "text", "keywords", "proposition_id", "dependency", "category_broad",
+                         "category_detailed", "tuple", "question_natural_language"])
+        for pid, dep, broad, detail, question in rows:
+            writer.writerow(["p_1", text, "k", pid, dep, broad, detail, f"{broad} - {detail} (k)", question])
+    captions = [{"id": "p_1", "caption": text}, {"id": "same-text", "caption": text},
+                {"id": "unknown", "caption": "a green triangle"}]
+    results = t2i(captions, {"all": OracleGenerator(), "forget": ForgetfulGenerator()}, {"pix": PixelJudge()},
+                  questions=tmp_path / "dsg.csv", size="96x96", n_bootstrap=20, cache_dir=str(tmp_path / "cache"))
+    by = {(r["generator"], r["id"]): r for r in results.records}
+    # the oracle draws both shapes: every answer yes
+    assert by["all", "p_1"]["dsg/pix"] == 1.0 and by["all", "p_1"]["dsg/pix_ungated"] == 1.0
+    # without the blue square: 1, 2 yes; 3 no; 4 yes but its parent 3 scored 0
+    assert by["forget", "p_1"]["dsg/pix_ungated"] == pytest.approx(3 / 4)
+    assert by["forget", "p_1"]["dsg/pix"] == pytest.approx(2 / 4) and by["forget", "p_1"]["dsg/pix_n"] == 4
+    assert by["forget", "same-text"]["dsg/pix"] == pytest.approx(2 / 4)  # matched by its text
+    assert "no DSG questions for row 'unknown'" in by["forget", "unknown"]["error"]
+    assert "dsg/pix" in results.table.columns and "dsg/pix_ungated" in results.table.columns

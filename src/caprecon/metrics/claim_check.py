@@ -31,7 +31,8 @@ from caprecon.core.replies import ParseTally
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Column, Context, Metric
-from caprecon.metrics.claims import CLAIM_TYPES, Checked, Claim, check_claims, extract_claims
+from caprecon.data.loaders.dsg import Proposition
+from caprecon.metrics.claims import CLAIM_TYPES, Checked, Claim, check_claims, extract_claims, item_score
 from caprecon.metrics.judging import LazyImages, require_capability
 from caprecon.models.build import model_of
 from caprecon.models.generator import TextToImage
@@ -135,3 +136,60 @@ class ClaimCheck(Metric):
         on_image, on_recon = checked[: len(items)], checked[len(items):]
         return [{**recon.record(), **claim_rows(item.caption, seen, rebuilt)}
                 for item, recon, seen, rebuilt in zip(items, recons, on_image, on_recon)]
+
+
+class PropositionCheck(Metric):
+    """DSG's own scoring, live: a prompt's DSG questions (`propositions`, by item id) asked of
+    `judge` on the image `generator` makes of the prompt (`caprecon t2i --questions`).
+
+    Every question is asked (none is skipped), read as supported at P(yes) >= 0.5 (1) or not (0);
+    then DSG's gate (`gate`: a question whose parent scored 0 scores 0) and the item's mean over
+    all its questions (`item_score`). A row is matched to its propositions by its id, else by its
+    caption being the propositions' prompt text; a row with neither is that row's error.
+
+        <column>            the gated item score        <column>_ungated   without the gate
+        <column>_n          the questions asked
+    """
+
+    name = "dsg"
+
+    def __init__(self, judge: VisionLanguageModel, generator: TextToImage,
+                 propositions: dict[str, Sequence[Proposition]], *, spec: ReconstructionSpec | None = None,
+                 normalise: bool = False, column: str = "dsg"):
+        judge, generator = model_of("judge", judge), model_of("generator", generator)
+        require_capability(judge, "option_probs", self.name)
+        self.judge, self.generator, self.spec, self.normalise = judge, generator, spec or ReconstructionSpec(), normalise
+        self.propositions = {item: list(rows) for item, rows in propositions.items()}
+        self.by_text = {rows[0].text.strip(): item for item, rows in self.propositions.items() if rows}
+        self.primary, self.companions = column, (f"{column}_ungated",)
+        self.columns = (Column(column, low=0.0, high=1.0, needs_judge=True),
+                        Column(f"{column}_ungated", low=0.0, high=1.0, needs_judge=True))
+        self.needs_source_image = False
+
+    def describe(self) -> dict[str, Any]:
+        return {"metric": self.name, "column": self.headline, "judge": describe_model(self.judge),
+                "generator": describe_model(self.generator), "items": len(self.propositions),
+                "gate": "DSG: a question whose parent scored 0 scores 0", "supported": "P(yes) >= 0.5"}
+
+    def _item(self, item: LoadedSample) -> list[Proposition]:
+        key = item.sample.id if item.sample.id in self.propositions else self.by_text.get(item.caption.strip())
+        if key is None:
+            raise SampleError(f"no DSG questions for row {item.sample.id!r}: its id is no item_id of the question "
+                              "file and its caption no item's text", "no questions")
+        return self.propositions[key]
+
+    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
+        found = [self._item(it) for it in items]
+        recons = ctx.reconstructor(self.generator, self.spec).reconstruct(list(items))
+        images = LazyImages()
+        keys = [images.add(r.key, r.image) for r in recons]
+        # every question asked: the gate is applied to the answers afterwards, as DSG scores them
+        sets = [(k, [Claim(p.tuple, p.claim_type, p.question) for p in rows]) for k, rows in zip(keys, found)]
+        checked = check_claims(ctx, self.judge, images, sets, normalise=self.normalise)
+        out = []
+        for recon, rows, answers in zip(recons, found, checked):
+            scores = {p.proposition_id: 1.0 if a.supported else 0.0 for p, a in zip(rows, answers)}
+            result = item_score(scores, {p.proposition_id: p.parents for p in rows})
+            out.append({**recon.record(), self.headline: result.gated, f"{self.headline}_ungated": result.ungated,
+                        f"{self.headline}_n": result.n})
+        return out
