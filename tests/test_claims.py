@@ -189,6 +189,13 @@ def test_tifa160_reproduces_dsgs_correlation_script(tmp_path, capsys):
                  "--questions", str(DSG / "dsg-1k-anns.csv"), "--answers", str(DSG / "pali17b_dsg.csv"),
                  "--out", str(tmp_path / "out"), "--bootstrap", "50", "--json"])
     assert code == 0
+    with_out = capsys.readouterr().out
+    assert (tmp_path / "out" / "scores-tifa160.csv").exists() and (tmp_path / "out" / "meta.csv").exists()
+    # as the issue writes the command: no --out, the same figures printed
+    code = main(["--benchmark", "tifa160", "--judgments", str(DSG / "tifa160-likert-anns.csv"),
+                 "--questions", str(DSG / "dsg-1k-anns.csv"), "--answers", str(DSG / "pali17b_dsg.csv"),
+                 "--bootstrap", "50", "--json"])
+    assert code == 0
     printed = capsys.readouterr().out
     found = json.loads(printed[: printed.rindex("}") + 1])
     rows = {r["metric"]: r for r in found["rows"]}
@@ -198,7 +205,7 @@ def test_tifa160_reproduces_dsgs_correlation_script(tmp_path, capsys):
     assert abs(ungated["spearman"] - 0.570) <= 0.002 and abs(ungated["tau_b"] - 0.457) <= 0.002
     assert gated["ci_low"] < gated["tau_b"] < gated["ci_high"]
     assert gated["spearman_ci_low"] < gated["spearman"] < gated["spearman_ci_high"]
-    assert (tmp_path / "out" / "scores-tifa160.csv").exists()
+    assert json.loads(with_out[: with_out.rindex("}") + 1]) == found
 
 
 @needs_dsg

@@ -275,8 +275,6 @@ def _run_tifa160(req: MetaRequest) -> MetaResults:
     if req.metrics or req.scores or req.data or req.compare or req.fit or req.probes or req.model_level:
         raise MetaError("--benchmark tifa160 scores recorded answers: give --judgments, --questions and --answers, "
                         "and no --metric, --scores, --data, --compare, --fit, --probes or --model-level")
-    if not req.verify and not req.out:
-        raise MetaError("--out DIR is needed (where the results go)")
     n_bootstrap = 0 if req.verify else req.bootstrap
     rows, notes, _ = run_tifa160(req.judgments, req.questions, req.answers, n_bootstrap=n_bootstrap, seed=req.seed,
                                  out=req.out)
@@ -287,8 +285,9 @@ def _run_tifa160(req: MetaRequest) -> MetaResults:
         if req.out:
             write_verify_csv(table, req.out / "verify.csv")
         return MetaResults(rows, [protocol, *notes], req.out, benchmark.name, verify=table)
-    write_csv(rows, req.out / "meta.csv")
-    write_markdown(rows, req.out / "meta.md", title="Agreement with people: tifa160", notes=[protocol, *notes])
+    if req.out:  # optional here: the figures are printed (--json), and nothing else is made
+        write_csv(rows, req.out / "meta.csv")
+        write_markdown(rows, req.out / "meta.md", title="Agreement with people: tifa160", notes=[protocol, *notes])
     return MetaResults(rows, [protocol, *notes], req.out, benchmark.name)
 
 
