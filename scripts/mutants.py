@@ -493,6 +493,30 @@ MUTANTS = [
     # cttd import (issue 51, item 20)
     Mutant("cttd import keeps a question whose image is neither base64 nor a row", "apps/cttd/importers.py",
            "                    if raw is None:", "                    if raw is False:", ("tests/test_cttd.py",)),
+    # the cascade (issue 54 item 3; tests/test_cascade.py, its fast tests): the calibration's residual sd,
+    # the margins each decision reads, which rows are open, the calibration sample, the full pipeline's count
+    *[Mutant(name, "apps/cascade.py", original, mutated, tuple(f"tests/test_cascade.py::{t}" for t in (
+        "test_calibration_by_hand", "test_margins_by_hand", "test_threshold_reconstructs_only_rows_near_it",
+        "test_best_of_n_settles_wide_margins_without_generation", "test_budget_caps_generations")))
+      for name, original, mutated in (
+        ("cascade: residual sd over n-2 -> n", "np.sum(residuals ** 2) / (n - 2)", "np.sum(residuals ** 2) / n"),
+        ("cascade: threshold margin loses abs", "np.abs(value - decision.threshold) / sd",
+         "(value - decision.threshold) / sd"),
+        ("cascade: best-of-n spread of both -> the challenger's", "spread = math.hypot(sd[i], sd[leader])",
+         "spread = sd[i]"),
+        ("cascade: the leader no longer open with its challengers", "out[leader] = min(out[leader], m)",
+         "out[leader] = out[leader]"),
+        ("cascade: a system's sd over n -> sqrt(n)", "float(np.sum(sd[m] ** 2))) / len(m)",
+         "float(np.sum(sd[m] ** 2))) / math.sqrt(len(m))"),
+        ("cascade: open when margin < z -> > z", "if margin[i] < z and", "if margin[i] > z and"),
+        ("cascade: calibration sample max -> min", "max(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)",
+         "min(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)"),
+        ("cascade: full pipeline's generations n / done -> done / n", "round(needed * n / done)",
+         "round(needed * done / n)"),
+        ("cascade: swap chance over the others -> over all units", "chance.sum(axis=1) / (units - 1)",
+         "chance.sum(axis=1) / units"),
+        ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
+    )],
 ]
 
 
