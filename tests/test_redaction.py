@@ -209,7 +209,7 @@ SERVER_COMMANDS = {
                 "oracle:PixelEmbedder", "--out", "{out}"],
     "cttd build": ["cttd", "build", "--images", "{images}", "--vlm", "m", "--vlm-opt", "base_url={url}", "--vlm-opt",
                    "max_retries=0", "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher",
-                   "--out", "{out}"],
+                   "--no-blind-filter", "--out", "{out}"],  # no text LLM here: only the server's VLM
     "meta": ["meta", "--judgments", "{rows}", "--metric", "bleu-1", "--probes", "--bootstrap", "0", "--llm", "m",
              "--llm-opt", "base_url={url}", "--llm-opt", "max_retries=0", "--out", "{out}"],
 }

@@ -20,6 +20,11 @@ which holds its reward (`Reward(empty=...)`):
   that repeat an earlier one;
 - hallucination: -hallucination_weight * (1 - halluc), the share of the caption's claims the judge
   does not find on the original image; only where a judge and an LLM are configured.
+
+A metric named `name[column]` is one of the metric's columns as a part of its own, with its own
+weight: `Reward(["claims[claims_precision]", "claims[claims_conveyed]"], {"claims[claims_precision]": 1.0,
+"claims[claims_conveyed]": 0.5})` logs precision (what the caption gets wrong about the photo) and
+conveyed (what of it a generator rebuilt) apart, from one scoring of `claims`.
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ from caprecon.run.score import build_metrics
 log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
+_COLUMN = re.compile(r"^(?P<metric>[^\[\]]+)\[(?P<column>[^\[\]]+)\]$")
+
+
+def metric_column(label: str) -> tuple[str, str | None]:
+    """`"claims[claims_precision]"` as ("claims", "claims_precision"); a plain name as (name, None)."""
+    found = _COLUMN.match(label)
+    return (found["metric"], found["column"]) if found else (label, None)
 
 
 def words(caption: str) -> list[str]:
@@ -188,7 +200,7 @@ class Reward:
                  config: str | Path | None = None, guards: Guards | None = Guards(), empty: float = 0.0,
                  log_parts: bool = True, progress: bool = True, **settings: Any):
         metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
-        names = [m for m in metrics if isinstance(m, str)]
+        names = list(dict.fromkeys(metric_column(m)[0] for m in metrics if isinstance(m, str)))
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
         self.metrics = metrics or list(self.cfg.metrics)
@@ -240,11 +252,26 @@ class Reward:
         if self._built is None:
             roles = Roles(self.cfg)
             wanted = [*self.metrics, *(["halluc"] if self.hallucination else [])]
+            once: dict[str, Metric] = {}  # columns of one metric share its scoring
+            built: list[Metric] = []
             # the first call loads the models (seconds to minutes): a bar says so before any scoring
             with tqdm(wanted, desc="reward: loading models", unit="metric", disable=not self.progress, leave=False,
-                      dynamic_ncols=True) as metrics:
-                built = [build_metrics(m, roles, self.cfg) for m in metrics]
-            check_once([m.headline for m in built])  # two objects of one metric write one column
+                      dynamic_ncols=True) as bar:
+                for m in bar:
+                    if isinstance(m, str):
+                        name = metric_column(m)[0]
+                        if name not in once:
+                            once[name] = build_metrics(name, roles, self.cfg)
+                        built.append(once[name])
+                    else:
+                        built.append(build_metrics(m, roles, self.cfg))
+            for m, metric in zip(self.metrics, built):
+                column = metric_column(m)[1] if isinstance(m, str) else None
+                known = [c.name for c in metric.columns] or [metric.headline, *metric.companions]
+                if column is not None and column.split("/")[0] not in known:
+                    raise ConfigError(f"reward part {m}: {metric.name} has no column {column} "
+                                      f"(its columns: {', '.join(known)}, each also per category as column/<category>)")
+            check_once(self._part_names(built))  # two objects of one metric write one column
             self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
         return self._built
 
@@ -317,8 +344,9 @@ class Reward:
             bases: dict[int, LoadedSample | Exception] = {}
             for i, (picture, caption) in enumerate(zip(images, captions)):
                 row_keys.append(None if empty[i] else self._key(i, picture, caption, bases, unique))
-            names = [m.headline for m in built["metrics"]]
-            scored = self._score_all(built["metrics"], list(unique.values()), built["ctx"])
+            names = self._part_names(built["metrics"])
+            scored = self._score_all(built["metrics"], self._part_columns(built["metrics"]), list(unique.values()),
+                                     built["ctx"])
         position = {k: j for j, k in enumerate(unique)}
 
         def part(values: list[float | None], term: Callable[[float], float]) -> list[float | None]:
@@ -371,26 +399,44 @@ class Reward:
             unique[key] = base.with_caption(caption)
         return key
 
-    def _score_all(self, metrics: list[Metric], items: list[LoadedSample], ctx: Context) -> list[list[float | None]]:
-        """Each metric's headline value per item (None where it failed on the item), scored in the
-        run's batches under a progress bar, each batch held to the metric contract as a run holds it."""
+    def _labels(self) -> list[str]:
+        labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+        return [*labels, "halluc"] if self.hallucination else labels
+
+    def _part_columns(self, metrics: Sequence[Metric]) -> list[str]:
+        """The column each part reads: the one a `name[column]` label names, else the metric's headline."""
+        return [metric_column(label)[1] or metric.headline for label, metric in zip(self._labels(), metrics)]
+
+    def _part_names(self, metrics: Sequence[Metric]) -> list[str]:
+        """Each part's name: its `name[column]` label, or the metric's headline."""
+        return [label if metric_column(label)[1] else metric.headline
+                for label, metric in zip(self._labels(), metrics)]
+
+    def _score_all(self, metrics: list[Metric], columns: list[str], items: list[LoadedSample],
+                   ctx: Context) -> list[list[float | None]]:
+        """Each part's value per item (None where its metric failed on the item or wrote no number):
+        every distinct metric scored once, in the run's batches under a progress bar, each batch held
+        to the metric contract as a run holds it; parts that read columns of one metric share it."""
         batch = self.cfg.batch_size
-        out: list[list[float | None]] = [[] for _ in metrics]
-        with tqdm(total=len(items) * len(metrics), desc="reward", unit="caption", disable=not self.progress,
+        distinct = list({id(m): m for m in metrics}.values())
+        wanted: dict[int, list[str]] = {}
+        for metric, column in zip(metrics, columns):
+            wanted.setdefault(id(metric), []).append(column)
+        values: dict[tuple[int, str], list[float | None]] = {(id(m), c): [] for m, c in zip(metrics, columns)}
+        with tqdm(total=len(items) * len(distinct), desc="reward", unit="caption", disable=not self.progress,
                   leave=False, dynamic_ncols=True) as bar:
-            for metric, values in zip(metrics, out):
+            for metric in distinct:
                 runner = MetricRunner(metric, ctx, batch)
                 for start in range(0, len(items), batch):
                     part = items[start : start + batch]
                     for item, result in zip(part, runner.score(part)):
                         if isinstance(result, Exception):
                             log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
-                            values.append(None)
-                        else:
-                            value = result.get(metric.headline)
-                            values.append(float(value) if is_number(value) else None)
+                        for column in wanted[id(metric)]:
+                            value = None if isinstance(result, Exception) else result.get(column)
+                            values[id(metric), column].append(float(value) if is_number(value) else None)
                     bar.update(len(part))
-        return out
+        return [values[id(m), c] for m, c in zip(metrics, columns)]
 
 
 #: the part that holds the reward of an empty completion (present when a call has one)
