@@ -18,8 +18,6 @@ from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
-from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES
-from caprecon.store.index import check_policy
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
@@ -102,6 +100,10 @@ class RunConfig:
             check_count("--seeds", self.seeds, 2, MAX_SEEDS)  # an interval needs two seeds
             check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
             check_number("--target-width", self.target_width, 0, low_open=True)
+        # imported here, not with the module: reading a config (`caprecon --help`) loads no metric or store
+        from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES
+        from caprecon.store.index import check_policy
+
         if self.adaptive_rule not in ADAPTIVE_RULES:
             raise ConfigError(f"--adaptive-rule must be one of {', '.join(ADAPTIVE_RULES)}, "
                               f"not {self.adaptive_rule!r}")
