@@ -224,6 +224,13 @@ MUTANTS = [
     Mutant("a tau row's variant ignored", "apps/metabench/__init__.py",
            '        ties = key if key in ("tau_b", "tau_c") else self.ties', "        ties = self.ties",
            ("tests/test_benchmark_layouts.py",)),
+    # issue 50 item 6: meta reads each metric's declared direction
+    Mutant("benchmark directions copied before the scorer fills them", "apps/metabench/protocol.py",
+           "declared = {} if higher_is_better is None else higher_is_better", "declared = higher_is_better or {}",
+           ("tests/test_meta.py::test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one",)),
+    Mutant("benchmark ignores the --scores file's run manifest", "apps/metabench/meta.py",
+           "scored_columns or {}, *file_columns)", "scored_columns or {})",
+           ("tests/test_meta.py::test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one",)),
 ]
 
 

@@ -504,3 +504,43 @@ def test_command_human_order(tmp_path, capsys):
     rc = run_meta_command(_parse(["--judgments", str(pairs), "--metric", "words", "--out", str(tmp_path / "p"),
                                   "--human-order", "ascending"]), score_metric=words)
     assert rc == 2 and "--human-order" in capsys.readouterr().err
+
+
+def test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one(tmp_path):
+    """`meta --benchmark` read bleu-4, meteor, clipscore... as `higher (assumed)` and printed that nothing
+    declared their direction: it handed the protocol an empty mapping of directions that its scorer fills
+    as it scores, and the protocol swapped it for a new one (`or {}`). Here bleu-4's direction comes from
+    the registry (its scores from a --scores file, so no Java runs), `errors`' from the scorer's columns
+    (declared lower-is-better), `misses`' from the manifest of the run the --scores file belongs to, and
+    each tau is Kendall's from scipy on the oriented scores."""
+    import json
+
+    from scipy import stats
+
+    from caprecon.apps.metabench.meta import meta
+    from caprecon.metrics.base import Column
+
+    ratings = [1, 2, 3, 4, 2, 1, 4, 3, 3, 1, 2, 4]
+    bleu = np.array([0.1, 0.3, 0.2, 0.9, 0.4, 0.2, 0.8, 0.5, 0.3, 0.1, 0.6, 0.7])
+    errors = np.array([5.0, 2, 4, 1, 3, 6, 2, 1, 4, 5, 1, 2])  # fewer errors where people rate higher, mostly
+    data = tmp_path / "expert.jsonl"
+    with data.open("w") as fh:
+        for k, rating in enumerate(ratings):
+            fh.write(json.dumps({"image": f"img{k // 2}.jpg", "candidate": f"caption number {k}",
+                                 "refs": [f"a reference {k // 2}"], "ratings": [rating] * 3}) + "\n")
+    scores = tmp_path / "bleu.csv"
+    scores.write_text("id,bleu-4,misses\n" + "".join(f"{k + 1},{v},{e}\n" for k, (v, e) in enumerate(zip(bleu, errors))))
+    (tmp_path / "manifest.json").write_text(json.dumps({"columns": {"misses": {"higher_is_better": False}}}))
+    by_caption = {f"caption number {k}": v for k, v in enumerate(errors)}
+    found = meta(benchmark="flickr8k-expert", data=data, metrics=["bleu-4", "errors", "misses"], scores=[scores],
+                 out=tmp_path / "out", bootstrap=0, scorable=["errors"],
+                 score_metric=lambda name, samples: [by_caption[s.caption] for s in samples],
+                 columns={"errors": Column("errors", higher_is_better=False)})
+    rows = {r.metric: r for r in found.rows}
+    assert {name: r.direction for name, r in rows.items()} == {"bleu-4": "higher", "errors": "lower",
+                                                                "misses": "lower"}
+    assert not [note for note in found.notes if "assumed" in note]
+    people = np.repeat(ratings, 3)  # Flickr8k-Expert: each of the three ratings is its own judgment
+    assert rows["bleu-4"].value == pytest.approx(stats.kendalltau(np.repeat(bleu, 3), people, variant="c")[0])
+    assert rows["errors"].value == pytest.approx(stats.kendalltau(-np.repeat(errors, 3), people, variant="c")[0])
+    assert rows["errors"].value > 0.5 and rows["misses"].value == pytest.approx(rows["errors"].value)

@@ -371,13 +371,15 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
     scores, as scored, and the metrics' directions (`directions`)."""
     # filled as each draw is scored: `score_metric` declares a metric's column only once it has scored it
     directions: dict[str, bool | None] = {}
+    # a --scores file written by a caprecon run declares its metrics' columns in the run's manifest
+    file_columns = [scores_file_columns(path) for path, released, _ in files if not released]
 
     def score(draw: Judgments):
         samples = draw.samples(req.images)
         given = benchmark_scores(files, samples, score_notes) if files else {}
         last.update(judgments=draw, samples=samples,
                     scores=score_judgments(metrics, samples, reference, score_metric, given, score_notes))
-        directions.update(metric_directions(last["scores"], scored_columns or {}))
+        directions.update(metric_directions(last["scores"], scored_columns or {}, *file_columns))
         last["directions"] = directions
         return last["scores"]
 
