@@ -231,6 +231,10 @@ MUTANTS = [
     Mutant("benchmark ignores the --scores file's run manifest", "apps/metabench/meta.py",
            "scored_columns or {}, *file_columns)", "scored_columns or {})",
            ("tests/test_meta.py::test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one",)),
+    # issue 50 item 7: a fresh reconstruction is read once its queued write is done
+    Mutant("reconstruction read before its queued write", "reconstruct/reconstructor.py",
+           "if self.checksum is None and self.written is not None:", "if False:",
+           ("tests/test_store.py::test_a_fresh_reconstruction_asked_again_is_read_once_written_not_regenerated",)),
 ]
 
 
