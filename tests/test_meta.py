@@ -544,3 +544,49 @@ def test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one(
     assert rows["bleu-4"].value == pytest.approx(stats.kendalltau(np.repeat(bleu, 3), people, variant="c")[0])
     assert rows["errors"].value == pytest.approx(stats.kendalltau(-np.repeat(errors, 3), people, variant="c")[0])
     assert rows["errors"].value > 0.5 and rows["misses"].value == pytest.approx(rows["errors"].value)
+
+
+def test_meta_reads_the_direction_of_caprecons_own_metrics_once_they_have_scored(tmp_path):
+    """caprecon's own metrics (recon, clipscore, ...) declare their columns once built, so `meta`'s
+    scorer fills its `columns` as it scores; `meta` handed on `columns or {}`, a new mapping in
+    place of the empty one about to be filled, and every such metric read `higher (assumed)`, on
+    judgments files and benchmarks alike. Here recon runs on the oracle generator and the pixel
+    embedder, and its tau is Kendall's (scipy) on ReconScores computed here from the drawings."""
+    import json
+
+    from scipy import stats
+
+    from caprecon.apps.metabench.meta import meta
+    from oracle import OracleGenerator, PixelEmbedder, render
+
+    scenes = {"img0": "a red square and a blue circle", "img1": "a green circle and a yellow square"}
+    captions = {"img0": [("a red square and a blue circle", 4), ("a red square and a green circle", 3),
+                         ("a red square", 2), ("a purple triangle", 1)],
+                "img1": [("a green circle and a yellow square", 4), ("a green circle", 3),
+                         ("a black triangle and a yellow square", 2), ("a purple triangle", 1)]}
+    rows, expected = [], []
+    for image, scene in scenes.items():
+        render(scene, 96, 96).save(tmp_path / f"{image}.png")
+        for caption, rating in captions[image]:
+            rows.append(f"{image}.png,{caption},{rating}")
+            a, b = PixelEmbedder().embed([render(scene, 96, 96), render(caption, 96, 96)])
+            expected.append((1.0 + float(np.clip(a @ b, -1, 1))) / 2.0)  # ReconScore, by hand
+    judgments = tmp_path / "judged.csv"
+    judgments.write_text("image,caption,human\n" + "\n".join(rows) + "\n")
+    settings = dict(generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=96, no_cache=True)
+    found = meta(judgments, metrics=["recon"], out=tmp_path / "judged", bootstrap=0, **settings)
+    (row,) = found.rows
+    human = [rating for image in scenes for _, rating in captions[image]]
+    assert row.direction == "higher" and not [note for note in found.notes if "assumed" in note]
+    assert row.value == pytest.approx(stats.kendalltau(expected, human, variant="b")[0])
+
+    data = tmp_path / "expert.jsonl"
+    data.write_text("".join(json.dumps({"image": f"{image}.png", "candidate": caption, "refs": ["a reference"],
+                                        "ratings": [rating] * 3}) + "\n"
+                            for image in scenes for caption, rating in captions[image]))
+    found = meta(benchmark="flickr8k-expert", data=data, metrics=["recon"], out=tmp_path / "bench", bootstrap=0,
+                 **settings)
+    (row,) = found.rows
+    assert row.direction == "higher" and not [note for note in found.notes if "assumed" in note]
+    people = np.repeat(human, 3)  # each expert rating its own judgment
+    assert row.value == pytest.approx(stats.kendalltau(np.repeat(expected, 3), people, variant="c")[0])

@@ -156,7 +156,8 @@ def meta(
     elif isinstance(score_metric, str):
         raise MetaError(f"score_metric: {score_metric!r} is neither 'caprecon' nor a callable")
     with _prologue(request):
-        return _run(request, score_metric, llm, store, scorable, columns or {})
+        # the scorer's `columns` fill as it scores: an empty mapping is passed on as it is, never swapped
+        return _run(request, score_metric, llm, store, scorable, {} if columns is None else columns)
 
 
 @contextlib.contextmanager
@@ -323,7 +324,7 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         n_bootstrap = 0 if verifying else req.bootstrap
         rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, req, n_bootstrap, last, score_notes,
-                             files, scored_columns or {})
+                             files, {} if scored_columns is None else scored_columns)
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
@@ -379,7 +380,8 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
         given = benchmark_scores(files, samples, score_notes) if files else {}
         last.update(judgments=draw, samples=samples,
                     scores=score_judgments(metrics, samples, reference, score_metric, given, score_notes))
-        directions.update(metric_directions(last["scores"], scored_columns or {}, *file_columns))
+        directions.update(metric_directions(last["scores"], {} if scored_columns is None else scored_columns,
+                                            *file_columns))
         last["directions"] = directions
         return last["scores"]
 
