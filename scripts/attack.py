@@ -374,7 +374,114 @@ CASES = [
          lambda w: w.audit("-i", w.rows, "--json", w.root / "run"), ("--json",)),
     Case("reward-audit: --weight recon=nan", "out of range",
          lambda w: w.audit("-i", w.rows, "--weight", "recon=nan"), ("--weight",)),
+    # --- benchmark loaders: images outside their root (issue 51, item 2)
+    Case("meta caparena: a battle's img leading out of --images", "path escape",
+         lambda w: ["meta", "--benchmark", "caparena", "--data", arena(w, "arena-escape", [
+             battle("../outside/secret.png", "A", "B", "A"), *DECIDED]), "--images", outside(w), "--metric", "recon",
+                    *w.world, "--cache-dir", w.root / "c-meta", "--human-ranking", "recomputed", "--bootstrap", "0",
+                    "--out", out(w, "b1")], ("lies outside --images", "secret.png"), warned=True),
+    Case("meta nebula (EXPERT): an imgid leading out of --images", "path escape",
+         lambda w: ["meta", "--benchmark", "nebula-raw", "--data", w.text("expert-ann/nebula_test.json", json.dumps([
+             {"imgid": "../../outside/secret", "mt": "a red square", "refs": ["r"], "score": 0.5},
+             {"imgid": "red", "mt": "a blue circle", "refs": ["r"], "score": 0.1}])), "--images", outside(w),
+                    "--metric", "recon", *w.world, "--cache-dir", w.root / "c-meta", "--bootstrap", "0",
+                    "--out", out(w, "b2")], ("lies outside --images", "secret.jpg"), warned=True),
+    # --- CapArena files (item 9)
+    Case("meta caparena: a winner outside the labels", "out of range",
+         lambda w: arena_meta(w, "arena-tie", [*DECIDED, battle("x.png", "A", "B", "Tie")], "b3"),
+         ("[3]", "winner 'Tie'")),
+    Case("meta caparena: a model against itself and a repeated battle", "duplicate ids",
+         lambda w: arena_meta(w, "arena-dup", [*DECIDED, battle("x.png", "A", "A", "equal"), DECIDED[0]], "b4"),
+         ("against itself",), warned=True),
+    Case("meta caparena: every battle has the human caption", "empty file",
+         lambda w: arena_meta(w, "arena-human", [battle(f"{k}.png", "A", "human", "human") for k in range(3)], "b5"),
+         ("every battle involves the human caption",)),
+    Case("meta caparena --model-level: only two models", "out of range",
+         lambda w: arena_meta(w, "arena-two", [battle("1.png", "A", "B", "A"), battle("2.png", "A", "B", "B")], "b6",
+                              "--model-level"), ("±1 by construction",)),
+    Case("meta caparena: only ties", "out of range",
+         lambda w: arena_meta(w, "arena-ties", [battle("1.png", "A", "B", "equal"), battle("2.png", "B", "C", "skip"),
+                                                battle("3.png", "A", "C", "bad")], "b7"), ("a tie",)),
+    # --- EXPERT and Pascal-50S fields of the wrong type (item 10)
+    Case("meta nebula (EXPERT): mt a number", "wrong type",
+         lambda w: expert_meta(w, "mt-number", {"mt": 7}), ("[1]", "mt must be text")),
+    Case("meta nebula (EXPERT): refs a string", "wrong type",
+         lambda w: expert_meta(w, "refs-string", {"refs": "a cat|a dog"}), ("[1]", "refs must be a list")),
+    Case("meta nebula (EXPERT): a NaN score", "out of range",
+         lambda w: expert_meta(w, "nan-score", {"score": float("nan")}), ("[1]", "score nan")),
+    Case("meta nebula (EXPERT): an empty list", "empty file",
+         lambda w: ["meta", "--benchmark", "nebula-raw", "--data", w.text("empty-nebula/nebula_test.json", "[]"),
+                    "--metric", "bleu-1", "--out", out(w, "b8")], ("the list is empty",)),
+    Case("meta pascal50s: references a string", "wrong type",
+         lambda w: pascal_meta(w, "refs-string", {"HC": [{**PAIR, "references": "a jet|a plane"}]}),
+         ("HC[0]", "references must be a list")),
+    Case("meta pascal50s: an unknown category", "out of range",
+         lambda w: pascal_meta(w, "category", {"HC": [PAIR], "XY": [PAIR]}), ("unknown category 'XY'",)),
+    # --- meta --fit and verify (items 18, 19)
+    Case("meta --fit: an infinite score", "out of range",
+         lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("inf-scores.jsonl", [
+             {**s, "cider": float("inf")} if i == 4 else s for i, s in enumerate(w.scored)]), "--metric", "bleu-1",
+                    "cider", "--fit", "--bootstrap", "0", "--out", out(w, "f5")], ("cider", "infinite", "1-1")),
+    Case("meta verify: --fit", "conflicting options",
+         lambda w: ["meta", "verify", "--benchmark", "pascal50s", "--data", pascal(w, "fit", {"HC": [PAIR]}),
+                    "--fit"], ("--fit", "fits nothing")),
+    # --- cttd import (item 20)
+    Case("cttd import: a VLMEvalKit image that is not base64", "wrong type",
+         lambda w: ["cttd", "import", w.text("not-base64.tsv", "index\timage\tquestion\tanswer\n"
+                                                               "0\t@@not base64@@\tIs it red?\tYes\n"),
+                    "--format", "vlmevalkit", "--out", out(w, "c1")], ("image not base64",), codes=(1,)),
 ]
+
+PAIR = {"image": "red.png", "captions": ["a plane", "an airplane"], "label": 0, "references": ["a jet"]}
+
+
+def battle(img: str, a: str, b: str, winner: str) -> dict:
+    return {"img": img, "source1": a, "source2": b, "caption1": f"{a} describes {img}",
+            "caption2": f"{b} describes {img}", "ref": "r", "winner": winner, "cluster": "level 1"}
+
+
+DECIDED = [battle("red.png", "A", "B", "A"), battle("blue.png", "B", "C", "C"), battle("red.png", "A", "C", "A")]
+
+
+def outside(w: Workspace) -> Path:
+    """An images folder holding the two shapes, beside a folder `outside/` with a secret picture."""
+    import shutil
+
+    images = w.root / "bench-images"
+    if not images.exists():
+        (images / "Nebula").mkdir(parents=True)
+        for name in ("red.png", "blue.png"):
+            shutil.copy(w.root / name, images / name)
+        shutil.copy(w.root / "red.png", images / "Nebula" / "red.jpg")
+        (w.root / "outside").mkdir()
+        shutil.copy(w.root / "blue.png", w.root / "outside" / "secret.png")
+        shutil.copy(w.root / "blue.png", w.root / "outside" / "secret.jpg")
+    return images
+
+
+def arena(w: Workspace, name: str, battles: list) -> Path:
+    w.text(f"{name}/caparena_annots_eval.json", json.dumps(battles))
+    return w.root / name
+
+
+def arena_meta(w: Workspace, name: str, battles: list, out_name: str, *extra) -> list:
+    return ["meta", "--benchmark", "caparena", "--data", arena(w, name, battles), "--metric", "bleu-1",
+            "--human-ranking", "recomputed", "--bootstrap", "0", "--out", out(w, out_name), *extra]
+
+
+def expert_meta(w: Workspace, name: str, change: dict) -> list:
+    entry = {"imgid": "red", "mt": "a red square", "refs": ["a red square"], "score": 0.5}
+    data = w.text(f"expert-{name}/nebula_test.json", json.dumps([entry, {**entry, **change}]))
+    return ["meta", "--benchmark", "nebula-raw", "--data", data, "--metric", "bleu-1", "--out", out(w, f"e-{name}")]
+
+
+def pascal(w: Workspace, name: str, data: dict) -> Path:
+    return w.text(f"pascal-{name}/pascal50s.json", json.dumps(data))
+
+
+def pascal_meta(w: Workspace, name: str, data: dict) -> list:
+    return ["meta", "--benchmark", "pascal50s", "--data", pascal(w, name, data), "--metric", "bleu-1",
+            "--out", out(w, f"p-{name}")]
 
 
 def truncated(w: Workspace, name: str) -> Path:
