@@ -116,7 +116,8 @@ def fleur_score(tokens: Sequence[str], probs: Sequence[Sequence[float]]) -> tupl
         return 0.9 * p[0] + p[1], rating
     score = sum(d * v for d, v in enumerate(p)) / 10
     if len(positions) > 1:
-        score += sum(d * float(v) for d, v in enumerate(probs[positions[1]])) / 100
+        p = [float(v) for v in probs[positions[1]]]
+        score += sum(d * v for d, v in enumerate(p)) / 100
     return score, rating
 
 
