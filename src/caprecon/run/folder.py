@@ -221,12 +221,14 @@ def resumable_rows(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows:
 
 
 def open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
+    policy = {"keep": cfg.keep, "max_size": cfg.cache_max_size}
     if cfg.no_cache:
         # nothing from earlier runs is read; the run's own results live in its folder
-        return Store.fresh(out_dir / "store") if out_dir else Store.temporary()
+        return Store.fresh(out_dir / "store", **policy) if out_dir else Store.temporary(**policy)
     # a read-only (shared) cache is read as it is; new results go to an overlay, by default in the run folder
     overlay = cfg.cache_overlay or (out_dir / "cache-overlay" if out_dir else None)
-    return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only)
+    return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only,
+                      **policy)
 
 
 def scores_path(run: str | Path) -> Path:

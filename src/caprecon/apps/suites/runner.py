@@ -364,7 +364,7 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
                         record["error"] = recon
                         continue
                     key, seen, load = recon.key, (recon.width, recon.height), recon.image
-                    record["reconstruction"] = str(recon.path)
+                    record["reconstruction"] = recon.location
                 asks.append((key, judge_prompt(q, reading.coords)))
                 loaders.append(load)
                 pending.append((len(rows) - 1, q, bench.entry, original_size, seen))
