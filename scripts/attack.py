@@ -220,6 +220,8 @@ CASES = [
                             "--out", out(w, "r8")), ("'a'",)),
     Case("refine: --config with rounds as text", "config wrong type",
          lambda w: w.refine("--config", w.text("rounds.yaml", "seed: many\n"), "--out", out(w, "r9")), ("seed",)),
+    Case("refine: resumed with another --holdout than the folder's run", "conflicting options",
+         lambda w: w.refine("--holdout", "0.25", "--out", refined_once(w, "r11")), ("other captions or settings",)),
     Case("refine: --out '' (an unset shell variable)", "odd path",
          lambda w: w.refine("--out", ""), ("--out", "empty")),
     Case("refine: --input ''", "odd path",
@@ -266,6 +268,12 @@ CASES = [
     Case("seeds: a truncated last line", "malformed row",
          lambda w: ["seeds", truncated(w, "cut-run"), "--out", out(w, "s4")],
          ("scores.jsonl:9",)),
+    # --- a model server that cannot be reached: what happened and what to do, the password masked
+    Case("score: a judge server that refuses connections, its URL with a password", "unreachable server",
+         lambda w: ["score", "-i", w.rows, "-m", "vqascore", "--judge", "m1", "--judge-opt",
+                    f"base_url=http://user:pw-4242@127.0.0.1:{closed_port()}/v1", "--judge-opt", "max_retries=0",
+                    "--no-cache", "--out", out(w, "srv1"), "-q"],
+         ("the model server failed", "***@127.0.0.1", "once the server answers")),
     # --- report
     Case("report: a manifest.json that is not JSON", "malformed file",
          lambda w: ["report", with_manifest(w, "bad-manifest", "{not json")], ("manifest.json",),
@@ -282,6 +290,13 @@ CASES = [
          lambda w: ["merge", w.shards[0], forged_shard(w), "--out", out(w, "m2")], ("manifest",)),
     Case("merge: one of two shards", "missing file",
          lambda w: ["merge", w.shards[1], "--out", out(w, "m3")], ("shard",)),
+    Case("merge: --input another file than the shards'", "wrong file",
+         lambda w: ["merge", *w.shards, "-i", w.jsonl("not-the-input.jsonl", [
+             {"id": "a", "image": "red.png", "caption": "a red square!"}]), "--out", out(w, "m4")],
+         ("--input", "not the input the shards were scored from")),
+    Case("merge: one id in two shards", "duplicate ids",
+         lambda w: ["merge", w.shards[0], same_id_shard(w), "--out", out(w, "m5")],
+         ("more than once", "same-id-shard")),
     # --- meta --fit and verify
     Case("meta --fit: --scores with a text score", "wrong type",
          lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("text-scores.jsonl", [
@@ -345,7 +360,11 @@ CASES = [
     Case("cache info: --cache-dir is a file", "folder for a file",
          lambda w: ["cache", "info", "--cache-dir", w.rows], ("--cache-dir",)),
     Case("cache verify: an index that is not SQLite", "malformed file",
-         lambda w: ["cache", "verify", "--cache-dir", garbage_index(w)], ("--repair",), codes=(1,), stream="out"),
+         lambda w: ["cache", "verify", "--cache-dir", garbage_index(w)], ("index.sqlite", "not a database", "--repair"),
+         codes=(1,)),
+    Case("cache verify: index.sqlite is a folder", "folder for a file",
+         lambda w: ["cache", "verify", "--cache-dir", folder_index(w)], ("index.sqlite", "a folder", "--repair"),
+         codes=(1,)),
     Case("cache prune: --older-than 1e400d", "out of range",
          lambda w: ["cache", "prune", "--cache-dir", w.cache, "--older-than", "1" + "0" * 400 + "d", "--dry-run"],
          ("--older-than",)),
@@ -524,6 +543,37 @@ def forged_shard(w: Workspace) -> Path:
     manifest["shard"] = "x" if not isinstance(manifest.get("shard"), dict) else {**manifest["shard"], "index": "x"}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+def same_id_shard(w: Workspace) -> Path:
+    """The second shard, its row given the id of the first shard's row."""
+    folder = w.copy(w.shards[1], "same-id-shard")
+    taken = json.loads((w.shards[0] / "scores.jsonl").read_text().splitlines()[0])["id"]
+    rows = [{**json.loads(line), "id": taken} for line in (folder / "scores.jsonl").read_text().splitlines()]
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def folder_index(w: Workspace) -> Path:
+    folder = w.root / "folder-index-cache"
+    (folder / "index.sqlite").mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def refined_once(w: Workspace, name: str) -> Path:
+    """A folder holding a finished refinement of the workspace's rows, at the default --holdout."""
+    folder = out(w, name)
+    if not (folder / "rounds.jsonl").exists():
+        w.caprecon(w.refine("--rounds", "1", "--out", folder))
+    return folder
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def garbage_index(w: Workspace) -> Path:
