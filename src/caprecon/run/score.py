@@ -29,7 +29,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.base import declared_columns
+from caprecon.metrics.base import check_columns, declared_columns
 from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
@@ -252,6 +252,7 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
 
         return build_fused(metric.partition(":")[2], lambda component: build_metrics(component, roles, cfg))
     built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
+    check_columns(built)  # declarations a reader cannot use are refused before any work
     if not uses_reconstruction(built):
         return built
     members = [built]
