@@ -504,3 +504,89 @@ def test_command_human_order(tmp_path, capsys):
     rc = run_meta_command(_parse(["--judgments", str(pairs), "--metric", "words", "--out", str(tmp_path / "p"),
                                   "--human-order", "ascending"]), score_metric=words)
     assert rc == 2 and "--human-order" in capsys.readouterr().err
+
+
+def test_a_benchmark_reads_each_metrics_declared_direction_never_an_assumed_one(tmp_path):
+    """`meta --benchmark` read bleu-4, meteor, clipscore... as `higher (assumed)` and printed that nothing
+    declared their direction: it handed the protocol an empty mapping of directions that its scorer fills
+    as it scores, and the protocol swapped it for a new one (`or {}`). Here bleu-4's direction comes from
+    the registry (its scores from a --scores file, so no Java runs), `errors`' from the scorer's columns
+    (declared lower-is-better), `misses`' from the manifest of the run the --scores file belongs to, and
+    each tau is Kendall's from scipy on the oriented scores."""
+    import json
+
+    from scipy import stats
+
+    from caprecon.apps.metabench.meta import meta
+    from caprecon.metrics.base import Column
+
+    ratings = [1, 2, 3, 4, 2, 1, 4, 3, 3, 1, 2, 4]
+    bleu = np.array([0.1, 0.3, 0.2, 0.9, 0.4, 0.2, 0.8, 0.5, 0.3, 0.1, 0.6, 0.7])
+    errors = np.array([5.0, 2, 4, 1, 3, 6, 2, 1, 4, 5, 1, 2])  # fewer errors where people rate higher, mostly
+    data = tmp_path / "expert.jsonl"
+    with data.open("w") as fh:
+        for k, rating in enumerate(ratings):
+            fh.write(json.dumps({"image": f"img{k // 2}.jpg", "candidate": f"caption number {k}",
+                                 "refs": [f"a reference {k // 2}"], "ratings": [rating] * 3}) + "\n")
+    scores = tmp_path / "bleu.csv"
+    scores.write_text("id,bleu-4,misses\n" + "".join(f"{k + 1},{v},{e}\n" for k, (v, e) in enumerate(zip(bleu, errors))))
+    (tmp_path / "manifest.json").write_text(json.dumps({"columns": {"misses": {"higher_is_better": False}}}))
+    by_caption = {f"caption number {k}": v for k, v in enumerate(errors)}
+    found = meta(benchmark="flickr8k-expert", data=data, metrics=["bleu-4", "errors", "misses"], scores=[scores],
+                 out=tmp_path / "out", bootstrap=0, scorable=["errors"],
+                 score_metric=lambda name, samples: [by_caption[s.caption] for s in samples],
+                 columns={"errors": Column("errors", higher_is_better=False)})
+    rows = {r.metric: r for r in found.rows}
+    assert {name: r.direction for name, r in rows.items()} == {"bleu-4": "higher", "errors": "lower",
+                                                                "misses": "lower"}
+    assert not [note for note in found.notes if "assumed" in note]
+    people = np.repeat(ratings, 3)  # Flickr8k-Expert: each of the three ratings is its own judgment
+    assert rows["bleu-4"].value == pytest.approx(stats.kendalltau(np.repeat(bleu, 3), people, variant="c")[0])
+    assert rows["errors"].value == pytest.approx(stats.kendalltau(-np.repeat(errors, 3), people, variant="c")[0])
+    assert rows["errors"].value > 0.5 and rows["misses"].value == pytest.approx(rows["errors"].value)
+
+
+def test_meta_reads_the_direction_of_caprecons_own_metrics_once_they_have_scored(tmp_path):
+    """caprecon's own metrics (recon, clipscore, ...) declare their columns once built, so `meta`'s
+    scorer fills its `columns` as it scores; `meta` handed on `columns or {}`, a new mapping in
+    place of the empty one about to be filled, and every such metric read `higher (assumed)`, on
+    judgments files and benchmarks alike. Here recon runs on the oracle generator and the pixel
+    embedder, and its tau is Kendall's (scipy) on ReconScores computed here from the drawings."""
+    import json
+
+    from scipy import stats
+
+    from caprecon.apps.metabench.meta import meta
+    from oracle import OracleGenerator, PixelEmbedder, render
+
+    scenes = {"img0": "a red square and a blue circle", "img1": "a green circle and a yellow square"}
+    captions = {"img0": [("a red square and a blue circle", 4), ("a red square and a green circle", 3),
+                         ("a red square", 2), ("a purple triangle", 1)],
+                "img1": [("a green circle and a yellow square", 4), ("a green circle", 3),
+                         ("a black triangle and a yellow square", 2), ("a purple triangle", 1)]}
+    rows, expected = [], []
+    for image, scene in scenes.items():
+        render(scene, 96, 96).save(tmp_path / f"{image}.png")
+        for caption, rating in captions[image]:
+            rows.append(f"{image}.png,{caption},{rating}")
+            a, b = PixelEmbedder().embed([render(scene, 96, 96), render(caption, 96, 96)])
+            expected.append((1.0 + float(np.clip(a @ b, -1, 1))) / 2.0)  # ReconScore, by hand
+    judgments = tmp_path / "judged.csv"
+    judgments.write_text("image,caption,human\n" + "\n".join(rows) + "\n")
+    settings = dict(generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=96, no_cache=True)
+    found = meta(judgments, metrics=["recon"], out=tmp_path / "judged", bootstrap=0, **settings)
+    (row,) = found.rows
+    human = [rating for image in scenes for _, rating in captions[image]]
+    assert row.direction == "higher" and not [note for note in found.notes if "assumed" in note]
+    assert row.value == pytest.approx(stats.kendalltau(expected, human, variant="b")[0])
+
+    data = tmp_path / "expert.jsonl"
+    data.write_text("".join(json.dumps({"image": f"{image}.png", "candidate": caption, "refs": ["a reference"],
+                                        "ratings": [rating] * 3}) + "\n"
+                            for image in scenes for caption, rating in captions[image]))
+    found = meta(benchmark="flickr8k-expert", data=data, metrics=["recon"], out=tmp_path / "bench", bootstrap=0,
+                 **settings)
+    (row,) = found.rows
+    assert row.direction == "higher" and not [note for note in found.notes if "assumed" in note]
+    people = np.repeat(human, 3)  # each expert rating its own judgment
+    assert row.value == pytest.approx(stats.kendalltau(np.repeat(expected, 3), people, variant="c")[0])

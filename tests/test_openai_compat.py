@@ -207,14 +207,18 @@ def test_backends_satisfy_role_protocols():
 
 
 def test_token_matching_reads_every_option_by_one_rule():
+    """One token per option, spelled exactly as the option (t2v_metrics' rule for API judges:
+    the top-logprob entry whose token is the answer): nothing summed over whitespace or case."""
     top = [{"token": "Yes", "logprob": math.log(0.3)}, {"token": " Yes", "logprob": math.log(0.2)},
            {"token": "yes", "logprob": math.log(0.1)}, {"token": " no", "logprob": math.log(0.05)}]
-    assert _token_prob(top, "Yes") == pytest.approx(0.5)  # "Yes" and " Yes"; "yes" is an option of its own
-    assert _token_prob(top, " Yes ") == pytest.approx(0.5)
+    assert _token_prob(top, "Yes") == pytest.approx(0.3)  # not 0.5: " Yes" is another token
+    assert _token_prob(top, " Yes") == pytest.approx(0.2)
     assert _token_prob(top, "yes") == pytest.approx(0.1)
-    assert _token_prob(top, "no") == pytest.approx(0.05)
-    assert _token_prob(top, "No") is None  # only a different-case token: unknown, not borrowed from "no"
+    assert _token_prob(top, "no") is None  # only " no" is there: unknown, not borrowed from it
+    assert _token_prob(top, "No") is None
     assert _token_prob(top, "Maybe") is None
+    with pytest.raises(ValueError, match="empty or whitespace"):
+        _token_prob(top, " ")
 
 
 def test_the_issue_distribution_gives_one_rule_not_a_case_fallback():
@@ -247,6 +251,71 @@ def test_server_and_local_backend_agree_on_one_distribution(server, faults):
     options = ["yes", "No", "no", "Maybe"]
     served = vlm.option_probs(_requests()[:1], [options])[0]
     assert served == pytest.approx(probs_of(local, [vocab.index(o) for o in options]), rel=1e-6)
+
+
+# one next-token distribution with case and whitespace variants of both answers
+VARIANTS = {"Yes": 0.30, " Yes": 0.20, "yes": 0.10, " yes": 0.05, "YES": 0.05,
+            "No": 0.12, " No": 0.08, "no": 0.04, " no": 0.02, ".": 0.04}
+
+
+def test_case_and_whitespace_variants_are_each_their_own_token_over_a_server(server, faults, tmp_path):
+    """Each option is the one token spelled as it: P("Yes") .30, not .30 + .20 for " Yes"; VQAScore
+    normalised over Yes/yes and No/no is (.30 + .10) / (.30 + .10 + .12 + .04), by hand. A served
+    template that ends its prompt on a word (`reply_space`) starts the reply with a space: then the
+    options are " Yes", " yes", " No", " no": (.20 + .05) / (.20 + .05 + .08 + .02)."""
+    faults.set(script=[{"token": "Yes", "top": {t: math.log(p) for t, p in VARIANTS.items()}}])
+    options = ["Yes", "yes", "No", "no"]
+    vlm = OpenAICompatVLM(SERVED, server)
+    assert vlm.option_probs(_requests()[:1], [options])[0] == pytest.approx([0.30, 0.10, 0.12, 0.04], abs=1e-9)
+    spaced = OpenAICompatVLM(SERVED, server, reply_space=True)
+    assert spaced.option_probs(_requests()[:1], [options])[0] == pytest.approx([0.20, 0.05, 0.08, 0.02], abs=1e-9)
+    assert spaced.fingerprint != vlm.fingerprint  # another token is read: another cache key
+    picture = tmp_path / "red.png"
+    IMAGES["red"].save(picture)
+    sample = caprecon.Sample(id="a", image=picture, caption="a red picture")
+    for judge, expected in ((vlm, 0.40 / 0.56), (spaced, 0.25 / 0.35)):
+        normalised = caprecon.score([sample], ["vqascore"], judge=judge, vqa_normalise=True, no_cache=True)
+        assert normalised.records[0]["vqascore"] == pytest.approx(expected, abs=1e-9)
+        plain = caprecon.score([sample], ["vqascore"], judge=judge, no_cache=True)
+        assert plain.records[0]["vqascore"] == pytest.approx(0.30 if judge is vlm else 0.20, abs=1e-9)
+
+
+def test_one_token_rule_gives_the_same_number_over_the_server_and_locally(server, tiny_lm):
+    """The same tiny LM and prompt, served and loaded locally, both with " Yes"/" No" in the top-k
+    beside "Yes"/"No": each option's probability, and VQAScore's normalised P(yes), agree to 1e-6
+    (they were 0.6417 over the server, which summed " Yes" into "Yes", against 0.7409 locally).
+    The expected values come from the model's own forward pass here: the full-vocabulary softmax
+    after the chat template's generation prompt, read at the vocabulary entry spelled as each option."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from caprecon.models.llm import TransformersLLM
+
+    prompt = "Is there a dog in the picture? Answer Yes or No."
+    options = ["Yes", "yes", "No", "no"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_lm)
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm, dtype=torch.float32).eval()
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        return_tensors="pt", return_dict=True)["input_ids"]
+    with torch.no_grad():
+        probs = torch.softmax(model(ids).logits[0, -1].double(), dim=-1)
+    option_ids = [tokenizer.convert_tokens_to_ids(o) for o in options]
+    assert [tokenizer.decode([i]) for i in option_ids] == options
+    expected = [float(probs[i]) for i in option_ids]
+    spaced = [float(probs[tokenizer.convert_tokens_to_ids("\u0120" + o)]) for o in options]
+    top = set(torch.topk(probs, 20).indices.tolist())
+    assert {tokenizer.convert_tokens_to_ids("\u0120" + o) for o in ("Yes", "No")} <= top  # variants in the top-k
+    assert min(spaced) > 1e-3  # summing them in would move the numbers far beyond 1e-6
+
+    served = OpenAICompatLLM(SERVED, server).option_probs([prompt], [options])[0]
+    local = TransformersLLM(str(tiny_lm), device="cpu").option_probs([prompt], [options])[0]
+    assert served == pytest.approx(expected, abs=1e-6)
+    assert local == pytest.approx(expected, abs=1e-6)
+    def normalised(p):  # VQAScore's P(yes) over Yes/yes and No/no
+        return (p[0] + p[1]) / sum(p)
+
+    assert normalised(served) == pytest.approx(normalised(local), abs=1e-6)
+    assert normalised(served) == pytest.approx(normalised(expected), abs=1e-6)
 
 
 def test_an_option_outside_the_top_k_is_unknown_and_its_row_says_why(server, faults, tmp_path):
@@ -301,9 +370,9 @@ def test_option_probs_are_probabilities_from_the_first_token(server):
                 {"type": "text", "text": YES_NO}]}]}
     top = httpx.post(f"{server}/chat/completions", json=body, timeout=30).json()["choices"][0]["logprobs"][
         "content"][0]["top_logprobs"]
-    expected = sum(math.exp(e["logprob"]) for e in top if e["token"].strip() == "Yes")
+    expected = [math.exp(e["logprob"]) for e in top if e["token"] == "Yes"]  # the one token "Yes"
     assert {e["token"] for e in top} >= {"Yes", " Yes"}
-    assert probs[1][0] == pytest.approx(expected, rel=1e-9)
+    assert probs[1][0] == pytest.approx(expected[0], rel=1e-9) and len(expected) == 1
 
 
 def test_results_are_deterministic_ordered_and_independent_of_concurrency(server):
@@ -469,6 +538,41 @@ def test_fleur_over_the_server_reads_the_digits_where_the_rating_was_written(ser
     row = Fleur(OpenAICompatVLM(SERVED, server)).score([item], Context())[0]
     expected = (7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 10 + (5 * 0.8 + 4 * 0.2) / 100  # .65 + .048
     assert row["fleur"] == pytest.approx(expected, abs=1e-9) and row["fleur_greedy"] == 0.75
+
+
+def test_fleur_over_the_server_reports_the_top_k_mass_and_below_its_floor_the_row_is_missing(server, faults, tmp_path):
+    """The digits outside the top k are read as 0, so they may hold up to 1 - (the mass the top k
+    covered) where the rating's digits were written: `fleur_topk_mass` is the least of those
+    masses (here .995 at the first decimal, 1 at the second, by hand), and under the floor (.99)
+    the row has no fleur and its error says why (.95 here)."""
+    from caprecon.metrics import Context
+    from caprecon.metrics.fleur import TOPK_FLOOR, Fleur
+    from caprecon.data.images import open_image
+    from caprecon.data.samples import Sample
+
+    IMAGES["red"].save(tmp_path / "red.png")
+    item = open_image(Sample(id="r", image=tmp_path / "red.png", caption="a red square"))
+
+    def script(other: float) -> list[dict]:
+        first = {"7": 0.5, "8": 0.3, "6": 0.1, "maybe": other}  # the other digits are outside the top k
+        return [{"token": "0", "top": {"0": 0.0}}, {"token": ".", "top": {".": 0.0}},
+                {"token": "7", "top": {t: math.log(p) for t, p in first.items()}},
+                {"token": "5", "top": {"5": math.log(0.8), "4": math.log(0.2)}}]
+
+    assert TOPK_FLOOR == 0.99
+    vlm = OpenAICompatVLM(SERVED, server)
+    faults.set(script=script(0.095))
+    row = Fleur(vlm).score([item], Context())[0]
+    assert row["fleur_topk_mass"] == pytest.approx(0.995, abs=1e-12)
+    assert row["fleur"] == pytest.approx((7 * 0.5 + 8 * 0.3 + 6 * 0.1) / 10 + (5 * 0.8 + 4 * 0.2) / 100, abs=1e-9)
+    faults.set(script=script(0.05))
+    low = caprecon.score([Sample(id="r", image=tmp_path / "red.png", caption="a red square")], ["fleur"], judge=vlm,
+                         no_cache=True).records[0]
+    assert low.get("fleur") is None and "covered 0.9500" in low["error"]
+    assert low["error_reasons"] == ["fleur: digits outside the top-k"]
+    assert Fleur(vlm, topk_floor=0.9).score([item], Context())[0]["fleur_topk_mass"] == pytest.approx(0.95)
+    with pytest.raises(ValueError, match="topk_floor"):
+        Fleur(vlm, topk_floor=1.5)
 
 
 def test_token_probs_per_position_match_the_first_token_probabilities(server):

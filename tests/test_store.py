@@ -770,6 +770,45 @@ def test_a_new_store_makes_its_256_image_folders_at_once_and_a_write_makes_none(
     assert [p for p in made if os.path.basename(os.path.dirname(p)) == "images"] == []
 
 
+def test_a_fresh_reconstruction_asked_again_is_read_once_written_not_regenerated(tmp_path, monkeypatch, caplog):
+    """Two metrics of one batch share a reconstructor: the first generates Î (its pixels in memory, the
+    file queued for the writing thread), the second finds it among the images the reconstructor knows,
+    without pixels and without a checksum yet. It read the file before the writing thread had written
+    it, found nothing, logged "fails its checksum" and generated Î again (a `refine` in this process
+    did so at random). Here the writing thread is held until the reader is waiting: the reader must
+    wait for the write, then read the oracle's drawing, with no second generation and nothing damaged."""
+    import logging
+    import threading
+
+    import caprecon.store.index as store_module
+    from caprecon.data.images import open_image
+    from caprecon.data.samples import Sample
+    from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
+
+    gate, real = threading.Event(), store_module._png_bytes
+    monkeypatch.setattr(store_module, "_png_bytes", lambda image: (gate.wait(30), real(image))[1])
+    render("a red circle", 48, 48).save(tmp_path / "src.png")
+    item = open_image(Sample(id="s", image=tmp_path / "src.png", caption="a blue square"))
+    store = Store(tmp_path / "cache")
+    store.write_behind = True
+    generator = OracleGenerator()
+    reconstructor = Reconstructor(generator, store, ReconstructionSpec(max_side=48))
+    before = OracleGenerator.calls
+    (first,) = reconstructor.reconstruct([item])
+    assert first.pixels is not None and first.checksum is None and not first.path.exists()  # queued
+    (again,) = reconstructor.reconstruct([item])
+    assert again.pixels is None and again.checksum is None  # known to the reconstructor, not yet written
+    threading.Timer(0.5, gate.set).start()  # the writing thread goes on once the reader is on its way
+    with caplog.at_level(logging.WARNING):
+        image = again.image()
+    expected = render("a blue square", 48, 48)  # the oracle draws exactly the caption's shapes
+    assert image.tobytes() == expected.tobytes()
+    assert OracleGenerator.calls - before == 1 and reconstructor.generated == 1
+    assert reconstructor.damaged == 0 and store.damaged == 0
+    assert not [r for r in caplog.records if "checksum" in r.getMessage()]
+    store.flush()
+
+
 def test_verify_of_a_damaged_index_names_the_file_and_what_is_wrong(tmp_path, capsys):
     """Issue 51 item 17: exit 1 with one line on stderr naming the index file, its damage and the repair."""
     cases = {"garbage": (lambda f: f.write_text("this is not a database\n" * 10), "file is not a database"),

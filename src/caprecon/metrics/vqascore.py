@@ -8,9 +8,11 @@ distribution at the start of the answer:
                     original image: does the caption describe it faithfully?
     vqascore_recon  the same on the reconstruction Î: does the generator adhere to it?
 
-With `normalise=True` the score is instead P(yes) / (P(yes) + P(no)), each side summed
-over the variants "Yes"/"yes" and "No"/"no", which removes the mass the model puts on
-other tokens. A probability that cannot be known (an answer outside the top-k a server
+Each answer's probability is that of ONE token, the one that starts the reply with the
+answer as written (t2v_metrics' rule, in every backend: `caprecon.models.openai_compat`):
+"Yes" is neither " Yes" nor "yes". With `normalise=True` the score is instead
+P(yes) / (P(yes) + P(no)), each side summed over the variants "Yes"/"yes" and "No"/"no",
+each asked as an option of its own, which removes the mass the model puts on other tokens. A probability that cannot be known (an answer outside the top-k a server
 reports, no mass on either answer) is that row's error, never a default value. Only the first token is read: for tokenisers that split "Yes", that is the
 probability of its first piece. For encoder-decoder judges (InstructBLIP-Flan-T5, VQAScore's
 strongest family) it is the decoder's first-step distribution.
@@ -51,7 +53,9 @@ def yes_probabilities(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask
         out = [p[0] for p in option_probs(ctx, vlm, asks, images, ["Yes"])]
         if any(math.isnan(p) for p in out):
             raise SampleError("the judge's P('Yes') is unknown: 'Yes' is not among the top-k tokens its server "
-                              "reported (raise top_logprobs, or use --vqa-normalise)", "answer outside the top-k")
+                              "reported (raise top_logprobs, or use --vqa-normalise; a model whose chat template "
+                              "ends its prompt on a word, as LLaVA-1.5's 'ASSISTANT:', replies ' Yes': "
+                              "--judge-opt reply_space=true)", "answer outside the top-k")
         return out
     out = []
     for p in option_probs(ctx, vlm, asks, images, [*YES, *NO]):

@@ -5,17 +5,27 @@ server that speaks the chat-completions protocol. Each request is one HTTP call;
 `max_concurrency` calls are in flight at once, and results come back in request order.
 The server does its own batching, so nothing here groups requests by image.
 
-Probabilities come from the `top_logprobs` of the first generated token. A server
-reports the full-vocabulary log-probability of each of its top-k tokens, so
-P(option) here is that full-vocabulary probability, the same number a local transformers
-judge gives for the same distribution, as long as the option is among the top k. One rule
-reads every option: the top-k tokens whose text, stripped of whitespace, equals the option
-exactly (case included) are summed, so "Yes" and " Yes" add up and "yes" is an option of its
-own. An option outside the top k has an unknown probability (below the k-th token's):
-`option_probs` gives NaN for it, and the metric makes that row an error with the reason
-rather than read it as 0 or 0.5. (Recent vLLM reports the raw model distribution by
-default, before temperature or penalties.) Options should be single tokens, as letters
-("A".."D") and "Yes"/"No" are in the tokenizers of common judge models.
+Probabilities come from the `top_logprobs` of the generated tokens. A server reports the
+full-vocabulary log-probability of each of its top-k tokens, so a probability read here is
+a full-vocabulary one. One token rule reads every option, here and in the local transformers
+backends, as t2v_metrics reads P("Yes") (its API judges take the top-logprob entry whose token
+is the answer; its local judges the answer's token as the reply): an option's probability is
+that of ONE token, the one that starts the reply with the option as written — case and
+whitespace included, nothing summed over variants. "Yes" is not " Yes", nor "yes": each is
+an option of its own, and a metric that wants several (VQAScore's normalised P(yes) over
+Yes/yes) asks for each. Through this rule one next-token distribution gives the same number
+here and through a local judge, as long as the option is among the top k and the served
+chat template ends its generation prompt as the local one does. A template that ends it on a
+word ("ASSISTANT:", LLaVA-1.5's) makes the reply start with a space, which the local backend
+reads too (`caprecon.models.llm.reply_text`); the server's template is invisible from here,
+so say so with `reply_space=True` and the first reply token is read as " Yes". An option
+outside the top k has an unknown probability (below the k-th token's): `option_probs` gives
+NaN for it, and the metric makes that row an error with the reason rather than read it as 0
+or 0.5. (Recent vLLM reports the raw model distribution by default, before temperature or
+penalties.) Options should be single tokens, as letters ("A".."D") and "Yes"/"No" are in the
+tokenizers of common judge models. `generate_with_token_probs` reads tokens within the reply
+(FLEUR's digits) by the same exact spelling, and says how much probability the top k covered
+at each position (`covered`), since a token outside it is read as 0 there.
 For models that think before answering, turn thinking off through the server's chat
 template, e.g. `extra_body={"chat_template_kwargs": {"enable_thinking": False}}`, or the
 first token is not the answer.
@@ -80,14 +90,16 @@ class _ChatBackend:
     _backend = "openai-compat"
     # bump when a change to the requests or to reading the replies changes the answers; the server's
     # libraries are invisible from here
-    code_revision = 2  # 2: one token rule for every option, and NaN (unknown) outside the top-k
+    # 2: one token rule for every option, and NaN (unknown) outside the top-k; 3: one token per option, spelled
+    # exactly (no whitespace variants summed), and the top-k's covered mass per generated position
+    code_revision = 3
     numeric_libraries: tuple[str, ...] = ()
 
     def __init__(self, model: str, base_url: str, *, api_key: str | None = None, api_key_env: str | None = None,
                  max_concurrency: int = 8, timeout: float = 60, max_retries: int = 4, backoff: float = 1.0,
                  max_new_tokens: int = 64,
                  top_logprobs: int = 20, temperature: float = 0, system_prompt: str | None = None,
-                 extra_body: dict[str, Any] | None = None):
+                 extra_body: dict[str, Any] | None = None, reply_space: bool = False):
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be at least 1")
         if max_retries < 0 or backoff < 0 or timeout <= 0:
@@ -108,6 +120,10 @@ class _ChatBackend:
         self.system_prompt = system_prompt
         # server-specific request fields, e.g. {"chat_template_kwargs": {"enable_thinking": False}}
         self.extra_body = dict(extra_body or {})
+        if not isinstance(reply_space, bool):
+            raise ValueError(f"reply_space must be true or false, not {reply_space!r}")
+        # the served chat template ends its generation prompt on a word: the reply's first token has a space
+        self.reply_space = reply_space
         self._http = None  # created on first use: constructing a backend never touches the network
 
     # -- identity
@@ -115,7 +131,8 @@ class _ChatBackend:
     def _output_settings(self) -> dict[str, Any]:
         return {"backend": self._backend, "base_url": self.base_url, "model": self.model,
                 "max_new_tokens": self.max_new_tokens, "top_logprobs": self.top_logprobs,
-                "temperature": self.temperature, "system_prompt": self.system_prompt, "extra_body": self.extra_body}
+                "temperature": self.temperature, "system_prompt": self.system_prompt, "extra_body": self.extra_body,
+                "reply_space": self.reply_space}
 
     @property
     def fingerprint(self) -> str:
@@ -250,13 +267,22 @@ class _ChatBackend:
             raise ValueError(f"{len(items)} inputs but {len(options)} option lists")
         responses = self._chat_all([self._body(c, 1, logprobs=True) for c in self._contents(items)])
         tops = [self._first_token_top(response) for response in responses]
-        return [[_or(_token_prob(top, option), math.nan) for option in opts] for top, opts in zip(tops, options)]
+        return [[_or(_token_prob(top, self._reply_start(option)), math.nan) for option in opts]
+                for top, opts in zip(tops, options)]
+
+    def _reply_start(self, option: str) -> str:
+        """The token text of `option` starting the reply: as written, or after a space (`reply_space`)."""
+        if not option.strip():
+            raise ValueError("options must not be empty or whitespace")
+        return " " + option if self.reply_space and not option[:1].isspace() else option
 
     def generate_with_token_probs(self, items: Sequence[Any], tokens: Sequence[str],
                                   max_new_tokens: int | None = None) -> list[dict[str, Any]]:
         """Greedy answer per input, with each of `tokens`' probability at every generated
-        position read from that position's `top_logprobs` (0 outside the top k), in the shape
-        of `TransformersVLM.generate_with_token_probs`."""
+        position read from that position's `top_logprobs` (the entry spelled exactly as the
+        token; 0 outside the top k), in the shape of `TransformersVLM.generate_with_token_probs`,
+        and `covered`: per position, the probability the top k held there (1 - covered bounds
+        what the tokens read as 0 may have had, together)."""
         n = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         responses = self._chat_all([self._body(c, n, logprobs=True) for c in self._contents(items)])
         out = []
@@ -266,7 +292,8 @@ class _ChatBackend:
                                  or "").strip(),
                         "tokens": [str(step.get("token", "")) for step in steps],
                         "probs": [[_or(_token_prob(step.get("top_logprobs") or [], t), 0.0) for t in tokens]
-                                  for step in steps]})
+                                  for step in steps],
+                        "covered": [_covered(step.get("top_logprobs") or []) for step in steps]})
         return out
 
     def answer_prob(self, items: Sequence[Any], answers: Sequence[str]) -> list[float]:
@@ -336,12 +363,13 @@ class OpenAICompatVLM(_ChatBackend):
                  max_concurrency: int = 8, timeout: float = 60, max_retries: int = 4, backoff: float = 1.0,
                  image_format: str = "png", max_new_tokens: int = 64, top_logprobs: int = 20, temperature: float = 0,
                  system_prompt: str | None = None, extra_body: dict[str, Any] | None = None,
-                 box_coords: str | None = None, min_pixels: int = 3136, max_pixels: int = 12845056):
+                 box_coords: str | None = None, min_pixels: int = 3136, max_pixels: int = 12845056,
+                 reply_space: bool = False):
         super().__init__(model, base_url, api_key=api_key, api_key_env=api_key_env,
                          max_concurrency=max_concurrency, timeout=timeout,
                          max_retries=max_retries, backoff=backoff, max_new_tokens=max_new_tokens,
                          top_logprobs=top_logprobs, temperature=temperature, system_prompt=system_prompt,
-                         extra_body=extra_body)
+                         extra_body=extra_body, reply_space=reply_space)
         # the convention of the served model's box answers: given, else its family's by name
         self.box_coords = check_box_coords(box_coords) or judge_box_coords(model)
         # the pixel budget of the server's Qwen2.5-VL processor (its published defaults):
@@ -407,17 +435,22 @@ def encode_image(image: Image.Image, image_format: str = "png") -> str:
     return f"data:image/{image_format};base64,{base64.b64encode(buffer.getvalue()).decode('ascii')}"
 
 
-def _token_prob(top: list[dict], option: str) -> float | None:
-    """Summed probability of the top-k tokens that spell `option`, by one rule for every option:
-    the token with its surrounding whitespace stripped equals the option exactly, case included
-    ("Yes" and " Yes" add up; "yes" is another option). None when no top-k token spells it: its
-    probability is then unknown (below the k-th token's), not zero."""
-    target = option.strip()
-    if not target:
+def _token_prob(top: list[dict], token: str) -> float | None:
+    """The probability of the one top-k entry spelled exactly `token` (case and whitespace
+    included: "Yes", " Yes" and "yes" are three tokens, never summed). None when no top-k entry
+    is spelled so: its probability is then unknown (below the k-th token's), not zero. Two
+    entries of one spelling (two token ids that decode alike) cannot be told apart from here:
+    the likelier is read."""
+    if not token.strip():
         raise ValueError("options must not be empty or whitespace")
-    matches = [entry.get("logprob") for entry in top if str(entry.get("token", "")).strip() == target]
+    matches = [entry.get("logprob") for entry in top if str(entry.get("token", "")) == token]
     matches = [lp for lp in matches if lp is not None]
-    return min(1.0, sum(math.exp(lp) for lp in matches)) if matches else None
+    return min(1.0, math.exp(max(matches))) if matches else None
+
+
+def _covered(top: list[dict]) -> float:
+    """The probability the top-k entries of one position hold together."""
+    return min(1.0, math.fsum(math.exp(lp) for entry in top if (lp := entry.get("logprob")) is not None))
 
 
 def _or(value: float | None, missing: float) -> float:

@@ -41,7 +41,9 @@ class VisionLanguageModel(Protocol):
 
     def option_probs(self, requests: Sequence[VLMRequest], options: Sequence[Sequence[str]]) -> list[list[float]]:
         """For each request, the next-token probability (full-vocabulary softmax) of the first
-        token of each option string (e.g. ["A", "B", "C", "D"] or ["Yes", "No"])."""
+        token of each option string (e.g. ["A", "B", "C", "D"] or ["Yes", "No"]) as it starts
+        the reply: one token per option, case and whitespace as written, never a sum over
+        variants ("Yes" is not " Yes"), the rule every backend follows (t2v_metrics')."""
         ...
 
     def answer_prob(self, requests: Sequence[VLMRequest], answers: Sequence[str]) -> list[float]:

@@ -126,12 +126,19 @@ class Reconstruction:
     #: the pixels as just generated (and stored losslessly), so this run never reads them back
     pixels: Image.Image | None = field(default=None, repr=False, compare=False)
     regenerate: Callable[[], "Reconstruction"] | None = field(default=None, repr=False, compare=False)
+    #: waits until the store has written the file, when its write is still queued (`Store.write_behind`)
+    written: Callable[[], None] | None = field(default=None, repr=False, compare=False)
 
     def image(self) -> Image.Image:
         """The pixels, verified against the stored checksum; a damaged file is generated
-        again (when the reconstructor is known) rather than scored."""
+        again (when the reconstructor is known) rather than scored. A file this process has
+        queued for writing (no checksum yet) is read once written, never before."""
         if self.pixels is not None:
             return self.pixels
+        if self.checksum is None and self.written is not None and self.path is not None:
+            # the reconstructor remembers a fresh image without its pixels: a second metric of the
+            # batch asking for it would otherwise read a file the writing thread has not written yet
+            self.written()
         image = read_verified(self.path, self.checksum) if self.path is not None else None
         if image is None and self.regenerate is not None:
             fresh = self.regenerate()
@@ -289,13 +296,14 @@ class Reconstructor:
         return Reconstruction(key=key, path=path, prompt=record["prompt"], seed=record["seed"],
                               width=record["width"], height=record["height"], tokens_cut=record["tokens_cut"],
                               detail=record["detail"], checksum=checksum, pixels=pixels[0] if pixels else None,
-                              regenerate=lambda: self._regenerate(key, request, kept=path is not None))
+                              regenerate=lambda: self._regenerate(key, request, kept=path is not None),
+                              written=lambda: self.store.flush_images([key]))
 
     def _regenerate(self, key: str, request: GenerationRequest, kept: bool) -> Reconstruction:
-        """The reconstruction made again: its stored picture failed its checksum (`kept`), or the
-        store keeps no picture of it (`keep="vectors"`: no damage, the picture is made when needed)."""
+        """The reconstruction made again: its stored picture is missing or failed its checksum (`kept`),
+        or the store keeps no picture of it (`keep="vectors"`: no damage, the picture is made when needed)."""
         if kept:
-            log.warning("cached reconstruction %s fails its checksum; generating it again", key)
+            log.warning("cached reconstruction %s is missing or fails its checksum; generating it again", key)
             self.damaged += 1
         entry = self._obtain({key: request})[key]
         self._known.put({key: entry[:3]})

@@ -166,7 +166,8 @@ def meta(
     elif isinstance(score_metric, str):
         raise MetaError(f"score_metric: {score_metric!r} is neither 'caprecon' nor a callable")
     with _prologue(request):
-        return _run(request, score_metric, llm, store, scorable, columns or {})
+        # the scorer's `columns` fill as it scores: an empty mapping is passed on as it is, never swapped
+        return _run(request, score_metric, llm, store, scorable, {} if columns is None else columns)
 
 
 @contextlib.contextmanager
@@ -374,7 +375,7 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
     with ReferenceMetrics([m for m in metrics if reference_metric_name(m)], skip_unavailable=True) as reference:
         n_bootstrap = 0 if verifying else req.bootstrap
         rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, req, n_bootstrap, last, score_notes,
-                             files, scored_columns or {})
+                             files, {} if scored_columns is None else scored_columns)
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
@@ -426,13 +427,16 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
     scores, as scored, and the metrics' directions (`directions`)."""
     # filled as each draw is scored: `score_metric` declares a metric's column only once it has scored it
     directions: dict[str, bool | None] = {}
+    # a --scores file written by a caprecon run declares its metrics' columns in the run's manifest
+    file_columns = [scores_file_columns(path) for path, released, _ in files if not released]
 
     def score(draw: Judgments):
         samples = draw.samples(req.images)
         given = benchmark_scores(files, samples, score_notes) if files else {}
         last.update(judgments=draw, samples=samples,
                     scores=score_judgments(metrics, samples, reference, score_metric, given, score_notes))
-        directions.update(metric_directions(last["scores"], scored_columns or {}))
+        directions.update(metric_directions(last["scores"], {} if scored_columns is None else scored_columns,
+                                            *file_columns))
         last["directions"] = directions
         return last["scores"]
 

@@ -43,8 +43,11 @@ def run_benchmark(
     the benchmark's models against people's (`caparena.model_level_rows`; on CapArena, people's
     ranking is `human_ranking`: `caparena.people_ranking`). Each metric's scores
     are read by its declared direction (`higher_is_better`, as `run_meta` reads them) in every
-    statistic, and its rows say how (`direction`)."""
-    declared = higher_is_better or {}
+    statistic, and its rows say how (`direction`). `higher_is_better` is read as each draw is scored,
+    so a mapping the scorer fills as it scores (as `meta` passes) is followed, not copied."""
+    # `or {}` would swap an empty mapping the scorer is about to fill for a new one, and every metric
+    # would be read as assumed
+    declared = {} if higher_is_better is None else higher_is_better
     rows = _run_oriented(benchmark, judgments, _oriented_scorer(score, declared), n_bootstrap=n_bootstrap, seed=seed,
                          level=level, tie_band=tie_band, model_level=model_level, human_ranking=human_ranking)
     for row in rows:
