@@ -241,7 +241,7 @@ MUTANTS = [
            "return (start, start + len(span)) if start >= 0 else None",
            "return (start, start + len(span) - 1) if start >= 0 else None", ("tests/test_claim_check.py",)),
     Mutant("reward part claims[column] reads the headline", "apps/reward.py",
-           "columns = [metric_column(label)[1] or metric.headline", "columns = [metric.headline",
+           "return [metric_column(label)[1] or metric.headline for", "return [metric.headline for",
            ("tests/test_claim_check.py::test_the_reward_takes_precision_and_conveyed_as_parts_of_their_own",)),
     Mutant("claims rationale counts lost among all claims", "reports/html/collect.py",
            "    supported = len(evidence) - len(wrong)", "    supported = len(evidence)",
