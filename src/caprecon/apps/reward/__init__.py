@@ -17,6 +17,9 @@ through TRL's `log_metric` as `caprecon/<part>`:
   that repeat an earlier one;
 - hallucination: -hallucination_weight * (1 - halluc), the share of the caption's claims the judge
   does not find on the original image; only where a judge and an LLM are configured.
+
+The reward served over HTTP lives beside it, one app with it: `wire` (the request's cells),
+`serve` (the service, `caprecon serve`) and `remote` (the clients: `RemoteReward`, verl's function).
 """
 
 from __future__ import annotations
