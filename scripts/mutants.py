@@ -326,6 +326,11 @@ MUTANTS = [
     # cttd import (issue 51, item 20)
     Mutant("cttd import keeps a question whose image is neither base64 nor a row", "apps/cttd/importers.py",
            "                    if raw is None:", "                    if raw is False:", ("tests/test_cttd.py",)),
+    Mutant("one builder: a fused metric's components built without the run's seeds", "metrics/__init__.py",
+           "lambda component: build_metric(component, roles, config, finish)",
+           "lambda component: build_metric(component, roles, config)", ("tests/test_fit.py",)),
+    Mutant("one builder: a metric built by name left unfinished", "metrics/__init__.py",
+           "return finish(name, built) if finish else built", "return built", ("tests/test_fit.py",)),
 ]
 
 
