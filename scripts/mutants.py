@@ -2,30 +2,46 @@
 
     python scripts/mutants.py                 # every mutant (make mutants)
     python scripts/mutants.py -k recon clip   # those whose name contains one of the words
+    python scripts/mutants.py -j 1            # one mutant at a time (default: 2, or fewer cores)
 
 Each mutant is data: the file (under src/caprecon), a snippet that must occur in it exactly
 once, what replaces it, and the tests that should notice. The script copies src/ to a
-temporary folder, applies one mutant there (never in the working tree), runs its tests with
-PYTHONPATH pointing at the copy, and puts the snippet back. A snippet that no longer occurs
-exactly once is reported as `stale` (the code moved: update the list) rather than skipped.
-First the tests run once on the unchanged copy, which must pass. Exit status 1 when any
-mutant survives or is stale, or the unchanged copy fails.
+temporary folder (one copy per job), applies one mutant there (never in the working tree),
+runs its tests with PYTHONPATH pointing at the copy, and puts the snippet back. A snippet that
+no longer occurs exactly once is reported as `stale` (the code moved: update the list) rather
+than skipped. Exit status 1 when any mutant survives or is stale, or the unchanged copy fails.
+
+First the tests run once on the unchanged copy, which must pass; that run (split over the jobs)
+also records, with the probe plugin (`probe/mutants_probe.py`, tracing Python calls), which tests
+call the function each mutant changes and how long each took. A mutant is then tried on those of
+its named tests alone, quickest first, stopping at the first failure (`-x`); only when they all
+pass are its named tests run whole (a test may reach the code in a subprocess, which the probe
+cannot see), so a mutant is reported as surviving only if its named tests pass. A snippet at
+module or class level, or in a signature (run on import), is tried on its named tests whole.
+Mutants run `--jobs` at a time. `--named-only` skips the probe: every mutant on its named tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
+import math
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # probe/mutants_probe.py, the baseline's pytest plugin, lives under it
+ROOT = HERE.parent
 FORMULAS = "tests/test_formulas.py"
 
 
@@ -181,6 +197,77 @@ MUTANTS = [
            "return self.p_yes > SUPPORTED", ("tests/test_halluc.py",)),
     Mutant("cached claims without the parser's revision", "metrics/claims.py", "parser=CLAIMS_PARSER_REVISION)", ")",
            ("tests/test_halluc.py",)),
+    # claims with structure (DSG): the answer rule, the gate, the item score; on I and Î: each ratio
+    Mutant("claims: an answer other than no scores 1", "metrics/claims.py",
+           'strip().strip(".,!?").strip().lower() == "yes" else 0.0', 'strip().strip(".,!?").strip().lower() != "no" else 0.0',
+           ("tests/test_claims.py",)),
+    Mutant("claims gate: any parent -> all parents", "metrics/claims.py",
+           "0.0 if any(scores.get(p, 0.0) < SUPPORTED", "0.0 if all(scores.get(p, 0.0) < SUPPORTED",
+           ("tests/test_claims.py",)),
+    Mutant("claims gate: a parent at exactly 0.5 gates", "metrics/claims.py",
+           "0.0 if any(scores.get(p, 0.0) < SUPPORTED", "0.0 if any(scores.get(p, 0.0) <= SUPPORTED",
+           ("tests/test_claims.py",)),
+    Mutant("claims gate: a parent without a score vouches", "metrics/claims.py",
+           "0.0 if any(scores.get(p, 0.0) < SUPPORTED", "0.0 if any(scores.get(p, 1.0) < SUPPORTED",
+           ("tests/test_claims.py",)),
+    Mutant("claims gated item score is the ungated one", "metrics/claims.py",
+           "return ItemScore(sum(gated.values()) / len(gated),", "return ItemScore(sum(scores.values()) / len(gated),",
+           ("tests/test_claims.py",)),
+    Mutant("claims item score over the yes answers only", "metrics/claims.py",
+           "sum(scores.values()) / len(scores), len(scores))",
+           "sum(scores.values()) / max(1, sum(v > 0 for v in scores.values())), len(scores))", ("tests/test_claims.py",)),
+    Mutant("check_claims gate: any parent -> all parents", "metrics/claims.py",
+           "if any(not results[s][p].supported for p in claim.depends_on):",
+           "if all(not results[s][p].supported for p in claim.depends_on):",
+           ("tests/test_claim_check.py", "tests/test_halluc.py")),
+    Mutant("claims precision over the conveyed", "metrics/claim_check.py",
+           '"claims_precision": ratio(supported, n)', '"claims_precision": ratio(kept, n)',
+           ("tests/test_claim_check.py",)),
+    Mutant("claims conveyed over all claims", "metrics/claim_check.py",
+           '{"claims_conveyed": ratio(kept, supported)', '{"claims_conveyed": ratio(kept, n)',
+           ("tests/test_claim_check.py",)),
+    Mutant("claims lost counts the hallucinated too", "metrics/claim_check.py",
+           '"claims_lost": supported - kept', '"claims_lost": n - kept', ("tests/test_claim_check.py",)),
+    Mutant("claims conveyed per type over the type's claims", "metrics/claim_check.py",
+           'row[f"claims_conveyed/{kind}"] = ratio(both, on_i)', 'row[f"claims_conveyed/{kind}"] = ratio(both, total)',
+           ("tests/test_claim_check.py",)),
+    Mutant("claims precision per type over all claims", "metrics/claim_check.py",
+           'row[f"claims_precision/{kind}"] = ratio(on_i, total)', 'row[f"claims_precision/{kind}"] = ratio(on_i, n)',
+           ("tests/test_claim_check.py",)),
+    Mutant("claims conveyed ignores Î", "metrics/claim_check.py",
+           "counts[2] += seen.supported and rebuilt.supported", "counts[2] += seen.supported",
+           ("tests/test_claim_check.py",)),
+    Mutant("claims span end one short", "metrics/claim_check.py",
+           "return (start, start + len(span)) if start >= 0 else None",
+           "return (start, start + len(span) - 1) if start >= 0 else None", ("tests/test_claim_check.py",)),
+    Mutant("reward part claims[column] reads the headline", "apps/reward.py",
+           "columns = [metric_column(label)[1] or metric.headline", "columns = [metric.headline",
+           ("tests/test_claim_check.py::test_the_reward_takes_precision_and_conveyed_as_parts_of_their_own",)),
+    Mutant("claims rationale counts lost among all claims", "reports/html/collect.py",
+           "    supported = len(evidence) - len(wrong)", "    supported = len(evidence)",
+           ("tests/test_claim_check.py::test_the_rationale_is_built_from_the_evidence_alone",)),
+    Mutant("turing gate: any parent right suffices", "metrics/turing.py",
+           "return [ok and all(by_id.get(p, False) for p in q.parents)",
+           "return [ok and any(by_id.get(p, False) for p in q.parents)",
+           ("tests/test_claims.py::test_turing_scores_a_question_whose_parent_was_answered_wrong_as_wrong",)),
+    Mutant("turing gate removed", "metrics/turing.py",
+           "right = gated_right(questions, [graded[field][row][i][2] for i in range(len(questions))])",
+           "right = [graded[field][row][i][2] for i in range(len(questions))]",
+           ("tests/test_claims.py::test_turing_scores_a_question_whose_parent_was_answered_wrong_as_wrong",)),
+    Mutant("cttd child of a dropped parent kept", "apps/cttd/curate.py",
+           "missing = [p for p in item.parents if p not in ids]", "missing = []",
+           ("tests/test_cttd.py::test_a_build_writes_parents_and_leaves_out_what_a_blind_llm_answers",)),
+    Mutant("cttd dependency on itself accepted", "apps/cttd/generate.py",
+           "and 0 <= p < k})", "and 0 <= p <= k})",
+           ("tests/test_cttd.py::test_a_build_writes_parents_and_leaves_out_what_a_blind_llm_answers",)),
+    Mutant("cttd blind questions kept by default", "apps/cttd/pipeline.py",
+           "    blind_keep: bool = False", "    blind_keep: bool = True",
+           ("tests/test_cttd.py::test_a_build_writes_parents_and_leaves_out_what_a_blind_llm_answers",)),
+    Mutant("t2i DSG score ungated", "metrics/claim_check.py",
+           "self.headline: result.gated,", "self.headline: result.ungated,",
+           ("tests/test_claim_check.py::test_t2i_asks_dsgs_questions_of_live_judges",)),
+    Mutant("tifa160 keeps unparsable dependencies", "apps/metabench/tifa160.py",
+           "parents = {} if item in unparsed else", "parents = {} if False else", ("tests/test_claims.py",)),
     Mutant("batch-invariant generation still batched", "models/generator.py",
            "per_call = 1 if self.batch_invariant else self.batch_size", "per_call = self.batch_size",
            ("tests/test_scale.py::test_batch_invariant_reconstructions_do_not_depend_on_their_batch",)),
@@ -224,6 +311,138 @@ MUTANTS = [
     Mutant("a tau row's variant ignored", "apps/metabench/__init__.py",
            '        ties = key if key in ("tau_b", "tau_c") else self.ties', "        ties = self.ties",
            ("tests/test_benchmark_layouts.py",)),
+    # the Reward is the score (issue 50 item 3, item 8): pictures keyed by content, files by score's id
+    Mutant("reward deduplication keyed by row instead of image content", "apps/reward.py",
+           "key = (base.image_key, base.sample.image_id, caption)", "key = (row, base.sample.image_id, caption)",
+           ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
+    Mutant("reward names a file by its content, not by score's image id", "apps/reward.py",
+           "                if not name:\n", "                if True:\n",
+           ("tests/test_reward.py::test_reward_gives_what_score_gives_for_the_same_picture_and_caption",)),
+    Mutant("retrieval leaves the source out by name only", "models/generator.py",
+           "if gid == request.image_id or request.source_key in keys]", "if gid == request.image_id]",
+           ("tests/test_reward.py::test_the_offline_reward_leaves_the_scored_photo_out_as_score_does",)),
+    Mutant("an empty completion's reward is not `empty`", "apps/reward.py",
+           "parts[EMPTY_PART] = [self.empty if blank else 0.0", "parts[EMPTY_PART] = [0.0 if blank else 0.0",
+           ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",)),
+    Mutant("an empty completion's metric parts unknown, not 0", "apps/reward.py",
+           "return [0.0 if blank else None if key is None", "return [None if blank else None if key is None",
+           ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",)),
+    Mutant("a blank completion is not empty", "apps/reward.py", "empty = [not caption.strip() for caption in captions]",
+           "empty = [not caption for caption in captions]",
+           ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",)),
+    Mutant("a metric named twice passes", "apps/reward.py", "if labels.count(label) > 1}", "if labels.count(label) > 2}",
+           ("tests/test_reward.py::test_a_metric_named_twice_is_refused",)),
+    Mutant("reconstruction requests keep the caption's whitespace", "reconstruct/reconstructor.py",
+           "caption = collapse_whitespace(s.caption)", "caption = s.caption",
+           ("tests/test_reward.py::test_captions_differing_only_by_whitespace_cost_one_generation",)),
+    Mutant("whitespace collapse only trims", "data/normalise.py", 'return " ".join(text.split())', "return text.strip()",
+           ("tests/test_reward.py::test_captions_differing_only_by_whitespace_cost_one_generation",)),
+    Mutant("a served file travels without its name", "apps/reward/wire.py",
+           ', NAME: Path(picture).name}', "}",
+           ("tests/test_serve.py::test_a_served_file_is_named_as_in_process_so_seeded_rewards_agree",)),
+    Mutant("a served file's name dropped by the server", "apps/reward/wire.py",
+           'return {"bytes": data, "path": name} if name else data', "return data",
+           ("tests/test_serve.py::test_a_served_file_is_named_as_in_process_so_seeded_rewards_agree",)),
+    # settings checked when built (issue 51 item 8)
+    Mutant("guards' counts read as any number", "apps/reward.py", "problem = count_problem(getattr(self, name), 1)",
+           "problem = number_problem(getattr(self, name), 1)", ("tests/test_reward.py::test_settings_are_refused_when_the_object_is_built",)),
+    Mutant("guards' weights unbounded below", "apps/reward.py", "problem = number_problem(getattr(self, name), 0.0)",
+           "problem = number_problem(getattr(self, name), None)",
+           ("tests/test_reward.py::test_settings_are_refused_when_the_object_is_built",)),
+    Mutant("reward's empty unchecked", "apps/reward.py", "problem = number_problem(empty)",
+           "problem = number_problem(0.0)", ("tests/test_reward.py::test_settings_are_refused_when_the_object_is_built",)),
+    # TRL-shaped inputs (issue 51 item 7)
+    Mutant("a message's None content refused", "apps/reward.py", "if content is None or isinstance(content, str):",
+           "if isinstance(content, str):", ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",
+                                             "tests/test_reward.py::test_trl_shaped_inputs_it_takes")),
+    Mutant("a None text part joined", "apps/reward.py", 'return " ".join(text for text in texts if text)',
+           'return " ".join(texts)', ("tests/test_reward.py::test_trl_shaped_inputs_it_takes",)),
+    Mutant("a caption that is no text passes", "apps/reward.py", "if not isinstance(caption, str):",
+           "if caption is None:", ("tests/test_reward.py::test_trl_shaped_inputs_it_refuses_naming_the_row",)),
+    Mutant("a lone string read as captions", "apps/reward.py", "if isinstance(values, (str, bytes)) or",
+           "if isinstance(values, bytes) or", ("tests/test_reward.py::test_trl_shaped_inputs_it_refuses_naming_the_row",)),
+    Mutant("a reward call shows no progress", "apps/reward.py", 'unit="caption", disable=not self.progress,',
+           'unit="caption", disable=True,',
+           ("tests/test_reward.py::test_a_reward_call_shows_its_progress_unless_told_not_to",)),
+    # every caprecon log record masked, whatever the entry point (issue 51 item 1)
+    Mutant("only the caprecon logger itself masked", "__init__.py",
+           'if name == "caprecon" or name.startswith("caprecon."):', 'if name == "caprecon":',
+           ("tests/test_reward.py::test_no_log_record_of_a_python_reward_holds_the_server_password",
+            "tests/test_redaction.py::test_a_caprecon_record_is_masked_as_it_is_made_whatever_handler_shows_it")),
+    Mutant("a record's traceback unmasked", "core/redaction.py", "if record.exc_info and not record.exc_text:",
+           "if False:", ("tests/test_redaction.py::test_a_caprecon_record_is_masked_as_it_is_made_whatever_handler_shows_it",)),
+    # the metric contract on every call (issue 51 item 4)
+    Mutant("contract: a row count other than the items' passes", "metrics/base.py", "if len(rows) != count:",
+           "if len(rows) > count:", ("tests/test_metric_contract.py::test_score_and_the_reward_raise_the_same_error",)),
+    Mutant("contract: a row without its headline passes", "metrics/base.py", "if metric.headline not in row:",
+           "if metric.headline is None:", ("tests/test_metric_contract.py::test_score_and_the_reward_raise_the_same_error",)),
+    Mutant("contract: text where a number is declared passes", "metrics/base.py",
+           "if isinstance(value, bool) or not isinstance(value, (int, float)):", "if isinstance(value, bool):",
+           ("tests/test_metric_contract.py::test_score_and_the_reward_raise_the_same_error",)),
+    Mutant("contract: a value outside the declared range passes", "metrics/base.py",
+           "if math.isfinite(value) and not _inside(value, column):", "if math.isfinite(value) and False:",
+           ("tests/test_metric_contract.py::test_score_and_the_reward_raise_the_same_error",)),
+    Mutant("contract: rounding slack 1e-6 -> 1e-3", "metrics/base.py", "RANGE_SLACK = 1e-6", "RANGE_SLACK = 1e-3",
+           ("tests/test_metric_contract.py::test_a_value_within_rounding_of_its_bound_is_inside",)),
+    Mutant("contract: a range with low above high passes", "metrics/base.py",
+           "and column.low > column.high:", "and column.low > column.high + 1.0:",
+           ("tests/test_metric_contract.py::test_impossible_declarations_are_refused_before_any_work",)),
+    Mutant("contract: any direction passes", "metrics/base.py", "if column.higher_is_better not in (True, False, None):",
+           'if column.higher_is_better not in (True, False, None, "up"):',
+           ("tests/test_metric_contract.py::test_impossible_declarations_are_refused_before_any_work",)),
+    Mutant("contract: columns unchecked when a run builds its metrics", "run/score.py",
+           "    check_columns(built)  # declarations", "    (built)  # declarations",
+           ("tests/test_metric_contract.py::test_impossible_declarations_are_refused_before_any_work",)),
+    Mutant("contract: a broken metric retried row by row", "run/local.py",
+           "        except MetricContractError:\n            raise  # the metric's code",
+           "        except ZeroDivisionError:\n            raise  # the metric's code",
+           ("tests/test_metric_contract.py::test_score_and_the_reward_raise_the_same_error",)),
+    Mutant("contract: the breaking batch's other metrics lost", "run/local.py",
+           "except MetricContractError as exc:  # the batch's", "except ZeroDivisionError as exc:  # the batch's",
+           ("tests/test_metric_contract.py::test_a_broken_metric_stops_the_run_naming_it_and_keeps_what_was_scored",)),
+    Mutant("a stage's missing results asked for again for ever", "run/local.py", "if len(done) != len(part):",
+           "if len(done) > len(part):",
+           ("tests/test_metric_contract.py::test_a_stage_that_returns_fewer_results_than_rows_stops_instead_of_spinning",)),
+    Mutant("contract: a broken metric's batch retried on Ray", "run/ray.py",
+           "except (RunError, MetricContractError) as stop:", "except RunError as stop:",
+           ("tests/test_metric_contract.py::test_on_ray_a_broken_metric_stops_the_run_at_once_naming_it",)),
+    # adaptive seeds (issue 50 items 1 and 8): Stein's two-stage size and interval, the moderated variance
+    Mutant("adaptive: seeds for half the target width", "metrics/adaptive.py",
+           "* sd / width) ** 2", "* sd / (width / 2)) ** 2", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: the interval's factor 2 dropped from the seed count", "metrics/adaptive.py",
+           "need = (2 * float(", "need = (float(", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: seed count rounded down", "metrics/adaptive.py", "max(least, math.ceil(need))",
+           "max(least, int(need))", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: MAX ignored", "metrics/adaptive.py", "return min(most, max(least, math.ceil(need)))",
+           "return max(least, math.ceil(need))", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: interval from the sd of all draws, not the first stage's", "metrics/adaptive.py",
+           'two_stage_interval(row[name], sd, df, len(caption_rows))',
+           'two_stage_interval(row[name], row[f"{name}_sd"], df, len(caption_rows))', ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: interval over the first stage's seed count", "metrics/adaptive.py",
+           'two_stage_interval(row[name], sd, df, len(caption_rows))',
+           'two_stage_interval(row[name], sd, df, self.seeds)', ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: log-variance bias correction's sign", "metrics/adaptive.py",
+           "shift = float(digamma(df / 2)) - math.log(df / 2)", "shift = float(digamma(df / 2)) + math.log(df / 2)",
+           ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: sampling variance of log s^2 not taken off", "metrics/adaptive.py",
+           "/ (len(centred) - 1) - float(polygamma(1, df / 2))", "/ (len(centred) - 1) + float(polygamma(1, df / 2))",
+           ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: prior holds the caption's own draws too", "metrics/adaptive.py",
+           "most = (len(logs) - 1) * df", "most = len(logs) * df", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: prior scale's digamma sign", "metrics/adaptive.py",
+           "log_var = mean + float(digamma(prior_df / 2))", "log_var = mean - float(digamma(prior_df / 2))",
+           ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: moderated weights swapped", "metrics/adaptive.py",
+           "math.sqrt(self.df / total) * self.sd, math.sqrt(df / total) * sd",
+           "math.sqrt(df / total) * self.sd, math.sqrt(self.df / total) * sd", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: moderated df without the prior's", "metrics/adaptive.py",
+           "math.sqrt(df / total) * sd), total", "math.sqrt(df / total) * sd), df", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: pooled df of one caption", "metrics/adaptive.py", "return VariancePrior(len(sds) * df,",
+           "return VariancePrior(df,", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive: variance fitted per batch, not over the input", "run/score.py",
+           'if part.rule != "stein"]', 'if part.rule == "stein"]', ("tests/test_adaptive_seeds.py",)),
+    Mutant("seeds: a run of one caption ranked", "stats/seeds.py", "if by is None and len(rows) < 2:",
+           "if by is None and len(rows) < 1:", ("tests/test_bad_inputs.py",)),
     # the guards as TRL reward functions: tokens when TRL gives them, the rule of `Guards`
     Mutant("TRL guard ignores completion_ids", "rewards.py", "        if completion_ids is not None:\n",
            "        if False:\n", ("tests/test_trl_guards.py",)),
@@ -263,6 +482,49 @@ MUTANTS = [
            'FROM results ORDER BY created")]', 'FROM results ORDER BY created DESC")]', ("tests/test_keep.py",)),
     Mutant("size cap: at the cap counts as over it", "store/index.py",
            "            if total > self.max_size:", "            if total >= self.max_size:", ("tests/test_keep.py",)),
+    # merge (issue 51 items 12 and 16): an id held twice is refused; a wrong --input is refused whatever the
+    # metrics; the merged folder gets score's reports
+    Mutant("merge refuses an id held twice -> thrice", "run/shards.py",
+           "holders.items() if len(folders) > 1}", "holders.items() if len(folders) > 2}", ("tests/test_scale.py",)),
+    Mutant("merge checks --input only when a metric pools", "run/shards.py",
+           'first.get("image_root")) if samples is not None else None',
+           'first.get("image_root")) if pooled and samples is not None else None', ("tests/test_scale.py",)),
+    Mutant("merge writes no report.html", "run/shards.py",
+           '    write_reports(out_dir, records, summary, manifest.get("metric_names") or summarised)', "    pass",
+           ("tests/test_scale.py",)),
+    # cache verify on a damaged index (issue 51 item 17): one line naming the file, exit 1
+    Mutant("cache verify on a damaged index exits 0", "cli/cache.py",
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 1',
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
+    Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
+           "    if False:  # SQLite", ("tests/test_store.py",)),
+    # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
+    Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",
+           "found = registry.import_plugin(name)",
+           'found = getattr(__import__(name.split(":")[0], fromlist=["_"]), name.split(":")[1])',
+           ("tests/test_open_metrics.py",)),
+    # failures explained (issue 51 item 23): a server's failure says how to go on; a foreign error keeps its type
+    Mutant("a model server's failure loses its advice", "run/local.py",
+           'return f"the model server failed: {text}; {RESUME_AFTER_SERVER}"', 'return text',
+           ("tests/test_messages.py",)),
+    Mutant("a server's failure counted under its client's class", "run/local.py",
+           '    if isinstance(exc, ServerError):  # the server\'s failure, whichever client class said it',
+           '    if False:  # the server\'s failure, whichever client class said it', ("tests/test_messages.py",)),
+    Mutant("an unexpected error loses its type", "run/local.py",
+           '(an unexpected {type(exc).__name__} inside the model or metric',
+           '(an unexpected error inside the model or metric',
+           ("tests/test_messages.py",)),
+    # a module:Class in the working folder says PYTHONPATH is what is missing (issue 51 item 15)
+    Mutant("a missing plug-in module gives no PYTHONPATH advice", "models/registry.py",
+           "if exc.name and module.split(\".\")[0] == exc.name else \"\")", "if False else \"\")",
+           ("tests/test_docs.py::test_a_user_metric_in_the_working_folder_needs_pythonpath",)),
+    # a resumed refinement ends as the uninterrupted one (issue 51 item 22)
+    Mutant("refine resume keeps the line a kill cut", "apps/refine.py",
+           'whole = text[: text.rfind("\\n") + 1]  # a kill', "whole = text  # a kill", ("tests/test_refine.py",)),
+    Mutant("refine resume redoes a round a caption finished", "apps/refine.py",
+           'return last["round"] < round_no and last["accepted"]',
+           'return last["round"] <= round_no and last["accepted"]',
+           ("tests/test_refine.py",)),
     # CapArena's model level as the paper computes it (issue 50, item 5)
     Mutant("CapArena people's Elo counts skip and bad as ties", "apps/metabench/caparena.py",
            'kept = [it for it in items if it.verdict in (*it.systems, "equal", "")]', "kept = list(items)",
@@ -331,19 +593,48 @@ MUTANTS = [
            "lambda component: build_metric(component, roles, config)", ("tests/test_fit.py",)),
     Mutant("one builder: a metric built by name left unfinished", "metrics/__init__.py",
            "return finish(name, built) if finish else built", "return built", ("tests/test_fit.py",)),
+    # the cascade (issue 54 item 3; tests/test_cascade.py, its fast tests): the calibration's residual sd,
+    # the margins each decision reads, which rows are open, the calibration sample, the full pipeline's count
+    *[Mutant(name, "apps/cascade.py", original, mutated, tuple(f"tests/test_cascade.py::{t}" for t in (
+        "test_calibration_by_hand", "test_margins_by_hand", "test_threshold_reconstructs_only_rows_near_it",
+        "test_best_of_n_settles_wide_margins_without_generation", "test_budget_caps_generations")))
+      for name, original, mutated in (
+        ("cascade: residual sd over n-2 -> n", "np.sum(residuals ** 2) / (n - 2)", "np.sum(residuals ** 2) / n"),
+        ("cascade: threshold margin loses abs", "np.abs(value - decision.threshold) / sd",
+         "(value - decision.threshold) / sd"),
+        ("cascade: best-of-n spread of both -> the challenger's", "spread = math.hypot(sd[i], sd[leader])",
+         "spread = sd[i]"),
+        ("cascade: the leader no longer open with its challengers", "out[leader] = min(out[leader], m)",
+         "out[leader] = out[leader]"),
+        ("cascade: a system's sd over n -> sqrt(n)", "float(np.sum(sd[m] ** 2))) / len(m)",
+         "float(np.sum(sd[m] ** 2))) / math.sqrt(len(m))"),
+        ("cascade: open when margin < z -> > z", "if margin[i] < z and", "if margin[i] > z and"),
+        ("cascade: calibration sample max -> min", "max(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)",
+         "min(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)"),
+        ("cascade: full pipeline's generations n / done -> done / n", "round(needed * n / done)",
+         "round(needed * done / n)"),
+        ("cascade: swap chance over the others -> over all units", "chance.sum(axis=1) / (units - 1)",
+         "chance.sum(axis=1) / units"),
+        ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
+    )],
 ]
 
 
-def _environment(src: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(src), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+def _environment(src: Path, **extra: str) -> dict[str, str]:
+    """The tests' environment: caprecon from `src`; with the probe's settings, the probe importable too."""
+    path = [str(src), *([str(HERE / "probe")] if extra else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
+               **extra)
     env.pop("PYTHONSTARTUP", None)
     return env
 
 
-def _pytest(tests: tuple[str, ...], src: Path, timeout: float) -> tuple[int, str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+def _pytest(tests: Sequence[str], src: Path, timeout: float, *options: str, **env: str) -> tuple[int, str]:
+    """pytest on `tests` (files or node ids), importing caprecon from `src`, stopping at the first failure."""
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *options,
+               *tests]
     try:
-        done = subprocess.run(command, cwd=ROOT, env=_environment(src), capture_output=True, text=True,
+        done = subprocess.run(command, cwd=ROOT, env=_environment(src, **env), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "timed out"
@@ -369,64 +660,178 @@ def _check_snippets(mutants: list[Mutant], package: Path) -> dict[str, str]:
     return problems
 
 
+# -- which tests reach a mutant ---------------------------------------------------------------
+
+
+def function_of(text: str, snippet: str) -> tuple[int, ...] | None:
+    """The first lines (a decorated function's code starts at its first decorator) of the innermost
+    function whose body holds the whole snippet, or None when it lies at module or class level (run
+    on import) or in a function's signature (its defaults are evaluated where the function is defined)."""
+    start = text.count("\n", 0, text.index(snippet)) + 1
+    end = start + snippet.count("\n")
+    found = None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body[0].lineno <= start \
+                and end <= node.end_lineno:
+            if found is None or node.lineno > found.lineno:
+                found = node
+    if found is None:
+        return None
+    return tuple(sorted({found.lineno, *(d.lineno for d in found.decorator_list)}))
+
+
+def _probe_targets(mutants: list[Mutant], package: Path) -> dict[str, list]:
+    """Mutant name -> [its file in the copy, the first lines of the function holding its snippet]."""
+    targets = {}
+    for m in mutants:
+        path = package / m.file
+        lines = function_of(path.read_text(encoding="utf-8"), m.original)
+        if lines is not None:
+            targets[m.name] = [str(path), list(lines)]
+    return targets
+
+
+def _narrowed(named: Sequence[str], reached: Sequence[str]) -> list[str]:
+    """Of the tests that called the mutated function (node ids, quickest first), those inside the
+    mutant's named tests (files, or node ids)."""
+    def inside(node: str, entry: str) -> bool:
+        return node == entry or node.startswith(entry + "::") or node.startswith(entry + "[")
+
+    return [node for node in reached if any(inside(node, entry) for entry in named)]
+
+
+def _split(files: Sequence[str], parts: int) -> list[list[str]]:
+    """The test files dealt round robin into `parts` groups (the baseline's parallel runs)."""
+    groups = [list(files[i::parts]) for i in range(parts)]
+    return [g for g in groups if g]
+
+
+def _baseline(tests: Sequence[str], src: Path, targets: dict[str, list], jobs: int, timeout: float,
+              scratch: Path) -> tuple[int, str, dict[str, list[str]]]:
+    """The tests once on the unchanged copy, in `jobs` parallel runs, each with the probe plugin
+    recording which test called the function of each mutant."""
+    plan = scratch / "targets.json"
+    plan.write_text(json.dumps(targets))
+    groups = _split(list(tests), jobs)
+    reports = [scratch / f"reached-{i}.json" for i in range(len(groups))]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        runs = list(pool.map(lambda i: _pytest(groups[i], src, timeout, "-p", "mutants_probe",
+                                               MUTANTS_PROBE_TARGETS=str(plan), MUTANTS_PROBE_OUT=str(reports[i])),
+                             range(len(groups))))
+    reached: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
+    for report in reports:
+        if report.is_file():
+            probed = json.loads(report.read_text())
+            seconds.update(probed["seconds"])
+            for name, nodes in probed["reached"].items():
+                reached.setdefault(name, []).extend(nodes)
+    for nodes in reached.values():  # the quickest first: with -x, a mutant dies at its first failing test
+        nodes.sort(key=lambda node: seconds.get(node, math.inf))
+    failed = [(code, output) for code, output in runs if code != 0]
+    code, output = failed[0] if failed else (0, "")
+    return code, output, reached
+
+
+def _try_mutant(m: Mutant, package: Path, src: Path, reached: dict[str, list[str]] | None,
+                timeout: float) -> tuple[str, str, float, str]:
+    """Apply `m` to this copy, run the tests that reach it (all its named tests when none is known
+    to, or when the narrowed ones pass: a test the probe could not see, in a subprocess, may still
+    kill it), and put the code back. Returns (status, first failing test, seconds, what ran)."""
+    path = package / m.file
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
+    started = time.perf_counter()
+    try:
+        narrowed = _narrowed(m.tests, reached.get(m.name, [])) if reached is not None else []
+        ran = f"{len(narrowed)} test(s) reaching it"
+        code, output = _pytest(narrowed, src, timeout) if narrowed else (0, "")
+        if code == 0:
+            ran = "its named tests" if not narrowed else ran + ", then its named tests"
+            code, output = _pytest(m.tests, src, timeout)
+    finally:
+        path.write_text(text, encoding="utf-8")
+    seconds = time.perf_counter() - started
+    if code != 0:
+        return "killed", _first_failure(output), seconds, ran
+    return "SURVIVED", "no test failed", seconds, ran
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", nargs="+", metavar="WORD", help="only mutants whose name contains one of these")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run (default 600)")
+    parser.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="mutants tried at once, each in its own copy of src/ (default: 2, or fewer cores)")
+    parser.add_argument("--named-only", action="store_true",
+                        help="run each mutant's named tests whole (no probe, no narrowing): the old, slower way")
     args = parser.parse_args(argv)
     names = {m.name for m in MUTANTS}
     if len(names) != len(MUTANTS):
         raise SystemExit("two mutants share a name")
+    if args.jobs < 1:
+        raise SystemExit("--jobs must be at least 1")
     mutants = [m for m in MUTANTS if not args.k or any(w.lower() in m.name.lower() for w in args.k)]
     if not mutants:
         raise SystemExit(f"no mutant matches {args.k}")
+    jobs = min(args.jobs, len(mutants))
+    whole = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="caprecon-mutants-") as tmp:
-        src = Path(tmp) / "src"
-        shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        package = src / "caprecon"
+        copies = [Path(tmp) / f"copy{i}" / "src" for i in range(jobs)]
+        for src in copies:
+            shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        src, package = copies[0], copies[0] / "caprecon"
         where = subprocess.run([sys.executable, "-c", "import caprecon; print(caprecon.__file__)"], cwd=ROOT,
                                env=_environment(src), capture_output=True, text=True).stdout.strip()
         if not where.startswith(str(package)):
             print(f"the tests would import caprecon from {where or '?'}, not from the copy {package}")
             return 1
         problems = _check_snippets(mutants, package)
+        live = [m for m in mutants if m.name not in problems]
 
         every_test = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
         started = time.perf_counter()
-        code, output = _pytest(every_test, src, args.timeout)
+        if args.named_only:
+            code, output = _pytest(every_test, src, args.timeout)
+            reached = None
+        else:
+            code, output, reached = _baseline(every_test, src, _probe_targets(live, package), jobs, args.timeout,
+                                              Path(tmp))
         if code != 0:
             print(output[-4000:])
             print(f"the unchanged code fails its tests ({_first_failure(output)}): fix that first")
             return 1
-        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s)\n")
+        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s, "
+              f"{len(copies) if not args.named_only else 1} at once)\n", flush=True)
 
-        rows = []
-        for m in mutants:
-            if m.name in problems:
-                rows.append((m, "STALE", problems[m.name], 0.0))
-                print(f"STALE     {m.name}: {problems[m.name]}", flush=True)
-                continue
-            path = package / m.file
-            text = path.read_text(encoding="utf-8")
-            path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
-            started = time.perf_counter()
+        rows = {m.name: (m, "STALE", problems[m.name], 0.0) for m in mutants if m.name in problems}
+        for name, (_, _, why, _) in rows.items():
+            print(f"STALE     {name}: {why}", flush=True)
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        for copy in copies:
+            free.put(copy)
+
+        def attempt(m: Mutant) -> None:
+            copy = free.get()
             try:
-                code, output = _pytest(m.tests, src, args.timeout)
+                status, by, seconds, ran = _try_mutant(m, copy / "caprecon", copy, reached, args.timeout)
             finally:
-                path.write_text(text, encoding="utf-8")
-            seconds = time.perf_counter() - started
-            status = "killed" if code != 0 else "SURVIVED"
-            by = _first_failure(output) if code != 0 else "no test failed"
-            rows.append((m, status, by, seconds))
-            print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s]", flush=True)
+                free.put(copy)
+            rows[m.name] = (m, status, by, seconds)
+            print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s; ran {ran}]", flush=True)
 
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(attempt, live))
+
+    ordered = [rows[m.name] for m in mutants]
     print("\n| mutant | file | result | first failing test |\n|---|---|---|---|")
-    for m, status, by, _ in rows:
+    for m, status, by, _ in ordered:
         print(f"| {m.name} | {m.file} | {status} | {by} |")
-    bad = [m.name for m, status, _, _ in rows if status != "killed"]
+    bad = [m.name for m, status, _, _ in ordered if status != "killed"]
     verdict = f"; not killed: {', '.join(bad)}" if bad else ""
-    print(f"\n{len(rows) - len(bad)} of {len(rows)} mutants killed{verdict}")
+    print(f"\n{len(ordered) - len(bad)} of {len(ordered)} mutants killed{verdict} "
+          f"({time.perf_counter() - whole:.0f} s in all)")
     return 1 if bad else 0
 
 

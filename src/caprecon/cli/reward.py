@@ -82,7 +82,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     result = reward_audit(args.input, args.metrics, parse_weights(args.weight) if args.weight else None,
                           guards=guards, preset=settings.pop("preset", None),
                           config=settings.pop("config", None) or args.config, images_root=args.image_root,
-                          max_image_bytes=args.max_image_bytes, **settings)
+                          max_image_bytes=args.max_image_bytes, progress=not args.quiet, **settings)
     if not result.captions:  # as `score` says it: an audit of nothing has no figures to print
         print("caprecon: error: the input holds no rows", file=sys.stderr)
         return ROWS_FAILED

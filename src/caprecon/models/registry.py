@@ -103,6 +103,8 @@ JUDGES: dict[str, Entry] = {
     "llava-1.5-13b": _judge("llava-hf/llava-1.5-13b-hf", "LLaVA-1.5 13B (VQAScore's judge)", "normalized"),
     "instructblip-flan-t5-xl": _judge("Salesforce/instructblip-flan-t5-xl", "InstructBLIP Flan-T5-XL (VQAScore)",
                                       "normalized"),
+    # no model: published answers replayed (--judge-opt answers=FILE), keyed by generator/item and question
+    "recorded": Entry("caprecon.models.recorded:RecordedJudge", {}, "answers recorded in a file, replayed (DSG's layout)"),
 }
 
 LLMS: dict[str, Entry] = {
@@ -172,6 +174,11 @@ def _import(target: str) -> Callable[..., Any]:
     module, _, attr = target.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        where = ("; a module:Class is imported from an installed package or a folder on PYTHONPATH, not from the "
+                 f"working folder: run with PYTHONPATH=FOLDER (the folder holding {exc.name}/ or {exc.name}.py)"
+                 if exc.name and module.split(".")[0] == exc.name else "")
+        raise ValueError(f"cannot import {target!r}: {exc}{where}") from None
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot import {target!r}: {exc}") from None
 

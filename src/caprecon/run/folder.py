@@ -302,6 +302,23 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
     write_manifest(out_dir, manifest)
 
 
+def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any],
+                  metric_names: Sequence[str], *, progress: bool = False) -> None:
+    """What a scored run folder shows beside its scores, whichever command made it (`score`, `merge`):
+    the per-category table and radar of its question-bank metric (turing, else halluc) when that
+    metric scored a row, and `report.html` when the run has rows (an input with none says so itself)."""
+    for metric in ("turing", "halluc"):
+        if metric in metric_names and (summary["metrics"].get(metric) or {}).get("n"):
+            from caprecon.reports.categories import write_report
+
+            write_report(records, out_dir, metric=metric)
+            break
+    if records:
+        from caprecon.reports.html import write_html_report
+
+        write_html_report(out_dir, progress=progress)
+
+
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
     """The run folder's `manifest.json`, redacted: every command writes its manifest here, so
     no option's key, token or URL password reaches disk whatever the command put in it."""

@@ -14,7 +14,11 @@ What is a row error and what stops the run:
   that metric stay at the smaller size); on a single row it stops the run;
 - a failure that is not about one row — a missing model or library, an unsupported
   operation, the same error on every row of a batch, or on each of the first rows a
-  metric sees — stops the run with one `RunError` naming the metric and the cause.
+  metric sees — stops the run with one `RunError` naming the metric and the cause;
+- a metric that breaks its contract (`metrics.base.checked_rows`: fewer or more rows than
+  items, a row without its headline, text or an out-of-range value in a declared column)
+  stops the run once its batch is finished: the batch's other metrics keep their values,
+  its rows carry that metric's error, and every earlier batch is written.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.metrics.base import Context, Metric
+from caprecon.core.errors import ConfigError, MetricContractError, ServerError
+from caprecon.metrics.base import Context, Metric, checked_rows
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
@@ -44,6 +49,33 @@ log = logging.getLogger(__name__)
 FATAL = (ModelNotFoundError, ImportError, MemoryError, NotImplementedError, StoreError)
 # a metric failing the same way on this many rows before it has scored any is broken, not its rows
 SAME_FAILURE_LIMIT = 3
+
+
+# caprecon's own errors: their messages are written for the user and say what to do
+_OWN_ERRORS = (SampleError, ConfigError, StoreError, ModelNotFoundError)
+# what to do once a model server failed; the row, or the run, is done again by the same command
+RESUME_AFTER_SERVER = "once the server answers, run the same command again (what finished is kept)"
+
+
+def explain_failure(exc: BaseException) -> str:
+    """An exception as a message for the user: what happened and what to do, never a bare class
+    name before its text. caprecon's own errors say both; a model server's failure gets the way to
+    resume; a missing library, an unsupported operation and an out-of-memory say what they are; any
+    other (a library's own error, a bug) keeps its type, as a detail at the end, and how to see more."""
+    text = str(exc).strip()
+    if isinstance(exc, _OWN_ERRORS):
+        return text or type(exc).__name__
+    if isinstance(exc, ServerError):
+        return f"the model server failed: {text}; {RESUME_AFTER_SERVER}"
+    if isinstance(exc, ImportError):
+        return f"a library it needs cannot be imported ({text}): install it, or choose another model or metric"
+    if isinstance(exc, NotImplementedError):
+        return (f"the model does not support this{': ' + text if text else ''}; choose a backend that does "
+                "(`caprecon models` lists them)")
+    if isinstance(exc, MemoryError) or is_out_of_memory(exc):
+        return f"out of memory{': ' + text if text else ''}; use a smaller model, dtype, --batch-size or --max-side"
+    return (f"{text or 'an error without a message'} (an unexpected {type(exc).__name__} inside the model or metric: "
+            "run again with --verbose for where it came from, and report it if the input is right)")
 
 
 class RunError(RuntimeError):
@@ -93,7 +125,11 @@ def in_halving_runs(run: Callable[[list], list], items: list, watch: "FailureWat
     while len(results) < len(items):
         part = items[len(results) : len(results) + (watch.batch_limit or len(items))]
         try:
-            results += run(part)
+            done = run(part)
+            if len(done) != len(part):  # else the loop would ask again for ever for the rows it did not get
+                raise RunError(f"{watch.name} returned {len(done)} results for {len(part)} rows; it must return "
+                               f"one per row, in order")
+            results += done
         except RunError:
             raise  # already the run's end (its message may quote an out-of-memory error)
         except Exception as exc:
@@ -120,8 +156,10 @@ def isolated(fn: Callable[[list], Sequence[Any]], items: list, watch: "FailureWa
     def attempt(part: list) -> tuple[list[Any], Exception | None]:
         try:
             return list(fn(part)), None
+        except MetricContractError:
+            raise  # the metric's code is wrong: no row, alone or in a batch, can fix it
         except FATAL as exc:
-            raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
+            raise RunError(f"{watch.name}: {explain_failure(exc)}") from exc
         except Exception as exc:
             if is_out_of_memory(exc):
                 raise  # in_halving_runs halves the run, or stops on a single row
@@ -159,7 +197,7 @@ def stop_on_same_failure(name: str, results: Sequence[Any], cause: BaseException
     if len(results) > 1 and len(failures) == len(results) and len({_signature(f) for f in failures}) == 1 \
             and not isinstance(failures[0], SampleError):
         raise RunError(f"{name} failed on every row of a batch with the same error, so the problem is "
-                       f"not the rows: {type(failures[0]).__name__}: {failures[0]}") from (cause or failures[0])
+                       f"not the rows: {explain_failure(failures[0])}") from (cause or failures[0])
 
 
 class FailureWatch:
@@ -176,6 +214,7 @@ class FailureWatch:
         self.early_failures: list[tuple[str, str]] = []
         self.by_reason: dict[str, int] = {}
         self.first_errors: dict[str, str] = {}  # reason -> the first message of it
+        self.first_explained = ""  # the first early failure, as the user reads it
 
     def batch(self, results: Sequence[Any], cause: BaseException | None = None) -> None:
         """A batch's outcomes, row by row (an exception for a failed row); `cause` is what
@@ -192,12 +231,13 @@ class FailureWatch:
             self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
             self.first_errors.setdefault(reason, redact_text(str(result))[:300])
             if not self.succeeded and not isinstance(result, SampleError):
+                if not self.early_failures:
+                    self.first_explained = explain_failure(result)
                 self.early_failures.append(_signature(result))
         if not self.succeeded and len(self.early_failures) >= SAME_FAILURE_LIMIT \
                 and len(set(self.early_failures)) == 1:
-            kind, message = self.early_failures[0]
             raise RunError(f"{self.name} failed on each of the first {len(self.early_failures)} rows with "
-                           f"the same error, so the problem is not the rows: {kind}: {message}")
+                           f"the same error, so the problem is not the rows: {self.first_explained}")
 
 
 class MetricRunner:
@@ -209,14 +249,19 @@ class MetricRunner:
         self.watch.batch_limit = batch_size
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
-        return isolated(lambda part: [_checked(row) for row in self.metric.score(part, self.ctx)], items, self.watch)
+        """Each item's fields, or its row's exception; a metric that breaks its contract (`checked_rows`:
+        a row per item, its declared columns numbers in their range) raises `MetricContractError`."""
+        def rows(part: list) -> list[dict[str, Any]]:
+            return [_checked(row) for row in checked_rows(self.metric, len(part), self.metric.score(part, self.ctx))]
+
+        return isolated(rows, items, self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""
         name = self.metric.name
         for row, result in zip(rows, self.score(items)):
             if isinstance(result, Exception):
-                fail_row(row, redact_text(f"{name}: {type(result).__name__}: {result}"), failure_reason(name, result))
+                fail_row(row, redact_text(f"{name}: {explain_failure(result)}"), failure_reason(name, result))
             else:
                 _check_own_columns(name, row, result)
                 row.update(result)
@@ -256,6 +301,8 @@ def failure_reason(metric: str | None, exc: Exception) -> str:
     """The short kind of a row failure that summaries count rows by."""
     if isinstance(exc, SampleError):
         return f"{metric}: {exc.reason}" if metric else exc.reason
+    if isinstance(exc, ServerError):  # the server's failure, whichever client class said it
+        return f"{metric}: model server failed"
     return f"{metric}: {type(exc).__name__}"
 
 
@@ -310,12 +357,20 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     items.append(got)
                     positions.append(i)
             reader.remember(items)
+            broken = None
             for runner in runners:
                 if not items:
                     break
-                runner.score_into(items, [rows[pos] for pos in positions])
+                try:
+                    runner.score_into(items, [rows[pos] for pos in positions])
+                except MetricContractError as exc:  # the batch's other metrics are scored and kept, then it stops
+                    broken = broken or exc
+                    for pos in positions:
+                        fail_row(rows[pos], str(exc), f"{runner.metric.name}: broken contract")
             _flush(store, images=True)  # the rows name the batch's reconstructions: their files first
             out.finish([index for index, _ in batch], rows)
+            if broken is not None:
+                raise RunError(f"{broken}; the run stops here") from broken
         _flush(store)  # and every other write (vectors, answers) before the run counts as done
     except KeyboardInterrupt:
         raise out.interrupted() from None

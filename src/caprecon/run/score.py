@@ -29,14 +29,14 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.base import declared_columns
-from caprecon.metrics.adaptive import AdaptiveSeeds
+from caprecon.metrics.base import check_columns, declared_columns
+from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
 from caprecon.run.folder import (corpus_values, holds_run_folder, open_store, platform_name, resumable_rows,
-                                 summarise, write_manifest, write_run)
+                                 summarise, write_manifest, write_reports, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
 
@@ -144,6 +144,7 @@ def score(
                                  "columns": declared_columns(built), "samples": len(rows), "image_root": image_root})
     store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
+    fit_seed_variances(rows, built, ctx, cfg, progress=progress, row_numbers=row_numbers)
     thumbnails = _thumbnail_writer(out_dir, store, image_root)
 
     try:
@@ -206,20 +207,9 @@ def score(
     manifest = redact(manifest)  # what Results hold is what manifest.json holds
     if out_dir:
         write_run(out_dir, summary, manifest)
-        if "turing" in metric_names and summary["metrics"]["turing"]["n"]:
-            from caprecon.reports.categories import write_report
-
-            write_report(records, out_dir, metric="turing")
-        elif "halluc" in metric_names and summary["metrics"]["halluc"]["n"]:
-            from caprecon.reports.categories import write_report
-
-            write_report(records, out_dir, metric="halluc")
-        from caprecon.reports.html import write_html_report
-
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked
-        if records:  # an input with no rows has nothing to show, and says so itself
-            write_html_report(out_dir, progress=progress)
+        write_reports(out_dir, records, summary, metric_names, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
 
 
@@ -265,13 +255,14 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
 def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunConfig) -> Metric:
     """`built` (the metric `name` names; None for a metric object, which is built under one generator
     only) as the run scores it: see `build_metrics`."""
+    check_columns(built)  # declarations a reader cannot use are refused before any work
     if not uses_reconstruction(built):
         return built
     members = [built]
     if name is not None and len(roles.generators) > 1:
         members += [build_metric(name, roles.with_generator(g), cfg) for g in roles.generators[1:]]
     if cfg.max_seeds is not None:
-        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width) for m in members]
+        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width, cfg.adaptive_rule) for m in members]
     elif cfg.seeds > 1:
         members = [SeedAveraged(m, cfg.seeds) for m in members]
     if len(members) == 1:
@@ -280,6 +271,21 @@ def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunCon
         labels = [g if isinstance(g, str) else f"{type(g).__name__}-{i}" for i, g in enumerate(cfg.generator)]
         built = GeneratorEnsemble(members, labels)
     return HumanCeiling(built) if cfg.ceiling else built
+
+
+def fit_seed_variances(rows: Sequence[Sample], built: Sequence[Metric], ctx: Context, cfg: RunConfig, *,
+                       progress: bool, row_numbers: Sequence[int] | None) -> None:
+    """Adaptive seeds' first stage over every row before the run's first batch, so that the
+    variance each caption's interval borrows from the others (`AdaptiveSeeds.fit`) comes from
+    the whole input, not from a caption's batch. The first draws are stored: the run reuses them."""
+    parts = [part for metric in built for part in adaptive_parts(metric) if part.rule != "stein"]
+    if not parts:
+        return
+    probes = [FirstDraws(part, f"first draws {i}") for i, part in enumerate(parts)]
+    records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
+                        row_numbers=row_numbers, desc="adaptive seeds: first draws")
+    for part, probe in zip(parts, probes):
+        part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
 
 
 def confining_root(rows: Sequence[Sample]) -> str | None:
