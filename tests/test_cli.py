@@ -144,7 +144,7 @@ def test_registered_plugin_names_build(monkeypatch):
 
     monkeypatch.setitem(registry.EMBEDDERS, "placeholder", None)  # so the name is removed after the test
     registry.register("embedder", "placeholder", "oracle:PixelEmbedder", "pixels, for tests")
-    assert isinstance(registry.build("embedder", "placeholder"), PixelEmbedder)
+    assert isinstance(registry.construct("embedder", "placeholder"), PixelEmbedder)
     assert registry.describe_registry()["embedder"]["placeholder"] == "pixels, for tests"
 
 

@@ -119,8 +119,8 @@ def test_registry_gives_each_family_its_convention_and_options_override():
     expected = {"qwen3-vl-8b": "1000", "qwen3-vl-32b": "1000", "qwen2.5-vl-7b": "pixel", "qwen2.5-vl-72b": "pixel",
                 "llava-1.5-13b": "normalized", "instructblip-flan-t5-xl": "normalized"}
     for name, coords in expected.items():
-        assert registry.build("judge", name, base_url=url).box_coords == coords
-    assert registry.build("judge", "qwen3-vl-8b", base_url=url, box_coords="pixel").box_coords == "pixel"
+        assert registry.construct("judge", name, base_url=url).box_coords == coords
+    assert registry.construct("judge", "qwen3-vl-8b", base_url=url, box_coords="pixel").box_coords == "pixel"
     # a served name of a known family, and one of an unknown family
     assert OpenAICompatVLM("Qwen/Qwen2.5-VL-7B-Instruct", url).box_coords == "pixel"
     assert OpenAICompatVLM("my-model", url).box_coords is None

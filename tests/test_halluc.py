@@ -24,7 +24,8 @@ from caprecon.metrics.claims import extract_claims, levels
 from caprecon.metrics.halluc import Hallucination
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.run.config import RunConfig
-from caprecon.stats.probes import inserted_object_captions, insertion_probe
+from caprecon.apps.metabench.probe_captions import inserted_object_captions
+from caprecon.stats.probes import insertion_probe
 from caprecon.store.index import Store
 from halluc_fakes import NO, YES, ClaimLLM, PixelJudge
 from oracle import OracleGenerator, render

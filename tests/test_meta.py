@@ -22,7 +22,8 @@ from caprecon.data.judgments import FLICKR8K_EXPERT, PAIRS, Judgment, Judgments,
 from caprecon.stats.agreement import MetaRow, format_table, run_meta, scores_from_records, write_csv, write_markdown
 from caprecon.stats.bootstrap import bootstrap_ci, bootstrap_ratio, bootstrap_tau
 from caprecon.stats.correlation import kendall_tau, pairwise_accuracy, pearson, spearman, within_image_pairs
-from caprecon.stats.probes import COUNTS, SPATIAL_SWAPS, Perturber, length_robustness, paraphrase_delta, triple_samples
+from caprecon.apps.metabench.probe_captions import COUNTS, SPATIAL_SWAPS, Perturber, triple_samples
+from caprecon.stats.probes import length_robustness, paraphrase_delta
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 
 

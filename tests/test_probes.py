@@ -21,7 +21,7 @@ from caprecon.metrics import reference
 from caprecon.data.judgments import SCORES, Judgment, Judgments, ProbeTriple, load_triples
 from caprecon.cli.meta import add_meta_arguments, run_meta_command
 from caprecon.metrics.base import Context
-from caprecon.stats.probes import (LENGTHS, Perturber, ProbeWriter, length_samples, length_sets, overlap_problem, paraphrase_triples, reply_caption, reply_triplets, word_overlap)
+from caprecon.apps.metabench.probe_captions import (LENGTHS, Perturber, ProbeWriter, length_samples, length_sets, overlap_problem, paraphrase_triples, reply_caption, reply_triplets, word_overlap)
 from caprecon.store.index import Store
 
 REFS = {

@@ -223,14 +223,14 @@ def test_the_offline_reward_leaves_the_scored_photo_out_as_score_does(tmp_path):
     from caprecon.models.efficientnet import EfficientNetLite0Embedder
     from caprecon.models.registry import demo_gallery
 
-    from caprecon.models.registry import build
+    from caprecon.models.registry import construct
     from caprecon.run.config import RunConfig
 
     photo = Path(demo_gallery()) / "cat.jpg"
     caption = "a close-up of a tabby cat with green eyes and striped fur"
     # the preset's generator, built once for both (its label texts' features take a while on a CPU)
     offline = RunConfig.build(preset="offline")
-    generator = build("generator", offline.generator, **offline.generator_options)
+    generator = construct("generator", offline.generator, **offline.generator_options)
     result = score([{"id": "cat", "image": str(photo), "caption": caption}], ["recon"], preset="offline",
                    generator=generator, cache_dir=str(tmp_path / "cache"))
     row = result.records[0]

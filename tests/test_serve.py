@@ -22,10 +22,10 @@ from PIL import Image
 
 from oracle import OracleGenerator, PixelEmbedder, render
 
-from caprecon.apps.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
+from caprecon.apps.reward.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
 from caprecon.apps.reward import Guards
-from caprecon.apps.serve import HttpError, RewardService, ServiceSettings, openrlhf_reply, token_digest
-from caprecon.apps.wire import encode_cell
+from caprecon.apps.reward.serve import HttpError, RewardService, ServiceSettings, openrlhf_reply, token_digest
+from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 
 
@@ -310,7 +310,7 @@ def test_openrlhf_remote_reward_model_protocol(tmp_path):
 def test_the_command_passes_its_options_and_stops_on_a_signal(tmp_path, monkeypatch, capsys):
     import signal
 
-    import caprecon.apps.serve as served_module
+    import caprecon.apps.reward.serve as served_module
     from clirun import run_cli
 
     seen = {}

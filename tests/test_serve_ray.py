@@ -55,7 +55,7 @@ def service(tmp_path_factory):
 
 
 def client(url: str, **options):
-    from caprecon.apps.remote import RemoteReward
+    from caprecon.apps.reward.remote import RemoteReward
 
     return RemoteReward(url, token="t0ken-for-tests", retries=8, backoff=0.5, **options)
 
@@ -117,7 +117,7 @@ def test_a_client_that_disconnects_leaves_no_half_written_entry(service):
     import socket
     import time
 
-    from caprecon.apps.wire import encode_cell
+    from caprecon.apps.reward.wire import encode_cell
     from caprecon.store.maintenance import cache_verify
 
     started, root, log, _ = service

@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 
 from caprecon.run.config import RunConfig
@@ -52,10 +52,6 @@ from caprecon.run.captioning import (
     one_noise_per_image,
     select_best,
 )
-
-if TYPE_CHECKING:
-    from caprecon.apps.refine import Refined
-
 
 # what `best_of_n` does when neither the caller nor a captioning preset says otherwise; the
 # temperature only where the captioner's checkpoint names none either, and top_p/top_k are the
@@ -163,8 +159,9 @@ def list_images(source: str | Path | Sequence[str | Path]) -> list[Path]:
 
 @dataclass
 class BestOfN:
-    """What `caption` (and `best_of_n`) returns: every candidate, the caption selected per image,
-    the selection curve, and with `refine=R` the selected captions refined (`Refined`, OUT/refine)."""
+    """What `best_of_n` (and `caprecon.caption`) returns: every candidate, the caption selected per image,
+    the selection curve, and with `caprecon.caption(refine=R)` the selected captions refined
+    (`caprecon.apps.refine.Refined`, OUT/refine; this app does not import the refine app, so the field is untyped)."""
 
     candidates: list[dict[str, Any]]  # one per candidate, and one per image that could not be captioned
     selected: list[dict[str, Any]]  # one per image with a selected caption: the training set
@@ -172,7 +169,7 @@ class BestOfN:
     selection: Selection
     manifest: dict[str, Any]
     out: Path | None = None
-    refined: Refined | None = None
+    refined: Any = None
 
 
 @holds_run_folder("out", inputs=("images",))
@@ -272,41 +269,6 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         from caprecon.reports.html import write_html_report
 
         write_html_report(out_dir)
-    return run
-
-
-@holds_run_folder("out", inputs=("images",))
-def caption(images: str | Path | Sequence[str | Path], *, captioner: Any = None,
-            captioner_options: dict[str, Any] | None = None, select: Any = None, n: int | None = None,
-            temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-            max_new_tokens: int | None = None, prompt: str | None = None, max_words: int | None = None,
-            refine: int | None = None, margin: float = 0.0, feedback: str | Sequence[str] | None = None,
-            holdout: float = 0.5, preset: str | None = None, config: str | Path | None = None,
-            out: str | Path | None = None, progress: bool = False, **settings: Any) -> BestOfN:
-    """`caprecon caption`: best-of-N selection (`best_of_n`, the same settings), then, with
-    `refine=R` (1 to 100), each selected caption refined for up to R rounds by the captioner that wrote it,
-    scored by the same selection, as `caprecon.refine` does (`margin`, `feedback`, `holdout` are
-    its settings; written to OUT/refine). The refinement is in `BestOfN.refined`.
-
-        run = caprecon.caption("photos/", captioner="qwen3-vl-8b", n=10, refine=2, out="runs/described")
-    """
-    from caprecon.apps.refine import check_settings, refine as refine_captions
-
-    if refine is not None:  # before any caption is sampled
-        check_settings(refine, margin, holdout)
-    run = best_of_n(images, captioner=captioner, captioner_options=captioner_options, select=select, n=n,
-                    temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
-                    prompt=prompt, max_words=max_words, preset=preset, config=config, out=out, progress=progress,
-                    **settings)
-    if refine and run.selected:
-        caption_preset, run_preset = split_preset(preset)
-        rows = [{"id": r["image_id"], "image": r["image"], "image_id": r["image_id"], "caption": r["caption"]}
-                for r in run.selected]
-        run.refined = refine_captions(
-            rows, captioner=captioner or caption_preset.get("captioner"), captioner_options=captioner_options,
-            select=run.selection.weights, rounds=refine, margin=margin, feedback=feedback, holdout=holdout,
-            out=run.out / "refine" if run.out else None, image_root=images if isinstance(images, (str, Path)) else None,
-            preset=run_preset, config=config, progress=progress, **settings)
     return run
 
 

@@ -56,7 +56,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_caption(args: argparse.Namespace) -> int:
-    from caprecon.apps.selection import caption, curve_markdown
+    from caprecon.api import caption
+    from caprecon.apps.selection import curve_markdown
     from caprecon.core.tables import terminal_safe
 
     settings = run_settings(args)

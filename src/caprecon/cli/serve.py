@@ -1,4 +1,4 @@
-"""`caprecon serve`: the reward as a Ray Serve application (see `caprecon.apps.serve`)."""
+"""`caprecon serve`: the reward as a Ray Serve application (see `caprecon.apps.reward.serve`)."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from caprecon.apps.serve import serve
+    from caprecon.apps.reward.serve import serve
     from caprecon.cli.reward import parse_weights
 
     settings = run_settings(args)

@@ -198,22 +198,29 @@ def declared_column(name: str) -> Column | None:
     return None
 
 
-def build_metric(name: str, roles: Any, config: Any) -> Metric:
+def build_metric(name: str, roles: Any, config: Any,
+                 finish: Callable[[str, Metric], Metric] | None = None) -> Metric:
+    """The metric `name` names, built from the run's models. `finish(name, metric)`, when given,
+    turns each metric built by name into the one the run scores (`caprecon.run.score.build_metrics`:
+    seeds, generator ensemble, ceiling); a `fused:` metric is not finished itself, its components are,
+    so it combines what a run of each alone would report. The one place `fused:` is read."""
     if name.startswith("fused:"):  # a fitted combination: its file names the components
         from caprecon.metrics.fused import build_fused
 
-        return build_fused(name.partition(":")[2], lambda component: build_metric(component, roles, config))
+        return build_fused(name.partition(":")[2], lambda component: build_metric(component, roles, config, finish))
     if name.startswith("distilled:"):  # a reward model `caprecon distill` trained: its folder names the encoders
         from caprecon.metrics.distilled import DistilledMetric
 
-        return DistilledMetric(name.partition(":")[2])
-    if name in METRICS:
-        return METRICS[name][0](roles, config)
-    if (cls := plugin_metric(name)) is None:
+        built: Metric = DistilledMetric(name.partition(":")[2])
+    elif name in METRICS:
+        built = METRICS[name][0](roles, config)
+    elif (cls := plugin_metric(name)) is None:
         installed = sorted(p.name for p in entry_points(group=ENTRY_POINTS))
         raise ConfigError(f"unknown metric {name!r}; metrics: {', '.join(sorted([*METRICS, *installed]))}, "
                           f"fused:FILE, distilled:FOLDER, module:Class")
-    return cls.from_roles(roles, config)
+    else:
+        built = cls.from_roles(roles, config)
+    return finish(name, built) if finish else built
 
 
 __all__ = ["METRICS", "ClipImageScore", "Column", "Context", "Metric", "ReconScore", "build_metric", "is_metric",

@@ -32,7 +32,7 @@ _SEES_IMAGES = ("judge", "captioner")
 
 
 def build_model(role: str, spec: Any, options: Mapping[str, Any] | None = None, *, setting: str | None = None) -> Any:
-    """The `role`'s model from `spec` (see `registry.build`) and its `options`.
+    """The `role`'s model from `spec` (see `registry.construct`) and its `options`.
 
     `setting` names the option that gave the model (`judge`, `vlm`, `judge-for colour=MODEL`),
     so the error says what to change; it defaults to the role. Raises `ConfigError`.
@@ -45,7 +45,7 @@ def build_model(role: str, spec: Any, options: Mapping[str, Any] | None = None, 
     flag = f"--{setting}-opt" if setting in _OPTION_FLAGS else f"--{setting}"
     check_option_types(_constructor(role, spec), options, flag)  # before the backend converts them
     try:
-        model = registry.build(role, spec, **options)
+        model = registry.construct(role, spec, **options)
     except ConfigError:  # already one line naming its setting (a plug-in refused)
         raise
     except (TypeError, ValueError) as exc:  # an unknown option, or a value the backend refuses
@@ -72,7 +72,7 @@ def model_of(role: str, model: Any) -> Any:
 
 
 def _constructor(role: str, spec: Any) -> Any:
-    """What `registry.build` calls for a registry name or a model path; None for an object or
+    """What `registry.construct` calls for a registry name or a model path; None for an object or
     a plug-in (`module:Class`), which are not imported here."""
     if not isinstance(spec, str) or role not in registry.ROLES:
         return None
@@ -86,7 +86,7 @@ def _constructor(role: str, spec: Any) -> Any:
     module, _, name = target.partition(":")
     try:
         return getattr(importlib.import_module(module), name, None)
-    except ImportError:  # `registry.build` says so in one line, as a ConfigError
+    except ImportError:  # `registry.construct` says so in one line, as a ConfigError
         return None
 
 

@@ -7,7 +7,7 @@ A role is built from a *spec* plus keyword options:
 - anything else is a hub id or a local folder, given to the role's default backend
   (`DiffusersGenerator` for generators, `HFVisionEmbedder` for embedders, ...).
 
-A plug-in is code, so whether to import it is decided here, on the spec as `build` got it
+A plug-in is code, so whether to import it is decided here, on the spec as `construct` got it
 (labels, spaces and quotes already taken off by whoever parsed it): text read from a config
 file without `--allow-plugins` is remembered (`distrust`), and a plug-in spec found in any
 of it is refused, whatever syntax carried it there.
@@ -184,7 +184,7 @@ def _import(target: str) -> Callable[..., Any]:
 
 
 def imports_code(spec: Any) -> bool:
-    """Whether `build` takes `spec` for a plug-in, `module:attribute`, and so imports and calls
+    """Whether `construct` takes `spec` for a plug-in, `module:attribute`, and so imports and calls
     code (a hub id or folder has a `/` or `\\`; registry names are looked up before this)."""
     return isinstance(spec, str) and ":" in spec and "/" not in spec and "\\" not in spec
 
@@ -199,7 +199,7 @@ _PADDING = re.compile(r"[\s\"'`]")
 
 def distrust(source: str, texts: Iterable[tuple[str, str]]) -> None:
     """Remember the (setting, text) pairs of the config file `source`, read without --allow-plugins:
-    `build` imports no plug-in whose spec occurs in any of them."""
+    `construct` imports no plug-in whose spec occurs in any of them."""
     with _untrusted_lock:
         _untrusted.extend((str(source), where, text) for where, text in texts)
 
@@ -233,8 +233,10 @@ def import_plugin(spec: str) -> Any:
     return _import(spec)
 
 
-def build(role: str, spec: str | Any, **options: Any) -> Any:
-    """Construct a role's backend from a spec (see the module doc); objects pass through."""
+def construct(role: str, spec: str | Any, **options: Any) -> Any:
+    """Construct a role's backend from a spec (see the module doc); objects pass through. Unchecked and
+    unmasked: commands and `caprecon.build` build through `caprecon.models.build.build_model`, which
+    registers the options as secrets to mask and checks the model serves its role."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; roles: {sorted(ROLES)}")
     if not isinstance(spec, str):
@@ -256,7 +258,7 @@ def build_retrieval(gallery: str | None = None, matcher: str | Any = "imagenet-l
                     exclude_source: bool = False, matcher_options: dict[str, Any] | None = None):
     from caprecon.models.generator import RetrievalGenerator
 
-    return RetrievalGenerator(gallery or demo_gallery(), build("matcher", matcher, **(matcher_options or {})),
+    return RetrievalGenerator(gallery or demo_gallery(), construct("matcher", matcher, **(matcher_options or {})),
                               exclude_source=exclude_source)
 
 

@@ -247,17 +247,20 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
     under every generator as an ensemble when the run names several, and beside its rows'
     references rebuilt the same way with `--ceiling`. A fused metric's components are built so too:
     it combines what a run of them alone would report."""
-    if isinstance(metric, str) and metric.startswith("fused:"):
-        from caprecon.metrics.fused import build_fused
+    if isinstance(metric, Metric):
+        return as_the_run_scores(None, metric, roles, cfg)
+    return build_metric(metric, roles, cfg, lambda name, built: as_the_run_scores(name, built, roles, cfg))
 
-        return build_fused(metric.partition(":")[2], lambda component: build_metrics(component, roles, cfg))
-    built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
+
+def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunConfig) -> Metric:
+    """`built` (the metric `name` names; None for a metric object, which is built under one generator
+    only) as the run scores it: see `build_metrics`."""
     check_columns(built)  # declarations a reader cannot use are refused before any work
     if not uses_reconstruction(built):
         return built
     members = [built]
-    if not isinstance(metric, Metric) and len(roles.generators) > 1:
-        members += [build_metric(metric, roles.with_generator(g), cfg) for g in roles.generators[1:]]
+    if name is not None and len(roles.generators) > 1:
+        members += [build_metric(name, roles.with_generator(g), cfg) for g in roles.generators[1:]]
     if cfg.max_seeds is not None:
         members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width, cfg.adaptive_rule) for m in members]
     elif cfg.seeds > 1:

@@ -44,6 +44,7 @@ from caprecon.apps.metabench.scoring import (OwnScorer, ScoresFile, benchmark_sc
                                              scores_file_columns, write_scores)
 from caprecon.apps.metabench.verify import VerifyRow, published_values, read_expected, write_verify_csv
 from caprecon.apps.metabench.verify import compare as beside_published
+from caprecon.apps.metabench.probe_captions import ProbeWriter
 from caprecon.data.judgments import JudgmentFormatError, Judgments, load_judgments, load_triples
 from caprecon.data.loaders.hub import looks_like_repo_id
 from caprecon.metrics.base import Column, Context
@@ -53,7 +54,7 @@ from caprecon.run.folder import check_out, run_folder
 from caprecon.stats.agreement import (Comparison, MetaRow, check_human_order, compare_metrics, format_comparison,
                                       run_meta, write_csv, write_markdown)
 from caprecon.stats.fit import DEFAULT_FOLDS
-from caprecon.stats.probes import ProbeRow, ProbeWriter
+from caprecon.stats.probes import ProbeRow
 from caprecon.store.index import Store
 
 OWN = "caprecon"

@@ -12,14 +12,15 @@ import numpy as np
 
 from caprecon.apps.metabench.request import MetaError, MetaRequest, ScoreMetric
 from caprecon.apps.metabench.scoring import score_judgments
+from caprecon.apps.metabench.probe_captions import (LENGTHS, Perturber, ProbeWriter, as_records, inserted_object_captions,
+                                                    length_samples, length_sets, overlap_problem, paraphrase_triples,
+                                                    triple_samples)
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.data.judgments import Judgments, ProbeTriple
 from caprecon.data.samples import Sample
 from caprecon.metrics.claims import extract_claims
 from caprecon.metrics.reference import ReferenceMetrics, reference_metric_name
-from caprecon.stats.probes import (LENGTHS, Perturber, ProbeRow, ProbeWriter, as_records, inserted_object_captions,
-                                   insertion_probe, length_robustness, length_samples, length_sets, overlap_problem,
-                                   paraphrase_delta, paraphrase_triples, triple_samples)
+from caprecon.stats.probes import ProbeRow, insertion_probe, length_robustness, paraphrase_delta
 
 
 def run_probes(

@@ -25,6 +25,9 @@ A metric named `name[column]` is one of the metric's columns as a part of its ow
 weight: `Reward(["claims[claims_precision]", "claims[claims_conveyed]"], {"claims[claims_precision]": 1.0,
 "claims[claims_conveyed]": 0.5})` logs precision (what the caption gets wrong about the photo) and
 conveyed (what of it a generator rebuilt) apart, from one scoring of `claims`.
+
+The reward served over HTTP lives beside it, one app with it: `wire` (the request's cells),
+`serve` (the service, `caprecon serve`) and `remote` (the clients: `RemoteReward`, verl's function).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 
 `RemoteReward` is called exactly as `caprecon.Reward` is (TRL's keywords, conversational completions,
 the `image` or `images` column, None where a row has no single picture, the parts through
-`log_metric`): it sends the rows (`caprecon.apps.wire`), gets each part back and sums them as
+`log_metric`): it sends the rows (`caprecon.apps.reward.wire`), gets each part back and sums them as
 `Reward` does, so its values are the in-process reward's. It holds no connection and no model, so
 it pickles (TRL's async GRPO pickles its rewards). A request that fails for a reason that may pass
 (the server unreachable, a replica that died, a 5xx) is sent again after 0.5, 1, 2, ... seconds,
@@ -26,7 +26,7 @@ import urllib.request
 from typing import Any, Mapping, Sequence
 
 from caprecon.apps.reward import Reward, completion_text, row_image
-from caprecon.apps.wire import encode_cell
+from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ generating the same reconstruction, so each distinct (image, caption) is generat
 of them. With GPUs, each replica takes one of its own.
 
 Routes: `GET /health` (no token needed), `GET /manifest` (the served settings, redacted), `POST
-/reward` (caprecon's own: `caprecon.apps.wire`), `POST /openrlhf` (OpenRLHF's remote reward-model
+/reward` (caprecon's own: `caprecon.apps.reward.wire`), `POST /openrlhf` (OpenRLHF's remote reward-model
 protocol: `{"query", "prompts", "labels"}` in, `{"rewards", "scores", "extra_logs"}` out; see
 `openrlhf_reply`). The server binds 127.0.0.1 unless given another host; with a token, every route
 but `/health` wants `Authorization: Bearer TOKEN` (only the token's SHA-256 is held, and it is
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from caprecon.apps.reward import Guards, Reward
-from caprecon.apps.wire import CellError, decode_cell
+from caprecon.apps.reward.wire import CellError, decode_cell
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.data.images import MAX_IMAGE_BYTES
@@ -116,7 +116,7 @@ class RewardService:
             raise HttpError(400, f"the body is not JSON: {exc}") from None
 
     def parse(self, payload: Any) -> Parsed:
-        """caprecon's request (`caprecon.apps.wire`): captions and images, one each per row."""
+        """caprecon's request (`caprecon.apps.reward.wire`): captions and images, one each per row."""
         if not isinstance(payload, Mapping):
             raise HttpError(400, "the body must be a JSON object with captions and images")
         captions, cells = payload.get("captions"), payload.get("images")
