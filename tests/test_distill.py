@@ -173,16 +173,18 @@ def test_reconstruction_objective_learns_the_metrics_own_form(tmp_path, recon_ru
 
 
 def test_reconstruction_targets_average_a_rows_seeds(tmp_path):
-    from caprecon.apps.distill import Row, reconstruction_targets
+    from caprecon.apps.distill import Row, reconstruction_targets, stored_reconstructions
     from caprecon.metrics.base import Context
 
-    paths = []
-    for name in ("red circle", "blue square", "green triangle"):
-        paths.append(str(tmp_path / f"{name}.png"))
-        render(name).save(paths[-1])
-    rows = [Row("x.png", "a", 0.5, (paths[0], paths[1])), Row("x.png", "b", 0.5, (paths[2],))]
+    store = caprecon.Store(tmp_path / "store")
+    names = ("red circle", "blue square", "green triangle")
+    keys = [hashlib.sha256(n.encode()).hexdigest() for n in names]
+    written = store.put_images("reconstruction", {k: (render(n), {}) for k, n in zip(keys, names)})
+    paths = [str(written[k][1]) for k in keys]
+    rows = [Row("x.png", "a", 0.5, stored_reconstructions({"reconstructions": paths[:2]}, [store])),
+            Row("x.png", "b", 0.5, stored_reconstructions({"reconstruction": paths[2]}, [store]))]
     got = reconstruction_targets(rows, PixelEmbedder(), Context(caprecon.Store.temporary()))
-    unit = PixelEmbedder().embed([render(n) for n in ("red circle", "blue square", "green triangle")])
+    unit = PixelEmbedder().embed([render(n) for n in names])
     assert got == pytest.approx(np.stack([(unit[0] + unit[1]) / 2, unit[2]]), abs=1e-6)
 
 
@@ -201,7 +203,7 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
     records[3]["reconstruction"] = str(tmp_path / "gone.png")
     (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     (copy / "manifest.json").write_text((run / "manifest.json").read_text())
-    with pytest.raises(ConfigError, match="row 4 .*reconstruction cannot be read.*--objective value"):
+    with pytest.raises(ConfigError, match="row 4 .*gone.png is not in the run's store.*--objective value"):
         distill([copy], "recon", None, objective="reconstruction", image_encoder=PixelEmbedder(),
                 text_encoder=WordEncoder(), hidden=8, epochs=1, holdout=0.05, store=caprecon.Store.temporary())
     assert distill([copy], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
@@ -209,13 +211,11 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
 
 
 def test_a_folder_naming_an_unknown_head_is_refused(tmp_path, run_folder):
-    from caprecon.models.common import ModelNotFoundError
-
     out = tmp_path / "reward"
     distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary())
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "head": "transformer"}))
-    with pytest.raises(ModelNotFoundError, match="unknown head 'transformer'"):
+    with pytest.raises(ConfigError, match="unknown head 'transformer'"):
         DistilledReward.from_pretrained(out)
 
 

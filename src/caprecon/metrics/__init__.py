@@ -198,7 +198,8 @@ def build_metric(name: str, roles: Any, config: Any) -> Metric:
     if name.startswith("distilled:"):  # a reward model `caprecon distill` trained: its folder names the encoders
         from caprecon.metrics.distilled import DistilledMetric
 
-        return DistilledMetric(name.partition(":")[2])
+        # its folder's config.json is a config file: module:Class encoders there need the run's --allow-plugins
+        return DistilledMetric(name.partition(":")[2], allow_plugins=bool(getattr(config, "allow_plugins", False)))
     if name in METRICS:
         return METRICS[name][0](roles, config)
     if (cls := plugin_metric(name)) is None:
