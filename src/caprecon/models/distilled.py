@@ -16,6 +16,7 @@ kind and shape, the affine map onto the metric's scale fitted on the training ro
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path, PurePath
 from typing import Any, Sequence
 
@@ -117,33 +118,41 @@ def read_config(folder: Path) -> dict[str, Any]:
     return config
 
 
+#: room for the safetensors header beside the tensors' bytes
+HEADER_ROOM = 1 << 20
+
+
 def read_weights(folder: Path, head: nn.Module) -> dict[str, torch.Tensor]:
     """model.safetensors, checked against the head config.json describes (built on the meta device, so
-    no memory is taken for a config that asks for too much): a safetensors file (never a pickle), the
-    same tensor names and shapes, floating point and finite. Anything else is a `ConfigError`."""
-    from safetensors import SafetensorError, safe_open
+    no memory is taken for a config that asks for too much): no larger than that head's weights can be
+    (8 bytes each, and `HEADER_ROOM`), a safetensors file (read from its bytes, never unpickled nor
+    mapped), the same tensor names and shapes, floating point and finite. Anything else is a
+    `ConfigError` saying what is wrong."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
 
     path = folder / WEIGHTS
     expected = {name: tuple(t.shape) for name, t in head.state_dict().items()}
+    most = 8 * sum(math.prod(shape) for shape in expected.values()) + HEADER_ROOM
+    size = path.stat().st_size
+    if size > most:
+        raise ConfigError(f"{path}: {size} bytes, more than the {most} that the head config.json describes can "
+                          f"take; the two files do not belong together")
     try:
-        with safe_open(str(path), framework="pt") as fh:
-            shapes = {name: tuple(fh.get_slice(name).get_shape()) for name in fh.keys()}
-            if shapes.keys() != expected.keys():
-                lacks, extra = sorted(expected.keys() - shapes.keys()), sorted(shapes.keys() - expected.keys())
-                raise ConfigError(f"{path}: does not hold the {config_head(head)} head's weights"
-                                  + (f"; lacks {', '.join(lacks)}" if lacks else "")
-                                  + (f"; has unknown {', '.join(extra)}" if extra else ""))
-            wrong = next((n for n in expected if shapes[n] != expected[n]), None)
-            if wrong is not None:
-                raise ConfigError(f"{path}: {wrong} has shape {list(shapes[wrong])}, but config.json's sizes give "
-                                  f"{list(expected[wrong])}; the two files do not belong together")
-            weights = {name: fh.get_tensor(name) for name in expected}
-    except (SafetensorError, OSError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
+        weights = load(path.read_bytes())
+    except SafetensorError as exc:
         raise ConfigError(f"{path}: not a safetensors file of weights ({exc}); `caprecon distill` writes one "
                           f"(pickled weights are never loaded)") from None
-    for name, tensor in weights.items():
+    if weights.keys() != expected.keys():
+        lacks, extra = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
+        raise ConfigError(f"{path}: does not hold the {config_head(head)} head's weights"
+                          + (f"; lacks {', '.join(lacks)}" if lacks else "")
+                          + (f"; has unknown {', '.join(extra)}" if extra else ""))
+    for name, shape in expected.items():
+        tensor = weights[name]
+        if tuple(tensor.shape) != shape:
+            raise ConfigError(f"{path}: {name} has shape {list(tensor.shape)}, but config.json's sizes give "
+                              f"{list(shape)}; the two files do not belong together")
         if not tensor.is_floating_point():
             raise ConfigError(f"{path}: {name} holds {tensor.dtype}, not floating-point weights")
         if not bool(torch.isfinite(tensor).all()):

@@ -306,9 +306,10 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
     """The run folder's `manifest.json`, redacted: every command writes its manifest here, so
-    no option's key, token or URL password reaches disk whatever the command put in it."""
-    path = out_dir / "manifest.json"
-    path.write_text(json.dumps(redact(manifest), indent=2, default=str))
+    no option's key, token or URL password reaches disk whatever the command put in it. Strict JSON,
+    as `summary.json`: a number that is not finite is null."""
+    path = Path(out_dir) / "manifest.json"
+    path.write_text(json.dumps(_finite(redact(manifest)), indent=2, default=str, allow_nan=False))
     return path
 
 
