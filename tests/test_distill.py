@@ -378,8 +378,12 @@ def _damage(folder, way):
         save_file({**weights, "backdoor": torch.zeros(2)}, str(weights_path))
     elif way == "weights are integers":
         save_file({k: v.to(torch.int32) for k, v in weights.items()}, str(weights_path))
-    elif way == "weights are NaN":
-        save_file({k: torch.full_like(v, float("nan")) for k, v in weights.items()}, str(weights_path))
+    elif way == "weights are NaN":  # one weight of the first tensor
+        first = next(iter(weights))
+        save_file({**weights, first: weights[first].flatten().index_fill(0, torch.tensor([0]), float("nan"))
+                   .reshape(weights[first].shape)}, str(weights_path))
+    elif way == "weights padded past their size":  # 8 MB, where the head needs a few hundred kB
+        save_file({**weights, "padding": torch.zeros(2_000_000, dtype=torch.float32)}, str(weights_path))
     elif way == "config not JSON":
         config_path.write_text("{'image_dim': 3,")
     elif way == "config empty":
@@ -421,6 +425,7 @@ DAMAGES = {
     "weights pickled": "not a safetensors file", "weights cut short": "not a safetensors file",
     "weights lack a tensor": "lacks", "weights have an extra tensor": "has unknown backdoor",
     "weights are integers": "not floating-point", "weights are NaN": "not finite",
+    "weights padded past their size": "more than the .* that the head config.json describes can take",
     "config not JSON": "not valid JSON", "config empty": "not valid JSON", "config not UTF-8": "not valid JSON",
     "config a list": "must be a JSON object", "config lacks keys": "lacks hidden, target_scale",
     "dimension as text": "image_dim must be a whole number", "dimension fractional": "hidden must be a whole number",
@@ -435,7 +440,8 @@ DAMAGES = {
 @pytest.fixture(scope="module")
 def distilled_folder(tmp_path_factory, run_folder):
     out = tmp_path_factory.mktemp("distilled") / "reward"
-    distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary(), progress=False)
+    distill([run_folder], "recon", out, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
+            epochs=1, store=caprecon.Store.temporary(), progress=False)
     return out
 
 
@@ -447,7 +453,7 @@ def test_a_damaged_distilled_folder_says_what_is_wrong(tmp_path, distilled_folde
     shutil.copytree(distilled_folder, folder)
     _damage(folder, way)
     with pytest.raises(ConfigError, match=DAMAGES[way]):
-        DistilledReward.from_pretrained(folder)
+        DistilledReward.from_pretrained(folder, allow_plugins=True)  # its encoders are the tests' plug-ins
 
 
 def test_a_damaged_folder_is_one_line_on_the_command_line(tmp_path, distilled_folder, capsys):
@@ -462,7 +468,7 @@ def test_a_damaged_folder_is_one_line_on_the_command_line(tmp_path, distilled_fo
     samples = tmp_path / "captions.jsonl"
     samples.write_text(json.dumps({"id": "1", "image": str(tmp_path / "img.png"), "caption": "a red circle"}))
     assert main(["score", "-i", str(samples), "-m", f"distilled:{folder}", "-o", str(tmp_path / "run"), "-q",
-                 "--cache-dir", str(tmp_path / "cache")]) == 2
+                 "--cache-dir", str(tmp_path / "cache"), "--allow-plugins"]) == 2
     err = capsys.readouterr().err
     assert "not a safetensors file" in err and "Traceback" not in err
 
@@ -591,3 +597,14 @@ def test_label_word_stand_in_matches_by_label_words_alone():
     for word in ("dog", "tabby", "cat"):  # "hot dog", "tabby cat"
         expected[matcher.column[word]] = 1 / math.sqrt(3)
     assert got[0] == pytest.approx(expected, abs=1e-6) and not got[1].any()
+
+
+def test_config_and_manifest_are_strict_json(tmp_path):
+    from caprecon.run.folder import write_manifest
+
+    config = {"image_encoder": "efficientnet-lite0", "text_encoder": "imagenet-labels", "image_dim": 4, "text_dim": 3,
+              "hidden": 2, "target_mean": float("inf"), "target_scale": 1.0}
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        DistilledReward(config).save_pretrained(tmp_path / "reward")
+    write_manifest(tmp_path, {"figures": {"spearman": float("nan"), "speedup": [float("-inf"), 2.0]}})
+    assert _strict_json(tmp_path / "manifest.json") == {"figures": {"spearman": None, "speedup": [None, 2.0]}}
