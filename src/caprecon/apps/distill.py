@@ -18,7 +18,14 @@ learns the metric from them, by one of three objectives:
   from the metric (`RewardHead`).
 
 `auto` (the default) takes `reconstruction` for a metric the runs describe as comparing embeddings
-(recon, clip-image) where every row names a reconstruction still on disk, else `value`.
+(recon, clip-image) where every row names a reconstruction its run's store holds, else `value`.
+Reconstructions are read from the store by key only (the file name a row gives is taken for the
+key, nothing else of it), checked against the checksum the store recorded: a row cannot make
+`distill` open any other file. A value that is not finite is refused, naming its rows. When the text
+encoder is the one a run's generator chose its reconstructions with (the offline stand-in's
+retrieval matches captions with MiniLM, the default text encoder), it warns: the head can then
+learn the generator's own rule, and the held-out figures overstate how well it would follow a
+text-to-image model.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
 signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
