@@ -309,7 +309,11 @@ def test_reconstructions_are_read_from_the_store_by_key_only(tmp_path, recon_run
     damaged_store = tmp_path / "store"
     written = caprecon.Store(damaged_store).put_images("reconstruction", {"ab" * 32: (render("red circle"), {})})
     path = written["ab" * 32][1]
-    render("blue square").save(path)
+    size = path.stat().st_size
+    other = __import__("io").BytesIO()
+    Image.new("RGB", (8, 8), "blue").save(other, format="PNG")  # another picture, padded to the same size:
+    path.write_bytes(other.getvalue().ljust(size, b"\0"))  # it decodes, only its checksum tells
+    assert path.stat().st_size == size and Image.open(path).getpixel((0, 0)) == (0, 0, 255)
     store = caprecon.Store.open(damaged_store, read_only=True)
     with pytest.raises(ConfigError, match="row 1 .*fails its checksum"):
         reconstruction_targets([Row("x.png", "a", 0.5, stored_reconstructions({"reconstruction": str(path)}, [store]))],
@@ -483,8 +487,8 @@ def test_non_finite_values_are_refused_naming_their_rows_and_json_is_strict(tmp_
     bad = _copy_run(run_folder, tmp_path / "nan", set_values({2: float("nan"), 6: float("inf")}))
     with pytest.raises(ConfigError, match=r"not a finite number .* 2 row\(s\): .*scores.jsonl:3, .*scores.jsonl:7"):
         distill([bad], "recon", None, **settings)
-    # finite, but their spread overflows: refused naming the largest
-    huge = _copy_run(run_folder, tmp_path / "huge", set_values({k: (-1) ** k * 1.7e308 for k in range(144)}))
+    # finite, their mean too, but their spread overflows (squares of 1e160 are beyond the largest float)
+    huge = _copy_run(run_folder, tmp_path / "huge", set_values({k: (-1) ** k * 1e160 for k in range(144)}))
     with pytest.raises(ConfigError, match="too large to learn"):
         distill([huge], "recon", None, **settings)
     # every value equal: the held-out correlations are undefined, written as null in strict JSON
