@@ -137,7 +137,7 @@ def throughput(root: Path, seconds: float) -> None:
     (run / "scores.jsonl").write_text("\n".join(json.dumps({"image": p, "caption": c, "recon": v})
                                                 for p, c, v in zip(paths, captions, values)))
     folder = root / "distilled"
-    distilled = distill([run], "recon", folder, cache_dir=root / "cache-distill", epochs=20)
+    distilled = distill([run], "recon", folder, cache_dir=root / "cache-distill", epochs=20, progress=False)
     generator.calls = 0
     fast = caprecon.Reward([f"distilled:{folder}"], cache_dir=str(root / "cache-distilled"))
     _, text_encoder = distilled.model.encoders
@@ -183,7 +183,7 @@ def fidelity(root: Path, cache_dir: str) -> None:
     for objective in ("reconstruction", "value"):
         for images in CURVE:
             report = distill([run], "recon", objective=objective, cache_dir=cache_dir, holdout=HOLDOUT, seed=SEED,
-                             max_train_images=images).report
+                             max_train_images=images, progress=False).report
             figures = report["held_out"]
             print(f"{objective:<14}  {report['train_images']:>15}  {report['train_rows']:>13}  "
                   f"{figures['spearman']:>17.3f}  {figures['kendall']:>7.3f}  {figures['pairwise_accuracy']:>17.3f}")

@@ -163,7 +163,7 @@ def run_stores(manifest: dict[str, Any]) -> list[Store]:
     while isinstance(described, dict):
         root = described.get("root")
         if isinstance(root, str) and (Path(root) / INDEX).is_file():
-            stores.append(Store.open(root, read_only=True))
+            stores.append(Store(root, read_only=True))  # quietly: Store.open would warn it is read-only
         described = described.get("below")
     return stores
 
