@@ -8,7 +8,8 @@ The policy is a vision-language model that sees each picture of `--images` and i
 describe it; `caprecon.Reward` scores each of its completions against the picture (the dataset's
 `image` column). Without `--preset`, the reward is the offline stand-in (`--preset offline`: no
 text-to-image model, nothing downloaded beyond the policy). The store under `--cache-dir` makes a
-completion seen before cost lookups, also across runs. See docs/train.md.
+completion seen before cost lookups, also across runs. With `--remote URL`, the reward is the one
+`caprecon serve` serves there (`caprecon.RemoteReward`), on GPUs of its own. See docs/train.md.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("-e", "--embedder", help="image embedder (name, folder or module:Class)")
     p.add_argument("--max-side", type=int, help="reconstruction size (long side, pixels)")
     p.add_argument("--cache-dir", default="cache", help="the store the reward reads and writes")
+    p.add_argument("--remote", metavar="URL", help="score with the reward `caprecon serve` serves at URL "
+                   "(caprecon.RemoteReward) instead of in this process; the reward options are the server's")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--generations", type=int, default=8, help="completions per prompt (GRPO's group size)")
     p.add_argument("--prompts-per-step", type=int, default=2)
@@ -92,6 +95,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def make_reward(args: argparse.Namespace):
     import caprecon
 
+    if args.remote:
+        return caprecon.RemoteReward(args.remote)
     settings = {k: v for k, v in {"generator": args.generator, "embedder": args.embedder,
                                   "max_side": args.max_side}.items() if v is not None}
     preset = args.preset or (None if args.generator else "offline")

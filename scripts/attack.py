@@ -220,6 +220,8 @@ CASES = [
                             "--out", out(w, "r8")), ("'a'",)),
     Case("refine: --config with rounds as text", "config wrong type",
          lambda w: w.refine("--config", w.text("rounds.yaml", "seed: many\n"), "--out", out(w, "r9")), ("seed",)),
+    Case("refine: resumed with another --holdout than the folder's run", "conflicting options",
+         lambda w: w.refine("--holdout", "0.25", "--out", refined_once(w, "r11")), ("other captions or settings",)),
     Case("refine: --out '' (an unset shell variable)", "odd path",
          lambda w: w.refine("--out", ""), ("--out", "empty")),
     Case("refine: --input ''", "odd path",
@@ -266,6 +268,12 @@ CASES = [
     Case("seeds: a truncated last line", "malformed row",
          lambda w: ["seeds", truncated(w, "cut-run"), "--out", out(w, "s4")],
          ("scores.jsonl:9",)),
+    # --- a model server that cannot be reached: what happened and what to do, the password masked
+    Case("score: a judge server that refuses connections, its URL with a password", "unreachable server",
+         lambda w: ["score", "-i", w.rows, "-m", "vqascore", "--judge", "m1", "--judge-opt",
+                    f"base_url=http://user:pw-4242@127.0.0.1:{closed_port()}/v1", "--judge-opt", "max_retries=0",
+                    "--no-cache", "--out", out(w, "srv1"), "-q"],
+         ("the model server failed", "***@127.0.0.1", "once the server answers")),
     # --- report
     Case("report: a manifest.json that is not JSON", "malformed file",
          lambda w: ["report", with_manifest(w, "bad-manifest", "{not json")], ("manifest.json",),
@@ -282,6 +290,13 @@ CASES = [
          lambda w: ["merge", w.shards[0], forged_shard(w), "--out", out(w, "m2")], ("manifest",)),
     Case("merge: one of two shards", "missing file",
          lambda w: ["merge", w.shards[1], "--out", out(w, "m3")], ("shard",)),
+    Case("merge: --input another file than the shards'", "wrong file",
+         lambda w: ["merge", *w.shards, "-i", w.jsonl("not-the-input.jsonl", [
+             {"id": "a", "image": "red.png", "caption": "a red square!"}]), "--out", out(w, "m4")],
+         ("--input", "not the input the shards were scored from")),
+    Case("merge: one id in two shards", "duplicate ids",
+         lambda w: ["merge", w.shards[0], same_id_shard(w), "--out", out(w, "m5")],
+         ("more than once", "same-id-shard")),
     # --- meta --fit and verify
     Case("meta --fit: --scores with a text score", "wrong type",
          lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("text-scores.jsonl", [
@@ -345,7 +360,11 @@ CASES = [
     Case("cache info: --cache-dir is a file", "folder for a file",
          lambda w: ["cache", "info", "--cache-dir", w.rows], ("--cache-dir",)),
     Case("cache verify: an index that is not SQLite", "malformed file",
-         lambda w: ["cache", "verify", "--cache-dir", garbage_index(w)], ("--repair",), codes=(1,), stream="out"),
+         lambda w: ["cache", "verify", "--cache-dir", garbage_index(w)], ("index.sqlite", "not a database", "--repair"),
+         codes=(1,)),
+    Case("cache verify: index.sqlite is a folder", "folder for a file",
+         lambda w: ["cache", "verify", "--cache-dir", folder_index(w)], ("index.sqlite", "a folder", "--repair"),
+         codes=(1,)),
     Case("cache prune: --older-than 1e400d", "out of range",
          lambda w: ["cache", "prune", "--cache-dir", w.cache, "--older-than", "1" + "0" * 400 + "d", "--dry-run"],
          ("--older-than",)),
@@ -404,7 +423,114 @@ CASES = [
     Case("reward-audit: every image missing", "missing file",
          lambda w: w.audit("-i", w.jsonl("gone.jsonl", [{"id": str(k), "image": f"gone{k}.png", "caption": "a cat"}
                                                         for k in range(3)])), ("cannot be read", "gone0.png")),
+    # --- benchmark loaders: images outside their root (issue 51, item 2)
+    Case("meta caparena: a battle's img leading out of --images", "path escape",
+         lambda w: ["meta", "--benchmark", "caparena", "--data", arena(w, "arena-escape", [
+             battle("../outside/secret.png", "A", "B", "A"), *DECIDED]), "--images", outside(w), "--metric", "recon",
+                    *w.world, "--cache-dir", w.root / "c-meta", "--human-ranking", "recomputed", "--bootstrap", "0",
+                    "--out", out(w, "b1")], ("lies outside --images", "secret.png"), warned=True),
+    Case("meta nebula (EXPERT): an imgid leading out of --images", "path escape",
+         lambda w: ["meta", "--benchmark", "nebula-raw", "--data", w.text("expert-ann/nebula_test.json", json.dumps([
+             {"imgid": "../../outside/secret", "mt": "a red square", "refs": ["r"], "score": 0.5},
+             {"imgid": "red", "mt": "a blue circle", "refs": ["r"], "score": 0.1}])), "--images", outside(w),
+                    "--metric", "recon", *w.world, "--cache-dir", w.root / "c-meta", "--bootstrap", "0",
+                    "--out", out(w, "b2")], ("lies outside --images", "secret.jpg"), warned=True),
+    # --- CapArena files (item 9)
+    Case("meta caparena: a winner outside the labels", "out of range",
+         lambda w: arena_meta(w, "arena-tie", [*DECIDED, battle("x.png", "A", "B", "Tie")], "b3"),
+         ("[3]", "winner 'Tie'")),
+    Case("meta caparena: a model against itself and a repeated battle", "duplicate ids",
+         lambda w: arena_meta(w, "arena-dup", [*DECIDED, battle("x.png", "A", "A", "equal"), DECIDED[0]], "b4"),
+         ("against itself",), warned=True),
+    Case("meta caparena: every battle has the human caption", "empty file",
+         lambda w: arena_meta(w, "arena-human", [battle(f"{k}.png", "A", "human", "human") for k in range(3)], "b5"),
+         ("every battle involves the human caption",)),
+    Case("meta caparena --model-level: only two models", "out of range",
+         lambda w: arena_meta(w, "arena-two", [battle("1.png", "A", "B", "A"), battle("2.png", "A", "B", "B")], "b6",
+                              "--model-level"), ("±1 by construction",)),
+    Case("meta caparena: only ties", "out of range",
+         lambda w: arena_meta(w, "arena-ties", [battle("1.png", "A", "B", "equal"), battle("2.png", "B", "C", "skip"),
+                                                battle("3.png", "A", "C", "bad")], "b7"), ("a tie",)),
+    # --- EXPERT and Pascal-50S fields of the wrong type (item 10)
+    Case("meta nebula (EXPERT): mt a number", "wrong type",
+         lambda w: expert_meta(w, "mt-number", {"mt": 7}), ("[1]", "mt must be text")),
+    Case("meta nebula (EXPERT): refs a string", "wrong type",
+         lambda w: expert_meta(w, "refs-string", {"refs": "a cat|a dog"}), ("[1]", "refs must be a list")),
+    Case("meta nebula (EXPERT): a NaN score", "out of range",
+         lambda w: expert_meta(w, "nan-score", {"score": float("nan")}), ("[1]", "score nan")),
+    Case("meta nebula (EXPERT): an empty list", "empty file",
+         lambda w: ["meta", "--benchmark", "nebula-raw", "--data", w.text("empty-nebula/nebula_test.json", "[]"),
+                    "--metric", "bleu-1", "--out", out(w, "b8")], ("the list is empty",)),
+    Case("meta pascal50s: references a string", "wrong type",
+         lambda w: pascal_meta(w, "refs-string", {"HC": [{**PAIR, "references": "a jet|a plane"}]}),
+         ("HC[0]", "references must be a list")),
+    Case("meta pascal50s: an unknown category", "out of range",
+         lambda w: pascal_meta(w, "category", {"HC": [PAIR], "XY": [PAIR]}), ("unknown category 'XY'",)),
+    # --- meta --fit and verify (items 18, 19)
+    Case("meta --fit: an infinite score", "out of range",
+         lambda w: ["meta", "--judgments", w.judgments, "--scores", w.jsonl("inf-scores.jsonl", [
+             {**s, "cider": float("inf")} if i == 4 else s for i, s in enumerate(w.scored)]), "--metric", "bleu-1",
+                    "cider", "--fit", "--bootstrap", "0", "--out", out(w, "f5")], ("cider", "infinite", "1-1")),
+    Case("meta verify: --fit", "conflicting options",
+         lambda w: ["meta", "verify", "--benchmark", "pascal50s", "--data", pascal(w, "fit", {"HC": [PAIR]}),
+                    "--fit"], ("--fit", "fits nothing")),
+    # --- cttd import (item 20)
+    Case("cttd import: a VLMEvalKit image that is not base64", "wrong type",
+         lambda w: ["cttd", "import", w.text("not-base64.tsv", "index\timage\tquestion\tanswer\n"
+                                                               "0\t@@not base64@@\tIs it red?\tYes\n"),
+                    "--format", "vlmevalkit", "--out", out(w, "c1")], ("image not base64",), codes=(1,)),
 ]
+
+PAIR = {"image": "red.png", "captions": ["a plane", "an airplane"], "label": 0, "references": ["a jet"]}
+
+
+def battle(img: str, a: str, b: str, winner: str) -> dict:
+    return {"img": img, "source1": a, "source2": b, "caption1": f"{a} describes {img}",
+            "caption2": f"{b} describes {img}", "ref": "r", "winner": winner, "cluster": "level 1"}
+
+
+DECIDED = [battle("red.png", "A", "B", "A"), battle("blue.png", "B", "C", "C"), battle("red.png", "A", "C", "A")]
+
+
+def outside(w: Workspace) -> Path:
+    """An images folder holding the two shapes, beside a folder `outside/` with a secret picture."""
+    import shutil
+
+    images = w.root / "bench-images"
+    if not images.exists():
+        (images / "Nebula").mkdir(parents=True)
+        for name in ("red.png", "blue.png"):
+            shutil.copy(w.root / name, images / name)
+        shutil.copy(w.root / "red.png", images / "Nebula" / "red.jpg")
+        (w.root / "outside").mkdir()
+        shutil.copy(w.root / "blue.png", w.root / "outside" / "secret.png")
+        shutil.copy(w.root / "blue.png", w.root / "outside" / "secret.jpg")
+    return images
+
+
+def arena(w: Workspace, name: str, battles: list) -> Path:
+    w.text(f"{name}/caparena_annots_eval.json", json.dumps(battles))
+    return w.root / name
+
+
+def arena_meta(w: Workspace, name: str, battles: list, out_name: str, *extra) -> list:
+    return ["meta", "--benchmark", "caparena", "--data", arena(w, name, battles), "--metric", "bleu-1",
+            "--human-ranking", "recomputed", "--bootstrap", "0", "--out", out(w, out_name), *extra]
+
+
+def expert_meta(w: Workspace, name: str, change: dict) -> list:
+    entry = {"imgid": "red", "mt": "a red square", "refs": ["a red square"], "score": 0.5}
+    data = w.text(f"expert-{name}/nebula_test.json", json.dumps([entry, {**entry, **change}]))
+    return ["meta", "--benchmark", "nebula-raw", "--data", data, "--metric", "bleu-1", "--out", out(w, f"e-{name}")]
+
+
+def pascal(w: Workspace, name: str, data: dict) -> Path:
+    return w.text(f"pascal-{name}/pascal50s.json", json.dumps(data))
+
+
+def pascal_meta(w: Workspace, name: str, data: dict) -> list:
+    return ["meta", "--benchmark", "pascal50s", "--data", pascal(w, name, data), "--metric", "bleu-1",
+            "--out", out(w, f"p-{name}")]
 
 
 def recon_rows(w: Workspace, name: str, *, reconstruction: str | None = None, value: float | None = None) -> Path:
@@ -493,6 +619,37 @@ def forged_shard(w: Workspace) -> Path:
     manifest["shard"] = "x" if not isinstance(manifest.get("shard"), dict) else {**manifest["shard"], "index": "x"}
     (folder / "manifest.json").write_text(json.dumps(manifest))
     return folder
+
+
+def same_id_shard(w: Workspace) -> Path:
+    """The second shard, its row given the id of the first shard's row."""
+    folder = w.copy(w.shards[1], "same-id-shard")
+    taken = json.loads((w.shards[0] / "scores.jsonl").read_text().splitlines()[0])["id"]
+    rows = [{**json.loads(line), "id": taken} for line in (folder / "scores.jsonl").read_text().splitlines()]
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+def folder_index(w: Workspace) -> Path:
+    folder = w.root / "folder-index-cache"
+    (folder / "index.sqlite").mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def refined_once(w: Workspace, name: str) -> Path:
+    """A folder holding a finished refinement of the workspace's rows, at the default --holdout."""
+    folder = out(w, name)
+    if not (folder / "rounds.jsonl").exists():
+        w.caprecon(w.refine("--rounds", "1", "--out", folder))
+    return folder
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def garbage_index(w: Workspace) -> Path:

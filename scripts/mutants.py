@@ -2,30 +2,46 @@
 
     python scripts/mutants.py                 # every mutant (make mutants)
     python scripts/mutants.py -k recon clip   # those whose name contains one of the words
+    python scripts/mutants.py -j 1            # one mutant at a time (default: 2, or fewer cores)
 
 Each mutant is data: the file (under src/caprecon), a snippet that must occur in it exactly
 once, what replaces it, and the tests that should notice. The script copies src/ to a
-temporary folder, applies one mutant there (never in the working tree), runs its tests with
-PYTHONPATH pointing at the copy, and puts the snippet back. A snippet that no longer occurs
-exactly once is reported as `stale` (the code moved: update the list) rather than skipped.
-First the tests run once on the unchanged copy, which must pass. Exit status 1 when any
-mutant survives or is stale, or the unchanged copy fails.
+temporary folder (one copy per job), applies one mutant there (never in the working tree),
+runs its tests with PYTHONPATH pointing at the copy, and puts the snippet back. A snippet that
+no longer occurs exactly once is reported as `stale` (the code moved: update the list) rather
+than skipped. Exit status 1 when any mutant survives or is stale, or the unchanged copy fails.
+
+First the tests run once on the unchanged copy, which must pass; that run (split over the jobs)
+also records, with the probe plugin (`probe/mutants_probe.py`, tracing Python calls), which tests
+call the function each mutant changes and how long each took. A mutant is then tried on those of
+its named tests alone, quickest first, stopping at the first failure (`-x`); only when they all
+pass are its named tests run whole (a test may reach the code in a subprocess, which the probe
+cannot see), so a mutant is reported as surviving only if its named tests pass. A snippet at
+module or class level, or in a signature (run on import), is tried on its named tests whole.
+Mutants run `--jobs` at a time. `--named-only` skips the probe: every mutant on its named tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
+import math
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent  # probe/mutants_probe.py, the baseline's pytest plugin, lives under it
+ROOT = HERE.parent
 FORMULAS = "tests/test_formulas.py"
 DISTILL = "tests/test_distill.py"
 
@@ -285,19 +301,169 @@ MUTANTS = [
            "MIN_AUDIT_CAPTIONS = 1", ("tests/test_reward_audit.py",)),
     Mutant("reward-audit: captions with unreadable images audited", "apps/reward.py",
            "            read_image(row)\n", "            pass\n", ("tests/test_reward_audit.py",)),
+    # the guards as TRL reward functions: tokens when TRL gives them, the rule of `Guards`
+    Mutant("TRL guard ignores completion_ids", "rewards.py", "        if completion_ids is not None:\n",
+           "        if False:\n", ("tests/test_trl_guards.py",)),
+    Mutant("TRL length guard gives the repetition term", "rewards.py", 'if self.__name__ == "length":',
+           'if self.__name__ != "length":', ("tests/test_trl_guards.py",)),
+    Mutant("guard repetition share over distinct n-grams inverted", "apps/reward.py",
+           "return 1.0 - len(set(grams)) / len(grams) if grams", "return len(set(grams)) / len(grams) if grams",
+           ("tests/test_trl_guards.py",)),
+    # the reward service and its clients: rows answered apart, limits, the token, the callers' protocols
+    Mutant("service: a batch's second request gets the first's rows", "apps/serve.py",
+           "values[start:stop]", "values[:stop - start]", ("tests/test_serve.py",)),
+    Mutant("service: a bad cell's row counted from the batch's start", "apps/serve.py",
+           "known_bad = {start + row for", "known_bad = {row for", ("tests/test_serve.py",)),
+    Mutant("service: a wrong bearer token let in", "apps/serve.py",
+           'if scheme.lower() != "bearer" or not hmac', 'if scheme.lower() != "bearer" and not hmac', ("tests/test_serve.py",)),
+    Mutant("service: body limit unchecked", "apps/serve.py",
+           "if (declared and declared.isdigit() and int(declared) > limit) or len(body) > limit:", "if False:", ("tests/test_serve.py",)),
+    Mutant("wire: image limit unchecked", "apps/wire.py", "    if len(data) > max_bytes:", "    if False:", ("tests/test_serve.py",)),
+    Mutant("wire: a picture sent as held, not upright", "apps/wire.py",
+           'decode_image(picture, "the image given").save(', "picture.save(", ("tests/test_serve.py",)),
+    Mutant("OpenRLHF: the prompt left in the caption", "apps/serve.py",
+           "q[len(p):] if isinstance(q, str)", "q if isinstance(q, str)", ("tests/test_serve.py",)),
+    Mutant("client: a refused request retried", "apps/remote.py", "if exc.code < 500:", "if exc.code < 400:", ("tests/test_serve.py",)),
+    Mutant("verl: the picture taken from ground_truth only", "apps/remote.py",
+           "        if isinstance(extra_info, Mapping) and extra_info.get(self.image_key) is not None:",
+           "        if False:", ("tests/test_serve.py",)),
+    # the store for training: keep policies and the size cap (oldest first, down to 90 %)
+    Mutant("store keep: a record-only image found without records", "store/index.py",
+           "                if records and (checksum is None", "                if (checksum is None",
+           ("tests/test_keep.py",)),
+    Mutant("store keep: vectors writes the picture", "store/index.py",
+           '        if self.keep != "images":\n            return self._put_records',
+           '        if self.keep == "none":\n            return self._put_records', ("tests/test_keep.py",)),
+    Mutant("size cap prunes to the cap, not below it", "store/index.py",
+           "goal = self.max_size * CAP_LOW_WATER", "goal = self.max_size", ("tests/test_keep.py",)),
+    Mutant("size cap deletes the newest first", "store/index.py",
+           'FROM results ORDER BY created")]', 'FROM results ORDER BY created DESC")]', ("tests/test_keep.py",)),
+    Mutant("size cap: at the cap counts as over it", "store/index.py",
+           "            if total > self.max_size:", "            if total >= self.max_size:", ("tests/test_keep.py",)),
+    # merge (issue 51 items 12 and 16): an id held twice is refused; a wrong --input is refused whatever the
+    # metrics; the merged folder gets score's reports
+    Mutant("merge refuses an id held twice -> thrice", "run/shards.py",
+           "holders.items() if len(folders) > 1}", "holders.items() if len(folders) > 2}", ("tests/test_scale.py",)),
+    Mutant("merge checks --input only when a metric pools", "run/shards.py",
+           'first.get("image_root")) if samples is not None else None',
+           'first.get("image_root")) if pooled and samples is not None else None', ("tests/test_scale.py",)),
+    Mutant("merge writes no report.html", "run/shards.py",
+           '    write_reports(out_dir, records, summary, manifest.get("metric_names") or summarised)', "    pass",
+           ("tests/test_scale.py",)),
+    # cache verify on a damaged index (issue 51 item 17): one line naming the file, exit 1
+    Mutant("cache verify on a damaged index exits 0", "cli/cache.py",
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 1',
+           '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
+    Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
+           "    if False:  # SQLite", ("tests/test_store.py",)),
+    # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
+    Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",
+           "found = registry.import_plugin(name)",
+           'found = getattr(__import__(name.split(":")[0], fromlist=["_"]), name.split(":")[1])',
+           ("tests/test_open_metrics.py",)),
+    # failures explained (issue 51 item 23): a server's failure says how to go on; a foreign error keeps its type
+    Mutant("a model server's failure loses its advice", "run/local.py",
+           'return f"the model server failed: {text}; {RESUME_AFTER_SERVER}"', 'return text',
+           ("tests/test_messages.py",)),
+    Mutant("a server's failure counted under its client's class", "run/local.py",
+           '    if isinstance(exc, ServerError):  # the server\'s failure, whichever client class said it',
+           '    if False:  # the server\'s failure, whichever client class said it', ("tests/test_messages.py",)),
+    Mutant("an unexpected error loses its type", "run/local.py",
+           '(an unexpected {type(exc).__name__} inside the model or metric',
+           '(an unexpected error inside the model or metric',
+           ("tests/test_messages.py",)),
+    # a module:Class in the working folder says PYTHONPATH is what is missing (issue 51 item 15)
+    Mutant("a missing plug-in module gives no PYTHONPATH advice", "models/registry.py",
+           "if exc.name and module.split(\".\")[0] == exc.name else \"\")", "if False else \"\")",
+           ("tests/test_docs.py::test_a_user_metric_in_the_working_folder_needs_pythonpath",)),
+    # a resumed refinement ends as the uninterrupted one (issue 51 item 22)
+    Mutant("refine resume keeps the line a kill cut", "apps/refine.py",
+           'whole = text[: text.rfind("\\n") + 1]  # a kill', "whole = text  # a kill", ("tests/test_refine.py",)),
+    Mutant("refine resume redoes a round a caption finished", "apps/refine.py",
+           'return last["round"] < round_no and last["accepted"]',
+           'return last["round"] <= round_no and last["accepted"]',
+           ("tests/test_refine.py",)),
+    # CapArena's model level as the paper computes it (issue 50, item 5)
+    Mutant("CapArena people's Elo counts skip and bad as ties", "apps/metabench/caparena.py",
+           'kept = [it for it in items if it.verdict in (*it.systems, "equal", "")]', "kept = list(items)",
+           ("tests/test_metabench.py",)),
+    Mutant("model-level Kendall interval from Spearman", "stats/elo.py",
+           "result.kendall_ci = bootstrap_ci(lambda i: agreement(i).kendall,",
+           "result.kendall_ci = bootstrap_ci(lambda i: agreement(i).spearman,", ("tests/test_metabench.py",)),
+    Mutant("CapArena published human ranking read upside down", "apps/metabench/caparena.py",
+           "return {m: -float(k) for k, m in enumerate(PUBLISHED_HUMAN_RANKING, 1)",
+           "return {m: float(k) for k, m in enumerate(PUBLISHED_HUMAN_RANKING, 1)", ("tests/test_metabench.py",)),
+    Mutant("CapArena human ranking recomputed by default on the command line", "cli/meta.py",
+           '"--human-ranking", choices=HUMAN_RANKINGS, default="published"',
+           '"--human-ranking", choices=HUMAN_RANKINGS, default="recomputed"', ("tests/test_metabench.py",)),
+    Mutant("CapArena human ranking recomputed by default in caprecon.meta", "apps/metabench/meta.py",
+           '    human_ranking: str = "published",\n', '    human_ranking: str = "recomputed",\n',
+           ("tests/test_metabench.py",)),
+    Mutant("CapArena model-level rows' sampling ignores the human ranking", "apps/metabench/__init__.py",
+           "sampling = CAPARENA_MODEL_SAMPLING[human_ranking]", "sampling = self.sampling",
+           ("tests/test_metabench.py",)),
+    # benchmark images confined to their root (issue 51, item 2)
+    Mutant("a benchmark's images unconfined without --images", "data/judgments.py",
+           "(self.confined or images_root is not None)", "(self.confined and images_root is not None)",
+           ("tests/test_loader_inputs.py",)),
+    Mutant("one's own judgments file confined without --images", "data/judgments.py",
+           "    return Judgments(fmt, items, path, confined=False)", "    return Judgments(fmt, items, path)",
+           ("tests/test_loader_inputs.py",)),
+    Mutant("meta scores a refused row's image", "apps/metabench/scoring.py",
+           "if s.image is not None and i not in refused]", "if s.image is not None]",
+           ("tests/test_loader_inputs.py",)),
+    Mutant("bootstrap τ on no scored row", "stats/bootstrap.py", "    if not len(x):  # every row failed",
+           "    if False:  # every row failed", ("tests/test_loader_inputs.py",)),
+    # CapArena files (issue 51, item 9)
+    Mutant("CapArena winner outside the labels read as a tie", "data/loaders/caparena.py",
+           "if winner not in (a, b, *NO_WINNER):", "if not winner:", ("tests/test_loader_inputs.py",)),
+    Mutant("CapArena repeated battle kept", "data/loaders/caparena.py", "        if key in seen:",
+           "        if key is None:", ("tests/test_loader_inputs.py",)),
+    Mutant("CapArena model against itself kept", "data/loaders/caparena.py", "        if a == b:",
+           "        if a is None:", ("tests/test_loader_inputs.py",)),
+    Mutant("CapArena model level on two models", "apps/metabench/caparena.py", "MIN_MODELS = 3", "MIN_MODELS = 2",
+           ("tests/test_loader_inputs.py",)),
+    Mutant("CapArena file of ties read", "apps/metabench/caparena.py",
+           "if all(it.preference == 0.5 for it in kept):", "if all(it.preference == 0.0 for it in kept):",
+           ("tests/test_loader_inputs.py",)),
+    # EXPERT and Pascal-50S field types (issue 51, item 10)
+    Mutant("a NaN human score read", "data/loaders/common.py", "(finite or not math.isnan(number))",
+           "(False or not math.isnan(number))", ("tests/test_loader_inputs.py",)),
+    Mutant("a JSON reference list given as text read", "data/loaders/common.py",
+           "if isinstance(value, str) and written:", "if isinstance(value, str):", ("tests/test_loader_inputs.py",)),
+    Mutant("a caption that is a number read", "data/loaders/common.py", "    if not isinstance(value, str):\n",
+           "    if value is None:\n", ("tests/test_loader_inputs.py",)),
+    Mutant("an unknown Pascal-50S category ignored", "data/loaders/pascal50s.py",
+           "for c in data if c not in PASCAL_CATEGORIES]", "for c in data if c not in data]",
+           ("tests/test_loader_inputs.py",)),
+    # meta --fit and verify (issue 51, items 18, 19)
+    Mutant("meta --fit lets infinite scores through", "apps/metabench/fit.py", "np.flatnonzero(np.isinf(values))",
+           "np.flatnonzero(np.isnan(values))", ("tests/test_fit.py",)),
+    Mutant("verify asks for the scores of a part the file lacks", "apps/metabench/verify.py",
+           "if key in PART_KEYS and", "if key in () and", ("tests/test_loader_inputs.py",)),
+    Mutant("meta verify --fit accepted", "apps/metabench/meta.py", "    if fitting:", "    if False:",
+           ("tests/test_loader_inputs.py",)),
+    # cttd import (issue 51, item 20)
+    Mutant("cttd import keeps a question whose image is neither base64 nor a row", "apps/cttd/importers.py",
+           "                    if raw is None:", "                    if raw is False:", ("tests/test_cttd.py",)),
 ]
 
 
-def _environment(src: Path) -> dict[str, str]:
-    env = dict(os.environ, PYTHONPATH=str(src), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
+def _environment(src: Path, **extra: str) -> dict[str, str]:
+    """The tests' environment: caprecon from `src`; with the probe's settings, the probe importable too."""
+    path = [str(src), *([str(HERE / "probe")] if extra else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
+               **extra)
     env.pop("PYTHONSTARTUP", None)
     return env
 
 
-def _pytest(tests: tuple[str, ...], src: Path, timeout: float) -> tuple[int, str]:
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+def _pytest(tests: Sequence[str], src: Path, timeout: float, *options: str, **env: str) -> tuple[int, str]:
+    """pytest on `tests` (files or node ids), importing caprecon from `src`, stopping at the first failure."""
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *options,
+               *tests]
     try:
-        done = subprocess.run(command, cwd=ROOT, env=_environment(src), capture_output=True, text=True,
+        done = subprocess.run(command, cwd=ROOT, env=_environment(src, **env), capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return -1, "timed out"
@@ -323,64 +489,178 @@ def _check_snippets(mutants: list[Mutant], package: Path) -> dict[str, str]:
     return problems
 
 
+# -- which tests reach a mutant ---------------------------------------------------------------
+
+
+def function_of(text: str, snippet: str) -> tuple[int, ...] | None:
+    """The first lines (a decorated function's code starts at its first decorator) of the innermost
+    function whose body holds the whole snippet, or None when it lies at module or class level (run
+    on import) or in a function's signature (its defaults are evaluated where the function is defined)."""
+    start = text.count("\n", 0, text.index(snippet)) + 1
+    end = start + snippet.count("\n")
+    found = None
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body[0].lineno <= start \
+                and end <= node.end_lineno:
+            if found is None or node.lineno > found.lineno:
+                found = node
+    if found is None:
+        return None
+    return tuple(sorted({found.lineno, *(d.lineno for d in found.decorator_list)}))
+
+
+def _probe_targets(mutants: list[Mutant], package: Path) -> dict[str, list]:
+    """Mutant name -> [its file in the copy, the first lines of the function holding its snippet]."""
+    targets = {}
+    for m in mutants:
+        path = package / m.file
+        lines = function_of(path.read_text(encoding="utf-8"), m.original)
+        if lines is not None:
+            targets[m.name] = [str(path), list(lines)]
+    return targets
+
+
+def _narrowed(named: Sequence[str], reached: Sequence[str]) -> list[str]:
+    """Of the tests that called the mutated function (node ids, quickest first), those inside the
+    mutant's named tests (files, or node ids)."""
+    def inside(node: str, entry: str) -> bool:
+        return node == entry or node.startswith(entry + "::") or node.startswith(entry + "[")
+
+    return [node for node in reached if any(inside(node, entry) for entry in named)]
+
+
+def _split(files: Sequence[str], parts: int) -> list[list[str]]:
+    """The test files dealt round robin into `parts` groups (the baseline's parallel runs)."""
+    groups = [list(files[i::parts]) for i in range(parts)]
+    return [g for g in groups if g]
+
+
+def _baseline(tests: Sequence[str], src: Path, targets: dict[str, list], jobs: int, timeout: float,
+              scratch: Path) -> tuple[int, str, dict[str, list[str]]]:
+    """The tests once on the unchanged copy, in `jobs` parallel runs, each with the probe plugin
+    recording which test called the function of each mutant."""
+    plan = scratch / "targets.json"
+    plan.write_text(json.dumps(targets))
+    groups = _split(list(tests), jobs)
+    reports = [scratch / f"reached-{i}.json" for i in range(len(groups))]
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        runs = list(pool.map(lambda i: _pytest(groups[i], src, timeout, "-p", "mutants_probe",
+                                               MUTANTS_PROBE_TARGETS=str(plan), MUTANTS_PROBE_OUT=str(reports[i])),
+                             range(len(groups))))
+    reached: dict[str, list[str]] = {}
+    seconds: dict[str, float] = {}
+    for report in reports:
+        if report.is_file():
+            probed = json.loads(report.read_text())
+            seconds.update(probed["seconds"])
+            for name, nodes in probed["reached"].items():
+                reached.setdefault(name, []).extend(nodes)
+    for nodes in reached.values():  # the quickest first: with -x, a mutant dies at its first failing test
+        nodes.sort(key=lambda node: seconds.get(node, math.inf))
+    failed = [(code, output) for code, output in runs if code != 0]
+    code, output = failed[0] if failed else (0, "")
+    return code, output, reached
+
+
+def _try_mutant(m: Mutant, package: Path, src: Path, reached: dict[str, list[str]] | None,
+                timeout: float) -> tuple[str, str, float, str]:
+    """Apply `m` to this copy, run the tests that reach it (all its named tests when none is known
+    to, or when the narrowed ones pass: a test the probe could not see, in a subprocess, may still
+    kill it), and put the code back. Returns (status, first failing test, seconds, what ran)."""
+    path = package / m.file
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
+    started = time.perf_counter()
+    try:
+        narrowed = _narrowed(m.tests, reached.get(m.name, [])) if reached is not None else []
+        ran = f"{len(narrowed)} test(s) reaching it"
+        code, output = _pytest(narrowed, src, timeout) if narrowed else (0, "")
+        if code == 0:
+            ran = "its named tests" if not narrowed else ran + ", then its named tests"
+            code, output = _pytest(m.tests, src, timeout)
+    finally:
+        path.write_text(text, encoding="utf-8")
+    seconds = time.perf_counter() - started
+    if code != 0:
+        return "killed", _first_failure(output), seconds, ran
+    return "SURVIVED", "no test failed", seconds, ran
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-k", nargs="+", metavar="WORD", help="only mutants whose name contains one of these")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run (default 600)")
+    parser.add_argument("-j", "--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="mutants tried at once, each in its own copy of src/ (default: 2, or fewer cores)")
+    parser.add_argument("--named-only", action="store_true",
+                        help="run each mutant's named tests whole (no probe, no narrowing): the old, slower way")
     args = parser.parse_args(argv)
     names = {m.name for m in MUTANTS}
     if len(names) != len(MUTANTS):
         raise SystemExit("two mutants share a name")
+    if args.jobs < 1:
+        raise SystemExit("--jobs must be at least 1")
     mutants = [m for m in MUTANTS if not args.k or any(w.lower() in m.name.lower() for w in args.k)]
     if not mutants:
         raise SystemExit(f"no mutant matches {args.k}")
+    jobs = min(args.jobs, len(mutants))
+    whole = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="caprecon-mutants-") as tmp:
-        src = Path(tmp) / "src"
-        shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        package = src / "caprecon"
+        copies = [Path(tmp) / f"copy{i}" / "src" for i in range(jobs)]
+        for src in copies:
+            shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        src, package = copies[0], copies[0] / "caprecon"
         where = subprocess.run([sys.executable, "-c", "import caprecon; print(caprecon.__file__)"], cwd=ROOT,
                                env=_environment(src), capture_output=True, text=True).stdout.strip()
         if not where.startswith(str(package)):
             print(f"the tests would import caprecon from {where or '?'}, not from the copy {package}")
             return 1
         problems = _check_snippets(mutants, package)
+        live = [m for m in mutants if m.name not in problems]
 
         every_test = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
         started = time.perf_counter()
-        code, output = _pytest(every_test, src, args.timeout)
+        if args.named_only:
+            code, output = _pytest(every_test, src, args.timeout)
+            reached = None
+        else:
+            code, output, reached = _baseline(every_test, src, _probe_targets(live, package), jobs, args.timeout,
+                                              Path(tmp))
         if code != 0:
             print(output[-4000:])
             print(f"the unchanged code fails its tests ({_first_failure(output)}): fix that first")
             return 1
-        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s)\n")
+        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s, "
+              f"{len(copies) if not args.named_only else 1} at once)\n", flush=True)
 
-        rows = []
-        for m in mutants:
-            if m.name in problems:
-                rows.append((m, "STALE", problems[m.name], 0.0))
-                print(f"STALE     {m.name}: {problems[m.name]}", flush=True)
-                continue
-            path = package / m.file
-            text = path.read_text(encoding="utf-8")
-            path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
-            started = time.perf_counter()
+        rows = {m.name: (m, "STALE", problems[m.name], 0.0) for m in mutants if m.name in problems}
+        for name, (_, _, why, _) in rows.items():
+            print(f"STALE     {name}: {why}", flush=True)
+        free: queue.SimpleQueue = queue.SimpleQueue()
+        for copy in copies:
+            free.put(copy)
+
+        def attempt(m: Mutant) -> None:
+            copy = free.get()
             try:
-                code, output = _pytest(m.tests, src, args.timeout)
+                status, by, seconds, ran = _try_mutant(m, copy / "caprecon", copy, reached, args.timeout)
             finally:
-                path.write_text(text, encoding="utf-8")
-            seconds = time.perf_counter() - started
-            status = "killed" if code != 0 else "SURVIVED"
-            by = _first_failure(output) if code != 0 else "no test failed"
-            rows.append((m, status, by, seconds))
-            print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s]", flush=True)
+                free.put(copy)
+            rows[m.name] = (m, status, by, seconds)
+            print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s; ran {ran}]", flush=True)
 
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(attempt, live))
+
+    ordered = [rows[m.name] for m in mutants]
     print("\n| mutant | file | result | first failing test |\n|---|---|---|---|")
-    for m, status, by, _ in rows:
+    for m, status, by, _ in ordered:
         print(f"| {m.name} | {m.file} | {status} | {by} |")
-    bad = [m.name for m, status, _, _ in rows if status != "killed"]
+    bad = [m.name for m, status, _, _ in ordered if status != "killed"]
     verdict = f"; not killed: {', '.join(bad)}" if bad else ""
-    print(f"\n{len(rows) - len(bad)} of {len(rows)} mutants killed{verdict}")
+    print(f"\n{len(ordered) - len(bad)} of {len(ordered)} mutants killed{verdict} "
+          f"({time.perf_counter() - whole:.0f} s in all)")
     return 1 if bad else 0
 
 

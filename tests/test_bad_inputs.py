@@ -128,6 +128,9 @@ def _coco_annotations(w):
                                           "annotations": [{"image_id": 1, "caption": "a pic"}]}))
 
 
+# how a library's own error (or a bug) ends a message: its type as a detail after what it says
+UNEXPECTED = " (an unexpected {} inside the model or metric: run again with --verbose"
+
 # kind -> (the command for it, the exit status, what stderr's last line must say)
 WHOLE_FILE = {
     "input not UTF-8 (Latin-1 CSV)": lambda w: (
@@ -241,7 +244,7 @@ WHOLE_FILE = {
         ["reconstruct", "-i", str(w.shapes()), "-m", "recon", "-g", "broken_models:BrokenGenerator", "--embedder",
          str(w.tiny_dinov2), *w.cache(), "-q"], 2,
         "reconstruct failed on every row of a batch with the same error, so the problem is not the rows: "
-        "RuntimeError: the generator's server answered 503"),
+        "the generator's server answered 503 Service Unavailable" + UNEXPECTED.format("RuntimeError")),
     "reconstruct: the same failure on the first rows, one at a time": lambda w: (
         ["reconstruct", "-i", str(w.shapes()), "-m", "recon", "-g", "broken_models:BrokenGenerator", "--embedder",
          str(w.tiny_dinov2), "--batch-size", "1", *w.cache(), "-q"], 2,
@@ -249,30 +252,32 @@ WHOLE_FILE = {
     "embed: an embedder failing every row": lambda w: (
         ["embed", "-i", str(w.shapes()), "-m", "recon", "-g", "broken_models:PickyGenerator", "--embedder",
          "broken_models:BrokenEmbedder", *w.cache(), "-q"], 2,
-        "embed failed on every row of a batch with the same error, so the problem is not the rows: RuntimeError"),
+        "embed failed on every row of a batch with the same error, so the problem is not the rows: "
+        "the embedder's weights are corrupt" + UNEXPECTED.format("RuntimeError")),
     "judge: a judge failing every row": lambda w: (
         ["judge", "-i", str(w.shapes()), "-m", "vqascore", "--judge", "broken_models:BrokenJudge", *w.cache(), "-q"],
         2, "vqascore failed on every row of a batch with the same error, so the problem is not the rows: "
-           "ConnectionError"),
+           "connection refused by the judge's server" + UNEXPECTED.format("ConnectionError")),
     "suite: a generator failing every row": lambda w: (
         w.suite("-g", "broken_models:BrokenGenerator", "--judge", "broken_models:PickyJudge"), 2,
         "reconstruct failed on every row of a batch with the same error"),
     "suite: a judge that cannot be reached": lambda w: (
         w.suite("-g", "oracle:OracleGenerator", "--judge", "broken_models:BrokenJudge"), 2,
-        "judge: ConnectionError: connection refused by the judge's server"),
+        "judge: connection refused by the judge's server" + UNEXPECTED.format("ConnectionError")),
     "caption: a captioner that cannot be reached": lambda w: (
         ["caption", "--images", str(w.folder_of_two()), "--out", str(w.root / "caption-down"), "--captioner",
          "broken_models:BrokenCaptioner", "--n", "2", "--select", "recon", "-g", "oracle:OracleGenerator", "--embedder",
          str(w.tiny_dinov2), *w.cache(), "-q"], 2,
-        "captioner: ConnectionError: connection refused by the captioner's server"),
+        "captioner: connection refused by the captioner's server" + UNEXPECTED.format("ConnectionError")),
     "suite: a captioner that cannot be reached": lambda w: (
         w.suite("-g", "oracle:OracleGenerator", "--judge", "broken_models:PickyJudge", "--captioner",
                 "down=broken_models:BrokenCaptioner"), 2,
-        "captioner: ConnectionError: connection refused by the captioner's server"),
+        "captioner: connection refused by the captioner's server" + UNEXPECTED.format("ConnectionError")),
     "t2i: a judge that cannot be reached": lambda w: (
         ["t2i", "-i", str(w.shapes()), "-g", "oracle:OracleGenerator", "--judge", "broken_models:BrokenJudge",
          "--size", "32x32", *w.cache(), "-q"], 2,
-        "vqascore failed on every row of a batch with the same error, so the problem is not the rows: ConnectionError"),
+        "vqascore failed on every row of a batch with the same error, so the problem is not the rows: "
+        "connection refused by the judge's server" + UNEXPECTED.format("ConnectionError")),
     # issue 22: some rows failing: exit 1, saying how many and why; --allow-row-errors exits 0
     **{f"{command}: some rows fail{', --allow-row-errors' if allow else ''}": (
         lambda make, allow: lambda w: _allowing(make(w), allow))(make, allow)

@@ -523,3 +523,23 @@ def test_build_numbers_have_bounds_and_domains(tmp_path, capsys, option, value, 
     assert capsys.readouterr().err.strip().endswith(message)
     with pytest.raises(ConfigError, match="--top-k must be between 1 and 1000"):
         BuildConfig(top_k=1001)  # the API and a --config file are held to the same bounds
+
+
+def test_cttd_import_refuses_a_vlmevalkit_image_that_is_neither_base64_nor_a_row(tmp_path, capsys):
+    data = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(data, format="PNG")
+    card = base64.b64encode(data.getvalue()).decode()
+    tsv = tmp_path / "cards.tsv"
+    tsv.write_text("index\timage\tquestion\tanswer\tA\tB\n"
+                   f"0\t{card}\tWhich colour?\tA\tred\tblue\n"
+                   "1\t!!!not-base64@@@\tWhich colour?\tB\tred\tblue\n"
+                   "2\t0\tWhich colour?\tA\tred\tblue\n")  # row 2 refers to row 0's image: kept
+    for extra in ([], ["--no-images"]):
+        out = tmp_path / f"bank{len(extra)}"
+        assert main(["cttd", "import", str(tsv), "--out", str(out), *extra]) == 1
+        err = capsys.readouterr().err
+        assert "dropped: 1 question(s) whose image could not be used (image not base64: 1)" in err
+        assert (f"{tsv}:3 (image 1): the image '!!!not-base64@@@' is neither base64 nor the index of a row holding "
+                "an image") in err  # fmt: skip
+        bank = [json.loads(line) for line in (out / "bank.jsonl").read_text().splitlines()]
+        assert [q["id"] for q in bank] == ["0", "2"]

@@ -185,14 +185,18 @@ class Shell:
             assert done.returncode == 0, f"{command}\nexit {done.returncode}\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
 
     def _caprecon(self, argv: list[str], assignments: dict[str, str], command: str) -> None:
-        for folder in filter(None, assignments.get("PYTHONPATH", "").split(os.pathsep)):
-            assert (self.cwd / folder).is_dir(), f"{command}\nPYTHONPATH names no folder: {folder}"
+        folders = [(self.cwd / f).resolve() for f in assignments.get("PYTHONPATH", "").split(os.pathsep) if f]
+        for folder in folders:
+            assert folder.is_dir(), f"{command}\nPYTHONPATH names no folder: {folder}"
         unknown = unknown_options(argv)
         assert not unknown, f"{command}\nexit 2: no such option {unknown}"
         out, err = io.StringIO(), io.StringIO()
-        before_env, before_cwd = dict(os.environ), os.getcwd()
+        before_env, before_cwd, before_path = dict(os.environ), os.getcwd(), list(sys.path)
         os.environ.update({**self.env, **assignments})
         os.chdir(self.cwd)
+        # in this process, PYTHONPATH reaches the imports as it would a new interpreter's: its folders
+        # (not the working folder) come first, and what was imported from them is forgotten afterwards
+        sys.path[:0] = [str(f) for f in folders if f != ROOT / "tests"]
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
@@ -205,6 +209,11 @@ class Shell:
             os.chdir(before_cwd)
             os.environ.clear()
             os.environ.update(before_env)
+            sys.path[:] = before_path
+            for name, module in list(sys.modules.items()):
+                where = getattr(module, "__file__", None) or ""
+                if any(where.startswith(str(f) + os.sep) for f in folders if f != ROOT / "tests"):
+                    del sys.modules[name]
         assert code == 0, f"{command}\nexit {code}\n{out.getvalue()[-2000:]}{err.getvalue()[-2000:]}"
 
 
@@ -306,3 +315,25 @@ def test_meta_help_groups_the_scoring_models_apart():
     assert "--generator" not in {s for a in meta_options._group_actions for s in a.option_strings}
     seed_policy = next(a for a in commands["caption"]._actions if a.dest == "seed_policy")
     assert seed_policy.help.startswith("per-image (the default here)")
+
+
+def test_a_user_metric_in_the_working_folder_needs_pythonpath(tmp_path, docs_cache):
+    """Issue 51 item 15: docs/layout.md's user metric runs as written (with PYTHONPATH=., in the page's
+    runnable block); without PYTHONPATH the command refuses, saying that it is what is missing."""
+    shell = _scratch(tmp_path, docs_cache)
+    block = next(code for _, code in runnable_blocks((DOCS / "layout.md").read_text()) if "Wordiness" in code)
+    commands = _commands(block)
+    for command in commands[:-1]:  # the files of mypkg/
+        shell.run(command)
+    assert commands[-1].startswith("PYTHONPATH=. caprecon score")
+    without = commands[-1].replace("PYTHONPATH=. ", "").replace("runs/wordy", "runs/unwordy")
+    with pytest.raises(AssertionError, match=r"(?s)exit 2.*No module named 'mypkg'; a module:Class is imported "
+                                             r"from an installed package or a folder on PYTHONPATH.*PYTHONPATH=FOLDER"):
+        shell.run(without)
+    shell.run(commands[-1])
+    import json
+
+    rows = [json.loads(line) for line in (shell.cwd / "runs" / "wordy" / "scores.jsonl").read_text().splitlines()]
+    given = [json.loads(line) for line in (shell.cwd / "captions.jsonl").read_text().splitlines()]
+    assert [r["wordiness"] for r in rows] == [float(len(g["caption"].split())) for g in given]
+    assert "mypkg" not in sys.modules  # forgotten after the command, as a new interpreter would never have seen it

@@ -451,3 +451,31 @@ def test_bootstrap_0_draws_no_resample_in_the_fits_comparison(tmp_path, capsys):
                                     "--bootstrap", "0"])) == 0
     out = capsys.readouterr().out
     assert out.count("CI and p-value not computed") == 2 and "p = nan" not in out  # --compare, and the fit's
+
+
+@pytest.mark.parametrize("kind", ["linear", "logistic"])
+def test_infinite_or_overflowing_scores_are_refused_naming_the_captions(tmp_path, capsys, kind):
+    judgments, features, _ = _known_combination(n_images=6)
+    path = _judgments_file(tmp_path / "j.jsonl", judgments)
+
+    def fit(changes: dict) -> tuple[int, str]:
+        rows = [{"id": it.id, "a": float(features["a"][k]), "b": float(features["b"][k])}
+                for k, it in enumerate(judgments.items)]
+        for (k, name), value in changes.items():
+            rows[k][name] = value
+        scores = tmp_path / "scores.jsonl"
+        scores.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes Infinity and NaN
+        rc = run_meta_command(_parse(["--judgments", str(path), "--scores", str(scores), "--metric", "a", "b",
+                                      "--out", str(tmp_path / f"o{len(changes)}"), "--fit", "--fit-model", kind,
+                                      "--bootstrap", "0"]))  # fmt: skip
+        return rc, capsys.readouterr()
+
+    ids = [it.id for it in judgments.items]
+    rc, said = fit({(3, "b"): math.inf, (7, "b"): -math.inf})
+    assert rc == 2 and "Traceback" not in said.err
+    assert f"j.jsonl: --fit: b's scores are infinite on caption(s) {ids[3]} (inf), {ids[7]} (-inf)" in said.err
+    rc, said = fit({(2, "a"): 1e308, (5, "a"): -1e308})
+    assert rc == 2 and (f"a's scores are so large that standardising them overflows on caption(s) {ids[2]} (1e+308), "
+                        f"{ids[5]} (-1e+308)") in said.err  # fmt: skip
+    rc, said = fit({(2, "a"): math.nan})  # a caption the metric did not score: left out of the fit, as before
+    assert rc == 0, said.err

@@ -577,7 +577,8 @@ def test_caparena_three_way_agreement_and_tie_bands_by_hand(tmp_path):
     metric = [v for *_, x, y in battles for v in (x, y)]
 
     def run(band):
-        (row,) = run_benchmark(bench, judgments, lambda _: {"m": metric}, n_bootstrap=0, tie_band=band)
+        (row,) = run_benchmark(bench, judgments, lambda _: {"m": metric}, n_bootstrap=0, tie_band=band,
+                               human_ranking="recomputed")  # models A, B, C: not CapArena's
         return row
 
     # the human battle is left out; skip counts as a tie, as CapArena's cal_agreement reads it.
@@ -606,3 +607,135 @@ def test_compare_on_three_captioners_prints_an_elo_ranking(tmp_path, capsys):
     assert "Elo from 6 pairwise preferences" in out
     ranking = [line.split()[1] for line in out.splitlines() if re.match(r"\s*[123]\s+[ABC]\s+\d", line)]
     assert ranking == ["A", "B", "C"]
+
+
+# ----------------------------------------------------------------------------- CapArena's model level as published
+
+_FOUR = ("GPT-4o-0806", "Gemini-2.0-flash-exp", "InternVL2-26B", "LLaVA-1.5-7B")  # published ranks 1, 3, 4, 15
+
+
+def _arena_file(tmp_path, metric_order, people_order, with_human=True):
+    """Every two of the four models meet on three images; the metric's caption score puts the models
+    in `metric_order`, the annotators' winner in `people_order` (the first best), so every Elo orders
+    them that way. Battles against `human` (which always wins) and `skip` verdicts come along."""
+    battles, metric = [], []
+    for k in range(3):
+        for i, a in enumerate(_FOUR):
+            for b in _FOUR[i + 1:]:
+                winner = a if people_order.index(a) < people_order.index(b) else b
+                battles.append((a, b, winner))
+                metric += [4.0 - metric_order.index(a), 4.0 - metric_order.index(b)]
+        if with_human:
+            battles.append((_FOUR[3], "human", "human"))
+            metric += [9.0, 0.0]  # the metric thinks LLaVA beats the human caption: left out all the same
+        battles.append((_FOUR[0], _FOUR[1], "skip"))  # in the metric's Elo as any battle, out of people's
+        metric += [4.0 - metric_order.index(_FOUR[0]), 4.0 - metric_order.index(_FOUR[1])]
+    (tmp_path / "caparena_annots_eval.json").write_text(json.dumps([
+        {"img": f"test_{n}.jpg", "source1": a, "source2": b, "caption1": f"{a} {n}", "caption2": f"{b} {n}",
+         "ref": "r", "winner": w, "cluster": "level 1"} for n, (a, b, w) in enumerate(battles)]))  # fmt: skip
+    return metric
+
+
+def test_caparena_model_level_against_the_published_ranking_by_scipy(tmp_path):
+    from scipy import stats
+
+    from caprecon.apps.metabench import get_benchmark
+    from caprecon.apps.metabench.protocol import run_benchmark
+
+    metric_order = ("LLaVA-1.5-7B", "GPT-4o-0806", "Gemini-2.0-flash-exp", "InternVL2-26B")
+    people_order = ("InternVL2-26B", "Gemini-2.0-flash-exp", "GPT-4o-0806", "LLaVA-1.5-7B")  # not as published
+    metric = _arena_file(tmp_path, metric_order, people_order)
+    bench = get_benchmark("caparena")
+    judgments = bench.load(str(tmp_path))
+
+    def model_rows(ranking):
+        rows = run_benchmark(bench, judgments, lambda _: {"m": metric}, n_bootstrap=0, model_level=True,
+                             human_ranking=ranking)
+        return {r.statistic: r.value for r in rows if r.statistic.endswith("_model")}, rows[0].extra
+
+    # CapArena's cal_model_level_agreement: the metric's ranks 1..4 against the models' positions in
+    # its fixed 15-model list (human second): GPT-4o 1, Gemini-2.0 3, InternVL2 4, LLaVA-1.5 15
+    metric_ranks = [1, 2, 3, 4]
+    published_positions = [15, 1, 3, 4]
+    got, extra = model_rows("published")
+    assert got["spearman_model"] == pytest.approx(stats.spearmanr(published_positions, metric_ranks)[0])  # 0.4
+    assert got["kendall_model"] == pytest.approx(stats.kendalltau(published_positions, metric_ranks)[0])  # 0.333
+    assert (extra["spearman_model"], extra["kendall_model"]) == (got["spearman_model"], got["kendall_model"])
+    # recomputed from the file: people's Elo ranks the models in people_order
+    people_ranks = [people_order.index(m) + 1 for m in metric_order]  # 4, 3, 2, 1
+    got, _ = model_rows("recomputed")
+    assert got["spearman_model"] == pytest.approx(stats.spearmanr(people_ranks, metric_ranks)[0])  # -1
+    assert got["kendall_model"] == pytest.approx(stats.kendalltau(people_ranks, metric_ranks)[0])
+
+
+def test_caparena_human_ranking_is_the_published_one_by_default_and_says_which(tmp_path, capsys):
+    from caprecon.apps.metabench import get_benchmark
+    from caprecon.apps.metabench.verify import protocol_difference, published_values
+    from caprecon.cli.meta import main as meta_main
+
+    bench = get_benchmark("caparena")
+    published = published_values(bench)
+    # every published model-level row names the published ranking, and the default run matches it
+    for metric, keys in published.items():
+        for key in ("spearman_model", "kendall_model"):
+            if key in keys:
+                assert "CapArena's published human ranking" in keys[key].protocol["sampling"]
+                assert protocol_difference(bench, key, keys[key].protocol) == {}
+                assert "sampling" in protocol_difference(bench, key, keys[key].protocol, "recomputed")
+    assert protocol_difference(bench, "agreement", published["meteor"]["agreement"].protocol, "recomputed") == {}
+
+    # models outside CapArena's 15 are refused under the published ranking, before any scoring
+    (tmp_path / "caparena_annots_eval.json").write_text(json.dumps([
+        {"img": "t.jpg", "source1": "A", "source2": "GPT-4o-0806", "caption1": "a", "caption2": "b", "ref": "r",
+         "winner": "A", "cluster": "level 1"}]))  # fmt: skip
+    assert meta_main(["--benchmark", "caparena", "--data", str(tmp_path), "--metric", "bleu-1",
+                      "--out", str(tmp_path / "out")]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--human-ranking published: A: not in CapArena's published human ranking" in err
+    assert "(--human-ranking recomputed)" in err and not (tmp_path / "out" / "meta.csv").exists()
+    from caprecon.apps.metabench.meta import meta
+    from caprecon.apps.metabench.request import MetaError
+
+    with pytest.raises(MetaError, match="--human-ranking published: A: not in CapArena's published human ranking"):
+        meta(benchmark="caparena", data=tmp_path, metrics=["bleu-1"], out=tmp_path / "out2", score_metric=None)
+    data = tmp_path / "p.json"
+    data.write_text(json.dumps({"HC": [{"image": "i.jpg", "captions": ["a", "b"], "label": 0, "references": ["r"]}]}))
+    assert meta_main(["--benchmark", "pascal50s", "--data", str(data), "--human-ranking", "recomputed",
+                      "--out", str(tmp_path / "o2")]) == 2  # fmt: skip
+    assert "--human-ranking applies to caparena's model-level agreement, not to pascal50s" in capsys.readouterr().err
+
+
+def test_caparena_people_elo_leaves_skip_and_bad_out_by_hand():
+    from caprecon.apps.metabench.caparena import human_elo
+    from caprecon.data.judgments import PairJudgment
+
+    def battle(winner, preference):
+        return PairJudgment(id="1", image="i.jpg", caption_a="a", caption_b="b", preference=preference,
+                            systems=("A", "B"), verdict=winner)
+
+    # (A, B, A won): E_A = 1/2, A 1002, B 998. Counted as a tie, a skip would then move A by
+    # 4(0.5 - 1/(1 + 10^(-4/400))) = -0.023024, to 1001.976976
+    kept = human_elo([battle("A", 1.0), battle("skip", 0.5), battle("bad", 0.5)], rounds=0)
+    assert kept == {"A": pytest.approx(1002.0, abs=1e-9), "B": pytest.approx(998.0, abs=1e-9)}
+    tie = human_elo([battle("A", 1.0), battle("equal", 0.5)], rounds=0)
+    assert tie["A"] == pytest.approx(1001.976976, abs=1e-6)
+
+
+def test_model_level_kendall_interval_is_kendalls(tmp_path):
+    from caprecon.stats.elo import mean_rank_agreement
+
+    # THumB's five systems on two images: image 1 alone ranks them exactly (ρ 1, τ 1); image 2 alone,
+    # and both together, rank them 1, 2, 3, 5, 4 (ρ 0.9, τ 0.8). A resample is image 1 twice (a quarter
+    # of them), or holds image 2: its ρ is 1 or 0.9 and its τ 1 or 0.8, so the 95 % intervals are
+    # exactly [0.9, 1] and [0.8, 1]
+    scores, human, systems, images = [], [], [], []
+    for image in (1, 2):
+        for k in range(1, 6):
+            scores.append({4: 6.0, 5: 4.0}.get(k, float(k)) if image == 2 else float(k))
+            human.append(float(k))
+            systems.append(f"S{k}")
+            images.append(image)
+    result = mean_rank_agreement(scores, human, systems, images, n_bootstrap=400, seed=1)
+    assert (result.spearman, result.kendall) == (pytest.approx(0.9), pytest.approx(0.8))
+    assert result.spearman_ci == (pytest.approx(0.9), pytest.approx(1.0))
+    assert result.kendall_ci == (pytest.approx(0.8), pytest.approx(1.0))

@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 from caprecon.cli import main
+from caprecon.core.errors import ConfigError
 from caprecon.metrics.reference import java_available
 
 # a user metric, as docs/layout.md shows it: a lower-is-better column, caption only
@@ -254,3 +255,24 @@ def test_score_cider_and_bleu4_give_pycocoevalcaps_values(tmp_path):
     assert summary["bleu-4"]["corpus"] == pytest.approx(bleu[3], abs=1e-9)
     assert summary["bleu-4"]["corpus"] != pytest.approx(summary["bleu-4"]["mean"], abs=1e-6)
     assert summary["cider"]["corpus"] == pytest.approx(cider, abs=1e-9)
+
+
+def test_a_metric_plug_in_named_in_an_untrusted_config_text_is_refused_though_named_elsewhere(tmp_path,
+                                                                                             monkeypatch):
+    """Issue 50 item 8: a `module:Class` metric goes through the plug-in trust check like every other
+    plug-in. A config file read without --allow-plugins may hold the spec inside a text (a template,
+    which is never taken for a plug-in itself); a metric of that spec is then refused before its module
+    is imported, wherever it was named. A spec of its own, so no other test meets the distrust."""
+    import caprecon
+
+    site = tmp_path / "site"
+    (site / "trustpkg").mkdir(parents=True)
+    (site / "trustpkg" / "__init__.py").write_text("")
+    (site / "trustpkg" / "metrics.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    config = tmp_path / "run.yaml"
+    config.write_text('template: "trustpkg.metrics:Wordiness {caption}"\n')
+    with pytest.raises(ConfigError, match=r"run\.yaml: template names the plug-in "
+                                                   r"'trustpkg\.metrics:Wordiness'.*--allow-plugins"):
+        caprecon.score(_input(tmp_path), metrics=["trustpkg.metrics:Wordiness"], config=config, no_cache=True)
+    assert "trustpkg.metrics" not in sys.modules  # refused before it was imported

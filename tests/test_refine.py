@@ -628,3 +628,99 @@ def test_an_image_the_bank_asks_nothing_about_keeps_its_caption(world):
 def test_unsupported_feedback_without_halluc_in_the_selection_is_refused(world):
     with pytest.raises(ConfigError, match="--feedback unsupported needs halluc in --select"):
         refine(world["captions"], select="recon", llm=ReviserLLM(), **settings(world, feedback="unsupported"))
+
+
+# -- a resumed run ends exactly as the uninterrupted one (issue 51 item 22) ----------------------------
+
+
+def _three_captions(world) -> Path:
+    path = world["tmp"] / "three.jsonl"
+    image = str(world["images"] / "scene.png")
+    path.write_text("".join(json.dumps({"id": f"c{i}", "image": image, "caption": caption}) + "\n" for i, caption in
+                            enumerate(("a red square", "a blue square", "a red square and a yellow square"), 1)))
+    return path
+
+
+def _outputs(out: Path, cache: str | None = None) -> tuple:
+    """What a finished refinement leaves: its captions, its rows round by round, its table (with the
+    store's folder, where the reconstructions lie, named CACHE)."""
+    texts = [(out / name).read_text() for name in ("refined.jsonl", "rounds.jsonl", "rounds.csv")]
+    return tuple(t.replace(cache, "CACHE") if cache else t for t in texts)
+
+
+def test_a_run_resumed_from_any_point_ends_exactly_as_the_uninterrupted_one(world):
+    """Three captions of one image, three rounds: the uninterrupted run, then the same run stopped after
+    each row it wrote (a Ctrl-C between two rows of one round's lines, or in the middle of a line) and
+    resumed. Every resumed folder ends byte for byte as the uninterrupted one, on the same split."""
+    captions = _three_captions(world)
+    whole = world["tmp"] / "whole"
+    run = refine(captions, rounds=3, llm=ReviserLLM("fix"), out=whole, **settings(world))
+    # by hand: the fixing reviser adds the first guiding colour that flips (blue, then green), one a round,
+    # while the guard sees a gain; then nothing is left to fix
+    assert [r["caption"] for r in run.captions] == [
+        SCENE, "a blue square and a green square", "a red square and a yellow square and a blue square and a green "
+                                                   "square"]
+    assert [[r["round"] for r in c["rounds"]] for c in run.captions] == [[0, 1, 2, 3], [0, 1, 2], [0, 1, 2, 3]]
+    lines = (whole / "rounds.jsonl").read_text().splitlines(keepends=True)
+    rounds_seen = sorted({json.loads(line)["round"] for line in lines})
+    assert rounds_seen == [0, 1, 2, 3] and len(lines) > 6
+    manifest = json.loads((whole / "manifest.json").read_text())
+    for cut in range(1, len(lines)):
+        for partial in ("", lines[cut][: len(lines[cut]) // 2]):  # after a whole row, or inside the next
+            folder = world["tmp"] / f"cut-{cut}-{bool(partial)}"
+            folder.mkdir()
+            (folder / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+            (folder / "rounds.jsonl").write_text("".join(lines[:cut]) + partial)
+            llm = ReviserLLM("fix")
+            refine(captions, rounds=3, llm=llm, out=folder, **settings(world))
+            assert _outputs(folder) == _outputs(whole), (cut, partial)
+            assert llm.calls == 0  # every revision it needed was asked before the stop, and is in the store
+
+
+def test_a_run_interrupted_inside_a_round_and_resumed_ends_as_the_uninterrupted_one(world):
+    """Ctrl-C as the reviser is asked for round 2, and as round 2's drawing of the first caption is made."""
+    captions = _three_captions(world)
+    whole = world["tmp"] / "whole"
+    whole_cache = str(world["tmp"] / "cache-whole")
+    refine(captions, rounds=3, llm=ReviserLLM("fix"), out=whole, **settings(world, cache_dir=whole_cache))
+    stops = {"reviser": dict(llm=ReviserLLM("fix", fail_on_call=2)),
+             "generator": dict(llm=ReviserLLM("fix"), generator=FailingGenerator("red square and a blue square and a "
+                                                                                  "green"))}
+    for name, stop in stops.items():
+        FailingGenerator.failed = False
+        out, cache = world["tmp"] / name, str(world["tmp"] / f"cache-{name}")
+        with pytest.raises(KeyboardInterrupt):
+            refine(captions, rounds=3, out=out, **settings(world, cache_dir=cache, **{k: v for k, v in stop.items()
+                                                                                      if k == "generator"}),
+                   llm=stop["llm"])
+        # stopped inside round 2: its rows so far are the start of the uninterrupted run's
+        stopped = (out / "rounds.jsonl").read_text().replace(cache, "CACHE")
+        assert _outputs(whole, whole_cache)[1].startswith(stopped) and '"round": 3' not in stopped, name
+        refine(captions, rounds=3, llm=ReviserLLM("fix"), out=out, **settings(world, cache_dir=cache))
+        assert _outputs(out, cache) == _outputs(whole, whole_cache), name
+
+
+def test_the_held_out_split_not_the_resume_decides_the_captions(world):
+    """Two runs that differ by their split of the questions end differently, in the very way the issue
+    saw (one caption stopping at round 1 instead of 2, with another text); a resume cannot change the
+    split, since a folder refuses other settings. So a difference between a resumed run and another run
+    comes from their --holdout, not from the resume (the tests above: a resume ends byte for byte)."""
+    captions = _three_captions(world)
+    runs = {holdout: refine(captions, rounds=3, llm=ReviserLLM("fix"), holdout=holdout,
+                            out=world["tmp"] / f"h{holdout}", **settings(world)) for holdout in (0.5, 0.25)}
+    # by the documented rule (held_out above): 3 of the 5 questions held out, then 1 (the background's)
+    assert held_out("scene", QUESTIONS, 0.25) == ["Is the background white here?"]
+    assert [runs[h].manifest["refine"]["questions"] for h in (0.5, 0.25)] == [{"guiding": 2, "held_out": 3},
+                                                                             {"guiding": 4, "held_out": 1}]
+    second = {h: runs[h].captions[1] for h in runs}
+    # with half held out, "a blue square" is told the green question (red is held out) and gains
+    assert second[0.5]["caption"] == "a blue square and a green square"
+    assert [r["round"] for r in second[0.5]["rounds"]] == [0, 1, 2]
+    # with a quarter, red guides too and comes first in the bank: the revision adds a red square, whose
+    # drawing is further from the photo (by hand), so it is rejected and the caption stops at round 1
+    assert [f["question"] for f in second[0.25]["rounds"][1]["feedback"]["flipped"]][0] == \
+        "Is there a red shape in the image?"
+    assert recon("a blue square and a red square") < recon("a blue square")
+    assert second[0.25]["caption"] == "a blue square" and [r["round"] for r in second[0.25]["rounds"]] == [0, 1]
+    with pytest.raises(ConfigError, match="other captions or settings"):
+        refine(captions, rounds=3, llm=ReviserLLM("fix"), holdout=0.25, out=world["tmp"] / "h0.5", **settings(world))

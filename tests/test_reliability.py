@@ -71,7 +71,7 @@ def test_each_metric_summary_counts_exactly_the_rows_it_scored(tmp_path):
     assert summary["metrics"]["b"]["n"] == 3 and summary["metrics"]["b"]["mean"] == 10.0
     assert summary["errors"] == 1 and summary["failed_by_reason"] == {"b: ValueError": 1}
     failed = results.records[1]
-    assert failed["a"] == 1.0 and "b" not in failed and failed["error"].startswith("b: ValueError")
+    assert failed["a"] == 1.0 and "b" not in failed and failed["error"].startswith("b: cannot score r1 (an unexpected ValueError")
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["metrics"]["a"]["n"] == 4
 
 
@@ -320,7 +320,7 @@ def test_the_same_error_on_the_first_rows_one_by_one_stops_the_run(tmp_path):
 
 def test_an_unsupported_operation_stops_the_run(tmp_path):
     unsupported = Recorded(fail=lambda items: (_ for _ in ()).throw(NotImplementedError("no logprobs here")))
-    with pytest.raises(RunError, match="NotImplementedError: no logprobs"):
+    with pytest.raises(RunError, match="the model does not support this: no logprobs"):
         caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path)), metrics=[unsupported])
     assert unsupported.calls == [3]  # stopped at once, not retried row by row
 
@@ -393,7 +393,7 @@ def test_a_fatal_error_on_a_row_tried_alone_stops_with_its_own_message(tmp_path)
         raise NotImplementedError("no logprobs here")
 
     picky = Recorded(fail=fail)
-    with pytest.raises(RunError, match=r"^fake: NotImplementedError: no logprobs here$"):
+    with pytest.raises(RunError, match=r"^fake: the model does not support this: no logprobs here; choose a backend"):
         caprecon.score(write_jsonl(tmp_path / "in.jsonl", pictures(tmp_path, 4)), metrics=[picky], batch_size=4)
     assert picky.calls == [4, 1]
 

@@ -318,3 +318,77 @@ def test_batch_invariant_reconstructions_do_not_depend_on_their_batch(tmp_path, 
         assert np.array_equal(np.asarray(Image.open(again / name)), pixels)
     with pytest.raises(ValueError, match="batch_invariant must be true or false"):
         DiffusersGenerator(tiny_sd, batch_invariant="yes")
+
+
+# -- merge ends as score does, and refuses what is not one run ---------------------------------
+
+
+def _oracle_shards(tmp_path: Path, count: int = 2) -> tuple[Path, list[Path]]:
+    """Shards of a run of three captions over two shape pictures, scored offline by the oracle."""
+    from oracle import render
+
+    render("a red square", 32, 32).save(tmp_path / "red.png")
+    render("a blue circle", 32, 32).save(tmp_path / "blue.png")
+    rows = [{"id": "a", "image": str(tmp_path / "red.png"), "caption": "a red square"},
+            {"id": "b", "image": str(tmp_path / "blue.png"), "caption": "a blue circle"},
+            {"id": "c", "image": str(tmp_path / "red.png"), "caption": "a blue square"}]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    shards = [tmp_path / f"part{i}" for i in range(count)]
+    for i, folder in enumerate(shards):
+        assert main(["score", "-i", str(data), "-m", "recon", "-g", "oracle:OracleGenerator", "--embedder",
+                     "oracle:PixelEmbedder", "--max-side", "32", "--no-cache", "--shard", f"{i}/{count}",
+                     "--out", str(folder), "-q"]) == 0
+    return data, shards
+
+
+def test_merge_ends_as_score_with_its_report_and_closing_lines(tmp_path, capsys):
+    data, shards = _oracle_shards(tmp_path)
+    capsys.readouterr()
+    out = tmp_path / "whole"
+    assert main(["merge", *map(str, shards), "--out", str(out), "-i", str(data)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    # the lines `score` ends with: rows scored, then where the outputs and the report are
+    assert lines[-3:] == ["rows scored: 3 of 3", f"outputs: {out / 'scores.jsonl'}", f"report: {out / 'report.html'}"]
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert all(caption in html for caption in ("a red square", "a blue circle", "a blue square"))
+
+
+def test_merge_refuses_an_input_that_is_not_the_shards(tmp_path, capsys):
+    data, shards = _oracle_shards(tmp_path)
+    other = tmp_path / "other.jsonl"
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    other.write_text("".join(json.dumps({**r, "caption": r["caption"] + "!"}) + "\n" for r in rows))
+    capsys.readouterr()
+    # recon pools nothing, so the input adds no corpus value: a wrong one is refused all the same
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "bad"), "-i", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"--input {other} is not the input the shards were scored from" in err
+    assert not (tmp_path / "bad" / "scores.jsonl").exists()
+    with pytest.raises(ConfigError, match="not the input the shards were scored from"):
+        merge(shards, tmp_path / "bad2", samples=[{"id": "a", "image": "x.png", "caption": "another"}])
+
+
+def test_merge_refuses_an_id_in_two_shards_naming_it(tmp_path, capsys):
+    _, shards = _oracle_shards(tmp_path)
+    # a shard's row given the id of a row of the other shard (edited by hand, or scored from another file)
+    theirs = [json.loads(line) for line in (shards[0] / "scores.jsonl").read_text().splitlines()]
+    ours = [json.loads(line) for line in (shards[1] / "scores.jsonl").read_text().splitlines()]
+    taken = theirs[0]["id"]
+    ours[0]["id"] = taken
+    (shards[1] / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
+    with pytest.raises(ConfigError, match=rf"1 row id\(s\) appear more than once across the shards \('{taken}' in "
+                                          rf"{shards[0]}, {shards[1]}\)"):
+        merge(shards, tmp_path / "dup")
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "dup-cli")]) == 2
+    assert f"'{taken}' in {shards[0]}, {shards[1]}" in capsys.readouterr().err
+    assert not (tmp_path / "dup-cli" / "scores.jsonl").exists()
+    # the same id twice inside one shard is refused too (the shard holding both captions of the red picture)
+    (shards[1] / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [{**ours[0], "id": "b"}]))
+    both = next(f for f in shards if len((f / "scores.jsonl").read_text().splitlines()) == 2)
+    rows = [json.loads(line) for line in (both / "scores.jsonl").read_text().splitlines()]
+    rows[1]["id"] = rows[0]["id"]
+    (both / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match=rf"'{rows[0]['id']}' in {both}, {both}\)"):
+        merge(shards, tmp_path / "dup-one")

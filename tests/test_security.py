@@ -556,7 +556,7 @@ def test_secrets_never_reach_the_manifest_argv_logs_errors_stdout_or_report(tmp_
             "--no-cache", "--out", str(run)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 1, done.stderr[-3000:]
-    assert "OpenAICompatError" in done.stdout and "WARNING" in done.stderr  # the reason is shown, and logged
+    assert "vqascore: model server failed" in done.stdout and "WARNING" in done.stderr  # the reason is shown, and logged
     report = subprocess.run([argv[0], "report", str(run)], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     written = {str(p.relative_to(run)): p.read_text(errors="replace") for p in run.rglob("*")

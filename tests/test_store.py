@@ -768,3 +768,25 @@ def test_a_new_store_makes_its_256_image_folders_at_once_and_a_write_makes_none(
     made.clear()
     Store(tmp_path / "s")  # opened again: no image folder to make
     assert [p for p in made if os.path.basename(os.path.dirname(p)) == "images"] == []
+
+
+def test_verify_of_a_damaged_index_names_the_file_and_what_is_wrong(tmp_path, capsys):
+    """Issue 51 item 17: exit 1 with one line on stderr naming the index file, its damage and the repair."""
+    cases = {"garbage": (lambda f: f.write_text("this is not a database\n" * 10), "file is not a database"),
+             "folder": (lambda f: f.mkdir(), "not a file (a folder)")}
+    for name, (damage, said) in cases.items():
+        cache = tmp_path / name
+        cache.mkdir()
+        index = cache / "index.sqlite"
+        damage(index)
+        assert main(["cache", "verify", "--cache-dir", str(cache)]) == 1
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1, err
+        assert err[0].startswith(f"caprecon: error: the cache index {index} is damaged: {said}")
+        assert f"caprecon cache verify --repair --cache-dir {cache}" in err[0]
+        assert f"index: {index}: damaged: {said}" in captured.out
+        assert "entries checked" not in captured.out  # nothing was checked, so no counts of zero
+        report = cache_verify(cache)
+        assert report["ok"] is False and report["index_file"] == str(index)
+        assert report["index"] == f"damaged: {said}" + ("" if name == "garbage" else ", where SQLite's index should be")

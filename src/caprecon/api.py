@@ -38,11 +38,15 @@ from caprecon.run.shards import Merged, merge
 from caprecon.run.stages import StageResults, stage
 from caprecon.store.index import Store
 from caprecon.store.maintenance import cache_info, cache_prune, cache_verify, merge_stores
+from caprecon import rewards
+from caprecon.apps.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
+from caprecon.apps.serve import serve
 
 __all__ = [
     "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
     "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged", "reward_audit", "Audit",
-    "cache_info", "cache_verify", "cache_prune", "merge_stores",
+    "cache_info", "cache_verify", "cache_prune", "merge_stores", "rewards",
+    "RemoteReward", "AsyncRemoteReward", "RemoteRewardError", "verl_reward", "serve",
 ]

@@ -54,7 +54,11 @@ def words(caption: str) -> list[str]:
 
 def repetition(caption: str, n: int = 3) -> float:
     """The share of the caption's word n-grams that repeat an earlier n-gram of it (0: none repeats)."""
-    tokens = words(caption)
+    return repeated_share(words(caption), n)
+
+
+def repeated_share(tokens: Sequence[Any], n: int = 3) -> float:
+    """The share of the n-grams of `tokens` (words, or token ids) that repeat an earlier one."""
     grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
     return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
 
@@ -83,10 +87,18 @@ class Guards:
         return cls(length_weight=0.0, repetition_weight=0.0, hallucination_weight=0.0)
 
     def length(self, caption: str) -> float:
-        return -self.length_weight * max(0.0, len(words(caption)) / self.length_target - 1.0)
+        return self.length_of(len(words(caption)))
+
+    def length_of(self, count: int) -> float:
+        """The length term of a caption of `count` words (or tokens)."""
+        return -self.length_weight * max(0.0, count / self.length_target - 1.0)
 
     def repetition(self, caption: str) -> float:
-        return -self.repetition_weight * repetition(caption, self.repetition_n)
+        return self.repetition_of(words(caption))
+
+    def repetition_of(self, tokens: Sequence[Any]) -> float:
+        """The repetition term of a caption split into `tokens` (words, or token ids)."""
+        return -self.repetition_weight * repeated_share(tokens, self.repetition_n)
 
 
 def completion_text(completion: Any) -> str:

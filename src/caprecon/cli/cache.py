@@ -99,28 +99,42 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    import sys
+
     root = cache_root(args.cache_dir)
     report = cache_verify(root, repair=args.repair)
+    repair = f"`caprecon cache verify --repair --cache-dir {root}`"
+    damaged = report["index"] != "ok" and not args.repair
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0 if report["ok"] else 1
-    print(f"cache: {root}")
-    print(f"index: {report['index']}")
-    if "salvaged" in report:
-        print(f"  moved aside to {report['moved_aside']}; {report['salvaged']} readable rows kept")
-    print(f"entries checked: {report['entries']}")
+    else:
+        print(f"cache: {root}")
+        print(f"index: {report['index']}" if report["index"] == "ok" else
+              f"index: {report['index_file']}: {report['index']}")
+        if "salvaged" in report:
+            print(f"  moved aside to {report['moved_aside']}; {report['salvaged']} readable rows kept")
+    if damaged:  # nothing else could be checked: the one line says what is wrong and what to do
+        print(f"caprecon: error: the cache index {report['index_file']} is {report['index']}; nothing in the cache "
+              f"could be checked: run {repair} to move it aside and rebuild it from the rows still readable "
+              "(the rest is recomputed when next needed)", file=sys.stderr)
+        return 1
     labels = {"bad_values": "values failing their checksum", "missing_files": "index rows whose file is missing",
               "damaged_files": "files failing their checksum", "orphans": "files no index row names"}
-    for key, label in labels.items():
-        if key in report:
-            print(f"{label}: {len(report[key])}")
-    print(f"lapsed claims: {report['expired_claims']}")
-    if args.repair:
-        print(f"repaired: bad entries and orphans deleted (recomputed when next needed); "
-              f"{report['checksums_added']} older entries given checksums")
-    elif not report["ok"]:
-        print(f"run `caprecon cache verify --repair --cache-dir {root}` to fix")
-    return 0 if report["ok"] else 1
+    if not args.json:
+        print(f"entries checked: {report['entries']}")
+        for key, label in labels.items():
+            if key in report:
+                print(f"{label}: {len(report[key])}")
+        print(f"lapsed claims: {report['expired_claims']}")
+        if args.repair:
+            print(f"repaired: bad entries and orphans deleted (recomputed when next needed); "
+                  f"{report['checksums_added']} older entries given checksums")
+    if not report["ok"]:
+        found = ", ".join(f"{len(report[key])} {label}" for key, label in labels.items() if report.get(key))
+        print(f"caprecon: error: the cache {root} has {found}: run {repair} to delete them (recomputed when "
+              "next needed)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:

@@ -179,6 +179,7 @@ PLUGINS = {
     "caprecon.cli.caption": ("caption",),
     "caprecon.cli.refine": ("refine",),
     "caprecon.cli.reward": ("reward-audit", "distill"),
+    "caprecon.cli.serve": ("serve",),
     "caprecon.cli.t2i": ("t2i", "text-to-image"),
     "caprecon.cli.suite": ("suite", "suite-agree"),
     "caprecon.cli.cache": ("cache",),
@@ -213,6 +214,7 @@ EXAMPLES = {
     "cttd": "caprecon cttd build --images photos/ --out builds/photos --vlm qwen3-vl-32b --judge qwen3-vl-8b",
     "reward-audit": "caprecon reward-audit -i captions.jsonl -m recon --preset fast",
     "distill": "caprecon distill runs/a runs/b --metric recon --out rewards/recon",
+    "serve": "caprecon serve -m recon --preset fast --replicas 2 --cache-dir /data/cache --keep vectors",
 }
 
 
@@ -271,7 +273,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_run_options(p, for_meta=True)
         p.set_defaults(func=cmd_meta)
 
-    register("caprecon.cli.caption", "caprecon.cli.refine", "caprecon.cli.reward", "caprecon.cli.t2i", "caprecon.cli.suite")
+    register("caprecon.cli.caption", "caprecon.cli.refine", "caprecon.cli.reward", "caprecon.cli.serve",
+             "caprecon.cli.t2i", "caprecon.cli.suite")
     if wanted("report"):
         p = add_parser("report", help="a run's report.html, and the per-category table and radar chart of its "
                                       "question-bank metric")

@@ -101,6 +101,13 @@ def real_number(low: float | None = None, high: float | None = None, *, low_open
     return parse
 
 
+def cache_size(text: str) -> int:
+    """A size in bytes from 10GB, 500MiB, ... (`caprecon cache prune --max-size`'s reading)."""
+    from caprecon.cli.cache import parse_size  # the cache commands' module loads the store: only when asked
+
+    return parse_size(text)
+
+
 def global_options(p: argparse.ArgumentParser, default=None) -> None:
     """Options accepted before and after the subcommand; after it, they only override when given."""
     p.add_argument("--verbose", "-v", action="store_true", default=default,
@@ -204,6 +211,14 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                    help="never write to --cache-dir (a shared cache); new results go to the overlay")
     p.add_argument("--no-cache", action="store_const", const=True,
                    help="reuse nothing from earlier runs; keep this run's results in OUT/store")
+    p.add_argument("--keep", choices=["images", "vectors", "none"],
+                   help="what the cache keeps: images (every reconstruction as a PNG, the default); vectors "
+                        "(embeddings, answers and each reconstruction's record, no picture: a re-run scores from "
+                        "them without generating, a picture asked for again is made again); none (nothing: the "
+                        "scores in the run's rows are all that remain)")
+    p.add_argument("--cache-max-size", type=cache_size, metavar="SIZE",
+                   help="the most the cache may hold, e.g. 50GB: past it, the oldest entries are deleted as "
+                        "the run writes (down to 90%%)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
 
 
@@ -211,7 +226,7 @@ def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
             "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "target_width", "ceiling",
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
-            "cache_read_only", "no_cache", "iou_threshold")
+            "cache_read_only", "no_cache", "keep", "cache_max_size", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     settings["allow_plugins"] = bool(getattr(args, "allow_plugins", False))  # for the --config file
     if getattr(args, "judge_for", None):

@@ -172,5 +172,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             print(terminal_safe(f"  {d.where} (image {d.image_id}): {d.error}"), file=sys.stderr)
         if len(dropped) > SHOWN_DROPS:
             print(f"  ... and {len(dropped) - SHOWN_DROPS} more", file=sys.stderr)
+        # the last word, as `score` ends when rows failed: what went wrong, not the last question's detail
+        print(f"caprecon: {len(dropped)} question(s) dropped ({counts}); the bank holds the others", file=sys.stderr)
         return ROWS_FAILED  # questions were dropped, as `score` exits when rows failed
     return 0

@@ -17,7 +17,7 @@ import sys
 from typing import Any, Sequence
 
 from caprecon.apps.metabench import LAYOUTS
-from caprecon.apps.metabench.caparena import TIE_BANDS
+from caprecon.apps.metabench.caparena import HUMAN_RANKINGS, TIE_BANDS
 from caprecon.apps.metabench.verify import format_verify
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.metabench.request import ScoreMetric
@@ -53,8 +53,9 @@ def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--images", type=path_value, metavar="DIR",
-        help="folder the judgments' image names are relative to (default: the judgments file's folder); "
-        "the reference metrics do not open images",
+        help="folder the judgments' image names are relative to (default: the judgments file's folder), and "
+        "that every image a row names must lie inside (a benchmark's: always, inside the default too); the "
+        "reference metrics do not open images",
     )  # fmt: skip
     parser.add_argument(
         "--metric", nargs="+", action="extend", metavar="NAME",
@@ -114,7 +115,14 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model-level", action="store_true",
         help="also rank the benchmark's models by each metric (mean score per model, or Elo of its pairwise "
-        "verdicts) and correlate with people's ranking (Spearman, Kendall; bootstrap CIs over images)",
+        "verdicts) and correlate with people's ranking (Spearman, Kendall; bootstrap CIs over images for rated "
+        "captions, none for pairwise battles, whose Elo is already a bootstrap median)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--human-ranking", choices=HUMAN_RANKINGS, default="published",
+        help="caparena's model level: people's ranking of the models as CapArena publishes it (published, the "
+        "paper's protocol; every model must be one of its 15) or recomputed by Elo from the file's battles "
+        "without the human caption (recomputed)",
     )  # fmt: skip
     parser.add_argument(
         "--tie-band", choices=TIE_BANDS, default="exact",
@@ -175,7 +183,7 @@ def meta_options(args: argparse.Namespace) -> dict[str, Any]:
                 format=args.format, captions=args.captions, bootstrap=args.bootstrap, seed=args.seed, tau=args.tau,
                 human_order=args.human_order, probes=args.probes, triples=args.triples, benchmark=args.benchmark,
                 data=args.data, compare=args.compare, model_level=args.model_level, tie_band=args.tie_band,
-                verify=args.action == "verify", tolerance=args.tolerance, expected=args.expected,
+                human_ranking=args.human_ranking, verify=args.action == "verify", tolerance=args.tolerance, expected=args.expected,
                 every_benchmark=args.all, data_root=args.data_root, fit=args.fit, fit_model=args.fit_model,
                 folds=args.folds, save=args.save, fit_on=args.fit_on, evaluate_on=args.evaluate_on,
                 progress=not getattr(args, "quiet", False))

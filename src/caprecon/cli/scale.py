@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from caprecon.cli.common import Writes, add_image_root_options, add_run_options, add_shard_option, row_failures, run_settings
+from caprecon.cli.common import (Writes, add_image_root_options, add_run_options, add_shard_option, row_failures,
+                                 run_settings)
 
 
 def add_parser(plugins) -> None:
@@ -38,9 +39,9 @@ def add_parser(plugins) -> None:
     p.add_argument("shards", nargs="+", help="the shards' run folders (all N of them, each once)")
     p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
     p.add_argument("--input", "-i", metavar="FILE",
-                   help="the input the shards were scored from: with it, a corpus-level metric's value (BLEU's, "
-                        "METEOR's, which pool every row's references) is computed over all rows; without, the "
-                        "merged summary leaves it out")
+                   help="the input the shards were scored from (checked against the shards' fingerprint: another "
+                        "file is refused): with it, a corpus-level metric's value (BLEU's, METEOR's, which pool "
+                        "every row's references) is computed over all rows; without, the merged summary leaves it out")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some of the shards' rows failed (they keep their `error` field)")
     p.set_defaults(func=_cmd_merge, writes=Writes(inputs=("shards", "input"), outputs="scores.jsonl"))
@@ -76,6 +77,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
             pooled = f", corpus {s['corpus']}" if s.get("corpus") is not None else \
                 ", corpus value left out (give --input, the file the shards scored, to compute it)"
         print(f"{name}: mean {s['mean']} (n={s['n']}){pooled}")
+    print(f"rows scored: {summary['samples'] - summary['errors']} of {summary['samples']}")  # as `score` ends
     return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],
                         allow=args.allow_row_errors)
 

@@ -137,7 +137,8 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
     path = Path(src)
-    key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes, folders=folders)
+    key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes, folders=folders,
+                              root_option=sample.image_root_option)
     if hash_file is None:
         return _file_sample(sample, path, key, None)
     if later:
@@ -148,7 +149,8 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
 def _file_sample(sample: Sample, path: Path, key: str, data: bytes | None) -> LoadedSample:
     """The sample of an image file, its bytes in hand (read for its key) or read when needed."""
     reader = None if data is not None else \
-        (lambda: read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes))
+        (lambda: read_image_file(path, sample.image_root, max_bytes=sample.max_image_bytes,
+                                 root_option=sample.image_root_option))
     return LoadedSample(sample, image_key=key, data=data, reader=reader, what=f"image {path}")
 
 
@@ -267,6 +269,19 @@ def _open_checked(path: Path, limit: int):
             raise SampleError(f"image {path} holds {info.st_size} bytes, over the limit of {limit} "
                               f"(--max-image-bytes)", "image too large")
         yield fh, info
+
+
+def path_refusal(sample: Sample) -> str | None:
+    """Why the image file `sample` names would be refused by its path alone (outside the sample's
+    `image_root`, a NUL in the name), or None: the check `read_image` makes before opening it,
+    for a caller that reports refused rows before any scoring."""
+    if not isinstance(sample.image, (str, Path)) or not has_image(sample):
+        return None
+    try:
+        _checked(Path(sample.image), sample.image_root, sample.max_image_bytes, sample.image_root_option)
+    except SampleError as exc:
+        return str(exc)
+    return None
 
 
 def _checked(path: Path, image_root: str | Path | None, max_bytes: int | None, root_option: str) -> int:

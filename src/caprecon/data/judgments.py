@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from caprecon.core.records import RECORD_SUFFIXES, read_records
-from caprecon.data.samples import Sample
+from caprecon.data.samples import Sample, confine_images
 
 FLICKR8K_EXPERT = "flickr8k-expert"
 FLICKR8K_CROWDFLOWER = "flickr8k-crowdflower"
@@ -101,6 +101,11 @@ class Judgments:
     format: str
     items: list[Judgment] | list[PairJudgment]
     path: Path | None = None
+    #: whether the images the rows name must lie inside the root they resolve against (`samples`):
+    #: a benchmark's files come from others; a judgments file of one's own is confined under --images
+    confined: bool = True
+    #: what the loader dropped or could not use, a sentence each (a repeated battle, say), for the run's notes
+    notes: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -125,7 +130,10 @@ class Judgments:
 
         Rating judgments give one sample per judgment. Pair judgments give two per pair,
         A then B (`<id>:a`, `<id>:b`), so pair k's scores are at 2k and 2k+1.
-        Relative image paths resolve against `images_root`, else the file's folder.
+        Relative image paths resolve against `images_root`, else the file's folder, and the image
+        of every row must lie inside that folder (`confine_images`: a row naming one outside, by
+        `..`, an absolute path or a link, is a row error when its image is opened); a file read by
+        `load_judgments` (`confined` False) only when `images_root` is given.
         """
         root = Path(images_root) if images_root is not None else (self.path.parent if self.path else None)
         per_image: dict[str, int] = defaultdict(int)
@@ -151,6 +159,8 @@ class Judgments:
                 add(f"{item.id}:b", item, item.caption_b)
             else:
                 add(item.id, item, item.caption)
+        if root is not None and (self.confined or images_root is not None):
+            confine_images(out, root.absolute(), "--images" if images_root is not None else "the judgments' folder")
         return out
 
 
@@ -191,7 +201,7 @@ def load_judgments(
     parse = _parse_pair if fmt == PAIRS else _parse_rated
     items = [parse(record, fmt, where, row) for row, (where, record) in enumerate(rows, 1)]
     _check_unique_ids(items, path)
-    return Judgments(fmt, items, path)
+    return Judgments(fmt, items, path, confined=False)
 
 
 def _read_records(path: Path) -> Iterator[tuple[str, dict]]:
@@ -404,7 +414,7 @@ def _load_flickr8k_original(path: Path, format: str, captions: str | Path | None
                 row=lineno,
             )
         )
-    return Judgments(format, items, path)
+    return Judgments(format, items, path, confined=False)
 
 
 def _read_flickr8k_tokens(path: Path) -> tuple[dict[str, str], dict[str, list[str]]]:

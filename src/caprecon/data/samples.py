@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from PIL import Image
 
@@ -58,6 +58,8 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict)
     #: when set, the image must lie inside this folder (for files received from others)
     image_root: Path | None = None
+    #: the option that set `image_root`, as a refusal names it (`meta` confines to its `--images`)
+    image_root_option: str = "--image-root"
     #: the most bytes the image file may hold (None: `caprecon.data.images.MAX_IMAGE_BYTES`)
     max_image_bytes: int | None = None
 
@@ -74,6 +76,16 @@ def _default_image_id(image: Any, fallback: str) -> str:
     if isinstance(image, (str, Path)):
         return Path(image).stem
     return fallback
+
+
+def confine_images(samples: Iterable[Sample], root: str | Path, option: str = "--image-root") -> None:
+    """Every sample's image must lie inside `root` when it is opened: a row naming one outside
+    (by `..`, an absolute path or a symbolic link) becomes that row's error, naming `option`
+    (`caprecon.data.images` checks it when it opens the file). The one way a loader confines
+    the images its rows name: `load_samples` under --image-root, and every benchmark's
+    judgments (`Judgments.samples`) under `meta --images` or the benchmark's own folder."""
+    for sample in samples:
+        sample.image_root, sample.image_root_option = Path(root), option
 
 
 def has_image(sample: Sample) -> bool:

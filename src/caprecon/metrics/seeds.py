@@ -95,7 +95,7 @@ class SeedAveraged(Metric):
                 continue  # the metric left this field out (no value for this row)
             mean, sd, ci = seed_interval(values)
             out.update({name: mean, f"{name}_seeds": values, f"{name}_sd": sd, f"{name}_ci": ci})
-        out["reconstructions"] = [str(r.path) for r in recons]
+        out["reconstructions"] = [r.location for r in recons]
         out["seeds"] = [r.seed for r in recons]
         return out
 

@@ -190,7 +190,9 @@ class _ChatBackend:
                     f"{where} gave no answer within timeout={self.timeout:g} s ({type(exc).__name__}); the server "
                     f"may be overloaded or still loading the model: raise `timeout` or lower `max_concurrency`")
             except httpx.TransportError as exc:
-                error, failure = OpenAICompatError, f"cannot reach {where}: {type(exc).__name__}: {exc}"
+                error, failure = OpenAICompatError, (
+                    f"cannot reach {where} ({exc or type(exc).__name__}): check that the server is running and "
+                    "that base_url's host and port are right")
             else:
                 status = response.status_code
                 if status < 400:

@@ -172,6 +172,11 @@ def _import(target: str) -> Callable[..., Any]:
     module, _, attr = target.partition(":")
     try:
         return getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        where = ("; a module:Class is imported from an installed package or a folder on PYTHONPATH, not from the "
+                 f"working folder: run with PYTHONPATH=FOLDER (the folder holding {exc.name}/ or {exc.name}.py)"
+                 if exc.name and module.split(".")[0] == exc.name else "")
+        raise ValueError(f"cannot import {target!r}: {exc}{where}") from None
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot import {target!r}: {exc}") from None
 

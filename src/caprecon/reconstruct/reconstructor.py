@@ -114,7 +114,7 @@ def check_max_side(max_side: int) -> None:
 @dataclass
 class Reconstruction:
     key: str
-    path: Path
+    path: Path | None  # None: the store does not keep its picture (`keep="vectors"` or `"none"`)
     prompt: str
     seed: int
     width: int
@@ -131,7 +131,7 @@ class Reconstruction:
         again (when the reconstructor is known) rather than scored."""
         if self.pixels is not None:
             return self.pixels
-        image = read_verified(self.path, self.checksum)
+        image = read_verified(self.path, self.checksum) if self.path is not None else None
         if image is None and self.regenerate is not None:
             fresh = self.regenerate()
             self.path, self.checksum, self.pixels = fresh.path, fresh.checksum, fresh.pixels
@@ -141,8 +141,13 @@ class Reconstruction:
                              f"run `caprecon cache verify --repair`")
         return image
 
+    @property
+    def location(self) -> str | None:
+        """The stored picture's path as text; None when the store keeps no picture of it."""
+        return None if self.path is None else str(self.path)
+
     def record(self) -> dict[str, Any]:
-        out = {"reconstruction": str(self.path), "seed": self.seed, "size": [self.width, self.height],
+        out = {"reconstruction": self.location, "seed": self.seed, "size": [self.width, self.height],
                "tokens_cut": self.tokens_cut}
         out.update(self.detail)
         return out
@@ -258,7 +263,8 @@ class Reconstructor:
         held = sum(1 for key, _ in keyed if key in found)
         found.update({k: self._known[k] for k in wanted if k not in found and k in self._known})
         damaged_before = self.store.damaged
-        found.update(self.store.get_images([k for k in wanted if k not in found]))
+        # an image kept as its record alone is made again only if its pixels are asked for (`image()`)
+        found.update(self.store.get_images([k for k in wanted if k not in found], records=True))
         self.damaged += self.store.damaged - damaged_before
         generated_before = self.generated
         missing = {k: r for k, r in wanted.items() if k not in found}
@@ -276,11 +282,14 @@ class Reconstructor:
         return Reconstruction(key=key, path=path, prompt=record["prompt"], seed=record["seed"],
                               width=record["width"], height=record["height"], tokens_cut=record["tokens_cut"],
                               detail=record["detail"], checksum=checksum, pixels=pixels[0] if pixels else None,
-                              regenerate=lambda: self._regenerate(key, request))
+                              regenerate=lambda: self._regenerate(key, request, kept=path is not None))
 
-    def _regenerate(self, key: str, request: GenerationRequest) -> Reconstruction:
-        log.warning("cached reconstruction %s fails its checksum; generating it again", key)
-        self.damaged += 1
+    def _regenerate(self, key: str, request: GenerationRequest, kept: bool) -> Reconstruction:
+        """The reconstruction made again: its stored picture failed its checksum (`kept`), or the
+        store keeps no picture of it (`keep="vectors"`: no damage, the picture is made when needed)."""
+        if kept:
+            log.warning("cached reconstruction %s fails its checksum; generating it again", key)
+            self.damaged += 1
         entry = self._obtain({key: request})[key]
         self._known.put({key: entry[:3]})
         return self._reconstruction(key, request, entry)
@@ -307,7 +316,7 @@ class Reconstructor:
                     log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
                     waited = True
                 time.sleep(self.poll_seconds)
-                done = self.store.get_images(list(pending))
+                done = self.store.get_images(list(pending), records=True)
                 out.update(done)
                 for key in done:
                     pending.pop(key)

@@ -24,7 +24,7 @@ from caprecon.data.images import decode_bytes, image_file_key, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
-from caprecon.run.local import FATAL, RunError
+from caprecon.run.local import FATAL, RunError, explain_failure
 from caprecon.store.index import Store, content_key
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def generate_candidates(captioner, paths: Sequence[Path], *, prompt: str, n: int
                 except FATAL:
                     raise
                 except Exception as exc:  # one call serves several images: its failure is the run's, not theirs
-                    raise RunError(f"captioner: {type(exc).__name__}: {exc}; the captions of earlier calls are "
+                    raise RunError(f"captioner: {explain_failure(exc)}; the captions of earlier calls are "
                                    "stored, so the same command resumes after them") from exc
                 new = {keys[i]: {"captions": c} for i, c in zip(chunk, captions)}
                 store.put_json("caption-candidates", new)

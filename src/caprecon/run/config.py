@@ -18,6 +18,7 @@ from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
+from caprecon.store.index import check_policy
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
@@ -69,6 +70,8 @@ class RunConfig:
     cache_overlay: str | None = None  # where new results go when cache_dir is read-only (default OUT/cache-overlay)
     cache_read_only: bool | None = None  # None: detected; True: never write to cache_dir
     no_cache: bool = False
+    keep: str = "images"  # what the store keeps: images, vectors (no picture files) or none (caprecon.store.index)
+    cache_max_size: int | None = None  # bytes the store may hold; past it, the oldest entries are deleted
     preset: str | None = None
     # trust config files that name code (module:Class): the --config file, a distilled:FOLDER's config.json.
     # Set by the caller only (`build`'s allow_plugins), never by a config file itself
@@ -103,6 +106,7 @@ class RunConfig:
         for name in ("upscale", "no_cache", "vqa_normalise", "ceiling", "allow_plugins"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        check_policy(self.keep, self.cache_max_size)
         if self.no_cache:  # here, before any model or image is hashed: the digest memo lives in the cache folder
             digests.in_process_only()
         weight = self.clipscore_weight

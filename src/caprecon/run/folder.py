@@ -225,12 +225,14 @@ def resumable_rows(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows:
 
 
 def open_store(cfg: RunConfig, out_dir: Path | None) -> Store:
+    policy = {"keep": cfg.keep, "max_size": cfg.cache_max_size}
     if cfg.no_cache:
         # nothing from earlier runs is read; the run's own results live in its folder
-        return Store.fresh(out_dir / "store") if out_dir else Store.temporary()
+        return Store.fresh(out_dir / "store", **policy) if out_dir else Store.temporary(**policy)
     # a read-only (shared) cache is read as it is; new results go to an overlay, by default in the run folder
     overlay = cfg.cache_overlay or (out_dir / "cache-overlay" if out_dir else None)
-    return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only)
+    return Store.open(cfg.cache_dir or default_cache_dir(), overlay=overlay, read_only=cfg.cache_read_only,
+                      **policy)
 
 
 def scores_path(run: str | Path) -> Path:
@@ -302,6 +304,23 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
             corpus = s.get("corpus")
             writer.writerow([name, s["mean"], s["std"], s["n"], "" if corpus is None else corpus])
     write_manifest(out_dir, manifest)
+
+
+def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any],
+                  metric_names: Sequence[str], *, progress: bool = False) -> None:
+    """What a scored run folder shows beside its scores, whichever command made it (`score`, `merge`):
+    the per-category table and radar of its question-bank metric (turing, else halluc) when that
+    metric scored a row, and `report.html` when the run has rows (an input with none says so itself)."""
+    for metric in ("turing", "halluc"):
+        if metric in metric_names and (summary["metrics"].get(metric) or {}).get("n"):
+            from caprecon.reports.categories import write_report
+
+            write_report(records, out_dir, metric=metric)
+            break
+    if records:
+        from caprecon.reports.html import write_html_report
+
+        write_html_report(out_dir, progress=progress)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:

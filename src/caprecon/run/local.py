@@ -30,6 +30,7 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
+from caprecon.core.errors import ConfigError, ServerError
 from caprecon.metrics.base import Context, Metric
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
@@ -44,6 +45,33 @@ log = logging.getLogger(__name__)
 FATAL = (ModelNotFoundError, ImportError, MemoryError, NotImplementedError, StoreError)
 # a metric failing the same way on this many rows before it has scored any is broken, not its rows
 SAME_FAILURE_LIMIT = 3
+
+
+# caprecon's own errors: their messages are written for the user and say what to do
+_OWN_ERRORS = (SampleError, ConfigError, StoreError, ModelNotFoundError)
+# what to do once a model server failed; the row, or the run, is done again by the same command
+RESUME_AFTER_SERVER = "once the server answers, run the same command again (what finished is kept)"
+
+
+def explain_failure(exc: BaseException) -> str:
+    """An exception as a message for the user: what happened and what to do, never a bare class
+    name before its text. caprecon's own errors say both; a model server's failure gets the way to
+    resume; a missing library, an unsupported operation and an out-of-memory say what they are; any
+    other (a library's own error, a bug) keeps its type, as a detail at the end, and how to see more."""
+    text = str(exc).strip()
+    if isinstance(exc, _OWN_ERRORS):
+        return text or type(exc).__name__
+    if isinstance(exc, ServerError):
+        return f"the model server failed: {text}; {RESUME_AFTER_SERVER}"
+    if isinstance(exc, ImportError):
+        return f"a library it needs cannot be imported ({text}): install it, or choose another model or metric"
+    if isinstance(exc, NotImplementedError):
+        return (f"the model does not support this{': ' + text if text else ''}; choose a backend that does "
+                "(`caprecon models` lists them)")
+    if isinstance(exc, MemoryError) or is_out_of_memory(exc):
+        return f"out of memory{': ' + text if text else ''}; use a smaller model, dtype, --batch-size or --max-side"
+    return (f"{text or 'an error without a message'} (an unexpected {type(exc).__name__} inside the model or metric: "
+            "run again with --verbose for where it came from, and report it if the input is right)")
 
 
 class RunError(RuntimeError):
@@ -121,7 +149,7 @@ def isolated(fn: Callable[[list], Sequence[Any]], items: list, watch: "FailureWa
         try:
             return list(fn(part)), None
         except FATAL as exc:
-            raise RunError(f"{watch.name}: {type(exc).__name__}: {exc}") from exc
+            raise RunError(f"{watch.name}: {explain_failure(exc)}") from exc
         except Exception as exc:
             if is_out_of_memory(exc):
                 raise  # in_halving_runs halves the run, or stops on a single row
@@ -159,7 +187,7 @@ def stop_on_same_failure(name: str, results: Sequence[Any], cause: BaseException
     if len(results) > 1 and len(failures) == len(results) and len({_signature(f) for f in failures}) == 1 \
             and not isinstance(failures[0], SampleError):
         raise RunError(f"{name} failed on every row of a batch with the same error, so the problem is "
-                       f"not the rows: {type(failures[0]).__name__}: {failures[0]}") from (cause or failures[0])
+                       f"not the rows: {explain_failure(failures[0])}") from (cause or failures[0])
 
 
 class FailureWatch:
@@ -176,6 +204,7 @@ class FailureWatch:
         self.early_failures: list[tuple[str, str]] = []
         self.by_reason: dict[str, int] = {}
         self.first_errors: dict[str, str] = {}  # reason -> the first message of it
+        self.first_explained = ""  # the first early failure, as the user reads it
 
     def batch(self, results: Sequence[Any], cause: BaseException | None = None) -> None:
         """A batch's outcomes, row by row (an exception for a failed row); `cause` is what
@@ -192,12 +221,13 @@ class FailureWatch:
             self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
             self.first_errors.setdefault(reason, redact_text(str(result))[:300])
             if not self.succeeded and not isinstance(result, SampleError):
+                if not self.early_failures:
+                    self.first_explained = explain_failure(result)
                 self.early_failures.append(_signature(result))
         if not self.succeeded and len(self.early_failures) >= SAME_FAILURE_LIMIT \
                 and len(set(self.early_failures)) == 1:
-            kind, message = self.early_failures[0]
             raise RunError(f"{self.name} failed on each of the first {len(self.early_failures)} rows with "
-                           f"the same error, so the problem is not the rows: {kind}: {message}")
+                           f"the same error, so the problem is not the rows: {self.first_explained}")
 
 
 class MetricRunner:
@@ -216,7 +246,7 @@ class MetricRunner:
         name = self.metric.name
         for row, result in zip(rows, self.score(items)):
             if isinstance(result, Exception):
-                fail_row(row, redact_text(f"{name}: {type(result).__name__}: {result}"), failure_reason(name, result))
+                fail_row(row, redact_text(f"{name}: {explain_failure(result)}"), failure_reason(name, result))
             else:
                 _check_own_columns(name, row, result)
                 row.update(result)
@@ -256,6 +286,8 @@ def failure_reason(metric: str | None, exc: Exception) -> str:
     """The short kind of a row failure that summaries count rows by."""
     if isinstance(exc, SampleError):
         return f"{metric}: {exc.reason}" if metric else exc.reason
+    if isinstance(exc, ServerError):  # the server's failure, whichever client class said it
+        return f"{metric}: model server failed"
     return f"{metric}: {type(exc).__name__}"
 
 

@@ -41,7 +41,7 @@ from caprecon.metrics.recon import ReconScore
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import Store
-from caprecon.run.local import FATAL, MetricRunner, RunError, RunRows, base_record, fail_row
+from caprecon.run.local import FATAL, MetricRunner, RunError, RunRows, base_record, explain_failure, fail_row
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class ReconstructStage:
                     self.ctx.reconstruct_seeds(generator, spec, items, seeds)
             except FATAL as exc:  # the configuration is wrong: retrying cannot help
                 for record in records:
-                    record[_STOP] = f"{RECONSTRUCT}: {type(exc).__name__}: {exc}"
+                    record[_STOP] = f"{RECONSTRUCT}: {explain_failure(exc)}"
             # any other exception propagates, and Ray retries the batch
         return _encode(batch, records, self.counting.delta())
 

@@ -36,7 +36,7 @@ from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
 from caprecon.run.folder import (corpus_values, holds_run_folder, open_store, platform_name, resumable_rows,
-                                 summarise, write_manifest, write_run)
+                                 summarise, write_manifest, write_reports, write_run)
 from caprecon.run.local import RunError, RunInterrupted, run_local
 
 
@@ -206,20 +206,9 @@ def score(
     manifest = redact(manifest)  # what Results hold is what manifest.json holds
     if out_dir:
         write_run(out_dir, summary, manifest)
-        if "turing" in metric_names and summary["metrics"]["turing"]["n"]:
-            from caprecon.reports.categories import write_report
-
-            write_report(records, out_dir, metric="turing")
-        elif "halluc" in metric_names and summary["metrics"]["halluc"]["n"]:
-            from caprecon.reports.categories import write_report
-
-            write_report(records, out_dir, metric="halluc")
-        from caprecon.reports.html import write_html_report
-
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked
-        if records:  # an input with no rows has nothing to show, and says so itself
-            write_html_report(out_dir, progress=progress)
+        write_reports(out_dir, records, summary, metric_names, progress=progress)
     return Results(records, summary, manifest, out_dir, metric_names)
 
 

@@ -24,7 +24,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.metrics.base import CORPUS
-from caprecon.run.folder import LOCK_FILE, corpus_values, holds_run_folder, summarise, write_run
+from caprecon.run.folder import LOCK_FILE, corpus_values, holds_run_folder, summarise, write_reports, write_run
 from caprecon.run.local import read_scores
 
 
@@ -94,8 +94,10 @@ class Merged:
 @holds_run_folder("out", inputs=("shards", "samples"))
 def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) -> Merged:
     """`caprecon merge`: combine the run folders of `score --shard I/N` into `out`: scores.jsonl in
-    input order, summaries recomputed over all rows, and a manifest naming the shards. Refuses a
-    missing, doubled, unfinished or foreign shard before writing anything.
+    input order, summaries recomputed over all rows, a manifest naming the shards, and the reports
+    `score` writes (report.html; the per-category table of turing or halluc). Refuses a missing,
+    doubled, unfinished or foreign shard, a row id that two rows carry, and a `samples` that is not
+    the shards' input, before writing anything.
 
     A corpus-level metric's value (BLEU's, METEOR's) pools the references of every row, which
     the shards' rows do not carry: with `samples`, the input the shards were scored from (a
@@ -135,12 +137,15 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
     summaries = _summaries(seen[0])
     summarised = list(summaries)
     pooled = [name for name, entry in summaries.items() if isinstance(entry, dict) and entry.get("aggregate") == CORPUS]
-    inputs = _input_rows(samples, first["shard"], first.get("image_root")) if pooled and samples is not None else None
+    # the input, when given, is checked whatever it is for: a wrong file is refused, not ignored
+    given = _input_rows(samples, first["shard"], first.get("image_root")) if samples is not None else None
+    inputs = given if pooled else None
     pooling = [_pooling_metric(name) for name in pooled] if inputs is not None else []
     for metric in pooling:
         metric.prepare(inputs)  # CIDEr's document frequencies from the whole input, as each shard's were
 
     by_position: dict[int, dict[str, Any]] = {}
+    holders: dict[Any, list[Path]] = {}  # each row id with the shard folders holding it
     for folder, manifest in zip(map(Path, folders), manifests):
         rows = read_scores(folder / "scores.jsonl")
         positions = manifest["shard"]["positions"]
@@ -152,6 +157,8 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
                 raise ConfigError(f"input row {position} is in two shards ({folder}); the shards come from "
                                   "different inputs")
             by_position[position] = row
+            holders.setdefault(row.get("id"), []).append(folder)
+    _refuse_repeated_ids(holders)
     total = first["shard"]["input_rows"]
     if sorted(by_position) != list(range(total)):
         raise ConfigError(f"the shards cover {len(by_position)} of the input's {total} rows; they come from "
@@ -170,7 +177,20 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
                      "cache": _summed([m.get("cache") or {} for m in manifests]),
                      "seconds": round(sum(m.get("seconds") or 0 for m in manifests), 3)})
     write_run(out_dir, summary, manifest)
+    write_reports(out_dir, records, summary, manifest.get("metric_names") or summarised)  # as `score` ends
     return Merged(out=out_dir, records=records, summary=summary, shards=[Path(seen[i]) for i in range(count)])
+
+
+def _refuse_repeated_ids(holders: dict[Any, list[Path]]) -> None:
+    """A row id is one row of the merged run: an id that two rows carry (in two shards, or twice in
+    one) would make the merged scores.jsonl hold it twice, and every reader keyed by id keep one."""
+    repeated = {row_id: folders for row_id, folders in holders.items() if len(folders) > 1}
+    if not repeated:
+        return
+    shown = "; ".join(f"{row_id!r} in {', '.join(map(str, folders))}" for row_id, folders in list(repeated.items())[:5])
+    more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+    raise ConfigError(f"{len(repeated)} row id(s) appear more than once across the shards ({shown}{more}); each id "
+                      "must be one row: score the shards again from one input with unique ids")
 
 
 def _check_merge_target(out: Path, shards: list[Path]) -> None:
@@ -232,7 +252,8 @@ def _input_rows(samples: Any, shard: dict[str, Any], image_root: Any) -> list[Sa
     if input_fingerprint(rows) != shard.get("input"):
         where = f" {samples}" if isinstance(samples, (str, Path)) else ""
         raise ConfigError(f"--input{where} is not the input the shards were scored from (its rows' ids, images, "
-                          "captions or references differ); give that file to compute the corpus values")
+                          "captions or references differ); give that file, or leave --input out (it only adds "
+                          "the corpus values of BLEU and METEOR)")
     return rows
 
 

@@ -276,6 +276,8 @@ def bootstrap_tau(
     x, y = np.asarray(x, float), np.asarray(y, float)
     ok = np.isfinite(x)
     x, y, group_of = x[ok], y[ok], group_of[ok]
+    if not len(x):  # every row failed: τ is undefined on every resample
+        return math.nan, math.nan
     n_groups = counts.shape[1]
     if len(np.unique(x)) < len(np.unique(y)):
         x, y = y, x  # τ is symmetric: count against the variable with fewer levels

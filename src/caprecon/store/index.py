@@ -12,6 +12,12 @@ Layout under the root::
                           models: fingerprint -> description; claims: key -> owner, expiry
     images/ab/abcd....png reconstructed images, named by their key
 
+What is kept is the store's `keep` policy: `images` (everything, the default), `vectors` (every
+value and each image's record, but no picture file: an image asked for again is made again, while
+what was computed from it, an embedding or a judge's answer, is found), or `none` (nothing is
+written; results live as long as the process that computed them). `max_size` caps the bytes the
+store holds: past it, the oldest entries are deleted (`caprecon.store.maintenance.enforce_cap`).
+
 Nothing is trusted blindly: values and files carry a sha256 checked when read, and an
 entry that fails the check counts as missing, so it is computed again, never scored.
 Processes sharing a cache claim the items they generate (a lease that the holder renews
@@ -46,6 +52,8 @@ from urllib.parse import quote
 import numpy as np
 from PIL import Image
 
+from caprecon.core.checks import check_count
+from caprecon.core.errors import ConfigError
 from caprecon.core.paths import create_file
 from caprecon.data.images import file_head
 
@@ -54,6 +62,14 @@ log = logging.getLogger(__name__)
 
 INDEX = "index.sqlite"
 LEASE_SECONDS = 120.0  # a claim's lifetime; its holder renews it every third of that while it works
+
+#: what a store keeps (see the module's docstring)
+KEEP_POLICIES = ("images", "vectors", "none")
+#: where the size cap prunes down to, as a share of the cap: room for a twentieth's writes, and more,
+#: before the next prune (pruning to the cap itself would prune again at the next write)
+CAP_LOW_WATER = 0.9
+#: the kind of an image's index row when its picture was not kept (`keep="vectors"`): "reconstruction-record"
+RECORD_ONLY = "-record"
 
 _COLUMNS = {  # added to indexes written before checksums, sizes and models were recorded
     "checksum": "TEXT", "file_checksum": "TEXT", "file_size": "INTEGER", "model": "TEXT",
@@ -141,6 +157,14 @@ def fan_out(folder: str | Path) -> None:
         os.makedirs(os.path.join(folder, f"{i:02x}"), exist_ok=True)
 
 
+def check_policy(keep: str, max_size: int | None) -> None:
+    """A keep policy and size cap a store takes, else a `ConfigError` naming the option."""
+    if keep not in KEEP_POLICIES:
+        raise ConfigError(f"--keep must be one of {', '.join(KEEP_POLICIES)}, not {keep!r}")
+    if max_size is not None:
+        check_count("--cache-max-size", max_size, 1, 10**18)
+
+
 def content_key(kind: str, **parts: Any) -> str:
     """Stable hash of a result's kind and every input that determines it."""
     blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
@@ -185,8 +209,12 @@ class Store:
     """
 
     def __init__(self, root: str | Path, *, read_only: bool | None = None, below: "Store | None" = None,
-                 lease_seconds: float = LEASE_SECONDS):
+                 lease_seconds: float = LEASE_SECONDS, keep: str = "images", max_size: int | None = None):
+        check_policy(keep, max_size)
         self.root = Path(root)
+        self.keep = keep
+        self.max_size = max_size
+        self._unchecked_bytes = 0  # written since the size cap was last enforced
         self.index = self.root / INDEX
         # a folder nobody may write to is frozen: read without even SQLite's reader files
         self._frozen = read_only is None and not is_writable(self.root)
@@ -229,33 +257,36 @@ class Store:
             self._guard(self._prepare)
 
     @classmethod
-    def temporary(cls) -> "Store":
+    def temporary(cls, **policy: Any) -> "Store":
         tmp = tempfile.TemporaryDirectory(prefix="caprecon-store-")
-        store = cls(tmp.name, read_only=False)
+        store = cls(tmp.name, read_only=False, **policy)
         store._tmp = tmp
         return store
 
     @classmethod
-    def fresh(cls, root: str | Path) -> "Store":
+    def fresh(cls, root: str | Path, **policy: Any) -> "Store":
         """A store at `root` emptied first: `--no-cache` runs reuse nothing from before."""
         shutil.rmtree(root, ignore_errors=True)
-        return cls(root, read_only=False)
+        return cls(root, read_only=False, **policy)
 
     @classmethod
-    def open(cls, root: str | Path, *, overlay: str | Path | None = None, read_only: bool | None = None) -> "Store":
+    def open(cls, root: str | Path, *, overlay: str | Path | None = None, read_only: bool | None = None,
+             **policy: Any) -> "Store":
         """The cache at `root`; if it cannot be written and `overlay` is given, a writable
         store at `overlay` laid over it. Without an overlay, a read-only cache is still
-        usable for what it holds, and the first new result raises `StoreReadOnlyError`."""
-        base = cls(root, read_only=read_only)
+        usable for what it holds, and the first new result raises `StoreReadOnlyError`.
+        `policy`: `keep` and `max_size`, of the store written to."""
+        base = cls(root, read_only=read_only, **policy)
         if not base.read_only:
             return base
         if overlay is None:
             log.warning("cache %s is read-only: cached results are used, new ones are refused", root)
             return base
-        return cls(overlay, read_only=False, below=base)
+        return cls(overlay, read_only=False, below=base, **policy)
 
     def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"root": str(self.root), "read_only": self.read_only}
+        out: dict[str, Any] = {"root": str(self.root), "read_only": self.read_only, "keep": self.keep,
+                               "max_size": self.max_size}
         if self.below is not None:
             out["below"] = self.below.describe()
         return out
@@ -341,6 +372,21 @@ class Store:
             db.close()
             return sqlite3.connect(immutable, uri=True, isolation_level=None, check_same_thread=False)
 
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection inside one write transaction (taken at once: `BEGIN IMMEDIATE`),
+        apart from this process's other writes; committed when the block ends, else rolled back."""
+        self._require_writable()
+        with self._writing:
+            db = self.connect()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
     def _require_writable(self) -> None:
         if self.read_only:
             raise StoreReadOnlyError(self._read_only_message())
@@ -388,6 +434,10 @@ class Store:
         `on_writer`: called on the writing thread, which writes them at once with what is queued.
         `release`: claims dropped in the same transaction (written at once, or on the writer)."""
         self._require_writable()
+        if self.keep == "none":  # nothing is kept; the claims go all the same, so others may compute
+            if release:
+                self.release(release)
+            return
         fingerprint = self._register_model(model)
         now = time.time()
         records = [(k, kind, v, now, sha256(v), extra.get("file_checksum"), extra.get("file_size"), fingerprint)
@@ -445,6 +495,48 @@ class Store:
                 db.execute("COMMIT")
 
         self._guard(write)
+        if self.max_size is not None and records:
+            self._mind_cap(sum(len(r[2]) + (r[6] or 0) for r in records))
+
+    def _mind_cap(self, written: int) -> None:
+        """Enforce the size cap once a twentieth of it has been written since the last time (the
+        count of the store's bytes is one query; each write paying for it would slow every batch)."""
+        with self._lock:
+            self._unchecked_bytes += written
+            due = self._unchecked_bytes * 20 >= self.max_size
+            if due:
+                self._unchecked_bytes = 0
+        if due:
+            self.enforce_cap()
+
+    def enforce_cap(self) -> int:
+        """Keep the store within `max_size`: when its entries (values and picture files) hold more
+        bytes, delete the oldest until they hold at most `CAP_LOW_WATER` of it. Returns the entries
+        deleted. A store given a cap runs this itself as it writes (`--cache-max-size`); `cache prune
+        --max-size` deletes the oldest entries once, by hand, down to the size given."""
+        if self.max_size is None or self.read_only:
+            return 0
+        with self.transaction() as db:
+            # an image entry stored before sizes were recorded counts its record alone
+            entries = [(key, (value_bytes or 0) + (file_size or 0)) for key, value_bytes, file_size in db.execute(
+                "SELECT key, length(value), file_size FROM results ORDER BY created")]
+            total = sum(size for _, size in entries)
+            doomed = []
+            if total > self.max_size:
+                goal = self.max_size * CAP_LOW_WATER
+                for key, size in entries:  # oldest first
+                    if total <= goal:
+                        break
+                    doomed.append(key)
+                    total -= size
+                for chunk in _chunks(doomed, _MAX_PARAMS):
+                    db.execute(f"DELETE FROM results WHERE key IN ({_marks(len(chunk))})", list(chunk))
+        for key in doomed:
+            self.image_path(key).unlink(missing_ok=True)
+        if doomed:
+            log.info("cache %s over its cap of %d bytes: %d oldest entries deleted", self.root, self.max_size,
+                     len(doomed))
+        return len(doomed)
 
     def _register_model(self, model: Any) -> str | None:
         if model is None:
@@ -519,6 +611,8 @@ class Store:
         and the checksum is None (the caller keeps the pixels it gave)."""
         self._require_writable()
         release = list(release)
+        if self.keep != "images":
+            return self._put_records(kind, items, model, release)
         if not self.write_behind:
             return self._guard(self._write_images, kind, items, model, release)
         fingerprint = self._register_model(model)
@@ -550,6 +644,29 @@ class Store:
             raise
         self.put_thumbnails(written)
         return stored
+
+    def _put_records(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]], model: Any,
+                     release: list[str]) -> dict[str, tuple[dict[str, Any], None, None]]:
+        """Under `keep="vectors"`, each image's record without its picture (kind + `RECORD_ONLY`);
+        under `keep="none"`, nothing. Either way no file: the path and checksum returned are None.
+        As with pictures, the claims on `release` go in the transaction that writes the records."""
+        rows = [(key, kind + RECORD_ONLY, json.dumps(record, ensure_ascii=False).encode("utf-8"), {})
+                for key, (_, record) in items.items()]
+
+        def write(fingerprint: Any) -> None:
+            try:
+                self._put(rows, fingerprint, on_writer=self.write_behind, release=release)
+            except BaseException:
+                if release:  # not written: the claims go all the same, so others may generate them
+                    self.release(release)
+                raise
+
+        if self.write_behind:
+            future = self._behind(write, self._register_model(model))
+            self._images_pending.update(dict.fromkeys(items, future))
+        else:
+            self._guard(write, model)
+        return {key: (record, None, None) for key, (_, record) in items.items()}
 
     def put_thumbnails(self, images: Mapping[str, tuple[Image.Image, tuple[int, bytes] | None]]) -> None:
         """Hand pictures whose pixels are in memory, by their file's path, to `thumbnails`: each
@@ -588,16 +705,23 @@ class Store:
         if failed is not None:  # a full disk, a lost file system: the run cannot keep what it computes
             raise StoreError(f"writing to the cache {self.root} failed: {type(failed).__name__}: {failed}") from failed
 
-    def get_images(self, keys: list[str], *, verify: bool = False) -> dict[str, tuple[dict[str, Any], Path, str | None]]:
+    def get_images(self, keys: list[str], *, verify: bool = False,
+                   records: bool = False) -> dict[str, tuple[dict[str, Any], Path | None, str | None]]:
         """(record, path, file checksum) of each stored image whose file is present at its
         recorded size, and with `verify` also matches its checksum. Without `verify` the
         full check waits until the file is read (`read_verified`), so a run that needs no
-        pixels reads none. Images this store is still writing (`write_behind`) are waited for."""
+        pixels reads none. Images this store is still writing (`write_behind`) are waited for.
+        With `records`, an image whose picture was not kept (`keep="vectors"`) is found too, as
+        (record, None, None): what was computed from it may be in the store, the picture is not."""
         if self._images_pending:  # only the writes of the images asked for are waited for
             self.flush_images(keys)
-        found: dict[str, tuple[dict[str, Any], Path, str | None]] = {}
-        for key, value, checksum, file_checksum, file_size in self._rows(
-                keys, "key, value, checksum, file_checksum, file_size"):
+        found: dict[str, tuple[dict[str, Any], Path | None, str | None]] = {}
+        for key, kind, value, checksum, file_checksum, file_size in self._rows(
+                keys, "key, kind, value, checksum, file_checksum, file_size"):
+            if kind.endswith(RECORD_ONLY):
+                if records and (checksum is None or sha256(value) == checksum):
+                    found[key] = (json.loads(value), None, None)
+                continue
             path = self.image_path(key)
             try:
                 size = path.stat().st_size
@@ -615,7 +739,7 @@ class Store:
         if self.below is not None:
             rest = [k for k in keys if k not in found]
             if rest:
-                found.update(self.below.get_images(rest, verify=verify))
+                found.update(self.below.get_images(rest, verify=verify, records=records))
         return found
 
     # -- claims: one process generates an item, the others wait for it ---------------

@@ -122,15 +122,16 @@ def _model_name(about: dict[str, Any]) -> str | None:
 
 def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dict[str, Any]:
     """`caprecon cache verify`: check every entry of the cache at `root` (default: the default cache): value checksums, image files present and matching their checksum,
-    files under images/ that no index row names (orphans), lapsed claims. With `repair`,
+    files under images/ that no index row names (orphans), lapsed claims. A damaged index
+    (`index_file`) is reported as `index: "damaged: WHAT"`, with nothing else checked. With `repair`,
     bad entries and orphans are deleted (they are recomputed when next needed), entries
     stored before checksums get theirs, and a damaged index is moved aside and rebuilt
     from whatever rows can still be read."""
     root = cache_root(root)
-    report: dict[str, Any] = {"root": str(root), "index": "ok", "entries": 0, "bad_values": [], "missing_files": [],
-                              "damaged_files": [], "orphans": [], "expired_claims": 0, "checksums_added": 0,
-                              "repaired": repair}
     index = root / INDEX
+    report: dict[str, Any] = {"root": str(root), "index_file": str(index), "index": "ok", "entries": 0,
+                              "bad_values": [], "missing_files": [], "damaged_files": [], "orphans": [],
+                              "expired_claims": 0, "checksums_added": 0, "repaired": repair}
     if not index.exists():
         raise StoreError(f"no cache at {root} (no {INDEX} there)")
     writable = is_writable(root)
@@ -139,7 +140,9 @@ def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dic
                                  "(without --repair, verify only reads)")
     problem = _index_problem(index, read_only=not writable)
     if problem:
-        report["index"] = f"damaged: {problem}"
+        # SQLite's integrity check answers one line per damaged page: one line here, the first few
+        lines = [line.strip() for line in problem.splitlines() if line.strip() and not line.startswith("***")]
+        report["index"] = "damaged: " + "; ".join(lines[:4])
         if not repair:
             report["ok"] = False
             return report
@@ -202,6 +205,8 @@ def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dic
 
 
 def _index_problem(index: Path, *, read_only: bool) -> str | None:
+    if not index.is_file():  # SQLite would say only that it is "unable to open database file"
+        return f"not a file ({'a folder' if index.is_dir() else 'not a regular file'}), where SQLite's index should be"
     try:
         # read-only, SQLite cannot make the reader files of a WAL index: read it as the store does
         db = Store(index.parent).connect() if read_only else sqlite3.connect(index, timeout=60)

@@ -10,7 +10,8 @@ Two layouts:
   Without a type: mc when there are choices, yesno for a yes/no answer, box for four
   numbers, short otherwise. Without an image id: the image file's name without suffix.
 - **vlmevalkit**: the TSV layout of VLMEvalKit benchmarks (MMBench, MMStar, SEED, ...):
-  `index`, `image` (base64; a short number instead refers to the row of that index),
+  `index`, `image` (base64; a short value instead refers to the row of that index, and one
+  that names no row holding an image drops the question, as an image that is not base64 does),
   `question`, optional `hint` (put before the question), options in columns `A`, `B`, ...,
   `answer`, `category`. Rows without options become yes/no (answer Yes/No) or short.
 
@@ -153,6 +154,11 @@ class ImageWriter:
                 self._write(image_id, data, f"image {path}")
         return self._result(image_id, where)
 
+    def refuse(self, image_id: str, error: SampleError, where: str) -> None:
+        """Drop the question at `where`, and every other of its image, for `error` (raises `ImageDropped`)."""
+        self._refused.setdefault(image_id, error)
+        self._result(image_id, where)
+
     def _write(self, image_id: str, data: bytes, what: str) -> None:
         try:
             decode_bytes(data, what)  # every pixel, so a truncated file is refused too
@@ -274,10 +280,14 @@ def import_vlmevalkit(path: str | Path, *, images: ImageWriter | None = None, so
             record.update(type="yesno" if answer.lower() in _YES_NO else "short", answer=answer)
         if images is not None:
             raw = row.get("image")
-            if not _blank(raw) and len(str(raw)) <= 64:  # a reference to the row holding the image
-                raw = inline.get(str(raw).strip())
             written = None
             try:
+                if not _blank(raw) and len(str(raw)) <= 64:  # a reference to the row holding the image
+                    given, raw = str(raw).strip(), inline.get(str(raw).strip())
+                    if raw is None:  # kept before, without its image and without a word
+                        images.refuse(image_id, SampleError(
+                            f"the image {given!r:.64} is neither base64 nor the index of a row holding an image",
+                            "image not base64"), where)  # fmt: skip
                 if not _blank(raw):
                     written = images.from_base64(image_id, str(raw), where)
                 elif not _blank(row.get("image_path")):

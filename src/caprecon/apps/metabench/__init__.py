@@ -37,6 +37,13 @@ from caprecon.data.loaders.expert import EXPERT_SCORES, expert_layout, load_expe
 # "three-way": a tie is a third label to agree on (CapArena), not credit on a decided pair
 TIE_CREDIT = {"half": 0.5, "loss": 0.0, "three-way": math.nan}
 PROTOCOL_FIELDS = ("refs", "ties", "sampling")
+MODEL_LEVEL_KEYS = ("spearman_model", "kendall_model")
+# what CapArena's model-level values were computed on, by the human ranking (`caparena.HUMAN_RANKINGS`)
+CAPARENA_MODEL_SAMPLING = {
+    "published": "every battle without the human caption; models against CapArena's published human ranking",
+    "recomputed": "every battle without the human caption; models against people's Elo of the file, without the "
+                  "human caption's battles",
+}
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,15 @@ class Benchmark:
     def tie_credit(self) -> float:
         return TIE_CREDIT[self.ties]
 
-    def protocol(self, key: str) -> dict[str, str]:
+    def protocol(self, key: str, human_ranking: str = "published") -> dict[str, str]:
         """The protocol fields a published value under `key` must carry to be this benchmark's:
-        for a Kendall τ the variant is how ties count."""
+        for a Kendall τ the variant is how ties count; for CapArena's model-level values, which
+        human ranking the models were held against (`human_ranking`, `caparena.people_ranking`)."""
         ties = key if key in ("tau_b", "tau_c") else self.ties
-        return {"refs": self.refs_per_item, "ties": ties, "sampling": self.sampling}
+        sampling = self.sampling
+        if self.statistic == "caparena" and key in MODEL_LEVEL_KEYS:
+            sampling = CAPARENA_MODEL_SAMPLING[human_ranking]
+        return {"refs": self.refs_per_item, "ties": ties, "sampling": sampling}
 
     @property
     def tau_variant(self) -> str | None:

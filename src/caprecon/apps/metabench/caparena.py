@@ -8,11 +8,21 @@ metric rarely ties, so the tie band is an option: `exact` calls a tie only on eq
 `matched` widens the band |a − b| ≤ w until the metric predicts as many ties as the
 annotators gave on the scored battles (more where |a − b| values coincide at w).
 
-Model level: the metric's verdicts are battles, rated by Elo (`caprecon.stats.elo`: K 4,
-scale 400, base 10, start 1000, median of 1,000 bootstrap rounds); so are the annotators'
-labels (`skip` and `bad` left out). Spearman and Kendall τ_b between the two ratings, over the
-models other than `human`. CapArena correlates against a fixed human ranking printed in its
-code; ours is recomputed from the file by the same Elo.
+Model level: the metric's verdicts on the battles without the human caption are battles,
+rated by Elo (`caprecon.stats.elo`: K 4, scale 400, base 10, start 1000, median of 1,000
+bootstrap rounds), and the models other than `human` are ranked by it. People's ranking is,
+by `human_ranking`:
+
+- `published` (the default, the paper's protocol): the human ranking of CapArena's 15 models
+  that `caparena_metrics.py` fixes in its code (`cal_model_level_agreement`), computed by its
+  authors from every battle, the human caption's included; `human` itself is then dropped, as
+  there. A file naming a model outside that ranking cannot be read under it;
+- `recomputed`: the Elo of the annotators' labels in the file, by the same Elo, over the
+  battles without the human caption (`skip` and `bad` left out: CapArena's `compute_elo`
+  accepts only a source or a tie).
+
+Spearman and Kendall τ_b between the metric's ranking and people's, over the models both rank
+(CapArena: scipy's `spearmanr` and `kendalltau` of the rank positions).
 """
 
 from __future__ import annotations
@@ -29,6 +39,14 @@ from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.elo import ELO_ROUNDS, ELO_SEED, Battle, bootstrap_elo, mean_rank_agreement, rank_agreement
 
 TIE_BANDS = ("exact", "matched")
+HUMAN_RANKINGS = ("published", "recomputed")
+MIN_MODELS = 3  # two models' rankings agree or disagree entirely: a correlation of ±1 says nothing
+# CapArena's human ranking, best first, as `caparena_metrics.py` fixes it (`ranking_human`)
+PUBLISHED_HUMAN_RANKING = (
+    "GPT-4o-0806", "human", "Gemini-2.0-flash-exp", "InternVL2-26B", "Gemini-1.5-pro-002", "Claude-3.5-Sonnet-0620",
+    "GPT-4o-mini-0718", "LLama-3.2-90B", "Qwen2-VL-72B-Instruct", "CogVLM2-llama3-chat-19B", "MiniCPM-V2.6-8B",
+    "Qwen2-VL-7B-Instruct", "Qwen2-VL-2B-Instruct", "LLaVA-1.6-34B", "LLaVA-1.5-7B",
+)
 
 
 def three_way(a: np.ndarray, b: np.ndarray, tie_band: str, human_ties: int) -> np.ndarray:
@@ -51,21 +69,68 @@ def _battles(items: Sequence[PairJudgment], labels: np.ndarray) -> list[Battle]:
 
 
 def human_elo(items: Sequence[PairJudgment], *, rounds: int = ELO_ROUNDS, seed: int = ELO_SEED) -> dict[str, float]:
+    """People's Elo from the battles' labels; `skip` and `bad` (neither a source nor a tie) left out."""
     kept = [it for it in items if it.verdict in (*it.systems, "equal", "")]
     return bootstrap_elo(_battles(kept, human_three_way(kept)), rounds=rounds, seed=seed)
 
 
+def outside_published_ranking(items: Sequence[PairJudgment]) -> list[str]:
+    """The models of the battles `items` that CapArena's published human ranking does not rank."""
+    return sorted({m for it in items for m in it.systems} - set(PUBLISHED_HUMAN_RANKING))
+
+
+def check_human_ranking(items: Sequence[PairJudgment], human_ranking: str) -> None:
+    """A ValueError, before any scoring, where `human_ranking` cannot rank the models of `items`."""
+    if human_ranking not in HUMAN_RANKINGS:
+        raise ValueError(f"human ranking must be one of {', '.join(HUMAN_RANKINGS)}, not {human_ranking!r}")
+    if human_ranking == "published" and (unknown := outside_published_ranking(items)):
+        raise ValueError(f"{', '.join(unknown)}: not in CapArena's published human ranking of its 15 models; "
+                         "rank people by this file's own battles instead (--human-ranking recomputed)")
+
+
+def check_battles(items: Sequence[PairJudgment], *, model_level: bool = False) -> list[str]:
+    """A ValueError, before any scoring, where the battles cannot give CapArena's statistics: none
+    without the human caption, or people calling every one a tie; with `model_level`, fewer than three
+    models. The notes on what they cannot give otherwise (a model-level agreement of two models)."""
+    kept = [it for it in items if HUMAN_SOURCE not in it.systems]
+    if not kept:
+        raise ValueError("every battle involves the human caption, which CapArena's protocol leaves out: no battle "
+                         "is left to compare the metric with people on")
+    if all(it.preference == 0.5 for it in kept):
+        raise ValueError("people called every battle without the human caption a tie (equal, skip or bad): the "
+                         "agreement would count only the metric's ties, and people's Elo ranks no model")
+    models = sorted({m for it in kept for m in it.systems})
+    if len(models) >= MIN_MODELS:
+        return []
+    said = (f"only {len(models)} model(s) besides the human caption ({', '.join(models)}): a correlation of their "
+            "rankings is ±1 by construction")
+    if model_level:
+        raise ValueError(f"{said}; --model-level needs {MIN_MODELS} or more")
+    return [f"caparena: {said}, so the model-level agreement is left out"]
+
+
+def people_ranking(items: Sequence[PairJudgment], human_ranking: str, *, rounds: int = ELO_ROUNDS) -> dict[str, float]:
+    """People's rating of the models other than `human` (higher is better), by `human_ranking`."""
+    check_human_ranking(items, human_ranking)
+    if human_ranking == "recomputed":
+        return {m: r for m, r in human_elo(items, rounds=rounds).items() if m != HUMAN_SOURCE}
+    # rank 1 is the best: its negated position is a rating that orders the models the same way
+    return {m: -float(k) for k, m in enumerate(PUBLISHED_HUMAN_RANKING, 1) if m != HUMAN_SOURCE}
+
+
 def caparena_rows(name: str, judgments: Judgments, scores: Mapping[str, Sequence[float]], *, tie_band: str = "exact",
-                  n_bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
-                  elo_rounds: int = ELO_ROUNDS) -> list[MetaRow]:
+                  n_bootstrap: int = 1000, seed: int = 0, level: float = 0.95, elo_rounds: int = ELO_ROUNDS,
+                  human_ranking: str = "published") -> list[MetaRow]:
     """One row per metric: caption-level agreement (with a per-level breakdown and the model-level
-    Spearman/Kendall in `extra`). Battles the metric could not score are left out and counted."""
+    Spearman/Kendall against `human_ranking` in `extra`). Battles the metric could not score are
+    left out and counted."""
     keep = [k for k, it in enumerate(judgments.items) if HUMAN_SOURCE not in it.systems]
     items = [judgments.items[k] for k in keep]
     human = human_three_way(items)
     levels = np.array([it.category for it in items], dtype=object)
     images = np.array([it.image_id for it in items], dtype=object)
-    reference = human_elo(items, rounds=elo_rounds)
+    reference = people_ranking(items, human_ranking, rounds=elo_rounds)
+    ranked = len({m for it in items for m in it.systems}) >= MIN_MODELS  # else check_battles says why not
     rows = []
     for metric, raw in scores.items():
         values = np.asarray(raw, float)
@@ -85,9 +150,10 @@ def caparena_rows(name: str, judgments: Judgments, scores: Mapping[str, Sequence
                  for lv in sorted(set(levels)) if (ok & (levels == lv)).any()}  # fmt: skip
         extra["ties_predicted"] = float((predicted[ok] == 0).sum())
         extra["ties_human"] = float((human[ok] == 0).sum())
-        model = rank_agreement(bootstrap_elo(_battles([items[i] for i in index], predicted[ok]), rounds=elo_rounds),
-                               {m: r for m, r in reference.items() if m != HUMAN_SOURCE})  # fmt: skip
-        extra.update(spearman_model=model.spearman, kendall_model=model.kendall, n_models=float(model.n_models))
+        if ranked:
+            model = rank_agreement(bootstrap_elo(_battles([items[i] for i in index], predicted[ok]),
+                                                 rounds=elo_rounds), reference)  # fmt: skip
+            extra.update(spearman_model=model.spearman, kendall_model=model.kendall, n_models=float(model.n_models))
         rows.append(MetaRow(judgments=name, metric=metric, statistic="agreement", value=agreement(np.arange(len(items))),
                             ci_low=low, ci_high=high, n=int(ok.sum()), n_images=len(set(images[ok])),
                             n_failed=int((~ok).sum()), extra=extra))  # fmt: skip
@@ -101,12 +167,12 @@ def has_systems(judgments: Judgments) -> bool:
 
 def model_level_rows(name: str, judgments: Judgments, scores: Mapping[str, Sequence[float]], *,
                      n_bootstrap: int = 1000, seed: int = 0, level: float = 0.95,
-                     elo_rounds: int = ELO_ROUNDS) -> list[MetaRow]:
+                     elo_rounds: int = ELO_ROUNDS, human_ranking: str = "published") -> list[MetaRow]:
     """Two rows per metric (`spearman_model`, `kendall_model`): systems ranked by the metric
     against systems ranked by people. Rated captions: mean score per system against mean human
     score, intervals by resampling images. Pairs: Elo of the metric's verdicts (exact ties)
-    against Elo of people's, over the systems other than `human`; no interval (the Elo is already
-    a bootstrap median)."""
+    against people's ranking (`human_ranking`: `people_ranking`), over the systems other than
+    `human`; no interval (the Elo is already a bootstrap median)."""
     if not has_systems(judgments):
         raise ValueError(f"{name} does not name the model behind every caption")
     rows = []
@@ -115,7 +181,7 @@ def model_level_rows(name: str, judgments: Judgments, scores: Mapping[str, Seque
     if pairwise:
         keep = [k for k, it in enumerate(judgments.items) if HUMAN_SOURCE not in it.systems]
         items = [judgments.items[k] for k in keep]
-        reference = {m: r for m, r in human_elo(items, rounds=elo_rounds).items() if m != HUMAN_SOURCE}
+        reference = people_ranking(items, human_ranking, rounds=elo_rounds)
     else:
         human = np.array([float(np.mean(it.ratings)) for it in judgments.items])
         systems = np.array([it.system for it in judgments.items], dtype=object)

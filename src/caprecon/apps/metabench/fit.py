@@ -4,6 +4,7 @@ cross-validated by image on every file, optionally carried from one file to anot
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -44,10 +45,38 @@ def fit_on_file(req: MetaRequest, files: Sequence[Judgments]) -> Judgments:
     return judgments_named(req.fit_on, files, "--fit-on") if req.fit_on else files[0]
 
 
+def refuse_unfittable_scores(judgments: Judgments, scores: Mapping[str, np.ndarray]) -> None:
+    """A MetaError naming the rows, before any fitting, where a metric's scores cannot be fitted: an
+    infinite score, or finite ones so large that standardising them overflows. A NaN is a caption
+    the metric did not score (a row error, or missing from --scores): such rows are left out of the
+    fit, as its report says."""
+    ids = [f"{it.id}:{side}" for it in judgments.items for side in "ab"] if judgments.pairwise else \
+        [it.id for it in judgments.items]
+    for metric, raw in scores.items():
+        values = np.asarray(raw, float)
+        bad = np.flatnonzero(np.isinf(values))
+        what = "infinite"
+        if not len(bad):
+            finite = values[np.isfinite(values)]
+            with np.errstate(all="ignore"):
+                overflows = len(finite) and not np.isfinite(np.std(finite))
+            if not overflows:
+                continue
+            # a square summed over the rows overflows past this size: the rows above it are the culprits
+            limit = math.sqrt(np.finfo(float).max / len(finite))
+            bad = np.flatnonzero(np.abs(np.nan_to_num(values)) > limit)
+            bad = bad if len(bad) else np.flatnonzero(np.abs(values) == np.max(np.abs(finite)))
+            what = "so large that standardising them overflows"
+        shown = ", ".join(f"{ids[k]} ({values[k]:g})" for k in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        raise MetaError(f"{judgments.name}: --fit: {metric}'s scores are {what} on caption(s) {shown}; "
+                        "fix them in the --scores file, or leave the metric out of --metric")
+
+
 def cross_validate_file(req: MetaRequest, judgments: Judgments, scores: dict[str, np.ndarray],
                         directions: Mapping[str, bool | None]):
     from caprecon.stats.fit import FitError, cross_validate
 
+    refuse_unfittable_scores(judgments, scores)
     try:
         return cross_validate(req.fit_model, judgments, scores, list(scores), n_folds=req.folds,
                               tau_variant=req.tau, human_order=req.human_order, n_bootstrap=req.bootstrap,

@@ -32,9 +32,9 @@ from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from caprecon.apps.metabench import LAYOUTS, find_benchmarks, get_benchmark
-from caprecon.apps.metabench.caparena import has_systems
-from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit
+from caprecon.apps.metabench import LAYOUTS, MODEL_LEVEL_KEYS, find_benchmarks, get_benchmark
+from caprecon.apps.metabench.caparena import check_battles, check_human_ranking, has_systems
+from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit, refuse_unfittable_scores
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.request import MetaError, MetaRequest, ScoreMetric
@@ -101,6 +101,7 @@ def meta(
     compare: Sequence[str] | None = None,
     model_level: bool = False,
     tie_band: str = "exact",
+    human_ranking: str = "published",
     verify: bool = False,
     tolerance: float = 1.0,
     expected: str | Path | None = None,
@@ -141,7 +142,7 @@ def meta(
     request = MetaRequest(judgments, metrics, out, scores, images, format, captions, bootstrap, seed, tau,
                           human_order, probes, triples, benchmark, data, compare, model_level, tie_band, verify,
                           tolerance, expected, every_benchmark, data_root, fit, fit_model, folds, save, fit_on,
-                          evaluate_on, progress)
+                          evaluate_on, progress, human_ranking)
     if score_metric == OWN:
         if llm is not None:  # a run setting here, as in `caprecon.score`: a name, or a model
             settings["llm"] = llm
@@ -218,6 +219,8 @@ def _run(req: MetaRequest, score_metric: ScoreMetric | None, llm: TextLLM | None
         for k, judgments in enumerate(files):
             samples = judgments.samples(req.images)
             given = read_scores(req.scores[k], samples) if req.scores else {}
+            if req.fit:  # what --fit cannot take is refused before this file is scored
+                refuse_unfittable_scores(judgments, given)
             scores = score_judgments(metrics, samples, reference, score_metric, given)
             file_columns = scores_file_columns(req.scores[k]) if req.scores else {}
             directions = metric_directions(scores, scored_columns, file_columns)
@@ -275,6 +278,12 @@ def _compare(req: MetaRequest, judgments: Judgments, scores: dict[str, np.ndarra
 
 def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
                    scored_columns: Mapping[str, Column] | None = None) -> MetaResults:
+    fitting = [name for name, value in (("--fit", req.fit), ("--save", req.save), ("--fit-on", req.fit_on),
+                                        ("--evaluate-on", req.evaluate_on)) if value]
+    if fitting:  # the benchmark path has no fit: accepted, they were silently ignored
+        raise MetaError(f"{', '.join(fitting)}: {'meta verify' if req.verify else '--benchmark'} runs a benchmark's "
+                        "pinned protocol and fits nothing; fit a combination on judgments files with "
+                        "`caprecon meta --judgments FILE... --fit`")
     if req.every_benchmark or req.data_root:
         return _verify_all(req, score_metric)
     if not req.benchmark or not req.data:
@@ -300,6 +309,18 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
                         f"(benchmarks that do: thumb, caparena)")
     if req.tie_band != "exact" and benchmark.statistic != "caparena":
         raise MetaError(f"--tie-band applies to caparena's three-way agreement, not to {benchmark.name}")
+    if req.human_ranking != "published" and benchmark.statistic != "caparena":
+        raise MetaError(f"--human-ranking applies to caparena's model-level agreement, not to {benchmark.name}")
+    load_notes = list(judgments.notes)
+    if benchmark.statistic == "caparena":
+        try:
+            load_notes += check_battles(judgments.items, model_level=req.model_level)
+        except ValueError as exc:
+            raise MetaError(f"{benchmark.name} ({req.data}): {exc}") from None
+        try:
+            check_human_ranking(judgments.items, req.human_ranking)
+        except ValueError as exc:
+            raise MetaError(f"--human-ranking {req.human_ranking}: {exc}") from None
     expected = read_expected(req.expected, benchmark.name) if req.expected else published_values(benchmark)
     if verifying and not expected:
         raise MetaError(f"no published values for {benchmark.name}; give some with --expected")
@@ -327,16 +348,20 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
         skipped = dict(reference.skipped)
 
     protocol = f"{benchmark.name}: {benchmark.statistic}; references: {benchmark.references}; judged: {benchmark.sampling}"
+    if benchmark.statistic == "caparena":  # which people's ranking the model-level values are against
+        protocol += f"; model level: {benchmark.protocol(MODEL_LEVEL_KEYS[0], req.human_ranking)['sampling']}"
     if verifying:
-        table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped)
-        results = MetaResults([], [protocol, *dict.fromkeys(score_notes)], req.out, benchmark.name, verify=table)
+        table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=skipped,
+                                 human_ranking=req.human_ranking)
+        results = MetaResults([], [protocol, *load_notes, *dict.fromkeys(score_notes)], req.out, benchmark.name,
+                              verify=table)
         if req.out:
             req.out.mkdir(parents=True, exist_ok=True)
             write_verify_csv(table, req.out / "verify.csv")
             write_report(req.out)
         return results
 
-    notes = [protocol, *skipped.values(), *dict.fromkeys(score_notes), *direction_notes(rows)]
+    notes = [protocol, *load_notes, *skipped.values(), *dict.fromkeys(score_notes), *direction_notes(rows)]
     results = MetaResults(rows, notes, req.out, benchmark.name, scores={benchmark.name: last["scores"]})
     req.out.mkdir(parents=True, exist_ok=True)
     write_scores(last["judgments"], last["samples"], last["scores"], req.out / f"scores-{benchmark.name}.csv")
@@ -382,7 +407,8 @@ def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], refer
         return last["scores"]
 
     return run_benchmark(benchmark, judgments, score, n_bootstrap=n_bootstrap, seed=req.seed, tie_band=req.tie_band,
-                         model_level=req.model_level, higher_is_better=directions)  # fmt: skip
+                         model_level=req.model_level, higher_is_better=directions,
+                         human_ranking=req.human_ranking)  # fmt: skip
 
 
 def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResults:
@@ -414,16 +440,22 @@ def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResul
                 continue
             try:
                 judgments = benchmark.load(str(path))
-            except JudgmentFormatError as exc:
+                load_notes = list(judgments.notes)
+                if benchmark.statistic == "caparena":
+                    load_notes += check_battles(judgments.items, model_level=req.model_level)
+                    check_human_ranking(judgments.items, req.human_ranking)
+            except ValueError as exc:  # a JudgmentFormatError, battles without a statistic, or unranked models
                 reason = f"{benchmark.name}: {exc}"
                 table += [VerifyRow(benchmark.name, metric, key, math.nan, published.value, math.nan, req.tolerance,
                                     "skipped", published.source, reason) for metric, keys in expected.items()
                           for key, published in keys.items()]  # fmt: skip
                 notes.append(reason)
                 continue
+            notes += load_notes
             last: dict = {}
             rows = _run_protocol(benchmark, judgments, metrics, reference, score_metric, req, 0, last, notes)
-            table += beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=reference.skipped)
+            table += beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped=reference.skipped,
+                                      human_ranking=req.human_ranking)
             meta_rows += rows
             if last:
                 write_scores(last["judgments"], last["samples"], last["scores"], req.out / f"scores-{benchmark.name}.csv")

@@ -18,7 +18,7 @@ from caprecon.stats.agreement import MetaRow, direction_of, oriented, run_meta
 from caprecon.stats.bootstrap import bootstrap_ci
 from caprecon.stats.correlation import pearson
 from caprecon.apps.metabench import Benchmark
-from caprecon.apps.metabench.caparena import caparena_rows, has_systems, model_level_rows
+from caprecon.apps.metabench.caparena import caparena_rows, check_battles, check_human_ranking, has_systems, model_level_rows
 from caprecon.data.loaders.pascal50s import pascal_reference_draws
 
 Scorer = Callable[[Judgments], Mapping[str, Sequence[float]]]
@@ -35,16 +35,18 @@ def run_benchmark(
     tie_band: str = "exact",
     model_level: bool = False,
     higher_is_better: Mapping[str, bool | None] | None = None,
+    human_ranking: str = "published",
 ) -> list[MetaRow]:
     """One row per metric (two for Pearson benchmarks: caption- and system-level); a metric
     tie on a pair earns what the benchmark's `ties` rule says. CapArena's agreement predicts
     ties within `tie_band` (`caparena.TIE_BANDS`). `model_level` adds each metric's ranking of
-    the benchmark's models against people's (`caparena.model_level_rows`). Each metric's scores
+    the benchmark's models against people's (`caparena.model_level_rows`; on CapArena, people's
+    ranking is `human_ranking`: `caparena.people_ranking`). Each metric's scores
     are read by its declared direction (`higher_is_better`, as `run_meta` reads them) in every
     statistic, and its rows say how (`direction`)."""
     declared = higher_is_better or {}
     rows = _run_oriented(benchmark, judgments, _oriented_scorer(score, declared), n_bootstrap=n_bootstrap, seed=seed,
-                         level=level, tie_band=tie_band, model_level=model_level)
+                         level=level, tie_band=tie_band, model_level=model_level, human_ranking=human_ranking)
     for row in rows:
         row.direction = direction_of(row.metric, declared)
     return rows
@@ -54,7 +56,8 @@ def _oriented_scorer(score: Scorer, declared: Mapping[str, bool | None]) -> Scor
     return lambda draw: {name: oriented(s, direction_of(name, declared)) for name, s in score(draw).items()}
 
 
-def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_band, model_level) -> list[MetaRow]:
+def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_band, model_level,
+                  human_ranking) -> list[MetaRow]:
     tie_credit = benchmark.tie_credit
     if benchmark.reference_draws:
         if model_level:
@@ -62,10 +65,13 @@ def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_
         return _averaged_draws(benchmark, judgments, score, seed=seed, tie_credit=tie_credit)
     if model_level and not has_systems(judgments):
         raise ValueError(f"{benchmark.name} does not name the model behind every caption; --model-level needs it")
+    if benchmark.statistic == "caparena":  # before the scoring, which may take hours
+        check_battles(judgments.items, model_level=model_level)
+        check_human_ranking(judgments.items, human_ranking)
     scores = score(judgments)
     if benchmark.statistic == "caparena":
         rows = caparena_rows(benchmark.name, judgments, scores, tie_band=tie_band, n_bootstrap=n_bootstrap, seed=seed,
-                             level=level)  # fmt: skip
+                             level=level, human_ranking=human_ranking)  # fmt: skip
     elif benchmark.statistic == "pearson":
         rows = _pearson_rows(benchmark, judgments, scores, n_bootstrap, seed, level)
     else:
@@ -75,7 +81,8 @@ def _run_oriented(benchmark, judgments, score, *, n_bootstrap, seed, level, tie_
             row.judgments = benchmark.name
             _add_category_mean(row)
     if model_level:
-        rows += model_level_rows(benchmark.name, judgments, scores, n_bootstrap=n_bootstrap, seed=seed, level=level)
+        rows += model_level_rows(benchmark.name, judgments, scores, n_bootstrap=n_bootstrap, seed=seed, level=level,
+                                 human_ranking=human_ranking)
     return rows
 
 

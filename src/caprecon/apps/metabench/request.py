@@ -75,10 +75,11 @@ class MetaRequest:
     fit_on: str | None = None
     evaluate_on: str | None = None
     progress: bool = False
+    human_ranking: str = "published"
 
     def __post_init__(self) -> None:
         from caprecon.apps.metabench import BENCHMARKS, LAYOUTS
-        from caprecon.apps.metabench.caparena import TIE_BANDS
+        from caprecon.apps.metabench.caparena import HUMAN_RANKINGS, TIE_BANDS
         from caprecon.data.judgments import FORMATS
         from caprecon.stats.agreement import HUMAN_ORDERS
         from caprecon.stats.fit import MODELS
@@ -98,6 +99,7 @@ class MetaRequest:
         _choice("--format", self.format, ("auto", *FORMATS, *LAYOUTS))
         _choice("--human-order", self.human_order, HUMAN_ORDERS)
         _choice("--tie-band", self.tie_band, TIE_BANDS)
+        _choice("--human-ranking", self.human_ranking, HUMAN_RANKINGS)
         _choice("--fit-model", self.fit_model, MODELS)
         if self.tau is not None:
             _choice("--tau", self.tau, ("b", "c"))

@@ -4,6 +4,7 @@ or computed (reference metrics here, caprecon's own through `score`), and `score
 from __future__ import annotations
 
 import csv
+import logging
 import json
 import math
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 from caprecon.apps.metabench.request import MetaError, ScoreMetric
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records
+from caprecon.data.images import path_refusal
 from caprecon.data.judgments import Judgments
 from caprecon.data.loaders.released import ReleasedScoresError, is_released_scores, join_released, read_released_scores
 from caprecon.data.samples import Sample
@@ -22,6 +24,8 @@ from caprecon.metrics.base import Column, read_columns
 from caprecon.metrics.reference import REFERENCE_METRICS, ReferenceMetrics, reference_metric_name
 from caprecon.stats.agreement import ASSUMED, LOWER, MetaRow, scores_from_records
 from caprecon.stats.seeds import unique_ids
+
+log = logging.getLogger(__name__)
 
 # Columns of scores-<file>.csv that describe the caption rather than score it.
 SCORES_INFO_COLUMNS = ("image_id", "caption", "human")
@@ -134,7 +138,8 @@ def score_judgments(
     A sample whose row names no image is scored by the reference metrics (text only) and left
     out of the others as a row error (NaN, counted as failed), each such row named in `notes`."""
     ids = [s.id for s in samples]
-    with_image = [i for i, s in enumerate(samples) if s.image is not None]
+    refused = {i: why for i, s in enumerate(samples) if (why := path_refusal(s))}
+    with_image = [i for i, s in enumerate(samples) if s.image is not None and i not in refused]
     if score_metric is None and (missing := [m for m in metrics if m not in given and m not in reference.names
                                              and m not in reference.skipped]):
         raise MetaError(f"metric {missing[0]!r} is neither a reference metric nor in the --scores file")
@@ -155,10 +160,17 @@ def score_judgments(
                 raise MetaError(f"metric {name!r} returned {len(values)} scores for {len(scored)} samples")
             scores[name] = np.full(len(samples), math.nan)
             scores[name][with_image] = [math.nan if v is None else float(v) for v in values]
-            if len(scored) < len(samples) and notes is not None:
-                rows = [str(s.meta.get("judgment_row", s.id)) for s in samples if s.image is None]
+            rows = [str(s.meta.get("judgment_row", s.id)) for s in samples if s.image is None]
+            if rows and notes is not None:
                 notes.append(f"{name}: {len(rows)} row(s) name no image, left out as row errors "
                              f"(row {', '.join(rows[:5])}{', ...' if len(rows) > 5 else ''})")
+            if refused:  # never opened: their files are not the benchmark's to read
+                first, why = next(iter(refused.items()))
+                said = (f"{name}: {len(refused)} row(s) refused, left out as row errors (row "
+                        f"{samples[first].meta.get('judgment_row', samples[first].id)}: {why})")
+                log.warning("%s", said)  # at once, on stderr: a file that reaches outside its folder is news
+                if notes is not None:
+                    notes.append(said)
         else:
             raise MetaError(f"metric {name!r} is neither a reference metric nor in the --scores file")
     return scores

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 from caprecon.core.checks import number_problem
 from caprecon.core.tables import format_table
 from caprecon.data.judgments import JudgmentFormatError
+from caprecon.data.loaders.pascal50s import PASCAL_CATEGORIES
 from caprecon.stats.agreement import MetaRow
 from caprecon.apps.metabench import PROTOCOL_FIELDS, Benchmark
 from caprecon.core.paths import file_problem
@@ -119,11 +120,13 @@ def _protocol(row: dict, where: str) -> dict[str, str]:
     return protocol
 
 
-def protocol_difference(benchmark: Benchmark, key: str, published: dict[str, str] | None) -> dict[str, tuple[str, str]]:
-    """field -> (published, this benchmark's) for each protocol field where they differ."""
+def protocol_difference(benchmark: Benchmark, key: str, published: dict[str, str] | None,
+                        human_ranking: str = "published") -> dict[str, tuple[str, str]]:
+    """field -> (published, this benchmark's) for each protocol field where they differ
+    (`human_ranking`: the one CapArena's model-level values were computed against)."""
     if published is None:
         return {}
-    ours = benchmark.protocol(key)
+    ours = benchmark.protocol(key, human_ranking)
     return {f: (published[f], ours[f]) for f in PROTOCOL_FIELDS if published[f] != ours[f]}
 
 
@@ -152,12 +155,13 @@ def compare(
     *,
     tolerance: float,
     skipped: Mapping[str, str],
+    human_ranking: str = "published",
 ) -> list[VerifyRow]:
     out = []
     for metric, keys in expected.items():
         for key, published in keys.items():
             ours = 100.0 * our_value(rows, metric, key)
-            differs = protocol_difference(benchmark, key, published.protocol)
+            differs = protocol_difference(benchmark, key, published.protocol, human_ranking)
             reason = ""
             if "refs" in differs:
                 status = "skipped"
@@ -166,12 +170,27 @@ def compare(
             elif metric in skipped:
                 status, reason = "skipped", skipped[metric]
             elif math.isnan(ours):
-                status, reason = "skipped", f"{metric}: not scored (give its per-caption scores with --scores)"
+                status, reason = "skipped", _why_missing(benchmark, rows, metric, key)
             else:
                 status = "pass" if abs(ours - published.value) <= tolerance else "fail"
             out.append(VerifyRow(benchmark.name, metric, key, ours, published.value, ours - published.value, tolerance,
                                  status, published.source, reason, describe_protocol(published.protocol, differs)))
     return out
+
+
+# published keys that name one part of a benchmark (Pascal-50S's categories, CapArena's difficulty
+# levels): a file may hold none of that part, and then has no such value to check
+PART_KEYS = frozenset({*PASCAL_CATEGORIES, *(f"agreement_level {n}" for n in range(1, 5))})
+
+
+def _why_missing(benchmark: Benchmark, rows: Sequence[MetaRow], metric: str, key: str) -> str:
+    """Why `rows` give no value for a published (metric, key)."""
+    mine = [r for r in rows if r.metric == metric]
+    if not mine:
+        return f"{metric}: not scored (give its per-caption scores with --scores)"
+    if key in PART_KEYS and not any(key in r.extra or f"accuracy_{key}" in r.extra for r in mine):
+        return f"{metric} {key}: the {benchmark.name} file holds no {key} items, so there is no {key} value to check"
+    return f"{metric} {key}: undefined on this file (no caption scored, or no variation to correlate)"
 
 
 def describe_protocol(published: dict[str, str] | None, differs: Mapping[str, tuple[str, str]]) -> str:

@@ -44,7 +44,7 @@ from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
-from caprecon.run.local import FATAL, FailureWatch, RunError, isolated
+from caprecon.run.local import FATAL, FailureWatch, RunError, explain_failure, isolated
 from caprecon.run.roles import Roles
 from caprecon.data.images import LoadedSample, read_image_file
 from caprecon.data.samples import Sample, SampleError
@@ -331,7 +331,7 @@ def _reconstruction_phase(caption_rows: Sequence[dict[str, Any]], generator, ima
         results = isolated(reconstructor.reconstruct, items, watch)
         for key, result in zip(chunk, results):
             recons[key] = result if isinstance(result, Reconstruction) else \
-                f"reconstruction failed: {type(result).__name__}: {result}"
+                f"reconstruction failed: {explain_failure(result)}"
         bar.update(len(todo[lo: lo + cfg.batch_size]))
     bar.close()
     cache["reconstructions"] = {"generated": reconstructor.generated, "reused": reconstructor.reused}
@@ -364,7 +364,7 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
                         record["error"] = recon
                         continue
                     key, seen, load = recon.key, (recon.width, recon.height), recon.image
-                    record["reconstruction"] = str(recon.path)
+                    record["reconstruction"] = recon.location
                 asks.append((key, judge_prompt(q, reading.coords)))
                 loaders.append(load)
                 pending.append((len(rows) - 1, q, bench.entry, original_size, seen))
@@ -381,7 +381,7 @@ def _answer_phase(labels: Sequence[str], benchmarks: Sequence[Benchmark],
         except FATAL:
             raise
         except Exception as exc:  # a judge's calls serve many rows at once: its failure is the run's
-            raise RunError(f"judge: {type(exc).__name__}: {exc}") from exc
+            raise RunError(f"judge: {explain_failure(exc)}") from exc
         bar.update(len(asks[lo: lo + step]))
     bar.close()
     graded: dict[tuple[str, str], list[tuple[BenchQuestion, Graded]]] = {}

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 from PIL import Image
 
 from caprecon.core.records import RECORD_SUFFIXES, read_records, read_text
-from caprecon.data.samples import IMAGE_COLUMNS, IMAGE_SUFFIXES, Sample, SampleFormatError
+from caprecon.data.samples import IMAGE_COLUMNS, IMAGE_SUFFIXES, Sample, SampleFormatError, confine_images
 
 
 def load_samples(
@@ -55,8 +55,7 @@ def load_samples(
     else:
         samples = _load_path(Path(source), confine, annotations, captions, split)
     if confine is not None:
-        for sample in samples:
-            sample.image_root = confine
+        confine_images(samples, confine)
     if max_image_bytes is not None:
         for sample in samples:
             sample.max_image_bytes = max_image_bytes

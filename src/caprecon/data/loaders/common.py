@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -46,20 +47,38 @@ def first_field(record: dict, names: Sequence[str]) -> Any:
     return None
 
 
-def as_number(value: Any, where: str, what: str) -> float:
+def as_number(value: Any, where: str, what: str, *, finite: bool = True) -> float:
+    """`value` as a finite number (a number, or text a number is written in); NaN, an infinity, a
+    truth value or anything else is an error naming the row: a NaN human score would drop out of
+    every correlation without a word. `finite=False` lets NaN through, for a format whose protocol
+    drops its NaN ratings (CLIPScore's Flickr8k JSON)."""
     try:
-        return float(value)
+        number = float(value) if not isinstance(value, bool) else math.inf
     except (TypeError, ValueError):
         raise JudgmentFormatError(f"{where}: {what} {value!r} is not a number") from None
+    if not math.isfinite(number) and (finite or not math.isnan(number)):
+        raise JudgmentFormatError(f"{where}: {what} {value!r} is not a finite number")
+    return number
 
 
-def caption_list(value: Any, where: str, what: str) -> list[str]:
-    if isinstance(value, str):
+def caption_text(value: Any, where: str, what: str) -> str:
+    """A caption as written: text, whitespace-normalised; a number or anything else is an error
+    naming the row (str() would score a caption no one wrote)."""
+    if not isinstance(value, str):
+        raise JudgmentFormatError(f"{where}: {what} must be text, not the {type(value).__name__} {value!r:.40}")
+    return norm_text(value)
+
+
+def caption_list(value: Any, where: str, what: str, *, written: bool = True) -> list[str]:
+    """A list of captions: a list, or (`written`, as CSV cells hold it) its JSON or Python repr or
+    `|`-separated text. A JSON file's list must be a list (`written=False`): a string there is an
+    error, as is any item that is not text."""
+    if isinstance(value, str) and written:
         text = value.strip()
         value = _literal_list(text, where, what) if text.startswith("[") else [p for p in text.split("|") if p.strip()]
     if not isinstance(value, (list, tuple)):
-        raise JudgmentFormatError(f"{where}: {what} must be a list of captions, got {value!r}")
-    return [norm_text(v) for v in value]
+        raise JudgmentFormatError(f"{where}: {what} must be a list of captions, got {value!r:.60}")
+    return [caption_text(v, where, f"each of {what}") for v in value]
 
 
 def _literal_list(text: str, where: str, what: str) -> Any:
@@ -93,8 +112,9 @@ _HUB_CAPTION = ("cand", "mt", "caption", "candidate")
 _HUB_SCORE = ("human_score", "score", "rating", "human")
 
 
-def table_fields(record: dict, where: str) -> tuple[str, str, float, list[str]]:
-    """(image name, candidate, human score, references) of one row of a Hugging Face benchmark table."""
+def table_fields(record: dict, where: str, *, finite: bool = True) -> tuple[str, str, float, list[str]]:
+    """(image name, candidate, human score, references) of one row of a Hugging Face benchmark table
+    (`finite`: as `as_number`'s)."""
     caption = first_field(record, _HUB_CAPTION)
     score = first_field(record, _HUB_SCORE)
     if caption is None or score is None:
@@ -104,7 +124,7 @@ def table_fields(record: dict, where: str) -> tuple[str, str, float, list[str]]:
     refs = first_field(record, ("refs", "references"))
     # A row without an image path keeps its place: text-only metrics still score it, and an
     # image metric gives it a row error instead of reading some other file.
-    return (str(image) if image is not None else "", norm_text(caption), as_number(score, where, "score"),
+    return (str(image) if image is not None else "", norm_text(caption), as_number(score, where, "score", finite=finite),
             caption_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
 
 

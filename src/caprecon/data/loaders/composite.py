@@ -18,8 +18,8 @@ from typing import Sequence
 from caprecon.core.records import RECORD_SUFFIXES, read_records
 from caprecon.data.judgments import SCORES, Judgment, JudgmentFormatError, Judgments
 from caprecon.data.loaders import hub
-from caprecon.data.loaders.common import (as_number, caption_list, file_records, first_field, load_json, lowered, norm_text,
-                                          row_records, table_fields)
+from caprecon.data.loaders.common import (as_number, caption_list, caption_text, file_records, first_field, load_json,
+                                          lowered, norm_text, row_records, table_fields)
 
 
 COMPOSITE_SUBSETS = ("flickr8k", "flickr30k", "coco")
@@ -140,8 +140,9 @@ def _composite_json(path: Path, subsets: Sequence[str], data: dict | None = None
                 raise JudgmentFormatError(f"{where}: a Composite entry needs `image`, `caption` and `human`")
             refs = first_field(record, ("refs", "references", "ground_truth"))
             folder = COMPOSITE_IMAGE_FOLDERS[subset]
-            _composite_item(items, subset, f"{folder}/{image}", norm_text(caption), (as_number(rating, where, "human"),),
-                            caption_list(refs, where, "refs") if refs is not None else [])  # fmt: skip
+            _composite_item(items, subset, f"{folder}/{image}", caption_text(caption, where, "caption"),
+                            (as_number(rating, where, "human"),),
+                            caption_list(refs, where, "refs", written=False) if refs is not None else [])  # fmt: skip
     if not items:
         raise JudgmentFormatError(f"{path}: no Composite judgments for subsets {', '.join(subsets)}")
     return Judgments(SCORES, items, path)

@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from caprecon.data.judgments import SCORES, Judgment, JudgmentFormatError, Judgments
-from caprecon.data.loaders.common import as_number, caption_list, norm_text
+from caprecon.data.loaders.common import as_number, caption_list, caption_text
 from caprecon.data.loaders.composite import COMPOSITE_SUBSETS
 from caprecon.data.loaders.pascal50s import PASCAL_CATEGORIES
 
@@ -38,7 +38,9 @@ def expert_layout(path: str | Path) -> str | None:
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     if isinstance(data, list):
-        first = data[0] if data else {}
+        if not data:  # read as EXPERT's, whose loader says the list is empty (not that it is no JSON)
+            return EXPERT_SCORES
+        first = data[0]
         return EXPERT_SCORES if isinstance(first, dict) and {"imgid", "mt", "score"} <= set(first) else None
     if not isinstance(data, dict):
         return None
@@ -67,14 +69,16 @@ def load_expert_scores(path: str | Path, benchmark: str) -> Judgments:
         if not isinstance(entry, dict) or entry.get("mt") is None or entry.get("score") is None:
             raise JudgmentFormatError(f"{where}: an entry needs `mt` and `score` (and `imgid`, `refs`)")
         imgid = entry.get("imgid")
+        if isinstance(imgid, bool) or (imgid is not None and not isinstance(imgid, (str, int))):
+            raise JudgmentFormatError(f"{where}: imgid must be an image's name, not {imgid!r:.40}")
         # no imgid: the row stays, with no image (a row error for image metrics only)
         image = f"{folder}/{imgid}.jpg" if imgid not in (None, "") else ""
         items.append(Judgment(
-            id=str(k + 1), image=image, caption=norm_text(entry["mt"]),
+            id=str(k + 1), image=image, caption=caption_text(entry["mt"], where, "mt"),
             ratings=(as_number(entry["score"], where, "score"),),
-            refs=caption_list(entry.get("refs") or [], where, "refs"),
+            refs=caption_list(entry.get("refs") or [], where, "refs", written=False),
             image_id=str(imgid) if imgid not in (None, "") else f"row-{k + 1}", row=k + 1,
         ))  # fmt: skip
     if not items:
-        raise JudgmentFormatError(f"{path}: no entries")
+        raise JudgmentFormatError(f"{path}: the list is empty: no rated captions to read")
     return Judgments(SCORES, items, path)

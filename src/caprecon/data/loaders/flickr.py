@@ -17,7 +17,8 @@ from pathlib import Path
 
 from caprecon.data.judgments import FLICKR8K_EXPERT, Judgment, JudgmentFormatError, Judgments, load_judgments
 from caprecon.data.loaders import hub
-from caprecon.data.loaders.common import as_number, first_field, load_json, norm_text, row_records, table_fields
+from caprecon.data.loaders.common import (as_number, caption_list, caption_text, first_field, load_json, norm_text,
+                                          row_records, table_fields)
 
 
 def load_flickr8k(path: str | Path, format: str) -> Judgments:
@@ -41,20 +42,22 @@ def load_flickr8k(path: str | Path, format: str) -> Judgments:
         return _own_caption_protocol(_flickr8k_hub(path, format), format)
     path = Path(path)
     if path.suffix.lower() != ".json" or not isinstance(data := load_json(path), dict):
-        return _own_caption_protocol(load_judgments(path, format), format)
+        judgments = load_judgments(path, format)
+        judgments.confined = True  # a benchmark's file: its images stay inside its folder (or --images)
+        return _own_caption_protocol(judgments, format)
     gathered: dict[tuple[str, str], Judgment] = {}
     for key, entry in data.items():
         where = f"{path} [{key!r}]"
         if not isinstance(entry, dict) or "human_judgement" not in entry:
             raise JudgmentFormatError(f"{where}: expected an object with `ground_truth` and `human_judgement`")
-        refs = [norm_text(r) for r in entry.get("ground_truth") or []]
+        refs = caption_list(entry.get("ground_truth") or [], where, "ground_truth", written=False)
         image = str(entry.get("image_path") or key)
         for k, judged in enumerate(entry["human_judgement"]):
             spot = f"{where} human_judgement[{k}]"
-            caption = norm_text(first_field(judged, ("caption",)) or "")
+            caption = caption_text(first_field(judged, ("caption",)) or "", spot, "caption")
             if not caption:
                 raise JudgmentFormatError(f"{spot}: no caption")
-            rating = as_number(judged.get("rating"), spot, "rating")
+            rating = as_number(judged.get("rating"), spot, "rating", finite=False)
             if math.isnan(rating):
                 continue
             _gather(gathered, str(key), str(judged.get("image_path") or image), caption, refs, rating)
@@ -68,7 +71,7 @@ def _flickr8k_hub(source: str | Path, format: str) -> Judgments:
     folder, rows = hub.read_rows(source, "test", config=config)
     gathered: dict[tuple[str, str], Judgment] = {}
     for where, record in row_records(rows, str(folder)):
-        image, caption, rating, refs = table_fields(record, where)
+        image, caption, rating, refs = table_fields(record, where, finite=False)  # NaN ratings dropped below
         if math.isnan(rating):
             continue
         _gather(gathered, Path(image).stem, image, caption, refs, rating)

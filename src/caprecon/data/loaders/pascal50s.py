@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from caprecon.data.judgments import PAIRS, JudgmentFormatError, Judgments, PairJudgment
-from caprecon.data.loaders.common import as_number, caption_list, first_field, load_json, norm_text
+from caprecon.data.loaders.common import as_number, caption_list, caption_text, first_field, load_json
 
 
 PASCAL_CATEGORIES = ("HC", "HI", "HM", "MM")
@@ -31,24 +31,36 @@ def load_pascal50s(path: str | Path) -> Judgments:
     data = load_json(path)
     if not isinstance(data, dict) or not set(data) & set(PASCAL_CATEGORIES):
         raise JudgmentFormatError(f"{path}: expected an object with lists under {', '.join(PASCAL_CATEGORIES)}")
+    if unknown := [str(c) for c in data if c not in PASCAL_CATEGORIES]:
+        raise JudgmentFormatError(f"{path}: unknown categor{'y' if len(unknown) == 1 else 'ies'} "
+                                  f"{', '.join(map(repr, unknown))}; Pascal-50S has {', '.join(PASCAL_CATEGORIES)}")
     items: list[PairJudgment] = []
     for category in PASCAL_CATEGORIES:
-        for k, entry in enumerate(data.get(category, [])):
+        entries = data.get(category, [])
+        if not isinstance(entries, list):
+            raise JudgmentFormatError(f"{path} {category}: must be a list of pairs, not {type(entries).__name__}")
+        for k, entry in enumerate(entries):
             where = f"{path} {category}[{k}]"
+            if not isinstance(entry, dict):
+                raise JudgmentFormatError(f"{where}: a pair is an object with `image`, `captions`, `label`, "
+                                          f"`references`, not {entry!r:.40}")
             captions = entry.get("captions")
             if not isinstance(captions, list) or len(captions) != 2:
                 raise JudgmentFormatError(f"{where}: `captions` must hold the two candidates")
             image = first_field(entry, ("image", "image_path", "img"))
             if image is None:
                 raise JudgmentFormatError(f"{where}: no `image`")
+            if not isinstance(image, str):
+                raise JudgmentFormatError(f"{where}: `image` must be a file name, not {image!r:.40}")
             items.append(
                 PairJudgment(
                     id=f"{category}-{k}",
-                    image=str(image),
-                    caption_a=norm_text(captions[0]),
-                    caption_b=norm_text(captions[1]),
+                    image=image,
+                    caption_a=caption_text(captions[0], where, "the first caption"),
+                    caption_b=caption_text(captions[1], where, "the second caption"),
                     preference=_pascal_preference(entry, where),
-                    refs=caption_list(first_field(entry, ("references", "refs")) or [], where, "references"),
+                    refs=caption_list(first_field(entry, ("references", "refs")) or [], where, "references",
+                                      written=False),
                     image_id=Path(str(image)).stem,
                     category=category,
                     row=len(items) + 1,
@@ -64,7 +76,7 @@ def _pascal_preference(entry: dict, where: str) -> float:
         value = as_number(entry["preference"], where, "preference")
     else:
         label = entry.get("label")
-        if label not in (0, 1, "0", "1"):
+        if isinstance(label, bool) or label not in (0, 1, "0", "1"):
             raise JudgmentFormatError(f"{where}: `label` must be 0 or 1 (the preferred caption), got {label!r}")
         value = 1.0 - float(label)
     if not 0.0 <= value <= 1.0:

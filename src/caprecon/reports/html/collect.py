@@ -190,6 +190,10 @@ def manifest_highlights(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     recon = manifest.get("reconstruction") or {}
     for key in ("template", "seed", "seed_policy", "max_side"):
         add(key, recon.get(key))
+    keep = (manifest.get("store") or {}).get("keep")
+    if keep not in (None, "images"):  # the gallery then shows no reconstructions: say why
+        add("reconstructions", f"not kept as pictures (--keep {keep}): the cache holds "
+            f"{'their embeddings and records' if keep == 'vectors' else 'nothing of them'}")
     add("python", manifest.get("python"))
     add("libraries", ", ".join(f"{k} {v}" for k, v in (manifest.get("libraries") or {}).items() if v))
     add("command", " ".join(map(str, manifest["command"])) if manifest.get("command") else None)

@@ -1,0 +1,180 @@
+"""The reward served by `caprecon serve`, called from a trainer: TRL's contract, verl's custom reward.
+
+    reward = caprecon.RemoteReward("http://127.0.0.1:8000")          # TRL: reward_funcs=[reward]
+    compute_score = caprecon.verl_reward("http://127.0.0.1:8000")    # verl: custom_reward_function.name
+
+`RemoteReward` is called exactly as `caprecon.Reward` is (TRL's keywords, conversational completions,
+the `image` or `images` column, None where a row has no single picture, the parts through
+`log_metric`): it sends the rows (`caprecon.apps.wire`), gets each part back and sums them as
+`Reward` does, so its values are the in-process reward's. It holds no connection and no model, so
+it pickles (TRL's async GRPO pickles its rewards). A request that fails for a reason that may pass
+(the server unreachable, a replica that died, a 5xx) is sent again after 0.5, 1, 2, ... seconds,
+`retries` times; then it raises `RemoteRewardError` with the last failure. A request the server
+refuses (a bad token, a body over its limit) raises at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import os
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Mapping, Sequence
+
+from caprecon.apps.reward import Reward, completion_text, row_image
+from caprecon.apps.wire import encode_cell
+from caprecon.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: where a token for the service is read from when none is given
+TOKEN_ENV = "CAPRECON_SERVE_TOKEN"
+
+
+class RemoteRewardError(RuntimeError):
+    """The reward service did not answer, after every retry; or it refused the request."""
+
+
+class RemoteReward:
+    """`caprecon.Reward`'s contract over HTTP, against `caprecon serve` at `url`; see the module's docstring.
+
+    `token`: the service's bearer token (default: $CAPRECON_SERVE_TOKEN; never shown by repr).
+    `send_paths`: send a path as it is, for a server started with --image-root over the same files
+    (else the file's bytes travel). `timeout`: seconds one request may take (a step's generations).
+    `retries`, `backoff`: how often a failed request is sent again, and the first pause (doubling)."""
+
+    __name__ = "caprecon"  # TRL names a reward function by its __name__: `rewards/caprecon/mean`
+
+    def __init__(self, url: str, *, token: str | None = None, send_paths: bool = False, timeout: float = 600.0,
+                 retries: int = 5, backoff: float = 0.5, log_parts: bool = True):
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"RemoteReward: url must be http://HOST:PORT or https://..., not {url!r}")
+        if retries < 0 or not backoff >= 0 or not timeout > 0:
+            raise ConfigError("RemoteReward: retries and backoff must be >= 0 and timeout > 0")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        self.send_paths, self.timeout, self.retries, self.backoff = send_paths, timeout, retries, backoff
+        self.log_parts = log_parts
+
+    def __repr__(self) -> str:
+        return f"RemoteReward({self.url!r}{', token=***' if self.token else ''})"
+
+    # the contract of Reward.__call__ (keywords, completions, image/images, log_metric), on `parts` below
+    __call__ = Reward.__call__
+
+    def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
+        """Each part of the reward per caption, from the service; the reward is their sum."""
+        cells = [encode_cell(picture, send_paths=self.send_paths) for picture in images]
+        answer = self.post("/reward", {"captions": list(captions), "images": cells})
+        for row, problem in answer.get("errors", {}).items():
+            log.warning("reward service: row %s: %s", row, problem)
+        return answer["parts"]
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health", None)
+
+    def manifest(self) -> dict[str, Any]:
+        """The settings the service serves (redacted)."""
+        return self._request("GET", "/manifest", None)
+
+    def post(self, route: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        return self._request("POST", route, json.dumps(payload).encode("utf-8"))
+
+    def _request(self, method: str, route: str, body: bytes | None) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        last = "no attempt"
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            request = urllib.request.Request(self.url + route, data=body, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                detail = _error_text(exc)
+                if exc.code < 500:  # refused: sending it again would be refused again
+                    raise RemoteRewardError(f"the reward service at {self.url} refused {method} {route}: "
+                                            f"HTTP {exc.code}: {detail}") from None
+                last = f"HTTP {exc.code}: {detail}"
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
+                last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+            log.warning("reward service %s%s: %s (attempt %d of %d)", self.url, route, last, attempt + 1,
+                        self.retries + 1)
+        raise RemoteRewardError(f"the reward service at {self.url} did not answer {method} {route} after "
+                                f"{self.retries + 1} attempts; last: {last}")
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        return json.loads(exc.read()).get("error", "")
+    except (ValueError, AttributeError, OSError):
+        return exc.reason or ""
+
+
+class AsyncRemoteReward(RemoteReward):
+    """The same as a coroutine: TRL awaits it beside its other async rewards; the request waits in a
+    worker thread, so the trainer's event loop is never blocked."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        return await asyncio.to_thread(RemoteReward.__call__, self, *args, **kwargs)
+
+
+class VerlReward:
+    """verl's custom reward function (`custom_reward_function.path` / `.name`, verl's
+    `verl/workers/reward_manager/`), against `caprecon serve`.
+
+    Per sample, as verl's naive reward manager calls it: `compute_score(data_source, solution_str,
+    ground_truth, extra_info)` returns `{"score": reward, <part>: value, ...}`. Batched, as verl's batch
+    reward manager calls it (`reward_model.reward_manager=batch`: one request per step, the service's
+    batching and dedup then see the whole step): `compute_score(data_sources=..., solution_strs=...,
+    ground_truths=..., extra_infos=...)` returns one such dict per sample. The picture is the sample's
+    `extra_info[image_key]` (a path, bytes or a PIL image), else its `ground_truth`; verl takes numbers
+    only, so a sample without a reward scores `missing` (and `caprecon_missing` 1.0)."""
+
+    def __init__(self, url: str, *, image_key: str = "image", missing: float = 0.0, **options: Any):
+        self.remote = RemoteReward(url, log_parts=False, **options)
+        self.image_key, self.missing = image_key, float(missing)
+        self.__name__ = "compute_score"
+
+    def __call__(self, data_source: Any = None, solution_str: str | None = None, ground_truth: Any = None,
+                 extra_info: Any = None, *, data_sources: Sequence[Any] | None = None,
+                 solution_strs: Sequence[str] | None = None, ground_truths: Sequence[Any] | None = None,
+                 extra_infos: Sequence[Any] | None = None, **_: Any) -> dict[str, float] | list[dict[str, float]]:
+        if solution_strs is not None:
+            n = len(solution_strs)
+            truths = list(ground_truths) if ground_truths is not None else [None] * n
+            extras = list(extra_infos) if extra_infos is not None else [None] * n
+            return self._scores(list(solution_strs), [self._picture(t, e) for t, e in zip(truths, extras)])
+        if solution_str is None:
+            raise ConfigError("verl reward: call it as verl does, compute_score(data_source, solution_str, "
+                              "ground_truth, extra_info), or batched with solution_strs=...")
+        return self._scores([solution_str], [self._picture(ground_truth, extra_info)])[0]
+
+    def _picture(self, ground_truth: Any, extra_info: Any) -> Any:
+        if isinstance(extra_info, Mapping) and extra_info.get(self.image_key) is not None:
+            return row_image(extra_info[self.image_key])
+        return ground_truth
+
+    def _scores(self, texts: list[str], pictures: list[Any]) -> list[dict[str, float]]:
+        parts = self.remote.parts(pictures, [completion_text(t) for t in texts])
+        out = []
+        for i in range(len(texts)):
+            values = {name: column[i] for name, column in parts.items()}
+            total = None if any(v is None for v in values.values()) else math.fsum(values.values())
+            row = {"score": self.missing if total is None else total,
+                   "caprecon_missing": 1.0 if total is None else 0.0}
+            row.update({name: self.missing if v is None else v for name, v in values.items()})
+            out.append(row)
+        return out
+
+
+def verl_reward(url: str, **options: Any) -> VerlReward:
+    """verl's `compute_score` against the service at `url` (see `VerlReward`); in the file verl loads:
+    `compute_score = caprecon.verl_reward("http://127.0.0.1:8000")`."""
+    return VerlReward(url, **options)
