@@ -15,7 +15,13 @@ Outcomes:
 - `vague`: a refusal without a traceback whose last line does not name the problem;
 - `traceback`: Python's traceback on stderr;
 - `silent`: exit 0 without a word about the mistake (each case says what a warning must hold);
-- `hang`: still running after the timeout (the process group is killed).
+- `hang`: still running after the timeout (the process group is killed);
+- `leak`: a secret the case gave (`absent`) shows on stdout or stderr, whatever the exit.
+
+A case with `python=True` attacks the Python API (`caprecon.Reward` and its guards, as a trainer
+calls them): its `argv` gives a few lines of code run by `python -c` after `PYTHON_PRELUDE`, which
+reports caprecon's own refusals (`ConfigError`, `MetricContractError`, `RunError`, `ServerError`) as the command
+line does, in one `caprecon: error: ...` line with exit 2, and lets anything else end as it ends.
 
 The inputs are tiny and offline: the shapes world of tests/oracle.py and the scripted models of
 tests/ (`oracle:OracleGenerator`, `broken_models:PickyJudge`, ...), loaded as `module:Class`
@@ -35,6 +41,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +50,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 TIMEOUT = 90  # seconds; a case still running after this is a hang
-OUTCOMES = ("clean", "vague", "traceback", "silent", "hang")
+OUTCOMES = ("clean", "vague", "traceback", "silent", "hang", "leak")
 
 
 @dataclass
@@ -55,6 +62,8 @@ class Case:
     codes: tuple[int, ...] = (2,)  # the exit statuses of a clean refusal
     warned: bool = False  # exit 0 with a warning naming the problem (stderr holds `names`) is clean too
     stream: str = "err"  # where the message is: stderr, or stdout (a report such as `cache verify`'s)
+    python: bool = False  # `argv` gives Python code against the API (see the module's docstring)
+    absent: tuple[str, ...] = ()  # secrets that must show nowhere on stdout or stderr
 
 
 @dataclass
@@ -577,6 +586,102 @@ def damaged(w: Workspace, what: str) -> Path:
     elif what == "config not JSON":
         (folder / "config.json").write_text("{'hidden': 4,")
     return folder  # plug-in encoders without --allow-plugins: the folder as distill wrote it
+# what a `python=True` case runs: its lines inside caprecon's own refusals, reported as the command line does
+PYTHON_PRELUDE = """\
+import logging, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")  # a program's own handler
+import caprecon
+from caprecon.core import errors
+from caprecon.run.local import RunError
+from oracle import OracleGenerator, PixelEmbedder, render
+# an earlier caprecon (--before) may lack some of them
+REFUSALS = (RunError, *(getattr(errors, name) for name in ("ConfigError", "MetricContractError", "ServerError")
+                        if hasattr(errors, name)))
+try:
+{body}
+except REFUSALS as exc:
+    print(f"caprecon: error: {{exc}}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def reward_call(call: str, **options: str) -> Callable[[Workspace], str]:
+    """A case's code: a `Reward` over the shapes world (its `options` added, as Python source) called as `call`."""
+    settings = ", ".join(f"{k}={v}" for k, v in {"generator": "OracleGenerator()", "embedder": "PixelEmbedder()",
+                                                  "max_side": "32", **options}.items())
+
+    def code(w: Workspace) -> str:  # no progress bar where the reward has one (an earlier caprecon's has not)
+        return (f"quiet = {{'progress': False}} if 'progress' in __import__('inspect').signature(caprecon.Reward)"
+                f".parameters else {{}}\n"
+                f"reward = caprecon.Reward(['recon'], cache_dir={str(w.root / 'c-reward')!r}, {settings}, **quiet)\n"
+                f"picture = render('a red square', 32, 32)\n"
+                f"print(reward{call})\n")
+    return code
+
+
+def breaking_rows(w: Workspace) -> Path:
+    """Four captions of one picture, the last two saying "break" (tests/contract_metrics.py breaks there)."""
+    return w.jsonl("breaking.jsonl", [{"id": f"b{k}", "image": "red.png", "caption": caption} for k, caption in
+                                      enumerate(["one two", "one two three", "please break now", "break here"])])
+
+
+def contract_case(kind: str, name: str, problem: str) -> Case:
+    """`score` with tests/contract_metrics.py's metric `kind`, which breaks the contract in its second batch."""
+    return Case(f"score: a plug-in metric whose {problem}", "broken plug-in",
+                lambda w: ["score", "-i", breaking_rows(w), "-m", "contract_metrics:Words", "-m",
+                           f"contract_metrics:{kind}", "--batch-size", "2", "--cache-dir", w.root / "c-contract",
+                           "--out", out(w, f"contract-{name}"), "-q"], ("metric contract", name))
+
+
+CASES += [
+    # --- the metric contract, on every call (score on the command line; reward-audit through the Reward)
+    contract_case("FewerRows", "fewer-rows", "score returns fewer rows than items"),
+    contract_case("NoRows", "no-rows", "score returns no rows at all"),
+    contract_case("ExtraRows", "extra-rows", "score returns more rows than items"),
+    contract_case("MissingColumn", "missing-column", "rows lack its declared column"),
+    contract_case("TextValue", "text-value", "declared number is text"),
+    contract_case("OutOfRange", "out-of-range", "value lies outside its declared range"),
+    contract_case("NotADict", "not-a-dict", "rows are numbers, not dicts"),
+    contract_case("BadDirection", "bad-direction", "column's direction is 'up'"),
+    contract_case("LowAboveHigh", "low-above-high", "range has low above high"),
+    Case("reward-audit: a plug-in metric that returns fewer rows than items", "broken plug-in",
+         lambda w: ["reward-audit", "-i", breaking_rows(w), "-m", "contract_metrics:FewerRows", *w.world,
+                    "--cache-dir", w.root / "c-audit-contract"], ("metric contract", "fewer-rows")),
+    # --- caprecon.Reward from Python: TRL-shaped inputs, settings, the metric contract, secrets in its logs
+    Case("Reward: a message whose content is a number", "wrong type",
+         reward_call("(completions=[[{'role': 'assistant', 'content': 42}]], image=[picture])"),
+         ("completion 0", "content is an int"), python=True),
+    Case("Reward: a text part that is a number", "wrong type",
+         reward_call("(completions=[[{'role': 'assistant', 'content': [{'type': 'text', 'text': 7}]}]], "
+                     "image=[picture])"), ("completion 0", "text part"), python=True),
+    Case("Reward: a caption that is a number", "wrong type",
+         reward_call("([picture, picture], ['a red square', 42])"), ("caption 1", "not text"), python=True),
+    Case("Reward: one string for the captions", "wrong type",
+         reward_call("([picture], 'a red square')"), ("captions must be a list",), python=True),
+    Case("Reward: fewer pictures than completions", "mismatched lengths",
+         reward_call("(completions=['a red square'] * 3, image=[picture] * 2)"), ("2 images but 3 completions",),
+         python=True),
+    Case("Reward: empty=nan", "out of range", reward_call("([picture], [''])", empty="float('nan')"),
+         ("empty", "nan"), python=True),
+    Case("Reward: Guards(length_target=nan)", "out of range",
+         reward_call("([picture], ['a red square'])", guards="caprecon.Guards(length_target=float('nan'))"),
+         ("length_target", "nan"), python=True),
+    Case("Reward: Guards(repetition_n=2.5)", "wrong type",
+         reward_call("([picture], ['a red square'])", guards="caprecon.Guards(repetition_n=2.5)"),
+         ("repetition_n", "2.5"), python=True),
+    Case("Reward: a metric named twice", "conflicting options",
+         lambda w: reward_call("([picture], ['a red square'])")(w).replace("['recon']", "['recon', 'recon']"),
+         ("recon", "more than once"), python=True),
+    Case("Reward: a plug-in metric that returns fewer rows than items (hung at full CPU)", "broken plug-in",
+         lambda w: reward_call("([picture] * 2, ['one two', 'please break'])")(w).replace(
+             "['recon']", "[__import__('contract_metrics').FewerRows()]"), ("metric contract", "fewer-rows"),
+         python=True),
+    Case("Reward: a judge server's URL password, unreachable, retried", "secret",
+         lambda w: reward_call("([picture], ['a red square'])")(w).replace("['recon']", "['vqascore']").replace(
+             "max_side=32", "max_side=32, judge='m', judge_options={'base_url': "
+             "'http://user:pw-attack-5150@127.0.0.1:9/v1', 'max_retries': 2, 'backoff': 0.0}"),
+         ("cannot reach",), warned=True, python=True, absent=("pw-attack-5150",)),
+]
 
 
 def truncated(w: Workspace, name: str) -> Path:
@@ -660,9 +765,12 @@ def garbage_index(w: Workspace) -> Path:
 
 
 def run_case(case: Case, w: Workspace) -> Result:
-    argv = [str(a) for a in case.argv(w)]
+    if case.python:
+        command = [sys.executable, "-c", PYTHON_PRELUDE.format(body=textwrap.indent(case.argv(w), "    "))]
+    else:
+        command = [sys.executable, "-m", "caprecon.cli", *[str(a) for a in case.argv(w)]]
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "caprecon.cli", *argv], cwd=w.root, env=environment(),
+    proc = subprocess.Popen(command, cwd=w.root, env=environment(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT)
@@ -675,7 +783,9 @@ def run_case(case: Case, w: Workspace) -> Result:
     lines = [line for line in said.splitlines() if line.strip() and not line.startswith("PTBTokenizer")]
     last = lines[-1] if lines else ""
     named = all(n.lower() in last.lower() for n in case.names)
-    if "Traceback (most recent call last)" in stderr:
+    if any(secret in stdout + stderr for secret in case.absent):
+        outcome = "leak"
+    elif "Traceback (most recent call last)" in stderr:
         outcome = "traceback"
     elif proc.returncode == 0:
         said = all(n.lower() in stderr.lower() for n in case.names) and "warning" in stderr.lower()

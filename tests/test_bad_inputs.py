@@ -701,6 +701,14 @@ MISSING_SAID = {  # kind -> (argv from the two runs' folders, exit status, what 
         ["seeds", _scores(Path(a).parent / "holes-seeds", [*(_seeded(i, "a", [0.1 * i, 0.2 * i]) for i in range(3)),
                                                            {"id": "x", "image_id": "img9", "recon_seeds": None}]),
          "--out", str(Path(a).parent / "s")], 0, "left out 1 of 4 row(s) without a finite recon score"),
+    # Kendall's tau of one caption is undefined (issue 51 item 21): said, not a table of blanks and exit 0
+    "seeds: a run of one caption": lambda a, b: (
+        ["seeds", _scores(Path(a).parent / "one-seeds", [_seeded(0, "a", [0.1, 0.2])]), "--out",
+         str(Path(a).parent / "s")], 2, "found one: Kendall's tau of one caption is undefined"),
+    "seeds: one caption left with a score": lambda a, b: (
+        ["seeds", _scores(Path(a).parent / "one-left", [_seeded(0, "a", [0.1, 0.2]),
+                                                        {"id": "x", "image_id": "img9", "recon_seeds": None}]),
+         "--out", str(Path(a).parent / "s")], 2, "needs at least two rows with a recon score"),
 }
 
 

@@ -299,7 +299,8 @@ def test_a_stage_whose_code_was_revised_is_redone_and_so_is_what_its_output_feed
     from caprecon.apps.cttd import curate, pipeline
 
     revised = pipeline.STAGES
-    assert [s.revision for s in revised if s.name == "curate"] == [1]  # issue 21 item 6's new order
+    # curate: 1 issue 21 item 6's new order, 2 parents; generate 1 and rank 1: parents (issue 52)
+    assert [s.revision for s in revised if s.name in ("generate", "curate", "rank")] == [1, 2, 1]
 
     def older_curation(job):  # stands in for the code before: it kept one question more
         next(s for s in revised if s.name == "curate").run(job)
@@ -316,10 +317,9 @@ def test_a_stage_whose_code_was_revised_is_redone_and_so_is_what_its_output_feed
 
     monkeypatch.setattr(pipeline, "STAGES", revised)
     new = build_bank(image_folder, tmp_path / "build", config, progress=False)
-    # the stages before curation are found finished; curation is redone from the cache, and the
-    # ranking with it, since what curation wrote changed
-    assert new.skipped == ["select", "propose", "categorise", "generate"]
-    assert new.ran == ["curate", "rank"] and new.computed == {}
+    # the stages before generation are found finished; the revised ones are redone from the cache
+    assert new.skipped == ["select", "propose", "categorise"]
+    assert new.ran == ["generate", "curate", "rank"] and new.computed == {}
     fresh = build_bank(image_folder, tmp_path / "fresh", config, progress=False)
     assert new.bank.read_text() == fresh.bank.read_text()
     again = build_bank(image_folder, tmp_path / "build", config, progress=False)
@@ -376,9 +376,11 @@ def test_tiny_real_models_run_every_stage(image_folder, tmp_path, tiny_clip):
 
     stages = {s["stage"]: s for s in result.datasheet["stages"]}
     assert stages["select"]["model_calls"] == {"embedding": 1}
-    assert stages["generate"]["model_calls"] == {"vlm-reply": 2 * 2}  # categories x (ask + retry)
-    assert stages["generate"]["replies"]["dropped"] == 2
-    assert len((tmp_path / "build" / "04-generate" / "rejects.jsonl").read_text().splitlines()) == 2
+    rejects = [json.loads(line) for line in (tmp_path / "build" / "04-generate" / "rejects.jsonl").read_text().splitlines()]
+    assert len(rejects) == 2 and stages["generate"]["replies"]["dropped"] == 2
+    # categories x (ask + retry); two garbled replies alike make one retry prompt, asked (and cached) once
+    retries = len({(r["reply"], r["first_error"]) for r in rejects})
+    assert stages["generate"]["model_calls"] == {"vlm-reply": 2 + retries}
     assert result.datasheet["questions"] == 0 and result.datasheet["models"]["vlm"]["backend"] == "transformers-vlm"
     assert result.datasheet["models"]["matcher"]["backend"] == "clip-matcher"
     assert stages["rank"]["model_calls"] == {}  # nothing survived to rank
@@ -403,8 +405,8 @@ def _cli_env(**extra):
 def test_killed_build_resumes_without_redoing_finished_items(image_folder, taxonomy_file, tmp_path, monkeypatch):
     out = tmp_path / "build"
     command = [sys.executable, "-m", "caprecon.cli", "cttd", "build", "--images", str(image_folder), "--out", str(out),
-               "--vlm", "cttd_fakes:ScriptedVLM", "--embedder", "oracle:PixelEmbedder", "--matcher",
-               "cttd_fakes:WordMatcher", "--taxonomy", str(taxonomy_file), "--density-band", "0", "1", "--quiet",
+               "--vlm", "cttd_fakes:ScriptedVLM", "--llm", "cttd_fakes:ScriptedLLM", "--embedder", "oracle:PixelEmbedder",
+               "--matcher", "cttd_fakes:WordMatcher", "--taxonomy", str(taxonomy_file), "--density-band", "0", "1", "--quiet",
                "--allow-row-errors"]  # the fakes' garbage replies and the broken image are counted failures
     first_log = tmp_path / "first.log"
     proc = subprocess.Popen(command, env=_cli_env(CTTD_FAKE_LOG=str(first_log), CTTD_FAKE_BLOCK_AFTER="2"),
@@ -543,3 +545,65 @@ def test_cttd_import_refuses_a_vlmevalkit_image_that_is_neither_base64_nor_a_row
                 "an image") in err  # fmt: skip
         bank = [json.loads(line) for line in (out / "bank.jsonl").read_text().splitlines()]
         assert [q["id"] for q in bank] == ["0", "2"]
+
+
+# ---------------------------------------------------------------------------------------
+# dependencies between questions, and the blind control (issue 52)
+
+
+class DependentVLM(ScriptedVLM):
+    """Writes one category's pairs with dependencies: a true parent and its child, a false
+    parent (the judge refutes it) and its child, an mc question naming a true parent and a
+    position that is no earlier pair, and a short question a blind LLM gets right."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "dependent-vlm-v1"
+
+    def _reply(self, request):
+        from cttd_fakes import shapes
+
+        if 'in the category "colour"' in request.prompt:
+            found = [c for c, _ in shapes(request.image)]
+            first, absent = found[0], next(c for c in ("green", "yellow", "purple") if c not in found)
+            return json.dumps({"qas": [
+                {"question": f"Is there a {first} shape in the image?", "type": "yesno", "answer": "yes"},
+                {"question": f"Is the leftmost shape {first}?", "type": "yesno", "answer": "yes", "depends_on": [0]},
+                {"question": f"Is there a {absent} shape in the image?", "type": "yesno", "answer": "yes"},
+                {"question": f"Is the leftmost shape {absent}?", "type": "yesno", "answer": "no", "depends_on": [2]},
+                {"question": "What colour is the leftmost shape?", "type": "mc",
+                 "choices": [c for c in ("green", "yellow", "purple") if c != first][:2] + [first], "answer": first,
+                 "depends_on": [0, 4, 7]},  # itself and a position past the reply: left out
+                {"question": "Is the background white, in one word?", "type": "short", "answer": "yes"}]})
+        return super()._reply(request)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_build_writes_parents_and_leaves_out_what_a_blind_llm_answers(image_folder, tmp_path, keep):
+    taxonomy = tmp_path / "colour.json"
+    taxonomy.write_text(json.dumps([{"name": "colour", "description": "the colours of the shapes"}]))
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "scene0.png").write_bytes((image_folder / "scene0.png").read_bytes())
+    config = scripted_config(taxonomy, vlm=DependentVLM(), qas_per_category=6, **({"blind_keep": True} if keep else {}))
+    assert config.blind_filter  # on by default, and what it finds is left out unless kept
+    result = build_bank(folder, tmp_path / "build", config, progress=False)
+    stages = {s["stage"]: s for s in result.datasheet["stages"]}
+    assert stages["generate"]["dropped"] == {"dependency on no earlier pair": 2}
+    # the false parent goes (judge), its child with it (parent dropped); the alphabet question is blind
+    expected = {"judge disagrees": 1, "parent dropped": 1}
+    assert stages["curate"]["dropped"] == (expected if keep else {**expected, "answerable without the image": 1})
+    assert stages["curate"]["counts"]["blind"] == 1
+    assert result.datasheet["blind_answerable"] == {"found": 1, "dropped": 0 if keep else 1,
+                                                    "kept_flagged": 1 if keep else 0}
+    bank = {q.question: q for q in load_qa_bank(result.bank)["scene0"]}
+    parent = bank["Is there a red shape in the image?"]
+    assert parent.parents == ()
+    assert bank["Is the leftmost shape red?"].parents == (parent.id,)
+    assert bank["What colour is the leftmost shape?"].parents == (parent.id,)
+    assert ("Is the background white, in one word?" in bank) == keep  # the blind LLM knows backgrounds are white
+    if keep:
+        assert bank["Is the background white, in one word?"].meta["blind"] is True
+    assert result.datasheet["with_parents"] == 2
+    sheet = (tmp_path / "build" / "datasheet.md").read_text()
+    assert "2 questions presuppose others" in sheet and "answered 1 candidate questions right" in sheet

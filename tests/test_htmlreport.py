@@ -298,6 +298,7 @@ def test_cttd_build_writes_a_bank_report(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CTTD_FAKE_LOG", raising=False)  # the fakes log their calls only when asked
     out = tmp_path / "build"
     assert main(["cttd", "build", "--images", str(images.parent), "--out", str(out), "--vlm", "cttd_fakes:ScriptedVLM",
+                 "--llm", "cttd_fakes:ScriptedLLM",
                  "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher", "--taxonomy",
                  str(tmp_path / "taxonomy.json"), "--density-band", "0", "1", "--top-k", "5"]) == 1  # garbage replies
     printed = capsys.readouterr()

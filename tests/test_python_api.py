@@ -383,7 +383,8 @@ def test_cttd_build_matches_the_command(tmp_path, capsys):
 
     write_example(tmp_path / "example")
     images, taxonomy = tmp_path / "example" / "shapes", tmp_path / "example" / "taxonomy.json"
-    models = {"vlm": "cttd_fakes:ScriptedVLM", "embedder": "oracle:PixelEmbedder", "matcher": "cttd_fakes:WordMatcher"}
+    models = {"vlm": "cttd_fakes:ScriptedVLM", "llm": "cttd_fakes:ScriptedLLM", "embedder": "oracle:PixelEmbedder",
+              "matcher": "cttd_fakes:WordMatcher"}  # the llm runs the blind control, on by default
     assert main(["cttd", "build", "--images", str(images), "--out", str(tmp_path / "cli"),
                  *(a for k, v in models.items() for a in (f"--{k}", v)), "--taxonomy", str(taxonomy),
                  "--density-band", "0", "1", "--top-k", "6", "--allow-row-errors"]) == 0

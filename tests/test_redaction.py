@@ -46,7 +46,8 @@ def test_of_the_field_names_the_project_writes_only_token_itself_is_secret():
         if path.name != "redaction.py":
             names |= set(re.findall(r"(?=[\"']-*((?:[A-Za-z][\w-]*)?token[\w-]*)[\"'])", path.read_text(), re.IGNORECASE))
     assert {"max_new_tokens", "tokens_cut", "clip_tokens_cut", "token"} <= names  # the scan sees them
-    assert {n for n in names if is_secret_name(n)} == {"token"}
+    # and the environment variable holding the service's bearer token: `CAPRECON_SERVE_TOKEN=...` is masked
+    assert {n for n in names if is_secret_name(n)} == {"token", "CAPRECON_SERVE_TOKEN"}
 
 
 def test_manifest_is_masked_by_name_and_harmless_fields_kept():
@@ -208,7 +209,7 @@ SERVER_COMMANDS = {
                 "oracle:PixelEmbedder", "--out", "{out}"],
     "cttd build": ["cttd", "build", "--images", "{images}", "--vlm", "m", "--vlm-opt", "base_url={url}", "--vlm-opt",
                    "max_retries=0", "--embedder", "oracle:PixelEmbedder", "--matcher", "cttd_fakes:WordMatcher",
-                   "--out", "{out}"],
+                   "--no-blind-filter", "--out", "{out}"],  # no text LLM here: only the server's VLM
     "meta": ["meta", "--judgments", "{rows}", "--metric", "bleu-1", "--probes", "--bootstrap", "0", "--llm", "m",
              "--llm-opt", "base_url={url}", "--llm-opt", "max_retries=0", "--out", "{out}"],
 }
@@ -243,3 +244,16 @@ def test_an_unreachable_server_with_a_password_ends_every_command_in_one_masked_
     if command in ("refine", "meta"):  # the error reaches the command line: the one path says how to go on
         assert done.stderr.strip().splitlines()[-1].endswith(
             f"what finished is kept in {world['out']}: once the server answers, run the same command again to resume")
+
+
+def test_a_caprecon_record_is_masked_as_it_is_made_whatever_handler_shows_it(caplog):
+    # a Python program's own handler (here pytest's, on the root), not the command line's filter
+    log = logging.getLogger("caprecon.models.some_backend")
+    try:
+        raise ConnectionError("cannot reach http://bob:pw-made-7311@10.0.0.1/v1")
+    except ConnectionError as exc:
+        with caplog.at_level(logging.WARNING):
+            log.warning("%s; retrying", exc, exc_info=True)
+    [ours] = caplog.records
+    assert ours.getMessage() == "cannot reach http://***@10.0.0.1/v1; retrying"
+    assert "pw-made-7311" not in caplog.text and "http://***@10.0.0.1" in ours.exc_text  # the traceback too

@@ -76,3 +76,22 @@ def test_the_audit_shows_its_stages_and_its_figures_do_not_depend_on_them(tmp_pa
     monkeypatch.setattr(module, "AUDIT_BATCH", 2)  # three steps per stage: the same figures
     stepped = caprecon.reward_audit(str(samples), ["recon"], progress=False, **settings)
     assert stepped.figures() == whole.figures()
+
+
+def test_an_empty_caption_in_one_step_keeps_the_parts_aligned(tmp_path, monkeypatch):
+    # the reward adds its `empty` part only to a batch holding an empty caption: scored in steps of 2,
+    # the audit must give what one step gives
+    from caprecon.apps import reward as module
+
+    names = ["red circle", "blue square", "green triangle", "yellow circle", "black square"]
+    rows = [{"id": str(k), "image": _picture(tmp_path, n), "caption": f"a {n}" if k != 3 else " "}
+            for k, n in enumerate(names)]
+    samples = _captions(tmp_path, rows)
+    settings = dict(generator="oracle:OracleGenerator", embedder="oracle:PixelEmbedder", max_side=64,
+                    cache_dir=str(tmp_path / "cache"), progress=False)
+    try:
+        whole = caprecon.reward_audit(str(samples), ["recon"], **settings)
+    except ConfigError as exc:  # a blank caption may be refused when the samples are read: nothing to align
+        pytest.skip(f"a blank caption is refused on reading: {exc}")
+    monkeypatch.setattr(module, "AUDIT_BATCH", 2)
+    assert caprecon.reward_audit(str(samples), ["recon"], **settings).figures() == whole.figures()

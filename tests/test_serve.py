@@ -337,3 +337,45 @@ def test_the_command_passes_its_options_and_stops_on_a_signal(tmp_path, monkeypa
     assert seen["token"] == "tok-123" and seen["host"] == "127.0.0.1" and seen["preset"] == "offline"
     assert "serving recon on http://127.0.0.1:8123 with 2 replica(s); bearer token required" in err
     assert "tok-123" not in out + err
+
+
+class SeededDrawing(OracleGenerator):
+    """The oracle's drawing darkened by noise drawn from the request's seed: a reward is only the same
+    when the picture was rebuilt from the same seed, so from the same image id."""
+
+    @property
+    def fingerprint(self) -> str:
+        return "seeded-drawing-v1"
+
+    def generate(self, requests):
+        from caprecon.models.generator import Generated
+
+        out = []
+        for r in requests:
+            ink = np.asarray(render(r.prompt, r.width, r.height), dtype=np.int64)
+            noise = np.random.default_rng(r.seed).integers(0, 90, size=(r.height, r.width, 1))
+            out.append(Generated(Image.fromarray(np.clip(ink - noise, 0, 255).astype(np.uint8))))
+        return out
+
+
+def test_a_served_file_is_named_as_in_process_so_seeded_rewards_agree(tmp_path):
+    from caprecon.apps.reward import Reward
+
+    paths = []
+    for k, picture in enumerate(PICTURES):
+        paths.append(tmp_path / f"photo{k}.png")
+        picture.save(paths[-1])
+    options = dict(metrics=["recon"], generator=SeededDrawing(), embedder=PixelEmbedder(), max_side=96, guards=None)
+    service = RewardService(ServiceSettings(reward={**options, "cache_dir": str(tmp_path / "served")},
+                                            manifest={"metrics": ["recon"]}))
+    stand_in = StandIn(service)
+    try:
+        captions = ["red circle blue square", "green triangle"]
+        served = RemoteReward(stand_in.url)([str(p) for p in paths], captions)
+        cells = RemoteReward(stand_in.url)([{"bytes": p.read_bytes(), "path": str(p)} for p in paths], captions)
+    finally:
+        stand_in.close()
+    in_process = Reward(**options, progress=False, cache_dir=str(tmp_path / "local"))([str(p) for p in paths], captions)
+    assert served == cells == in_process  # to the bit: the file's name seeds its reconstruction on both sides
+    assert in_process != Reward(**options, progress=False, cache_dir=str(tmp_path / "bytes"))(
+        [p.read_bytes() for p in paths], captions)  # bare bytes are named by content: another seed, another draw

@@ -49,7 +49,7 @@ def test_bad_calls_and_settings_are_config_errors():
         caprecon.rewards.length()(completions=["a", "b"], completion_ids=[[1]])
     with pytest.raises(ConfigError, match="TRL's keywords"):
         caprecon.rewards.repetition()()
-    with pytest.raises(ConfigError, match="length_target and repetition_n must be at least 1"):
+    with pytest.raises(ConfigError, match="length_target must be at least 1, not 0"):
         caprecon.rewards.length(target=0)
-    with pytest.raises(ConfigError, match="repetition_weight must be a number >= 0"):
+    with pytest.raises(ConfigError, match="repetition_weight must be a finite number at least 0, not -1.0"):
         caprecon.rewards.repetition(weight=-1.0)

@@ -7,6 +7,7 @@
 """
 
 import importlib
+import logging
 from typing import TYPE_CHECKING
 
 # The public face (api.py) reaches every layer and loads numpy, PIL and the model libraries'
@@ -15,6 +16,31 @@ if TYPE_CHECKING:
     from caprecon.api import *  # noqa: F403 -- seen by type checkers and the API reference
 
 __version__ = "0.1.0"
+
+
+def _mask_log_records() -> None:
+    """Every record a caprecon logger makes goes through the one redactor (`core.redaction`) as it
+    is made, whatever the entry point (command line, Python, a trainer's reward, a service) and
+    whichever handler shows it: the application's, the root's, a test's. Installed around the
+    record factory in place, so another library's factory keeps working under it; the redactor
+    loads with the first record of caprecon's, so `import caprecon` stays light."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "masks_caprecon", False):
+        return
+
+    def record(name, *args, **kwargs):
+        made = make(name, *args, **kwargs)
+        if name == "caprecon" or name.startswith("caprecon."):
+            from caprecon.core.redaction import redact_record
+
+            redact_record(made)
+        return made
+
+    record.masks_caprecon = True
+    logging.setLogRecordFactory(record)
+
+
+_mask_log_records()
 
 
 def __getattr__(name: str):

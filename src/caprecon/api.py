@@ -8,6 +8,7 @@ Everything here is defined in its own layer (docs/layout.md, "How the code is la
 this module only chooses what is public.
 """
 
+from caprecon.apps.cascade import CascadeResults, cascade
 from caprecon.apps.cttd.importers import Imported, cttd_import
 from caprecon.apps.cttd.pipeline import BuildResult, cttd_build
 from caprecon.apps.demo import demo
@@ -26,6 +27,7 @@ from caprecon.metrics import ClipImageScore, Context, Metric, ReconScore
 from caprecon.metrics.captionqa import CaptionQA
 from caprecon.metrics.clipscore import ClipS, ClipScore, RefClipScore
 from caprecon.metrics.fleur import Fleur
+from caprecon.metrics.claim_check import ClaimCheck
 from caprecon.metrics.halluc import Hallucination
 from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.metrics.vqascore import VQAScore
@@ -43,10 +45,11 @@ from caprecon.apps.remote import AsyncRemoteReward, RemoteReward, RemoteRewardEr
 from caprecon.apps.serve import serve
 
 __all__ = [
-    "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
+    "AsyncReward", "CaptionQA", "CaptionTuringTest", "ClaimCheck", "ClipImageScore", "ClipS", "ClipScore", "Context", "DiffusersGenerator", "DreamSimEmbedder", "Fleur", "GenerationRequest",
     "Guards", "HFVisionEmbedder", "Hallucination", "Metric", "RefClipScore", "VQAScore", "ReconScore", "ReconstructionSpec", "Results", "Reward", "RetrievalGenerator", "Sample", "Store", "build",
     "load_samples", "Refined", "refine", "score", "suite", "SuiteResults", "t2i", "T2IResults",
     "BestOfN", "caption", "compare", "CompareResults", "cttd_build", "BuildResult", "cttd_import", "Imported", "demo", "distill", "Distilled", "meta", "MetaResults", "report", "RunReport", "seeds", "SeedsResults", "stage", "StageResults", "merge", "Merged", "reward_audit", "Audit",
+    "cascade", "CascadeResults",
     "cache_info", "cache_verify", "cache_prune", "merge_stores", "rewards",
     "RemoteReward", "AsyncRemoteReward", "RemoteRewardError", "verl_reward", "serve",
 ]

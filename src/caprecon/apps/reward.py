@@ -4,19 +4,27 @@
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds_with_an_image_column, ...)
     reward(images, captions)  # the same reward outside TRL: one float per caption
 
-One call scores a whole generation batch. Identical (image, caption) pairs in it are scored once,
-every model result goes through the store (a caption seen before costs lookups), and each caption's
-reconstruction seed derives from its image's content alone (the row's candidate index is not used),
-so the same completion always gets the same reward, whatever its place in the batch.
+One call scores a whole generation batch. Identical (picture content, caption) pairs in it are
+scored once, every model result goes through the store (a caption seen before costs lookups), and
+each caption's reconstruction seed derives from its picture (a file by its name, as `score` names it;
+a picture in memory or as bytes by its content), never from the row, so the same completion always
+gets the same reward, whatever its place in the batch, and the value `score` gives the same pair
+under the same settings.
 
 The reward is the weighted sum of its metrics plus the guards, each a part of its own, logged
-through TRL's `log_metric` as `caprecon/<part>`:
+through TRL's `log_metric` as `caprecon/<part>`; an empty completion's parts are 0 but one, `empty`,
+which holds its reward (`Reward(empty=...)`):
 - length: -length_weight * max(0, words / length_target - 1): nothing up to the target, then a
   penalty growing with the overshoot (TRL's overlong punishment, on tokens, can stand beside it);
 - repetition: -repetition_weight * the share of the caption's word n-grams (n = repetition_n)
   that repeat an earlier one;
 - hallucination: -hallucination_weight * (1 - halluc), the share of the caption's claims the judge
   does not find on the original image; only where a judge and an LLM are configured.
+
+A metric named `name[column]` is one of the metric's columns as a part of its own, with its own
+weight: `Reward(["claims[claims_precision]", "claims[claims_conveyed]"], {"claims[claims_precision]": 1.0,
+"claims[claims_conveyed]": 0.5})` logs precision (what the caption gets wrong about the photo) and
+conveyed (what of it a generator rebuilt) apart, from one scoring of `claims`.
 """
 
 from __future__ import annotations
@@ -28,24 +36,33 @@ import re
 import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.core.checks import number_problem
+from caprecon.core.checks import count_problem, number_problem
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.data.images import LoadedSample, read_image
+from caprecon.data.normalise import normalise_caption
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics import Context, Metric
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
-from caprecon.run.local import FailureWatch, isolated
+from caprecon.run.local import MetricRunner
 from caprecon.run.roles import Roles
 from caprecon.run.score import build_metrics
 
 log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"\w+(?:'\w+)?")
+_COLUMN = re.compile(r"^(?P<metric>[^\[\]]+)\[(?P<column>[^\[\]]+)\]$")
+
+
+def metric_column(label: str) -> tuple[str, str | None]:
+    """`"claims[claims_precision]"` as ("claims", "claims_precision"); a plain name as (name, None)."""
+    found = _COLUMN.match(label)
+    return (found["metric"], found["column"]) if found else (label, None)
 
 
 def words(caption: str) -> list[str]:
@@ -66,7 +83,9 @@ def repeated_share(tokens: Sequence[Any], n: int = 3) -> float:
 @dataclass(frozen=True)
 class Guards:
     """The terms that keep a policy from gaming the reward (see the module's docstring); a weight
-    of 0 turns its term off. `Guards.off()` turns all of them off."""
+    of 0 turns its term off. `Guards.off()` turns all of them off. Every setting is checked here,
+    when the guards are built: `length_target` and `repetition_n` whole numbers >= 1, the weights
+    finite numbers >= 0."""
 
     length_target: int = 60
     length_weight: float = 0.5
@@ -75,12 +94,14 @@ class Guards:
     hallucination_weight: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.length_target < 1 or self.repetition_n < 1:
-            raise ConfigError(f"guards: length_target and repetition_n must be at least 1, not "
-                              f"{self.length_target} and {self.repetition_n}")
+        for name in ("length_target", "repetition_n"):
+            problem = count_problem(getattr(self, name), 1)
+            if problem:
+                raise ConfigError(f"guards: {name} {problem}")
         for name in ("length_weight", "repetition_weight", "hallucination_weight"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"guards: {name} must be a number >= 0, not {getattr(self, name)!r}")
+            problem = number_problem(getattr(self, name), 0.0)
+            if problem:
+                raise ConfigError(f"guards: {name} {problem}")
 
     @classmethod
     def off(cls) -> "Guards":
@@ -103,20 +124,36 @@ class Guards:
 
 def completion_text(completion: Any) -> str:
     """A completion's text: a string as it is; in TRL's conversational form (a list of messages),
-    the last assistant message's content, whose text parts are joined when it is a list of parts."""
+    the last assistant message's content, whose text parts are joined when it is a list of parts.
+    A content of None (a reply of tool calls alone) and a text part of None hold no text; anything
+    else that is not text (a number, a mapping) is refused with `ConfigError`."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, Mapping):
         completion = [completion]
     if isinstance(completion, Sequence):
         replies = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
-        if replies:
-            content = replies[-1].get("content", "")
-            if isinstance(content, str):
-                return content
-            return " ".join(part.get("text", "") for part in content
-                            if isinstance(part, Mapping) and part.get("type", "text") == "text")
-    raise ConfigError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
+        if not replies:
+            raise ConfigError("a completion in TRL's conversational form needs an assistant message; this one has "
+                              f"{len(completion)} message(s) and none from the assistant")
+        content = replies[-1].get("content")
+        if content is None or isinstance(content, str):
+            return content or ""
+        if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
+            raise ConfigError(f"the assistant message's content is {_kind(content)}, not text or a list of parts")
+        texts = [part.get("text") for part in content
+                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
+        for text in texts:
+            if text is not None and not isinstance(text, str):
+                raise ConfigError(f"a text part of the assistant message holds {_kind(text)}, not text")
+        return " ".join(text for text in texts if text)
+    raise ConfigError(f"a completion must be a string or a list of messages, not {_kind(completion)}")
+
+
+def _kind(value: Any) -> str:
+    """`an int`, `a str`: what a value is, for messages."""
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def row_image(image: Any = None, images: Any = None) -> Any:
@@ -136,28 +173,39 @@ def _image_source(image: Any) -> Any:
     return image
 
 
+def _as_list(what: str, values: Any) -> list[Any]:
+    """A column of the call as a list (an iterator is read once); a lone string is refused, since
+    it would be read as one caption per character."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ConfigError(f"{what} must be a list with one entry per completion, not {_kind(values)}")
+    return list(values)
+
+
 class Reward:
     """A caprecon reward: picklable, batched, cached; see the module's docstring.
 
     `metrics`: metric names (`recon`, `clipscore`, `distilled:PATH`, ...) or `Metric` objects
-    (default: the config's, else recon); `weights`: one per metric, or {name: weight} (default 1
-    each). `guards`: a `Guards` (default: all on), or None for none. `empty`: the reward of an
-    empty completion (no metric can score it, and a policy must not learn that silence is safe).
-    `preset`, `config` and `settings` are those of `caprecon.score` (generator, embedder, judge,
-    llm, cache_dir, seed, ...). Models load on the first call; a pickled copy (a trainer's worker)
-    loads its own.
+    (default: the config's, else recon), each at most once; `weights`: one per metric, or
+    {name: weight} (default 1 each). `guards`: a `Guards` (default: all on), or None for none.
+    `empty`: the reward of an empty completion, whatever the metrics, weights and guards (no metric
+    can score it, and a policy must not learn that silence is safe). `progress`: progress bars over
+    each call's scoring and the first call's model loading (False: none). `preset`, `config` and `settings` are those of
+    `caprecon.score` (generator, embedder, judge, llm, cache_dir, seed, ...), and a (picture,
+    caption) gets the value `score` gives it under them. Every setting is checked here, before any
+    model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
     """
 
     def __init__(self, metrics: Sequence[str | Metric] | str | None = None,
                  weights: Sequence[float] | Mapping[str, float] | None = None, *, preset: str | None = None,
                  config: str | Path | None = None, guards: Guards | None = Guards(), empty: float = 0.0,
-                 log_parts: bool = True, **settings: Any):
+                 log_parts: bool = True, progress: bool = True, **settings: Any):
         metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
-        names = [m for m in metrics if isinstance(m, str)]
+        names = list(dict.fromkeys(metric_column(m)[0] for m in metrics if isinstance(m, str)))
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
         self.metrics = metrics or list(self.cfg.metrics)
         labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+        check_once(labels)
         if weights is None:
             self.weights = [1.0] * len(self.metrics)
         elif isinstance(weights, Mapping):
@@ -176,11 +224,17 @@ class Reward:
                 if problem:
                     raise ConfigError(f"weight of {name} {problem}")
             self.weights = [float(w) for w in given]
+        if guards is not None and not isinstance(guards, Guards):
+            raise ConfigError(f"guards must be a caprecon.Guards or None, not a {type(guards).__name__}")
         self.guards = guards or Guards.off()
         self.hallucination = (self.guards.hallucination_weight > 0 and self.cfg.judge is not None
                               and self.cfg.llm is not None and "halluc" not in labels)
+        problem = number_problem(empty)
+        if problem:
+            raise ConfigError(f"empty (the reward of an empty completion) {problem}")
         self.empty = float(empty)
         self.log_parts = log_parts
+        self.progress = progress
         self._built: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
@@ -197,9 +251,27 @@ class Reward:
     def _build(self) -> dict[str, Any]:
         if self._built is None:
             roles = Roles(self.cfg)
-            built = [build_metrics(m, roles, self.cfg) for m in self.metrics]
-            if self.hallucination:
-                built.append(build_metrics("halluc", roles, self.cfg))
+            wanted = [*self.metrics, *(["halluc"] if self.hallucination else [])]
+            once: dict[str, Metric] = {}  # columns of one metric share its scoring
+            built: list[Metric] = []
+            # the first call loads the models (seconds to minutes): a bar says so before any scoring
+            with tqdm(wanted, desc="reward: loading models", unit="metric", disable=not self.progress, leave=False,
+                      dynamic_ncols=True) as bar:
+                for m in bar:
+                    if isinstance(m, str):
+                        name = metric_column(m)[0]
+                        if name not in once:
+                            once[name] = build_metrics(name, roles, self.cfg)
+                        built.append(once[name])
+                    else:
+                        built.append(build_metrics(m, roles, self.cfg))
+            for m, metric in zip(self.metrics, built):
+                column = metric_column(m)[1] if isinstance(m, str) else None
+                known = [c.name for c in metric.columns] or [metric.headline, *metric.companions]
+                if column is not None and column.split("/")[0] not in known:
+                    raise ConfigError(f"reward part {m}: {metric.name} has no column {column} "
+                                      f"(its columns: {', '.join(known)}, each also per category as column/<category>)")
+            check_once(self._part_names(built))  # two objects of one metric write one column
             self._built = {"metrics": built, "ctx": Context(open_store(self.cfg, None)), "roles": roles}
         return self._built
 
@@ -214,107 +286,170 @@ class Reward:
                 "guards": self.guards.__dict__, "hallucination_guard": self.hallucination, "empty": self.empty,
                 "models": built["roles"].describe(), "store": built["ctx"].store.describe()}
 
-    def __call__(self, images: Sequence[Any] | None = None, captions: Sequence[str] | None = None, *,
-                 prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                 completion_ids: Any = None, image: Sequence[Any] | None = None,
+    def __call__(self, images: Iterable[Any] | None = None, captions: Iterable[str] | None = None, *,
+                 prompts: Sequence[Any] | None = None, completions: Iterable[Any] | None = None,
+                 completion_ids: Any = None, image: Iterable[Any] | None = None,
                  log_metric: Callable[[str, float], None] | None = None, **columns: Any) -> list[float | None]:
         """TRL's form (keywords: `completions` and the dataset's `image` or `images` column, one per
-        completion), or `reward(images, captions)`. One reward per completion; None where it has no
-        single image or a metric failed on it (TRL skips those)."""
+        completion), or `reward(images, captions)`. One reward per completion: `empty` for an empty
+        one; None where it has no single image or a metric failed on it (TRL skips those). Inputs
+        that cannot be read (a caption that is not text, columns of different lengths) raise
+        `ConfigError` naming the row, before any scoring."""
         if completions is not None:
-            captions = [completion_text(c) for c in completions]
+            captions = []
+            for row, completion in enumerate(_as_list("completions", completions)):
+                try:
+                    captions.append(completion_text(completion))
+                except ConfigError as exc:
+                    raise ConfigError(f"completion {row}: {exc}") from None
             pictures = image if image is not None else images
             if pictures is None:
                 raise ConfigError("the reward needs the picture each completion describes: give the dataset an "
                                   "`image` (or `images`) column")
-            pictures = [row_image(p) if image is not None else row_image(images=p) for p in pictures]
+            pictures = [row_image(p) if image is not None else row_image(images=p)
+                        for p in _as_list("image" if image is not None else "images", pictures)]
         else:
             if images is None or captions is None:
                 raise ConfigError("call the reward as reward(images, captions) or with TRL's keywords "
                                   "(completions=..., image=...)")
-            pictures = list(images)
+            pictures, captions = _as_list("images", images), _as_list("captions", captions)
+            for row, caption in enumerate(captions):
+                if not isinstance(caption, str):
+                    raise ConfigError(f"caption {row} is {_kind(caption)}, not text: {caption!r:.60}")
         if len(pictures) != len(captions):
-            raise ConfigError(f"{len(pictures)} images but {len(captions)} completions")
+            raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
+                              "completion")
         parts = self.parts(pictures, captions)
         totals = [None if any(v is None for v in row) else math.fsum(row) for row in zip(*parts.values())]
         if log_metric is not None and self.log_parts:
+            blank = parts.get(EMPTY_PART, [0.0] * len(totals))
             for name, values in {**parts, "reward": totals}.items():
-                known = [v for v in values if v is not None]
-                if known:
+                # a part's mean over the completions it scored: an empty one's zeros would only dilute it
+                known = [v for v, b in zip(values, blank) if v is not None and (name == "reward" or b == 0.0)]
+                if known and name != EMPTY_PART:
                     log_metric(f"caprecon/{name}", math.fsum(known) / len(known))
         return totals
 
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
-        """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their sum."""
+        """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
+        sum (None where a part is None). When a caption is empty, every part of it is 0 and one more
+        part, `empty`, holds the reward of an empty completion (0 for the other captions), so the sum
+        is `empty` whatever the metrics, weights and guards."""
+        images, captions = list(images), self._read(captions)
+        empty = [not caption.strip() for caption in captions]
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
             built = self._build()
-            unique: dict[tuple[str, str], LoadedSample] = {}
-            row_keys: list[tuple[str, str] | None] = []
+            unique: dict[tuple[str, str, str], LoadedSample] = {}
+            row_keys: list[tuple[str, str, str] | None] = []
             bases: dict[int, LoadedSample | Exception] = {}
             for i, (picture, caption) in enumerate(zip(images, captions)):
-                row_keys.append(self._key(i, picture, caption, bases, unique))
-            names = [m.headline for m in built["metrics"]]
-            scored = {name: self._score(metric, list(unique.values()), built["ctx"])
-                      for name, metric in zip(names, built["metrics"])}
-        keys = list(unique)
-        position = {k: j for j, k in enumerate(keys)}
+                row_keys.append(None if empty[i] else self._key(i, picture, caption, bases, unique))
+            names = self._part_names(built["metrics"])
+            scored = self._score_all(built["metrics"], self._part_columns(built["metrics"]), list(unique.values()),
+                                     built["ctx"])
+        position = {k: j for j, k in enumerate(unique)}
+
+        def part(values: list[float | None], term: Callable[[float], float]) -> list[float | None]:
+            return [0.0 if blank else None if key is None or values[position[key]] is None
+                    else term(values[position[key]]) for blank, key in zip(empty, row_keys)]
+
         parts: dict[str, list[float | None]] = {}
-        for name, weight in zip(names, self.weights):
-            parts[name] = [self._part(scored[name], position, key, caption, weight)
-                           for key, caption in zip(row_keys, captions)]
+        for name, weight, values in zip(names, self.weights, scored):
+            parts[name] = part(values, lambda value, weight=weight: weight * value)
         if self.hallucination:
-            rate = parts.pop("halluc")
-            parts["hallucination"] = [None if v is None else -self.guards.hallucination_weight * (1.0 - v)
-                                      for v in rate]
-        if self.guards.length_weight:
+            parts["hallucination"] = part(scored[-1], lambda rate: -self.guards.hallucination_weight * (1.0 - rate))
+        if self.guards.length_weight:  # an empty caption has no words: its terms are 0
             parts["length"] = [self.guards.length(c) for c in captions]
         if self.guards.repetition_weight:
             parts["repetition"] = [self.guards.repetition(c) for c in captions]
+        if any(empty):
+            parts[EMPTY_PART] = [self.empty if blank else 0.0 for blank in empty]
         return parts
 
-    def _part(self, values: list[Any], position: dict, key: Any, caption: str, weight: float) -> float | None:
-        if key is None:
-            return None
-        if key == "empty":
-            return self.empty
-        value = values[position[key]]
-        return None if value is None else weight * value
+    def _read(self, captions: Sequence[str]) -> list[str]:
+        """The captions as the metrics read them: cleaned as `score` cleans them under the same settings."""
+        return [normalise_caption(c) for c in captions] if self.cfg.normalise_captions else list(captions)
 
     def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
-        """The row's (image content key, caption), its item added to `unique` when new; "empty" for
-        an empty caption, None for a row without a readable picture."""
-        if not isinstance(caption, str) or not caption.strip():
-            return "empty"
+        """The row's (picture's content key, its image id, caption), its item added to `unique` when
+        new; None for a row without a readable picture. The image id is `score`'s for a file (its
+        name; a dataset cell's `path` names its bytes), and the content key for a picture in memory
+        or as bare bytes, which nothing else names:
+        the reconstruction's seed derives from it, so a completion gets the reward `score` gives it."""
         if picture is None:
             return None
         source = _image_source(picture)
+        # a file's name: the path, or a dataset cell's `path` beside its bytes
+        name = picture.get("path") if isinstance(picture, Mapping) else source if isinstance(source, (str, Path)) else None
         base = bases.get(id(picture))  # a dataset repeats one image object across its G completions
         if base is None:
             try:
-                base = read_image(Sample(id=str(row), image=source, caption=caption))
-                base.sample = replace(base.sample, image_id=base.image_key[:32], candidate=0)
+                base = read_image(Sample(id=str(row), image=source, caption=caption,
+                                         image_id=Path(name).stem if name else ""))
+                if not name:
+                    base.sample = replace(base.sample, image_id=base.image_key[:32])
             except SampleError as exc:
                 log.warning("reward: row %d: %s", row, exc)
                 base = exc
             bases[id(picture)] = base
         if isinstance(base, Exception):
             return None
-        key = (base.image_key, caption)
+        key = (base.image_key, base.sample.image_id, caption)
         if key not in unique:
             unique[key] = base.with_caption(caption)
         return key
 
-    def _score(self, metric: Metric, items: list[LoadedSample], ctx: Context) -> list[float | None]:
-        if not items:
-            return []
-        results = isolated(lambda part: metric.score(part, ctx), items, FailureWatch(metric.name))
-        values: list[float | None] = []
-        for item, result in zip(items, results):
-            value = None if isinstance(result, Exception) else result.get(metric.headline)
-            if isinstance(result, Exception):
-                log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
-            values.append(value if isinstance(value, (int, float)) and math.isfinite(value) else None)
-        return values
+    def _labels(self) -> list[str]:
+        labels = [m if isinstance(m, str) else m.name for m in self.metrics]
+        return [*labels, "halluc"] if self.hallucination else labels
+
+    def _part_columns(self, metrics: Sequence[Metric]) -> list[str]:
+        """The column each part reads: the one a `name[column]` label names, else the metric's headline."""
+        return [metric_column(label)[1] or metric.headline for label, metric in zip(self._labels(), metrics)]
+
+    def _part_names(self, metrics: Sequence[Metric]) -> list[str]:
+        """Each part's name: its `name[column]` label, or the metric's headline."""
+        return [label if metric_column(label)[1] else metric.headline
+                for label, metric in zip(self._labels(), metrics)]
+
+    def _score_all(self, metrics: list[Metric], columns: list[str], items: list[LoadedSample],
+                   ctx: Context) -> list[list[float | None]]:
+        """Each part's value per item (None where its metric failed on the item or wrote no number):
+        every distinct metric scored once, in the run's batches under a progress bar, each batch held
+        to the metric contract as a run holds it; parts that read columns of one metric share it."""
+        batch = self.cfg.batch_size
+        distinct = list({id(m): m for m in metrics}.values())
+        wanted: dict[int, list[str]] = {}
+        for metric, column in zip(metrics, columns):
+            wanted.setdefault(id(metric), []).append(column)
+        values: dict[tuple[int, str], list[float | None]] = {(id(m), c): [] for m, c in zip(metrics, columns)}
+        with tqdm(total=len(items) * len(distinct), desc="reward", unit="caption", disable=not self.progress,
+                  leave=False, dynamic_ncols=True) as bar:
+            for metric in distinct:
+                runner = MetricRunner(metric, ctx, batch)
+                for start in range(0, len(items), batch):
+                    part = items[start : start + batch]
+                    for item, result in zip(part, runner.score(part)):
+                        if isinstance(result, Exception):
+                            log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
+                        for column in wanted[id(metric)]:
+                            value = None if isinstance(result, Exception) else result.get(column)
+                            values[id(metric), column].append(float(value) if is_number(value) else None)
+                    bar.update(len(part))
+        return [values[id(m), c] for m, c in zip(metrics, columns)]
+
+
+#: the part that holds the reward of an empty completion (present when a call has one)
+EMPTY_PART = "empty"
+
+
+def check_once(labels: Sequence[str]) -> None:
+    """Each metric of a reward at most once: named twice, its parts would collapse into one and
+    the weights would no longer sum as given."""
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ConfigError(f"metric {', '.join(twice)} is named more than once; name each metric once and give it "
+                          f"the weight you want (weights={{{twice[0]!r}: 2.0}})")
 
 
 class AsyncReward(Reward):
@@ -363,7 +498,8 @@ def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequenc
 
     An input with nothing to audit is one `ConfigError` before any model loads: no rows, fewer than
     `MIN_AUDIT_CAPTIONS` captions whose image can be read (it names the first that cannot). So is an
-    audit the reward scored fewer than that many captions of. `progress`: a bar per stage.
+    audit the reward scored fewer than that many captions of. `progress`: a bar per stage (the
+    reward's own bars stay off: the stages' bars say the same).
 
         found = caprecon.reward_audit("captions.jsonl", ["recon"], preset="fast",
                                       guards=caprecon.Guards(length_target=40))
@@ -371,7 +507,7 @@ def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequenc
     """
     from caprecon.data.loaders import load_samples
 
-    reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, **settings)
+    reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, progress=False, **settings)
     rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes)
     if not rows:
         raise ConfigError("nothing to audit: the input holds no rows")
@@ -414,13 +550,18 @@ def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str], *, pro
 
     n = len(captions)
     parts: dict[str, list[float | None]] = {}
+    filled = 0
     for stage, variants in (("as given", list(captions)), ("padded", [c + PADDING for c in captions]),
                             ("repeated", [f"{c} {c}" for c in captions])):
         for start in tqdm(range(0, n, AUDIT_BATCH), desc=f"reward-audit: scoring captions {stage}", unit="batch",
                           disable=not progress):
+            size = len(variants[start : start + AUDIT_BATCH])
             step = reward.parts(images[start : start + AUDIT_BATCH], variants[start : start + AUDIT_BATCH])
-            for name, values in step.items():
-                parts.setdefault(name, []).extend(values)
+            for name in step:  # a part only some steps have (`empty`: a step with an empty caption) is 0 elsewhere
+                parts.setdefault(name, [0.0] * filled)
+            for name, values in parts.items():
+                values.extend(step.get(name, [0.0] * size))
+            filled += size
     guards = {"length", "repetition", "hallucination"}
     rows = list(zip(*parts.values()))
     names = list(parts)

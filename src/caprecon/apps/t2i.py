@@ -42,6 +42,7 @@ from caprecon.core.scaling import binary_exponent, rescale
 from caprecon.core.tables import format_table, number
 from caprecon.run.entrants import entrants
 from caprecon.metrics.base import Context
+from caprecon.metrics.claim_check import PropositionCheck
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.build import build_model
 from caprecon.models.common import release_memory
@@ -53,6 +54,7 @@ from caprecon.data.samples import Sample
 # the paper's judges: LLaVA (its primary score) and InstructBLIP
 DEFAULT_JUDGES = ("llava-1.5-13b", "instructblip-flan-t5-xl")
 COLUMN_PREFIX = "vqa/"
+DSG_PREFIX = "dsg/"  # with --questions: DSG's gated item score per judge (and dsg/<judge>_ungated)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -238,9 +240,15 @@ def t2i(
     ci_seed: int = 0,
     level: float = 0.95,
     progress: bool = False,
+    questions: str | Path | None = None,
     **settings: Any,
 ) -> T2IResults:
     """Generate every caption with every generator and judge every image with every judge.
+
+    `questions`: a DSG proposition file (`dsg-1k-anns.csv`'s layout): each judge also answers
+    every question of the caption's item on each image, scored as DSG scores them, gated
+    (`dsg/<judge>`) and ungated (`dsg/<judge>_ungated`; `caprecon.metrics.claim_check.PropositionCheck`).
+    A caption is matched to its item by its id, else by its text.
 
     `generators` / `judges`: see `entrants`. `settings` are `RunConfig` fields (seed,
     seed_policy, size, template, vqa_template, vqa_normalise, generator_options and
@@ -265,6 +273,7 @@ def t2i(
     if "{caption}" not in cfg.vqa_template:
         raise ConfigError(f"the judge's question must contain {{caption}}: {cfg.vqa_template!r}")
 
+    propositions = _propositions(questions)
     # every model is resolved (not loaded) before any work, so a wrong name stops the run here
     spec = cfg.spec
     built_judges = {j.label: build_model("judge", j.spec, {**cfg.judge_options, **j.options}) for j in jurors}
@@ -273,6 +282,8 @@ def t2i(
     out_dir = Path(out) if out else None
     store = open_store(cfg, out_dir)
     columns = [COLUMN_PREFIX + label for label in built_judges]
+    if propositions is not None:
+        columns += [f"{DSG_PREFIX}{label}{suffix}" for label in built_judges for suffix in ("", "_ungated")]
     described = {"generators": {}, "judges": {label: describe_model(j) for label, j in built_judges.items()}}
     records: list[dict[str, Any]] = []
     cache: dict[str, Any] = {}
@@ -281,6 +292,9 @@ def t2i(
         metrics = [VQAScore(judge, template=cfg.vqa_template, on="reconstruction", generator=generator, spec=spec,
                             normalise=cfg.vqa_normalise, column=COLUMN_PREFIX + jl)
                    for jl, judge in built_judges.items()]
+        if propositions is not None:
+            metrics += [PropositionCheck(judge, generator, propositions, spec=spec, normalise=cfg.vqa_normalise,
+                                         column=DSG_PREFIX + jl) for jl, judge in built_judges.items()]
         ctx = Context(store)
         records += run_local(rows, metrics, ctx, batch_size=cfg.batch_size,
                              scores_path=out_dir / "scores.jsonl" if out_dir else None, progress=progress,
@@ -320,6 +334,19 @@ def t2i(
         write_summary(out_dir, summary)
         write_manifest(out_dir, manifest)
     return T2IResults(records, table, manifest, out_dir)
+
+
+def _propositions(questions: str | Path | None) -> dict[str, list] | None:
+    """The DSG question file's propositions by item, read before any model loads (None: no file)."""
+    if questions is None:
+        return None
+    from caprecon.data.judgments import JudgmentFormatError
+    from caprecon.data.loaders.dsg import read_propositions
+
+    try:
+        return read_propositions(questions).by_item()
+    except JudgmentFormatError as exc:
+        raise ConfigError(f"--questions: {exc}") from None
 
 
 def _caption_rows(samples: str | Path | Iterable[Sample | dict], caption_column: str | None,

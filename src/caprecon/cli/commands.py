@@ -10,8 +10,8 @@ import os
 import sys
 
 from caprecon.cli.common import (CANNOT_RUN, ROWS_FAILED, Parser, Writes, add_image_root_options, add_run_options,
-                                 global_options, plugin_option, run_command, run_settings)
-from caprecon.core.errors import ConfigError, ServerError
+                                 global_options, plugin_option, real_number, run_command, run_settings)
+from caprecon.core.errors import ConfigError, MetricContractError, ServerError
 from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
 from caprecon.data.qa import QABankError
@@ -22,7 +22,8 @@ from caprecon.store.index import StoreError
 # reader of stdout went away, as `caprecon ... | head` does
 INTERRUPTED, READER_GONE = 130, 141
 # what the user can fix: printed as one line, never a traceback
-USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError)
+USER_ERRORS = (ConfigError, ModelNotFoundError, SampleFormatError, QABankError, FileNotFoundError, StoreError,
+               MetricContractError)  # a plug-in metric's code is wrong (`reward-audit` raises it as it is)
 # a disk that cannot take what a command writes: the user's to fix, like a bad setting
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -32,6 +33,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     from caprecon.data.loaders import load_samples
     from caprecon.cli.common import score_settings
 
+    if args.cascade or args.decision or args.budget is not None or args.by:
+        return _cascade(args)
     # A split narrows a Karpathy split file; only then are samples read here rather than in score().
     source = load_samples(args.input, images_root=args.image_root, annotations=args.annotations,
                           captions=args.captions, split=args.split,
@@ -43,6 +46,34 @@ def cmd_score(args: argparse.Namespace) -> int:
     if not args.quiet:
         _report(results)
     return _outcome(results.summary, allow_row_errors=args.allow_row_errors)
+
+
+def _cascade(args: argparse.Namespace) -> int:
+    """`score --cascade CHEAP --decision D`: the cheap metric on every row, the full one (-m) where open."""
+    from caprecon.api import cascade
+    from caprecon.cli.common import score_settings
+
+    if not (args.cascade and args.decision):
+        raise ConfigError("--cascade CHEAP and --decision go together (--budget and --by with them)")
+    if len(args.metrics or []) > 1:
+        raise ConfigError(f"--cascade decides on one full metric; give one -m, not {len(args.metrics)}")
+    if args.split or args.shard or args.executor != "local":
+        raise ConfigError("--cascade runs locally on the whole input: drop --split, --shard and --executor")
+    score_settings(args)  # its refusals (ray options without --executor ray) hold here too
+    results = cascade(args.input, cheap=args.cascade, metric=(args.metrics or ["recon"])[0], decision=args.decision,
+                      budget=args.budget if args.budget is not None else 0.3, by=args.by, out=args.out,
+                      progress=not args.quiet, images_root=args.image_root, max_image_bytes=args.max_image_bytes,
+                      annotations=args.annotations, captions=args.captions, config=args.config, **run_settings(args))
+    failed = [r for r in results.records if r.get("error")]
+    if not args.quiet:
+        for line in results.closing_lines():
+            print(line)
+    print(f"rows decided: {results.rows - len(failed)} of {results.rows}")
+    if failed and not args.allow_row_errors:
+        print(f"caprecon: {len(failed)} row(s) failed; their `error` field says why (--allow-row-errors exits 0)",
+              file=sys.stderr)
+        return ROWS_FAILED
+    return 0
 
 
 def _outcome(summary: dict, *, allow_row_errors: bool) -> int:
@@ -263,6 +294,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from caprecon.cli.common import add_score_options
 
         add_score_options(p)
+        cascade = p.add_argument_group(
+            "cascade", "score every row with a cheap metric, and the full one (-m, default recon) only on the rows "
+                       "whose decision the cheap score, calibrated on the rows reconstructed, leaves open")
+        cascade.add_argument("--cascade", metavar="CHEAP", help="the cheap metric: clipscore, distilled:FOLDER, ...")
+        cascade.add_argument("--decision", metavar="DECISION",
+                             help="what the scores decide: best-of-n (captions of one image), rank (every caption, "
+                                  "or the systems --by names) or threshold:X (keep at or above X)")
+        cascade.add_argument("--budget", type=real_number(0, 1, low_open=True), metavar="FRACTION",
+                             help="the most rows the full metric may score, as a fraction of all (default 0.3)")
+        cascade.add_argument("--by", metavar="FIELD", help="with --decision rank: rank the systems this field names")
         p.set_defaults(func=cmd_score, writes=Writes(inputs=("input",), outputs="scores.jsonl"))
 
     if wanted("meta"):

@@ -179,11 +179,15 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                    help="reconstructions per caption (default 1): recon, clip-image, turing and vqascore on the "
                         "reconstruction report the mean over K seeds with its sd and 95%% interval. Costs K times "
                         "the generation; the cache keeps each seed, so raising K generates only the new ones. "
-                        "MIN..MAX with --target-width: MIN seeds each, more only for captions whose interval is "
-                        "still wider than the target, up to MAX (auto: 3..16)")
+                        "MIN..MAX or auto (3..16), which need --target-width W: MIN seeds each, then as many more "
+                        "(up to MAX) as a caption's first-stage variance says its 95%% interval needs to be W wide")
     p.add_argument("--target-width", type=real_number(0, low_open=True), metavar="W",
-                   help="with --seeds MIN..MAX or auto: stop drawing seeds for a caption once its 95%% interval "
-                        "is at most W wide (e.g. 0.01)")
+                   help="required with --seeds MIN..MAX or auto: the width of the 95%% interval each caption's seeds aim "
+                        "at (e.g. 0.01); wider only for captions that reach MAX")
+    p.add_argument("--adaptive-rule", choices=["moderated", "pooled", "stein"],
+                   help="adaptive seeds' variance for each caption's seed count and interval, from the first MIN "
+                        "seeds: moderated (default: its own, moderated towards the other captions', as limma does), "
+                        "pooled (the mean over captions: for noise alike) or stein (its own alone)")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "
@@ -224,7 +228,8 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
-            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "target_width", "ceiling",
+            "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "target_width",
+            "adaptive_rule", "ceiling",
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "keep", "cache_max_size", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}

@@ -59,7 +59,12 @@ def add_parser(subparsers) -> None:
                         "Qwen2.5-VL: pixel); inferred per answer when neither is known")
     p.add_argument("--qa-duplicate-cos", type=float, help="stage 5: near-duplicate questions above this (default 0.9)")
     p.add_argument("--blind-filter", action="store_const", const=True,
-                   help="stage 5: drop questions the --llm answers without the image")
+                   help="stage 5: leave out questions the --llm answers right without the image or a caption "
+                        "(the default)")
+    p.add_argument("--no-blind-filter", dest="blind_filter", action="store_const", const=False,
+                   help="stage 5: no blind control (no --llm needed for it)")
+    p.add_argument("--blind-keep", action="store_const", const=True,
+                   help="stage 5: keep the questions the blind --llm answers right, flagged \"blind\": true in the bank")
     p.add_argument("--blind-permutations", type=int, help="choice rotations the blind LLM must all pass (default 3)")
     p.add_argument("--alpha", type=float, help="stage 6: redundancy weight of the ranking (default 0.5)")
     p.add_argument("--top-k", type=int, help="stage 6: pairs kept per image (default 15)")
@@ -113,7 +118,7 @@ def build_settings(args: argparse.Namespace) -> dict:
     for name in ("taxonomy", "min_side", "uniform_std", "duplicate_cos", "density_band", "gmm_components", "pca_dims",
                  "questions_per_image", "dbscan_eps", "dbscan_min_samples", "qas_per_category", "box_coords",
                  "max_new_tokens", "judge_check", "judge_box_coords", "qa_duplicate_cos", "blind_filter",
-                 "blind_permutations", "alpha", "top_k", "seed"):
+                 "blind_keep", "blind_permutations", "alpha", "top_k", "seed"):
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
     for name in ("propose_prompt", "name_prompt", "generate_prompt"):

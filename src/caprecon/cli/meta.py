@@ -31,7 +31,8 @@ from caprecon.stats.agreement import HUMAN_ORDERS, format_comparison, format_tab
 
 
 def add_meta_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.set_defaults(writes=Writes(inputs=("judgments", "scores", "images", "data", "triples", "expected"),
+    parser.set_defaults(writes=Writes(inputs=("judgments", "scores", "images", "data", "triples", "expected",
+                                              "questions", "answers"),
                                       trees=("data_root",), files=("save",)))
     parser.add_argument(
         "action", nargs="?", choices=("verify",),
@@ -143,6 +144,16 @@ def _add_benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--data-root", type=path_value, metavar="DIR",
                         help="verify --all: the folder the benchmarks' files (or the Hugging Face cache) are under")
+    parser.add_argument(
+        "--questions", type=path_value, metavar="FILE",
+        help="tifa160: the question bank with dependencies, DSG's proposition file (dsg-1k-anns.csv)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--answers", type=path_value, metavar="FILE",
+        help="tifa160: recorded VQA answers to those questions, DSG's layout (e.g. pali17b_dsg.csv); replayed, "
+        "no model runs",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the agreement rows and notes as JSON")
 
 
 
@@ -186,7 +197,7 @@ def meta_options(args: argparse.Namespace) -> dict[str, Any]:
                 human_ranking=args.human_ranking, verify=args.action == "verify", tolerance=args.tolerance, expected=args.expected,
                 every_benchmark=args.all, data_root=args.data_root, fit=args.fit, fit_model=args.fit_model,
                 folds=args.folds, save=args.save, fit_on=args.fit_on, evaluate_on=args.evaluate_on,
-                progress=not getattr(args, "quiet", False))
+                questions=args.questions, answers=args.answers, progress=not getattr(args, "quiet", False))
 
 
 def run_meta_command(args: argparse.Namespace, score_metric: ScoreMetric | str | None = None, **given: Any) -> int:
@@ -200,7 +211,12 @@ def run_meta_command(args: argparse.Namespace, score_metric: ScoreMetric | str |
     except (ConfigError, JudgmentFormatError, ReferenceMetricError) as exc:
         print(f"caprecon: error: {redact_text(str(exc))}", file=sys.stderr)
         return 2
-    print_results(results)
+    if getattr(args, "json", False):
+        from caprecon.apps.metabench.tifa160 import rows_json
+
+        print(rows_json(results.rows, results.notes))
+    else:
+        print_results(results)
     return 1 if results.failed else 0
 
 

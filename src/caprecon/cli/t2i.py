@@ -43,6 +43,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"VQA judge (repeatable; default: {' and '.join(DEFAULT_JUDGES)}); its column is vqa/LABEL")
     p.add_argument("--judge-opt", action="append", metavar="KEY=VALUE",
                    help="option for every judge, e.g. base_url=http://127.0.0.1:8000/v1")
+    p.add_argument("--questions", metavar="FILE",
+                   help="DSG question file (dsg-1k-anns.csv's layout): each judge also answers every question of the "
+                        "caption's item (matched by id, else by text) on each image; columns dsg/LABEL (DSG's gated "
+                        "item score) and dsg/LABEL_ungated")
     p.add_argument("--vqa-template", help=f"the question, with {{caption}} (default: {DEFAULT_TEMPLATE!r})")
     p.add_argument("--vqa-normalise", action="store_const", const=True,
                    help="score P(yes)/(P(yes)+P(no)) instead of the raw P('Yes')")
@@ -68,7 +72,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or table")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some caption x generator rows failed (their `error` says why)")
-    p.set_defaults(func=cmd_t2i, writes=Writes(inputs=("input",), outputs="scores.jsonl"))
+    p.set_defaults(func=cmd_t2i, writes=Writes(inputs=("input", "questions"), outputs="scores.jsonl"))
     return p
 
 
@@ -98,7 +102,7 @@ def cmd_t2i(args: argparse.Namespace) -> int:
     judges = args.judges or lists.get("judges") or ([cfg.judge] if cfg.judge else list(DEFAULT_JUDGES))
     results = t2i(args.input, generators, judges, config=cfg, out=args.out,
                                   caption_column=args.caption_column, limit=args.limit, normalise=args.normalise,
-                                  n_bootstrap=args.bootstrap, progress=not args.quiet)
+                                  n_bootstrap=args.bootstrap, progress=not args.quiet, questions=args.questions)
     if not args.quiet:
         print(results.table.to_text())
     return row_failures(failed_records(results.records), allow=args.allow_row_errors)

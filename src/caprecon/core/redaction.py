@@ -1,7 +1,10 @@
 """Keep secrets off disk: API keys, tokens and passwords never reach a manifest, a log or a report.
 
 This is the project's one redactor: run manifests, command lines, log records, error
-messages and the HTML report all go through it.
+messages and the HTML report all go through it. Every record of a caprecon logger is masked
+by `redact_record` as it is made (the record factory `import caprecon` installs), so no entry point
+(the command line, Python, a `Reward` in a trainer, a service) logs a secret to any handler;
+the command line also masks other libraries' records on its handlers (`install_log_filter`).
 
 A name is secret when one of its words is (`api_key`, `hf_token`, `password`, `secret`,
 `authorization`, `cookie`, `headers`, ...), unless the words after it say the value is
@@ -206,15 +209,26 @@ def remember_options(options: dict[str, Any] | None) -> None:
     redact(options or {})
 
 
+def redact_record(record: logging.LogRecord) -> None:
+    """Mask secrets in a log record in place: its message (arguments merged in) and the text of the
+    traceback it carries, which the standard formatters print instead of formatting it again."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call: the handler's formatter reports it as logging does
+        return
+    record.msg, record.args = redact_text(message), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = redact_text(logging.Formatter().formatException(record.exc_info))
+    if record.stack_info:
+        record.stack_info = redact_text(record.stack_info)
+
+
 class RedactingFilter(logging.Filter):
-    """Masks secrets in every record a handler emits."""
+    """Masks secrets in every record a handler emits (other libraries' records too, under the
+    command line, which installs it on the root's handlers)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a malformed call: the handler's formatter reports it as logging does
-            return True
-        record.msg, record.args = redact_text(message), None
+        redact_record(record)
         return True
 
 

@@ -131,8 +131,7 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
         return partial(read_image, sample, caption_only=caption_only)
     if isinstance(src, Image.Image):
         image = decode_image(src, "the image given")
-        key = hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
-        return LoadedSample(sample, image, key)
+        return LoadedSample(sample, image, pixels_key(image))
     if isinstance(src, (bytes, bytearray)):  # embedded in a parquet or datasets row
         return LoadedSample(sample, image_key=hashlib.sha256(src).hexdigest(), data=bytes(src),
                             what="the embedded image")
@@ -345,6 +344,12 @@ def decode_bytes(data: bytes, what: str) -> Image.Image:
         raise SampleError(f"cannot decode {what}: not in any image format PIL reads", "image not decodable") from None
     except Exception as exc:  # PIL raises several types for corrupt files
         raise SampleError(f"cannot decode {what}: {exc}", "image not decodable") from None
+
+
+def pixels_key(image: Image.Image) -> str:
+    """The content key of a picture given in memory (decoded, as `decode_image` leaves it): its
+    pixels and size, since it has no file bytes to hash."""
+    return hashlib.sha256(image.tobytes() + repr(image.size).encode()).hexdigest()
 
 
 def decode_image(im: Image.Image, what: str) -> Image.Image:

@@ -21,6 +21,10 @@ prompt adherence. `normalise_caption` removes the layout and keeps the words:
 
 Anything else — wording, case, punctuation inside sentences — is left as written, so a
 plain one-line caption comes out unchanged apart from its whitespace.
+
+`collapse_whitespace`, the lighter rule every reconstruction request goes through (whether or
+not the captions are normalised): the ends trimmed and each run of whitespace one space, so
+`" a cat"` and `"a  cat "` are one request, and one generation, with `"a cat"`.
 """
 
 from __future__ import annotations
@@ -95,6 +99,11 @@ def _blocks(text: str) -> list[str]:
         current.append(line)
     close()
     return blocks
+
+
+def collapse_whitespace(text: str) -> str:
+    """`text` with its ends trimmed and every run of whitespace (line breaks included) one space."""
+    return " ".join(text.split())
 
 
 def normalise_caption(text: str) -> str:

@@ -6,8 +6,11 @@ A bank is a JSONL file, one question per line:
      "type": "mc", "choices": ["red", "blue", "green"], "answer": "B"}
 
 Fields: `image_id`, `question` and `type` are required; `category` (default ""),
-`id` (default "<image_id>#<n>"), `choices` (mc only) and `coords` (box only) are
-optional; any other field is kept in `QAItem.meta`. Types and their answers:
+`id` (default "<image_id>#<n>"), `choices` (mc only), `coords` (box only) and `parents`
+are optional; any other field is kept in `QAItem.meta`. `parents` lists the ids of other
+questions about the same image that this one presupposes (DSG's dependencies: "What colour
+is the dog?" presupposes "Is there a dog?"); the Caption Turing Test scores a question 0
+on an image where one of its parents was answered wrong. Types and their answers:
 
 - `mc`: `choices` is a list of at least two options, lettered A, B, C... in order;
   `answer` is the correct option's letter or its text.
@@ -61,6 +64,7 @@ class QAItem:
     id: str = ""
     coords: str | None = None  # box convention of `answer`; None: inferred when grading
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    parents: tuple[str, ...] = ()  # ids of questions about the same image this one presupposes
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -101,7 +105,34 @@ def load_qa_bank(path: str | Path) -> dict[str, list[QAItem]]:
             raise QABankError(f"{where}: id {item.id!r} already used on line {seen[item.id]}")
         seen[item.id] = where.rsplit(":", 1)[1]
         bank.setdefault(item.image_id, []).append(item)
+    check_parents(bank, path)
     return bank
+
+
+def check_parents(bank: dict[str, list[QAItem]], source: Any = "bank") -> None:
+    """Each question's parents must be other questions about the same image, without a cycle."""
+    for image_id, items in bank.items():
+        ids = {item.id: item for item in items}
+        for item in items:
+            for parent in item.parents:
+                if parent == item.id or parent not in ids:
+                    what = "itself" if parent == item.id else f"{parent!r}, which is no question about this image"
+                    raise QABankError(f"{source}: question {item.id!r} of image {image_id!r} has as parent {what}")
+        state: dict[str, int] = {}  # 1: being visited, 2: done
+
+        def visit(qid: str, path: tuple[str, ...]) -> None:
+            if state.get(qid) == 2:
+                return
+            if state.get(qid) == 1:
+                raise QABankError(f"{source}: the parents of image {image_id!r} form a cycle: "
+                                  f"{' -> '.join((*path, qid))}")
+            state[qid] = 1
+            for parent in ids[qid].parents:
+                visit(parent, (*path, qid))
+            state[qid] = 2
+
+        for item in items:
+            visit(item.id, ())
 
 
 def parse_item(record: Any, where: str = "item") -> QAItem:
@@ -155,11 +186,16 @@ def parse_item(record: Any, where: str = "item") -> QAItem:
         if isinstance(e, QABankError):
             raise
         fail(str(e))
-    known = {"image_id", "question", "type", "answer", "category", "choices", "id", "coords"}
+    parents = record.get("parents") or []
+    if not isinstance(parents, list) or not all(isinstance(p, (str, int)) and not isinstance(p, bool)
+                                                for p in parents):
+        fail(f"parents must be a list of question ids, not {record.get('parents')!r}")
+    known = {"image_id", "question", "type", "answer", "category", "choices", "id", "coords", "parents"}
     return QAItem(image_id=image_id, question=question.strip(), type=kind, answer=answer,
                   category=str(record.get("category") or ""), choices=choices,
                   id=str(record.get("id") or ""), coords=coords,
-                  meta={k: v for k, v in record.items() if k not in known})
+                  meta={k: v for k, v in record.items() if k not in known},
+                  parents=tuple(dict.fromkeys(str(p) for p in parents)))
 
 
 def _mc_answer(answer: str, choices: tuple[str, ...]) -> str:

@@ -96,6 +96,12 @@ def _halluc(report: str) -> Callable[[Any, Any], Metric]:
     return build
 
 
+def _claims(roles: Any, cfg: Any) -> Metric:
+    from caprecon.metrics.claim_check import ClaimCheck
+
+    return ClaimCheck(roles.judge, roles.llm, roles.generator, spec=cfg.spec, normalise=cfg.vqa_normalise)
+
+
 def _reference(name: str) -> Callable[[Any, Any], Metric]:
     def build(roles: Any, cfg: Any) -> Metric:
         from caprecon.metrics.reference import ReferenceMetric, ReferenceMetricError
@@ -129,6 +135,8 @@ METRICS: dict[str, tuple[MetricFactory, str]] = {
     "halluc-coverage": (_halluc("coverage"), "halluc's coverage: turing with --qa-bank, else the references' claims "
                                              "checked on Î"),
     "halluc-f": (_halluc("f"), "F_beta (--beta) of halluc's precision and coverage"),
+    "claims": (_claims, "the caption's claims (--llm splits them, DSG-style, gated) checked by --judge on I and on Î: "
+                        "conveyed, precision, lost, per claim type, with each claim's evidence"),
     **{f"bleu-{n}": (_reference(f"bleu-{n}"), f"BLEU-{n} against the row's references (pycocoevalcap); "
                                                f"summary: corpus BLEU") for n in range(1, 5)},
     "meteor": (_reference("meteor"), "METEOR 1.5 against the references (pycocoevalcap, Java); summary: corpus METEOR"),

@@ -14,6 +14,7 @@ The `Context` is what metrics of one run share: the store, one `Reconstructor` p
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -23,7 +24,9 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequenc
 import numpy as np
 from PIL import Image
 
+from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.recent import Recent
+from caprecon.core.records import is_number
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
@@ -193,6 +196,70 @@ class Column:
         return (max if self.higher_is_better else min)(values, key=lambda pair: pair[0])[1]
 
 
+#: how far past a declared bound a value may lie and still count as inside: the rounding of a
+#: cosine computed in float32 ((1 + cos) / 2 of two equal unit vectors is 1 + 6e-8)
+RANGE_SLACK = 1e-6
+
+
+def check_columns(metric: Metric) -> None:
+    """A metric's declarations as a run can read them: each column's direction True, False or None,
+    its bounds numbers (or None) with `low` not above `high`. Raises `ConfigError` naming the metric
+    and the column, before any work."""
+    for column in metric.columns:
+        where = f"metric contract: {metric.name or type(metric).__name__}: column {column.name!r}"
+        if column.higher_is_better not in (True, False, None):
+            raise ConfigError(f"{where}: higher_is_better must be True, False or None (neither), not "
+                              f"{column.higher_is_better!r}")
+        for side in ("low", "high"):
+            bound = getattr(column, side)
+            if bound is not None and not is_number(bound):
+                raise ConfigError(f"{where}: {side} must be a finite number or None, not {bound!r}")
+        if column.low is not None and column.high is not None and column.low > column.high:
+            raise ConfigError(f"{where}: low ({column.low}) is above high ({column.high})")
+
+
+def checked_rows(metric: Metric, count: int, rows: Any) -> list[dict[str, Any]]:
+    """What `metric.score` returned for `count` items, held to the contract every caller of a metric
+    relies on (the run, `score`, the `Reward`): one dict per item, in order; each with the metric's
+    headline field; each declared column present as a number (None: no value) inside its declared
+    range. Anything else raises `MetricContractError` naming the metric, the row and the problem."""
+    where = f"metric contract: {metric.name or type(metric).__name__}"
+    try:
+        rows = list(rows)
+    except TypeError:
+        raise MetricContractError(f"{where}: score returned a {type(rows).__name__}, not a list of one dict "
+                                  f"per item") from None
+    if len(rows) != count:
+        raise MetricContractError(f"{where}: score returned {len(rows)} rows for {count} items; it must return "
+                                  f"one dict per item, in order")
+    columns = {c.name: c for c in metric.columns}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise MetricContractError(f"{where}: row {i} of the batch is a {type(row).__name__}, not a dict")
+        if metric.headline not in row:
+            raise MetricContractError(f"{where}: row {i} of the batch has no {metric.headline!r} (its headline "
+                                      f"column); it wrote {', '.join(map(repr, row)) or 'nothing'}")
+        for key, column in columns.items():
+            value = row.get(key)
+            if value is None:
+                continue
+            if hasattr(value, "item") and type(value).__module__ == "numpy":
+                value = value.item()  # a numpy scalar is a number (the run writes it as one)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise MetricContractError(f"{where}: row {i} of the batch has {key} = {value!r:.60}, but the "
+                                          f"column is declared a number")
+            if math.isfinite(value) and not _inside(value, column):
+                raise MetricContractError(f"{where}: row {i} of the batch has {key} = {value!r}, outside the "
+                                          f"declared range [{column.low}, {column.high}]")
+    return rows
+
+
+def _inside(value: float, column: Column) -> bool:
+    low, high = column.low, column.high
+    return ((low is None or value >= low - RANGE_SLACK * max(1.0, abs(low)))
+            and (high is None or value <= high + RANGE_SLACK * max(1.0, abs(high))))
+
+
 def declared_columns(metrics: Iterable[Metric]) -> dict[str, dict[str, Any]]:
     """The columns the metrics declare, by name, as a run's manifest holds them (`columns`)."""
     return {c.name: c.to_json() for m in metrics for c in m.columns}
@@ -267,5 +334,5 @@ class Metric:
                 items.append(open_image(Sample(id=str(i), image=image, caption=caption)))
             except SampleError as exc:
                 raise SampleError(f"pair {i}: {exc}") from None
-        rows = self.score(items, Context(store))
+        rows = checked_rows(self, len(items), self.score(items, Context(store)))
         return [row[self.headline] for row in rows]

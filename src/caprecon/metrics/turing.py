@@ -12,6 +12,12 @@ cached once per image however many captions share it). Reported per row:
     turing_flipped  the questions answered right on I but wrong on Î, with both answers
                     (what a reader of the report looks at first; empty when none flipped)
 
+A question with `parents` in the bank (DSG's dependencies) counts as wrong on an image where
+one of its parents was answered wrong (DSG's gate: no credit for the colour of a dog the
+judge did not see); with such questions the row also carries `turing_ungated` (and
+`turing_upper_ungated`), the accuracy without the gate, and `turing_gated`, how many
+questions the gate set to wrong on Î.
+
 Box questions score by IoU >= `iou_threshold` (the raw IoUs are averaged into `turing_iou`).
 The judge's answers are read in its own box convention (`box_coords`: a property of the
 judge, from its model family or its options; `judge_box_coords` overrides it), pixel
@@ -109,7 +115,6 @@ class CaptionTuringTest(Metric):
                     judges[slot] = judge
                     asks.setdefault(slot, []).append((key, build_prompt(q, box_coords=self.reading_of(judge).coords)))
                     owners.setdefault(slot, []).append((row, q, size, index))
-            tallies = [CategoryTally() for _ in items]
             ious: list[list[float]] = [[] for _ in items]
             guessed = [0] * len(items)
             graded[field] = [{} for _ in items]
@@ -122,10 +127,19 @@ class CaptionTuringTest(Metric):
                     if q.type == "box":
                         ious[row].append(result.iou)
                         guessed[row] += result.coords_guessed
-                    tallies[row].add(q.category, float(result.correct))
                     graded[field][row][index] = (q, answer, bool(result.correct))
-            for row, tally in enumerate(tallies):
+            for row, item in enumerate(items):
+                questions = self.bank[item.sample.image_id]
+                right = gated_right(questions, [graded[field][row][i][2] for i in range(len(questions))])
+                tally = CategoryTally()
+                for q, correct in zip(questions, right):
+                    tally.add(q.category, float(correct))
                 rows[row].update(tally.fields(field, counts=field == "turing"))
+                if any(q.parents for q in questions):
+                    ungated = [graded[field][row][i][2] for i in range(len(questions))]
+                    rows[row][f"{field}_ungated"] = sum(ungated) / len(ungated)
+                    if field == "turing":
+                        rows[row]["turing_gated"] = sum(u and not r for u, r in zip(ungated, right))
                 if ious[row]:
                     rows[row][f"{field}_iou"] = sum(ious[row]) / len(ious[row])
                 if guessed[row]:
@@ -138,6 +152,13 @@ class CaptionTuringTest(Metric):
                                          for i, (q, recon_answer, right_on_recon) in sorted(on_recon.items())
                                          if on_source[i][2] and not right_on_recon]
         return rows
+
+
+def gated_right(questions: Sequence[QAItem], right: Sequence[bool]) -> list[bool]:
+    """Each question's grade after DSG's gate: wrong when any of its parents (by id, among
+    `questions`) was answered wrong by its own answer; else its own grade."""
+    by_id = {q.id: ok for q, ok in zip(questions, right)}
+    return [ok and all(by_id.get(p, False) for p in q.parents) for q, ok in zip(questions, right)]
 
 
 def _flip(q: QAItem, on_original: str, on_reconstruction: str) -> dict[str, Any]:

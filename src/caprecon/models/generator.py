@@ -8,6 +8,7 @@ per image), so an image never depends on which other requests share its batch.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from functools import cached_property
@@ -37,6 +38,9 @@ class GenerationRequest:
     width: int
     height: int
     image_id: str = ""  # the source picture, for backends that must know it (retrieval)
+    #: the source picture's content key (its file's digest, or its pixels' for a picture given in
+    #: memory: `caprecon.data.images`), set for backends that must know it (retrieval)
+    source_key: str = ""
 
 
 @dataclass
@@ -306,8 +310,10 @@ class RetrievalGenerator:
     """'Reconstruct' by retrieval: return the gallery image the caption matches best.
 
     With the source image in the gallery this asks whether the caption singles its own
-    image out; with `exclude_source=True` (the gallery entry whose id equals the request's
-    `image_id` is skipped; a gallery of that photo alone is the row's error) it asks how
+    image out; with `exclude_source=True` (the gallery entries that are the request's picture
+    are skipped: the one whose file or pixels have the request's `source_key`, whatever the
+    picture is called, and the one whose id equals its `image_id`; a gallery of that photo
+    alone is the row's error) it asks how
     close the nearest *other* scene the caption fits is, and `source_rank` in the detail
     says where the caption ranks its own photo among the whole gallery (1 = first). The
     image is returned as stored: retrieval ignores the requested size and seed.
@@ -316,7 +322,7 @@ class RetrievalGenerator:
     """
 
     # bump when a change here changes which image is retrieved or what its detail says
-    code_revision: ClassVar[int] = 2
+    code_revision: ClassVar[int] = 3
     numeric_libraries: ClassVar[tuple[str, ...]] = ()  # the matcher's fingerprint carries its own
 
     def __init__(self, gallery: str | Path | Sequence[str | Path], matcher: CaptionImageMatcher, *,
@@ -329,6 +335,7 @@ class RetrievalGenerator:
         self.matcher = matcher
         self.exclude_source = exclude_source
         self._gallery_embeddings: np.ndarray | None = None
+        self._content_keys: list[set[str]] | None = None
 
     @property
     def depends_on_image_id(self) -> bool:
@@ -354,6 +361,19 @@ class RetrievalGenerator:
         with Image.open(self.paths[i]) as im:
             return im.convert("RGB")
 
+    def _sources(self, request: GenerationRequest) -> list[int]:
+        """The gallery entries that are the request's own picture: by content, else by name."""
+        if self._content_keys is None:  # each entry's file digest and pixel key (a picture read into memory)
+            from caprecon.data.images import decode_image, pixels_key
+
+            self._content_keys = []
+            for path in self.paths:
+                with Image.open(path) as im:
+                    pixels = pixels_key(decode_image(im, f"gallery image {path}"))
+                self._content_keys.append({hashlib.sha256(path.read_bytes()).hexdigest(), pixels})
+        return [i for i, (gid, keys) in enumerate(zip(self.ids, self._content_keys))
+                if gid == request.image_id or request.source_key in keys]
+
     def generate(self, requests: Sequence[GenerationRequest]) -> list[Generated]:
         if self._gallery_embeddings is None:
             self._gallery_embeddings = self.matcher.embed_images([self._load(i) for i in range(len(self.paths))])
@@ -363,7 +383,7 @@ class RetrievalGenerator:
             row = row.copy()
             detail: dict[str, Any] = {}
             if self.exclude_source:
-                source = [i for i, gid in enumerate(self.ids) if gid == r.image_id]
+                source = self._sources(r)
                 if source:
                     # what retrieval can still tell about a caption whose photo is left out: whether the
                     # caption singles that photo out (1 = the best match of the whole gallery)

@@ -103,6 +103,8 @@ JUDGES: dict[str, Entry] = {
     "llava-1.5-13b": _judge("llava-hf/llava-1.5-13b-hf", "LLaVA-1.5 13B (VQAScore's judge)", "normalized"),
     "instructblip-flan-t5-xl": _judge("Salesforce/instructblip-flan-t5-xl", "InstructBLIP Flan-T5-XL (VQAScore)",
                                       "normalized"),
+    # no model: published answers replayed (--judge-opt answers=FILE), keyed by generator/item and question
+    "recorded": Entry("caprecon.models.recorded:RecordedJudge", {}, "answers recorded in a file, replayed (DSG's layout)"),
 }
 
 LLMS: dict[str, Entry] = {

@@ -21,6 +21,7 @@ from caprecon.models.common import derive_seed
 from caprecon.models.generator import GenerationRequest, TextToImage
 from caprecon.reconstruct.templates import render, resolve_template
 from caprecon.data.images import LoadedSample
+from caprecon.data.normalise import collapse_whitespace
 from caprecon.store.index import Store, StoreError, content_key, read_verified
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,9 @@ class Reconstructor:
     def requests_for(self, items: Sequence[LoadedSample],
                      seed_indexes: Sequence[int | None] | None = None) -> list[tuple[str, GenerationRequest]]:
         """Each item's request and its cache key (of this reconstructor's seed, or of the item's
-        seed index), the generator's fingerprint read once for all. A caption-only sample without
+        seed index), the generator's fingerprint read once for all. The caption's whitespace is
+        collapsed first (`collapse_whitespace`): the one place every reconstruction request is
+        made, so captions differing only by spaces cost one generation. A caption-only sample without
         a set `size` asks for the generator's native resolution: the key says "native" (the
         generator's fingerprint pins what that is) and the request's sides stay 0 until generation."""
         fingerprint = self.generator.fingerprint
@@ -213,14 +216,18 @@ class Reconstructor:
                 width, height = self.spec.size_for(*item.size)
             else:
                 width = height = 0
-            request = GenerationRequest(prompt=render(self.spec.template, s.caption),
+            caption = collapse_whitespace(s.caption)  # " a cat" and "a  cat" are one request with "a cat"
+            request = GenerationRequest(prompt=render(self.spec.template, caption),
                                         seed=self.spec.seed_for(s.image_id, s.candidate, self.seed_index
                                                                 if seed_index is None else seed_index),
-                                        width=width, height=height, image_id=s.image_id)
-            key = content_key(self.KIND, caption=s.caption, template=self.spec.template, prompt=request.prompt,
+                                        width=width, height=height, image_id=s.image_id,
+                                        source_key=item.image_key if by_image_id else "")
+            key = content_key(self.KIND, caption=caption, template=self.spec.template, prompt=request.prompt,
                               generator=fingerprint, reconstructor=self.code_revision, seed=request.seed,
                               size=[width, height] if width else "native",
-                              image_id=s.image_id if by_image_id else None)
+                              image_id=s.image_id if by_image_id else None,
+                              # a generator that reads the source (retrieval leaving it out) answers per picture
+                              **({"source": item.image_key} if by_image_id else {}))
             out.append((key, request))
         return out
 

@@ -18,7 +18,6 @@ from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
-from caprecon.store.index import check_policy
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
@@ -58,7 +57,8 @@ class RunConfig:
     seed_policy: str = "per-sample"
     seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
     max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
-    target_width: float | None = None  # adaptive seeds: stop drawing once a caption's interval is this narrow
+    target_width: float | None = None  # adaptive seeds: the interval width each caption's draws aim at
+    adaptive_rule: str = "moderated"  # adaptive seeds' variance: moderated, pooled or stein (metrics/adaptive.py)
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True
@@ -89,16 +89,27 @@ class RunConfig:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         check_count("--seed", self.seed, 0, 2**63 - 1)
+        given = self.seeds
         if isinstance(self.seeds, str):
             self.seeds, self.max_seeds = parse_seeds(self.seeds)
         check_count("--seeds", self.seeds, 1, MAX_SEEDS)
-        if (self.max_seeds is None) != (self.target_width is None):
-            raise ConfigError("adaptive seeds need both a range and a width: --seeds MIN..MAX (or auto) "
-                              "with --target-width W")
+        if self.max_seeds is not None and self.target_width is None:
+            raise ConfigError(f"--seeds {str(given).strip()} (adaptive seeds) needs --target-width W, the width of the "
+                              f"95% interval each caption's seeds aim at (e.g. --target-width 0.01)")
+        if self.max_seeds is None and self.target_width is not None:
+            raise ConfigError("--target-width is for adaptive seeds: give it with --seeds MIN..MAX (e.g. 3..16) "
+                              "or --seeds auto")
         if self.max_seeds is not None:
             check_count("--seeds", self.seeds, 2, MAX_SEEDS)  # an interval needs two seeds
             check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
             check_number("--target-width", self.target_width, 0, low_open=True)
+        # imported here, not with the module: reading a config (`caprecon --help`) loads no metric or store
+        from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES
+        from caprecon.store.index import check_policy
+
+        if self.adaptive_rule not in ADAPTIVE_RULES:
+            raise ConfigError(f"--adaptive-rule must be one of {', '.join(ADAPTIVE_RULES)}, "
+                              f"not {self.adaptive_rule!r}")
         if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")

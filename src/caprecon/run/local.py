@@ -14,7 +14,11 @@ What is a row error and what stops the run:
   that metric stay at the smaller size); on a single row it stops the run;
 - a failure that is not about one row — a missing model or library, an unsupported
   operation, the same error on every row of a batch, or on each of the first rows a
-  metric sees — stops the run with one `RunError` naming the metric and the cause.
+  metric sees — stops the run with one `RunError` naming the metric and the cause;
+- a metric that breaks its contract (`metrics.base.checked_rows`: fewer or more rows than
+  items, a row without its headline, text or an out-of-range value in a declared column)
+  stops the run once its batch is finished: the batch's other metrics keep their values,
+  its rows carry that metric's error, and every earlier batch is written.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from typing import Any, Callable, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.core.errors import ConfigError, ServerError
-from caprecon.metrics.base import Context, Metric
+from caprecon.core.errors import ConfigError, MetricContractError, ServerError
+from caprecon.metrics.base import Context, Metric, checked_rows
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
@@ -121,7 +125,11 @@ def in_halving_runs(run: Callable[[list], list], items: list, watch: "FailureWat
     while len(results) < len(items):
         part = items[len(results) : len(results) + (watch.batch_limit or len(items))]
         try:
-            results += run(part)
+            done = run(part)
+            if len(done) != len(part):  # else the loop would ask again for ever for the rows it did not get
+                raise RunError(f"{watch.name} returned {len(done)} results for {len(part)} rows; it must return "
+                               f"one per row, in order")
+            results += done
         except RunError:
             raise  # already the run's end (its message may quote an out-of-memory error)
         except Exception as exc:
@@ -148,6 +156,8 @@ def isolated(fn: Callable[[list], Sequence[Any]], items: list, watch: "FailureWa
     def attempt(part: list) -> tuple[list[Any], Exception | None]:
         try:
             return list(fn(part)), None
+        except MetricContractError:
+            raise  # the metric's code is wrong: no row, alone or in a batch, can fix it
         except FATAL as exc:
             raise RunError(f"{watch.name}: {explain_failure(exc)}") from exc
         except Exception as exc:
@@ -239,7 +249,12 @@ class MetricRunner:
         self.watch.batch_limit = batch_size
 
     def score(self, items: list) -> list[dict[str, Any] | Exception]:
-        return isolated(lambda part: [_checked(row) for row in self.metric.score(part, self.ctx)], items, self.watch)
+        """Each item's fields, or its row's exception; a metric that breaks its contract (`checked_rows`:
+        a row per item, its declared columns numbers in their range) raises `MetricContractError`."""
+        def rows(part: list) -> list[dict[str, Any]]:
+            return [_checked(row) for row in checked_rows(self.metric, len(part), self.metric.score(part, self.ctx))]
+
+        return isolated(rows, items, self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""
@@ -342,12 +357,20 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     items.append(got)
                     positions.append(i)
             reader.remember(items)
+            broken = None
             for runner in runners:
                 if not items:
                     break
-                runner.score_into(items, [rows[pos] for pos in positions])
+                try:
+                    runner.score_into(items, [rows[pos] for pos in positions])
+                except MetricContractError as exc:  # the batch's other metrics are scored and kept, then it stops
+                    broken = broken or exc
+                    for pos in positions:
+                        fail_row(rows[pos], str(exc), f"{runner.metric.name}: broken contract")
             _flush(store, images=True)  # the rows name the batch's reconstructions: their files first
             out.finish([index for index, _ in batch], rows)
+            if broken is not None:
+                raise RunError(f"{broken}; the run stops here") from broken
         _flush(store)  # and every other write (vectors, answers) before the run counts as done
     except KeyboardInterrupt:
         raise out.interrupted() from None

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
-from caprecon.core.errors import ConfigError
+from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.recon import ReconScore
 from caprecon.data.images import open_image
@@ -225,7 +225,7 @@ class MetricStage:
         if items:
             try:
                 self.runner.score_into(items, [records[i] for i in kept])
-            except RunError as stop:
+            except (RunError, MetricContractError) as stop:  # a broken metric: retrying the batch cannot help
                 for record in records:
                     record[_STOP] = str(stop)
                 return _encode(batch, records, {})

@@ -29,8 +29,8 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids, has_image
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.base import declared_columns
-from caprecon.metrics.adaptive import AdaptiveSeeds
+from caprecon.metrics.base import check_columns, declared_columns
+from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
@@ -144,6 +144,7 @@ def score(
                                  "columns": declared_columns(built), "samples": len(rows), "image_root": image_root})
     store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
+    fit_seed_variances(rows, built, ctx, cfg, progress=progress, row_numbers=row_numbers)
     thumbnails = _thumbnail_writer(out_dir, store, image_root)
 
     try:
@@ -251,13 +252,14 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
 
         return build_fused(metric.partition(":")[2], lambda component: build_metrics(component, roles, cfg))
     built = metric if isinstance(metric, Metric) else build_metric(metric, roles, cfg)
+    check_columns(built)  # declarations a reader cannot use are refused before any work
     if not uses_reconstruction(built):
         return built
     members = [built]
     if not isinstance(metric, Metric) and len(roles.generators) > 1:
         members += [build_metric(metric, roles.with_generator(g), cfg) for g in roles.generators[1:]]
     if cfg.max_seeds is not None:
-        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width) for m in members]
+        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width, cfg.adaptive_rule) for m in members]
     elif cfg.seeds > 1:
         members = [SeedAveraged(m, cfg.seeds) for m in members]
     if len(members) == 1:
@@ -266,6 +268,21 @@ def build_metrics(metric: str | Metric, roles: Roles, cfg: RunConfig) -> Metric:
         labels = [g if isinstance(g, str) else f"{type(g).__name__}-{i}" for i, g in enumerate(cfg.generator)]
         built = GeneratorEnsemble(members, labels)
     return HumanCeiling(built) if cfg.ceiling else built
+
+
+def fit_seed_variances(rows: Sequence[Sample], built: Sequence[Metric], ctx: Context, cfg: RunConfig, *,
+                       progress: bool, row_numbers: Sequence[int] | None) -> None:
+    """Adaptive seeds' first stage over every row before the run's first batch, so that the
+    variance each caption's interval borrows from the others (`AdaptiveSeeds.fit`) comes from
+    the whole input, not from a caption's batch. The first draws are stored: the run reuses them."""
+    parts = [part for metric in built for part in adaptive_parts(metric) if part.rule != "stein"]
+    if not parts:
+        return
+    probes = [FirstDraws(part, f"first draws {i}") for i, part in enumerate(parts)]
+    records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
+                        row_numbers=row_numbers, desc="adaptive seeds: first draws")
+    for part, probe in zip(parts, probes):
+        part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
 
 
 def confining_root(rows: Sequence[Sample]) -> str | None:

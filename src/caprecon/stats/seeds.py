@@ -296,6 +296,9 @@ def stability(records: Sequence[Mapping[str, Any]], metric: str, *, by: str | No
     K = min(len(v) for _, v in rows)
     if K < 2:
         raise ConfigError(f"the rows hold {metric} from one seed: run with --seeds K (K >= 2) first")
+    if by is None and len(rows) < 2:
+        raise ConfigError(f"ranking captions needs at least two rows with a {metric} score, found one: Kendall's tau "
+                          f"of one caption is undefined (score more captions, or rank systems with --by)")
     values = np.array([v[:K] for _, v in rows])
     at = np.cumsum(values, axis=1) / np.arange(1, K + 1)  # rows x k: the mean of the first k seeds
     images = [image_of(r) for r, _ in rows]

@@ -17,9 +17,14 @@ was refuted:
    the same judge's upper-bound answers in a later `turing` run are these;
 5. **near-duplicate**: question embedding cosine above `qa_duplicate_cos` with an earlier
    kept pair of the same image *and* the same answer;
-6. **answerable without the image** (optional `blind_filter`): a text-only LLM answers an mc
-   question correctly under each of `blind_permutations` rotations of its choices, or a
+6. **answerable without the image** (`blind_filter`, on by default): a text-only LLM, shown
+   neither the image nor any caption, answers an mc question correctly under each of
+   `blind_permutations` rotations of its choices (leaked options, common sense), or a
    short-answer question correctly. Yes/no questions are exempt: a coin flip passes half.
+   With `blind_keep` such a pair stays in the bank, flagged (`"blind": true`), instead;
+   the stage's counts say how many were found either way (`blind`), and the datasheet too;
+7. **parent dropped**: a pair that presupposes (`parents`) a pair dropped above goes too:
+   a question about the colour of a dog that is not there has no right answer.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ def bank_record(item: QAItem) -> dict[str, Any]:
     record["answer"] = list(item.answer) if item.type == "box" else item.answer
     if item.type == "box" and item.coords:
         record["coords"] = item.coords
+    if item.parents:
+        record["parents"] = list(item.parents)
     return {**record, **item.meta}
 
 
@@ -92,6 +99,8 @@ def run(job: Job, images: list[dict[str, Any]], candidates: list[dict[str, Any]]
         by_image.setdefault(record["image_id"], []).append(record)
     kept_all, dropped_all = [], []
 
+    blind = [0]  # pairs the blind LLM answered right, dropped or (blind_keep) flagged
+
     def drop(record: dict[str, Any], reason: str, detail: str = "") -> None:
         job.drop(reason)
         dropped_all.append({**record, "dropped": reason, **({"detail": detail} if detail else {})})
@@ -111,11 +120,13 @@ def run(job: Job, images: list[dict[str, Any]], candidates: list[dict[str, Any]]
         items = _judge_agrees(job, entry, items, drop)
         items = _without_duplicates(job, items, drop)
         if cfg.blind_filter:
-            items = _needs_image(job, items, drop)
+            items = _needs_image(job, items, drop, blind)
+        items = _with_parents(items, drop)
         kept_all += [bank_record(item) for item, _ in items]
     write_jsonl(job.folder / OUTPUT, kept_all)
     write_jsonl(job.folder / "dropped.jsonl", dropped_all)
-    job.manifest["counts"] = {"in": len(candidates), "out": len(kept_all)}
+    job.manifest["counts"] = {"in": len(candidates), "out": len(kept_all),
+                              **({"blind": blind[0]} if cfg.blind_filter else {})}
     job.manifest["blind_prompt"] = BLIND_PREAMBLE if cfg.blind_filter else None
 
 
@@ -154,7 +165,20 @@ def _judge_agrees(job: Job, entry: dict[str, Any], items, drop):
     return kept
 
 
-def _needs_image(job: Job, items, drop):
+def _with_parents(items, drop):
+    """The pairs whose parents are all still kept (parents come first: a reply names earlier pairs)."""
+    kept, ids = [], set()
+    for item, record in items:
+        missing = [p for p in item.parents if p not in ids]
+        if missing:
+            drop(record, "parent dropped", f"{', '.join(missing)}")
+        else:
+            kept.append((item, record))
+            ids.add(item.id)
+    return kept
+
+
+def _needs_image(job: Job, items, drop, blind: list[int]):
     cfg = job.config
     asks: list[tuple[int, QAItem]] = []
     for i, (item, _) in enumerate(items):
@@ -173,8 +197,12 @@ def _needs_image(job: Job, items, drop):
         right[i] &= grade(q, reply).correct
     kept = []
     for i, (item, record) in enumerate(items):
-        if asked[i] and right[i]:
-            drop(record, "answerable without the image")
-        else:
+        if not (asked[i] and right[i]):
             kept.append((item, record))
+            continue
+        blind[0] += 1
+        if cfg.blind_keep:
+            kept.append((replace(item, meta={**item.meta, "blind": True}), record))
+        else:
+            drop(record, "answerable without the image")
     return kept

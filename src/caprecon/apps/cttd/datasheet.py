@@ -23,6 +23,8 @@ def bank_counts(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "by_category": dict(Counter(r.get("category") or "" for r in records).most_common()),
         "by_type": dict(Counter(r["type"] for r in records).most_common()),
         "by_source": dict(Counter(str(r.get("source") or "") for r in records).most_common()),
+        "with_parents": sum(bool(r.get("parents")) for r in records),
+        "blind_flagged": sum(r.get("blind") is True for r in records),
     }
 
 
@@ -38,6 +40,10 @@ def write_datasheet(build: Path, config: Any, stages: Sequence[Any]) -> dict[str
             if manifest.get(key) is not None:
                 entry[key] = manifest[key]
         sheet["stages"].append(entry)
+        if stage.name == "curate" and "blind" in entry["counts"]:  # the blind control: found, dropped or kept
+            sheet["blind_answerable"] = {"found": entry["counts"]["blind"],
+                                         "dropped": entry["dropped"].get("answerable without the image", 0),
+                                         "kept_flagged": sheet["blind_flagged"]}
         for role, description in manifest.get("models", {}).items():
             sheet["models"][role] = description
         for key in ("prompt", "type_help", "blind_prompt"):
@@ -59,6 +65,12 @@ def datasheet_markdown(sheet: dict[str, Any]) -> str:
     lines = ["# QA bank datasheet", "",
              f"{sheet['questions']} questions about {sheet['images']} images "
              f"({sheet['per_image']['mean']} per image, {sheet['per_image']['min']}–{sheet['per_image']['max']}).", ""]
+    if sheet.get("with_parents"):
+        lines += [f"{sheet['with_parents']} questions presuppose others (`parents`): the Caption Turing Test scores "
+                  "them wrong where a parent was answered wrong.", ""]
+    if blind := sheet.get("blind_answerable"):
+        lines += [f"Blind control: a text-only LLM, without the image, answered {blind['found']} candidate questions "
+                  f"right; {blind['dropped']} left out, {blind['kept_flagged']} kept flagged (`blind`).", ""]
     for title, key in (("Category", "by_category"), ("Answer type", "by_type"), ("Source", "by_source")):
         lines += _table([title, "questions", "share"],
                         [[k or "(none)", v, f"{100 * v / n:.1f}%"] for k, v in sheet[key].items()]) + [""]

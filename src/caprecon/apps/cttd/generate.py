@@ -6,6 +6,11 @@ and kept in `rejects.jsonl`. Pairs come in the bank's types (mc, yesno, short, b
 common key and type spellings are mapped to the bank's ("options" -> "choices",
 "multiple choice" -> "mc"). Whether a pair is complete and well-formed is curation's
 business (stage 5), so nothing is silently lost here.
+
+Dependencies (DSG's): a pair may name, by their positions in the same reply, the earlier pairs
+it presupposes (`depends_on`: "What colour is the dog?" presupposes "Is there a dog?"); they
+become the record's `parents` (the ids of those pairs). A position that is not an earlier
+pair's is left out and counted ("dependency on no earlier pair").
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ PROMPT = (
     "You are writing test questions about this image, in the category \"{category}\": {description}\n\n"
     "Write {m} different question-answer pairs in this category. Each answer must be checkable by looking at "
     "the image, and each question must make sense on its own. Use these answer types:\n{types}\n\n"
+    "When a question presupposes an earlier one of your pairs (a question about the colour of the dog presupposes "
+    "the one asking whether there is a dog), list the earlier pairs' positions (from 0) in \"depends_on\".\n\n"
     "Reply with JSON only, in this shape:\n"
     "{\"qas\": [{\"question\": \"...\", \"type\": \"mc\", \"choices\": [\"...\", \"...\", \"...\", \"...\"], "
-    "\"answer\": \"...\"}]}"
+    "\"answer\": \"...\", \"depends_on\": []}]}"
 )
-SHAPE = '{"qas": [{"question": "...", "type": "mc|yesno|short|box", "choices": ["..."], "answer": "..."}]}'
+SHAPE = ('{"qas": [{"question": "...", "type": "mc|yesno|short|box", "choices": ["..."], "answer": "...", '
+         '"depends_on": []}]}')
 
 TYPE_HELP = {
     "mc": "- \"mc\": multiple choice; \"choices\" is a list of 3 to 5 options, \"answer\" is the correct option's "
@@ -45,7 +53,8 @@ BOX_UNITS = {"normalized": " as fractions of the image width and height (0 to 1)
 _KEYS = {"question": ("question", "q", "query", "prompt"),
          "type": ("type", "question_type", "answer_type", "kind", "format"),
          "choices": ("choices", "options", "candidates", "alternatives"),
-         "answer": ("answer", "a", "ans", "correct_answer", "solution", "bbox", "box")}
+         "answer": ("answer", "a", "ans", "correct_answer", "solution", "bbox", "box"),
+         "depends_on": ("depends_on", "dependencies", "parents", "depends")}
 _TYPES = {"mc": "mc", "multiple choice": "mc", "multiple-choice": "mc", "multiple_choice": "mc", "mcq": "mc",
           "choice": "mc", "yesno": "yesno", "yes/no": "yesno", "yes_no": "yesno", "yes-no": "yesno",
           "boolean": "yesno", "short": "short", "short answer": "short", "short_answer": "short", "open": "short",
@@ -116,8 +125,16 @@ def run(job: Job, images: list[dict[str, Any]], taxonomy) -> None:
             if pairs and len(pairs) > cfg.qas_per_category:
                 job.drop("more than m pairs in a reply", len(pairs) - cfg.qas_per_category)
             for k, pair in enumerate((pairs or [])[: cfg.qas_per_category]):
+                pair = dict(pair)
+                positions = pair.pop("depends_on", [])
+                positions = positions if isinstance(positions, list) else [positions]
+                earlier = sorted({p for p in positions if isinstance(p, int) and not isinstance(p, bool) and 0 <= p < k})
+                if len(earlier) < len(positions):
+                    job.drop("dependency on no earlier pair", len(positions) - len(earlier))
                 record = {"id": f"{entry['image_id']}#{category.name}#{k}", "image_id": entry["image_id"],
                           "category": category.name, **pair, "source": entry["source"], "image": entry["path"]}
+                if earlier:
+                    record["parents"] = [f"{entry['image_id']}#{category.name}#{p}" for p in earlier]
                 if pair["type"] == "box":
                     record["coords"] = cfg.box_coords
                 records.append(record)

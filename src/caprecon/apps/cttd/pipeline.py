@@ -83,7 +83,8 @@ class BuildConfig:
     judge_box_coords: str | None = None
     judge_max_new_tokens: int = 32
     qa_duplicate_cos: float = 0.9
-    blind_filter: bool = False
+    blind_filter: bool = True  # questions a text-only LLM answers without the image are left out
+    blind_keep: bool = False  # keep them instead, flagged "blind": true
     blind_permutations: int = 3
     # 6 rank
     alpha: float = 0.5
@@ -243,14 +244,16 @@ STAGES: tuple[Stage, ...] = (
           lambda cfg: _discovering(cfg, "matcher", "llm"), (f"{propose.FOLDER}/{propose.OUTPUT}",), _categorise),
     Stage("generate", generate.FOLDER, ("generate_prompt", "qas_per_category", "types", "box_coords",
                                         "max_new_tokens"), lambda cfg: ("vlm",),
-          (f"{select.FOLDER}/{select.OUTPUT}", f"{categorise.FOLDER}/{categorise.OUTPUT}"), _generate),
+          (f"{select.FOLDER}/{select.OUTPUT}", f"{categorise.FOLDER}/{categorise.OUTPUT}"), _generate,
+          revision=1),  # 1: the prompt asks for dependencies, written as parents
     Stage("curate", curate.FOLDER, ("types", "judge_check", "judge_box_coords", "judge_max_new_tokens",
-                                    "qa_duplicate_cos", "blind_filter", "blind_permutations"),
+                                    "qa_duplicate_cos", "blind_filter", "blind_keep", "blind_permutations"),
           lambda cfg: ("matcher",) + (("judge",) if cfg.judge_check else ()) + (("llm",) if cfg.blind_filter else ()),
           (f"{generate.FOLDER}/{generate.OUTPUT}",), _curate,
-          revision=1),  # 1: the judge check before near-duplicate removal (issue 21 item 6)
+          revision=2),  # 1: the judge check before near-duplicate removal (issue 21 item 6); 2: parents
     Stage("rank", rank.FOLDER, ("alpha", "top_k"), lambda cfg: ("matcher",),
-          (f"{curate.FOLDER}/{curate.OUTPUT}",), _rank),
+          (f"{curate.FOLDER}/{curate.OUTPUT}",), _rank,
+          revision=1),  # 1: parents not among the top k are left out of their children's
 )
 
 

@@ -84,6 +84,15 @@ def run(job: Job, images: list[dict[str, Any]], kept: list[dict[str, Any]]) -> N
         beyond = len(records) - len(best)
         if beyond:
             job.drop("beyond the top k", beyond)
+    # a parent beyond the top k no longer gates its child: it was checked on the image, but is not asked
+    kept_ids = {record["id"] for record in bank}
+    for record in bank:
+        if "parents" in record:
+            parents = [p for p in record["parents"] if p in kept_ids]
+            if parents:
+                record["parents"] = parents
+            else:
+                del record["parents"]
     for record in bank:  # what is written is what `turing` reads
         parse_item(record, record["id"])
     write_jsonl(job.folder / OUTPUT, bank)

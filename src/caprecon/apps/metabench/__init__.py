@@ -141,6 +141,10 @@ def _load_nebula(path: str, layout: str = "auto", *, corrected: bool = True) -> 
     return spica_corrected(judgments, path) if corrected else judgments
 
 
+def _tifa160_reads_three_files(path: str) -> Judgments:
+    raise JudgmentFormatError("tifa160 reads --judgments (its Likert file), --questions and --answers, not --data")
+
+
 def _foil(n_refs: int | None, pairs: str) -> Benchmark:
     """FOIL under the two protocols papers use: CLIPScore's (Table 5: one (original, foil)
     pair per image, 1 or 4 references) and Polos' (`validate/compute_foil.py`: every foil
@@ -274,6 +278,16 @@ BENCHMARKS: dict[str, Benchmark] = {
             "every battle without the human caption, ties included",
             ties="three-way",
             finds=(CAPARENA_FILE,),
+        ),
+        Benchmark(
+            "tifa160",
+            "TIFA160 (DSG): 800 generated images rated 1-5 for prompt consistency; a question bank's item score "
+            "from recorded VQA answers (`caprecon.apps.metabench.tifa160`)",
+            _tifa160_reads_three_files,
+            "tau_b",
+            "none: the prompt's questions, answered on the image",
+            "0",
+            "every rated image (160 prompts x 5 generators), mean rating per image",
         ),
     )
 }

@@ -38,6 +38,7 @@ from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
 from caprecon.apps.metabench.request import MetaError, MetaRequest, ScoreMetric
+from caprecon.apps.metabench.tifa160 import TIFA160, run_tifa160
 from caprecon.apps.metabench.scoring import (OwnScorer, ScoresFile, benchmark_scores, direction_notes, metric_directions,
                                              metric_names, read_scores, score_judgments, scores_file,
                                              scores_file_columns, write_scores)
@@ -113,6 +114,8 @@ def meta(
     save: str | Path | None = None,
     fit_on: str | None = None,
     evaluate_on: str | None = None,
+    questions: str | Path | None = None,
+    answers: str | Path | None = None,
     score_metric: ScoreMetric | str | None = OWN,
     llm: TextLLM | str | None = None,
     store: Store | None = None,
@@ -138,11 +141,17 @@ def meta(
     callable `score_metric(name, samples)` returns one score per sample (NaN or None where it
     failed), with `scorable` the names it knows, `columns[name]` what each declares (its direction)
     and `llm` the probes' writer, its replies cached in `store`; None scores nothing else.
+
+    `benchmark="tifa160"` scores no caption: `judgments` is its Likert file, `questions` DSG's
+    proposition file and `answers` the recorded answers (`caprecon.apps.metabench.tifa160`).
     """
     request = MetaRequest(judgments, metrics, out, scores, images, format, captions, bootstrap, seed, tau,
                           human_order, probes, triples, benchmark, data, compare, model_level, tie_band, verify,
                           tolerance, expected, every_benchmark, data_root, fit, fit_model, folds, save, fit_on,
-                          evaluate_on, progress, human_ranking)
+                          evaluate_on, progress, human_ranking, questions, answers)
+    if benchmark == TIFA160:  # recorded answers: no metric runs, no model loads
+        with _prologue(request):
+            return _run_tifa160(request)
     if score_metric == OWN:
         if llm is not None:  # a run setting here, as in `caprecon.score`: a name, or a model
             settings["llm"] = llm
@@ -259,6 +268,27 @@ def _run(req: MetaRequest, score_metric: ScoreMetric | None, llm: TextLLM | None
         write_markdown(results.probes, req.out / "probes.md", title="Probes", notes=notes)
     write_report(req.out)
     return results
+
+
+def _run_tifa160(req: MetaRequest) -> MetaResults:
+    benchmark = get_benchmark(TIFA160)
+    if req.metrics or req.scores or req.data or req.compare or req.fit or req.probes or req.model_level:
+        raise MetaError("--benchmark tifa160 scores recorded answers: give --judgments, --questions and --answers, "
+                        "and no --metric, --scores, --data, --compare, --fit, --probes or --model-level")
+    n_bootstrap = 0 if req.verify else req.bootstrap
+    rows, notes, _ = run_tifa160(req.judgments, req.questions, req.answers, n_bootstrap=n_bootstrap, seed=req.seed,
+                                 out=req.out)
+    protocol = f"{benchmark.name}: spearman and {benchmark.statistic}; judged: {benchmark.sampling}"
+    if req.verify:
+        expected = read_expected(req.expected, benchmark.name) if req.expected else published_values(benchmark)
+        table = beside_published(benchmark, rows, expected, tolerance=req.tolerance, skipped={})
+        if req.out:
+            write_verify_csv(table, req.out / "verify.csv")
+        return MetaResults(rows, [protocol, *notes], req.out, benchmark.name, verify=table)
+    if req.out:  # optional here: the figures are printed (--json), and nothing else is made
+        write_csv(rows, req.out / "meta.csv")
+        write_markdown(rows, req.out / "meta.md", title="Agreement with people: tifa160", notes=[protocol, *notes])
+    return MetaResults(rows, [protocol, *notes], req.out, benchmark.name)
 
 
 def _compare(req: MetaRequest, judgments: Judgments, scores: dict[str, np.ndarray],

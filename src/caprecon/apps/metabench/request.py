@@ -76,6 +76,8 @@ class MetaRequest:
     evaluate_on: str | None = None
     progress: bool = False
     human_ranking: str = "published"
+    questions: Path | None = None  # tifa160: the question bank (DSG's proposition file)
+    answers: Path | None = None  # tifa160: the recorded answers
 
     def __post_init__(self) -> None:
         from caprecon.apps.metabench import BENCHMARKS, LAYOUTS
@@ -85,7 +87,8 @@ class MetaRequest:
         from caprecon.stats.fit import MODELS
 
         self.judgments, self.scores = _paths(self.judgments), _paths(self.scores)
-        for name in ("out", "images", "captions", "triples", "data", "expected", "data_root", "save"):
+        for name in ("out", "images", "captions", "triples", "data", "expected", "data_root", "save", "questions",
+                     "answers"):
             setattr(self, name, _path(getattr(self, name)))
         self.metrics = _names(self.metrics)
         if self.compare is not None:
@@ -108,4 +111,5 @@ class MetaRequest:
 
     def inputs(self) -> list[Any]:
         """What the run reads, which none of its outputs may be."""
-        return [self.judgments, self.scores, self.images, self.data, self.triples, self.expected]
+        return [self.judgments, self.scores, self.images, self.data, self.triples, self.expected, self.questions,
+                self.answers]

@@ -139,7 +139,7 @@ def our_value(rows: Sequence[MetaRow], metric: str, key: str) -> float:
             return row.value
         if key in ("value", row.statistic) and row.statistic != "pearson_system":
             return row.value
-        if key in ("tau_b", "tau_c"):  # run_meta gives rating judgments both variants, whichever the protocol's
+        if key in ("tau_b", "tau_c", "spearman"):  # rating judgments carry both τ variants and ρ
             return getattr(row, key)
         if key in row.extra:
             return row.extra[key]

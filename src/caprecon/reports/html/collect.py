@@ -220,6 +220,50 @@ def unsupported(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+CLAIM_STATUSES = ("conveyed", "hallucinated", "lost")
+
+
+def claim_evidence(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The `claims` metric's evidence, as the page shows it: each claim with its caption offsets
+    (s, e; None when its span is not in the caption), its question, P(yes) on I (pi) and on Î (pr),
+    whether it was gated on each (gi, gr) and its status (st: conveyed, hallucinated, lost)."""
+    out = []
+    for e in record.get("claims_evidence") or []:
+        if not isinstance(e, Mapping) or e.get("status") not in CLAIM_STATUSES:
+            continue
+        start, end = e.get("start"), e.get("end")
+        located = isinstance(start, int) and isinstance(end, int) and 0 <= start < end
+        out.append({"claim": str(e.get("claim", "")), "type": str(e.get("type", "")),
+                    "q": str(e.get("question", "")), "span": str(e.get("span") or ""),
+                    "s": start if located else None, "e": end if located else None,
+                    "pi": round(float(e["p_yes_image"]), 4) if is_number(e.get("p_yes_image")) else None,
+                    "pr": round(float(e["p_yes_recon"]), 4) if is_number(e.get("p_yes_recon")) else None,
+                    "gi": e.get("gated_image") is True, "gr": e.get("gated_recon") is True, "st": e["status"]})
+    return out
+
+
+def claim_rationale(evidence: Sequence[Mapping[str, Any]], caption: str = "") -> str:
+    """One line from the evidence alone: how many claims the photo does not support and how many
+    the reconstruction lost, each named by its words in the caption (else its claim)."""
+    if not evidence:
+        return ""
+
+    def named(rows: list[Mapping[str, Any]]) -> str:
+        words = [caption[r["s"]:r["e"]] if r.get("s") is not None and caption else (r.get("span") or r["claim"])
+                 for r in rows]
+        return ", ".join(f"'{w}'" for w in dict.fromkeys(words))
+
+    wrong = [r for r in evidence if r["st"] == "hallucinated"]
+    lost = [r for r in evidence if r["st"] == "lost"]
+    parts = [f"{len(wrong)} of {len(evidence)} claims not on the photo" + (f": {named(wrong)}" if wrong else "")]
+    supported = len(evidence) - len(wrong)
+    if lost:
+        parts.append(f"{len(lost)} of {supported} lost in reconstruction: {named(lost)}")
+    elif supported:
+        parts.append(f"all {supported} supported claims conveyed by the reconstruction")
+    return "; ".join(parts)
+
+
 def _answer_text(answer: Any, choices: Any) -> str:
     if isinstance(choices, list) and isinstance(answer, str) and len(answer) == 1 and answer.isalpha():
         index = ord(answer.upper()) - ord("A")

@@ -124,6 +124,9 @@ def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: 
             item["f"] = [[f[name] for name in FLIP_FIELDS] for f in flipped]
         if claims := collect.unsupported(record):
             item["h"] = claims
+        if evidence := collect.claim_evidence(record):
+            item["cl"] = evidence
+            item["why"] = collect.claim_rationale(evidence, item["c"])
         if more:
             item["x"] = [None] * len(other)
             for name, value in more.items():
@@ -394,7 +397,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
         summary=summary, lower_better=lower_better, curve=curve, seeds=seeds,
         categories=categories, upper=UPPER, meta=meta, bank=bank, best_of_n=best_of_n, refinement=refinement,
         selection_metric=selection_metric,
-        hallucinations=bool(gallery) and any("h" in item for item in gallery["items"]),
+        hallucinations=bool(gallery) and any("h" in item or any(c["st"] == "hallucinated" for c in item.get("cl", ()))
+                                             for item in gallery["items"]),
         gallery=json_for_script(gallery) if gallery else None, errors=errors[:MAX_ERRORS_LISTED],
         error_count=len(errors), highlights=collect.manifest_highlights(manifest),
         manifest=json.dumps(manifest, indent=2, ensure_ascii=False, default=str) if manifest else "",

@@ -211,6 +211,12 @@
     return details;
   }
 
+  // a claim's answers on the photo and on the reconstruction, in words
+  function claimAnswers(c) {
+    function on(p, gated) { return gated ? "not asked (a claim it depends on is false)" : "P(yes) " + fmt(p); }
+    return "on the original: " + on(c.pi, c.gi) + "; on the reconstruction: " + on(c.pr, c.gr);
+  }
+
   function markedCaption(item) {
     var p = el("p", "caption");
     var caption = item.c || "";
@@ -235,13 +241,25 @@
         from = at + 1;
       }
     });
+    // the claims metric's claims at their own offsets, where they overlap no mark already placed
+    (item.cl || []).forEach(function (c) {
+      if (c.s === null || c.e > end) return;
+      if (marks.some(function (k) { return c.s < k.stop && k.start < c.e; })) return;
+      marks.push({ start: c.s, stop: c.e, c: c });
+    });
     marks.sort(function (a, b) { return a.start - b.start; });
     var done = 0;
     marks.forEach(function (k) {
       p.appendChild(document.createTextNode(caption.slice(done, k.start)));
-      var mark = el("mark", "halluc", caption.slice(k.start, k.stop));
-      mark.title = k.h.claim + " (" + k.h.type + "): " + (k.h.g ? "not asked, a claim it depends on is false"
-        : "P(yes) " + fmt(k.h.p) + " on the original");
+      var mark;
+      if (k.c) {
+        mark = el("mark", "claim " + k.c.st, caption.slice(k.start, k.stop));
+        mark.title = k.c.claim + " (" + k.c.type + ", " + k.c.st + "): " + k.c.q + " " + claimAnswers(k.c);
+      } else {
+        mark = el("mark", "halluc", caption.slice(k.start, k.stop));
+        mark.title = k.h.claim + " (" + k.h.type + "): " + (k.h.g ? "not asked, a claim it depends on is false"
+          : "P(yes) " + fmt(k.h.p) + " on the original");
+      }
       p.appendChild(mark);
       done = k.stop;
     });
@@ -325,6 +343,18 @@
           : "P(yes) on the original: " + fmt(h.p)));
       }));
     }
+    if (item.why) text.appendChild(el("p", "rationale", item.why));
+    if (item.cl && item.cl.length) {
+      text.appendChild(openList("claims", item.cl.length + (item.cl.length > 1 ? " claims" : " claim") +
+        " checked on the original and on the reconstruction", item.cl, function (li, c) {
+        li.className = c.st;
+        li.appendChild(el("span", "status", c.st));
+        li.appendChild(el("span", "question", c.q));
+        li.appendChild(el("span", "category", c.type));
+        li.appendChild(el("span", "answers", claimAnswers(c)));
+        if (c.s === null) li.appendChild(el("span", "unlocated", "its words are not in the caption: " + c.span));
+      }));
+    }
     if (item.e) text.appendChild(el("p", "error", item.e));
     article.appendChild(text);
     return article;
@@ -365,7 +395,8 @@
       if (state.group && item.g !== state.group) return false;
       if (state.errorsOnly && !item.e) return false;
       if (state.selectedOnly && !item.sel) return false;
-      if (state.hallucOnly && !(item.h && item.h.length)) return false;
+      if (state.hallucOnly && !(item.h && item.h.length) &&
+          !(item.cl || []).some(function (c) { return c.st === "hallucinated"; })) return false;
       if (!q) return true;
       return ((item.c || "") + "\n" + item.i + "\n" + (item.g || "") + "\n" + (item.src || "")).toLowerCase().indexOf(q) >= 0;
     });

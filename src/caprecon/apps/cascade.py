@@ -1,0 +1,372 @@
+"""A cascade: score every caption with a cheap signal, reconstruct only where the decision is open.
+
+    result = caprecon.cascade("captions.jsonl", cheap="clipscore", metric="recon",
+                              decision="threshold:0.7", budget=0.3, preset="offline", out="runs/c")
+    result.generations, result.full_generations, [r["decision_score"] for r in result.records]
+
+Users score captions to decide something: keep or drop each at a threshold (`threshold:X`), the
+best of an image's N captions (`best-of-n`), or an order (`rank`: of the captions, or with `by`
+of the systems a field names). The cheap metric (`clipscore`, `distilled:FOLDER`, any metric that
+needs no reconstruction) scores every row. The full metric (`recon` by default) then runs in
+rounds on the rows whose decision the cheap score leaves open:
+
+1. a calibration sample (every `CALIBRATION_EVERY`-th row in a fixed shuffled order) is scored by
+   both, and the full score is fitted as `a + b * cheap` by least squares; the residuals' standard
+   deviation `sigma` is the cheap score's uncertainty in the full metric's units;
+2. every row not yet reconstructed gets the prediction `a + b * cheap` with sd `sigma` (a
+   reconstructed row: its full score, sd 0), and is *open* when the decision could change within
+   `z` sds: near the threshold, a challenger near its image's leader, or a unit (caption or system)
+   whose mean chance of swapping places with each other unit is above Phi(-z);
+3. the most open rows (the smallest margin in sds first) are reconstructed, up to this round's
+   share of the budget; the fit is redone with them, and the next round starts.
+
+It stops when no row is open or the budget (a fraction of the rows) is spent. The decision is
+then taken on each row's `decision_score`: the full score where it was computed, else the
+calibrated prediction. The run reports the generations and model calls the full metric made and
+what scoring every row would have made (the same calls per reconstructed row, times the rows).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from caprecon.core.checks import check_number
+from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number, write_jsonl_atomically
+from caprecon.data.loaders import load_samples
+from caprecon.data.samples import Sample, check_unique_ids
+from caprecon.metrics.base import Metric
+from caprecon.run.folder import run_folder, write_manifest, write_summary
+from caprecon.run.score import score
+
+#: one row in this many (at least MIN_CALIBRATION) is reconstructed first, whatever its cheap score,
+#: so the residuals are measured on rows the selection did not choose
+CALIBRATION_EVERY = 20
+MIN_CALIBRATION = 8
+#: normal quantile for "could change": 1.96 sds either side, a 95 % interval
+DEFAULT_Z = 1.96
+DEFAULT_ROUNDS = 4
+DECISIONS = ("best-of-n", "rank", "threshold:X")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the scores decide: `kind` is best-of-n, rank or threshold (then `threshold` holds X)."""
+
+    kind: str
+    threshold: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Decision":
+        if text in ("best-of-n", "rank"):
+            return cls(text)
+        if text.startswith("threshold:"):
+            value = text.split(":", 1)[1]
+            try:
+                return cls("threshold", float(value))
+            except ValueError:
+                raise ConfigError(f"--decision {text}: X of threshold:X must be a number, not {value!r}") from None
+        raise ConfigError(f"--decision {text!r}: give one of {', '.join(DECISIONS)}")
+
+    def __str__(self) -> str:
+        return f"threshold:{self.threshold:g}" if self.kind == "threshold" else self.kind
+
+
+@dataclass
+class Calibration:
+    """full ≈ intercept + slope * cheap, with residual sd `sigma`, fitted on `rows` reconstructed rows."""
+
+    intercept: float
+    slope: float
+    sigma: float
+    rows: int
+
+    def predict(self, cheap: np.ndarray) -> np.ndarray:
+        return self.intercept + self.slope * cheap
+
+
+def calibrate(cheap: np.ndarray, full: np.ndarray) -> Calibration:
+    """Least squares of full on cheap; sigma from the residuals with n - 2 degrees of freedom.
+    Under 3 rows, or cheap scores all equal, there is nothing to fit: the cheap score says
+    nothing, so sigma is infinite and every row stays open."""
+    n = len(cheap)
+    if n < 3 or float(np.ptp(cheap)) == 0.0:
+        return Calibration(float(np.mean(full)) if n else 0.0, 0.0, math.inf, n)
+    slope, intercept = np.polyfit(cheap, full, 1)
+    residuals = full - (intercept + slope * cheap)
+    sigma = float(np.sqrt(np.sum(residuals ** 2) / (n - 2)))
+    return Calibration(float(intercept), float(slope), sigma, n)
+
+
+def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str],
+            systems: Sequence[str] | None = None) -> np.ndarray:
+    """Per row, how many sds its decision is from changing (inf: settled whatever the full score).
+    `value`, `sd`: each row's decision score and its uncertainty (0 once reconstructed); `groups`:
+    the image of each row (best-of-n); `systems`: with rank, the system of each row (else each row
+    is its own unit)."""
+    n = len(value)
+    out = np.full(n, math.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if decision.kind == "threshold":
+            out = np.where(sd > 0, np.abs(value - decision.threshold) / sd, math.inf)
+        elif decision.kind == "best-of-n":
+            by_group: dict[str, list[int]] = {}
+            for i, g in enumerate(groups):
+                by_group.setdefault(g, []).append(i)
+            for members in by_group.values():
+                if len(members) < 2:
+                    continue
+                leader = max(members, key=lambda i: value[i])
+                for i in members:
+                    if i == leader:
+                        continue
+                    spread = math.hypot(sd[i], sd[leader])
+                    m = (value[leader] - value[i]) / spread if spread > 0 else math.inf
+                    out[i] = min(out[i], m)
+                    out[leader] = min(out[leader], m)  # the leader is open while any challenger is
+        else:  # rank
+            units = list(systems) if systems is not None else [str(i) for i in range(n)]
+            names = sorted(set(units))
+            index = {u: k for k, u in enumerate(names)}
+            members = [[] for _ in names]
+            for i, u in enumerate(units):
+                members[index[u]].append(i)
+            mean = np.array([value[m].mean() for m in members])
+            unit_sd = np.array([math.sqrt(float(np.sum(sd[m] ** 2))) / len(m) for m in members])
+            unit_margin = _swap_margins(mean, unit_sd)
+            for k, m in enumerate(members):
+                out[m] = unit_margin[k]
+    out = np.where(sd > 0, out, math.inf)  # a reconstructed row has nothing left to learn
+    return out
+
+
+def _swap_margins(mean: np.ndarray, sd: np.ndarray, block: int = 1024) -> np.ndarray:
+    """Per unit, the z whose normal tail Phi(-z) is its mean probability of swapping places with each
+    other unit: what its share of a Kendall tau's discordant pairs is expected to be. A unit that
+    could swap with many is as open as one sitting next to a single close neighbour. In blocks of
+    rows, so that ten thousand units do not ask for 10^8 floats at once."""
+    from scipy.special import ndtr, ndtri
+
+    units = len(mean)
+    if units < 2:
+        return np.full(units, math.inf)
+    swaps = np.empty(units)
+    for start in range(0, units, block):
+        rows = np.arange(start, min(start + block, units))
+        gap = np.abs(mean[rows, None] - mean[None, :])
+        spread = np.hypot(sd[rows, None], sd[None, :])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            chance = np.where(spread > 0, ndtr(-gap / spread), 0.0)
+        chance[np.arange(len(rows)), rows] = 0.0  # a unit does not swap with itself
+        swaps[rows] = chance.sum(axis=1) / (units - 1)
+    with np.errstate(divide="ignore"):
+        return np.where(swaps > 0, -ndtri(swaps), math.inf)
+
+
+@dataclass
+class CascadeResults:
+    """What `cascade` did: one record per row (its cheap score, full score where reconstructed, the
+    `decision_score` the decision used and the decision itself), the rounds and the costs."""
+
+    records: list[dict[str, Any]]
+    decision: str
+    cheap: str
+    metric: str
+    reconstructed: int
+    rows: int
+    generations: int  # reconstructions the full metric needed: made by its generator, or found in the cache
+    full_generations: int  # what scoring every row with the full metric would have made
+    model_calls: dict[str, int]  # the full metric's model calls by kind (generated, embedded, llm-answer, ...)
+    full_model_calls: dict[str, int]
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    calibration: Calibration | None = None
+    out: Path | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def closing_lines(self) -> list[str]:
+        share = self.generations / self.full_generations if self.full_generations else 0.0
+        lines = [f"cascade {self.cheap} -> {self.metric}, decision {self.decision}: reconstructed "
+                 f"{self.reconstructed} of {self.rows} row(s) in {len(self.rounds)} round(s)",
+                 f"generations: {self.generations} ({self.model_calls.get('reused', 0)} from the cache); the full "
+                 f"pipeline: {self.full_generations} ({share:.1%} used)"]
+        for kind, n in self.model_calls.items():
+            if kind not in ("generated", "reused"):
+                lines.append(f"{kind} calls: {n}; the full pipeline: {self.full_model_calls.get(kind, 0)}")
+        if self.calibration is not None:
+            c = self.calibration
+            lines.append(f"calibration on {c.rows} row(s): {self.metric} = {c.intercept:.4f} + {c.slope:.4f} * "
+                         f"{self.cheap}, residual sd {c.sigma:.4f}")
+        return lines
+
+
+def _calls(stats: dict[str, Any]) -> dict[str, int]:
+    """The model calls a run made, by kind, and `reused`: the reconstructions found in the cache."""
+    return {k: int(v) for k, v in stats.items() if k not in ("model_seconds", "damaged") and is_number(v)}
+
+
+def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metric, decision: str,
+            metric: str | Metric = "recon", budget: float = 0.3, rounds: int = DEFAULT_ROUNDS, z: float = DEFAULT_Z,
+            by: str | None = None, out: str | Path | None = None, progress: bool = False,
+            images_root: str | Path | None = None, max_image_bytes: int | None = None,
+            annotations: str | Path | None = None, captions: str | Path | None = None,
+            **settings: Any) -> CascadeResults:
+    """Decide with `cheap` scores first and `metric` (the full one) only where the decision is open.
+
+    `decision`: `best-of-n` (captions of one image compete), `rank` (every caption, or with `by`
+    the systems that field names, by their mean) or `threshold:X`. `budget`: the most rows the
+    full metric may score, as a fraction of all rows. `settings` are `score`'s (preset, generator,
+    cache_dir, ...), shared by both metrics. `out`: a folder for scores.jsonl, summary.json and
+    manifest.json. `images_root`, `max_image_bytes`, `annotations`, `captions`: as `load_samples`'.
+    """
+    wanted = Decision.parse(decision)
+    check_number("--budget", budget, 0, 1, low_open=True)
+    if rounds < 1:
+        raise ConfigError(f"--rounds must be at least 1, not {rounds}")
+    if cheap == metric:
+        raise ConfigError(f"--cascade {cheap} is the full metric itself: give a cheaper signal (clipscore, "
+                          "distilled:FOLDER)")
+    rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions,
+                        max_image_bytes=max_image_bytes)
+    check_unique_ids(rows)
+    if out is None:
+        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, None, progress, settings)
+    with run_folder(out, inputs=[samples] if isinstance(samples, (str, Path)) else ()) as folder:
+        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, folder, progress, settings)
+
+
+def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: float, rounds: int, z: float,
+         by: str | None, folder: Path | None, progress: bool, settings: dict[str, Any]) -> CascadeResults:
+    n = len(rows)
+    systems = None
+    if by is not None:
+        if wanted.kind != "rank":
+            raise ConfigError(f"--by {by} ranks systems: give --decision rank with it")
+        missing = [r.id for r in rows if r.meta.get(by) is None]
+        if missing:
+            raise ConfigError(f"--by {by}: row(s) {', '.join(missing[:5])} have no {by} field")
+        systems = [str(r.meta[by]) for r in rows]
+    cheap_run = score(rows, [cheap], progress=progress, **settings)
+    cheap_name = cheap_run.metric_names[0]
+    cheap_costs = cheap_run.manifest["cache"]
+    if cheap_costs.get("generated", 0) or cheap_costs.get("reused", 0):
+        raise ConfigError(f"--cascade {cheap} reconstructs: a cheap signal must not (clipscore, distilled:FOLDER)")
+    cheap_values = [r.get(cheap_name) for r in cheap_run.records]
+    usable = [i for i, v in enumerate(cheap_values) if is_number(v) and math.isfinite(v)]
+    cheap_arr = np.array([float(cheap_values[i]) for i in usable])
+    groups = [rows[i].image_id or str(rows[i].image) for i in usable]
+    units = [systems[i] for i in usable] if systems is not None else None
+
+    limit = max(1, int(budget * n))
+    full: dict[int, float] = {}  # position in `usable` -> full score
+    full_records: dict[int, dict[str, Any]] = {}
+    calls: dict[str, int] = {}
+    history: list[dict[str, Any]] = []
+    order = list(range(len(usable)))
+    random.Random(0).shuffle(order)
+    first = order[: min(limit, len(order), max(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY))]
+    calibration = None
+    metric_name = metric if isinstance(metric, str) else metric.name
+    bar = tqdm(total=limit, desc=f"cascade {metric}", unit="row", disable=not progress)
+    pending = first
+    for round_number in range(1, rounds + 1):
+        if pending:
+            run = score([rows[usable[i]] for i in pending], [metric], progress=False, **settings)
+            metric_name = run.metric_names[0]
+            for i, record in zip(pending, run.records):
+                full_records[i] = {**record, "cascade_round": round_number}
+                if is_number(record.get(metric_name)) and math.isfinite(record[metric_name]):
+                    full[i] = float(record[metric_name])
+            for kind, count in _calls(run.manifest["cache"]).items():
+                calls[kind] = calls.get(kind, 0) + count
+            bar.update(len(pending))
+        known = sorted(full)
+        calibration = calibrate(cheap_arr[known], np.array([full[i] for i in known]))
+        value, sd = _scores(cheap_arr, full, calibration)
+        margin = margins(wanted, value, sd, groups, units)
+        open_rows = [i for i in np.argsort(margin, kind="stable") if margin[i] < z and i not in full_records]
+        history.append({"round": round_number, "reconstructed": len(pending), "calibrated_on": calibration.rows,
+                        "sigma": calibration.sigma, "open": len(open_rows)})
+        left = limit - len(full_records)
+        if not open_rows or left <= 0 or round_number == rounds:
+            break
+        share = math.ceil(left / (rounds - round_number))  # this round's part of what is left
+        pending = [int(i) for i in open_rows[:share]]
+    bar.close()
+    value, sd = _scores(cheap_arr, full, calibration)
+    records = _records(rows, cheap_run.records, cheap_name, usable, full, full_records, value, sd, wanted, groups)
+    done = len(full_records)
+    full_calls = {kind: round(count * n / done) if done else 0 for kind, count in calls.items()}
+    needed = calls.get("generated", 0) + calls.get("reused", 0)  # made now or found in the cache
+    results = CascadeResults(records, str(wanted), cheap_name, metric_name, done, n, needed,
+                             round(needed * n / done) if done else 0, calls, full_calls, history, calibration, folder)
+    results.summary = _summary(results, budget, z)
+    if folder is not None:
+        write_jsonl_atomically(folder / "scores.jsonl", records, allow_nan=True)
+        write_summary(folder, results.summary)
+        write_manifest(folder, {"status": "complete", "command": "cascade", "samples": n,
+                                "metric_names": [cheap_name, metric_name, "decision_score"],
+                                "cascade": results.summary["cascade"], "settings": settings})
+    return results
+
+
+def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's decision score (full where known, else the calibrated prediction) and its sd."""
+    value = calibration.predict(cheap) if calibration.slope else np.full(len(cheap), calibration.intercept)
+    sd = np.full(len(cheap), calibration.sigma)
+    for i, v in full.items():
+        value[i], sd[i] = v, 0.0
+    return value, sd
+
+
+def _records(rows, cheap_records, cheap_name, usable, full, full_records, value, sd, wanted, groups):
+    """One record per input row, in input order: the cheap run's record with the full score, the
+    decision score and its sd, whether it was reconstructed and what was decided."""
+    decided: dict[int, Any] = {}
+    if wanted.kind == "threshold":
+        decided = {i: bool(value[i] >= wanted.threshold) for i in range(len(usable))}
+    elif wanted.kind == "best-of-n":
+        best: dict[str, int] = {}
+        for i, g in enumerate(groups):
+            if g not in best or value[i] > value[best[g]]:
+                best[g] = i
+        decided = {i: best[g] == i for i, g in enumerate(groups)}
+    else:
+        ranks = np.argsort(np.argsort(-value, kind="stable"), kind="stable") + 1
+        decided = {i: int(ranks[i]) for i in range(len(usable))}
+    key = {"threshold": "keep", "best-of-n": "best", "rank": "rank"}[wanted.kind]
+    position = {row: k for k, row in enumerate(usable)}
+    records = []
+    for row, record in enumerate(cheap_records):
+        record = dict(record)
+        k = position.get(row)
+        if k is not None:
+            full_record = full_records.get(k)
+            record.update({"reconstructed": full_record is not None, "decision_score": float(value[k]),
+                           "decision_sd": float(sd[k]), key: decided[k]})
+            if full_record is not None:
+                record.update({f: v for f, v in full_record.items() if f not in record})
+                if k not in full and full_record.get("error"):
+                    record["error"] = f"full metric: {full_record['error']} (decided on the cheap score)"
+        records.append(record)
+    return records
+
+
+def _summary(results: CascadeResults, budget: float, z: float) -> dict[str, Any]:
+    c = results.calibration
+    share = results.generations / results.full_generations if results.full_generations else None
+    return {"samples": results.rows, "cascade": {
+        "cheap": results.cheap, "metric": results.metric, "decision": results.decision, "budget": budget, "z": z,
+        "reconstructed": results.reconstructed, "generations": results.generations,
+        "full_generations": results.full_generations, "generation_share": share,
+        "model_calls": results.model_calls, "full_model_calls": results.full_model_calls,
+        "rounds": results.rounds,
+        "calibration": None if c is None else {"intercept": c.intercept, "slope": c.slope, "sigma": c.sigma,
+                                               "rows": c.rows},
+    }}
