@@ -397,11 +397,41 @@ CASES = [
     Case("reward-audit: --weight for a metric not in the reward", "conflicting options",
          lambda w: w.audit("-i", w.rows, "--weight", "clipscore=2"), ("clipscore",)),
     Case("reward-audit: an empty --input", "empty file",
-         lambda w: w.audit("-i", w.text("empty.jsonl", "")), ("holds no rows",), codes=(1,)),
+         lambda w: w.audit("-i", w.text("empty.jsonl", "")), ("holds no rows",)),
     Case("reward-audit: --json is a folder", "folder for a file",
          lambda w: w.audit("-i", w.rows, "--json", w.root / "run"), ("--json",)),
     Case("reward-audit: --weight recon=nan", "out of range",
          lambda w: w.audit("-i", w.rows, "--weight", "recon=nan"), ("--weight",)),
+    # --- issue 51: distill's reconstructions by key, damaged distilled folders, non-finite values, audits of nothing
+    Case("distill: a row naming /etc/passwd as its reconstruction", "path escape",
+         lambda w: ["distill", recon_rows(w, "d-passwd", reconstruction="/etc/passwd"), "-m", "recon",
+                    "--objective", "reconstruction", "--out", out(w, "d5"), "-q"], ("/etc/passwd", "store")),
+    Case("distill: a NaN metric value", "out of range",
+         lambda w: ["distill", recon_rows(w, "d-nan", value=float("nan")), "-m", "recon", "--out", out(w, "d6"),
+                    "-q"], ("scores.jsonl:1", "finite")),
+    Case("distill: an infinite metric value", "out of range",
+         lambda w: ["distill", recon_rows(w, "d-inf", value=float("inf")), "-m", "recon", "--out", out(w, "d7"),
+                    "-q"], ("scores.jsonl:1", "finite")),
+    *(Case(f"score -m distilled: {what}", kind,
+           lambda w, what=what: ["score", "-i", w.rows, "-m", f"distilled:{damaged(w, what)}", *w.world,
+                                 "--cache-dir", w.cache, "--out", out(w, f"ds-{what.replace(' ', '-')}"), "-q",
+                                 *([] if what.startswith("plug-in") else ["--allow-plugins"])],
+           names) for what, kind, names in (
+        ("pickled weights", "malformed file", ("model.safetensors", "not a safetensors")),
+        ("empty weights", "empty file", ("model.safetensors", "not a safetensors")),
+        ("config not JSON", "malformed file", ("config.json", "not valid JSON")),
+        ("config lacking hidden", "missing column", ("config.json", "lacks hidden")),
+        ("hidden as text", "config wrong type", ("config.json", "hidden")),
+        ("sizes not the weights'", "malformed file", ("model.safetensors", "do not belong together")),
+        ("a config asking for 40 TB", "out of range", ("config.json", "image_dim")),
+        ("an encoder in /etc", "path escape", ("config.json", "/etc")),
+        ("plug-in encoders without --allow-plugins", "plug-in", ("--allow-plugins",)))),
+    Case("reward-audit: one caption", "empty file",
+         lambda w: w.audit("-i", w.jsonl("one.jsonl", [json.loads(w.rows.read_text().splitlines()[0])])),
+         ("at least 3",)),
+    Case("reward-audit: every image missing", "missing file",
+         lambda w: w.audit("-i", w.jsonl("gone.jsonl", [{"id": str(k), "image": f"gone{k}.png", "caption": "a cat"}
+                                                        for k in range(3)])), ("cannot be read", "gone0.png")),
     # --- benchmark loaders: images outside their root (issue 51, item 2)
     Case("meta caparena: a battle's img leading out of --images", "path escape",
          lambda w: ["meta", "--benchmark", "caparena", "--data", arena(w, "arena-escape", [
@@ -512,6 +542,50 @@ def pascal_meta(w: Workspace, name: str, data: dict) -> list:
             "--out", out(w, f"p-{name}")]
 
 
+def recon_rows(w: Workspace, name: str, *, reconstruction: str | None = None, value: float | None = None) -> Path:
+    """The cached recon run, its first row's reconstruction or value replaced."""
+    folder = w.copy(w.root / "cached-run", name)
+    records = [json.loads(line) for line in (w.root / "cached-run" / "scores.jsonl").read_text().splitlines()]
+    for k, record in enumerate(records):
+        if k == 0 and reconstruction is not None:
+            record["reconstruction"] = reconstruction
+        if k == 0 and value is not None:
+            record["recon"] = value
+    (folder / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))  # NaN, Infinity as json writes them
+    return folder
+
+
+def damaged(w: Workspace, what: str) -> Path:
+    """A distilled folder of the cached run (the shapes world's encoders, as plug-ins), damaged as `what` says."""
+    import shutil
+
+    base = w.root / "distilled"
+    if not base.exists():
+        w.caprecon(["distill", w.root / "cached-run", "-m", "recon", "--image-encoder", "oracle:PixelEmbedder",
+                    "--text-encoder", "cttd_fakes:WordMatcher", "--holdout", "0.5", "--epochs", "2", "--hidden", "4",
+                    "--cache-dir", w.cache, "--out", base, "-q"])
+    folder = w.root / f"distilled-{what.replace(' ', '-')}"
+    if folder.exists():
+        return folder
+    shutil.copytree(base, folder)
+    config = json.loads((folder / "config.json").read_text())
+    weights = folder / "model.safetensors"
+    changed = {"config lacking hidden": {k: v for k, v in config.items() if k != "hidden"},
+               "hidden as text": {**config, "hidden": "four"},
+               "sizes not the weights'": {**config, "hidden": config["hidden"] + 1},
+               "a config asking for 40 TB": {**config, "image_dim": 10**7, "hidden": 10**6},
+               "an encoder in /etc": {**config, "image_encoder": "/etc"}}.get(what)
+    if changed is not None:
+        (folder / "config.json").write_text(json.dumps(changed))
+    elif what == "pickled weights":
+        import pickle
+
+        weights.write_bytes(pickle.dumps({"head": [1.0, 2.0]}))
+    elif what == "empty weights":
+        weights.write_bytes(b"")
+    elif what == "config not JSON":
+        (folder / "config.json").write_text("{'hidden': 4,")
+    return folder  # plug-in encoders without --allow-plugins: the folder as distill wrote it
 # what a `python=True` case runs: its lines inside caprecon's own refusals, reported as the command line does
 PYTHON_PRELUDE = """\
 import logging, sys

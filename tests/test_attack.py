@@ -382,5 +382,5 @@ def test_reward_audit_of_an_empty_input_says_so(w, capsys):
     empty.write_text("")
     code, out, err = _run(["reward-audit", "-i", empty, "-m", "recon", *WORLD, "--cache-dir", w["root"] / "c"],
                           capsys)
-    _refused(code, err, "the input holds no rows", expected_code=1)
+    _refused(code, err, "nothing to audit: the input holds no rows")
     assert "Spearman" not in out  # no table of figures over nothing

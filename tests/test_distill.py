@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,16 +174,18 @@ def test_reconstruction_objective_learns_the_metrics_own_form(tmp_path, recon_ru
 
 
 def test_reconstruction_targets_average_a_rows_seeds(tmp_path):
-    from caprecon.apps.distill import Row, reconstruction_targets
+    from caprecon.apps.distill import Row, reconstruction_targets, stored_reconstructions
     from caprecon.metrics.base import Context
 
-    paths = []
-    for name in ("red circle", "blue square", "green triangle"):
-        paths.append(str(tmp_path / f"{name}.png"))
-        render(name).save(paths[-1])
-    rows = [Row("x.png", "a", 0.5, (paths[0], paths[1])), Row("x.png", "b", 0.5, (paths[2],))]
+    store = caprecon.Store(tmp_path / "store")
+    names = ("red circle", "blue square", "green triangle")
+    keys = [hashlib.sha256(n.encode()).hexdigest() for n in names]
+    written = store.put_images("reconstruction", {k: (render(n), {}) for k, n in zip(keys, names)})
+    paths = [str(written[k][1]) for k in keys]
+    rows = [Row("x.png", "a", 0.5, stored_reconstructions({"reconstructions": paths[:2]}, [store])),
+            Row("x.png", "b", 0.5, stored_reconstructions({"reconstruction": paths[2]}, [store]))]
     got = reconstruction_targets(rows, PixelEmbedder(), Context(caprecon.Store.temporary()))
-    unit = PixelEmbedder().embed([render(n) for n in ("red circle", "blue square", "green triangle")])
+    unit = PixelEmbedder().embed([render(n) for n in names])
     assert got == pytest.approx(np.stack([(unit[0] + unit[1]) / 2, unit[2]]), abs=1e-6)
 
 
@@ -201,7 +204,7 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
     records[3]["reconstruction"] = str(tmp_path / "gone.png")
     (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     (copy / "manifest.json").write_text((run / "manifest.json").read_text())
-    with pytest.raises(ConfigError, match="row 4 .*reconstruction cannot be read.*--objective value"):
+    with pytest.raises(ConfigError, match="row 4 .*gone.png is not in the run's store.*--objective value"):
         distill([copy], "recon", None, objective="reconstruction", image_encoder=PixelEmbedder(),
                 text_encoder=WordEncoder(), hidden=8, epochs=1, holdout=0.05, store=caprecon.Store.temporary())
     assert distill([copy], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
@@ -209,13 +212,11 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
 
 
 def test_a_folder_naming_an_unknown_head_is_refused(tmp_path, run_folder):
-    from caprecon.models.common import ModelNotFoundError
-
     out = tmp_path / "reward"
     distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary())
     config = json.loads((out / "config.json").read_text())
     (out / "config.json").write_text(json.dumps({**config, "head": "transformer"}))
-    with pytest.raises(ModelNotFoundError, match="unknown head 'transformer'"):
+    with pytest.raises(ConfigError, match="unknown head 'transformer'"):
         DistilledReward.from_pretrained(out)
 
 
@@ -258,3 +259,356 @@ def test_auto_takes_the_reconstruction_head_only_for_a_metric_comparing_embeddin
                     store=caprecon.Store.temporary())
     assert distill([copy], "judged", None, **settings).report["objective"] == "value"
     assert distill([copy], "recon", None, **settings).report["objective"] == "reconstruction"
+
+
+# -- bad inputs (issue 51): reconstructions by key, damaged folders, non-finite values, locks ----------
+
+
+def _strict_json(path):
+    """The file parsed as strict JSON: NaN and Infinity are not JSON."""
+    def refuse(token):
+        raise ValueError(f"{path}: {token} is not JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def _copy_run(run, folder, change=lambda records: records, manifest=None):
+    folder.mkdir()
+    records = change([json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()])
+    (folder / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
+    (folder / "manifest.json").write_text(json.dumps(manifest if manifest is not None else
+                                                     json.loads((run / "manifest.json").read_text())))
+    return folder
+
+
+def test_reconstructions_are_read_from_the_store_by_key_only(tmp_path, recon_run):
+    from caprecon.apps.distill import Row, reconstruction_targets, stored_reconstructions
+    from caprecon.metrics.base import Context
+
+    run, cache = recon_run
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8, epochs=1,
+                    store=caprecon.Store.temporary(), progress=False)
+    # a row naming a file outside the store (it gave no error before): nothing is read, the row is named
+    secret = _copy_run(run, tmp_path / "secret", lambda rs: [{**r, "reconstruction": "/etc/passwd"} if k == 2 else r
+                                                              for k, r in enumerate(rs)])
+    with pytest.raises(ConfigError, match=r"row 3 .*/etc/passwd is not in the run's store"):
+        distill([secret], "recon", None, objective="reconstruction", **settings)
+    assert distill([secret], "recon", None, **settings).report["objective"] == "value"  # auto reads nothing
+
+    # a path elsewhere whose name is a stored key reads the store's picture under that key, not the file named
+    records = [json.loads(line) for line in (run / "scores.jsonl").read_text().splitlines()]
+    stored = records[0]["reconstruction"]
+    decoy = tmp_path / "elsewhere" / Path(stored).name
+    decoy.parent.mkdir()
+    render("purple triangle").save(decoy)
+    store = caprecon.Store.open(cache, read_only=True)
+    row = Row("x.png", "a", 0.5, stored_reconstructions({"reconstruction": str(decoy)}, [store]))
+    got = reconstruction_targets([row], PixelEmbedder(), Context(caprecon.Store.temporary()))
+    unit = PixelEmbedder().embed([Image.open(stored).convert("RGB")])[0]
+    assert got[0] == pytest.approx(unit / np.linalg.norm(unit), abs=1e-6)
+    # a stored file altered after the run fails its checksum: refused, naming the row
+    damaged_store = tmp_path / "store"
+    written = caprecon.Store(damaged_store).put_images("reconstruction", {"ab" * 32: (render("red circle"), {})})
+    path = written["ab" * 32][1]
+    size = path.stat().st_size
+    other = __import__("io").BytesIO()
+    Image.new("RGB", (8, 8), "blue").save(other, format="PNG")  # another picture, padded to the same size:
+    path.write_bytes(other.getvalue().ljust(size, b"\0"))  # it decodes, only its checksum tells
+    assert path.stat().st_size == size and Image.open(path).getpixel((0, 0)) == (0, 0, 255)
+    store = caprecon.Store.open(damaged_store, read_only=True)
+    with pytest.raises(ConfigError, match="row 1 .*fails its checksum"):
+        reconstruction_targets([Row("x.png", "a", 0.5, stored_reconstructions({"reconstruction": str(path)}, [store]))],
+                               PixelEmbedder(), Context(caprecon.Store.temporary()))
+
+
+def test_a_distilled_folder_names_no_encoder_outside_itself(tmp_path, run_folder):
+    from caprecon.models.distilled import encoder_source
+
+    out = tmp_path / "reward"
+    distill([run_folder], "recon", out, hidden=8, epochs=1, store=caprecon.Store.temporary(), progress=False)
+    config = json.loads((out / "config.json").read_text())
+    (out / "encoders" / "text").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    for spec in ("/etc", "../outside", str(tmp_path / "outside"), "encoders/../../outside", "no-such-model"):
+        (out / "config.json").write_text(json.dumps({**config, "text_encoder": spec}))
+        with pytest.raises(ConfigError, match="neither a registered model .* nor a folder inside"):
+            DistilledReward.from_pretrained(out)
+    assert encoder_source(out, "text_encoder", "encoders/text", False) == str((out / "encoders" / "text").resolve())
+    assert encoder_source(out, "image_encoder", "efficientnet-lite0", False) == "efficientnet-lite0"
+    (out / "config.json").write_text(json.dumps({**config, "text_encoder": "os:system"}))
+    with pytest.raises(ConfigError, match="plug-in 'os:system'.*--allow-plugins"):
+        DistilledReward.from_pretrained(out)
+
+
+def test_allow_plugins_reaches_a_distilled_metric_on_the_command_line(tmp_path, run_folder, capsys):
+    from caprecon.cli.commands import main
+
+    out = tmp_path / "reward"
+    distill([run_folder], "recon", out, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
+            epochs=1, store=caprecon.Store.temporary(), progress=False)
+    render("red circle").save(tmp_path / "img.png")
+    samples = tmp_path / "captions.jsonl"
+    samples.write_text(json.dumps({"id": "1", "image": str(tmp_path / "img.png"), "caption": "a red circle"}))
+    command = ["score", "-i", str(samples), "-m", f"distilled:{out}", "--cache-dir", str(tmp_path / "cache"), "-q"]
+    assert main([*command, "-o", str(tmp_path / "refused")]) == 2
+    assert "--allow-plugins" in capsys.readouterr().err
+    assert main([*command, "-o", str(tmp_path / "run"), "--allow-plugins"]) == 0
+    row = json.loads((tmp_path / "run" / "scores.jsonl").read_text().splitlines()[0])
+    expected = DistilledReward.from_pretrained(out, allow_plugins=True).score([render("red circle")], ["a red circle"])
+    assert row["distilled"] == pytest.approx(expected[0], abs=1e-5)
+
+
+def _damage(folder, way):
+    """The 20 ways of issue 51 item 5 (and a few more) a distilled folder can be damaged."""
+    from safetensors.torch import load, save_file
+
+    config_path, weights_path = folder / "config.json", folder / "model.safetensors"
+    config = json.loads(config_path.read_text())
+    weights = load(weights_path.read_bytes())  # not mapped: the file is written over below
+
+    def with_config(**changed):
+        config_path.write_text(json.dumps({**config, **changed}))
+
+    if way == "weights garbage":
+        weights_path.write_bytes(b"\x00\x01not safetensors at all" * 10)
+    elif way == "weights empty":
+        weights_path.write_bytes(b"")
+    elif way == "weights pickled":
+        torch.save(weights, str(weights_path))
+    elif way == "weights cut short":
+        weights_path.write_bytes(weights_path.read_bytes()[:-40])
+    elif way == "weights lack a tensor":
+        save_file({k: v for k, v in list(weights.items())[1:]}, str(weights_path))
+    elif way == "weights have an extra tensor":
+        save_file({**weights, "backdoor": torch.zeros(2)}, str(weights_path))
+    elif way == "weights are integers":
+        save_file({k: v.to(torch.int32) for k, v in weights.items()}, str(weights_path))
+    elif way == "weights are NaN":  # one weight of the first tensor
+        first = next(iter(weights))
+        save_file({**weights, first: weights[first].flatten().index_fill(0, torch.tensor([0]), float("nan"))
+                   .reshape(weights[first].shape)}, str(weights_path))
+    elif way == "weights padded past their size":  # 8 MB, where the head needs a few hundred kB
+        save_file({**weights, "padding": torch.zeros(2_000_000, dtype=torch.float32)}, str(weights_path))
+    elif way == "config not JSON":
+        config_path.write_text("{'image_dim': 3,")
+    elif way == "config empty":
+        config_path.write_text("")
+    elif way == "config not UTF-8":
+        config_path.write_bytes(b"\xff\xfe{}")
+    elif way == "config a list":
+        config_path.write_text("[1, 2]")
+    elif way == "config lacks keys":
+        config_path.write_text(json.dumps({k: v for k, v in config.items() if k not in ("hidden", "target_scale")}))
+    elif way == "dimension as text":
+        with_config(image_dim=str(config["image_dim"]))
+    elif way == "dimension fractional":
+        with_config(hidden=2.5)
+    elif way == "dimension zero":
+        with_config(text_dim=0)
+    elif way == "dimension a boolean":
+        with_config(hidden=True)
+    elif way == "scale as text":
+        with_config(target_scale="wide")
+    elif way == "mean infinite":
+        config_path.write_text(json.dumps({**config, "target_mean": float("inf")}))  # json writes Infinity
+    elif way == "encoder a number":
+        with_config(image_encoder=7)
+    elif way == "head unknown":
+        with_config(head=["value"])
+    elif way == "sizes mismatch the weights":
+        with_config(hidden=config["hidden"] + 1)
+    elif way == "asks for 40 TB":
+        with_config(image_dim=10**7, hidden=10**6)
+    elif way == "within bounds but not the weights' sizes":
+        with_config(image_dim=65_536, hidden=65_536)
+    else:
+        raise AssertionError(way)
+
+
+DAMAGES = {
+    "weights garbage": "not a safetensors file", "weights empty": "not a safetensors file",
+    "weights pickled": "not a safetensors file", "weights cut short": "not a safetensors file",
+    "weights lack a tensor": "lacks", "weights have an extra tensor": "has unknown backdoor",
+    "weights are integers": "not floating-point", "weights are NaN": "not finite",
+    "weights padded past their size": "more than the .* that the head config.json describes can take",
+    "config not JSON": "not valid JSON", "config empty": "not valid JSON", "config not UTF-8": "not valid JSON",
+    "config a list": "must be a JSON object", "config lacks keys": "lacks hidden, target_scale",
+    "dimension as text": "image_dim must be a whole number", "dimension fractional": "hidden must be a whole number",
+    "dimension zero": "text_dim must be a whole number", "dimension a boolean": "hidden must be a whole number",
+    "scale as text": "target_scale must be a finite number", "mean infinite": "target_mean must be a finite number",
+    "encoder a number": "image_encoder must name a model", "head unknown": "unknown head",
+    "sizes mismatch the weights": "do not belong together", "asks for 40 TB": "image_dim must be a whole number from 1",
+    "within bounds but not the weights' sizes": "do not belong together",
+}
+
+
+@pytest.fixture(scope="module")
+def distilled_folder(tmp_path_factory, run_folder):
+    out = tmp_path_factory.mktemp("distilled") / "reward"
+    distill([run_folder], "recon", out, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
+            epochs=1, store=caprecon.Store.temporary(), progress=False)
+    return out
+
+
+@pytest.mark.parametrize("way", list(DAMAGES))
+def test_a_damaged_distilled_folder_says_what_is_wrong(tmp_path, distilled_folder, way):
+    import shutil
+
+    folder = tmp_path / "reward"
+    shutil.copytree(distilled_folder, folder)
+    _damage(folder, way)
+    with pytest.raises(ConfigError, match=DAMAGES[way]):
+        DistilledReward.from_pretrained(folder, allow_plugins=True)  # its encoders are the tests' plug-ins
+
+
+def test_a_damaged_folder_is_one_line_on_the_command_line(tmp_path, distilled_folder, capsys):
+    import shutil
+
+    from caprecon.cli.commands import main
+
+    folder = tmp_path / "reward"
+    shutil.copytree(distilled_folder, folder)
+    _damage(folder, "weights pickled")
+    render("red circle").save(tmp_path / "img.png")
+    samples = tmp_path / "captions.jsonl"
+    samples.write_text(json.dumps({"id": "1", "image": str(tmp_path / "img.png"), "caption": "a red circle"}))
+    assert main(["score", "-i", str(samples), "-m", f"distilled:{folder}", "-o", str(tmp_path / "run"), "-q",
+                 "--cache-dir", str(tmp_path / "cache"), "--allow-plugins"]) == 2
+    err = capsys.readouterr().err
+    assert "not a safetensors file" in err and "Traceback" not in err
+
+
+def test_non_finite_values_are_refused_naming_their_rows_and_json_is_strict(tmp_path, run_folder):
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8, epochs=1,
+                    store=caprecon.Store.temporary(), progress=False)
+
+    def set_values(values):
+        return lambda rs: [{**r, "recon": values.get(k, r["recon"])} for k, r in enumerate(rs)]
+
+    bad = _copy_run(run_folder, tmp_path / "nan", set_values({2: float("nan"), 6: float("inf")}))
+    with pytest.raises(ConfigError, match=r"not a finite number .* 2 row\(s\): .*scores.jsonl:3, .*scores.jsonl:7"):
+        distill([bad], "recon", None, **settings)
+    # finite, their mean too, but their spread overflows (squares of 1e160 are beyond the largest float)
+    huge = _copy_run(run_folder, tmp_path / "huge", set_values({k: (-1) ** k * 1e160 for k in range(144)}))
+    with pytest.raises(ConfigError, match="too large to learn"):
+        distill([huge], "recon", None, **settings)
+    # every value equal: the held-out correlations are undefined, written as null in strict JSON
+    flat = _copy_run(run_folder, tmp_path / "flat", set_values({k: 0.25 for k in range(144)}))
+    result = distill([flat], "recon", tmp_path / "out", **{**settings, "store": caprecon.Store.temporary()})
+    assert result.report["held_out"]["spearman"] is None
+    assert _strict_json(tmp_path / "out" / "manifest.json")["report"]["held_out"]["spearman"] is None
+    assert _strict_json(tmp_path / "out" / "config.json")["target_scale"] == 1.0
+
+
+def test_distill_holds_its_out_folder_and_redacts_its_manifest(tmp_path, run_folder):
+    from caprecon.run.folder import LOCK_FILE, run_folder as lock
+
+    secret = "sk-distill-0123456789abcdef"
+    manifest = {"samples": 144, "config": {"embedder": "x", "embedder_options": {"api_key": secret}}}
+    run = _copy_run(run_folder, tmp_path / "run", manifest=manifest)
+    out = tmp_path / "reward"
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8, epochs=1,
+                    store=caprecon.Store.temporary(), progress=False)
+    done = []
+
+    def other_thread():
+        try:
+            distill([run], "recon", out, **settings)
+        except ConfigError as exc:
+            done.append(str(exc))
+
+    import threading
+
+    with lock(out):  # another run holds it: in this process, on another thread
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert done and "in use by another run" in done[0]
+    assert not (out / "config.json").exists()
+    distill([run], "recon", out, **settings)
+    assert sorted(p.name for p in out.iterdir()) == sorted([LOCK_FILE, "config.json", "manifest.json",
+                                                            "model.safetensors"])
+    assert secret not in (out / "manifest.json").read_text()
+    with pytest.raises(ConfigError, match="not empty"):
+        distill([run], "recon", out, **settings)
+
+
+def test_two_threads_of_one_process_never_hold_one_run_folder(tmp_path):
+    import threading
+
+    from caprecon.run.folder import run_folder as lock
+
+    out, ready, release = tmp_path / "run", threading.Event(), threading.Event()
+    outcome = {}
+
+    def first():
+        with lock(out):
+            ready.set()
+            release.wait(10)
+        outcome["first"] = "held"
+
+    def second():
+        ready.wait(10)
+        try:
+            with lock(out):
+                outcome["second"] = "held"
+        except ConfigError as exc:
+            outcome["second"] = str(exc)
+        release.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert outcome["first"] == "held" and "in use by another run in this process" in outcome["second"]
+    with lock(out):  # released: the next run takes it; and a call nested on one thread is the same run
+        with lock(out):
+            pass
+
+
+def test_distill_warns_when_its_text_encoder_chose_the_reconstructions(tmp_path, run_folder, caplog):
+    settings = dict(image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8, epochs=1,
+                    store=caprecon.Store.temporary(), progress=False)
+    chose = {"models": {"generator": {"backend": "retrieval", "matcher": {"fingerprint": WordEncoder.fingerprint}}}}
+    shared = _copy_run(run_folder, tmp_path / "shared", manifest=chose)
+    apart = _copy_run(run_folder, tmp_path / "apart", manifest={"models": {"generator": {
+        "matcher": {"fingerprint": "label-words-0"}}}})
+    with caplog.at_level("WARNING"):
+        assert distill([apart], "recon", None, **settings).report["text_encoder_chose_reconstructions"] is False
+        assert "chose its reconstructions" not in caplog.text
+        assert distill([shared], "recon", None, **settings).report["text_encoder_chose_reconstructions"] is True
+    assert "the one the runs' generator chose its reconstructions with" in caplog.text
+
+
+def test_distill_shows_its_stages(tmp_path, run_folder, capsys):
+    from caprecon.cli.commands import main
+
+    assert main(["distill", str(run_folder), "-m", "recon", "-o", str(tmp_path / "reward"), "--epochs", "2",
+                 "--hidden", "8", "--cache-dir", str(tmp_path / "cache")]) == 0
+    captured = capsys.readouterr()
+    for stage in ("distill: caption features", "distill: image features", "distill: training (value)"):
+        assert stage in captured.err
+    assert f"outputs: {tmp_path / 'reward'}" in captured.out
+
+
+def test_label_word_stand_in_matches_by_label_words_alone():
+    from label_words import LabelWordMatcher, words
+
+    matcher = LabelWordMatcher()
+    assert words("Dogs and a Tabby cat, grass") == ["dog", "tabby", "cat", "grass"]
+    got = matcher.embed_texts(["Dogs and a tabby cat", "zzz qqq"])
+    expected = np.zeros(len(matcher.vocabulary))
+    for word in ("dog", "tabby", "cat"):  # "hot dog", "tabby cat"
+        expected[matcher.column[word]] = 1 / math.sqrt(3)
+    assert got[0] == pytest.approx(expected, abs=1e-6) and not got[1].any()
+
+
+def test_config_and_manifest_are_strict_json(tmp_path):
+    from caprecon.run.folder import write_manifest
+
+    config = {"image_encoder": "efficientnet-lite0", "text_encoder": "imagenet-labels", "image_dim": 4, "text_dim": 3,
+              "hidden": 2, "target_mean": float("inf"), "target_scale": 1.0}
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        DistilledReward(config).save_pretrained(tmp_path / "reward")
+    write_manifest(tmp_path, {"figures": {"spearman": float("nan"), "speedup": [float("-inf"), 2.0]}})
+    assert _strict_json(tmp_path / "manifest.json") == {"figures": {"spearman": None, "speedup": [None, 2.0]}}

@@ -567,11 +567,12 @@ def test_reward_audit_matches_the_command(tmp_path, capsys):
     assert found.reward["rise_padded"] == pytest.approx(np.mean([guards(c + padding) - guards(c) for c in captions]))
     assert found.reward["rise_repeated"] - found.metrics["rise_repeated"] == \
         pytest.approx(np.mean([guards(f"{c} {c}") - guards(c) for c in captions]))
-    # an input of no rows: an audit of nothing (the command's exit 1), and no model loads
+    # an input of no rows: nothing to audit, the same ConfigError as the command's one line (exit 2), before
+    # any model loads (this generator does not exist)
     (tmp_path / "empty.jsonl").write_text("")
-    empty = caprecon.reward_audit(tmp_path / "empty.jsonl", ["recon"], generator="no_such_module:Generator")
-    assert (empty.captions, empty.parts, empty.reward) == (0, [], {})
-    assert main(["reward-audit", "-i", str(tmp_path / "empty.jsonl"), *flags_of(models)]) == 1
+    with pytest.raises(ConfigError, match="nothing to audit: the input holds no rows"):
+        caprecon.reward_audit(tmp_path / "empty.jsonl", ["recon"], generator="no_such_module:Generator")
+    assert main(["reward-audit", "-i", str(tmp_path / "empty.jsonl"), *flags_of(models)]) == 2
 
 
 # ----------------------------------------------------------------------------- cache, store merge

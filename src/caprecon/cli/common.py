@@ -118,8 +118,9 @@ def plugin_option(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None
     """--allow-plugins, on the commands that read a --config file (it means nothing elsewhere); on a
     command it only overrides the one before the command when given."""
     p.add_argument("--allow-plugins", action="store_true", default=default,
-                   help="load plug-ins (module:Class) named in a --config file: they are code the run imports and "
-                        "calls, so only for files you trust (plug-ins given as options always load)")
+                   help="load plug-ins (module:Class) named in a --config file or in a distilled:FOLDER's "
+                        "config.json: they are code the run imports and calls, so only for files you trust "
+                        "(plug-ins given as options always load)")
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from caprecon.cli.common import (ROWS_FAILED, Writes, add_image_root_options, add_run_options,
+from caprecon.cli.common import (Writes, add_image_root_options, add_run_options,
                                  real_number, run_settings, whole_number)
 from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, number_problem
 from caprecon.core.errors import ConfigError
@@ -67,9 +66,9 @@ def add_parser(subparsers) -> None:
     d.add_argument("--hidden", type=whole_number(1, MAX_WIDTH), default=256, help="width of the head (default 256)")
     d.add_argument("--seed", type=whole_number(0), default=0, help="seed of the split and the head (default 0)")
     d.add_argument("--cache-dir", help="store for the features (default $CAPRECON_CACHE or ~/.cache/caprecon)")
-    # the runs are checked by the prologue; --out by distill (it wants a new or empty folder, so it is
-    # not a locked run folder, whose lock file would make it not empty)
-    d.set_defaults(func=cmd_distill, writes=Writes(folder=None, inputs=("runs",), ends=False, once=("runs",)))
+    d.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    # the prologue checks the runs and takes --out's lock; distill wants it new or holding nothing but the lock
+    d.set_defaults(func=cmd_distill, writes=Writes(folder="out", inputs=("runs",), once=("runs",)))
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -83,9 +82,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
                           guards=guards, preset=settings.pop("preset", None),
                           config=settings.pop("config", None) or args.config, images_root=args.image_root,
                           max_image_bytes=args.max_image_bytes, progress=not args.quiet, **settings)
-    if not result.captions:  # as `score` says it: an audit of nothing has no figures to print
-        print("caprecon: error: the input holds no rows", file=sys.stderr)
-        return ROWS_FAILED
     table = [["", "metrics only", "with guards"]]
     for key, label in (("mean", "mean reward"), ("spearman_length", "Spearman with length"),
                        ("spearman_repetition", "Spearman with repetition"),
@@ -95,7 +91,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     print(f"{result.reward['scored']} of {result.captions} caption(s) scored; parts: {', '.join(result.parts)}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result.figures(), fh, indent=2)
+            json.dump(result.figures(), fh, indent=2, allow_nan=False)  # figures are finite or None
     return 0 if result.reward["scored"] == result.captions else 1
 
 
@@ -125,14 +121,19 @@ def cmd_distill(args: argparse.Namespace) -> int:
 
     result = distill(args.runs, args.metric, args.out, image_encoder=args.image_encoder,
                      text_encoder=args.text_encoder, objective=args.objective, holdout=args.holdout,
-                     epochs=args.epochs, hidden=args.hidden, seed=args.seed, cache_dir=args.cache_dir)
+                     epochs=args.epochs, hidden=args.hidden, seed=args.seed, cache_dir=args.cache_dir,
+                     progress=not args.quiet)
     r, held = result.report, result.report["held_out"]
     print(f"objective {r['objective']}: trained on {r['train_rows']} rows of {r['train_images']} images "
           f"({r['train_seconds']:.1f} s); "
           f"held out: {held['rows']} rows of {held['images']} images")
-    print(f"Spearman {number(held['spearman'])}  Kendall {number(held['kendall'])}  "
-          f"pairwise accuracy {number(held['pairwise_accuracy'])} ({held['pairs']} pairs)")
+    shown = {k: "undefined" if held[k] is None else number(held[k]) for k in ("spearman", "kendall",
+                                                                               "pairwise_accuracy")}
+    print(f"Spearman {shown['spearman']}  Kendall {shown['kendall']}  "
+          f"pairwise accuracy {shown['pairwise_accuracy']} ({held['pairs']} pairs)")
+    if held["spearman"] is None:
+        print("(a correlation is undefined where the held-out values, or the predictions, are all equal)")
     speedup = f"{r['speedup']:.0f}x" if r["speedup"] else "unknown (the runs recorded no model time)"
     print(f"{r['distilled_seconds_per_row'] * 1000:.1f} ms per row; speed-up over {args.metric}: {speedup}")
-    print(f"written to {result.out}; use it as -m distilled:{result.out}", file=sys.stderr)
+    print(f"use it as -m distilled:{result.out}")
     return 0

@@ -211,7 +211,9 @@ def build_metric(name: str, roles: Any, config: Any,
     if name.startswith("distilled:"):  # a reward model `caprecon distill` trained: its folder names the encoders
         from caprecon.metrics.distilled import DistilledMetric
 
-        built: Metric = DistilledMetric(name.partition(":")[2])
+        # its folder's config.json is a config file: module:Class encoders there need the run's --allow-plugins
+        built: Metric = DistilledMetric(name.partition(":")[2],
+                                        allow_plugins=bool(getattr(config, "allow_plugins", False)))
     elif name in METRICS:
         built = METRICS[name][0](roles, config)
     elif (cls := plugin_metric(name)) is None:

@@ -12,15 +12,16 @@ from caprecon.store.index import content_key
 
 
 class DistilledMetric(Metric):
-    """`model` is a `caprecon.models.distilled.DistilledReward` (or the folder it was saved to)."""
+    """`model` is a `caprecon.models.distilled.DistilledReward` (or the folder it was saved to, whose
+    `module:Class` encoders load only with `allow_plugins`: the run's `--allow-plugins`)."""
 
     name = "distilled"
 
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, *, allow_plugins: bool = False):
         if not hasattr(model, "predict"):
             from caprecon.models.distilled import DistilledReward
 
-            model = DistilledReward.from_pretrained(model)
+            model = DistilledReward.from_pretrained(model, allow_plugins=allow_plugins)
         self.model = model
         # a prediction of the metric it was trained on (unbounded: a regression head)
         self.columns = (Column(self.name, needs_source_image=True),)

@@ -16,7 +16,8 @@ kind and shape, the affine map onto the metric's scale fitted on the training ro
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import math
+from pathlib import Path, PurePath
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,6 +25,8 @@ import torch
 from PIL import Image
 from torch import nn
 
+from caprecon.core.errors import ConfigError
+from caprecon.core.records import is_number
 from caprecon.models.build import build_model
 from caprecon.models.common import ModelNotFoundError
 
@@ -78,38 +81,150 @@ def encoder_spec(model: Any) -> str:
     return model if isinstance(model, str) else f"{type(model).__module__}:{type(model).__qualname__}"
 
 
+#: what config.json must hold, and of which type (`head`, `metric`, `objective` are optional)
+CONFIG_KEYS = {"image_encoder": str, "text_encoder": str, "image_dim": int, "text_dim": int, "hidden": int,
+               "target_mean": float, "target_scale": float}
+#: the encoders' roles: the image encoder is an embedder, the text encoder a matcher's text side
+ENCODER_ROLES = {"image_encoder": "embedder", "text_encoder": "matcher"}
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    """A distilled folder's config.json, checked: a JSON object with every key of `CONFIG_KEYS` of its
+    type, sizes from 1 to `MAX_WIDTH`, the line onto the metric finite, a head this caprecon knows.
+    Anything else is a `ConfigError` saying what is wrong."""
+    from caprecon.core.checks import MAX_WIDTH
+
+    path = folder / CONFIG
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{path}: not valid JSON ({exc}); `caprecon distill` writes it") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: must be a JSON object, not {type(config).__name__}")
+    missing = [key for key in CONFIG_KEYS if key not in config]
+    if missing:
+        raise ConfigError(f"{path}: lacks {', '.join(missing)}; `caprecon distill` writes them")
+    for key, kind in CONFIG_KEYS.items():
+        value = config[key]
+        if kind is str and not (isinstance(value, str) and value.strip()):
+            raise ConfigError(f"{path}: {key} must name a model (text), not {value!r}")
+        if kind is int and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_WIDTH):
+            raise ConfigError(f"{path}: {key} must be a whole number from 1 to {MAX_WIDTH}, not {value!r}")
+        if kind is float and not is_number(value):
+            raise ConfigError(f"{path}: {key} must be a finite number, not {value!r}")
+    kind = config.get("head", "value")
+    if not isinstance(kind, str) or kind not in HEADS:
+        raise ConfigError(f"{path}: unknown head {kind!r} (this caprecon knows {', '.join(HEADS)})")
+    return config
+
+
+#: room for the safetensors header beside the tensors' bytes
+HEADER_ROOM = 1 << 20
+
+
+def read_weights(folder: Path, head: nn.Module) -> dict[str, torch.Tensor]:
+    """model.safetensors, checked against the head config.json describes (built on the meta device, so
+    no memory is taken for a config that asks for too much): no larger than that head's weights can be
+    (8 bytes each, and `HEADER_ROOM`), a safetensors file (read from its bytes, never unpickled nor
+    mapped), the same tensor names and shapes, floating point and finite. Anything else is a
+    `ConfigError` saying what is wrong."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    path = folder / WEIGHTS
+    expected = {name: tuple(t.shape) for name, t in head.state_dict().items()}
+    most = 8 * sum(math.prod(shape) for shape in expected.values()) + HEADER_ROOM
+    size = path.stat().st_size
+    if size > most:
+        raise ConfigError(f"{path}: {size} bytes, more than the {most} that the head config.json describes can "
+                          f"take; the two files do not belong together")
+    try:
+        weights = load(path.read_bytes())
+    except SafetensorError as exc:
+        raise ConfigError(f"{path}: not a safetensors file of weights ({exc}); `caprecon distill` writes one "
+                          f"(pickled weights are never loaded)") from None
+    if weights.keys() != expected.keys():
+        lacks, extra = sorted(expected.keys() - weights.keys()), sorted(weights.keys() - expected.keys())
+        raise ConfigError(f"{path}: does not hold the {config_head(head)} head's weights"
+                          + (f"; lacks {', '.join(lacks)}" if lacks else "")
+                          + (f"; has unknown {', '.join(extra)}" if extra else ""))
+    for name, shape in expected.items():
+        tensor = weights[name]
+        if tuple(tensor.shape) != shape:
+            raise ConfigError(f"{path}: {name} has shape {list(tensor.shape)}, but config.json's sizes give "
+                              f"{list(shape)}; the two files do not belong together")
+        if not tensor.is_floating_point():
+            raise ConfigError(f"{path}: {name} holds {tensor.dtype}, not floating-point weights")
+        if not bool(torch.isfinite(tensor).all()):
+            raise ConfigError(f"{path}: {name} holds weights that are not finite numbers (NaN or infinity)")
+    return weights
+
+
+def config_head(head: nn.Module) -> str:
+    return next(kind for kind, cls in HEADS.items() if isinstance(head, cls))
+
+
+def encoder_source(folder: Path, role: str, spec: str, allow_plugins: bool) -> str:
+    """What to build the encoder config.json names as `role` from: a registry name as it is, a folder
+    inside `folder` as its path, `module:Class` only with `allow_plugins`; anything else refused."""
+    from caprecon.models import registry
+
+    where = folder / CONFIG
+    if spec in registry.ROLES[ENCODER_ROLES[role]][0]:
+        return spec
+    if registry.imports_code(spec):
+        if not allow_plugins:
+            raise registry.plugin_refused(str(where), role, spec)
+        return spec
+    inside = (folder / spec).resolve()
+    if not PurePath(spec).is_absolute() and inside.is_relative_to(folder.resolve()) and inside.is_dir():
+        return str(inside)
+    names = ", ".join(registry.ROLES[ENCODER_ROLES[role]][0])
+    raise ConfigError(f"{where}: {role} {spec!r} is neither a registered model ({names}) nor a folder inside "
+                      f"{folder} (named relative to it); a distilled folder loads no model from elsewhere: copy "
+                      f"the encoder into the folder and name it there (or name code as module:Class, which loads only "
+                      f"with --allow-plugins)")
+
+
 class DistilledReward(nn.Module):
     """The head with its encoders and the metric's scale: `forward` on features gives the
-    metric's value; `score(images, captions)` computes the features first."""
+    metric's value; `score(images, captions)` computes the features first.
 
-    def __init__(self, config: dict[str, Any], head: RewardHead | None = None):
+    Loaded from a folder (`from_pretrained`), its encoders are what config.json names, and only
+    these: a registry name (`efficientnet-lite0`, `imagenet-labels`, ...), a folder inside the
+    distilled folder (named relative to it), or `module:Class` code with `allow_plugins`. Any other
+    path (`/etc`, `../elsewhere`) is refused: a distilled folder from someone else is a config file."""
+
+    def __init__(self, config: dict[str, Any], head: RewardHead | None = None, *, folder: Path | None = None,
+                 allow_plugins: bool = False):
         super().__init__()
         self.config = config
         kind = config.get("head", "value")
         if kind not in HEADS:
-            raise ModelNotFoundError(f"distilled reward: unknown head {kind!r} in config.json "
-                                     f"(this caprecon knows {', '.join(HEADS)})")
+            raise ConfigError(f"distilled reward: unknown head {kind!r} in config.json "
+                              f"(this caprecon knows {', '.join(HEADS)})")
         self.head = head or HEADS[kind](config["image_dim"], config["text_dim"], config["hidden"])
+        self.folder, self.allow_plugins = folder, allow_plugins
         self._encoders: tuple[Any, Any] | None = None
 
     @classmethod
     def from_pretrained(cls, folder: str | Path, *, allow_plugins: bool = False) -> "DistilledReward":
-        """The model saved in `folder`. An encoder its config.json names as `module:Class` is code that
-        loading would import: refused unless `allow_plugins` (a folder from someone else is a config file)."""
-        from safetensors.torch import load_file
-
-        from caprecon.models import registry
-
+        """The model saved in `folder`, its config.json and weights checked (`read_config`,
+        `read_weights`) and its encoders' names too (see the class): a damaged or foreign folder is
+        one `ConfigError` saying what is wrong. An encoder named as `module:Class` is code that
+        loading would import: refused unless `allow_plugins`."""
         folder = Path(folder)
         if not (folder / CONFIG).is_file() or not (folder / WEIGHTS).is_file():
             raise ModelNotFoundError(f"{folder}: not a distilled reward folder (it needs {CONFIG} and {WEIGHTS}; "
                                      f"`caprecon distill` writes them)")
-        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-        for role in ("image_encoder", "text_encoder"):
-            if not allow_plugins and registry.imports_code(str(config.get(role, ""))):
-                raise registry.plugin_refused(str(folder / CONFIG), role, config[role])
-        model = cls(config)
-        model.head.load_state_dict(load_file(str(folder / WEIGHTS)))
+        config = read_config(folder)
+        for role in ENCODER_ROLES:
+            encoder_source(folder, role, config[role], allow_plugins)
+        with torch.device("meta"):
+            shaped = HEADS[config.get("head", "value")](config["image_dim"], config["text_dim"], config["hidden"])
+        weights = read_weights(folder, shaped)
+        model = cls(config, folder=folder, allow_plugins=allow_plugins)
+        model.head.load_state_dict(weights)
         model.eval()
         return model
 
@@ -118,15 +233,22 @@ class DistilledReward(nn.Module):
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / CONFIG).write_text(json.dumps(self.config, indent=2), encoding="utf-8")
+        # strict JSON: a number that is not finite is refused here rather than written as `Infinity`
+        (folder / CONFIG).write_text(json.dumps(self.config, indent=2, allow_nan=False), encoding="utf-8")
         save_file({k: v.contiguous() for k, v in self.head.state_dict().items()}, str(folder / WEIGHTS))
 
     @property
     def encoders(self) -> tuple[Any, Any]:
-        """(image encoder, text encoder), built on first use from config.json."""
+        """(image encoder, text encoder), built on first use from config.json (its names checked, see
+        the class, when the model came from a folder)."""
         if self._encoders is None:
-            self._encoders = (build_model("embedder", self.config["image_encoder"], setting="image-encoder"),
-                              build_model("matcher", self.config["text_encoder"], setting="text-encoder"))
+            built = []
+            for role, kind in ENCODER_ROLES.items():
+                spec = self.config[role]
+                if self.folder is not None:
+                    spec = encoder_source(self.folder, role, spec, self.allow_plugins)
+                built.append(build_model(kind, spec, setting=role.replace("_", "-")))
+            self._encoders = (built[0], built[1])
         return self._encoders
 
     def use_encoders(self, image_encoder: Any, text_encoder: Any) -> None:

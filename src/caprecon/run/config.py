@@ -73,6 +73,9 @@ class RunConfig:
     keep: str = "images"  # what the store keeps: images, vectors (no picture files) or none (caprecon.store.index)
     cache_max_size: int | None = None  # bytes the store may hold; past it, the oldest entries are deleted
     preset: str | None = None
+    # trust config files that name code (module:Class): the --config file, a distilled:FOLDER's config.json.
+    # Set by the caller only (`build`'s allow_plugins), never by a config file itself
+    allow_plugins: bool = False
 
     def __post_init__(self) -> None:
         # settings come from the CLI, YAML/TOML files and Python alike: check them once, here
@@ -111,7 +114,7 @@ class RunConfig:
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")
             self.generator = list(self.generator) if len(self.generator) > 1 else self.generator[0]
-        for name in ("upscale", "no_cache", "vqa_normalise", "ceiling"):
+        for name in ("upscale", "no_cache", "vqa_normalise", "ceiling", "allow_plugins"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
         check_policy(self.keep, self.cache_max_size)
@@ -143,6 +146,9 @@ class RunConfig:
         named in the file is refused unless `allow_plugins` (see `load_config_file`)."""
         values: dict[str, Any] = {}
         file_values = load_config_file(file, allow_plugins=allow_plugins) if file else {}
+        if "allow_plugins" in file_values:
+            raise ConfigError(f"{file}: allow_plugins cannot be set in a config file (a file cannot vouch for "
+                              f"itself); pass --allow-plugins")
         preset = explicit.get("preset") or preset or file_values.get("preset")
         if preset:
             if preset not in registry.PRESETS:
@@ -151,6 +157,7 @@ class RunConfig:
             values["preset"] = preset
         values.update(file_values)
         values.update({k: v for k, v in explicit.items() if v is not None})
+        values["allow_plugins"] = allow_plugins  # a file cannot vouch for itself
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:

@@ -51,8 +51,9 @@ from caprecon.store.index import Store
 
 LOCK_FILE = ".caprecon.lock"
 _log = logging.getLogger("caprecon")
-# folders this process holds, with how deep: a command's own calls into the API (caption's scoring,
-# score's report) are the same run, not a second one
+# folders this process holds: [lock file, how deep, whether the run made the folder, the holding thread].
+# A command's own calls into the API on its thread (caption's scoring, score's report) are the same run;
+# another thread of this process is another run, refused as one in another process is
 _held: dict[Path, list] = {}
 _held_guard = threading.Lock()
 
@@ -107,11 +108,14 @@ def run_folder(path: str | Path, *, inputs: Iterable[Any] = (), trees: Iterable[
     out = check_out(path, inputs=inputs, trees=trees, option=option)
     key = out.resolve()
     with _held_guard:
+        if key in _held and _held[key][3] != threading.get_ident():
+            raise ConfigError(f"{option} {out} is in use by another run in this process (thread "
+                              f"{_held[key][3]}); wait for it to end or give another {option}")
         if key in _held:
             _held[key][1] += 1
         else:
             made = not out.exists()
-            _held[key] = [_lock(out, option), 1, made]
+            _held[key] = [_lock(out, option), 1, made, threading.get_ident()]
     failed = True
     try:
         yield out
@@ -120,7 +124,7 @@ def run_folder(path: str | Path, *, inputs: Iterable[Any] = (), trees: Iterable[
         with _held_guard:
             _held[key][1] -= 1
             if _held[key][1] == 0:
-                handle, _, made = _held.pop(key)
+                handle, _, made, _ = _held.pop(key)
                 handle.truncate(0)  # an empty lock file: its run ended as it should
                 if failed and made and [p.name for p in out.iterdir()] == [LOCK_FILE]:
                     (out / LOCK_FILE).unlink()
@@ -189,7 +193,7 @@ def closing_lines(out_dir: str | Path | None, outputs: str | None = None) -> lis
 
 _SAMPLE_FIELDS = ("caption", "image", "image_id", "candidate")
 # settings that do not change any score: a run may resume with other values of them
-_RESUME_FREE = {"batch_size", "workers", "cache_dir"}
+_RESUME_FREE = {"batch_size", "workers", "cache_dir", "allow_plugins"}
 
 
 def resumable_rows(out_dir: Path, cfg: RunConfig, metric_names: list[str], rows: list[Sample]) -> dict[str, dict]:
@@ -321,9 +325,10 @@ def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dic
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
     """The run folder's `manifest.json`, redacted: every command writes its manifest here, so
-    no option's key, token or URL password reaches disk whatever the command put in it."""
-    path = out_dir / "manifest.json"
-    path.write_text(json.dumps(redact(manifest), indent=2, default=str))
+    no option's key, token or URL password reaches disk whatever the command put in it. Strict JSON,
+    as `summary.json`: a number that is not finite is null."""
+    path = Path(out_dir) / "manifest.json"
+    path.write_text(json.dumps(_finite(redact(manifest)), indent=2, default=str, allow_nan=False))
     return path
 
 

@@ -487,14 +487,22 @@ class Audit:
         return asdict(self)
 
 
+#: captions an audit needs: the Spearman correlations are undefined on fewer than 3
+MIN_AUDIT_CAPTIONS = 3
+
+
 def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequence[str | Metric] | str | None = None,
                  weights: Sequence[float] | Mapping[str, float] | None = None, *, guards: Guards | None = Guards(),
                  preset: str | None = None, config: str | Path | None = None, images_root: str | Path | None = None,
-                 max_image_bytes: int | None = None, **settings: Any) -> Audit:
+                 max_image_bytes: int | None = None, progress: bool = True, **settings: Any) -> Audit:
     """`caprecon reward-audit`: how the `Reward` built from `metrics`, `weights`, `guards` and the run
-    settings (those of `caprecon.score`, and the reward's `progress`) responds to padding and repetition on the captions of
-    `samples` (a file as `score` reads it, or rows), before training with it (see `audit`). An input
-    of no rows gives an audit of 0 captions, and no model loads.
+    settings (those of `caprecon.score`) responds to padding and repetition on the captions of
+    `samples` (a file as `score` reads it, or rows), before training with it (see `audit`).
+
+    An input with nothing to audit is one `ConfigError` before any model loads: no rows, fewer than
+    `MIN_AUDIT_CAPTIONS` captions whose image can be read (it names the first that cannot). So is an
+    audit the reward scored fewer than that many captions of. `progress`: a bar per stage (the
+    reward's own bars stay off: the stages' bars say the same).
 
         found = caprecon.reward_audit("captions.jsonl", ["recon"], preset="fast",
                                       guards=caprecon.Guards(length_target=40))
@@ -502,24 +510,61 @@ def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequenc
     """
     from caprecon.data.loaders import load_samples
 
-    reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, **settings)
+    reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, progress=False, **settings)
     rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes)
     if not rows:
-        return Audit(captions=0, parts=[], metrics={}, reward={})
-    return audit(reward, [r.image for r in rows], [r.caption for r in rows])
+        raise ConfigError("nothing to audit: the input holds no rows")
+    readable, unreadable = [], []
+    for row in tqdm(rows, desc="reward-audit: reading images", unit="image", disable=not progress):
+        try:
+            read_image(row)
+            readable.append(row)
+        except SampleError as exc:
+            unreadable.append(f"row {row.id}: {exc}")
+    if len(readable) < MIN_AUDIT_CAPTIONS:
+        why = f"; {len(unreadable)} image(s) cannot be read, the first: {unreadable[0]}" if unreadable else ""
+        raise ConfigError(f"nothing to audit: {len(readable)} of {len(rows)} caption(s) have an image that can be "
+                          f"read, and an audit needs at least {MIN_AUDIT_CAPTIONS} (its Spearman correlations "
+                          f"are undefined on fewer){why}")
+    if unreadable:
+        log.warning("reward-audit: %d caption(s) left out, their image cannot be read; the first: %s",
+                    len(unreadable), unreadable[0])
+    found = audit(reward, [r.image for r in readable], [r.caption for r in readable], progress=progress)
+    if found.metrics["scored"] < MIN_AUDIT_CAPTIONS:
+        raise ConfigError(f"nothing to audit: the reward scored {found.metrics['scored']} of {found.captions} "
+                          f"caption(s) (its metrics failed on the others; the log says why), and an audit needs "
+                          f"at least {MIN_AUDIT_CAPTIONS}")
+    return found
 
 
-def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str]) -> Audit:
+#: captions a progress step of `audit` scores at once (the reward deduplicates within a call, the store across)
+AUDIT_BATCH = 64
+
+
+def audit(reward: Reward, images: Sequence[Any], captions: Sequence[str], *, progress: bool = False) -> Audit:
     """What a user checks before training with `reward`: over the captions as given, the Spearman
     correlation of the reward with their length (words) and repetition share; and the mean change of
     the reward when each caption is padded (`PADDING` appended) or repeats itself (said twice). Each
     figure twice: from the metrics alone (`metrics`) and from the whole reward, guards included
-    (`reward`). A gamed reward rises with padding or repetition; guarded, it should fall."""
+    (`reward`). A gamed reward rises with padding or repetition; guarded, it should fall. The three
+    stages (as given, padded, repeated) are scored in steps of `AUDIT_BATCH` captions, with a bar
+    each when `progress`; a caption's reward does not depend on the step it is scored in."""
     from caprecon.stats.correlation import spearman
 
     n = len(captions)
-    variants = [*captions, *(c + PADDING for c in captions), *(f"{c} {c}" for c in captions)]
-    parts = reward.parts([*images] * 3, variants)
+    parts: dict[str, list[float | None]] = {}
+    filled = 0
+    for stage, variants in (("as given", list(captions)), ("padded", [c + PADDING for c in captions]),
+                            ("repeated", [f"{c} {c}" for c in captions])):
+        for start in tqdm(range(0, n, AUDIT_BATCH), desc=f"reward-audit: scoring captions {stage}", unit="batch",
+                          disable=not progress):
+            size = len(variants[start : start + AUDIT_BATCH])
+            step = reward.parts(images[start : start + AUDIT_BATCH], variants[start : start + AUDIT_BATCH])
+            for name in step:  # a part only some steps have (`empty`: a step with an empty caption) is 0 elsewhere
+                parts.setdefault(name, [0.0] * filled)
+            for name, values in parts.items():
+                values.extend(step.get(name, [0.0] * size))
+            filled += size
     guards = {"length", "repetition", "hallucination"}
     rows = list(zip(*parts.values()))
     names = list(parts)
