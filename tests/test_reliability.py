@@ -156,6 +156,9 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
 
     metrics += [Hallucination(judge, ClaimLLM(), generator=oracle, spec=spec, report=report)
                 for report in ("precision", "coverage", "f")]
+    from caprecon.metrics.claim_check import ClaimCheck
+
+    metrics.append(ClaimCheck(judge, ClaimLLM(), generator=oracle, spec=spec))
     # a new metric must join this test; the reference metrics (Java) have theirs in test_open_metrics
     from caprecon.metrics.reference import REFERENCE_METRICS
 
@@ -170,10 +173,14 @@ def test_every_metric_writes_json_numbers(tmp_path, tiny_clip, tiny_dinov2, tiny
         _numbers_round_trip(written, numeric)
         # a random tiny judge may write no parseable rating: FLEUR then leaves the row out of its n
         unrated = metric.name == "fleur" and written.get("fleur") is None and written.get("fleur_unparsed")
+        # ... and may find none of the caption's claims on the photo: conveyed (a share of those) is then undefined
+        unrated = unrated or (metric.name == "claims" and written.get("claims_conveyed") is None
+                              and written.get("claims_precision") == 0.0)
         assert results.summary["metrics"][metric.headline]["n"] == (0 if unrated else 1), metric.name
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert all(s["n"] == 1 and isinstance(s["mean"], float) for name, s in summary["metrics"].items()
-               if not (name == "fleur" and written.get("fleur") is None))
+               if not (name == "fleur" and written.get("fleur") is None)
+               and not (name == "claims_conveyed" and written.get("claims_conveyed") is None))
     assert summary["metrics"]["fleur"]["n"] == (0 if written.get("fleur") is None else 1)
 
 
@@ -587,7 +594,7 @@ OTHER_PROGRAMS = {
 PLACEHOLDERS = {"--option"}  # "every `--option`" in prose
 # the servers' own flags in the docs' recipes (`vllm serve`, `python -m sglang.launch_server`),
 # programs not installed here: each option is named beside the program's command
-SERVER_RECIPES = {"--host", "--port", "--api-key", "--model-path"}
+SERVER_RECIPES = {"--host", "--port", "--api-key", "--model-path", "--max-logprobs"}
 
 
 def test_docs_name_only_options_that_exist():
