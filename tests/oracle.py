@@ -67,6 +67,24 @@ class PixelEmbedder:
         return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+class CountingOracle(OracleGenerator):
+    """The oracle, counting the prompts it draws (per instance, so a pickled copy counts its own)."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def generate(self, requests):
+        self.prompts += [r.prompt for r in requests]
+        return super().generate(requests)
+
+
+def expected_recon(image: Image.Image, caption: str) -> float:
+    """ReconScore of `caption` on `image` under the oracle and the pixel embedder, computed here
+    with numpy: (1 + cos) / 2 of the photo's and the oracle's drawing's pixel vectors."""
+    a, b = PixelEmbedder().embed([image, render(caption, *image.size)])
+    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
+
+
 class SteppedOracleGenerator(OracleGenerator):
     """The oracle, slowed down and started in step with other processes, for tests of
     processes sharing one cache: each process announces itself in `start_dir` and waits

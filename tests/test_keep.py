@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from oracle import OracleGenerator, PixelEmbedder, render
+from oracle import CountingOracle, PixelEmbedder, expected_recon, render
 
 import caprecon
 from caprecon.apps.reward import Reward
@@ -23,21 +23,6 @@ from caprecon.store.maintenance import cache_verify
 
 CAPTIONS = ["red circle blue square", "green triangle", "red circle"]
 
-
-class CountingOracle(OracleGenerator):
-    """The oracle, counting the prompts it draws (per instance)."""
-
-    def __init__(self):
-        self.prompts: list[str] = []
-
-    def generate(self, requests):
-        self.prompts += [r.prompt for r in requests]
-        return super().generate(requests)
-
-
-def expected_recon(image: Image.Image, caption: str) -> float:
-    a, b = PixelEmbedder().embed([image, render(caption, *image.size)])
-    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from oracle import OracleGenerator, PixelEmbedder, render
+from oracle import CountingOracle, OracleGenerator, PixelEmbedder, expected_recon, render
 
 from caprecon.apps.reward import AsyncReward, Guards, Reward, completion_text, repetition
 from caprecon.core.errors import ConfigError
@@ -23,21 +23,6 @@ from caprecon.metrics.recon import ReconScore
 from caprecon.models.generator import Generated
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
-
-class CountingOracle(OracleGenerator):
-    """The oracle, counting the prompts it draws (per instance, so a pickled copy counts its own)."""
-
-    def __init__(self):
-        self.prompts: list[str] = []
-
-    def generate(self, requests):
-        self.prompts += [r.prompt for r in requests]
-        return super().generate(requests)
-
-
-def expected_recon(image: Image.Image, caption: str) -> float:
-    a, b = PixelEmbedder().embed([image, render(caption, *image.size)])
-    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from oracle import OracleGenerator, PixelEmbedder, render
+from oracle import CountingOracle, OracleGenerator, PixelEmbedder, expected_recon, render
 
 from caprecon.apps.reward.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
 from caprecon.apps.reward import Guards
@@ -28,19 +28,6 @@ from caprecon.apps.reward.serve import HttpError, RewardService, ServiceSettings
 from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 
-
-class CountingOracle(OracleGenerator):
-    def __init__(self):
-        self.prompts: list[str] = []
-
-    def generate(self, requests):
-        self.prompts += [r.prompt for r in requests]
-        return super().generate(requests)
-
-
-def expected_recon(image: Image.Image, caption: str) -> float:
-    a, b = PixelEmbedder().embed([image, render(caption, *image.size)])
-    return (1.0 + float(np.clip(a @ b, -1, 1))) / 2.0
 
 
 def guards() -> Guards:
