@@ -112,7 +112,7 @@ def main() -> None:
                 # added latency: a step already in the store, through the service and in process
                 images, captions = step(0, 0)
                 remote = caprecon.RemoteReward(service.url)
-                local = caprecon.Reward(["recon"], **options)
+                local = caprecon.Reward(["recon"], progress=False, **options)
                 local(images, captions)  # models built, the store's entries read once
                 served, inline = [], []
                 for _ in range(args.rounds):
