@@ -404,9 +404,9 @@ MUTANTS = [
            "if key in _held and _held[key][3] != threading.get_ident():",
            "if key in _held and _held[key][3] == threading.get_ident():",
            (f"{DISTILL}::test_two_threads_of_one_process_never_hold_one_run_folder",)),
-    Mutant("reward-audit: an audit of fewer than 3 captions", "apps/reward/__init__.py", "MIN_AUDIT_CAPTIONS = 3",
+    Mutant("reward-audit: an audit of fewer than 3 captions", "apps/reward/audit.py", "MIN_AUDIT_CAPTIONS = 3",
            "MIN_AUDIT_CAPTIONS = 1", ("tests/test_reward_audit.py",)),
-    Mutant("reward-audit: captions with unreadable images audited", "apps/reward/__init__.py",
+    Mutant("reward-audit: captions with unreadable images audited", "apps/reward/audit.py",
            "            read_image(row)\n", "            pass\n", ("tests/test_reward_audit.py",)),
     # the Reward is the score (issue 50 item 3, item 8): pictures keyed by content, files by score's id
     Mutant("reward deduplication keyed by row instead of image content", "apps/reward/__init__.py",

@@ -61,7 +61,7 @@ def test_nothing_to_audit_is_one_message(tmp_path, case, capsys, caplog):
 
 
 def test_the_audit_shows_its_stages_and_its_figures_do_not_depend_on_them(tmp_path, capsys, monkeypatch):
-    from caprecon.apps import reward as module
+    from caprecon.apps.reward import audit as module
 
     names = ["red circle", "blue square", "green triangle", "yellow circle", "black square"]
     samples = _captions(tmp_path, [{"id": str(k), "image": _picture(tmp_path, n), "caption": f"a {n}"}
@@ -81,7 +81,7 @@ def test_the_audit_shows_its_stages_and_its_figures_do_not_depend_on_them(tmp_pa
 def test_an_empty_caption_in_one_step_keeps_the_parts_aligned(tmp_path, monkeypatch):
     # the reward adds its `empty` part only to a batch holding an empty caption: scored in steps of 2,
     # the audit must give what one step gives
-    from caprecon.apps import reward as module
+    from caprecon.apps.reward import audit as module
 
     names = ["red circle", "blue square", "green triangle", "yellow circle", "black square"]
     rows = [{"id": str(k), "image": _picture(tmp_path, n), "caption": f"a {n}" if k != 3 else " "}

@@ -20,7 +20,8 @@ from caprecon.apps.distill import Distilled, distill
 from caprecon.apps.metabench.meta import MetaResults, meta
 from caprecon.apps.refine import Refined, refine
 from caprecon.apps.report import RunReport, report
-from caprecon.apps.reward import AsyncReward, Audit, Guards, Reward, reward_audit
+from caprecon.apps.reward import AsyncReward, Guards, Reward
+from caprecon.apps.reward.audit import Audit, reward_audit
 from caprecon.apps.seeds import CompareResults, SeedsResults, compare, seeds
 from caprecon.apps.selection import BestOfN, best_of_n, split_preset
 from caprecon.apps.suites import SuiteResults, suite

@@ -72,7 +72,8 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from caprecon.apps.reward import Guards, reward_audit
+    from caprecon.apps.reward import Guards
+    from caprecon.apps.reward.audit import reward_audit
 
     settings = run_settings(args)
     guards = Guards(length_target=args.length_target, length_weight=args.length_weight,
