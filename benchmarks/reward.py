@@ -48,7 +48,8 @@ from PIL import Image  # noqa: E402
 
 import caprecon  # noqa: E402
 from bench_common import write_samples  # noqa: E402
-from caprecon.apps.distill import distill, split_images  # noqa: E402
+from caprecon.apps.distill import distill  # noqa: E402
+from caprecon.apps.distill.heldout import split_images  # noqa: E402
 from caprecon.models.generator import RetrievalGenerator  # noqa: E402
 from caprecon.models.generator import Generated  # noqa: E402
 from label_words import LabelWordMatcher  # noqa: E402

@@ -16,7 +16,8 @@ from PIL import Image
 from oracle import OracleGenerator, PixelEmbedder, render
 
 import caprecon
-from caprecon.apps.distill import distill, split_images
+from caprecon.apps.distill import distill
+from caprecon.apps.distill.heldout import split_images
 from caprecon.core.errors import ConfigError
 from caprecon.models.distilled import DistilledReward
 
@@ -174,7 +175,8 @@ def test_reconstruction_objective_learns_the_metrics_own_form(tmp_path, recon_ru
 
 
 def test_reconstruction_targets_average_a_rows_seeds(tmp_path):
-    from caprecon.apps.distill import Row, reconstruction_targets, stored_reconstructions
+    from caprecon.apps.distill.encode import reconstruction_targets
+    from caprecon.apps.distill.rows import Row, stored_reconstructions
     from caprecon.metrics.base import Context
 
     store = caprecon.Store(tmp_path / "store")
@@ -221,7 +223,7 @@ def test_a_folder_naming_an_unknown_head_is_refused(tmp_path, run_folder):
 
 
 def test_the_line_onto_the_metric_is_least_squares():
-    from caprecon.apps.distill import onto_metric
+    from caprecon.apps.distill.train import onto_metric
 
     image, text = np.eye(4)[:3], np.ones((3, 2))
 
@@ -235,7 +237,7 @@ def test_the_line_onto_the_metric_is_least_squares():
 
 
 def test_the_reconstruction_head_compares_in_the_runs_embedder():
-    from caprecon.apps.distill import runs_embedder
+    from caprecon.apps.distill.train import runs_embedder
 
     assert runs_embedder([{"embedder": "dinov2"}, {"embedder": "dinov2", "embedder_options": {}}]) == "dinov2"
     assert runs_embedder([{"embedder": "dinov2"}, {"embedder": "dreamsim"}]) is None  # they differ
@@ -281,7 +283,8 @@ def _copy_run(run, folder, change=lambda records: records, manifest=None):
 
 
 def test_reconstructions_are_read_from_the_store_by_key_only(tmp_path, recon_run):
-    from caprecon.apps.distill import Row, reconstruction_targets, stored_reconstructions
+    from caprecon.apps.distill.encode import reconstruction_targets
+    from caprecon.apps.distill.rows import Row, stored_reconstructions
     from caprecon.metrics.base import Context
 
     run, cache = recon_run
