@@ -24,7 +24,6 @@ data_root=DIR`: every benchmark found under DIR, one table).
 from __future__ import annotations
 
 import contextlib
-import csv
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from caprecon.apps.metabench.caparena import check_battles, check_human_ranking,
 from caprecon.apps.metabench.fit import check_fit_arguments, cross_validate_file, finish_fit, refuse_unfittable_scores
 from caprecon.apps.metabench.probes import run_probes
 from caprecon.apps.metabench.protocol import run_benchmark
+from caprecon.apps.metabench.report import write_csv_comparison, write_report
 from caprecon.apps.metabench.request import MetaError, MetaRequest, ScoreMetric
 from caprecon.apps.metabench.tifa160 import TIFA160, run_tifa160
 from caprecon.apps.metabench.scoring import (OwnScorer, ScoresFile, benchmark_scores, direction_notes, metric_directions,
@@ -413,13 +413,6 @@ def _run_benchmark(req: MetaRequest, score_metric: ScoreMetric | None,
     return results
 
 
-def write_csv_comparison(result: Comparison, path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(result.as_dict()))
-        writer.writeheader()
-        writer.writerow(result.as_dict())
-
-
 def _run_protocol(benchmark, judgments: Judgments, metrics: Sequence[str], reference: ReferenceMetrics,
                   score_metric: ScoreMetric | None, req: MetaRequest, n_bootstrap: int, last: dict,
                   score_notes: list[str], files: Sequence[ScoresFile] = (),
@@ -503,10 +496,3 @@ def _verify_all(req: MetaRequest, score_metric: ScoreMetric | None) -> MetaResul
     write_markdown(meta_rows, req.out / "meta.md", title="Agreement with people, every benchmark found", notes=notes)
     write_report(req.out)
     return results
-
-
-def write_report(out: Path) -> None:
-    """The HTML report of what `out` holds (the closing lines say where it is)."""
-    from caprecon.reports.html import write_html_report  # jinja and the templates: only once there is a report
-
-    write_html_report(out)
