@@ -33,7 +33,7 @@ from caprecon.data.samples import Sample  # noqa: E402
 from caprecon.metrics import Context  # noqa: E402
 from caprecon.metrics.vqascore import VQAScore  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
-from caprecon.models.vlm import TransformersVLM  # noqa: E402
+from caprecon.models.vlm_transformers import TransformersVLM  # noqa: E402
 from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec  # noqa: E402
 from caprecon.store.index import Store  # noqa: E402
 

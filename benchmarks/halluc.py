@@ -33,7 +33,7 @@ import tiny_vlm  # noqa: E402
 from caprecon.metrics.base import Context  # noqa: E402
 from caprecon.metrics.claims import Claim, check_claims  # noqa: E402
 from caprecon.metrics.judging import LazyImages  # noqa: E402
-from caprecon.models.vlm import TransformersVLM  # noqa: E402
+from caprecon.models.vlm_transformers import TransformersVLM  # noqa: E402
 from caprecon.store.index import Store, content_key  # noqa: E402
 
 IMAGES = 8

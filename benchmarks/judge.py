@@ -34,7 +34,8 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import tiny_vlm  # noqa: E402
-from caprecon.models.vlm import TransformersVLM, VLMRequest  # noqa: E402
+from caprecon.models.vlm import VLMRequest  # noqa: E402
+from caprecon.models.vlm_transformers import TransformersVLM  # noqa: E402
 
 QUESTIONS = 15
 OPTIONS = ["A", "B", "C", "D"]

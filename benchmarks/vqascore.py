@@ -32,7 +32,7 @@ from PIL import Image  # noqa: E402
 import tiny_vlm  # noqa: E402
 from caprecon.metrics import Context  # noqa: E402
 from caprecon.metrics.vqascore import VQAScore  # noqa: E402
-from caprecon.models.vlm import TransformersVLM  # noqa: E402
+from caprecon.models.vlm_transformers import TransformersVLM  # noqa: E402
 from caprecon.data.images import open_image  # noqa: E402
 from caprecon.data.samples import Sample
 from caprecon.store.index import Store  # noqa: E402

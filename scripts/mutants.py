@@ -88,7 +88,7 @@ MUTANTS = [
     Mutant("answer softmax over the vocabulary -> over positions", "models/llm.py",
            "torch.log_softmax(logits[i, s : s + c].float(), dim=-1)",
            "torch.log_softmax(logits[i, s : s + c].float(), dim=0)"),
-    Mutant("VQAScore encoder-decoder first decoder step -> second", "models/vlm.py",
+    Mutant("VQAScore encoder-decoder first decoder step -> second", "models/vlm_transformers.py",
            "answer_rows(logits, [0] * len(chunk),", "answer_rows(logits, [1] * len(chunk),",
            ("tests/test_encoder_decoder.py",)),
     Mutant("VQAScore P('Yes') -> P('yes')", "metrics/vqascore.py", 'asks, images, ["Yes"])', 'asks, images, ["yes"])'),

@@ -19,7 +19,8 @@ from PIL import Image
 import tiny_vlm
 from caprecon.models.captioner import (Captioner, CaptionRequest, PROMPTS, Sampling, TransformersCaptioner, _SeededSampler, resolve_prompt)
 from caprecon.models.generator import DiffusersGenerator
-from caprecon.models.vlm import TransformersVLM, VLMRequest
+from caprecon.models.vlm import VLMRequest
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.apps.selection import best_of_n, expected_best, selection_curve
 from caprecon.run.captioning import Selection, select_best
 from logged_models import LoggedCaptioner, LoggedGenerator

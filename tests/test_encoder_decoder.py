@@ -7,7 +7,8 @@ from PIL import Image
 
 from caprecon.metrics import Context
 from caprecon.metrics.vqascore import VQAScore
-from caprecon.models.vlm import TransformersVLM, VLMRequest
+from caprecon.models.vlm import VLMRequest
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample
 from tiny_vlm import build_instructblip_t5

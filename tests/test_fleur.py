@@ -137,7 +137,8 @@ def test_transformers_judge_reports_the_softmax_at_each_generated_position(tmp_p
     """Against a softmax computed by hand from the model's own logits on prompt + reply."""
     import torch
 
-    from caprecon.models.vlm import TransformersVLM, VLMRequest
+    from caprecon.models.vlm import VLMRequest
+    from caprecon.models.vlm_transformers import TransformersVLM
     from tiny_vlm import build_qwen2_vl
 
     judge = TransformersVLM(build_qwen2_vl(tmp_path / "vl"), max_new_tokens=5)

@@ -273,7 +273,7 @@ def test_a_real_judge_gives_each_claim_the_vqascore_of_its_question(tmp_path):
     from caprecon.metrics.claims import Claim, check_claims
     from caprecon.metrics.judging import LazyImages
     from caprecon.metrics.vqascore import VQAScore
-    from caprecon.models.vlm import TransformersVLM
+    from caprecon.models.vlm_transformers import TransformersVLM
     from tiny_vlm import build_qwen2_vl
 
     path = build_qwen2_vl(tmp_path / "vl")

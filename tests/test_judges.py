@@ -12,7 +12,7 @@ from caprecon.metrics.fleur import Fleur
 from caprecon.metrics.turing import CaptionTuringTest
 from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.llm import TransformersLLM
-from caprecon.models.vlm import TransformersVLM
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.data.qa import load_qa_bank
 from caprecon.metrics.grading import grade
 from caprecon.data.images import open_image

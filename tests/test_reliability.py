@@ -111,7 +111,7 @@ def tiny_judges(tmp_path_factory):
     from tiny_vlm import build_qwen2_lm, build_qwen2_vl
 
     from caprecon.models.llm import TransformersLLM
-    from caprecon.models.vlm import TransformersVLM
+    from caprecon.models.vlm_transformers import TransformersVLM
 
     root = tmp_path_factory.mktemp("judges")
     return (TransformersVLM(build_qwen2_vl(root / "vl"), max_new_tokens=6),

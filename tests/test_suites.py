@@ -18,7 +18,7 @@ from PIL import Image
 from caprecon.cli import main
 from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
-from caprecon.models.vlm import TransformersVLM
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.apps.suites import SuiteTable, caption_sources, load_suites, suite, surrogate_agreement
 from caprecon.apps.suites.entries import SUITES, SuiteEntry
 from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_benchmark

@@ -11,7 +11,7 @@ from caprecon.data.caption_sets import load_caption_set
 from caprecon.cli import main
 from caprecon.core.errors import ConfigError
 from caprecon.models.generator import DiffusersGenerator
-from caprecon.models.vlm import TransformersVLM
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.data.samples import SampleFormatError
 from caprecon.apps.t2i import adherence_table, mean_ci
 from caprecon.run.entrants import entrants

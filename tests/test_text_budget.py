@@ -13,7 +13,7 @@ from caprecon.metrics.vqascore import VQAScore
 from caprecon.models.generator import DiffusersGenerator
 from caprecon.models.llm import TransformersLLM
 from caprecon.models.registry import PRESETS, ROLES
-from caprecon.models.vlm import TransformersVLM
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.run.config import RunConfig
 from oracle import render
 from tiny_vlm import build_qwen2_lm, build_qwen2_vl

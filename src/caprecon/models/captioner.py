@@ -36,7 +36,10 @@ from PIL import Image
 from caprecon.models.common import computation, derive_seed
 from caprecon.models.llm import NO_PENALTIES, eos_token_ids
 from caprecon.models.openai_compat import OpenAICompatError, OpenAICompatVLM
-from caprecon.models.vlm import TransformersVLM, VLMRequest
+from caprecon.models.vlm import VLMRequest
+
+# Prompt presets, in our own words. `limited` needs `max_words`.
+from caprecon.models.vlm_transformers import TransformersVLM
 
 # Prompt presets, in our own words. `limited` needs `max_words`.
 PROMPTS: dict[str, str] = {

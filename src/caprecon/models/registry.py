@@ -141,7 +141,7 @@ def build_judge(model: str, base_url: str | None = None, **options: Any):
         from caprecon.models.openai_compat import OpenAICompatVLM
 
         return OpenAICompatVLM(model, base_url, **options)
-    from caprecon.models.vlm import TransformersVLM
+    from caprecon.models.vlm_transformers import TransformersVLM
 
     return TransformersVLM(model, **options)
 
