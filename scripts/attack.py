@@ -592,7 +592,7 @@ import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")  # a program's own handler
 import caprecon
 from caprecon.core import errors
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from oracle import OracleGenerator, PixelEmbedder, render
 # an earlier caprecon (--before) may lack some of them
 REFUSALS = (RunError, *(getattr(errors, name) for name in ("ConfigError", "MetricContractError", "ServerError")

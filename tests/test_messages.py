@@ -11,7 +11,7 @@ import pytest
 from caprecon.cli import main
 from caprecon.core.errors import ConfigError, ServerError
 from caprecon.data.samples import SampleError
-from caprecon.run.local import explain_failure, failure_reason
+from caprecon.run.failures import explain_failure, failure_reason
 
 
 def test_own_errors_are_their_message_and_others_say_what_to_do():

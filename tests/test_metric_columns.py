@@ -9,7 +9,7 @@ import pytest
 import caprecon
 from caprecon.metrics.base import Metric
 from caprecon.models.matcher import ClipMatcher
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from halluc_fakes import ClaimLLM, PixelJudge
 from oracle import OracleGenerator, render
 

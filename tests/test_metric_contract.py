@@ -19,7 +19,7 @@ from oracle import render
 from caprecon.apps.reward import Reward
 from caprecon.core.errors import ConfigError
 from caprecon.core.errors import MetricContractError
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from clirun import run_cli
 
 # four captions in batches of two: the second batch breaks the contract
@@ -116,7 +116,7 @@ class Spinning(BaseException):
 
 
 def test_a_stage_that_returns_fewer_results_than_rows_stops_instead_of_spinning():
-    from caprecon.run.local import FailureWatch, isolated
+    from caprecon.run.failures import FailureWatch, isolated
 
     calls = []
 

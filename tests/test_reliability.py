@@ -13,7 +13,7 @@ from caprecon.cli.commands import build_parser, main
 from caprecon.run.config import RunConfig
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import Metric
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from caprecon.data.loaders import load_samples
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError

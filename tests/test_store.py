@@ -23,7 +23,7 @@ import caprecon.run.score
 from caprecon.cli.cache import parse_age, parse_size
 from caprecon.store.maintenance import cache_prune, cache_verify
 from caprecon.cli import main
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from caprecon.store.index import Store, StoreCorruptError, StoreReadOnlyError, content_key
 from oracle import OracleGenerator, PixelEmbedder, render
 

@@ -25,7 +25,7 @@ from caprecon.apps.suites.loaders import SuiteFormatError, image_id_of, load_ben
 from caprecon.apps.suites.table import UPPER
 from caprecon.apps.suites.scoring import Graded, dataset_scores, grade, read_number
 from caprecon.metrics.grading import BoxReading
-from caprecon.run.local import RunError
+from caprecon.run.failures import RunError
 from oracle import OracleGenerator
 from tiny_vlm import build_qwen2_vl
 

@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             from transformers.utils import logging as transformers_logging
 
             transformers_logging.disable_progress_bar()  # one bar for the run, not one per weight file
-    from caprecon.run.local import RunError, RunInterrupted
+    from caprecon.run.failures import RunError, RunInterrupted
 
     try:
         code = run_command(args, args.func)

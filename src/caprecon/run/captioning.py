@@ -24,7 +24,7 @@ from caprecon.data.images import decode_bytes, image_file_key, read_image_file
 from caprecon.data.samples import SampleError
 from caprecon.models.captioner import CaptionRequest, Sampling
 from caprecon.models.common import derive_seed
-from caprecon.run.local import FATAL, RunError, explain_failure
+from caprecon.run.failures import FATAL, RunError, explain_failure
 from caprecon.store.index import Store, content_key
 
 log = logging.getLogger(__name__)

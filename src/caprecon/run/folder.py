@@ -45,7 +45,7 @@ from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
 from caprecon.metrics.base import CORPUS
 from caprecon.run.config import RunConfig
-from caprecon.run.local import base_record, read_scores
+from caprecon.run.records import base_record, read_scores
 from caprecon.store.index import Store
 
 

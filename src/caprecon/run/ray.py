@@ -41,7 +41,9 @@ from caprecon.metrics.recon import ReconScore
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import Store
-from caprecon.run.local import FATAL, MetricRunner, RunError, RunRows, base_record, explain_failure, fail_row
+from caprecon.run.failures import FATAL, RunError, explain_failure, fail_row
+from caprecon.run.local import MetricRunner, RunRows
+from caprecon.run.records import base_record
 
 log = logging.getLogger(__name__)
 

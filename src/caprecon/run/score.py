@@ -37,7 +37,8 @@ from caprecon.run.roles import Roles
 from caprecon.store.index import Store
 from caprecon.run.folder import (corpus_values, holds_run_folder, open_store, platform_name, resumable_rows,
                                  summarise, write_manifest, write_reports, write_run)
-from caprecon.run.local import RunError, RunInterrupted, run_local
+from caprecon.run.failures import RunError, RunInterrupted
+from caprecon.run.local import run_local
 
 
 @dataclass

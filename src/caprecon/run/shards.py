@@ -25,7 +25,7 @@ from caprecon.data.samples import Sample
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.metrics.base import CORPUS
 from caprecon.run.folder import LOCK_FILE, corpus_values, holds_run_folder, summarise, write_reports, write_run
-from caprecon.run.local import read_scores
+from caprecon.run.records import read_scores
 
 
 def parse_shard(text: str | tuple[int, int]) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.store.index import StoreError
-from caprecon.run.local import FailureWatch, RunError, isolated
+from caprecon.run.failures import FailureWatch, RunError, isolated
 from caprecon.run.ray import reconstruction_plan
 from caprecon.core.errors import ConfigError
 from caprecon.run.folder import holds_run_folder
@@ -52,7 +52,7 @@ def reconstruct_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: C
 
 
 def _isolated(fn, items: list, watch: FailureWatch) -> list[Exception | None]:
-    """`fn` (which stores what it makes) over `items` as a scoring run scores: `run.local.isolated`.
+    """`fn` (which stores what it makes) over `items` as a scoring run scores: `run.failures.isolated`.
     A reconstruction missing from the store is the row's, not the model's failure."""
     def done(part: list) -> list[None]:
         fn(part)

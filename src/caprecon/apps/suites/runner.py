@@ -44,7 +44,7 @@ from caprecon.data.normalise import normalise_caption
 from caprecon.data.qa import COORDS, build_prompt
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.reconstruct.reconstructor import Reconstruction, Reconstructor
-from caprecon.run.local import FATAL, FailureWatch, RunError, explain_failure, isolated
+from caprecon.run.failures import FATAL, FailureWatch, RunError, explain_failure, isolated
 from caprecon.run.roles import Roles
 from caprecon.data.images import LoadedSample, read_image_file
 from caprecon.data.samples import Sample, SampleError
