@@ -56,6 +56,7 @@ from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import create_file
 from caprecon.data.images import file_head
+from caprecon.store.leases import heartbeat, holder_alive
 
 
 log = logging.getLogger(__name__)
@@ -763,7 +764,7 @@ class Store:
                     mine = set()
                     for key in keys:
                         owner, expires = held.get(key, (self.owner, 0.0))
-                        if owner != self.owner and expires > now and _holder_alive(owner):
+                        if owner != self.owner and expires > now and holder_alive(owner):
                             continue  # someone alive is generating it
                         mine.add(key)
                     _insert_rows(db, "claims", "key, owner, expires",
@@ -811,7 +812,7 @@ class Store:
                 # the store collected, its heartbeat ends at once, not after its next sleep: a loop of
                 # runs (the API, a notebook) would otherwise keep one sleeping thread per store it made
                 weakref.finalize(self, gone.set)
-                self._beat = threading.Thread(target=_heartbeat, args=(weakref.ref(self), self.lease_seconds / 3, gone),
+                self._beat = threading.Thread(target=heartbeat, args=(weakref.ref(self), self.lease_seconds / 3, gone),
                                               name="caprecon-claims", daemon=True)
                 self._beat.start()
         try:
@@ -820,37 +821,6 @@ class Store:
             with self._lock:
                 self._held.difference_update(keys)
             self.release([k for k in keys if k not in handed])
-
-
-def _heartbeat(store_ref: "weakref.ref[Store]", every: float, gone: threading.Event) -> None:
-    """Renews the leases a store holds, until the store is gone (it holds no reference to it between beats)."""
-    while not gone.wait(every):
-        store = store_ref()
-        if store is None:
-            return
-        with store._lock:
-            keys = list(store._held)
-        if keys:
-            try:
-                store.renew(keys)
-            except Exception as exc:  # a missed renewal risks duplicate work, not wrong results
-                log.warning("could not renew cache claims: %s", exc)
-        del store
-
-
-def _holder_alive(owner: str) -> bool:
-    """False only when the holder ran on this host and its process is gone."""
-    host, _, rest = owner.partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
-        return True
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _npy_layout(value: bytes, seen: dict) -> tuple[np.dtype, tuple[int, ...], bool, int] | None:
