@@ -50,16 +50,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from caprecon.apps.refine.holdout import GuidingQuestions, WithBank, unsplittable, split_bank
+from caprecon.apps.refine.resume import read_rounds
 from caprecon.core.checks import MAX_ROUNDS, check_count, check_number
 from caprecon.core.describe import describe_model
 from caprecon.core.errors import ConfigError
-from caprecon.core.records import append_jsonl, is_number, read_jsonl, write_jsonl_atomically
-from caprecon.data.images import LoadedSample, decode_bytes, read_image
+from caprecon.core.records import append_jsonl, is_number, write_jsonl_atomically
+from caprecon.data.images import decode_bytes, read_image
 from caprecon.data.loaders import load_samples
-from caprecon.data.qa import QAItem
 from caprecon.data.samples import Sample, SampleError, check_unique_ids
 from caprecon.metrics import build_metric
-from caprecon.metrics.base import Context, Metric
+from caprecon.metrics.base import Context
 from caprecon.metrics.seeds import seed_interval
 from caprecon.models.build import build_model
 from caprecon.models.captioner import CaptionRequest, Sampling
@@ -139,71 +140,6 @@ def clean_revision(reply: str) -> str:
 def words_budget(tokens: int | None) -> int | None:
     """Words that fit in `tokens` text-encoder tokens, leaving room for words of several tokens."""
     return None if tokens is None else max(1, tokens * 3 // 4)
-
-
-# ---------------------------------------------------------------------------------------
-# the held-out questions
-
-
-def split_bank(bank: Mapping[str, Sequence[QAItem]], holdout: float) -> tuple[dict[str, list[QAItem]],
-                                                                            dict[str, list[QAItem]]]:
-    """(guiding, held_out): each image's n questions ranked by sha256 of "image id, newline,
-    question" (ties by bank order), the first n * holdout (rounded half up, at least 1 and at
-    most n - 1) held out; each half keeps the bank's order. The hash makes the split the same
-    on every run and for every order of the bank. An image with one question has no held-out
-    half (`refine` refuses such an image)."""
-    guiding: dict[str, list[QAItem]] = {}
-    held_out: dict[str, list[QAItem]] = {}
-    for image_id, items in bank.items():
-        n = len(items)
-        held = min(n - 1, max(1, math.floor(n * holdout + 0.5)))
-        ranked = sorted(range(n), key=lambda i: (hashlib.sha256(f"{image_id}\n{items[i].question}".encode())
-                                                 .hexdigest(), i))
-        chosen = set(ranked[:held])
-        guiding[image_id] = [q for i, q in enumerate(items) if i not in chosen]
-        if chosen:
-            held_out[image_id] = [q for i, q in enumerate(items) if i in chosen]
-    return guiding, held_out
-
-
-class _WithBank:
-    """The run's models with another QA bank in place of the run's: a metric built through it
-    asks only that bank's questions, and shares every model with the run."""
-
-    def __init__(self, roles: Any, bank: Mapping[str, list[QAItem]]):
-        self._roles, self.qa_bank = roles, bank
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._roles, name)
-
-
-class GuidingQuestions(Metric):
-    """The Caption Turing Test on the guiding half, under field names of its own so it runs beside
-    the held-out one: `turing_guiding` (its accuracy on Î) and `turing_guiding_flipped` (its
-    flips, the only questions the reviser is told)."""
-
-    name = "turing_guiding"
-
-    def __init__(self, test: Metric):
-        self.test = test
-        # a reconstruction metric: with --seeds it is averaged over the seeds like the held-out one
-        self.generator, self.spec = test.generator, test.spec
-
-    def describe(self) -> dict[str, Any]:
-        return {**self.test.describe(), "metric": self.name, "questions": "the guiding half of the QA bank"}
-
-    def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        return [{"turing_guiding": row.get("turing"), "turing_guiding_n": row.get("turing_n"),
-                 "turing_guiding_flipped": row.get("turing_flipped") or []} for row in self.test.score(items, ctx)]
-
-
-def _unsplittable(rows: Sequence[Sample], bank: Mapping[str, Sequence[QAItem]]) -> None:
-    for s in rows:
-        if len(bank.get(s.image_id, ())) == 1:
-            raise ConfigError(f"row {s.id}: the QA bank has one question for image {s.image_id!r}; with --feedback "
-                              "flipped each image's questions are split into guiding and held-out ones (--holdout), "
-                              "which takes at least 2 per image: add questions, leave the row out, or use another "
-                              "--feedback")
 
 
 # ---------------------------------------------------------------------------------------
@@ -318,9 +254,9 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
     split = "flipped" in sources
     judging, guiding = roles, None
     if split:
-        _unsplittable(rows, roles.qa_bank)
+        unsplittable(rows, roles.qa_bank)
         guiding_bank, held_out_bank = split_bank(roles.qa_bank, holdout)
-        judging, guiding = _WithBank(roles, held_out_bank), _WithBank(roles, guiding_bank)
+        judging, guiding = WithBank(roles, held_out_bank), WithBank(roles, guiding_bank)
     names = list(dict.fromkeys([*selection.metrics, *(["turing"] if split else [])]))
     measured = [build_metric(name, judging, cfg) for name in names]
     headlines = {name: m.headline for name, m in zip(names, measured)}
@@ -342,7 +278,7 @@ def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, capti
                           sees_image=captioner is not None, generator=generator.fingerprint,
                           template=cfg.spec.template, seed=cfg.seed, seed_policy=cfg.seed_policy,
                           seeds=cfg.seeds)
-    history = _read_rounds(out_dir, run_key) if out_dir else {}
+    history = read_rounds(out_dir, run_key) if out_dir else {}
     settings_record = {"key": run_key, "select": selection.weights, "headlines": headlines, "margin": margin,
                        "feedback": sources, "rounds": rounds, "holdout": holdout if split else None,
                        "questions": {"guiding": sum(map(len, guiding.qa_bank.values())),
@@ -601,30 +537,6 @@ def _recon_image(path: str) -> tuple[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # resuming and the outputs
-
-
-def _read_rounds(out_dir: Path, run_key: str) -> dict[str, list[dict[str, Any]]]:
-    """The finished rounds of an earlier run of the same settings in `out_dir`. A line cut by a
-    kill is dropped; an earlier run of other settings is refused rather than mixed in."""
-    path = out_dir / "rounds.jsonl"
-    if not path.is_file():
-        return {}
-    try:
-        before = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8")).get("refine", {}).get("key")
-    except (OSError, ValueError, AttributeError):
-        before = None
-    if before != run_key:
-        raise ConfigError(f"--out {out_dir} holds a refinement of other captions or settings; give another --out, "
-                          f"or delete {path} to start this folder over")
-    text = path.read_text(encoding="utf-8")
-    whole = text[: text.rfind("\n") + 1]  # a kill mid-write leaves a last line without its newline
-    if whole != text:
-        path.write_text(whole, encoding="utf-8")
-    history: dict[str, list[dict[str, Any]]] = {}
-    for _, row in read_jsonl(path, ConfigError):
-        history.setdefault(row["id"], []).append(row)
-    # a round is complete for a caption only with its row; rows are appended round by round
-    return history
 
 
 def rounds_table(history: Mapping[str, Sequence[Mapping[str, Any]]], ids: Sequence[str],
