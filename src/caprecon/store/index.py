@@ -56,7 +56,6 @@ from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import create_file
 from caprecon.data.images import file_head
-from caprecon.store.leases import heartbeat, holder_alive
 
 
 log = logging.getLogger(__name__)
@@ -748,6 +747,9 @@ class Store:
     def claim(self, keys: list[str]) -> set[str]:
         """Take a lease on each key nobody else holds (or whose holder's lease lapsed or
         whose holder died); returns the keys this store now holds."""
+        # imported with the claims, not the module: reading a config loads no lease code (test_startup)
+        from caprecon.store.leases import holder_alive
+
         self._require_writable()
         now = time.time()
 
@@ -803,6 +805,8 @@ class Store:
         except those the block adds to the set it is given (handed to `put_images(release=...)`,
         which releases them once their images are written). One heartbeat thread per store
         renews every held lease, so a batch costs no thread of its own."""
+        from caprecon.store.leases import heartbeat  # as in claim()
+
         keys = list(keys)
         handed: set[str] = set()
         with self._lock:
