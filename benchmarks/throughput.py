@@ -60,7 +60,7 @@ from bench_common import ReportTimer, file_creation_ms, write_samples  # noqa: E
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
-from caprecon.store.index import PNG_SAVE  # noqa: E402
+from caprecon.store.images import PNG_SAVE  # noqa: E402
 
 GOAL = 0.95
 BATCH = 16

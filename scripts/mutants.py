@@ -567,17 +567,17 @@ MUTANTS = [
            "        if isinstance(extra_info, Mapping) and extra_info.get(self.image_key) is not None:",
            "        if False:", ("tests/test_serve.py",)),
     # the store for training: keep policies and the size cap (oldest first, down to 90 %)
-    Mutant("store keep: a record-only image found without records", "store/index.py",
+    Mutant("store keep: a record-only image found without records", "store/images.py",
            "                if records and (checksum is None", "                if (checksum is None",
            ("tests/test_keep.py",)),
-    Mutant("store keep: vectors writes the picture", "store/index.py",
+    Mutant("store keep: vectors writes the picture", "store/images.py",
            '        if self.keep != "images":\n            return self._put_records',
            '        if self.keep == "none":\n            return self._put_records', ("tests/test_keep.py",)),
-    Mutant("size cap prunes to the cap, not below it", "store/index.py",
+    Mutant("size cap prunes to the cap, not below it", "store/cap.py",
            "goal = self.max_size * CAP_LOW_WATER", "goal = self.max_size", ("tests/test_keep.py",)),
-    Mutant("size cap deletes the newest first", "store/index.py",
+    Mutant("size cap deletes the newest first", "store/cap.py",
            'FROM results ORDER BY created")]', 'FROM results ORDER BY created DESC")]', ("tests/test_keep.py",)),
-    Mutant("size cap: at the cap counts as over it", "store/index.py",
+    Mutant("size cap: at the cap counts as over it", "store/cap.py",
            "            if total > self.max_size:", "            if total >= self.max_size:", ("tests/test_keep.py",)),
     # merge (issue 51 items 12 and 16): an id held twice is refused; a wrong --input is refused whatever the
     # metrics; the merged folder gets score's reports

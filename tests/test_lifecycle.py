@@ -257,7 +257,8 @@ def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, ti
 def test_sqlite_saying_the_disk_is_full_reads_the_same(tmp_path):
     import sqlite3
 
-    from caprecon.store.index import Store, StoreFullError
+    from caprecon.store.errors import StoreFullError
+    from caprecon.store.index import Store
 
     class Full:
         def execute(self, *args):

@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from PIL import Image
 
@@ -22,7 +22,10 @@ from caprecon.models.generator import GenerationRequest, TextToImage
 from caprecon.reconstruct.templates import render, resolve_template
 from caprecon.data.images import LoadedSample
 from caprecon.data.normalise import collapse_whitespace
-from caprecon.store.index import Store, StoreError, content_key, read_verified
+from caprecon.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from caprecon.store.index import Store
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,10 @@ class Reconstruction:
             # the reconstructor remembers a fresh image without its pixels: a second metric of the
             # batch asking for it would otherwise read a file the writing thread has not written yet
             self.written()
+        # the store's modules are imported where used: reading a config imports this module (for the
+        # spec), and must load no store (tests/test_startup.py)
+        from caprecon.store.images import read_verified
+
         image = read_verified(self.path, self.checksum) if self.path is not None else None
         if image is None and self.regenerate is not None:
             fresh = self.regenerate()
@@ -212,6 +219,8 @@ class Reconstructor:
         made, so captions differing only by spaces cost one generation. A caption-only sample without
         a set `size` asks for the generator's native resolution: the key says "native" (the
         generator's fingerprint pins what that is) and the request's sides stay 0 until generation."""
+        from caprecon.store.index import content_key  # as in `Reconstruction.image`
+
         fingerprint = self.generator.fingerprint
         by_image_id = getattr(self.generator, "depends_on_image_id", False)
         out = []

@@ -42,7 +42,8 @@ from caprecon.data.samples import Sample, SampleError
 from caprecon.run.failures import (FailureWatch, RunError, RunInterrupted, explain_failure, fail_row, failure_reason,
                                    isolated)
 from caprecon.run.records import base_record, plain_json
-from caprecon.store.index import StoreError, content_key
+from caprecon.store.errors import StoreError
+from caprecon.store.index import content_key
 
 log = logging.getLogger(__name__)
 

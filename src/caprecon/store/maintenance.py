@@ -20,8 +20,10 @@ from typing import Any, Collection, Sequence
 from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir, path_problem
-from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
-                                  sha256)
+from caprecon.store.errors import StoreError, StoreReadOnlyError
+from caprecon.store.images import read_verified
+from caprecon.store.index import INDEX, Store, is_writable
+from caprecon.store.sql import sha256
 
 # the largest size and age prune takes: far beyond any disk or any cache's life, and finite (1e400GB is
 # inf as a float, which no byte count is)
