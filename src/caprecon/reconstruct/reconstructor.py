@@ -292,7 +292,7 @@ class Reconstructor:
         generated_before = self.generated
         missing = {k: r for k, r in wanted.items() if k not in found}
         if missing:
-            found.update(self._obtain(missing))
+            found.update(self._obtain(missing, records=True))
         # an image held from this batch's `reconstruct_seeds` was counted there
         self.reused += len(keyed) - held - (self.generated - generated_before)
         if hold:
@@ -314,12 +314,14 @@ class Reconstructor:
         if kept:
             log.warning("cached reconstruction %s is missing or fails its checksum; generating it again", key)
             self.damaged += 1
-        entry = self._obtain({key: request})[key]
+        entry = self._obtain({key: request}, records=False)[key]
         self._known.put({key: entry[:3]})
         return self._reconstruction(key, request, entry)
 
-    def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
-        """Generate the items no other process is generating; wait for the others."""
+    def _obtain(self, missing: dict[str, GenerationRequest], *, records: bool) -> dict[str, tuple]:
+        """Generate the items no other process is generating; wait for the others. `records`: an
+        item whose picture the store did not keep (`keep="vectors"`) counts as there by its record;
+        else (its pixels are wanted) only a picture does."""
         out: dict[str, tuple] = {}
         pending = dict(missing)
         waited = False
@@ -328,7 +330,7 @@ class Reconstructor:
             if mine:
                 with self.store.holding(mine) as handed:
                     # another process may have finished some between our look and our claim
-                    done = self.store.get_images(sorted(mine), verify=True)
+                    done = self.store.get_images(sorted(mine), verify=True, records=records)
                     todo = {k: pending[k] for k in pending if k in mine and k not in done}
                     out.update(done)
                     if todo:
@@ -339,8 +341,11 @@ class Reconstructor:
                 if not waited:
                     log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
                     waited = True
+                # no claim kept while waiting on another's (`Store.keeping_claims`): two processes each
+                # keeping what the other waits for would wait for ever
+                self.store.release_kept()
                 time.sleep(self.poll_seconds)
-                done = self.store.get_images(list(pending), records=True)
+                done = self.store.get_images(list(pending), records=records)
                 out.update(done)
                 for key in done:
                     pending.pop(key)

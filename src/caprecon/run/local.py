@@ -62,7 +62,10 @@ class MetricRunner:
         def rows(part: list) -> list[dict[str, Any]]:
             return [_checked(row) for row in checked_rows(self.metric, len(part), self.metric.score(part, self.ctx))]
 
-        return isolated(rows, items, self.watch)
+        # a picture the store does not keep stays claimed until what the metric computed from it is written:
+        # another process waiting for it finds that, not the record alone (`Store.keeping_claims`)
+        with self.ctx.store.keeping_claims():
+            return isolated(rows, items, self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""

@@ -129,13 +129,15 @@ class ImageFiles:
                      release: list[str]) -> dict[str, tuple[dict[str, Any], None, None]]:
         """Under `keep="vectors"`, each image's record without its picture (kind + `RECORD_ONLY`);
         under `keep="none"`, nothing. Either way no file: the path and checksum returned are None.
-        As with pictures, the claims on `release` go in the transaction that writes the records."""
+        As with pictures, the claims on `release` go in the transaction that writes the records, except
+        inside `keeping_claims`, where they stay held until what is computed from the pictures is written."""
         rows = [(key, kind + RECORD_ONLY, json.dumps(record, ensure_ascii=False).encode("utf-8"), {})
                 for key, (_, record) in items.items()]
+        with_rows = [] if self.keep == "vectors" and self._keep_past_write(release) else release
 
         def write(fingerprint: Any) -> None:
             try:
-                self._put(rows, fingerprint, on_writer=self.write_behind, release=release)
+                self._put(rows, fingerprint, on_writer=self.write_behind, release=with_rows)
             except BaseException:
                 if release:  # not written: the claims go all the same, so others may generate them
                     self.release(release)
@@ -161,15 +163,19 @@ class ImageFiles:
         full check waits until the file is read (`read_verified`), so a run that needs no
         pixels reads none. Images this store is still writing (`write_behind`) are waited for.
         With `records`, an image whose picture was not kept (`keep="vectors"`) is found too, as
-        (record, None, None): what was computed from it may be in the store, the picture is not."""
+        (record, None, None): what was computed from it may be in the store, the picture is not. Not
+        while another process still claims it (`keeping_claims`): what it computes from the picture
+        may not be written yet, and whoever finds the record alone would make the picture again."""
         if self._images_pending:  # only the writes of the images asked for are waited for
             self.flush_images(keys)
         found: dict[str, tuple[dict[str, Any], Path | None, str | None]] = {}
+        records_only = []
         for key, kind, value, checksum, file_checksum, file_size in self._rows(
                 keys, "key, kind, value, checksum, file_checksum, file_size"):
             if kind.endswith(RECORD_ONLY):
                 if records and (checksum is None or sha256(value) == checksum):
                     found[key] = (json.loads(value), None, None)
+                    records_only.append(key)
                 continue
             path = self.image_path(key)
             try:
@@ -185,6 +191,8 @@ class ImageFiles:
                 self.damaged += 1
                 continue
             found[key] = (json.loads(value), path, file_checksum)
+        for key in self.claimed_elsewhere(records_only):
+            del found[key]
         if self.below is not None:
             rest = [k for k in keys if k not in found]
             if rest:
