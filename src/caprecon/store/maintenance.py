@@ -1,8 +1,8 @@
 """Looking after a store: what it holds (`cache_info`), whether every entry reads back as written
 (`cache_verify`, which can repair), deleting entries (`cache_prune`), and copying the verified results
 of several stores into one (`merge_stores`): `caprecon cache info|verify|prune` and `caprecon store
-merge`, each returning the dict the command prints with `--json`. With `index`, the only modules that
-know the store's schema and SQL.
+merge`, each returning the dict the command prints with `--json`. With the other modules of `store/`
+(the tables are made in `sql`), the only ones that know the store's schema and SQL.
 
     caprecon.cache_info()                                   # the default cache ($CAPRECON_CACHE, ...)
     caprecon.cache_prune("/shared/cache", max_size=10**10, dry_run=True)["removed"]
