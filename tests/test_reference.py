@@ -213,23 +213,72 @@ def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, c
 
 
 @needs_java
-def test_merged_shards_give_the_corpus_value_over_all_rows_when_given_the_input(theirs, tmp_path):
-    """BLEU's (and METEOR's) corpus values pool every row's references: a merge of shards had
-    none (each shard's own was over its rows), now it computes them from the input it is given,
-    equal to pycocoevalcap's over the whole corpus, and says so when it was not given one."""
+def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(theirs, tmp_path, monkeypatch):
+    """BLEU's, METEOR's and CIDEr's corpus values pool every row: each shard keeps its rows'
+    statistics, and their merge, without the input, gives the unsharded run's values, which are
+    pycocoevalcap's over the whole corpus; shards that keep none (older ones) need the input."""
+    import json
+
     import caprecon
     from caprecon.core.errors import ConfigError
 
     rows = CORPUS[:2] + BROKEN + CORPUS[2:]
-    shards = [tmp_path / f"shard{i}" for i in range(2)]
-    for i, out in enumerate(shards):
-        caprecon.score(rows, ["bleu-1", "bleu-4"], shard=f"{i}/2", out=out, no_cache=True)
+    names = ["bleu-4", "meteor", "cider"]
+    whole = caprecon.score(rows, names, out=tmp_path / "whole", no_cache=True).summary["metrics"]
+    shards = [tmp_path / f"shard{i}" for i in range(3)]
+    own = [caprecon.score(rows, names, shard=f"{i}/3", out=out, no_cache=True).summary["metrics"]
+           for i, out in enumerate(shards)]
+    merged = caprecon.merge(shards, tmp_path / "merged").summary["metrics"]
+    for name in names:
+        assert merged[name]["corpus"] == pytest.approx(whole[name]["corpus"], abs=1e-12), name
+        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+        assert all(s[name]["corpus"] != pytest.approx(whole[name]["corpus"]) for s in own if s[name]["n"] > 1)
+    assert merged["bleu-4"]["corpus"] != pytest.approx(merged["bleu-4"]["mean"])  # pooled, not a mean
+    # the merged folder keeps the statistics the unsharded run keeps, row for row
+    statistics = [json.loads((tmp_path / run / "corpus-statistics.json").read_text()) for run in ("whole", "merged")]
+    assert statistics[0] == statistics[1] and set(statistics[0]["columns"]) == set(names)
+
+    def edited(shard, edit):  # a copy of the shards with one shard's statistics edited
+        import shutil
+
+        copies = []
+        for i, folder in enumerate(shards):
+            copies.append(tmp_path / f"edit-{len(list(tmp_path.glob('edit-*')))}-{i}")
+            shutil.copytree(folder, copies[-1])
+        path = copies[shard] / "corpus-statistics.json"
+        edit(path)
+        return copies
+
+    def rewritten(change):
+        def edit(path):
+            document = json.loads(path.read_text())
+            change(document)
+            path.write_text(json.dumps(document))
+        return edit
+
+    for copies, match in (
+            (edited(1, lambda p: p.unlink()), r"edit-\d+-1/corpus-statistics\.json missing, while the other shards"),
+            (edited(2, lambda p: p.write_text("{")), r"corpus-statistics\.json is not valid JSON"),
+            (edited(0, rewritten(lambda d: [c["implementation"].update(pycocoevalcap="0.9")
+                                            for c in d["columns"].values()])),
+             r"bleu-4 statistics of .* were made otherwise .*pycocoevalcap: .*0\.9"),
+            (edited(0, rewritten(lambda d: d["columns"]["bleu-4"]["rows"].pop())), "bleu-4 statistics lack row")):
+        with pytest.raises(ConfigError, match=match):
+            caprecon.merge(copies, tmp_path / f"refused-{copies[0].name}")
+        assert not (tmp_path / f"refused-{copies[0].name}" / "scores.jsonl").exists()  # refused before writing
+    monkeypatch.setattr(reference, "java_available", lambda: False)  # METEOR's value needs its jar
+    with pytest.raises(ConfigError, match="meteor: its corpus value comes from the shards' statistics through"):
+        caprecon.merge(shards, tmp_path / "no-java")
+    monkeypatch.undo()
+
+    # shards that keep no statistics: the corpus values need the input, which must be theirs
+    for folder in shards:
+        (folder / "corpus-statistics.json").unlink()
     alone = caprecon.merge(shards, tmp_path / "alone").summary["metrics"]
     assert alone["bleu-4"]["corpus"] is None and alone["bleu-4"]["aggregate"] == "corpus"
-    merged = caprecon.merge(shards, tmp_path / "merged", samples=rows).summary["metrics"]
-    for name in ("bleu-1", "bleu-4"):  # METEOR pools the same way, through the same code (its jar is slow to start)
-        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12)
-        assert merged[name]["corpus"] != pytest.approx(merged[name]["mean"])
-    assert (tmp_path / "merged" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
+    given = caprecon.merge(shards, tmp_path / "given", samples=rows).summary["metrics"]
+    for name in names:
+        assert given[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+    assert (tmp_path / "given" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
     with pytest.raises(ConfigError, match="not the input the shards were scored from"):
         caprecon.merge(shards, tmp_path / "other", samples=CORPUS)
