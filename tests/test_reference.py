@@ -92,6 +92,26 @@ def test_corpus_scores_equal_pycocoevalcap(ours, theirs):
 
 
 @needs_java
+def test_statistics_of_parts_merge_into_the_corpus_values(ours, theirs):
+    """`evaluate` keeps, per scored row, what BLEU, METEOR and CIDEr pool: any split of them into
+    parts, merged, gives pycocoevalcap's corpus values over the whole (METEOR's from its jar)."""
+    from caprecon.metrics.reference_statistics import CorpusPart, corpus_value, merge_parts
+
+    _, corpus = theirs
+    assert set(ours.statistics) == {*BLEU, "meteor", "cider"}  # ROUGE-L is a mean of its rows: nothing to keep
+    with ReferenceMetrics(["meteor"]) as jar:
+        for name, part in ours.statistics.items():
+            assert [row_id for row_id, _ in part.rows] == [s.id for s in CORPUS]  # the broken rows take no part
+            halves = [CorpusPart(name, part.implementation, part.rows[3:]),
+                      CorpusPart(name, part.implementation, part.rows[:3])]
+            merged = merge_parts(halves)
+            order = [s.id for s in CORPUS]
+            value = jar.corpus_from_statistics(merged, order) if name == "meteor" else corpus_value(merged, order)
+            assert value == pytest.approx(corpus[name], abs=1e-12), name
+            assert value == pytest.approx(ours.corpus[name], abs=1e-12), name
+
+
+@needs_java
 def test_unscorable_rows_carry_an_error(ours):
     by_id = {r["id"]: r for r in ours.records}
     assert by_id["no-refs"] == {"id": "no-refs", "error": "no reference captions"}

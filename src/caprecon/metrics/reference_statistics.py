@@ -31,6 +31,7 @@ and METEOR jar, the CIDEr corpus) and no row is in two of them. On disk a run ke
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -74,11 +75,7 @@ def pooled_column(name: str) -> bool:
 def implementation(column: str, cider_corpus: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the statistics of `column` depend on, as installed now (`cider_corpus`: for CIDEr,
     `references_identity` of the references its document frequencies come from)."""
-    from importlib.metadata import version
-
-    from pycocoevalcap.tokenizer import ptbtokenizer
-
-    made = {"pycocoevalcap": version("pycocoevalcap"), "tokenizer": ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR}
+    made = dict(_installed())
     if column == "meteor":
         from pycocoevalcap.meteor import meteor
 
@@ -86,6 +83,16 @@ def implementation(column: str, cider_corpus: dict[str, Any] | None = None) -> d
     if column == "cider":
         made["cider_corpus"] = dict(cider_corpus or {})
     return made
+
+
+@functools.lru_cache(maxsize=1)
+def _installed() -> tuple[tuple[str, str], ...]:
+    """pycocoevalcap's version and its tokenizer's jar (read once: every batch's statistics name them)."""
+    from importlib.metadata import version
+
+    from pycocoevalcap.tokenizer import ptbtokenizer
+
+    return (("pycocoevalcap", version("pycocoevalcap")), ("tokenizer", ptbtokenizer.STANFORD_CORENLP_3_4_1_JAR))
 
 
 def references_identity(references: Iterable[list[str]]) -> dict[str, Any]:
