@@ -233,7 +233,8 @@ def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, c
 
 
 @needs_java
-def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(theirs, tmp_path, monkeypatch):
+def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(theirs, tmp_path, monkeypatch,
+                                                                                capsys):
     """BLEU's, METEOR's and CIDEr's corpus values pool every row: each shard keeps its rows'
     statistics, and their merge, without the input, gives the unsharded run's values, which are
     pycocoevalcap's over the whole corpus; shards that keep none (older ones) need the input."""
@@ -257,6 +258,12 @@ def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(
     # the merged folder keeps the statistics the unsharded run keeps, row for row
     statistics = [json.loads((tmp_path / run / "corpus-statistics.json").read_text()) for run in ("whole", "merged")]
     assert statistics[0] == statistics[1] and set(statistics[0]["columns"]) == set(names)
+    from caprecon.cli import main
+
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 1  # exit 1: the broken rows
+    printed = capsys.readouterr().out
+    assert f"bleu-4: mean {merged['bleu-4']['mean']} (n=5), corpus {merged['bleu-4']['corpus']}" in printed
 
     def edited(shard, edit):  # a copy of the shards with one shard's statistics edited
         import shutil
@@ -296,6 +303,9 @@ def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(
         (folder / "corpus-statistics.json").unlink()
     alone = caprecon.merge(shards, tmp_path / "alone").summary["metrics"]
     assert alone["bleu-4"]["corpus"] is None and alone["bleu-4"]["aggregate"] == "corpus"
+    assert not (tmp_path / "alone" / "corpus-statistics.json").exists()
+    main(["merge", *map(str, shards), "--out", str(tmp_path / "alone-cli")])
+    assert "corpus value left out (the shards keep no corpus statistics: give --input" in capsys.readouterr().out
     given = caprecon.merge(shards, tmp_path / "given", samples=rows).summary["metrics"]
     for name in names:
         assert given[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
