@@ -1,7 +1,9 @@
 """What BLEU, METEOR and CIDEr pool over a corpus, kept row by row so that parts of a corpus (the
 batches of a run, the shards of a job array) merge into the whole's corpus value without the input,
-as torchmetrics keeps a metric's states (its BLEU: matched and total n-gram counts, candidate and
-reference lengths) and sums them across processes.
+as torchmetrics keeps a metric's states and sums them across processes (its BLEUScore: `numerator`
+and `denominator`, the matched and total n-grams per order, and `preds_len`, `target_len`). Rows
+are kept one by one rather than summed, so the value over any subset of them (the rows a column
+scored) and METEOR's order of summation are the unsharded run's.
 
 A `CorpusPart` is one column's statistics over some rows, in the order they were scored:
 
