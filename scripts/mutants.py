@@ -714,6 +714,12 @@ MUTANTS = [
          "chance.sum(axis=1) / units"),
         ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
     )],
+    # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began
+    Mutant("run frame opens its own store beside the one given", "run/frame.py",
+           "store = store if store is not None else open_store(cfg, out_dir)", "store = open_store(cfg, out_dir)",
+           ("tests/test_frame.py",)),
+    Mutant("run frame's start time read now", "run/frame.py", "time.localtime(self.started)", "time.localtime()",
+           ("tests/test_frame.py",)),
 ]
 
 
