@@ -75,6 +75,10 @@ def feedback_sources(feedback: str | Sequence[str] | None, cfg: RunConfig, selec
 
 @dataclass
 class RefineRun:
+    """A refinement: its checked settings and resolved models (from `start`), and its state as the
+    steps run: every caption's rows by round (`history`), the run's settings as the manifest records
+    them, the images read so far."""
+
     frame: RunFrame  # the configuration, the store and context, the output folder, the clock
     rows: list[Sample]
     selection: Selection
@@ -238,6 +242,7 @@ class RefineRun:
         self.append(new_rows)
 
     def close(self) -> None:
+        """rounds.jsonl closed, whether the rounds finished or stopped."""
         if self.sink:
             self.sink.close()
 
