@@ -4,8 +4,10 @@
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds_with_an_image_column, ...)
     reward(images, captions)  # the same reward outside TRL: one float per caption
 
-One call scores a whole generation batch. Identical (picture content, caption) pairs in it are
-scored once, every model result goes through the store (a caption seen before costs lookups), and
+One call scores a whole generation batch as all pairs (`Metric.score_pairs`): each picture read and
+embedded once, each distinct (picture content, caption) pair scored once, and, under one noise for
+every caption (`seed_policy="fixed"`) and one `size`, a caption shared by several pictures rebuilt once.
+Every model result goes through the store (a caption seen before costs lookups), and
 each caption's reconstruction seed derives from its picture (a file by its name, as `score` names it;
 a picture in memory or as bytes by its content), never from the row, so the same completion always
 gets the same reward, whatever its place in the batch, and the value `score` gives the same pair
