@@ -341,10 +341,11 @@ class Metric:
         `SampleError` naming it. `metric(images, texts, all_pairs=True)` scores every image with every
         text, as t2v_metrics' `score(images=..., texts=...)` does: an m x n array, `scores[i, j]` the
         score of image i with text j (NaN where the metric gives no number), equal to what the paired
-        call gives image i at its place under text j. Each image is read and embedded once and each
-        distinct reconstruction made once; under the default seed policy a reconstruction's noise
-        derives from its image, so `seed_policy="fixed"` (and one output `size`) makes one per
-        distinct text. Empty lists, or a text that is not text or is blank, raise before any work."""
+        call gives image i at its place under text j. Each image is read once (and embedded once, by a
+        metric that embeds it) and each distinct reconstruction made once; under the default seed
+        policy a reconstruction's noise derives from its image, so `seed_policy="fixed"` (and one
+        output `size`) makes one per distinct text. Empty lists, a caption that is not text or is
+        blank, and an unreadable image raise before any model runs, naming it."""
         images, captions = _as_sequence("images", images), _as_sequence("captions", captions)
         if all_pairs:
             return self._all_pairs(images, captions, store)
