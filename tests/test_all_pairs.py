@@ -1,6 +1,6 @@
 """The all-pairs call, as t2v_metrics users write it: `metric(images, texts, all_pairs=True)` is the
 m x n matrix of every image with every text, each image read and embedded once, each distinct
-reconstruction made once.
+reconstruction (ReconScore) or text embedding (CLIPScore, through the generic form) made once.
 
 The oracle draws the shapes a caption names and the pixel embedder compares ink, so each expected
 ReconScore is worked out from the two pictures directly (`oracle.expected_recon`)."""
@@ -135,3 +135,44 @@ def test_bad_input_is_refused_before_any_work(photos, tmp_path):
     with pytest.raises(TypeError, match="captions must be a list"):
         recon(photos[:1], "a cat")  # the paired call too: a text is not a list of captions
     assert generator.prompts == []
+
+
+class ColourMatcher:
+    """A caption-image matcher worked out by hand: a picture is its mean colour, a text the colour
+    words it names, each as a unit vector in (red, green, blue); records what it embeds."""
+
+    fingerprint = "colour-matcher-v1"
+    WORDS = {"red": 0, "green": 1, "blue": 2}
+
+    def __init__(self):
+        self.images: list[tuple[int, int]] = []
+        self.texts: list[str] = []
+
+    def embed_images(self, images):
+        self.images += [im.size for im in images]
+        x = np.stack([np.asarray(im.convert("RGB"), dtype=np.float64).mean(axis=(0, 1)) for im in images])
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    def embed_texts(self, texts):
+        self.texts += list(texts)
+        x = np.zeros((len(texts), 3))
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                if word in self.WORDS:
+                    x[row, self.WORDS[word]] += 1
+        return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def test_clipscore_matrix_embeds_each_image_and_each_text_once():
+    from caprecon.metrics.clipscore import ClipScore
+
+    matcher = ColourMatcher()
+    metric = ClipScore(matcher)
+    pictures = [Image.new("RGB", (8, 8), colour) for colour in ((255, 0, 0), (0, 0, 255), (255, 255, 0))]
+    texts = ["a red car", "a blue and red sign", "a green field", "a red car"]
+    scores = metric(pictures, texts, all_pairs=True)
+    half = 2.5 / np.sqrt(2)  # 2.5 cos 45 degrees
+    assert scores == pytest.approx(np.array([[2.5, half, 0.0, 2.5], [0.0, half, 0.0, 0.0],
+                                             [half, 1.25, half, half]]), abs=1e-9)
+    assert len(matcher.images) == 3  # each picture once, not once per text
+    assert sorted(matcher.texts) == sorted("A photo depicts " + t for t in set(texts))  # each distinct text once
