@@ -3,6 +3,8 @@
 A metric is a small class holding the models it talks to (through their roles, never a
 library directly). `score(items, ctx)` takes a batch of opened samples and returns one
 dict of named fields per item; the executor owns the batch loop, errors and output.
+`score_pairs(images, texts, ctx, pairs)` is its all-pairs form (each image opened once, shared by
+its texts), behind `metric(images, texts, all_pairs=True)` and the reward.
 `prepare(samples)` sees the run's whole input first, for what is computed over the corpus.
 `columns` declares each number a metric writes (`Column`: direction, range, aggregation,
 needs); the run writes the declarations into its manifest, and the report, `compare`, `seeds`
