@@ -23,7 +23,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import append_jsonl
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import Sample, SampleError, check_unique_ids
+from caprecon.data.samples import Sample, SampleError, check_unique_ids, confining_root
 from caprecon.metrics import build_metric
 from caprecon.metrics.base import Metric
 from caprecon.models.build import build_model
@@ -157,8 +157,6 @@ class RefineRun:
     def resume(self) -> None:
         """The run's key and settings; the finished rounds an earlier run of the same settings left in
         the folder read back (another run's refused); the manifest marked running; rounds.jsonl opened."""
-        from caprecon.run.score import confining_root
-
         cfg, out_dir = self.frame.cfg, self.frame.out_dir
         run_key = content_key("refine-run", captions=[[s.id, str(s.image_id), s.caption] for s in self.rows],
                               select=self.selection.weights, margin=self.margin, feedback=self.sources,
