@@ -296,6 +296,14 @@ def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(
     monkeypatch.setattr(reference, "java_available", lambda: False)  # METEOR's value needs its jar
     with pytest.raises(ConfigError, match="meteor: its corpus value comes from the shards' statistics through"):
         caprecon.merge(shards, tmp_path / "no-java")
+    # BLEU's and CIDEr's do not: without METEOR's statistics, the merge runs no Java
+    without_meteor = edited(0, rewritten(lambda d: d["columns"].pop("meteor")))
+    for path in without_meteor[1:]:
+        rewritten(lambda d: d["columns"].pop("meteor"))(path / "corpus-statistics.json")
+    java_free = caprecon.merge(without_meteor, tmp_path / "java-free").summary["metrics"]
+    assert java_free["meteor"]["corpus"] is None
+    for name in ("bleu-4", "cider"):
+        assert java_free[name]["corpus"] == pytest.approx(whole[name]["corpus"], abs=1e-12), name
     monkeypatch.undo()
 
     # shards that keep no statistics: the corpus values need the input, which must be theirs
