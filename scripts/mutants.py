@@ -599,6 +599,9 @@ MUTANTS = [
     Mutant("a metric's batch keeps no claim", "run/local.py",
            "        with self.ctx.store.keeping_claims():\n            return isolated(rows, items, self.watch)",
            "        return isolated(rows, items, self.watch)", ("tests/test_keep.py",)),
+    Mutant("a metric's batch of pairs keeps no claim", "run/local.py",
+           "        with self.ctx.store.keeping_claims():  # as in `score`\n            return isolated(rows, list(pairs), self.watch)",
+           "        return isolated(rows, list(pairs), self.watch)", ("tests/test_keep.py",)),
     # merge (issue 51 items 12 and 16): an id held twice is refused; a wrong --input is refused whatever the
     # metrics; the merged folder gets score's reports
     Mutant("merge refuses an id held twice -> thrice", "run/shards.py",

@@ -297,3 +297,36 @@ def test_a_store_waiting_on_another_claim_keeps_none_of_its_own(tmp_path, waitin
         other.release([wanted])  # the other gave up: this process makes it itself
         worker.join(30)
     assert not worker.is_alive() and len(generator.prompts) == 2
+
+
+@pytest.mark.parametrize("form", ["score", "score_pairs"])
+def test_a_metric_batch_keeps_its_pictures_claimed_until_it_ends(tmp_path, form):
+    """Both forms of a metric's batch (`MetricRunner.score`, run by `score`'s executors; `score_pairs`,
+    run by the reward) keep the claim on a picture the store does not keep while the metric works
+    (its embedding is written then), and let it go when the batch ends."""
+    from caprecon.data.images import read_image
+    from caprecon.data.samples import Sample
+    from caprecon.run.local import MetricRunner
+
+    render("red circle").save(tmp_path / "photo.png")
+    item = read_image(Sample(id="0", image=tmp_path / "photo.png", caption="a blue square"))
+    mine, other = Store(tmp_path / "cache", keep="vectors"), Store(tmp_path / "cache", keep="vectors")
+    seen: dict[str, set] = {}
+
+    class Probe(caprecon.metrics.ReconScore):
+        def score(self, items, ctx):
+            keys = {key for key, _ in ctx.reconstructor(self.generator, self.spec).requests_for(items)}
+            rows = super().score(items, ctx)
+            seen.update(keys=keys, during=other.claimed_elsewhere(sorted(keys)))
+            return rows
+
+    generator = CountingOracle()
+    runner = MetricRunner(Probe(generator, PixelEmbedder(), max_side=96), caprecon.metrics.Context(mine), 4)
+    if form == "score":
+        [row] = runner.score([item])
+    else:
+        [row] = runner.score_pairs([item], ["a blue square"], [(0, 0)])
+    assert row["recon"] == pytest.approx(expected_recon(render("red circle"), "a blue square"), abs=1e-6)
+    assert len(generator.prompts) == 1 and len(seen["keys"]) == 1
+    assert seen["during"] == seen["keys"]  # held while the metric worked, though its record was written
+    assert other.claimed_elsewhere(sorted(seen["keys"])) == set()  # and let go at the batch's end

@@ -62,7 +62,10 @@ class MetricRunner:
         def rows(part: list) -> list[dict[str, Any]]:
             return [_checked(row) for row in checked_rows(self.metric, len(part), self.metric.score(part, self.ctx))]
 
-        return self._batch(rows, items)
+        # a picture the store does not keep stays claimed until what the metric computed from it is written:
+        # another process waiting for it finds that, not the record alone (`Store.keeping_claims`)
+        with self.ctx.store.keeping_claims():
+            return isolated(rows, items, self.watch)
 
     def score_pairs(self, images: Sequence[LoadedSample], texts: Sequence[str],
                     pairs: Sequence[tuple[int, int]]) -> list[dict[str, Any] | Exception]:
@@ -72,14 +75,8 @@ class MetricRunner:
             return [_checked(row) for row in checked_rows(self.metric, len(part),
                                                           self.metric.score_pairs(images, texts, self.ctx, part))]
 
-        return self._batch(rows, list(pairs))
-
-    def _batch(self, rows: Callable[[list], list[dict[str, Any]]], items: list) -> list[dict[str, Any] | Exception]:
-        """`rows` of `items`, a failing run of them tried item by item (`isolated`). A picture the store
-        does not keep stays claimed until what the metric computed from it is written: another process
-        waiting for it finds that, not the record alone (`Store.keeping_claims`)."""
-        with self.ctx.store.keeping_claims():
-            return isolated(rows, items, self.watch)
+        with self.ctx.store.keeping_claims():  # as in `score`
+            return isolated(rows, list(pairs), self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""
