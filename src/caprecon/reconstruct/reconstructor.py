@@ -143,7 +143,7 @@ class Reconstruction:
             # batch asking for it would otherwise read a file the writing thread has not written yet
             self.written()
         # the store's modules are imported where used: reading a config imports this module (for the
-        # spec), and must load no store (tests/test_startup.py)
+        # spec), and loads no more of the store than its errors (tests/test_startup.py counts the modules)
         from caprecon.store.images import read_verified
 
         image = read_verified(self.path, self.checksum) if self.path is not None else None
