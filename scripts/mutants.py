@@ -714,6 +714,15 @@ MUTANTS = [
          "chance.sum(axis=1) / units"),
         ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
     )],
+    # issue 54: a store that keeps no picture makes no folders for them (256 `mkdir`s a fresh cache)
+    Mutant("store keep: vectors makes the picture folders", "store/index.py",
+           '            if keep == "images":  # the other', '            if keep != "none":  # the other',
+           ("tests/test_keep.py",)),
+    Mutant("store keep: no policy makes the picture folders", "store/index.py",
+           '            if keep == "images":  # the other', '            if keep == "pictures":  # the other',
+           ("tests/test_keep.py",)),
+    Mutant("store keep: a store without pictures makes no root", "store/index.py",
+           "            self.root.mkdir(parents=True, exist_ok=True)", "            pass", ("tests/test_keep.py",)),
 ]
 
 
