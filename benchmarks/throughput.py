@@ -5,13 +5,15 @@ loaded: the raw loop decodes each source image, calls the diffusers pipeline on 
 of prompts (one seeded generator per prompt, as caprecon does) and embeds sources and
 reconstructions with the same embedder; caprecon runs `caprecon.score` into a fresh cache
 and output folder, with everything it adds (hashing, cache look-ups, JSON rows, the
-manifest, the HTML report every score run ends with). Four sides run in every round, back to
+manifest, the HTML report every score run ends with). The sides run in every round, back to
 back, the order reversed from one round to the next:
 
 - `raw`: the bare loop, keeping nothing;
 - `raw+png`: the loop keeping each reconstruction as caprecon's cache keeps it, a new PNG file
   each, saved with the store's options (`PNG_SAVE`), in a folder named by its key's first two
-  characters (a new folder tree each round, so every file and folder is new, as in a fresh cache);
+  characters (a new folder tree each round, so every file and folder is new, as in a fresh cache;
+  it makes the folders its files need, about 160 for 256 keys, where a fresh cache makes 256 for
+  pictures and 256 for thumbnails when it opens);
 - `caprecon`: `caprecon.score` with the default store policy (`keep="images"`: a PNG file a
   reconstruction, its thumbnails for the report);
 - `caprecon vectors` (at 2 steps; `--vectors-at` names others): the same with `keep="vectors"`:
