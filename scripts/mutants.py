@@ -745,6 +745,15 @@ MUTANTS = [
     Mutant("mergeable-stats: merge's corpus value from the first shard's statistics", "run/shards.py",
            'entry["corpus"] = corpus_value(part, order)', 'entry["corpus"] = corpus_value(held[0][1])',
            ("tests/test_reference.py",)),
+    # issue 54: a store that keeps no picture makes no folders for them (256 `mkdir`s a fresh cache)
+    Mutant("store keep: vectors makes the picture folders", "store/index.py",
+           '            if keep == "images":  # the other', '            if keep != "none":  # the other',
+           ("tests/test_keep.py",)),
+    Mutant("store keep: no policy makes the picture folders", "store/index.py",
+           '            if keep == "images":  # the other', '            if keep == "pictures":  # the other',
+           ("tests/test_keep.py",)),
+    Mutant("store keep: a store without pictures makes no root", "store/index.py",
+           "            self.root.mkdir(parents=True, exist_ok=True)", "            pass", ("tests/test_keep.py",)),
     # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began
     Mutant("run frame opens its own store beside the one given", "run/frame.py",
            "store = store if store is not None else open_store(cfg, out_dir)", "store = open_store(cfg, out_dir)",
