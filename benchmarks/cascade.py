@@ -1,8 +1,10 @@
 """The cascade (`score --cascade`) against the full pipeline: the same decisions at a fraction of the generations?
 
 Each part scores every row with the full pipeline (recon), then runs the cascade in the same store
-once per decision at `--budget` (default 0.3) of the rows; the cascade's reconstructions come from
-the store, and count as generations all the same (what a cold run would make). Printed per part:
+once per decision and per seed (5 shuffles of the calibration sample; the goal lines hold the mean
+over them, each seed's figure is printed) at `--budget` (default 0.3) of the rows; the cascade's
+reconstructions come from the store, and count as generations all the same (what a cold run would
+make). Printed per part:
 
 - the order of systems (`--decision rank --by system`): Kendall tau_b between the systems' means as
   the cascade estimates them and their means under the full pipeline (goal);
@@ -12,7 +14,9 @@ the store, and count as generations all the same (what a cold run would make). P
 - the cascade's generations over the full pipeline's (the largest of its runs; goal);
 - what the cheap signal can do: its own tau_b with recon over the captions and over the systems, its
   own best-of-N picks (no reconstruction), the calibration's leave-one-out coverage of the residual
-  intervals, and two oracles that know recon and spend the same budget: best-of-N fixing the images
+  intervals, how often an image's best is among its m best by the cheap score (and what
+  reconstructing those costs), the full pipeline's own standard error of each system's mean, and
+  two oracles that know recon and spend the same budget: best-of-N fixing the images
   that need the fewest reconstructions first (the least set of an image's rows whose recon makes its
   pick right, searched exhaustively up to 4 rows), and the caption ranking reconstructing the rows
   with the largest residuals first (greedy, not exact).
@@ -60,6 +64,7 @@ from caprecon.stats.correlation import kendall_tau  # noqa: E402
 FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k-dev"
 DEMO = Path(caprecon.__file__).parent / "data" / "demo" / "captions.jsonl"
 TAU_GOAL, PICKS_GOAL, SHARE_GOAL = 0.95, 0.95, 0.30
+SEEDS = 5  # shuffles of the calibration sample per decision: the goal lines hold the mean over them
 CURVE = (0.5, 0.7)  # Flickr8k-dev: the same figures at larger budgets, where the goals' agreement is reached
 
 
@@ -125,68 +130,103 @@ def oracle_caption_tau(records: list[dict], predicted: dict[str, float], budget_
                        [r["full"] for r in records])
 
 
+def top_m_recall(records: list[dict], cheap: dict[str, float]) -> list[tuple[int, float, float]]:
+    """Per m: the share of images (2+ captions) whose full-pipeline best is among its m best by the
+    cheap score, and what reconstructing those m of every image costs over all rows: what any
+    policy that reconstructs in the cheap score's order can reach."""
+    by_image: dict[str, list[dict]] = {}
+    for r in records:
+        by_image.setdefault(str(r["image_id"]), []).append(r)
+    images = [rows for rows in by_image.values() if len(rows) > 1]
+    out = []
+    for m in range(1, max(len(rows) for rows in images) + 1):
+        hits = [max(rows, key=lambda r: r["full"]) in sorted(rows, key=lambda r: -cheap[r["id"]])[:m] for rows in images]
+        cost = sum(min(m, len(rows)) for rows in by_image.values())
+        out.append((m, sum(hits) / len(hits), cost / len(records)))
+    return out
+
+
 def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: str, budget: float,
             goals: bool = True, **settings) -> None:
-    """The cascade's decisions beside the full pipeline's, the cheap signal's own figures and the
-    oracles', and the goal lines (without `goals`: the same figures at another budget, for the curve)."""
+    """The cascade's decisions beside the full pipeline's (each at SEEDS shuffles of its calibration
+    sample: the goal lines hold their mean), the cheap signal's own figures and the oracles', and the
+    goal lines (without `goals`: the same figures at another budget, for the curve)."""
     full = {r["id"]: r.get("recon") for r in full_run.records}
     full_generations = generations(full_run)
-    used, results = 0, {}
-    for name, decision, by in (("systems", "rank", "system"), ("best-of-n", "best-of-n", None),
-                               ("captions", "rank", None)):
-        started = time.perf_counter()
-        result = caprecon.cascade(samples, cheap=cheap, metric="recon", decision=decision, by=by, budget=budget,
-                                  **settings)
-        results[name] = result
-        used = max(used, result.generations)
-        c = result.calibration
-        print(f"{label}: {name}: reconstructed {result.reconstructed} of {result.rows} in {len(result.rounds)} "
-              f"round(s), {time.perf_counter() - started:.1f} s; calibration recon = {c.intercept:.3f} + "
-              f"{c.slope:.3f} * cheap, residual sd {c.sigma:.4f} on {c.rows} row(s), leave-one-out coverage "
-              f"{c.coverage:.3f} at z 1.96")
     system_of = {s["id"]: s["system"] for s in samples}
-    rows = [{**r, "full": full[r["id"]], "system": system_of[r["id"]]} for r in results["captions"].records
-            if isinstance(full.get(r["id"]), float) and "decision_score" in r]
+    used, figures = 0, {"systems": [], "best-of-n": [], "captions": []}
+    for seed in range(SEEDS):
+        results = {}
+        for name, decision, by in (("systems", "rank", "system"), ("best-of-n", "best-of-n", None),
+                                   ("captions", "rank", None)):
+            started = time.perf_counter()
+            result = caprecon.cascade(samples, cheap=cheap, metric="recon", decision=decision, by=by, budget=budget,
+                                      seed=seed, **settings)
+            results[name] = result
+            used = max(used, result.generations)
+            c = result.calibration
+            coverage = "none under 4 rows" if c.coverage is None else f"{c.coverage:.3f} at z 1.96"
+            print(f"{label}: seed {seed}: {name}: reconstructed {result.reconstructed} of {result.rows} in "
+                  f"{len(result.rounds)} round(s), {time.perf_counter() - started:.1f} s; calibration recon = "
+                  f"{c.intercept:.3f} + {c.slope:.3f} * cheap, residual sd {c.sigma:.4f} on {c.rows} row(s), "
+                  f"leave-one-out coverage {coverage}")
+        rows = [{**r, "full": full[r["id"]], "system": system_of[r["id"]]} for r in results["captions"].records
+                if isinstance(full.get(r["id"]), float) and "decision_score" in r]
+        figures["captions"].append(kendall_tau([r["decision_score"] for r in rows], [r["full"] for r in rows]))
+        best = [{**r, "full": full[r["id"]]} for r in results["best-of-n"].records
+                if isinstance(full.get(r["id"]), float) and "decision_score" in r]
+        same = best_picks(best, {r["id"]: r["decision_score"] for r in best})
+        figures["best-of-n"].append(sum(same) / len(same))
+        truth = system_table(rows, {r["id"]: r["full"] for r in rows})
+        estimated = results["systems"].systems
+        names = sorted(truth)
+        figures["systems"].append(kendall_tau([float(estimated.mean[estimated.names.index(n)]) for n in names],
+                                              [truth[n] for n in names]))
+        if seed == 0:
+            spread = {n: float(np.std([r["full"] for r in rows if r["system"] == n], ddof=1)) for n in names}
+            sizes = {n: sum(r["system"] == n for r in rows) for n in names}
+            own_se = {n: spread[n] / sizes[n] ** 0.5 for n in names}
+            ranked = sorted(names, key=lambda n: -truth[n])
+            print(f"{label}: systems by the full pipeline (mean +- its own se over the system's captions): " + ", ".join(
+                f"{n} {truth[n]:.4f} +- {own_se[n]:.4f} ({sizes[n]})" for n in ranked))
+            apart = sum(truth[a] - truth[b] > 1.96 * float(np.hypot(own_se[a], own_se[b]))
+                        for a, b in zip(ranked, ranked[1:]))
+            print(f"{label}: neighbouring systems whose full-pipeline means differ by more than 1.96 se of the "
+                  f"difference: {apart} of {len(ranked) - 1}")
+            print(f"{label}: seed 0: systems by the cascade: " + ", ".join(
+                f"{n} {estimated.mean[estimated.names.index(n)]:.4f} +- {estimated.se[estimated.names.index(n)]:.4f} "
+                f"(se, {estimated.reconstructed[estimated.names.index(n)]} reconstructed)"
+                for n in sorted(names, key=lambda n: -estimated.mean[estimated.names.index(n)])))
     cheap_name = results["captions"].cheap
     cheap_score = {r["id"]: r[cheap_name] for r in rows}
-    full_score = {r["id"]: r["full"] for r in rows}
     fit = calibrate(np.array([r[cheap_name] for r in rows]), np.array([r["full"] for r in rows]))
     predicted = {r["id"]: fit.intercept + fit.slope * r[cheap_name] for r in rows}
     budget_rows = int(budget * len(samples))
-
-    tau_captions = kendall_tau([r["decision_score"] for r in rows], [r["full"] for r in rows])
-    same = best_picks([{**r, "full": full[r["id"]]} for r in results["best-of-n"].records
-                       if isinstance(full.get(r["id"]), float) and "decision_score" in r],
-                      {r["id"]: r["decision_score"] for r in results["best-of-n"].records if "decision_score" in r})
-    truth = system_table(rows, full_score)
-    estimated = results["systems"].systems
-    names = sorted(truth)
-    tau_systems = kendall_tau([float(estimated.mean[estimated.names.index(n)]) for n in names],
-                              [truth[n] for n in names])
+    cheap_systems = system_table(rows, cheap_score)
     print(f"{label}: {len(rows)} rows, {len(same)} images with 2+ captions, {len(names)} systems; full pipeline "
           f"{full_generations} generations, the cascade at most {used} (budget {budget})")
-    print(f"{label}: systems by the full pipeline: " + ", ".join(
-        f"{n} {truth[n]:.4f} ({sum(r['system'] == n for r in rows)})" for n in sorted(names, key=lambda n: -truth[n])))
-    print(f"{label}: systems by the cascade:       " + ", ".join(
-        f"{n} {estimated.mean[estimated.names.index(n)]:.4f} +- {estimated.se[estimated.names.index(n)]:.4f} "
-        f"(se, {estimated.reconstructed[estimated.names.index(n)]} reconstructed)"
-        for n in sorted(names, key=lambda n: -estimated.mean[estimated.names.index(n)])))
-    cheap_systems = system_table(rows, cheap_score)
     print(f"{label}: the cheap signal alone: tau_b with recon over the captions "
           f"{kendall_tau([cheap_score[r['id']] for r in rows], [r['full'] for r in rows]):.3f}, over the systems "
           f"{kendall_tau([cheap_systems[n] for n in names], [truth[n] for n in names]):.3f}; best-of-N picks the "
-          f"same {np.mean(best_picks(rows, cheap_score)):.3f}")
-    print(f"{label}: oracles at {budget_rows} reconstructions: best-of-N picks the same "
+          f"same {np.mean(best_picks(rows, cheap_score)):.3f}; its residual sd about the line fitted on every row "
+          f"{fit.sigma:.4f}")
+    print(f"{label}: the full pipeline's best among an image's m best by the cheap score (m: share, generations): "
+          + ", ".join(f"{m}: {hit:.3f} at {cost:.2f}" for m, hit, cost in top_m_recall(rows, cheap_score)))
+    print(f"{label}: oracles that know recon, at {budget_rows} reconstructions: best-of-N picks the same "
           f"{oracle_best_of_n(rows, predicted, budget_rows):.3f}; captions' tau_b (largest residuals first) "
           f"{oracle_caption_tau(rows, predicted, budget_rows):.3f}")
+    for name, values in figures.items():
+        print(f"{label}: {name} over {SEEDS} seeds: " + ", ".join(f"{v:.3f}" for v in values)
+              + f" (mean {np.mean(values):.3f}, min {min(values):.3f})")
+    tau_systems, picks, tau_captions = (float(np.mean(figures[k])) for k in ("systems", "best-of-n", "captions"))
     if not goals:
         print(f"{label}: at budget {budget}: systems' tau {tau_systems:.3f}, best-of-N picks the same "
-              f"{sum(same) / len(same):.3f}, captions' tau {tau_captions:.3f}, generations over the full pipeline's "
-              f"{used / full_generations:.3f}")
+              f"{picks:.3f}, captions' tau {tau_captions:.3f} (means over {SEEDS} seeds), generations over the "
+              f"full pipeline's {used / full_generations:.3f}")
         return
     line(f"{label}: Kendall tau of the cascade's order of systems vs the full pipeline's", tau_systems,
          f"goal >= {TAU_GOAL}")
-    line(f"{label}: best-of-N picks the same", sum(same) / len(same), f"goal >= {PICKS_GOAL}")
+    line(f"{label}: best-of-N picks the same", picks, f"goal >= {PICKS_GOAL}")
     line(f"{label}: generations over the full pipeline's", used / full_generations, f"goal <= {SHARE_GOAL}")
     line(f"{label}: Kendall tau of the cascade's order of captions (no goal)", tau_captions)
 

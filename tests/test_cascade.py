@@ -77,6 +77,15 @@ def test_calibration_coverage_leaves_each_row_out():
         expected.append(abs(full[i] - (intercept + slope * cheap[i])) <= 0.5 * sd)
     assert calibrate(cheap, full, z=0.5).coverage == pytest.approx(np.mean(expected))
     assert 0 < np.mean(expected) < 0.9
+    # each row's |left-out residual| / left-out sd by the refits: a z just above the k-th smallest covers k + 1 rows
+    ratios = []
+    for i in range(10):
+        keep = np.arange(10) != i
+        slope, intercept = np.polyfit(cheap[keep], full[keep], 1)
+        sd = math.sqrt(np.sum((full[keep] - (intercept + slope * cheap[keep])) ** 2) / 7)
+        ratios.append(abs(full[i] - (intercept + slope * cheap[i])) / sd)
+    for k, ratio in enumerate(sorted(ratios)):
+        assert calibrate(cheap, full, z=ratio * 1.001).coverage == pytest.approx((k + 1) / 10)
 
 
 def test_margins_by_hand():
@@ -125,6 +134,9 @@ def test_system_means_by_hand():
     assert system_margins(m) == pytest.approx([min(0.2 / se_y, 0.5 / se_x), min(0.5 / se_x, 0.7 / (se_x + se_y)),
                                                min(0.2 / se_y, 0.7 / (se_x + se_y))])
     assert list(system_margins(system_means(["x", "x"], np.zeros(2), {0: 1.0, 1: 2.0}))) == [math.inf]  # alone
+    # one row a system, each reconstructed: no pooled sd (0 degrees of freedom), yet each mean is known exactly
+    known = system_means(["x", "y"], np.zeros(2), {0: 0.4, 1: 0.6})
+    assert math.isinf(known.sigma) and list(known.se) == [0.0, 0.0] and list(known.mean) == [0.4, 0.6]
 
 
 def test_threshold_reconstructs_only_rows_near_it(tmp_path):
@@ -186,18 +198,17 @@ def _systems(offsets: dict[str, tuple[float, float, int]]):
     return rows, Fixed(cheap_values), NoisyScore(generator), generator, means
 
 
-def _first_round(rows, systems_min=2):
-    """The calibration sample by its rule: the first max(8, n // 20) of the shuffled rows, then each
-    system's first rows in that order up to 2."""
+def _first_round(rows, limit=None):
+    """The calibration sample by its rule: each system's first 2 rows in the shuffled order, then the
+    first max(8, n // 20) of the shuffled rows, the first `limit` of those."""
     import random
 
     order = list(range(len(rows)))
     random.Random(0).shuffle(order)
-    first = set(order[: max(8, len(rows) // 20)])
-    for i in order:
-        if sum(rows[j]["system"] == rows[i]["system"] for j in first) < systems_min:
-            first.add(i)
-    return {rows[i]["id"] for i in first}
+    per_system = [i for i in order if [rows[j]["system"] for j in order[: order.index(i) + 1]].count(
+        rows[i]["system"]) <= 2]
+    sample = per_system + [i for i in order[: max(8, len(rows) // 20)] if i not in per_system]
+    return {rows[i]["id"] for i in sample[:limit]}
 
 
 def test_rank_systems_settles_separated_systems_in_the_calibration_round(tmp_path):
@@ -233,6 +244,11 @@ def test_rank_systems_reconstructs_only_overlapping_systems(tmp_path):
     assert later and {r["system"] for r in result.records if r["id"] in later} == {"b", "d"}
     assert generator.calls == len(first) + len(later) == result.generations
     assert dict(zip(result.systems.names, result.systems.ranks())) == {"c": 1, "d": 2, "b": 3, "a": 4}
+    # a budget of 6 rows: the calibration sample is each system's first 2, however the global order runs
+    tight = cascade(rows[:60], cheap=cheap, metric=full_metric, decision="rank", by="system", budget=0.1,
+                    cache_dir=str(tmp_path / "cache"))
+    assert {r["id"] for r in tight.records if r["reconstructed"]} == _first_round(rows[:60], limit=6)
+    assert list(tight.systems.reconstructed) == [2, 2, 2]
     with pytest.raises(ConfigError, match="--by system ranks systems"):
         cascade(rows, cheap=cheap, metric=full_metric, decision="best-of-n", by="system")
 
