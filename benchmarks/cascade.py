@@ -95,6 +95,35 @@ def system_table(records: list[dict], score: dict[str, float]) -> dict[str, floa
     return {name: sum(v) / len(v) for name, v in members.items()}
 
 
+def images(records: list[dict]) -> list[list[dict]]:
+    by_image: dict[str, list[dict]] = {}
+    for r in records:
+        by_image.setdefault(str(r["image_id"]), []).append(r)
+    return [rows for rows in by_image.values() if len(rows) > 1]
+
+
+def image_spread(records: list[dict], value) -> float:
+    """The mean over images (2+ captions) of the sd of `value` among an image's captions."""
+    return float(np.mean([np.std([value(r) for r in rows], ddof=1) for rows in images(records)]))
+
+
+def best_gap(records: list[dict]) -> float:
+    """The mean over images of how far the full pipeline's best caption leads its second."""
+    return float(np.mean([np.subtract(*sorted((r["full"] for r in rows), reverse=True)[:2])
+                          for rows in images(records)]))
+
+
+def intra_image_correlation(records: list[dict], value) -> float:
+    """One-way ANOVA estimate of the share of `value`'s variance that images share (ICC(1))."""
+    groups = [np.array([value(r) for r in rows]) for rows in images(records)]
+    every = np.concatenate(groups)
+    k, n = len(groups), len(every)
+    size = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)
+    between = sum(len(g) * (g.mean() - every.mean()) ** 2 for g in groups) / (k - 1)
+    within = sum(float(np.sum((g - g.mean()) ** 2)) for g in groups) / (n - k)
+    return float((between - within) / (between + (size - 1) * within))
+
+
 def oracle_best_of_n(records: list[dict], predicted: dict[str, float], budget_rows: int) -> float:
     """The most images an oracle that knows recon gets right with `budget_rows` reconstructions: per
     image, the least set of rows whose recon (the rest at their calibrated prediction) makes the pick
@@ -202,6 +231,10 @@ def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: 
     fit = calibrate(np.array([r[cheap_name] for r in rows]), np.array([r["full"] for r in rows]))
     predicted = {r["id"]: fit.intercept + fit.slope * r[cheap_name] for r in rows}
     budget_rows = int(budget * len(samples))
+
+    def residual(r: dict) -> float:
+        return r["full"] - predicted[r["id"]]
+
     cheap_systems = system_table(rows, cheap_score)
     print(f"{label}: {len(rows)} rows, {len(same)} images with 2+ captions, {len(names)} systems; full pipeline "
           f"{full_generations} generations, the cascade at most {used} (budget {budget})")
@@ -210,6 +243,9 @@ def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: 
           f"{kendall_tau([cheap_systems[n] for n in names], [truth[n] for n in names]):.3f}; best-of-N picks the "
           f"same {np.mean(best_picks(rows, cheap_score)):.3f}; its residual sd about the line fitted on every row "
           f"{fit.sigma:.4f}")
+    print(f"{label}: within an image: recon's sd {image_spread(rows, lambda r: r['full']):.4f}, its best ahead of "
+          f"its second by {best_gap(rows):.4f} on average; the residuals' sd {image_spread(rows, residual):.4f} and "
+          f"intra-image correlation {intra_image_correlation(rows, residual):.3f}")
     print(f"{label}: the full pipeline's best among an image's m best by the cheap score (m: share, generations): "
           + ", ".join(f"{m}: {hit:.3f} at {cost:.2f}" for m, hit, cost in top_m_recall(rows, cheap_score)))
     print(f"{label}: oracles that know recon, at {budget_rows} reconstructions: best-of-N picks the same "
