@@ -49,6 +49,12 @@ def test_calibration_by_hand():
     assert c.sigma == pytest.approx(math.sqrt(4 * 0.01 / 2))  # n - 2 = 2 degrees of freedom
     assert math.isinf(calibrate(np.array([0.5, 0.5, 0.5]), np.array([0.1, 0.2, 0.3])).sigma)  # cheap says nothing
     assert calibrate(np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.1])).coverage is None  # under 4 rows
+    # the row at cheap 1 is alone there: left out, no slope is left, so it is not tested. Row 0 left out:
+    # the line through (0, 0) and (1, 1) predicts it exactly (sd sqrt(0.02 / 1)): covered; row 1 left out:
+    # the line through (0, -0.05) misses 0.1 by 0.15, beyond 1.96 sqrt(0.005 / 1) = 0.139; row 2 alike
+    with np.errstate(all="raise"):
+        alone = calibrate(np.array([0.0, 0.0, 0.0, 1.0]), np.array([0.0, 0.1, -0.1, 1.0]))
+    assert alone.coverage == pytest.approx(1 / 3)
 
 
 def test_calibration_coverage_leaves_each_row_out():
@@ -301,5 +307,19 @@ def test_score_cascade_cli(tmp_path, tiny_clip, capsys):
     assert all(r["keep"] == (r["decision_score"] >= 0.6) for r in records)
     assert all(r["decision_score"] == r["recon"] for r in records if r["reconstructed"])
     assert "rows decided: 12 of 12" in printed
+    # the demo's `quality` field as systems: half the rows, each system's first 2 in the shuffle
+    code = main(["score", "-i", str(demo), "--preset", "offline", "--clip", str(tiny_clip),
+                 "--cascade", "clipscore", "--decision", "rank", "--by", "quality", "--budget", "0.5",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "systems")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    systems = json.loads((tmp_path / "systems" / "summary.json").read_text())["cascade"]["systems"]
+    assert sorted(systems) == ["faithful", "vague", "wrong"]
+    assert [systems[q]["reconstructed"] for q in sorted(systems)] == [2, 2, 2]
+    assert sorted(v["rank"] for v in systems.values()) == [1, 2, 3]
+    records = [json.loads(x) for x in (tmp_path / "systems" / "scores.jsonl").read_text().splitlines()]
+    for quality, v in systems.items():  # a system's mean is the mean of its rows' decision scores
+        assert np.mean([r["decision_score"] for r in records if r["quality"] == quality]) == pytest.approx(v["mean"])
+    assert "rank 1: " in printed and "decision rank --by quality" in printed
     assert main(["score", "-i", str(demo), "--decision", "rank", "--out", str(tmp_path / "other")]) == 2
     assert "--cascade CHEAP and --decision go together" in capsys.readouterr().err

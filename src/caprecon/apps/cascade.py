@@ -123,10 +123,13 @@ def calibrate(cheap: np.ndarray, full: np.ndarray, z: float = DEFAULT_Z) -> Cali
     residuals = full - (intercept + slope * cheap)
     sigma = float(np.sqrt(np.sum(residuals ** 2) / (n - 2)))
     coverage = None
-    if n >= 4:
-        leverage = 1 / n + (cheap - cheap.mean()) ** 2 / float(np.sum((cheap - cheap.mean()) ** 2))
-        left_out = residuals / (1 - leverage)
-        sd_left_out = np.sqrt(np.maximum((n - 2) * sigma ** 2 - residuals * left_out, 0.0) / (n - 3))
+    leverage = 1 / n + (cheap - cheap.mean()) ** 2 / float(np.sum((cheap - cheap.mean()) ** 2))
+    # a row alone at its cheap score (leverage 1) leaves a line without a slope: it has no test
+    testable = leverage < 1 - 1e-9
+    if n >= 4 and testable.any():
+        h, e = leverage[testable], residuals[testable]
+        left_out = e / (1 - h)
+        sd_left_out = np.sqrt(np.maximum((n - 2) * sigma ** 2 - e * left_out, 0.0) / (n - 3))
         coverage = float(np.mean(np.abs(left_out) <= z * sd_left_out))
     return Calibration(float(intercept), float(slope), sigma, n, coverage)
 
