@@ -410,7 +410,8 @@ MUTANTS = [
            "            read_image(row)\n", "            pass\n", ("tests/test_reward_audit.py",)),
     # the Reward is the score (issue 50 item 3, item 8): pictures keyed by content, files by score's id
     Mutant("reward deduplication keyed by row instead of image content", "apps/reward/__init__.py",
-           "key = (base.image_key, base.sample.image_id, caption)", "key = (row, base.sample.image_id, caption)",
+           "image = pictures.setdefault((base.image_key, base.sample.image_id), len(opened))",
+           "image = pictures.setdefault((row, base.sample.image_id), len(opened))",
            ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
     Mutant("reward names a file by its content, not by score's image id", "apps/reward/__init__.py",
            "                if not name:\n", "                if True:\n",
@@ -422,7 +423,7 @@ MUTANTS = [
            "parts[EMPTY_PART] = [self.empty if blank else 0.0", "parts[EMPTY_PART] = [0.0 if blank else 0.0",
            ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",)),
     Mutant("an empty completion's metric parts unknown, not 0", "apps/reward/__init__.py",
-           "return [0.0 if blank else None if key is None", "return [None if blank else None if key is None",
+           "return [0.0 if blank else None if pair is None", "return [None if blank else None if pair is None",
            ("tests/test_reward.py::test_an_empty_completion_gets_empty_whatever_the_metrics_weights_and_guards",)),
     Mutant("a blank completion is not empty", "apps/reward/__init__.py", "empty = [not caption.strip() for caption in captions]",
            "empty = [not caption for caption in captions]",
