@@ -55,6 +55,25 @@ class Mutant:
     tests: tuple[str, ...] = (FORMULAS,)
 
 
+# the cascade mutants whose code lives in apps/cascade/estimates.py (the others: the rounds, apps/cascade/__init__.py)
+CASCADE_ESTIMATES = {
+    'cascade: residual sd over n-2 -> n',
+    'cascade: threshold margin loses abs',
+    "cascade: best-of-n intervals' reach of both -> the challenger's",
+    "cascade: best-of-n intervals' reach, sum of sds -> their hypot",
+    'cascade: the leader no longer open with its challengers',
+    'cascade: leave-one-out residual e / (1 - h) -> e',
+    'cascade: leave-one-out sd over n - 3 -> n - 2',
+    'cascade: coverage counts a row alone at its cheap score',
+    'cascade: coverage within z sds -> 1.96 whatever z',
+    'cascade: system mean plus its residual mean -> minus',
+    "cascade: pooled sd's degrees of freedom n - 1 -> n",
+    'cascade: system se loses the finite-population factor',
+    'cascade: a wholly reconstructed system keeps an se',
+    "cascade: system intervals' reach, sum of ses -> the larger",
+    'cascade: swap chance over the others -> over all units',
+}
+
 MUTANTS = [
     # ReconScore paper: (1 + cos) / 2; CLIP-Image: the raw cosine of source and reconstruction
     Mutant("ReconScore (1+cos)/2 -> cos", "metrics/recon.py", "(1.0 + cos) / 2.0", "cos",
@@ -716,7 +735,8 @@ MUTANTS = [
            "return finish(name, built) if finish else built", "return built", ("tests/test_fit.py",)),
     # the cascade (issue 54 item 3; tests/test_cascade.py, its fast tests): the calibration's residual sd,
     # the margins each decision reads, which rows are open, the calibration sample, the full pipeline's count
-    *[Mutant(name, "apps/cascade.py", original, mutated, tuple(f"tests/test_cascade.py::{t}" for t in (
+    *[Mutant(name, "apps/cascade/estimates.py" if name in CASCADE_ESTIMATES else "apps/cascade/__init__.py",
+             original, mutated, tuple(f"tests/test_cascade.py::{t}" for t in (
         "test_calibration_by_hand", "test_calibration_coverage_leaves_each_row_out", "test_margins_by_hand",
         "test_system_means_by_hand", "test_threshold_reconstructs_only_rows_near_it",
         "test_best_of_n_settles_wide_margins_without_generation",

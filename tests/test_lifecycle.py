@@ -202,7 +202,7 @@ def test_summary_json_has_one_writer():
               if re.search(r"summary\.json[\"']\)?\s*\.(write_text|write_bytes|open\([^)]*[\"']w)", text)]
     assert direct == []
     through = sorted(name for name, text in texts.items() if re.search(r"\bwrite_(summary|run)\(", text))
-    assert through == ["apps/cascade.py", "apps/suites/runner.py", "apps/t2i.py", "run/folder.py", "run/score.py",
+    assert through == ["apps/cascade/__init__.py", "apps/suites/runner.py", "apps/t2i.py", "run/folder.py", "run/score.py",
                        "run/shards.py"]
 
 
