@@ -245,6 +245,7 @@ def test_the_mixture_fit_finds_two_spreads_of_noise_and_one_where_it_is_alike():
     halves = np.repeat([0.001, 0.1], 20) * np.sqrt(rng.chisquare(2, 40) / 2)  # 20 quiet, 20 very noisy
     assert len(fit_mixture(list(halves[:39]), 2).weights) == 1
     assert len(fit_mixture(list(halves), 2).weights) == 2
+    assert fit_prior(list(halves), 2) == fit_mixture(list(halves), 2)  # the default rule
     assert fit_mixture([0.01, 0.0], 2) == VariancePrior(0.0, 0.0)
 
 

@@ -5,36 +5,47 @@ moderated over the run's captions by default):
 
 1. every caption is scored from MIN seeds; their sample variance s_i^2 (MIN - 1 degrees of
    freedom) is the caption's first-stage variance;
-2. each caption's variance for the interval, v_i with df_i degrees of freedom, comes from the
-   first stage alone, by the run's rule (`--adaptive-rule`, default moderated):
-       stein      v_i = s_i^2, df_i = MIN - 1 (the caption's own variance)
-       pooled     v_i = the mean of every caption's s^2, df_i = captions x (MIN - 1)
-       moderated  v_i = (d0 s0^2 + (MIN - 1) s_i^2) / (d0 + MIN - 1), df_i = d0 + MIN - 1,
-                  where the captions' variances are taken as drawn from a scaled inverse
-                  chi-square distribution (d0, s0^2), fitted to the s_i^2 by moments of
-                  log s^2 (Smyth 2004, the limma moderated t), d0 at most (captions - 1) x
-                  (MIN - 1): the prior holds no more than the other captions' draws;
-3. the caption gets N_i = ceil((2 t(0.975, df_i) sqrt(v_i) / W)^2) seeds, at least MIN and at
-   most MAX, drawn in one more generator call;
-4. its interval is mean_N ± t(0.975, df_i) sqrt(v_i) / sqrt(N_i): the mean of all N_i draws,
-   the variance of the first stage. That width is at most W unless the caption hit MAX.
+2. from the first stage alone, the run's rule (`--adaptive-rule`, default mixture) gives the
+   caption's interval half-width at one seed, h_i:
+       stein      h_i = t(0.975, MIN - 1) s_i (the caption's own variance)
+       pooled     h_i = t(0.975, captions x (MIN - 1)) x the root mean of every caption's s^2
+       moderated  h_i = t(0.975, d0 + MIN - 1) sqrt(v_i), v_i = (d0 s0^2 + (MIN - 1) s_i^2) /
+                  (d0 + MIN - 1), where the captions' variances are taken as drawn from a
+                  scaled inverse chi-square distribution (d0, s0^2), fitted to the s_i^2 by
+                  moments of log s^2 (Smyth 2004, the limma moderated t), d0 at most
+                  (captions - 1) x (MIN - 1): the prior holds no more than the other captions'
+                  draws;
+       mixture    the same with a mixture of 1 to 3 such distributions (weights w_c, d_c, s_c^2),
+                  fitted by maximum likelihood (s^2 / s_c^2 is F(MIN - 1, d_c)) with the number
+                  of components by BIC, K only with 20 K captions, d_c at most (its share of the
+                  captions - 1) x (MIN - 1). Given s_i^2 the caption's variance is component c's
+                  posterior with c's posterior weight, so (mean - true) sqrt(N) is a mixture of
+                  Student-t's; h_i is its two-sided 0.95 quantile. One component is moderated;
+                  two hold a run of specific and vague captions (a two-point spread of noise),
+                  which one smooth shape cannot: fitted to one, its d0 is about 2 and a quiet
+                  caption's t has 4 degrees of freedom, twice the seeds it needs;
+3. the caption gets N_i = ceil((2 h_i / W)^2) seeds, at least MIN and at most MAX, drawn in one
+   more generator call;
+4. its interval is mean_N ± h_i / sqrt(N_i): the mean of all N_i draws, the half-width of the
+   first stage. That width is at most W unless the caption hit MAX.
 
 Why this covers by construction: N_i depends on the first stage's variances only, and the
-mean of normal draws is independent of their variance, so given v_i the mean of the N_i
+mean of normal draws is independent of their variance, so given s_i^2 the mean of the N_i
 draws is normal around the true value with variance sigma_i^2 / N_i, and
-(mean - true) sqrt(N_i) / sqrt(v_i) is Student-t with df_i degrees of freedom: for stein
-whatever the caption's noise, for pooled when every caption's noise is alike, for moderated
-when the captions' variances follow the fitted distribution (which includes both: d0 large
-is pooled, d0 = 0 is stein). Stein's own variance covers 95 % over all captions, but not
+(mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for stein whatever the
+caption's noise, for pooled when every caption's noise is alike, for moderated and mixture
+when the captions' variances follow the fitted distribution (which includes both: d0 large is
+pooled, d0 = 0 is stein). Stein's own variance covers 95 % over all captions, but not
 among those that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of
 them with 1,000 captions of sd 0.05 at W = 0.08 (the rule this replaced, which stopped once a
 caption's own interval was narrower than W, covered 0.63 of them). The moderated variance
 borrows the other captions' spread, so its coverage holds at every N: 0.96 there
 (`benchmarks/adaptive_seeds.py` measures the rules and their generations against the best
-allocation; docs/rank.md says where the fitted shape falls short). A caption's interval then depends on the other captions of the run: `score()`
-fits the distribution over the whole input (`fit`) before scoring the first batch, so it
-does not depend on batches (with `--shard`, over the shard's captions); an `AdaptiveSeeds`
-scored without that fit takes it over the captions of each call.
+allocation and the best two-stage one; docs/rank.md says where each falls short). A
+caption's interval then depends on the other captions of the run: `score()` fits the
+distribution over the whole input (`fit`) before scoring the first batch, so it does not
+depend on batches (with `--shard`, over the shard's captions); an `AdaptiveSeeds` scored
+without that fit takes it over the captions of each call.
 
 Seeds are the fixed-K seeds (seed k of a caption is the same image with either), each one
 stored: a later run with a smaller W or a larger MAX generates only the seeds it adds, and a
