@@ -565,6 +565,13 @@ MUTANTS = [
            "by_scale = -df / 2 +", "by_scale = df / 2 +", ("tests/test_adaptive_seeds.py",)),
     Mutant("adaptive mixture: default rule one component", "metrics/adaptive.py",
            'DEFAULT_RULE = "mixture"', 'DEFAULT_RULE = "moderated"', ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive mixture: the shared variance charged two parameters", "metrics/adaptive.py",
+           "-2 * shared_loglik + math.log(len(variances))", "-2 * shared_loglik + 2 * math.log(len(variances))", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive mixture: the shared variance's likelihood without its scale term", "metrics/adaptive.py",
+           "np.sum(-df / 2 * np.log(2 * shared) - df", "np.sum(-df / 2 * np.log(2) - df", ("tests/test_adaptive_seeds.py",)),
+    Mutant("adaptive mixture: the shared variance's df of one caption", "metrics/adaptive.py",
+           "VariancePrior(len(variances) * df, math.sqrt(shared * unit)", "VariancePrior(df, math.sqrt(shared * unit)",
+           ("tests/test_adaptive_seeds.py",)),
     Mutant("seeds: a run of one caption ranked", "stats/seeds.py", "if by is None and len(rows) < 2:",
            "if by is None and len(rows) < 1:", ("tests/test_bad_inputs.py",)),
     # the guards as TRL reward functions: tokens when TRL gives them, the rule of `Guards`

@@ -239,8 +239,15 @@ def test_the_mixture_fit_finds_two_spreads_of_noise_and_one_where_it_is_alike():
     for w, d in zip(prior.weights, prior.dfs):
         assert d <= (3000 * w - 1) * 2 + 1e-6
     assert min(prior.dfs) > 50
-    alike = fit_mixture(list(0.02 * np.sqrt(rng.chisquare(2, 3000) / 2)), 2)
-    assert len(alike.weights) == 1 and alike.sds[0] == pytest.approx(0.02, rel=0.05)
+    # noise alike: one shared variance (the pooled rule), whose maximum likelihood is the mean of the s^2
+    alike_sds = 0.02 * np.sqrt(rng.chisquare(2, 3000) / 2)
+    alike = fit_mixture(list(alike_sds), 2)
+    assert alike == VariancePrior(6000, pytest.approx(math.sqrt(np.mean(alike_sds**2)), rel=1e-9), pooled=True)
+    assert alike.sd == pytest.approx(0.02, rel=0.03)
+    # a spread of one scaled inverse chi-square (d0 = 6): one component of about that df, not the pooled one
+    spread = 0.01 * np.sqrt(6 / rng.chisquare(6, 3000) * rng.chisquare(2, 3000) / 2)
+    one = fit_mixture(list(spread), 2)
+    assert isinstance(one, MixturePrior) and len(one.weights) == 1 and one.dfs[0] == pytest.approx(6, rel=0.3)
     # fewer than 40 captions: one component whatever their spread; fewer than two with an sd: Stein's own
     halves = np.repeat([0.001, 0.1], 20) * np.sqrt(rng.chisquare(2, 40) / 2)  # 20 quiet, 20 very noisy
     assert len(fit_mixture(list(halves[:39]), 2).weights) == 1

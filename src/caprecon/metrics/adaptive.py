@@ -239,23 +239,30 @@ def fit_mixture(sds: Sequence[float], df: int) -> MixturePrior | VariancePrior:
     captions' first-stage sds (each with `df` degrees of freedom, those above 0) by maximum
     likelihood, the number of components by BIC, K only with `CAPTIONS_PER_COMPONENT` x K captions;
     a component's degrees of freedom at most (its share of the captions - 1) x df, what the other
-    captions' draws in it hold. Stein's own variance (`OWN`) for fewer than two captions with an sd above 0."""
+    captions' draws in it hold. Where one variance shared by every caption fits better by BIC (one
+    parameter: noise alike), the pooled variance, with captions x df degrees of freedom: a fitted
+    d0 of 20 where the truth is infinite costs (t(22) / t(800))^2 = 1.12 times the seeds. Stein's own
+    variance (`OWN`) for fewer than two captions with an sd above 0."""
     variances = np.array([s for s in sds if s > 0], dtype=float) ** 2
     if len(variances) < 2:
         return OWN
     unit = float(np.exp(np.log(variances).mean()))  # fitted in units of the geometric mean: values near 1
     variances = variances / unit
     most = (len(variances) - 1) * df
-    best: tuple[float, MixturePrior] | None = None
+    # one variance shared by every caption (a component of infinite df), one parameter: the pooled rule
+    shared = float(variances.mean())
+    shared_loglik = float(np.sum(-df / 2 * np.log(2 * shared) - df * variances / (2 * shared)))
+    best: tuple[float, MixturePrior | VariancePrior] = (
+        -2 * shared_loglik + math.log(len(variances)),
+        VariancePrior(len(variances) * df, math.sqrt(shared * unit), pooled=True))
     for k in range(1, MOST_COMPONENTS + 1):
         if k > 1 and len(variances) < CAPTIONS_PER_COMPONENT * k:
             break
         loglik, weights, dfs, prior_vars = _fit_components(variances, df, k, most)
         bic = -2 * loglik + (3 * k - 1) * math.log(len(variances))
-        if best is None or bic < best[0]:
+        if bic < best[0]:
             best = bic, MixturePrior(tuple(map(float, weights)), tuple(map(float, dfs)),
                                      tuple(float(math.sqrt(v * unit)) for v in prior_vars))
-    assert best is not None
     return best[1]
 
 
