@@ -338,3 +338,30 @@ def test_an_unknown_adaptive_rule_is_refused(tmp_path, capsys):
         cli_main(["score", str(samples), "--out", str(tmp_path / "out"), "--seeds", "auto", "--target-width",
                   "0.01", "--adaptive-rule", "guess"])
     assert "--adaptive-rule" in capsys.readouterr().err
+
+
+def test_the_pooled_variance_is_chosen_by_bic_as_a_reference_computes_it():
+    # runs of 12 captions of alike noise (too few for two components): the shared variance (1 parameter, its
+    # maximum likelihood the mean of the s^2) against one scaled inverse chi-square (2 parameters, df at most
+    # 11 x 2 = 22), each log-likelihood recomputed with scipy.stats' chi-square and F densities
+    from scipy import optimize, stats
+
+    rng = np.random.default_rng(7)
+    chosen = []
+    for _ in range(40):
+        variances = 0.02**2 * rng.chisquare(2, 12) / 2
+        shared = variances.mean()
+        loglik_shared = np.sum(stats.chi2.logpdf(2 * variances / shared, 2) + np.log(2 / shared))
+
+        def minus_loglik(x):
+            d0, s0sq = min(math.exp(x[0]), 22.0), math.exp(x[1])
+            return -np.sum(stats.f.logpdf(variances / s0sq, 2, d0) - np.log(s0sq))
+
+        free = min((optimize.minimize(minus_loglik, [math.log(start), math.log(shared)], method="Nelder-Mead",
+                                      options={"xatol": 1e-8, "fatol": 1e-10}) for start in (2.0, 20.0)),
+                   key=lambda r: r.fun)
+        pooled = -2 * loglik_shared + math.log(12) <= 2 * free.fun + 2 * math.log(12)
+        prior = fit_mixture(list(np.sqrt(variances)), 2)
+        assert isinstance(prior, VariancePrior) == pooled
+        chosen.append(pooled)
+    assert 0 < sum(chosen) < len(chosen)  # both happen: the rule, not one answer, is checked
