@@ -216,7 +216,8 @@ def test_a_mixture_half_width_by_hand():
         post = dens / dens.sum()
         post_df = np.array(prior.dfs) + 2
         post_sd = np.sqrt((np.array(prior.dfs) * np.array(prior.sds) ** 2 + 2 * sd**2) / post_df)
-        half = optimize.brentq(lambda h: (post * (2 * stats.t.cdf(h / post_sd, post_df) - 1)).sum() - 0.95, 1e-9, 1)
+        half = optimize.brentq(lambda h, post=post, post_sd=post_sd, post_df=post_df:
+                               (post * (2 * stats.t.cdf(h / post_sd, post_df) - 1)).sum() - 0.95, 1e-9, 1)
         assert prior.half_width(sd, 2) == pytest.approx(half, rel=1e-7)
         assert 0.1 < post[1] < 0.9 or sd in (0.002, 0.05)  # the middle sds are truly mixed
     # one component: the moderated variance's t interval
@@ -353,7 +354,7 @@ def test_the_pooled_variance_is_chosen_by_bic_as_a_reference_computes_it():
         shared = variances.mean()
         loglik_shared = np.sum(stats.chi2.logpdf(2 * variances / shared, 2) + np.log(2 / shared))
 
-        def minus_loglik(x):
+        def minus_loglik(x, variances=variances):
             d0, s0sq = min(math.exp(x[0]), 22.0), math.exp(x[1])
             return -np.sum(stats.f.logpdf(variances / s0sq, 2, d0) - np.log(s0sq))
 
