@@ -586,6 +586,7 @@ OTHER_PROGRAMS = {
     "--repo-type": "huggingface_hub/cli/download.py",
     "--hidden": "benchmarks/halluc.py",
     "--tiny-pictures": "benchmarks/adaptive_seeds.py",
+    "--replicates": "benchmarks/adaptive_seeds.py",
     "--list": "scripts/walk.py",
     "--strict": "mkdocs/__main__.py",  # `mkdocs build --strict`
     # the GRPO example's own flags (docs/train.md)
