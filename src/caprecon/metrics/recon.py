@@ -16,7 +16,7 @@ from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.core.describe import describe_model
 from caprecon.data.images import LoadedSample
-from caprecon.metrics.base import Column, Column, Context, Metric
+from caprecon.metrics.base import Column, Context, Metric
 from caprecon.models.build import model_of
 
 
