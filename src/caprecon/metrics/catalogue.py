@@ -60,9 +60,9 @@ def by_name(entries: Iterable[Builtin]) -> dict[str, Builtin]:
     return table
 
 
-def _references(about: Mapping[str, str]) -> list[Builtin]:
-    # one class computes every reference metric: each is built as `ReferenceMetric(name)`
-    return [Builtin(name, REFERENCE, line, {"name": name}) for name, line in about.items()]
+def _references(*named: tuple[str, str]) -> list[Builtin]:
+    # one class computes every reference metric: each (name, about) is built as `ReferenceMetric(name)`
+    return [Builtin(name, REFERENCE, about, {"name": name}) for name, about in named]
 
 
 METRICS: dict[str, Builtin] = by_name([
@@ -91,14 +91,14 @@ METRICS: dict[str, Builtin] = by_name([
     Builtin("claims", "caprecon.metrics.claim_check:ClaimCheck",
             "the caption's claims (--llm splits them, DSG-style, gated) checked by --judge on I and on Î: conveyed, "
             "precision, lost, per claim type, with each claim's evidence"),
-    *_references({
-        **{f"bleu-{n}": f"BLEU-{n} against the row's references (pycocoevalcap); summary: corpus BLEU"
-           for n in range(1, 5)},
-        "meteor": "METEOR 1.5 against the references (pycocoevalcap, Java); summary: corpus METEOR",
-        "rouge": "ROUGE-L against the references (pycocoevalcap)",
-        "cider": "CIDEr-D against the references, IDF from the whole input (pycocoevalcap)",
-        "spice": "SPICE F-score against the references (pycocoevalcap; Java and CoreNLP's jars)",
-    }),
+    *_references(
+        *[(f"bleu-{n}", f"BLEU-{n} against the row's references (pycocoevalcap); summary: corpus BLEU")
+          for n in range(1, 5)],
+        ("meteor", "METEOR 1.5 against the references (pycocoevalcap, Java); summary: corpus METEOR"),
+        ("rouge", "ROUGE-L against the references (pycocoevalcap)"),
+        ("cider", "CIDEr-D against the references, IDF from the whole input (pycocoevalcap)"),
+        ("spice", "SPICE F-score against the references (pycocoevalcap; Java and CoreNLP's jars)"),
+    ),
 ])
 
 
