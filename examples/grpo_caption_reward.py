@@ -42,7 +42,7 @@ def load_policy(name: str):
     processors otherwise want a video processor that needs it)."""
     from transformers import AutoModelForImageTextToText
 
-    from caprecon.models.vlm_transformers import load_processor
+    from caprecon.models.vlm_processors import load_processor
 
     return AutoModelForImageTextToText.from_pretrained(name), load_processor(name)
 

@@ -276,15 +276,15 @@ MUTANTS = [
            "return generation_defaults(hub_generation_config(self.source.name, self.source.revision))",
            "return {}", ("tests/test_caption.py::test_a_hub_captioner_not_yet_downloaded_samples_with_its_own_settings",)),
     # refinement judged on held-out questions; its guard
-    Mutant("refine keep-margin removed", "apps/refine/__init__.py", 'if row["score"] > before + margin:',
+    Mutant("refine keep-margin removed", "apps/refine/guard.py", 'if row["score"] > before + margin:',
            'if row["score"] > before:', ("tests/test_refine.py",)),
-    Mutant("refine tokens-cut verdict removed", "apps/refine/__init__.py", 'if row.get("tokens_cut"):', "if False:",
+    Mutant("refine tokens-cut verdict removed", "apps/refine/guard.py", 'if row.get("tokens_cut"):', "if False:",
            ("tests/test_refine.py",)),
-    Mutant("refine over-budget revision scored anyway", "apps/refine/__init__.py", "elif over > 0:", "elif False:",
+    Mutant("refine over-budget revision scored anyway", "apps/refine/run.py", "elif over > 0:", "elif False:",
            ("tests/test_refine.py",)),
-    Mutant("refine reviser told the held-out flips", "apps/refine/__init__.py", 'states[s.id].get("turing_guiding_flipped")',
+    Mutant("refine reviser told the held-out flips", "apps/refine/feedback.py", 'states[s.id].get("turing_guiding_flipped")',
            'states[s.id].get("turing_flipped")', ("tests/test_refine.py",)),
-    Mutant("refine guard reads the whole bank", "apps/refine/__init__.py",
+    Mutant("refine guard reads the whole bank", "apps/refine/run.py",
            "measured = [build_metric(name, judging, cfg) for name in names]",
            "measured = [build_metric(name, roles, cfg) for name in names]", ("tests/test_refine.py",)),
     # compare on paired draws; CIDEr's IDF from the whole input
@@ -618,7 +618,7 @@ MUTANTS = [
     # a resumed refinement ends as the uninterrupted one (issue 51 item 22)
     Mutant("refine resume keeps the line a kill cut", "apps/refine/resume.py",
            'whole = text[: text.rfind("\\n") + 1]  # a kill', "whole = text  # a kill", ("tests/test_refine.py",)),
-    Mutant("refine resume redoes a round a caption finished", "apps/refine/__init__.py",
+    Mutant("refine resume redoes a round a caption finished", "apps/refine/run.py",
            'return last["round"] < round_no and last["accepted"]',
            'return last["round"] <= round_no and last["accepted"]',
            ("tests/test_refine.py",)),
@@ -730,6 +730,48 @@ MUTANTS = [
         ("a built-in built without its entry's options", "metrics/__init__.py",
          "from_roles(roles, config, **METRICS[name].options)", "from_roles(roles, config)"),
     )],
+    # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began
+    Mutant("run frame opens its own store beside the one given", "run/frame.py",
+           "store = store if store is not None else open_store(cfg, out_dir)", "store = open_store(cfg, out_dir)",
+           ("tests/test_frame.py",)),
+    Mutant("run frame's start time read now", "run/frame.py", "time.localtime(self.started)", "time.localtime()",
+           ("tests/test_frame.py",)),
+    # the all-pairs call (issue 55 item 9; tests/test_all_pairs.py): which image and text each pair names,
+    # the matrix's order and shape, the empty-list guard, a single text refused, ReconScore's shared form
+    # (which vector each pair reads, a subclass's own `score` kept), and the reward's pairs
+    *[Mutant(name, file, original, mutated, tuple(f"tests/test_all_pairs.py::{t}" for t in (
+        "test_recon_matrix_is_every_image_with_every_text_each_image_embedded_once",
+        "test_under_the_default_seed_policy_each_image_has_its_own_noise",
+        "test_the_generic_form_builds_the_rows_once_in_image_major_order",
+        "test_bad_input_is_refused_before_any_work")))
+      for name, file, original, mutated in (
+        ("all pairs: generic pair (i, j) -> (j, i)", "metrics/base.py",
+         "with_caption(texts[j]) for i, j in pairs], ctx)", "with_caption(texts[j]) for j, i in pairs], ctx)"),
+        ("all pairs: text-major order", "metrics/base.py",
+         "pairs = [(i, j) for i in range(len(images)) for j in range(len(texts))]",
+         "pairs = [(i, j) for j in range(len(texts)) for i in range(len(images))]"),
+        ("all pairs: matrix shaped n x m", "metrics/base.py",
+         "len(images), len(texts))", "len(texts), len(images))"),
+        ("all pairs: empty guard or -> and", "metrics/base.py",
+         "if not images or not texts:", "if not images and not texts:"),
+        ("all pairs: a single text no longer refused", "metrics/base.py",
+         "isinstance(values, (str, bytes, Path, Image.Image))", "isinstance(values, (bytes, Path, Image.Image))"),
+        ("all pairs: recon pair reads the text's index as the image's", "metrics/recon.py",
+         "source[[row_of[pairs[at][0]] for at in chunk]]", "source[[row_of[pairs[at][-1] % len(used)] for at in chunk]]"),
+        ("all pairs: recon pair reads the first reconstruction", "metrics/recon.py",
+         "rebuilt[[position[recons[at].key] for at in chunk]]", "rebuilt[[0 for at in chunk]]"),
+    )],
+    Mutant("all pairs: a ReconScore subclass's own score bypassed", "metrics/recon.py",
+           "if type(self).score is not ReconScore.score:", "if type(self).score is ReconScore.score:",
+           ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
+    Mutant("all pairs: the reward's captions all one text", "apps/reward/__init__.py",
+           "texts.setdefault(caption, len(texts))", "texts.setdefault(caption, 0)",
+           ("tests/test_reward.py::test_each_picture_is_embedded_once_and_each_distinct_caption_reconstructed_once",)),
+    Mutant("all pairs: the reward's repeated pairs scored again", "apps/reward/__init__.py",
+           "pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))",
+           "pairs = [pair for pair in row_pairs if pair is not None]",
+           ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
+
 ]
 
 

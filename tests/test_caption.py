@@ -584,3 +584,50 @@ def test_a_hub_captioner_not_yet_downloaded_samples_with_its_own_settings(tmp_pa
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", missing)
     assert captioner.generation_defaults() == {}  # a checkpoint that ships none
+
+
+# ---------------------------------------------------------------------------------------
+# what the scoring costs
+
+
+class RepeatingCaptioner:
+    """Three candidates per picture, one of them twice, the same three for every picture."""
+
+    fingerprint = "repeating-captioner-v1"
+
+    def generation_defaults(self) -> dict:
+        return {}
+
+    def caption(self, requests, sampling):
+        return [["a red square", "a blue circle", "a red square"][: r.n] for r in requests]
+
+
+@pytest.mark.parametrize("policy", ["per-image", "fixed"])
+def test_selection_embeds_each_image_once_and_reconstructs_each_distinct_candidate_once(tmp_path, policy):
+    from oracle import CountingOracle, PixelEmbedder, render
+
+    class CountingEmbedder(PixelEmbedder):
+        def __init__(self):
+            self.seen: list[tuple[int, int]] = []
+
+        def embed(self, images):
+            self.seen += [im.size for im in images]
+            return super().embed(images)
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    photos = {f"p{k}": render(scene, 96, 80) for k, scene in enumerate(["red square", "blue circle", "green triangle"])}
+    for name, photo in photos.items():
+        photo.save(folder / f"{name}.png")
+    generator, embedder = CountingOracle(), CountingEmbedder()
+    run = best_of_n(folder, captioner=RepeatingCaptioner(), n=3, generator=generator, embedder=embedder,
+                    seed_policy=policy, size="96x96", cache_dir=str(tmp_path / "cache"))
+    # per image: each picture its own noise, so a candidate is rebuilt once per picture that has it;
+    # fixed: one noise (and one size) for all, so once for the whole run
+    distinct = ["a blue circle", "a red square"] * (3 if policy == "per-image" else 1)
+    assert sorted(generator.prompts) == sorted(distinct)
+    assert sorted(embedder.seen) == [(96, 80)] * 3 + [(96, 96)] * len(distinct)  # each photo embedded once
+    for row in run.candidates:  # by hand: (1 + cos) / 2 of the photo's ink and the drawing's at 96 x 96
+        a, b = PixelEmbedder().embed([photos[row["image_id"]], render(row["caption"], 96, 96)])
+        assert row["recon"] == pytest.approx((1 + float(np.clip(a @ b, -1, 1))) / 2, abs=1e-6)
+    assert [s["caption"] for s in run.selected] == ["a red square", "a blue circle", run.selected[2]["caption"]]

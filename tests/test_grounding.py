@@ -133,7 +133,8 @@ def test_registry_gives_each_family_its_convention_and_options_override():
 def test_transformers_judge_reads_its_family_and_its_processor_frame(tmp_path):
     from PIL import Image
 
-    from caprecon.models.vlm_transformers import TransformersVLM, load_processor
+    from caprecon.models.vlm_processors import load_processor
+    from caprecon.models.vlm_transformers import TransformersVLM
     from tiny_vlm import build_qwen2_vl
 
     folder = build_qwen2_vl(tmp_path / "qwen2vl")

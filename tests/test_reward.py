@@ -297,6 +297,34 @@ def test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row(t
     assert got == pytest.approx([expected_recon(im, t) for im, t in zip(images, texts)], abs=1e-6)
 
 
+class CountingEmbedder(PixelEmbedder):
+    """The pixel embedder, recording the bytes of every picture it is given."""
+
+    def __init__(self):
+        self.seen: list[bytes] = []
+
+    def embed(self, images):
+        self.seen += [im.tobytes() for im in images]
+        return super().embed(images)
+
+
+def test_each_picture_is_embedded_once_and_each_distinct_caption_reconstructed_once(tmp_path, pictures):
+    # the reward's call as all pairs: under one noise for every caption (seed policy fixed) and one
+    # size, a caption completed for both pictures is reconstructed once, and each picture embedded once
+    generator, embedder = CountingOracle(), CountingEmbedder()
+    reward = Reward(["recon"], generator=generator, embedder=embedder, seed_policy="fixed", size="96x96",
+                    guards=None, cache_dir=str(tmp_path / "cache"), progress=False)
+    texts = ["red circle blue square", "red circle", "red circle", "green triangle",
+             "red circle", "green triangle", "blue triangle", "red circle"]
+    image = [pictures[0]] * 4 + [pictures[1]] * 4
+    got = reward(completions=texts, image=image)
+    assert sorted(generator.prompts) == sorted(set(texts))  # 4 distinct captions, not 6 distinct pairs
+    # each picture once, and once more as the reconstruction of the caption that names it exactly
+    assert [embedder.seen.count(p.tobytes()) for p in pictures] == [2, 2]
+    assert len(embedder.seen) == 2 + 4  # the pictures, then one vector per reconstruction
+    assert got == pytest.approx([expected_recon(im, t) for im, t in zip(image, texts)], abs=1e-6)
+
+
 # --------------------------------------------------------------------------- TRL-shaped inputs and settings
 
 

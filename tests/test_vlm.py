@@ -16,7 +16,8 @@ from PIL import Image  # noqa: E402
 import tiny_vlm  # noqa: E402
 from caprecon.models.llm import TextLLM, TransformersLLM, reply_text, reply_token_ids  # noqa: E402
 from caprecon.models.vlm import VisionLanguageModel, VLMRequest, group_by_image
-from caprecon.models.vlm_transformers import TransformersVLM, load_processor
+from caprecon.models.vlm_processors import load_processor
+from caprecon.models.vlm_transformers import TransformersVLM
 from caprecon.data.qa import QAItem  # noqa: E402
 from caprecon.metrics.grading import mc_from_probs  # noqa: E402
 

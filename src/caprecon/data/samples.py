@@ -10,9 +10,10 @@ before any work starts.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from PIL import Image
 
@@ -90,6 +91,31 @@ def confine_images(samples: Iterable[Sample], root: str | Path, option: str = "-
 
 def has_image(sample: Sample) -> bool:
     return sample.image is not None and not (isinstance(sample.image, str) and not sample.image.strip())
+
+
+def check_images(rows: Sequence[Sample], needing: Sequence[str]) -> None:
+    """Caption-only rows are valid only when no metric compares with the source image;
+    `needing` names the metrics that do."""
+    if not needing:
+        return
+    missing = [i for i, s in enumerate(rows) if not has_image(s)]
+    if missing:
+        first = missing[0]
+        raise ConfigError(
+            f"{len(missing)} row(s) have no image (first: row {first}, id {rows[first].id!r}), but "
+            f"{', '.join(needing)} compare(s) the caption with its source image. Give every row an image, or "
+            f"score caption-only rows with metrics that need none (vqascore --vqa-on reconstruction; "
+            f"`caprecon t2i` for generators)")
+
+
+def confining_root(rows: Sequence[Sample]) -> str | None:
+    """The folder (absolute) every row's image must lie in, which the report's thumbnails keep
+    to as well; None when the rows are not confined. Rows confined to different folders (built
+    in Python) share no folder: the null device then stands for one that holds no original."""
+    roots = {str(Path(s.image_root).resolve()) if s.image_root is not None else None for s in rows}
+    if not roots or roots == {None}:
+        return None
+    return roots.pop() if len(roots) == 1 else os.devnull
 
 
 def check_unique_ids(rows: list[Sample]) -> None:

@@ -3,6 +3,8 @@
 A metric is a small class holding the models it talks to (through their roles, never a
 library directly). `score(items, ctx)` takes a batch of opened samples and returns one
 dict of named fields per item; the executor owns the batch loop, errors and output.
+`score_pairs(images, texts, ctx, pairs)` is its all-pairs form (each image opened once, shared by
+its texts), behind `metric(images, texts, all_pairs=True)` and the reward.
 `prepare(samples)` sees the run's whole input first, for what is computed over the corpus.
 `columns` declares each number a metric writes (`Column`: direction, range, aggregation,
 needs); the run writes the declarations into its manifest, and the report, `compare`, `seeds`
@@ -339,9 +341,32 @@ class Metric:
     def headline(self) -> str:
         return self.primary or self.name
 
+    def score_pairs(self, images: Sequence[LoadedSample], texts: Sequence[str], ctx: Context,
+                    pairs: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
+        """The rows of `score` for the (image, text) pairs named by `pairs` ((i, j): `images[i]`
+        under `texts[j]`), in their order: the all-pairs form of `score`, where each image is opened
+        once and shared by its texts (its image id, so its seeds, are its own under every text).
+        This default builds the pairs' items and scores them in one call: the context embeds each
+        distinct image and makes each distinct reconstruction once. A metric that can share more
+        (ReconScore: a vector per image and per reconstruction, then cosines) overrides it."""
+        return self.score([images[i].with_caption(texts[j]) for i, j in pairs], ctx)
+
     def __call__(self, images: Sequence[Image.Image | str | Path], captions: Sequence[str], *,
-                 store: Store | None = None) -> list[float]:
-        """Score (image, caption) pairs directly; any unreadable pair raises `SampleError`."""
+                 all_pairs: bool = False, store: Store | None = None) -> list[float] | np.ndarray:
+        """Score images and captions directly (PIL images, paths or bytes; the captions as text).
+
+        `metric(images, captions)` pairs them in order: one score per pair, any unreadable pair raises
+        `SampleError` naming it. `metric(images, texts, all_pairs=True)` scores every image with every
+        text, as t2v_metrics' `score(images=..., texts=...)` does: an m x n array, `scores[i, j]` the
+        score of image i with text j (NaN where the metric gives no number), equal to what the paired
+        call gives image i at its place under text j. Each image is read once (and embedded once, by a
+        metric that embeds it) and each distinct reconstruction made once; under the default seed
+        policy a reconstruction's noise derives from its image, so `seed_policy="fixed"` (and one
+        output `size`) makes one per distinct text. Empty lists, a caption that is not text or is
+        blank, and an unreadable image raise before any model runs, naming it."""
+        images, captions = _as_sequence("images", images), _as_sequence("captions", captions)
+        if all_pairs:
+            return self._all_pairs(images, captions, store)
         if len(images) != len(captions):
             raise ValueError(f"{len(images)} images but {len(captions)} captions")
         items = []
@@ -352,3 +377,37 @@ class Metric:
                 raise SampleError(f"pair {i}: {exc}") from None
         rows = checked_rows(self, len(items), self.score(items, Context(store)))
         return [row[self.headline] for row in rows]
+
+    def _all_pairs(self, images: Sequence[Any], texts: Sequence[Any], store: Store | None) -> np.ndarray:
+        if not images or not texts:
+            raise ValueError(f"an all-pairs call needs at least one image and one caption, not {len(images)} "
+                             f"images and {len(texts)} captions")
+        for j, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise SampleError(f"caption {j} is a {type(text).__name__}, not text: {text!r:.60}",
+                                  "caption not text")
+            if not text.strip():
+                raise SampleError(f"caption {j} is empty", "empty caption")
+        opened = []
+        for i, image in enumerate(images):  # under its first text: its id and seeds are the paired call's
+            try:
+                opened.append(open_image(Sample(id=str(i), image=image, caption=texts[0])))
+            except SampleError as exc:
+                raise SampleError(f"image {i}: {exc}") from None
+        pairs = [(i, j) for i in range(len(images)) for j in range(len(texts))]
+        rows = checked_rows(self, len(pairs), self.score_pairs(opened, texts, Context(store), pairs))
+        values = [row[self.headline] for row in rows]
+        return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64).reshape(
+            len(images), len(texts))
+
+
+def _as_sequence(name: str, values: Any) -> Sequence[Any]:
+    """A direct call's images or captions as a list; one text or one path where a list belongs is
+    refused (iterating it would score its characters)."""
+    if isinstance(values, (str, bytes, Path, Image.Image)):
+        raise TypeError(f"{name} must be a list (one entry per {name[:-1]}), not a single "
+                        f"{type(values).__name__}: wrap it in a list")
+    try:
+        return list(values)
+    except TypeError:
+        raise TypeError(f"{name} must be a list, not a {type(values).__name__}") from None

@@ -3,7 +3,7 @@
 The same operations as the vision-language role, without an image. The helpers below
 the protocol (how an answer is tokenised as the start of a reply, greedy decoding
 settings, reading log-probabilities out of a padded batch) are shared with the
-vision-language backend in `vlm_transformers.py`.
+vision-language backend (`vlm_transformers.py`, `vlm_processors.py`, `vlm_prefix.py`).
 """
 
 from __future__ import annotations

@@ -1,98 +1,25 @@
 """The transformers backend of the vision-language judge role (`vlm.py`): any
-`AutoModelForImageTextToText` checkpoint, its processor loading, and the tokenizer helpers
-its answer reading uses."""
+`AutoModelForImageTextToText` checkpoint (`TransformersVLM`): loading, prompts, scoring answers
+and greedy generation. Its processor loading and tokenizer helpers are in `vlm_processors`, the
+shared start of an image's prompts in `vlm_prefix`."""
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from PIL import Image
 
 from caprecon.data.qa import judge_box_coords
 from caprecon.models.common import dtype_name, resolve_device, resolve_source
-from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config, probs_of, reply_token_ids_batch, right_pad, sequence_prob, special_tokens_flag)
+from caprecon.models.llm import (TransformersIdentity, answer_rows, ensure_pad_token, forward_accepts, greedy_config,
+                                 probs_of, reply_token_ids_batch, right_pad, sequence_prob, special_tokens_flag)
 from caprecon.models.vlm import VLMRequest, check_box_coords, group_by_image
+from caprecon.models.vlm_prefix import PER_TOKEN, SharedPrefix, StepProbs
+from caprecon.models.vlm_processors import by_special_tokens, decoding_shape, load_processor, single_token_id
 
 
-def by_special_tokens(tokenizer, texts: Sequence[str],
-                      run: Callable[[list[int], bool], list[list[int]]]) -> list[list[int]]:
-    """`run(indices, flag)` once per special-tokens setting (`special_tokens_flag`) on the
-    indices of the texts that take it, so each setting is one tokenizer call; the rows it
-    returns come back in the order of `texts`."""
-    flags = [special_tokens_flag(tokenizer, t) for t in texts]
-    out: list[list[int]] = [[] for _ in texts]
-    for flag in (True, False):
-        at = [j for j, f in enumerate(flags) if f == flag]
-        if at:
-            for j, row in zip(at, run(at, flag)):
-                out[j] = row
-    return out
-
-
-# processors
-
-
-class ImageOnlyProcessor:
-    """Mixin that removes the video processor from a multimodal processor class.
-
-    Qwen-VL processors (and a few others) hold a video processor that imports
-    torchvision, so `AutoProcessor` fails without it even for image-only use. The class
-    made by `ImageOnlyProcessor.of(Qwen2VLProcessor)` loads only the checkpoint's image
-    processor and tokenizer and otherwise behaves as the original: same chat template,
-    same image-token expansion.
-    """
-
-    @classmethod
-    def get_attributes(cls):
-        return [a for a in super().get_attributes() if a != "video_processor"]
-
-    @classmethod
-    def of(cls, processor_class: type) -> type:
-        return type(f"ImageOnly{processor_class.__name__}", (cls, processor_class), {})
-
-
-def load_processor(target: str, revision: str | None = None, config=None):
-    """`AutoProcessor.from_pretrained`, or its image-only variant where the processor
-    wants a video processor that cannot be imported (torchvision missing)."""
-    from transformers import AutoConfig, AutoProcessor
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
-    from transformers.utils import is_torchvision_available
-
-    if not is_torchvision_available():
-        config = config or AutoConfig.from_pretrained(target, revision=revision)
-        processor_class = PROCESSOR_MAPPING.get(type(config), None)
-        if processor_class is not None and "video_processor" in processor_class.get_attributes():
-            return ImageOnlyProcessor.of(processor_class).from_pretrained(target, revision=revision)
-    return AutoProcessor.from_pretrained(target, revision=revision)
-
-
-# Architectures whose image reaches the language model only as tokens of a causal
-# decoder's input, so the key/value states of the prompt up to and including the image
-# do not depend on the question that follows. Excluded on purpose: InstructBLIP (its
-# Q-Former reads the question), PaliGemma (bidirectional attention over the whole
-# prompt), Idefics 1 and Mllama (gated cross-attention). Models with sliding-window
-# layers are excluded at load time whatever their type.
-_PREFIX_SAFE = frozenset({
-    "llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe",
-    "idefics2", "idefics3", "smolvlm", "gemma3", "mistral3", "aya_vision", "internvl",
-})
-
-# processor outputs with one entry per input token: cut and extended along with input_ids
-_PER_TOKEN = ("attention_mask", "mm_token_type_ids", "token_type_ids")
-
-
-@dataclass
-class _Prefix:
-    """The shared start of one image's prompts, run once."""
-
-    inputs: dict[str, Any]  # processor output cut to the shared tokens (image included)
-    suffixes: list[list[int]]  # the rest of each prompt
-
-
-class TransformersVLM(TransformersIdentity):
+class TransformersVLM(SharedPrefix, TransformersIdentity):
     """Any transformers `AutoModelForImageTextToText` checkpoint as the judge.
 
     Prompts go through the processor's chat template (image first, then the request's
@@ -101,7 +28,7 @@ class TransformersVLM(TransformersIdentity):
     placeholder where the processor has one. Decoding is greedy.
 
     All requests about one image are answered together. Where the architecture allows
-    (`share_prefix`: None decides from the model type, see `_PREFIX_SAFE`), the shared
+    (`share_prefix`: None decides from the model type, see `PREFIX_SAFE`), the shared
     start of the prompts — chat preamble and image — is run once and its key/value cache
     copied across a batch of the differing question suffixes, so the vision tower and
     the image tokens are computed once per image instead of once per question. Otherwise
@@ -172,15 +99,7 @@ class TransformersVLM(TransformersIdentity):
 
             target, revision = self.source.load_target, self.source.revision
             config = AutoConfig.from_pretrained(target, revision=revision)
-            text = getattr(config, "text_config", None) or config
-            self._encoder_decoder = bool(config.is_encoder_decoder or getattr(text, "is_encoder_decoder", False))
-            if self.share_prefix and self._encoder_decoder:
-                raise ValueError(f"share_prefix needs a decoder-only language model; {config.model_type} "
-                                 f"generates with an encoder-decoder")
-            sliding = "sliding_attention" in (getattr(text, "layer_types", None) or []) or \
-                getattr(text, "sliding_window", None) is not None
-            self._prefix_ok = self.share_prefix if self.share_prefix is not None else \
-                config.model_type in _PREFIX_SAFE and not self._encoder_decoder and not sliding
+            self._encoder_decoder, self._prefix_ok = decoding_shape(config, self.share_prefix)
             processor = load_processor(target, revision, config)
             ensure_pad_token(processor.tokenizer)
             model = AutoModelForImageTextToText.from_pretrained(target, revision=revision, dtype=self.dtype)
@@ -244,86 +163,7 @@ class TransformersVLM(TransformersIdentity):
 
     # -- the shared prefix -------------------------------------------------------------------
 
-    def _split_prefix(self, image: Image.Image, texts: list[str], raw: list[list[int]]) -> _Prefix | None:
-        """Cut the prompts (`raw`: their `_tokenize`d ids) into a common start (processed once,
-        with the image) and per-prompt suffixes; None where the image is not inside the common start."""
-        common = min(len(r) for r in raw) - 1  # every suffix keeps at least the prompt's last token
-        for r in raw[1:]:
-            common = next((j for j in range(common) if r[j] != raw[0][j]), common)
-        if common <= 0:
-            return None
-        inputs = self._process(texts[:1], image)
-        ids = inputs["input_ids"][0].tolist()
-        tail = len(raw[0]) - common
-        image_ids = {getattr(self._processor, "image_token_id", None),
-                     getattr(self._model.config, "image_token_id", None)}
-        # the image must have been expanded inside the common start, and appear nowhere after it
-        if ids[len(ids) - tail :] != raw[0][common:] or any(t in image_ids for r in raw for t in r[common:]):
-            return None
-        cut = len(ids) - tail
-        for key in _PER_TOKEN:
-            if key in inputs:
-                inputs[key] = inputs[key][:, :cut]
-        inputs["input_ids"] = inputs["input_ids"][:, :cut]
-        return _Prefix(inputs, [r[common:] for r in raw])
-
-    def _run_prefix(self, prefix: _Prefix):
-        """Run the shared start: (its key/value cache, the position id of the first suffix
-        token, its length in tokens)."""
-        import torch
-
-        model = self._model
-        inner = getattr(model, "model", None)
-        if hasattr(inner, "rope_deltas"):
-            inner.rope_deltas = None  # M-RoPE models keep the last prompt's offset here: start clean
-        kwargs = {"logits_to_keep": 1} if self._keep_arg else {}
-        with torch.inference_mode():
-            out = model(**prefix.inputs, use_cache=True, **kwargs)
-        length = prefix.inputs["input_ids"].shape[1]
-        # M-RoPE gives the image fewer positions than tokens: text after it continues from the
-        # image's largest position, an offset the model records as rope_deltas
-        deltas = getattr(inner, "rope_deltas", None)
-        start = length + (int(deltas.reshape(-1)[0]) if deltas is not None else 0)
-        return _output_cache(out), start, length
-
-    def _suffix_batch(self, cache, start: int, length: int, rows: list[list[int]], keep: int):
-        """Run left-padded suffixes on copies of the prefix cache. Returns the logits of the
-        last `keep` positions, the cache, the attention mask and each row's last position."""
-        import torch
-
-        n, width = len(rows), max(len(r) for r in rows)
-        pad = self._processor.tokenizer.pad_token_id
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
-        positions = (start + mask.cumsum(-1) - 1).clamp(min=start)
-        full_mask = torch.cat([torch.ones((n, length), dtype=torch.long), mask], dim=1)
-        cache = copy.deepcopy(cache)
-        cache.batch_repeat_interleave(n)
-        kwargs = {"logits_to_keep": keep} if self._keep_arg else {}
-        with torch.inference_mode():
-            out = self._model(input_ids=ids.to(self.device), attention_mask=full_mask.to(self.device),
-                              position_ids=positions.to(self.device), use_cache=True,
-                              **{self._cache_arg: cache}, **kwargs)
-        return out.logits[:, -keep:], _output_cache(out), full_mask, positions[:, -1]
-
     # -- scoring ------------------------------------------------------------------------------
-
-    def _rows_on_prefix(self, prefix: _Prefix, targets: list[list[int]]):
-        self.check_budget([prefix.inputs["input_ids"].shape[1] + len(s) + len(t)
-                           for s, t in zip(prefix.suffixes, targets)])
-        cache, start, length = self._run_prefix(prefix)
-        rows = []
-        for lo in range(0, len(targets), self.batch_size):
-            chunk = targets[lo : lo + self.batch_size]
-            seqs = [s + t for s, t in zip(prefix.suffixes[lo : lo + self.batch_size], chunk)]
-            counts = [len(t) + 1 for t in chunk]
-            logits, _, _, _ = self._suffix_batch(cache, start, length, seqs, max(counts))
-            # left padding aligns the rows' ends: each needs its last len(target) + 1 positions
-            rows += answer_rows(logits, [max(counts) - c for c in counts], counts)
-        return rows
 
     def _rows_batched(self, images: list[Image.Image], texts: list[str], targets: list[list[int]]):
         """For each (image, prompt), full-vocabulary log-probabilities at its last token and at
@@ -339,7 +179,7 @@ class TransformersVLM(TransformersIdentity):
             seqs = [inputs["input_ids"][i, :n].tolist() + t for i, (n, t) in enumerate(zip(lengths, chunk))]
             ids, mask = right_pad(seqs, self._processor.tokenizer.pad_token_id)
             inputs["input_ids"], inputs["attention_mask"] = ids.to(self.device), mask.to(self.device)
-            for key in _PER_TOKEN[1:]:
+            for key in PER_TOKEN[1:]:
                 if key in inputs:  # the appended answer tokens are text: type 0
                     grown = torch.zeros_like(ids)
                     grown[:, : inputs[key].shape[1]] = inputs[key].cpu()
@@ -507,7 +347,7 @@ class TransformersVLM(TransformersIdentity):
             indices, images, texts = (list(c) for c in zip(*pooled[lo : lo + self.batch_size]))
             inputs = self._process(texts, images, padding_side="left")
             self.check_budget(inputs["attention_mask"].sum(-1).tolist())
-            steps = _StepProbs(watch)
+            steps = StepProbs(watch)
             with torch.inference_mode():
                 generated = model.generate(**inputs, generation_config=config, logits_processor=[steps])
             # the last len(steps) positions are the generated ones, whether the model returns the
@@ -516,68 +356,3 @@ class TransformersVLM(TransformersIdentity):
             finish(indices, [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(new)])
         return out
 
-    def _greedy_from_prefix(self, state, rows: list[list[int]], config, watch: list[int] | None):
-        """Greedy decoding of one batch of suffixes on the prefix cache, step by step (the
-        padding sits between prefix and suffix, which `generate` cannot express): each
-        reply's token ids and, with `watch`, the watched tokens' probabilities per step."""
-        import torch
-
-        cache, start, length = state
-        logits, cache, mask, last = self._suffix_batch(cache, start, length, rows, 1)
-        eos = torch.tensor(config.eos_token_id)
-        replies: list[list[int]] = [[] for _ in rows]
-        steps = _StepProbs(watch)
-        done = torch.zeros(len(rows), dtype=torch.bool)
-        kwargs = {"logits_to_keep": 1} if self._keep_arg else {}
-        for step in range(config.max_new_tokens):
-            steps(None, logits[:, -1])
-            nxt = logits[:, -1].argmax(-1).cpu()
-            for i in torch.nonzero(~done).flatten().tolist():
-                replies[i].append(int(nxt[i]))
-            done |= torch.isin(nxt, eos)
-            if bool(done.all()) or step + 1 == config.max_new_tokens:
-                break
-            mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long)], dim=1)
-            last = last + 1
-            with torch.inference_mode():
-                out = self._model(input_ids=nxt[:, None].to(self.device), attention_mask=mask.to(self.device),
-                                  position_ids=last[:, None].to(self.device), use_cache=True,
-                                  **{self._cache_arg: cache}, **kwargs)
-            logits, cache = out.logits, _output_cache(out)
-        return [(ids, [step[i] for step in steps.rows[: len(ids)]]) for i, ids in enumerate(replies)]
-
-
-class _StepProbs:
-    """A logits processor that changes nothing and keeps, at each generation step, each
-    row's full-vocabulary probabilities of the watched token ids (only a count of the steps
-    without them)."""
-
-    def __init__(self, watch: list[int] | None):
-        self.watch = watch
-        self.rows: list[list[list[float]]] = []
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        if self.watch is None:
-            self.rows.append([[] for _ in range(scores.shape[0])])
-        else:
-            self.rows.append(torch.softmax(scores.float(), dim=-1)[:, self.watch].tolist())
-        return scores
-
-
-def single_token_id(tokenizer, token: str) -> int:
-    """The id of a vocabulary entry that is exactly `token` (a digit, a letter)."""
-    found = tokenizer.convert_tokens_to_ids(token)
-    if found is None or found == tokenizer.unk_token_id:
-        ids = tokenizer(token, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise ValueError(f"{token!r} is not one token of this tokenizer ({ids}); its probability per "
-                             f"position cannot be read")
-        found = ids[0]
-    return int(found)
-
-
-def _output_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values

@@ -63,6 +63,16 @@ class MetricRunner:
 
         return isolated(rows, items, self.watch)
 
+    def score_pairs(self, images: Sequence[LoadedSample], texts: Sequence[str],
+                    pairs: Sequence[tuple[int, int]]) -> list[dict[str, Any] | Exception]:
+        """`score` of the (image, text) pairs `pairs` names (`Metric.score_pairs`): each pair's fields, or
+        its exception; a run of pairs that fails is tried pair by pair, as a run of rows is."""
+        def rows(part: list) -> list[dict[str, Any]]:
+            return [_checked(row) for row in checked_rows(self.metric, len(part),
+                                                          self.metric.score_pairs(images, texts, self.ctx, part))]
+
+        return isolated(rows, list(pairs), self.watch)
+
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""
         name = self.metric.name

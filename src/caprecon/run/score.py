@@ -12,7 +12,6 @@ cache). A folder that holds a run of other settings is refused rather than mixed
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 import time
@@ -27,7 +26,7 @@ from caprecon.core.redaction import redact
 from caprecon.core.tables import format_table, number
 from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
-from caprecon.data.samples import Sample, check_unique_ids, has_image
+from caprecon.data.samples import Sample, check_images, check_unique_ids, confining_root
 from caprecon.metrics import Context, Metric, build_metric
 from caprecon.metrics.base import check_columns, declared_columns
 from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
@@ -130,13 +129,13 @@ def score(
     for metric in metrics:
         check_own_spec(metric, settings)
     built = [build_metrics(m, roles, cfg) for m in metrics]
-    check_images(rows, built)
+    check_images(rows, [m.name for m in built if m.needs_source_image])
+    image_root = confining_root(rows)
     for metric in built:
         metric.prepare(whole)
     metric_names = [m.headline for m in built]
     # fields a metric reports beside its headline (halluc: coverage and F) are summarised with it
     summarised = list(dict.fromkeys([*metric_names, *(c for m in built for c in m.companions)]))
-    image_root = confining_root(rows)
     out_dir = Path(out) if out else None
     done: dict[str, dict[str, Any]] = {}
     if out_dir:
@@ -145,7 +144,9 @@ def score(
                                  "columns": declared_columns(built), "samples": len(rows), "image_root": image_root})
     store = store if store is not None else open_store(cfg, out_dir)
     ctx = Context(store)
-    fit_seed_variances(rows, built, ctx, cfg, progress=progress, row_numbers=row_numbers)
+    moderated = [part for metric in built for part in adaptive_parts(metric) if part.rule != "stein"]
+    if moderated:
+        fit_seed_variances(rows, moderated, ctx, cfg, progress=progress, row_numbers=row_numbers)
     thumbnails = _thumbnail_writer(out_dir, store, image_root)
 
     try:
@@ -274,29 +275,18 @@ def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunCon
     return HumanCeiling(built) if cfg.ceiling else built
 
 
-def fit_seed_variances(rows: Sequence[Sample], built: Sequence[Metric], ctx: Context, cfg: RunConfig, *,
+def fit_seed_variances(rows: Sequence[Sample], parts: Sequence[AdaptiveSeeds], ctx: Context, cfg: RunConfig, *,
                        progress: bool, row_numbers: Sequence[int] | None) -> None:
     """Adaptive seeds' first stage over every row before the run's first batch, so that the
     variance each caption's interval borrows from the others (`AdaptiveSeeds.fit`) comes from
-    the whole input, not from a caption's batch. The first draws are stored: the run reuses them."""
-    parts = [part for metric in built for part in adaptive_parts(metric) if part.rule != "stein"]
-    if not parts:
-        return
+    the whole input, not from a caption's batch: for the adaptive parts whose rule borrows
+    (`moderated`, `pooled`; Stein's rule borrows nothing). The first draws are stored: the run
+    reuses them."""
     probes = [FirstDraws(part, f"first draws {i}") for i, part in enumerate(parts)]
     records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
                         row_numbers=row_numbers, desc="adaptive seeds: first draws")
     for part, probe in zip(parts, probes):
         part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
-
-
-def confining_root(rows: Sequence[Sample]) -> str | None:
-    """The folder (absolute) every row's image must lie in, which the report's thumbnails keep
-    to as well; None when the rows are not confined. Rows confined to different folders (built
-    in Python) share no folder: the null device then stands for one that holds no original."""
-    roots = {str(Path(s.image_root).resolve()) if s.image_root is not None else None for s in rows}
-    if not roots or roots == {None}:
-        return None
-    return roots.pop() if len(roots) == 1 else os.devnull
 
 
 def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
@@ -311,14 +301,3 @@ def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
                            cache=None if store.read_only else cache_folder(store.root), store=store)
 
 
-def check_images(rows: Sequence[Sample], metrics: Sequence[Metric]) -> None:
-    """Caption-only rows are valid only when no metric compares with the source image."""
-    needing = [m.name for m in metrics if m.needs_source_image]
-    missing = [i for i, s in enumerate(rows) if not has_image(s)]
-    if needing and missing:
-        first = missing[0]
-        raise ConfigError(
-            f"{len(missing)} row(s) have no image (first: row {first}, id {rows[first].id!r}), but "
-            f"{', '.join(needing)} compare(s) the caption with its source image. Give every row an image, or "
-            f"score caption-only rows with metrics that need none (vqascore --vqa-on reconstruction; "
-            f"`caprecon t2i` for generators)")

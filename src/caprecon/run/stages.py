@@ -222,7 +222,8 @@ def stage(name: str, samples: str | Path | Iterable[Sample | dict], metrics: Seq
     from caprecon.run.config import RunConfig
     from caprecon.run.folder import open_store
     from caprecon.run.roles import Roles
-    from caprecon.run.score import build_metrics, check_images
+    from caprecon.data.samples import check_images
+    from caprecon.run.score import build_metrics
     from caprecon.run.shards import parse_shard, select_shard
 
     if name not in STAGES:
@@ -243,7 +244,7 @@ def stage(name: str, samples: str | Path | Iterable[Sample | dict], metrics: Seq
     built = [build(metric, roles, cfg) for metric in cfg.metrics]
     # a fused metric reads nothing itself: its components are what the stage fills
     built = [part for m in built for part in (m.components.values() if isinstance(m, FusedMetric) else (m,))]
-    check_images(rows, built)
+    check_images(rows, [m.name for m in built if m.needs_source_image])
     ctx = Context(open_store(cfg, Path(out) if out else None))
     fill = {"reconstruct": reconstruct_all, "embed": embed_all, "judge": judge_all}[name]
     counts = fill(rows, built, ctx, batch_size=cfg.batch_size, progress=progress)

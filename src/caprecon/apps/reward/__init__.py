@@ -4,8 +4,10 @@
     GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds_with_an_image_column, ...)
     reward(images, captions)  # the same reward outside TRL: one float per caption
 
-One call scores a whole generation batch. Identical (picture content, caption) pairs in it are
-scored once, every model result goes through the store (a caption seen before costs lookups), and
+One call scores a whole generation batch as all pairs (`Metric.score_pairs`): each picture read and
+embedded once, each distinct (picture content, caption) pair scored once, and, under one noise for
+every caption (`seed_policy="fixed"`) and one `size`, a caption shared by several pictures rebuilt once.
+Every model result goes through the store (a caption seen before costs lookups), and
 each caption's reconstruction seed derives from its picture (a file by its name, as `score` names it;
 a picture in memory or as bytes by its content), never from the row, so the same completion always
 gets the same reward, whatever its place in the batch, and the value `score` gives the same pair
@@ -343,19 +345,23 @@ class Reward:
         empty = [not caption.strip() for caption in captions]
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
             built = self._build()
-            unique: dict[tuple[str, str, str], LoadedSample] = {}
-            row_keys: list[tuple[str, str, str] | None] = []
+            # the call as all pairs: each picture read once, each caption once, and the distinct
+            # (picture, caption) pairs of the rows scored through the metrics' all-pairs form
+            pictures: dict[tuple[str, str], int] = {}
+            opened: list[LoadedSample] = []
+            texts: dict[str, int] = {}
             bases: dict[int, LoadedSample | Exception] = {}
-            for i, (picture, caption) in enumerate(zip(images, captions)):
-                row_keys.append(None if empty[i] else self._key(i, picture, caption, bases, unique))
+            row_pairs = [None if empty[i] else self._pair(i, picture, caption, bases, pictures, opened, texts)
+                         for i, (picture, caption) in enumerate(zip(images, captions))]
+            pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))
             names = self._part_names(built["metrics"])
-            scored = self._score_all(built["metrics"], self._part_columns(built["metrics"]), list(unique.values()),
-                                     built["ctx"])
-        position = {k: j for j, k in enumerate(unique)}
+            scored = self._score_all(built["metrics"], self._part_columns(built["metrics"]), opened, list(texts),
+                                     pairs, built["ctx"])
+        position = {pair: j for j, pair in enumerate(pairs)}
 
         def part(values: list[float | None], term: Callable[[float], float]) -> list[float | None]:
-            return [0.0 if blank else None if key is None or values[position[key]] is None
-                    else term(values[position[key]]) for blank, key in zip(empty, row_keys)]
+            return [0.0 if blank else None if pair is None or values[position[pair]] is None
+                    else term(values[position[pair]]) for blank, pair in zip(empty, row_pairs)]
 
         parts: dict[str, list[float | None]] = {}
         for name, weight, values in zip(names, self.weights, scored):
@@ -374,11 +380,12 @@ class Reward:
         """The captions as the metrics read them: cleaned as `score` cleans them under the same settings."""
         return [normalise_caption(c) for c in captions] if self.cfg.normalise_captions else list(captions)
 
-    def _key(self, row: int, picture: Any, caption: str, bases: dict, unique: dict) -> Any:
-        """The row's (picture's content key, its image id, caption), its item added to `unique` when
-        new; None for a row without a readable picture. The image id is `score`'s for a file (its
-        name; a dataset cell's `path` names its bytes), and the content key for a picture in memory
-        or as bare bytes, which nothing else names:
+    def _pair(self, row: int, picture: Any, caption: str, bases: dict, pictures: dict, opened: list,
+              texts: dict) -> tuple[int, int] | None:
+        """The row's (picture, caption) by their places in `opened` and `texts`, each added when new;
+        None for a row without a readable picture. A picture is one by its content key and image id.
+        The image id is `score`'s for a file (its name; a dataset cell's `path` names its bytes), and
+        the content key for a picture in memory or as bare bytes, which nothing else names:
         the reconstruction's seed derives from it, so a completion gets the reward `score` gives it."""
         if picture is None:
             return None
@@ -398,10 +405,10 @@ class Reward:
             bases[id(picture)] = base
         if isinstance(base, Exception):
             return None
-        key = (base.image_key, base.sample.image_id, caption)
-        if key not in unique:
-            unique[key] = base.with_caption(caption)
-        return key
+        image = pictures.setdefault((base.image_key, base.sample.image_id), len(opened))
+        if image == len(opened):
+            opened.append(base)
+        return image, texts.setdefault(caption, len(texts))
 
     def _labels(self) -> list[str]:
         labels = [m if isinstance(m, str) else m.name for m in self.metrics]
@@ -416,26 +423,27 @@ class Reward:
         return [label if metric_column(label)[1] else metric.headline
                 for label, metric in zip(self._labels(), metrics)]
 
-    def _score_all(self, metrics: list[Metric], columns: list[str], items: list[LoadedSample],
-                   ctx: Context) -> list[list[float | None]]:
-        """Each part's value per item (None where its metric failed on the item or wrote no number):
-        every distinct metric scored once, in the run's batches under a progress bar, each batch held
-        to the metric contract as a run holds it; parts that read columns of one metric share it."""
+    def _score_all(self, metrics: list[Metric], columns: list[str], images: list[LoadedSample], texts: list[str],
+                   pairs: list[tuple[int, int]], ctx: Context) -> list[list[float | None]]:
+        """Each part's value per (image, text) pair (None where its metric failed on the pair or wrote no
+        number): every distinct metric scored once through its all-pairs form (`Metric.score_pairs`), in
+        the run's batches of pairs under a progress bar, each batch held to the metric contract as a
+        run holds it; parts that read columns of one metric share it."""
         batch = self.cfg.batch_size
         distinct = list({id(m): m for m in metrics}.values())
         wanted: dict[int, list[str]] = {}
         for metric, column in zip(metrics, columns):
             wanted.setdefault(id(metric), []).append(column)
         values: dict[tuple[int, str], list[float | None]] = {(id(m), c): [] for m, c in zip(metrics, columns)}
-        with tqdm(total=len(items) * len(distinct), desc="reward", unit="caption", disable=not self.progress,
+        with tqdm(total=len(pairs) * len(distinct), desc="reward", unit="caption", disable=not self.progress,
                   leave=False, dynamic_ncols=True) as bar:
             for metric in distinct:
                 runner = MetricRunner(metric, ctx, batch)
-                for start in range(0, len(items), batch):
-                    part = items[start : start + batch]
-                    for item, result in zip(part, runner.score(part)):
+                for start in range(0, len(pairs), batch):
+                    part = pairs[start : start + batch]
+                    for (_, text), result in zip(part, runner.score_pairs(images, texts, part)):
                         if isinstance(result, Exception):
-                            log.warning("reward: %s failed on caption %.60r: %s", metric.name, item.caption, result)
+                            log.warning("reward: %s failed on caption %.60r: %s", metric.name, texts[text], result)
                         for column in wanted[id(metric)]:
                             value = None if isinstance(result, Exception) else result.get(column)
                             values[id(metric), column].append(float(value) if is_number(value) else None)

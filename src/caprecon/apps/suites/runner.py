@@ -30,7 +30,8 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.run.config import RunConfig
-from caprecon.run.folder import holds_run_folder, open_store, write_manifest, write_summary
+from caprecon.run.folder import holds_run_folder, write_manifest, write_summary
+from caprecon.run.frame import RunFrame
 from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
@@ -174,9 +175,8 @@ def suite(
         benchmarks.append(bench)
     files = {s.label: read_caption_file(s.captions_file, benchmarks) for s in sources if s.captions_file}
 
-    out_dir = Path(out) if out else None
-    store = open_store(cfg, out_dir)
-    ctx = Context(store)
+    frame = RunFrame.open(cfg, out, started=started)
+    out_dir, store, ctx = frame.out_dir, frame.store, frame.ctx
     used = {q.image_id for b in benchmarks for q in b.questions}
     images = _Images({k: v for k, v in image_sources.items() if k in used}, store.root / "benchmark-images")
     image_ids = sorted(used)
@@ -237,8 +237,8 @@ def suite(
     cache["judge_seconds"] = round(ctx.model_seconds, 4)
     manifest = {
         "command": "suite",
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-        "seconds": round(time.time() - started, 3),
+        "started": frame.started_at,
+        "seconds": frame.seconds(),
         "datasets": [{"name": b.entry.name, "file": str(b.entry.data), "question": b.entry.question,
                       "metric": b.entry.metric, "questions": len(b.questions)} for b in benchmarks],
         "images": len(image_ids),
