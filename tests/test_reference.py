@@ -92,6 +92,26 @@ def test_corpus_scores_equal_pycocoevalcap(ours, theirs):
 
 
 @needs_java
+def test_statistics_of_parts_merge_into_the_corpus_values(ours, theirs):
+    """`evaluate` keeps, per scored row, what BLEU, METEOR and CIDEr pool: any split of them into
+    parts, merged, gives pycocoevalcap's corpus values over the whole (METEOR's from its jar)."""
+    from caprecon.metrics.reference_statistics import CorpusPart, corpus_value, merge_parts
+
+    _, corpus = theirs
+    assert set(ours.statistics) == {*BLEU, "meteor", "cider"}  # ROUGE-L is a mean of its rows: nothing to keep
+    with ReferenceMetrics(["meteor"]) as jar:
+        for name, part in ours.statistics.items():
+            assert [row_id for row_id, _ in part.rows] == [s.id for s in CORPUS]  # the broken rows take no part
+            halves = [CorpusPart(name, part.implementation, part.rows[3:]),
+                      CorpusPart(name, part.implementation, part.rows[:3])]
+            merged = merge_parts(halves)
+            order = [s.id for s in CORPUS]
+            value = jar.corpus_from_statistics(merged, order) if name == "meteor" else corpus_value(merged, order)
+            assert value == pytest.approx(corpus[name], abs=1e-12), name
+            assert value == pytest.approx(ours.corpus[name], abs=1e-12), name
+
+
+@needs_java
 def test_unscorable_rows_carry_an_error(ours):
     by_id = {r["id"]: r for r in ours.records}
     assert by_id["no-refs"] == {"id": "no-refs", "error": "no reference captions"}
@@ -213,23 +233,90 @@ def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, c
 
 
 @needs_java
-def test_merged_shards_give_the_corpus_value_over_all_rows_when_given_the_input(theirs, tmp_path):
-    """BLEU's (and METEOR's) corpus values pool every row's references: a merge of shards had
-    none (each shard's own was over its rows), now it computes them from the input it is given,
-    equal to pycocoevalcap's over the whole corpus, and says so when it was not given one."""
+def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(theirs, tmp_path, monkeypatch,
+                                                                                capsys):
+    """BLEU's, METEOR's and CIDEr's corpus values pool every row: each shard keeps its rows'
+    statistics, and their merge, without the input, gives the unsharded run's values, which are
+    pycocoevalcap's over the whole corpus; shards that keep none (older ones) need the input."""
+    import json
+
     import caprecon
     from caprecon.core.errors import ConfigError
 
     rows = CORPUS[:2] + BROKEN + CORPUS[2:]
-    shards = [tmp_path / f"shard{i}" for i in range(2)]
-    for i, out in enumerate(shards):
-        caprecon.score(rows, ["bleu-1", "bleu-4"], shard=f"{i}/2", out=out, no_cache=True)
+    names = ["bleu-4", "meteor", "cider"]
+    whole = caprecon.score(rows, names, out=tmp_path / "whole", no_cache=True).summary["metrics"]
+    shards = [tmp_path / f"shard{i}" for i in range(3)]
+    own = [caprecon.score(rows, names, shard=f"{i}/3", out=out, no_cache=True).summary["metrics"]
+           for i, out in enumerate(shards)]
+    merged = caprecon.merge(shards, tmp_path / "merged").summary["metrics"]
+    for name in names:
+        assert merged[name]["corpus"] == pytest.approx(whole[name]["corpus"], abs=1e-12), name
+        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+        assert all(s[name]["corpus"] != pytest.approx(whole[name]["corpus"]) for s in own if s[name]["n"] > 1)
+    assert merged["bleu-4"]["corpus"] != pytest.approx(merged["bleu-4"]["mean"])  # pooled, not a mean
+    # the merged folder keeps the statistics the unsharded run keeps, row for row
+    statistics = [json.loads((tmp_path / run / "corpus-statistics.json").read_text()) for run in ("whole", "merged")]
+    assert statistics[0] == statistics[1] and set(statistics[0]["columns"]) == set(names)
+    from caprecon.cli import main
+
+    capsys.readouterr()
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "cli")]) == 1  # exit 1: the broken rows
+    printed = capsys.readouterr().out
+    assert f"bleu-4: mean {merged['bleu-4']['mean']} (n=5), corpus {merged['bleu-4']['corpus']}" in printed
+
+    def edited(shard, edit):  # a copy of the shards with one shard's statistics edited
+        import shutil
+
+        copies = []
+        for i, folder in enumerate(shards):
+            copies.append(tmp_path / f"edit-{len(list(tmp_path.glob('edit-*')))}-{i}")
+            shutil.copytree(folder, copies[-1])
+        path = copies[shard] / "corpus-statistics.json"
+        edit(path)
+        return copies
+
+    def rewritten(change):
+        def edit(path):
+            document = json.loads(path.read_text())
+            change(document)
+            path.write_text(json.dumps(document))
+        return edit
+
+    for copies, match in (
+            (edited(1, lambda p: p.unlink()), r"edit-\d+-1/corpus-statistics\.json missing, while the other shards"),
+            (edited(2, lambda p: p.write_text("{")), r"corpus-statistics\.json is not valid JSON"),
+            (edited(0, rewritten(lambda d: [c["implementation"].update(pycocoevalcap="0.9")
+                                            for c in d["columns"].values()])),
+             r"bleu-4 statistics of .* were made otherwise .*pycocoevalcap: .*0\.9"),
+            (edited(0, rewritten(lambda d: d["columns"]["bleu-4"]["rows"].pop())), "bleu-4 statistics lack row")):
+        with pytest.raises(ConfigError, match=match):
+            caprecon.merge(copies, tmp_path / f"refused-{copies[0].name}")
+        assert not (tmp_path / f"refused-{copies[0].name}" / "scores.jsonl").exists()  # refused before writing
+    monkeypatch.setattr(reference, "java_available", lambda: False)  # METEOR's value needs its jar
+    with pytest.raises(ConfigError, match="meteor: its corpus value comes from the shards' statistics through"):
+        caprecon.merge(shards, tmp_path / "no-java")
+    # BLEU's and CIDEr's do not: without METEOR's statistics, the merge runs no Java
+    without_meteor = edited(0, rewritten(lambda d: d["columns"].pop("meteor")))
+    for path in without_meteor[1:]:
+        rewritten(lambda d: d["columns"].pop("meteor"))(path / "corpus-statistics.json")
+    java_free = caprecon.merge(without_meteor, tmp_path / "java-free").summary["metrics"]
+    assert java_free["meteor"]["corpus"] is None
+    for name in ("bleu-4", "cider"):
+        assert java_free[name]["corpus"] == pytest.approx(whole[name]["corpus"], abs=1e-12), name
+    monkeypatch.undo()
+
+    # shards that keep no statistics: the corpus values need the input, which must be theirs
+    for folder in shards:
+        (folder / "corpus-statistics.json").unlink()
     alone = caprecon.merge(shards, tmp_path / "alone").summary["metrics"]
     assert alone["bleu-4"]["corpus"] is None and alone["bleu-4"]["aggregate"] == "corpus"
-    merged = caprecon.merge(shards, tmp_path / "merged", samples=rows).summary["metrics"]
-    for name in ("bleu-1", "bleu-4"):  # METEOR pools the same way, through the same code (its jar is slow to start)
-        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12)
-        assert merged[name]["corpus"] != pytest.approx(merged[name]["mean"])
-    assert (tmp_path / "merged" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
+    assert not (tmp_path / "alone" / "corpus-statistics.json").exists()
+    main(["merge", *map(str, shards), "--out", str(tmp_path / "alone-cli")])
+    assert "corpus value left out (the shards keep no corpus statistics: give --input" in capsys.readouterr().out
+    given = caprecon.merge(shards, tmp_path / "given", samples=rows).summary["metrics"]
+    for name in names:
+        assert given[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+    assert (tmp_path / "given" / "summary.csv").read_text().splitlines()[0] == "metric,mean,std,n,corpus"
     with pytest.raises(ConfigError, match="not the input the shards were scored from"):
         caprecon.merge(shards, tmp_path / "other", samples=CORPUS)

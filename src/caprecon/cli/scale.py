@@ -40,8 +40,10 @@ def add_parser(plugins) -> None:
     p.add_argument("--out", "-o", required=True, help="run folder for the merged scores.jsonl, summary and manifest")
     p.add_argument("--input", "-i", metavar="FILE",
                    help="the input the shards were scored from (checked against the shards' fingerprint: another "
-                        "file is refused): with it, a corpus-level metric's value (BLEU's, METEOR's, which pool "
-                        "every row's references) is computed over all rows; without, the merged summary leaves it out")
+                        "file is refused). Not needed for the corpus-level values (BLEU's, METEOR's, CIDEr's, which "
+                        "pool every row): they come from the statistics each shard keeps (corpus-statistics.json); "
+                        "only for shards that keep none does the input give them, and without it the merged "
+                        "summary leaves them out")
     p.add_argument("--allow-row-errors", action="store_true",
                    help="exit 0 even when some of the shards' rows failed (they keep their `error` field)")
     p.set_defaults(func=_cmd_merge, writes=Writes(inputs=("shards", "input"), outputs="scores.jsonl"))
@@ -75,7 +77,8 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         pooled = ""
         if s.get("aggregate") == "corpus":
             pooled = f", corpus {s['corpus']}" if s.get("corpus") is not None else \
-                ", corpus value left out (give --input, the file the shards scored, to compute it)"
+                ", corpus value left out (the shards keep no corpus statistics: give --input, the file they " \
+                "scored, to compute it)"
         print(f"{name}: mean {s['mean']} (n={s['n']}){pooled}")
     print(f"rows scored: {summary['samples'] - summary['errors']} of {summary['samples']}")  # as `score` ends
     return row_failures([f"{reason}: {n} row(s)" for reason, n in summary["failed_by_reason"].items()],

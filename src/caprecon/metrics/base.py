@@ -334,6 +334,12 @@ class Metric:
         the run's summary shows for that column in place of the rows' mean."""
         return {}
 
+    def corpus_statistics(self, samples: Sequence[Sample]) -> tuple[dict[str, float], dict[str, Any]]:
+        """`corpus(samples)`, with the statistics it pools, by column, which merge with those of other
+        rows (other shards) into the corpus value of all of them without the input (the reference
+        metrics': `metrics/reference_statistics.py`); a metric that keeps none returns them empty."""
+        return self.corpus(samples), {}
+
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name}
 

@@ -14,7 +14,9 @@ corpus-dependent and callers should know it:
   sample always gets 0); after `fix_corpus(samples)`, from those samples' references, whatever
   each later call scores (a run fixes it to its whole input, so batches and shards agree);
 - corpus BLEU and corpus METEOR are not the mean of their per-sample values (BLEU pools
-  n-gram counts, METEOR pools its alignment statistics).
+  n-gram counts, METEOR pools its alignment statistics). `evaluate` also returns those statistics
+  row by row (`metrics/reference_statistics.py`), so the corpus value of batches or shards scored
+  apart is computed from their statistics merged, without the input.
 
 Both the PTB tokenizer and METEOR are Java programs (no Java-free version gives the same
 numbers: NLTK's METEOR differs by up to ~0.3). They run on `java` from PATH or, where there is
@@ -38,6 +40,9 @@ from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import CORPUS, MEAN, Column, Context, Metric
 from caprecon.metrics.catalogue import REFERENCE, names_of
+from caprecon.metrics.reference_statistics import (CorpusPart, bleu_counts, corpus_value, implementation,
+                                                   meteor_evaluate, meteor_statistics, pooled_column,
+                                                   references_identity)
 
 REFERENCE_METRICS = names_of(REFERENCE)  # bleu-1..4, meteor, rouge, cider, spice: named in the catalogue
 BLEU = tuple(name for name in REFERENCE_METRICS if name.startswith("bleu-"))  # by n, as pycocoevalcap lists them
@@ -116,11 +121,14 @@ def java_available() -> bool:
 
 @dataclass
 class ReferenceResult:
-    """One corpus run: a record per sample (metric -> score, or `error`) and corpus scores."""
+    """One corpus run: a record per sample (metric -> score, or `error`), corpus scores, and the
+    statistics of the corpus-level columns (BLEU, METEOR, CIDEr) row by row, which merge with other
+    runs' into the corpus value of all their rows (`reference_statistics.merge_parts`)."""
 
     records: list[dict]
     corpus: dict[str, float]
     skipped: dict[str, str] = field(default_factory=dict)  # metric -> why it did not run
+    statistics: dict[str, CorpusPart] = field(default_factory=dict)
 
 
 class ReferenceMetrics:
@@ -161,6 +169,7 @@ class ReferenceMetrics:
         self.names = tuple(wanted)
         self._meteor = None
         self._cider_corpus: tuple[dict, int] | None = None  # document frequencies, documents (`fix_corpus`)
+        self._cider_references: dict[str, Any] | None = None  # which references they come from
 
     def __enter__(self) -> ReferenceMetrics:
         return self
@@ -193,6 +202,7 @@ class ReferenceMetrics:
             raise ReferenceMetricError("no sample has both a caption and reference captions")
         gts, _ = self._tokenize(usable)
         self._cider_corpus = _document_frequencies(gts.values())
+        self._cider_references = references_identity(gts.values())
 
     def evaluate(self, samples: Sequence[Sample]) -> ReferenceResult:
         """Score `samples` as one corpus (CIDEr's IDF from `fix_corpus`'s, once fixed); both
@@ -212,13 +222,26 @@ class ReferenceMetrics:
         gts, res = self._tokenize([samples[i] for i in usable])
         corpus: dict[str, float] = {}
         per_sample: dict[str, list[float]] = {}
-        for name, value, values in self._run_scorers(gts, res):
+        statistics: dict[str, CorpusPart] = {}
+        cider_references = None
+        if "cider" in self.names:  # the IDF's references: the fixed corpus's, else this call's
+            cider_references = self._cider_references or references_identity(gts.values())
+        for name, value, values, row_statistics in self._run_scorers(gts, res):
             corpus[name] = float(value)
             per_sample[name] = [float(v) for v in values]
+            if pooled_column(name):
+                statistics[name] = CorpusPart(name, implementation(name, cider_references),
+                                              [(samples[i].id, row_statistics[k]) for k, i in enumerate(usable)])
         for name, values in per_sample.items():
             for k, i in enumerate(usable):
                 records[i][name] = values[k]
-        return ReferenceResult(records, {n: corpus[n] for n in self.names}, dict(self.skipped))
+        return ReferenceResult(records, {n: corpus[n] for n in self.names}, dict(self.skipped), statistics)
+
+    def corpus_from_statistics(self, part: CorpusPart, order: Sequence[Any] | None = None) -> float:
+        """The corpus value of `part`'s column (the statistics of batches or shards, merged) over its
+        rows, in `order` (by id) when given: what `evaluate` gives for those rows scored together.
+        METEOR's is the jar's, started by this object (so Java is needed); BLEU's and CIDEr's are not."""
+        return corpus_value(part, order, meteor=self._meteor_process() if part.column == "meteor" else None)
 
     # ------------------------------------------------------------------ internals
 
@@ -242,34 +265,44 @@ class ReferenceMetrics:
         res = {k: tokens[n + k] for k in range(n)}
         return gts, res
 
+    def _meteor_process(self):
+        if self._meteor is None:
+            from pycocoevalcap.meteor.meteor import Meteor
+
+            self._meteor = Meteor()
+        return self._meteor
+
     def _run_scorers(self, gts, res):
+        """(name, corpus value, per-sample values, per-sample statistics or None) per metric."""
         wanted = set(self.names)
         if wanted & set(BLEU):
-            from pycocoevalcap.bleu.bleu import Bleu
+            # what pycocoevalcap's Bleu(4).compute_score does, keeping the scorer for its per-row counts
+            from pycocoevalcap.bleu.bleu_scorer import BleuScorer
 
-            value, values = Bleu(4).compute_score(gts, res, verbose=0)
+            scorer = BleuScorer(n=4)
+            for key in gts:
+                scorer += (res[key][0], gts[key])
+            value, values = scorer.compute_score(option="closest", verbose=0)
+            counts = [bleu_counts(cooked) for cooked in scorer.ctest]
             for n, name in enumerate(BLEU):
                 if name in wanted:
-                    yield name, value[n], values[n]
+                    yield name, value[n], values[n], counts
         if "meteor" in wanted:
-            if self._meteor is None:
-                from pycocoevalcap.meteor.meteor import Meteor
-
-                self._meteor = Meteor()
-            yield ("meteor", *self._meteor.compute_score(gts, res))
+            yield ("meteor", *_meteor_with_statistics(self._meteor_process(), gts, res))
         if "rouge" in wanted:
             from pycocoevalcap.rouge.rouge import Rouge
 
-            yield ("rouge", *Rouge().compute_score(gts, res))
+            yield ("rouge", *Rouge().compute_score(gts, res), None)
         if "cider" in wanted:
             if self._cider_corpus is None:
                 from pycocoevalcap.cider.cider import Cider
 
-                yield ("cider", *Cider().compute_score(gts, res))
+                value, values = Cider().compute_score(gts, res)
             else:
-                yield ("cider", *_cider_over(self._cider_corpus, gts, res))
+                value, values = _cider_over(self._cider_corpus, gts, res)
+            yield "cider", value, values, [float(v) for v in values]
         if "spice" in wanted:
-            yield ("spice", *_spice(gts, res))
+            yield ("spice", *_spice(gts, res), None)
 
 
 # How each is summarised: BLEU and METEOR pool their statistics over the corpus, so the corpus value
@@ -336,6 +369,10 @@ class ReferenceMetric(Metric):
     def corpus(self, samples: Sequence[Sample]) -> dict[str, float]:
         return dict(self.reference.corpus(samples))
 
+    def corpus_statistics(self, samples: Sequence[Sample]) -> tuple[dict[str, float], dict[str, CorpusPart]]:
+        result = self.reference.evaluate(samples)
+        return dict(result.corpus), dict(result.statistics)
+
 
 def _unusable(sample: Sample) -> str | None:
     """Why a sample takes no part in the corpus (None: it does)."""
@@ -387,6 +424,14 @@ def _cider_over(corpus: tuple[_Frequencies, int], gts, res) -> tuple[float, list
     for key in gts:
         scorer += (res[key][0], gts[key])
     return scorer.compute_score()
+
+
+def _meteor_with_statistics(meteor, gts, res) -> tuple[float, list[float], list[str]]:
+    """pycocoevalcap's `Meteor.compute_score`, keeping each row's statistics line."""
+    with meteor.lock:
+        lines = [meteor_statistics(meteor, res[key][0], gts[key]) for key in gts]
+        value, values = meteor_evaluate(meteor, lines)
+    return value, values, lines
 
 
 def _require_pycocoevalcap() -> None:

@@ -241,19 +241,66 @@ def scores_path(run: str | Path) -> Path:
 
 
 def corpus_values(summary: dict[str, Any], metrics: Sequence[Any], records: Sequence[dict[str, Any]],
-                  rows: Sequence[Sample]) -> None:
+                  rows: Sequence[Sample]) -> dict[str, Any]:
     """A corpus-level column's summary (BLEU, METEOR, CIDEr: `Column.aggregate == "corpus"`) is the
     metric's corpus value over the rows that have a value in that column (`corpus`, beside the rows'
-    mean). The rows are the run's: one shard's in a shard, every shard's in their merge."""
+    mean). The rows are the run's: one shard's in a shard, every shard's in their merge. Returns the
+    statistics those values pool, by column (`write_corpus_statistics` keeps them for a merge)."""
     by_id = {s.id: s for s in rows}
+    statistics: dict[str, Any] = {}
     for metric in metrics:
         for column in metric.columns:
             entry = summary["metrics"].get(column.name)
             if column.aggregate != CORPUS or not entry or not entry["n"]:
                 continue
             scored = [by_id[r["id"]] for r in records if is_number(r.get(column.name)) and r.get("id") in by_id]
-            entry["corpus"] = metric.corpus(scored).get(column.name)
+            values, parts = metric.corpus_statistics(scored)
+            entry["corpus"] = values.get(column.name)
             entry["aggregate"] = CORPUS
+            if column.name in parts:
+                statistics[column.name] = parts[column.name]
+    return statistics
+
+
+CORPUS_STATISTICS_FILE = "corpus-statistics.json"
+
+
+def write_corpus_statistics(out_dir: Path, parts: dict[str, Any]) -> None:
+    """The run folder's `corpus-statistics.json`: the row-by-row statistics behind its corpus values
+    (`metrics/reference_statistics.py`), strict JSON, from which `merge` computes the corpus value of
+    all shards without their input. A run with none removes an earlier run's file."""
+    path = Path(out_dir) / CORPUS_STATISTICS_FILE
+    if not parts:
+        path.unlink(missing_ok=True)
+        return
+    from caprecon.metrics.reference_statistics import statistics_document
+
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(statistics_document(parts), ensure_ascii=False, allow_nan=False),
+                         encoding="utf-8")
+    temporary.replace(path)
+
+
+def read_corpus_statistics(folder: Path) -> dict[str, Any] | None:
+    """The statistics a run folder keeps (`write_corpus_statistics`), by column; None when it has
+    none. A damaged or foreign file is a ConfigError naming it."""
+    from caprecon.metrics.reference_statistics import CorpusStatisticsError, parts_from_document
+
+    path = Path(folder) / CORPUS_STATISTICS_FILE
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); score that run again") from None
+    try:
+        return parts_from_document(document, str(path))
+    except CorpusStatisticsError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _refuse_constant(name: str) -> None:  # NaN and Infinity: Python's json reads them, strict JSON has none
+    raise ValueError(f"{name} is no JSON number")
 
 
 def summarise(records: list[dict[str, Any]], metric_names: Sequence[str]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
 from caprecon.store.index import Store
 from caprecon.run.folder import (corpus_values, holds_run_folder, open_store, platform_name, resumable_rows,
-                                 summarise, write_manifest, write_reports, write_run)
+                                 summarise, write_corpus_statistics, write_manifest, write_reports, write_run)
 from caprecon.run.failures import RunError, RunInterrupted
 from caprecon.run.local import run_local
 
@@ -179,7 +179,7 @@ def score(
             thumbnails.close(wait=False)
         raise
     summary = summarise(records, summarised)
-    corpus_values(summary, built, records, rows)
+    statistics = corpus_values(summary, built, records, rows)
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),
@@ -208,6 +208,7 @@ def score(
     }
     manifest = redact(manifest)  # what Results hold is what manifest.json holds
     if out_dir:
+        write_corpus_statistics(out_dir, statistics)
         write_run(out_dir, summary, manifest)
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked

@@ -24,7 +24,9 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.samples import Sample
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.metrics.base import CORPUS
-from caprecon.run.folder import LOCK_FILE, corpus_values, holds_run_folder, summarise, write_reports, write_run
+from caprecon.core.records import is_number
+from caprecon.run.folder import (CORPUS_STATISTICS_FILE, LOCK_FILE, corpus_values, holds_run_folder,
+                                 read_corpus_statistics, summarise, write_corpus_statistics, write_reports, write_run)
 from caprecon.run.records import read_scores
 
 
@@ -99,11 +101,13 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
     doubled, unfinished or foreign shard, a row id that two rows carry, and a `samples` that is not
     the shards' input, before writing anything.
 
-    A corpus-level metric's value (BLEU's, METEOR's) pools the references of every row, which
-    the shards' rows do not carry: with `samples`, the input the shards were scored from (a
-    path or rows, checked against the shards' fingerprint; `--input`), it is computed over all
-    rows; without, the merged summary holds `corpus: null` for it (each shard's own is over its
-    rows only, and no mean of them is the whole's).
+    A corpus-level metric's value (BLEU's, METEOR's, CIDEr's) pools statistics of every row, and
+    no mean of the shards' values is the whole's: each shard keeps its rows' statistics in
+    `corpus-statistics.json`, and the merge computes the value over all rows from them (METEOR's
+    by its jar, so with Java), without the input. Shards scored before caprecon kept statistics
+    need `samples`, the input they were scored from (a path or rows, checked against the shards'
+    fingerprint; `--input`), to compute it; without either, the merged summary holds `corpus: null`
+    for it.
 
         merged = caprecon.merge([f"runs/a-{i}" for i in range(8)], "runs/a", samples="captions.jsonl")
         print(merged.summary["samples"], merged.summary["metrics"]["recon"]["mean"])
@@ -137,9 +141,10 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
     summaries = _summaries(seen[0])
     summarised = list(summaries)
     pooled = [name for name, entry in summaries.items() if isinstance(entry, dict) and entry.get("aggregate") == CORPUS]
+    kept = _kept_statistics([seen[i] for i in range(count)]) if pooled else None
     # the input, when given, is checked whatever it is for: a wrong file is refused, not ignored
     given = _input_rows(samples, first["shard"], first.get("image_root")) if samples is not None else None
-    inputs = given if pooled else None
+    inputs = given if pooled and kept is None else None
     pooling = [_pooling_metric(name) for name in pooled] if inputs is not None else []
     for metric in pooling:
         metric.prepare(inputs)  # CIDEr's document frequencies from the whole input, as each shard's were
@@ -165,13 +170,17 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
                           "different inputs")
     records = [by_position[p] for p in range(total)]
     out_dir = Path(out)
-    write_jsonl_atomically(out_dir / "scores.jsonl", records)
     summary = summarise(records, summarised)
     for name in pooled:
         if name in summary["metrics"] and summary["metrics"][name]["n"]:
             summary["metrics"][name].update({"aggregate": CORPUS, "corpus": None})
-    if inputs is not None:
-        corpus_values(summary, pooling, records, inputs)
+    statistics: dict[str, Any] = {}
+    if kept is not None:
+        statistics = _corpus_from_statistics(summary, kept, records)
+    elif inputs is not None:
+        statistics = corpus_values(summary, pooling, records, inputs)
+    write_jsonl_atomically(out_dir / "scores.jsonl", records)
+    write_corpus_statistics(out_dir, statistics)
     manifest = {key: value for key, value in first.items() if key not in ("shard", "cache", "seconds", "started")}
     manifest.update({"samples": total, "merged_from": [str(seen[i]) for i in range(count)],
                      "cache": _summed([m.get("cache") or {} for m in manifests]),
@@ -179,6 +188,55 @@ def merge(shards: Sequence[str | Path], out: str | Path, samples: Any = None) ->
     write_run(out_dir, summary, manifest)
     write_reports(out_dir, records, summary, manifest.get("metric_names") or summarised)  # as `score` ends
     return Merged(out=out_dir, records=records, summary=summary, shards=[Path(seen[i]) for i in range(count)])
+
+
+def _kept_statistics(folders: list[Path]) -> dict[str, list[tuple[Path, Any]]] | None:
+    """Each column's corpus statistics, with the file of each shard that holds them, in shard order
+    (a shard none of whose rows has a value in a column keeps none for it); None when no shard keeps
+    any (scored before caprecon kept them), refused when only some do."""
+    kept = [(folder / CORPUS_STATISTICS_FILE, read_corpus_statistics(folder)) for folder in folders]
+    lacking = [str(path) for path, parts in kept if parts is None]
+    if len(lacking) == len(kept):
+        return None
+    if lacking:
+        raise ConfigError(f"{', '.join(lacking)} missing, while the other shards keep their corpus statistics: "
+                          "score that shard again (or give --input, the file the shards scored)")
+    columns: dict[str, list[tuple[Path, Any]]] = {}
+    for path, parts in kept:
+        for name, part in parts.items():
+            columns.setdefault(name, []).append((path, part))
+    return columns
+
+
+def _corpus_from_statistics(summary: dict[str, Any], kept: dict[str, list[tuple[Path, Any]]],
+                            records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each corpus column's value over the merged rows from the shards' statistics merged, as the
+    unsharded run computes it over those rows, in input order; returns the merged statistics."""
+    from caprecon.metrics.reference import ReferenceMetricError, ReferenceMetrics
+    from caprecon.metrics.reference_statistics import CorpusStatisticsError, corpus_value, merge_parts, ordered_rows
+
+    merged = {}
+    for name, held in kept.items():
+        entry = summary["metrics"].get(name)
+        if not entry or not entry["n"]:
+            continue
+        order = [r["id"] for r in records if is_number(r.get(name))]
+        try:
+            part = merge_parts([p for _, p in held], names=[str(path) for path, _ in held])
+            part.rows = list(zip(order, ordered_rows(part, order)))  # in input order, as the unsharded run's
+            if name == "meteor":  # the jar computes METEOR's from its statistics lines
+                with ReferenceMetrics(["meteor"]) as metric:
+                    entry["corpus"] = metric.corpus_from_statistics(part, order)
+            else:
+                entry["corpus"] = corpus_value(part, order)
+        except ReferenceMetricError as exc:
+            raise ConfigError(f"{name}: its corpus value comes from the shards' statistics through pycocoevalcap's "
+                              f"METEOR jar, which cannot run here: {exc}") from None
+        except CorpusStatisticsError as exc:
+            raise ConfigError(f"{name}: {exc}. A shard's statistics must match its scores.jsonl and the other "
+                              "shards' (one caprecon and pycocoevalcap, one input): score that shard again") from None
+        merged[name] = part
+    return merged
 
 
 def _refuse_repeated_ids(holders: dict[Any, list[Path]]) -> None:
@@ -253,7 +311,7 @@ def _input_rows(samples: Any, shard: dict[str, Any], image_root: Any) -> list[Sa
         where = f" {samples}" if isinstance(samples, (str, Path)) else ""
         raise ConfigError(f"--input{where} is not the input the shards were scored from (its rows' ids, images, "
                           "captions or references differ); give that file, or leave --input out (it only adds "
-                          "the corpus values of BLEU and METEOR)")
+                          "the corpus values of BLEU, METEOR and CIDEr to shards that keep no corpus statistics)")
     return rows
 
 
