@@ -1,33 +1,47 @@
-"""caprecon's ReconScore throughput against a raw batched loop over the same models.
+"""caprecon's ReconScore throughput against raw batched loops over the same models, doing like work.
 
 Both sides run on the same tiny Stable Diffusion + DINOv2 models built locally, already
 loaded: the raw loop decodes each source image, calls the diffusers pipeline on a batch
 of prompts (one seeded generator per prompt, as caprecon does) and embeds sources and
 reconstructions with the same embedder; caprecon runs `caprecon.score` into a fresh cache
-and output folder, with everything it adds (hashing, cache look-ups, PNG writes, JSON
-rows, the manifest). The HTML report written at the end of every score run is timed
-apart and shown both ways. Two model costs (denoising steps); in each round both sides
-run back to back, the one going first alternating from round to round.
+and output folder, with everything it adds (hashing, cache look-ups, JSON rows, the
+manifest, the HTML report every score run ends with). The sides run in every round, back to
+back, the order reversed from one round to the next:
 
-Prints, per step count: samples/s raw, samples/s caprecon (without and with the report),
-and their ratio (goal >= 0.95 with the report: it is part of every run), the median over
-rounds of each round's side-by-side ratio; beside it the CPU time each side used (this
-process and its children, every thread: what background work takes from the models on a
-busy machine), caprecon / raw (goal <= 1.10 at 2 steps, <= 1.05 at 8), with the quartiles of the single rounds' ratios
-beside the medians (on a shared VM they spread by a tenth and more). A third side, run in the same rounds, is the raw
-loop that also keeps each reconstruction as caprecon's cache does (a PNG file): its CPU over
-the raw loop's is the part of the ratio that storing the pictures alone costs, and caprecon's
-over it is what the rest of caprecon adds. A fourth side scores new pictures and captions into
-a cache in use (one that earlier runs made its folders in, as the default per-user cache is):
-a fresh cache makes its 256 folders for reconstructions and 256 for thumbnails when it opens,
-a one-time cost that weighs on 256 samples.
+- `raw`: the bare loop, keeping nothing;
+- `raw+png`: the loop keeping each reconstruction as caprecon's cache keeps it, a new PNG file
+  each, saved with the store's options (`PNG_SAVE`), in a folder named by its key's first two
+  characters (a new folder tree each round, so every file and folder is new, as in a fresh cache;
+  it makes the folders its files need, about 160 for 256 keys, where a fresh cache makes 256 for
+  pictures and 256 for thumbnails when it opens);
+- `caprecon`: `caprecon.score` with the default store policy (`keep="images"`: a PNG file a
+  reconstruction, its thumbnails for the report);
+- `caprecon vectors` (at 2 steps; `--vectors-at` names others): the same with `keep="vectors"`:
+  the store keeps each reconstruction's record and its embeddings but no picture, so it is set
+  against the bare loop.
+
+Each goal is a median over rounds of that round's side-by-side ratio (so the machine's drift
+between rounds cancels), printed as `name VALUE goal <= X` or `goal >= X` with its direction
+in its name:
+
+- `cpu caprecon/raw+png` <= 1.05 at every step count (CPU of this process and its children,
+  all threads, user and system);
+- `wall raw+png/caprecon` >= 0.97 (the raw loop's seconds over caprecon's, report included:
+  caprecon's throughput as a share of the loop's);
+- `cpu caprecon-vectors/raw` <= 1.05 (at 2 steps).
+
+Beside each goal the quartiles of the single rounds' ratios (on a shared VM they spread by a
+tenth and more), and, unmarked, what each side adds over the bare loop. With `--in-use` a fifth
+side scores new pictures and captions into a cache in use (its 256 image and 256 thumbnail
+folders made by an earlier run, as the default per-user cache's are), which a fresh cache makes
+when it opens: a one-time cost that weighs on 256 samples.
 
 Before the rounds it prints what creating one file costs here, in the folder the benchmark
 writes to (the temporary folder: set TMPDIR to move it): each reconstruction is a new file and
 a fresh cache makes 512 folders, and on ext4 without a journal a new file costs up to a
 millisecond of kernel CPU, 10-70x what it costs on tmpfs (docs/scale.md).
 
-Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 6] [--threads 1]
+Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 5] [--threads 1] [--vectors-at 2] [--in-use]
 """
 
 from __future__ import annotations
@@ -62,16 +76,10 @@ from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 from caprecon.store.index import PNG_SAVE  # noqa: E402
 
-GOAL = 0.95
+CPU_GOAL = 1.05  # a side's CPU over the like raw loop's: goal <= this
+WALL_GOAL = 0.97  # the like raw loop's seconds over caprecon's: goal >= this
 BATCH = 16
 REPORT = ReportTimer()
-
-
-def cpu_goal(steps: int) -> float:
-    """caprecon's CPU over the raw loop's (issue 41): <= 1.10 below 8 denoising steps, where a sample
-    costs the models so little that caprecon's own few hundred microseconds weigh twice as much,
-    and <= 1.05 from 8 on."""
-    return 1.10 if steps < 8 else 1.05
 
 
 def cpu_seconds() -> float:
@@ -110,13 +118,39 @@ def spread(ratios) -> str:
     return f"{low:.3f}-{high:.3f}"
 
 
+class Side:
+    """One side of the comparison: the wall and CPU seconds of each of its rounds."""
+
+    def __init__(self, run) -> None:
+        self.run, self.wall, self.cpu = run, [], []
+
+    def __call__(self, r: int) -> None:
+        t, cpu = time.perf_counter(), cpu_seconds()
+        self.run(r)
+        self.wall.append(time.perf_counter() - t)
+        self.cpu.append(cpu_seconds() - cpu)
+
+
+def per_round(top: list[float], bottom: list[float]) -> list[float]:
+    return [a / b for a, b in zip(top, bottom)]
+
+
+def goal_line(name: str, ratios: list[float], relation: str, goal: float) -> str:
+    """`name VALUE goal <= X`, the value the median of the rounds' ratios, their quartiles beside it."""
+    return f"  {name:<34} {statistics.median(ratios):6.3f}   goal {relation} {goal:.2f}   (single rounds {spread(ratios)})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--steps", type=int, nargs="+", default=[2, 8])
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--side", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--vectors-at", type=int, nargs="*", default=[2], metavar="STEPS",
+                        help="the step counts at which caprecon --keep vectors runs too (its goal is at 2 steps)")
+    parser.add_argument("--in-use", action="store_true",
+                        help="also score into a cache in use (its folders made by an earlier run)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     REPORT.install()
@@ -136,72 +170,57 @@ def main() -> None:
             generator.pipeline, embedder.model  # noqa: B018 -- load both before any timing
             raw_loop(generator, embedder, rows[:BATCH], args.side)  # warm-up
             load = time.perf_counter() - t
-            raw, ours, report, raw_cpu, ours_cpu, kept_cpu, in_use_cpu = [], [], [], [], [], [], []
+            report: list[float] = []
 
-            def run_caprecon(data: Path, cache: Path, out: Path) -> None:
+            def run_caprecon(data: Path, cache: Path, out: Path, keep: str = "images") -> None:
                 caprecon.score(data, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
-                               batch_size=BATCH, cache_dir=str(cache), out=out)
+                               batch_size=BATCH, cache_dir=str(cache), out=out, keep=keep)
 
-            in_use = tmp / f"cache-in-use-{steps}"  # its folders made by a first run, as a long-used cache's are
-            run_caprecon(samples, in_use, tmp / f"out-in-use-{steps}")
+            def run_ours(r: int) -> None:
+                REPORT.seconds.clear()
+                run_caprecon(samples, tmp / f"cache-{steps}-{r}", tmp / f"out-{steps}-{r}")
+                report.append(sum(REPORT.seconds))
+
+            sides = {
+                "raw": Side(lambda r: raw_loop(generator, embedder, rows, args.side)),
+                "raw+png": Side(lambda r: raw_loop(generator, embedder, rows, args.side,
+                                                   files=tmp / f"files-{steps}-{r}")),
+                "caprecon": Side(run_ours),
+            }
+            if steps in args.vectors_at:
+                sides["caprecon vectors"] = Side(lambda r: run_caprecon(
+                    samples, tmp / f"cache-vectors-{steps}-{r}", tmp / f"out-vectors-{steps}-{r}", keep="vectors"))
+            if args.in_use:
+                in_use = tmp / f"cache-in-use-{steps}"  # its folders made by a first run, as a long-used cache's are
+                run_caprecon(samples, in_use, tmp / f"out-in-use-{steps}")
+
+                # new pictures and captions each round, so the cache in use holds nothing of that round's work
+                fresh = [write_samples(tmp / f"samples-{steps}-{r}", args.samples, seed=1 + r,
+                                       tag=f" ({steps} steps, round {r})")[0] for r in range(args.rounds)]
+                sides["caprecon, cache in use"] = Side(
+                    lambda r: run_caprecon(fresh[r], in_use, tmp / f"out-in-use-{steps}-{r}"))
+            order = list(sides.values())
             for r in range(args.rounds):
-                # new pictures and captions, so the cache in use holds nothing of this round's work
-                fresh_samples = write_samples(tmp / f"samples-{steps}-{r}", args.samples, seed=1 + r,
-                                              tag=f" ({steps} steps, round {r})")[0]
+                for side in (order if r % 2 == 0 else order[::-1]):  # who goes first alternates
+                    side(r)
 
-                def run_raw() -> None:
-                    t, cpu = time.perf_counter(), cpu_seconds()
-                    raw_loop(generator, embedder, rows, args.side)
-                    raw.append(time.perf_counter() - t)
-                    raw_cpu.append(cpu_seconds() - cpu)
-
-                def run_kept() -> None:
-                    cpu = cpu_seconds()
-                    raw_loop(generator, embedder, rows, args.side, files=tmp / f"files-{steps}-{r}")
-                    kept_cpu.append(cpu_seconds() - cpu)
-
-                def run_in_use() -> None:
-                    cpu = cpu_seconds()
-                    run_caprecon(fresh_samples, in_use, tmp / f"out-in-use-{steps}-{r}")
-                    in_use_cpu.append(cpu_seconds() - cpu)
-
-                def run_ours() -> None:
-                    REPORT.seconds.clear()
-                    t, cpu = time.perf_counter(), cpu_seconds()
-                    run_caprecon(samples, tmp / f"cache-{steps}-{r}", tmp / f"out-{steps}-{r}")
-                    ours.append(time.perf_counter() - t)
-                    ours_cpu.append(cpu_seconds() - cpu)
-                    report.append(sum(REPORT.seconds))
-
-                sides = (run_raw, run_ours, run_kept, run_in_use)
-                for side in (sides if r % 2 == 0 else sides[::-1]):  # who goes first alternates
-                    side()
-            raw_s, ours_s, report_s = (statistics.median(v) for v in (raw, ours, report))
-            # each round's two sides ran back to back: their ratio is immune to the machine's drift
-            with_report = statistics.median(a / b for a, b in zip(raw, ours))
-            without = statistics.median(a / (b - c) for a, b, c in zip(raw, ours, report))
             n = args.samples
+            raw, kept, ours = (sides[k] for k in ("raw", "raw+png", "caprecon"))
             print(f"{steps} steps: load + warm-up {load:.2f} s; {n} samples, median of {args.rounds} rounds")
-            print(f"  raw loop                        {n / raw_s:8.1f} samples/s")
-            print(f"  caprecon, without the report    {n / (ours_s - report_s):8.1f} samples/s")
-            print(f"  caprecon, with the report       {n / ours_s:8.1f} samples/s   (report {report_s:.2f} s)")
-            print(f"  caprecon / raw (with report)    {with_report:8.3f}   goal >= {GOAL}")
-            print(f"  caprecon / raw (no report)      {without:8.3f}")
-            cpu_ratio = statistics.median(b / a for a, b in zip(raw_cpu, ours_cpu))
-            print(f"  CPU s (process + children)      raw {statistics.median(raw_cpu):.2f}, "
-                  f"caprecon {statistics.median(ours_cpu):.2f}")
-            print(f"  side by side: wall caprecon/raw throughput {with_report:6.3f} (goal >= {GOAL}),  "
-                  f"CPU caprecon/raw {cpu_ratio:6.3f} (goal <= {cpu_goal(steps):.2f})")
-            # how far single rounds spread: a median's distance from a goal means little beside it
-            print(f"  single rounds: wall {spread(a / b for a, b in zip(raw, ours))}, "
-                  f"CPU {spread(b / a for a, b in zip(raw_cpu, ours_cpu))}")
-            in_use_ratio = statistics.median(u / a for a, u in zip(raw_cpu, in_use_cpu))
-            print(f"  into a cache in use (its folders made): CPU caprecon/raw {in_use_ratio:6.3f} "
-                  f"(goal <= {cpu_goal(steps):.2f})")
-            # the share of that CPU ratio no cache can avoid: the raw loop keeping its reconstructions
-            kept_ratio = statistics.median(k / a for a, k in zip(raw_cpu, kept_cpu))
-            print(f"  raw loop keeping each reconstruction as a PNG file: CPU / raw {kept_ratio:6.3f};  "
-                  f"caprecon / it {statistics.median(b / k for k, b in zip(kept_cpu, ours_cpu)):6.3f}")
+            for name, side in sides.items():
+                print(f"  {name:<24} {n / statistics.median(side.wall):8.1f} samples/s   "
+                      f"CPU {statistics.median(side.cpu):6.2f} s   wall {statistics.median(side.wall):6.2f} s")
+            print(f"  HTML report (inside caprecon's time)  {statistics.median(report):.2f} s")
+            print(goal_line(f"cpu caprecon/raw+png {steps} steps", per_round(ours.cpu, kept.cpu), "<=", CPU_GOAL))
+            print(goal_line(f"wall raw+png/caprecon {steps} steps", per_round(kept.wall, ours.wall), ">=", WALL_GOAL))
+            if "caprecon vectors" in sides:
+                print(goal_line(f"cpu caprecon-vectors/raw {steps} steps",
+                                per_round(sides["caprecon vectors"].cpu, raw.cpu), "<=", CPU_GOAL))
+            # what each side adds over the bare loop, no goal: the PNGs' share, and caprecon's over the bare loop
+            for name in ("raw+png", "caprecon", "caprecon vectors", "caprecon, cache in use"):
+                if name in sides:
+                    print(f"  cpu {name}/raw {statistics.median(per_round(sides[name].cpu, raw.cpu)):6.3f}   "
+                          f"wall raw/{name} {statistics.median(per_round(raw.wall, sides[name].wall)):6.3f}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 from noisy_standin import NoisyGenerator, NoisyScore
 
 import caprecon
-from caprecon.apps.cascade import Decision, calibrate, cascade, margins
+from caprecon.apps.cascade import Decision, calibrate, cascade, margins, system_margins, system_means
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Metric
 
@@ -48,6 +48,50 @@ def test_calibration_by_hand():
     assert (c.intercept, c.slope) == pytest.approx((1.0, 2.0))
     assert c.sigma == pytest.approx(math.sqrt(4 * 0.01 / 2))  # n - 2 = 2 degrees of freedom
     assert math.isinf(calibrate(np.array([0.5, 0.5, 0.5]), np.array([0.1, 0.2, 0.3])).sigma)  # cheap says nothing
+    assert calibrate(np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.1])).coverage is None  # under 4 rows
+    # the row at cheap 1 is alone there: left out, no slope is left, so it is not tested. Row 0 left out:
+    # the line through (0, 0) and (1, 1) predicts it exactly (sd sqrt(0.02 / 1)): covered; row 1 left out:
+    # the line through (0, -0.05) misses 0.1 by 0.15, beyond 1.96 sqrt(0.005 / 1) = 0.139; row 2 alike
+    with np.errstate(all="raise"):
+        alone = calibrate(np.array([0.0, 0.0, 0.0, 1.0]), np.array([0.0, 0.1, -0.1, 1.0]))
+    assert alone.coverage == pytest.approx(1 / 3)
+
+
+def test_calibration_coverage_leaves_each_row_out():
+    """The coverage against a reference that refits the line without each row: ten rows on
+    full = 2 * cheap +- 0.01, one of them 1.0 off. Left out, the outlier lies far outside the
+    others' interval; each other row, left out, is judged with the outlier's sd in the fit and
+    lies inside: 9 of 10 covered."""
+    cheap = np.arange(10, dtype=float)
+    full = 2 * cheap + np.where(np.arange(10) % 2 == 0, 0.01, -0.01)
+    full[6] += 1.0
+    covered = []
+    for i in range(10):
+        keep = np.arange(10) != i
+        slope, intercept = np.polyfit(cheap[keep], full[keep], 1)
+        rest = full[keep] - (intercept + slope * cheap[keep])
+        sd = math.sqrt(np.sum(rest ** 2) / (9 - 2))
+        covered.append(abs(full[i] - (intercept + slope * cheap[i])) <= 1.96 * sd)
+    assert covered == [True] * 6 + [False] + [True] * 3
+    assert calibrate(cheap, full).coverage == pytest.approx(0.9)
+    # z narrows the interval: at z = 0.5 some rows near the line fall out too, as the refits say
+    expected = []
+    for i in range(10):
+        keep = np.arange(10) != i
+        slope, intercept = np.polyfit(cheap[keep], full[keep], 1)
+        sd = math.sqrt(np.sum((full[keep] - (intercept + slope * cheap[keep])) ** 2) / 7)
+        expected.append(abs(full[i] - (intercept + slope * cheap[i])) <= 0.5 * sd)
+    assert calibrate(cheap, full, z=0.5).coverage == pytest.approx(np.mean(expected))
+    assert 0 < np.mean(expected) < 0.9
+    # each row's |left-out residual| / left-out sd by the refits: a z just above the k-th smallest covers k + 1 rows
+    ratios = []
+    for i in range(10):
+        keep = np.arange(10) != i
+        slope, intercept = np.polyfit(cheap[keep], full[keep], 1)
+        sd = math.sqrt(np.sum((full[keep] - (intercept + slope * cheap[keep])) ** 2) / 7)
+        ratios.append(abs(full[i] - (intercept + slope * cheap[i])) / sd)
+    for k, ratio in enumerate(sorted(ratios)):
+        assert calibrate(cheap, full, z=ratio * 1.001).coverage == pytest.approx((k + 1) / 10)
 
 
 def test_margins_by_hand():
@@ -56,19 +100,49 @@ def test_margins_by_hand():
     th = margins(Decision.parse("threshold:0.5"), value, sd, ["a"] * 4)
     assert th[0] == pytest.approx(0.5) and th[1] == pytest.approx(4.0) and math.isinf(th[2])
     assert th[3] == pytest.approx(2.0)
-    # best-of-n: image a = rows 0, 1 (leader 1: margin 0.45 / (0.1 * sqrt 2)); image b = rows 2, 3
+    # best-of-n: image a = rows 0, 1 (leader 1): the intervals 0.45 +- z 0.1 and 0.9 +- z 0.1 meet at
+    # z = 0.45 / (0.1 + 0.1); image b = rows 2, 3 (leader 2, known exactly): 0.3 + z 0.1 reaches 0.5 at z = 2
     best = margins(Decision.parse("best-of-n"), value, sd, ["a", "a", "b", "b"])
-    assert best[0] == pytest.approx(0.45 / math.hypot(0.1, 0.1)) == best[1]
+    assert best[0] == pytest.approx(0.45 / 0.2) == best[1]
     assert math.isinf(best[2])  # known exactly: nothing to learn
     assert best[3] == pytest.approx(0.2 / 0.1)
-    # rank of systems x = rows 0, 3 (mean 0.375, sd sqrt(0.02) / 2) and y = rows 1, 2 (0.7, sd 0.05)
-    rank = margins(Decision.parse("rank"), value, sd, ["a"] * 4, systems=["x", "y", "y", "x"])
-    expected = (0.7 - 0.375) / math.hypot(math.sqrt(0.02) / 2, 0.05)
-    assert rank[0] == pytest.approx(expected) == rank[3] == rank[1]
-    # three captions, sd 1: a and b level (swap chance 1/2), c 10 above (chance ~0): a's mean chance is 1/4
+    # three images' worth of one: the leader takes the smallest of its challengers' margins
+    trio = margins(Decision.parse("best-of-n"), np.array([0.5, 0.4, 0.1]), np.array([0.1, 0.05, 0.1]), ["x"] * 3)
+    assert trio[1] == pytest.approx(0.1 / 0.15) == trio[0] and trio[2] == pytest.approx(0.4 / 0.2)
+    # rank of the rows: three captions, sd 1: a and b level (swap chance 1/2), c 10 above (chance ~0):
+    # a's mean chance is 1/4
     three = margins(Decision.parse("rank"), np.array([0.0, 0.0, 10.0]), np.ones(3), ["a", "b", "c"])
     assert three[0] == pytest.approx(0.67449, abs=1e-4) == three[1]  # Phi(-0.67449) = 0.25
     assert three[2] == pytest.approx(10 / math.sqrt(2), abs=0.02)  # its two chances alike: Phi(-10/sqrt 2)
+
+
+def test_system_means_by_hand():
+    """Difference estimator: system x = rows 0-3 (predictions 0.5, 0.6, 0.7, 0.8; rows 0, 1 reconstructed
+    at 0.6, 0.8: residuals 0.1, 0.2), system y = rows 4-6 (predictions 0.2, 0.2, 0.2; row 4 at 0.1:
+    residual -0.1), system z = rows 7, 8 (nothing reconstructed), system w = row 9 (reconstructed: 0.3)."""
+    predicted = np.array([0.5, 0.6, 0.7, 0.8, 0.2, 0.2, 0.2, 0.9, 0.9, 0.4])
+    full = {0: 0.6, 1: 0.8, 4: 0.1, 9: 0.3}
+    m = system_means(["x"] * 4 + ["y"] * 3 + ["z"] * 2 + ["w"], predicted, full)
+    assert m.names == ["w", "x", "y", "z"]
+    # x: mean prediction 0.65 + mean residual 0.15; y: 0.2 - 0.1; w: its one row, known
+    assert m.mean == pytest.approx([0.3, 0.8, 0.1, 0.9])
+    # pooled within systems: x's residuals 0.1, 0.2 about 0.15 (1 degree of freedom), y and w none
+    sigma = math.sqrt(0.05 ** 2 * 2 / 1)
+    assert m.sigma == pytest.approx(sigma)
+    assert m.se[0] == 0.0 and math.isinf(m.se[3])  # w wholly known; z has no residual yet
+    assert m.se[1] == pytest.approx(sigma * math.sqrt((1 - 2 / 4) / 2))
+    assert m.se[2] == pytest.approx(sigma * math.sqrt((1 - 1 / 3) / 1))
+    assert list(m.ranks()) == [3, 2, 4, 1]
+    assert list(system_margins(m)) == [0.0] * 4  # z's interval is the whole line: it overlaps every other
+    m = system_means(["x"] * 4 + ["y"] * 3 + ["w"], predicted[[0, 1, 2, 3, 4, 5, 6, 9]], {0: 0.6, 1: 0.8, 4: 0.1, 7: 0.3})
+    se_x, se_y = m.se[1], m.se[2]
+    # w (0.3, se 0) against y (0.1): 0.2 / se_y, against x (0.8): 0.5 / se_x; x against y: 0.7 / (se_x + se_y)
+    assert system_margins(m) == pytest.approx([min(0.2 / se_y, 0.5 / se_x), min(0.5 / se_x, 0.7 / (se_x + se_y)),
+                                               min(0.2 / se_y, 0.7 / (se_x + se_y))])
+    assert list(system_margins(system_means(["x", "x"], np.zeros(2), {0: 1.0, 1: 2.0}))) == [math.inf]  # alone
+    # one row a system, each reconstructed: no pooled sd (0 degrees of freedom), yet each mean is known exactly
+    known = system_means(["x", "y"], np.zeros(2), {0: 0.4, 1: 0.6})
+    assert math.isinf(known.sigma) and list(known.se) == [0.0, 0.0] and list(known.mean) == [0.4, 0.6]
 
 
 def test_threshold_reconstructs_only_rows_near_it(tmp_path):
@@ -111,6 +185,78 @@ def test_best_of_n_settles_wide_margins_without_generation(tmp_path):
         members = [r for r in result.records if r["caption"].startswith(image + "/")]
         truth = max(members, key=lambda r: full[r["caption"]])["caption"]
         assert [r["caption"] for r in members if r["best"]] == [truth]
+
+
+def _systems(offsets: dict[str, tuple[float, float, int]]):
+    """Rows of systems, 20 each: system s's k-th caption has cheap `base + 0.001 k` and full
+    `cheap + offset + sign * 0.01 * (-1)^k`; (rows, cheap metric, full metric, generator, true means)."""
+    cheap_values, truth, rows, means = {}, {}, [], {}
+    for name, (base, offset, sign) in offsets.items():
+        values = []
+        for k in range(20):
+            caption = f"{name}{k}"
+            cheap_values[caption] = base + 0.001 * k
+            truth[caption] = (cheap_values[caption] + offset + sign * (0.01 if k % 2 == 0 else -0.01), 0.0)
+            values.append(truth[caption][0])
+            rows.append({"id": caption, "caption": caption, "image_id": caption, "system": name})
+        means[name] = sum(values) / 20
+    generator = NoisyGenerator(truth)
+    return rows, Fixed(cheap_values), NoisyScore(generator), generator, means
+
+
+def _first_round(rows, limit=None):
+    """The calibration sample by its rule: each system's first 2 rows in the shuffled order, then the
+    first max(8, n // 20) of the shuffled rows, the first `limit` of those."""
+    import random
+
+    order = list(range(len(rows)))
+    random.Random(0).shuffle(order)
+    per_system = [i for i in order if [rows[j]["system"] for j in order[: order.index(i) + 1]].count(
+        rows[i]["system"]) <= 2]
+    sample = per_system + [i for i in order[: max(8, len(rows) // 20)] if i not in per_system]
+    return {rows[i]["id"] for i in sample[:limit]}
+
+
+def test_rank_systems_settles_separated_systems_in_the_calibration_round(tmp_path):
+    # the cheap signal orders a > b > c by 0.1 each; the full metric the other way round (offsets -0.2, 0, +0.2)
+    rows, cheap, full_metric, generator, means = _systems({"a": (0.6, -0.2, 1), "b": (0.5, 0.0, 1),
+                                                           "c": (0.4, 0.2, 1)})
+    result = cascade(rows, cheap=cheap, metric=full_metric, decision="rank", by="system", budget=1.0,
+                     cache_dir=str(tmp_path / "cache"))
+    recon = {r["id"] for r in result.records if r["reconstructed"]}
+    assert recon == _first_round(rows) and len(result.rounds) == 1  # no interval overlaps another after it
+    assert generator.calls == len(recon) == result.generations == result.reconstructed
+    assert result.full_generations == 60 and cheap.rows == 60
+    m = result.systems
+    assert m.names == ["a", "b", "c"] and list(m.ranks()) == [3, 2, 1]
+    for s, name in enumerate(m.names):  # unbiased: within 3 standard errors of the true mean
+        assert 0 < m.se[s] < 0.02 and abs(m.mean[s] - means[name]) < 3 * m.se[s]
+        members = [r for r in result.records if r["system"] == name]
+        assert np.mean([r["decision_score"] for r in members]) == pytest.approx(m.mean[s])
+        assert {r["system_rank"] for r in members} == {int(m.ranks()[s])}
+    assert any(line.startswith("  rank 1: c") for line in result.closing_lines())
+    assert result.summary["cascade"]["systems"]["c"]["rank"] == 1
+
+
+def test_rank_systems_reconstructs_only_overlapping_systems(tmp_path):
+    # d sits 0.004 above b on the same cheap scores (residuals of the other sign): only b and d stay open
+    rows, cheap, full_metric, generator, means = _systems({"a": (0.6, -0.2, 1), "b": (0.5, 0.0, 1),
+                                                           "c": (0.4, 0.2, 1), "d": (0.5, 0.004, -1)})
+    assert means["d"] - means["b"] == pytest.approx(0.004)
+    result = cascade(rows, cheap=cheap, metric=full_metric, decision="rank", by="system", budget=1.0, rounds=12,
+                     cache_dir=str(tmp_path / "cache"))
+    first = _first_round(rows)
+    later = {r["id"] for r in result.records if r["reconstructed"]} - first
+    assert later and {r["system"] for r in result.records if r["id"] in later} == {"b", "d"}
+    assert generator.calls == len(first) + len(later) == result.generations
+    assert dict(zip(result.systems.names, result.systems.ranks())) == {"c": 1, "d": 2, "b": 3, "a": 4}
+    # a budget of 6 rows: the calibration sample is each system's first 2, however the global order runs
+    tight = cascade(rows[:60], cheap=cheap, metric=full_metric, decision="rank", by="system", budget=0.1,
+                    cache_dir=str(tmp_path / "cache"))
+    assert {r["id"] for r in tight.records if r["reconstructed"]} == _first_round(rows[:60], limit=6)
+    assert list(tight.systems.reconstructed) == [2, 2, 2]
+    with pytest.raises(ConfigError, match="--by system ranks systems"):
+        cascade(rows, cheap=cheap, metric=full_metric, decision="best-of-n", by="system")
 
 
 def test_budget_caps_generations(tmp_path):
@@ -161,5 +307,19 @@ def test_score_cascade_cli(tmp_path, tiny_clip, capsys):
     assert all(r["keep"] == (r["decision_score"] >= 0.6) for r in records)
     assert all(r["decision_score"] == r["recon"] for r in records if r["reconstructed"])
     assert "rows decided: 12 of 12" in printed
+    # the demo's `quality` field as systems: half the rows, each system's first 2 in the shuffle
+    code = main(["score", "-i", str(demo), "--preset", "offline", "--clip", str(tiny_clip),
+                 "--cascade", "clipscore", "--decision", "rank", "--by", "quality", "--budget", "0.5",
+                 "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "systems")])
+    printed = capsys.readouterr().out
+    assert code == 0
+    systems = json.loads((tmp_path / "systems" / "summary.json").read_text())["cascade"]["systems"]
+    assert sorted(systems) == ["faithful", "vague", "wrong"]
+    assert [systems[q]["reconstructed"] for q in sorted(systems)] == [2, 2, 2]
+    assert sorted(v["rank"] for v in systems.values()) == [1, 2, 3]
+    records = [json.loads(x) for x in (tmp_path / "systems" / "scores.jsonl").read_text().splitlines()]
+    for quality, v in systems.items():  # a system's mean is the mean of its rows' decision scores
+        assert np.mean([r["decision_score"] for r in records if r["quality"] == quality]) == pytest.approx(v["mean"])
+    assert "rank 1: " in printed and "decision rank --by quality" in printed
     assert main(["score", "-i", str(demo), "--decision", "rank", "--out", str(tmp_path / "other")]) == 2
     assert "--cascade CHEAP and --decision go together" in capsys.readouterr().err

@@ -153,3 +153,14 @@ def test_a_capped_store_enforces_its_cap_as_it_writes(tmp_path):
         assert sum(n for _, n in _sizes(tmp_path / "s")) <= 1000 + 100  # past the cap by one write at most
     kept = [k for k, _ in _sizes(tmp_path / "s")]
     assert kept == [f"k{i}" for i in range(30 - len(kept), 30)]  # the newest
+
+
+@pytest.mark.parametrize("keep", ["vectors", "none"])
+def test_a_store_that_keeps_no_picture_makes_no_picture_folders(tmp_path, keep):
+    """A store that keeps pictures makes its 256 folders 00..ff when it opens; under `vectors` or
+    `none` no picture is ever written, so it makes its root and index but no folder for them."""
+    Store(tmp_path / "pictures", keep="images")
+    assert sorted(p.name for p in (tmp_path / "pictures" / "images").iterdir()) == [f"{i:02x}" for i in range(256)]
+    Store(tmp_path / keep, keep=keep, read_only=False)  # asked for writable: no probe has made the folder
+    assert (tmp_path / keep / "index.sqlite").is_file()
+    assert sorted(p.name for p in (tmp_path / keep).iterdir() if p.is_dir()) == []

@@ -5,25 +5,37 @@
     result.generations, result.full_generations, [r["decision_score"] for r in result.records]
 
 Users score captions to decide something: keep or drop each at a threshold (`threshold:X`), the
-best of an image's N captions (`best-of-n`), or an order (`rank`: of the captions, or with `by`
-of the systems a field names). The cheap metric (`clipscore`, `distilled:FOLDER`, any metric that
-needs no reconstruction) scores every row. The full metric (`recon` by default) then runs in
-rounds on the rows whose decision the cheap score leaves open:
+best of an image's N captions (`best-of-n`), or an order (`rank`: with `by`, of the captioning
+systems that field names, by their mean; without it, of the captions themselves). The cheap
+metric (`clipscore`, `distilled:FOLDER`, any metric that needs no reconstruction) scores every row.
+The full metric (`recon` by default) then runs in rounds on the rows whose decision the cheap
+score leaves open:
 
-1. a calibration sample (every `CALIBRATION_EVERY`-th row in a fixed shuffled order) is scored by
-   both, and the full score is fitted as `a + b * cheap` by least squares; the residuals' standard
-   deviation `sigma` is the cheap score's uncertainty in the full metric's units;
+1. a calibration sample (every `CALIBRATION_EVERY`-th row in a fixed shuffled order, and with `by`
+   at least `MIN_PER_SYSTEM` rows of each system) is scored by both, and the full score is fitted
+   as `a + b * cheap` by least squares; the residuals' standard deviation `sigma` is the cheap
+   score's uncertainty in the full metric's units, and its leave-one-out coverage (the share of
+   reconstructed rows whose residual, predicted without them, lies within `z` sds) says whether
+   that sd is honest;
 2. every row not yet reconstructed gets the prediction `a + b * cheap` with sd `sigma` (a
-   reconstructed row: its full score, sd 0), and is *open* when the decision could change within
-   `z` sds: near the threshold, a challenger near its image's leader, or a unit (caption or system)
-   whose mean chance of swapping places with each other unit is above Phi(-z);
-3. the most open rows (the smallest margin in sds first) are reconstructed, up to this round's
-   share of the budget; the fit is redone with them, and the next round starts.
+   reconstructed row: its full score, sd 0), and is *open* when the decision could change: its
+   `z`-sd interval holds the threshold; in best-of-n, its interval reaches the image leader's
+   (the upper end of the challenger's at or above the lower end of the leader's; the leader is
+   then open too); in a ranking of captions, its mean chance of swapping places with each other
+   caption is above Phi(-z); in a ranking of systems, its system's interval overlaps another's.
+   A system's mean is the difference estimator: the mean of its rows' predictions plus the mean
+   residual of its reconstructed rows (a simple random sample of its rows: its next rows in the
+   shuffled order), with the standard error of that sample mean from the residual sd pooled
+   within systems;
+3. the most open rows (the smallest margin in sds first; systems in turn) are reconstructed, up to
+   this round's share of the budget; the fit is redone with them, and the next round starts.
 
 It stops when no row is open or the budget (a fraction of the rows) is spent. The decision is
 then taken on each row's `decision_score`: the full score where it was computed, else the
-calibrated prediction. The run reports the generations and model calls the full metric made and
-what scoring every row would have made (the same calls per reconstructed row, times the rows).
+calibrated prediction (with `by`, plus its system's mean residual, so that a system's mean is the
+mean of its rows' decision scores). The run reports the generations and model calls the full
+metric made and what scoring every row would have made (the same calls per reconstructed row,
+times the rows).
 """
 
 from __future__ import annotations
@@ -50,6 +62,9 @@ from caprecon.run.score import score
 #: so the residuals are measured on rows the selection did not choose
 CALIBRATION_EVERY = 20
 MIN_CALIBRATION = 8
+#: with `by`: rows of each system in the calibration sample, so that every system's residual mean
+#: and the pooled sd within systems exist from the first round
+MIN_PER_SYSTEM = 2
 #: normal quantile for "could change": 1.96 sds either side, a 95 % interval
 DEFAULT_Z = 1.96
 DEFAULT_ROUNDS = 4
@@ -81,36 +96,48 @@ class Decision:
 
 @dataclass
 class Calibration:
-    """full ≈ intercept + slope * cheap, with residual sd `sigma`, fitted on `rows` reconstructed rows."""
+    """full ≈ intercept + slope * cheap, with residual sd `sigma`, fitted on `rows` reconstructed rows.
+    `coverage`: the share of those rows whose leave-one-out residual lies within `z` leave-one-out
+    sds (None under 4 rows): near Phi's two-sided coverage at `z` (0.95 at 1.96) when sigma is honest."""
 
     intercept: float
     slope: float
     sigma: float
     rows: int
+    coverage: float | None = None
 
     def predict(self, cheap: np.ndarray) -> np.ndarray:
         return self.intercept + self.slope * cheap
 
 
-def calibrate(cheap: np.ndarray, full: np.ndarray) -> Calibration:
+def calibrate(cheap: np.ndarray, full: np.ndarray, z: float = DEFAULT_Z) -> Calibration:
     """Least squares of full on cheap; sigma from the residuals with n - 2 degrees of freedom.
     Under 3 rows, or cheap scores all equal, there is nothing to fit: the cheap score says
-    nothing, so sigma is infinite and every row stays open."""
+    nothing, so sigma is infinite and every row stays open. The coverage check leaves each row
+    out in turn, in closed form: its residual from the line fitted without it is e / (1 - h), h its
+    leverage, and the sd without it has (n - 2) sigma^2 - e^2 / (1 - h) over n - 3 degrees of freedom."""
     n = len(cheap)
     if n < 3 or float(np.ptp(cheap)) == 0.0:
         return Calibration(float(np.mean(full)) if n else 0.0, 0.0, math.inf, n)
     slope, intercept = np.polyfit(cheap, full, 1)
     residuals = full - (intercept + slope * cheap)
     sigma = float(np.sqrt(np.sum(residuals ** 2) / (n - 2)))
-    return Calibration(float(intercept), float(slope), sigma, n)
+    coverage = None
+    leverage = 1 / n + (cheap - cheap.mean()) ** 2 / float(np.sum((cheap - cheap.mean()) ** 2))
+    # a row alone at its cheap score (leverage 1) leaves a line without a slope: it has no test
+    testable = leverage < 1 - 1e-9
+    if n >= 4 and testable.any():
+        h, e = leverage[testable], residuals[testable]
+        left_out = e / (1 - h)
+        sd_left_out = np.sqrt(np.maximum((n - 2) * sigma ** 2 - e * left_out, 0.0) / (n - 3))
+        coverage = float(np.mean(np.abs(left_out) <= z * sd_left_out))
+    return Calibration(float(intercept), float(slope), sigma, n, coverage)
 
 
-def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str],
-            systems: Sequence[str] | None = None) -> np.ndarray:
+def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str]) -> np.ndarray:
     """Per row, how many sds its decision is from changing (inf: settled whatever the full score).
     `value`, `sd`: each row's decision score and its uncertainty (0 once reconstructed); `groups`:
-    the image of each row (best-of-n); `systems`: with rank, the system of each row (else each row
-    is its own unit)."""
+    the image of each row (best-of-n). Rank here is of the rows themselves (systems: `system_margins`)."""
     n = len(value)
     out = np.full(n, math.inf)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -127,22 +154,13 @@ def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Seque
                 for i in members:
                     if i == leader:
                         continue
-                    spread = math.hypot(sd[i], sd[leader])
-                    m = (value[leader] - value[i]) / spread if spread > 0 else math.inf
+                    # the intervals value +- z sd meet when the gap is under z times the sum of the sds
+                    reach = sd[i] + sd[leader]
+                    m = (value[leader] - value[i]) / reach if reach > 0 else math.inf
                     out[i] = min(out[i], m)
                     out[leader] = min(out[leader], m)  # the leader is open while any challenger is
-        else:  # rank
-            units = list(systems) if systems is not None else [str(i) for i in range(n)]
-            names = sorted(set(units))
-            index = {u: k for k, u in enumerate(names)}
-            members = [[] for _ in names]
-            for i, u in enumerate(units):
-                members[index[u]].append(i)
-            mean = np.array([value[m].mean() for m in members])
-            unit_sd = np.array([math.sqrt(float(np.sum(sd[m] ** 2))) / len(m) for m in members])
-            unit_margin = _swap_margins(mean, unit_sd)
-            for k, m in enumerate(members):
-                out[m] = unit_margin[k]
+        else:  # rank of the rows
+            out = _swap_margins(value, sd)
     out = np.where(sd > 0, out, math.inf)  # a reconstructed row has nothing left to learn
     return out
 
@@ -171,6 +189,74 @@ def _swap_margins(mean: np.ndarray, sd: np.ndarray, block: int = 1024) -> np.nda
 
 
 @dataclass
+class SystemMeans:
+    """Each system's mean full score by the difference estimator, its standard error, and its counts."""
+
+    names: list[str]
+    mean: np.ndarray
+    se: np.ndarray
+    rows: np.ndarray
+    reconstructed: np.ndarray
+    residual_mean: np.ndarray  # the mean of (full - prediction) over the system's reconstructed rows
+    sigma: float  # the residual sd pooled within systems
+
+    def ranks(self) -> np.ndarray:
+        """1 for the highest mean; ties by name order."""
+        return np.argsort(np.argsort(-self.mean, kind="stable"), kind="stable") + 1
+
+
+def system_means(systems: Sequence[str], predicted: np.ndarray, full: dict[int, float]) -> SystemMeans:
+    """Per system s with N rows, n of them reconstructed (a simple random sample of its rows), the
+    mean of the full score over all N: mean(predicted over N) + mean(full - predicted over n), the
+    difference estimator (unbiased for any calibration, which only narrows it). Its standard error:
+    sigma_w * sqrt((1 - n / N) / n), sigma_w the residuals' sd about their system's mean residual,
+    pooled over systems (sum of squares over sum of (n - 1)), so that a system with two or three
+    reconstructed rows does not rest on its own sd. Infinite with n = 0, or before any pooled sd;
+    0 once every row of the system is reconstructed."""
+    names = sorted(set(systems))
+    index = {name: k for k, name in enumerate(names)}
+    members: list[list[int]] = [[] for _ in names]
+    for i, name in enumerate(systems):
+        members[index[name]].append(i)
+    k = len(names)
+    mean, se = np.empty(k), np.empty(k)
+    rows = np.array([len(m) for m in members])
+    reconstructed = np.array([sum(i in full for i in m) for m in members])
+    residual_mean = np.zeros(k)
+    squares, freedom = 0.0, 0
+    for s, m in enumerate(members):
+        residuals = np.array([full[i] - predicted[i] for i in m if i in full])
+        if len(residuals):
+            residual_mean[s] = residuals.mean()
+            squares += float(np.sum((residuals - residual_mean[s]) ** 2))
+            freedom += len(residuals) - 1
+    sigma = math.sqrt(squares / freedom) if freedom else math.inf
+    for s, m in enumerate(members):
+        mean[s] = float(np.mean(predicted[m])) + residual_mean[s]
+        n, size = reconstructed[s], rows[s]
+        if n == size:
+            se[s] = 0.0
+        elif n == 0 or math.isinf(sigma):
+            se[s] = math.inf
+        else:
+            se[s] = sigma * math.sqrt((1 - n / size) / n)
+    return SystemMeans(names, mean, se, rows, reconstructed, residual_mean, sigma)
+
+
+def system_margins(means: SystemMeans) -> np.ndarray:
+    """Per system, the smallest gap to another system's mean in units of the sum of their standard
+    errors: its z-interval overlaps that system's when this is under z (inf: settled)."""
+    k = len(means.names)
+    out = np.full(k, math.inf)
+    for s in range(k):
+        for t in range(k):
+            reach = means.se[s] + means.se[t]
+            if t != s and reach > 0:
+                out[s] = min(out[s], abs(means.mean[s] - means.mean[t]) / reach)
+    return out
+
+
+@dataclass
 class CascadeResults:
     """What `cascade` did: one record per row (its cheap score, full score where reconstructed, the
     `decision_score` the decision used and the decision itself), the rounds and the costs."""
@@ -187,6 +273,7 @@ class CascadeResults:
     full_model_calls: dict[str, int]
     rounds: list[dict[str, Any]] = field(default_factory=list)
     calibration: Calibration | None = None
+    systems: SystemMeans | None = None  # with `by`: each system's mean, its standard error and rank
     out: Path | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -201,8 +288,14 @@ class CascadeResults:
                 lines.append(f"{kind} calls: {n}; the full pipeline: {self.full_model_calls.get(kind, 0)}")
         if self.calibration is not None:
             c = self.calibration
+            coverage = "" if c.coverage is None else f", leave-one-out coverage {c.coverage:.3f}"
             lines.append(f"calibration on {c.rows} row(s): {self.metric} = {c.intercept:.4f} + {c.slope:.4f} * "
-                         f"{self.cheap}, residual sd {c.sigma:.4f}")
+                         f"{self.cheap}, residual sd {c.sigma:.4f}{coverage}")
+        if self.systems is not None:
+            m = self.systems
+            for s in np.argsort(m.ranks()):
+                lines.append(f"  rank {m.ranks()[s]}: {m.names[s]}  mean {m.mean[s]:.4f} +- {m.se[s]:.4f} (se), "
+                             f"reconstructed {m.reconstructed[s]} of {m.rows[s]}")
         return lines
 
 
@@ -213,7 +306,7 @@ def _calls(stats: dict[str, Any]) -> dict[str, int]:
 
 def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metric, decision: str,
             metric: str | Metric = "recon", budget: float = 0.3, rounds: int = DEFAULT_ROUNDS, z: float = DEFAULT_Z,
-            by: str | None = None, out: str | Path | None = None, progress: bool = False,
+            by: str | None = None, seed: int = 0, out: str | Path | None = None, progress: bool = False,
             images_root: str | Path | None = None, max_image_bytes: int | None = None,
             annotations: str | Path | None = None, captions: str | Path | None = None,
             **settings: Any) -> CascadeResults:
@@ -223,7 +316,8 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
     the systems that field names, by their mean) or `threshold:X`. `budget`: the most rows the
     full metric may score, as a fraction of all rows. `settings` are `score`'s (preset, generator,
     cache_dir, ...), shared by both metrics. `out`: a folder for scores.jsonl, summary.json and
-    manifest.json. `images_root`, `max_image_bytes`, `annotations`, `captions`: as `load_samples`'.
+    manifest.json. `seed`: the shuffle that draws the calibration sample and each system's rows.
+    `images_root`, `max_image_bytes`, `annotations`, `captions`: as `load_samples`'.
     """
     wanted = Decision.parse(decision)
     check_number("--budget", budget, 0, 1, low_open=True)
@@ -236,13 +330,13 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
                         max_image_bytes=max_image_bytes)
     check_unique_ids(rows)
     if out is None:
-        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, None, progress, settings)
+        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, seed, None, progress, settings)
     with run_folder(out, inputs=[samples] if isinstance(samples, (str, Path)) else ()) as folder:
-        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, folder, progress, settings)
+        return _run(rows, wanted, cheap, metric, budget, rounds, z, by, seed, folder, progress, settings)
 
 
 def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: float, rounds: int, z: float,
-         by: str | None, folder: Path | None, progress: bool, settings: dict[str, Any]) -> CascadeResults:
+         by: str | None, seed: int, folder: Path | None, progress: bool, settings: dict[str, Any]) -> CascadeResults:
     n = len(rows)
     systems = None
     if by is not None:
@@ -269,12 +363,11 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
     calls: dict[str, int] = {}
     history: list[dict[str, Any]] = []
     order = list(range(len(usable)))
-    random.Random(0).shuffle(order)
-    first = order[: min(limit, len(order), max(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY))]
-    calibration = None
+    random.Random(seed).shuffle(order)
+    pending = _calibration_sample(order, units, limit)
+    calibration, means = None, None
     metric_name = metric if isinstance(metric, str) else metric.name
     bar = tqdm(total=limit, desc=f"cascade {metric}", unit="row", disable=not progress)
-    pending = first
     for round_number in range(1, rounds + 1):
         if pending:
             run = score([rows[usable[i]] for i in pending], [metric], progress=False, **settings)
@@ -287,26 +380,36 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
                 calls[kind] = calls.get(kind, 0) + count
             bar.update(len(pending))
         known = sorted(full)
-        calibration = calibrate(cheap_arr[known], np.array([full[i] for i in known]))
-        value, sd = _scores(cheap_arr, full, calibration)
-        margin = margins(wanted, value, sd, groups, units)
-        open_rows = [i for i in np.argsort(margin, kind="stable") if margin[i] < z and i not in full_records]
+        calibration = calibrate(cheap_arr[known], np.array([full[i] for i in known]), z)
+        if units is not None:
+            means = system_means(units, _predict(cheap_arr, calibration), full)
+            open_rows = _open_system_rows(means, system_margins(means), z, units, order, full_records)
+        else:
+            value, sd = _scores(cheap_arr, full, calibration)
+            margin = margins(wanted, value, sd, groups)
+            open_rows = [int(i) for i in np.argsort(margin, kind="stable")
+                         if margin[i] < z and i not in full_records]
         history.append({"round": round_number, "reconstructed": len(pending), "calibrated_on": calibration.rows,
-                        "sigma": calibration.sigma, "open": len(open_rows)})
+                        "sigma": calibration.sigma, "coverage": calibration.coverage, "open": len(open_rows)})
         left = limit - len(full_records)
         if not open_rows or left <= 0 or round_number == rounds:
             break
         share = math.ceil(left / (rounds - round_number))  # this round's part of what is left
-        pending = [int(i) for i in open_rows[:share]]
+        pending = open_rows[:share]
     bar.close()
-    value, sd = _scores(cheap_arr, full, calibration)
-    records = _records(rows, cheap_run.records, cheap_name, usable, full, full_records, value, sd, wanted, groups)
+    if means is not None:
+        value, sd = _system_scores(cheap_arr, full, calibration, means, units)
+    else:
+        value, sd = _scores(cheap_arr, full, calibration)
+    records = _records(rows, cheap_run.records, cheap_name, usable, full, full_records, value, sd, wanted, groups,
+                       means, units)
     done = len(full_records)
     full_calls = {kind: round(count * n / done) if done else 0 for kind, count in calls.items()}
     needed = calls.get("generated", 0) + calls.get("reused", 0)  # made now or found in the cache
-    results = CascadeResults(records, str(wanted), cheap_name, metric_name, done, n, needed,
-                             round(needed * n / done) if done else 0, calls, full_calls, history, calibration, folder)
-    results.summary = _summary(results, budget, z)
+    results = CascadeResults(records, str(wanted) if by is None else f"rank --by {by}", cheap_name, metric_name, done,
+                             n, needed, round(needed * n / done) if done else 0, calls, full_calls, history,
+                             calibration, means, folder)
+    results.summary = _summary(results, budget, z, seed)
     if folder is not None:
         write_jsonl_atomically(folder / "scores.jsonl", records, allow_nan=True)
         write_summary(folder, results.summary)
@@ -316,19 +419,73 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
     return results
 
 
+def _calibration_sample(order: list[int], units: Sequence[str] | None, limit: int) -> list[int]:
+    """The first round's rows, within the budget: the first of the shuffled order (one in
+    CALIBRATION_EVERY, at least MIN_CALIBRATION); with systems, the first MIN_PER_SYSTEM of each
+    system's rows in that order come before them (so a tight budget still gives each system a
+    residual), and each system's reconstructed rows stay a prefix of its own shuffled rows: a
+    simple random sample of them."""
+    first = order[: max(MIN_CALIBRATION, len(order) // CALIBRATION_EVERY)]
+    if units is None:
+        return first[:limit]
+    taken: dict[str, int] = {}
+    per_system = []
+    for i in order:
+        if taken.get(units[i], 0) < MIN_PER_SYSTEM:
+            per_system.append(i)
+            taken[units[i]] = taken.get(units[i], 0) + 1
+    chosen = set(per_system)
+    return (per_system + [i for i in first if i not in chosen])[:limit]
+
+
+def _open_system_rows(means: SystemMeans, margin: np.ndarray, z: float, units: Sequence[str], order: list[int],
+                      done: dict[int, Any]) -> list[int]:
+    """The rows to reconstruct next for a ranking of systems: from each system whose interval
+    overlaps another's (the smallest margin first), its next row not yet reconstructed in the
+    shuffled order, one system after another, round after round. (Giving each row instead to the
+    system whose standard error it lowers most did no better on Flickr8k-dev: docs/scale.md.)"""
+    open_systems = [means.names[s] for s in np.argsort(margin, kind="stable") if margin[s] < z]
+    queues = {name: [i for i in order if units[i] == name and i not in done] for name in open_systems}
+    picked: list[int] = []
+    while any(queues.values()):
+        for name in open_systems:
+            if queues[name]:
+                picked.append(queues[name].pop(0))
+    return picked
+
+
+def _predict(cheap: np.ndarray, calibration: Calibration) -> np.ndarray:
+    return calibration.predict(cheap) if calibration.slope else np.full(len(cheap), calibration.intercept)
+
+
 def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
     """Each row's decision score (full where known, else the calibrated prediction) and its sd."""
-    value = calibration.predict(cheap) if calibration.slope else np.full(len(cheap), calibration.intercept)
+    value = _predict(cheap, calibration)
     sd = np.full(len(cheap), calibration.sigma)
     for i, v in full.items():
         value[i], sd[i] = v, 0.0
     return value, sd
 
 
-def _records(rows, cheap_records, cheap_name, usable, full, full_records, value, sd, wanted, groups):
+def _system_scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration, means: SystemMeans,
+                   units: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """With systems: a row not reconstructed has the prediction plus its system's mean residual, so
+    that the mean of a system's decision scores is its difference estimate; sd the pooled one."""
+    value = _predict(cheap, calibration)
+    index = {name: s for s, name in enumerate(means.names)}
+    value += np.array([means.residual_mean[index[u]] for u in units])
+    sd = np.full(len(cheap), means.sigma)
+    for i, v in full.items():
+        value[i], sd[i] = v, 0.0
+    return value, sd
+
+
+def _records(rows, cheap_records, cheap_name, usable, full, full_records, value, sd, wanted, groups, means, units):
     """One record per input row, in input order: the cheap run's record with the full score, the
-    decision score and its sd, whether it was reconstructed and what was decided."""
+    decision score and its sd, whether it was reconstructed and what was decided (with systems:
+    the system's rank, mean and standard error)."""
     decided: dict[int, Any] = {}
+    key = {"threshold": "keep", "best-of-n": "best", "rank": "rank"}[wanted.kind]
     if wanted.kind == "threshold":
         decided = {i: bool(value[i] >= wanted.threshold) for i in range(len(usable))}
     elif wanted.kind == "best-of-n":
@@ -337,10 +494,14 @@ def _records(rows, cheap_records, cheap_name, usable, full, full_records, value,
             if g not in best or value[i] > value[best[g]]:
                 best[g] = i
         decided = {i: best[g] == i for i, g in enumerate(groups)}
+    elif means is not None:
+        key = "system_rank"
+        index = {name: s for s, name in enumerate(means.names)}
+        ranks = means.ranks()
+        decided = {i: int(ranks[index[u]]) for i, u in enumerate(units)}
     else:
         ranks = np.argsort(np.argsort(-value, kind="stable"), kind="stable") + 1
         decided = {i: int(ranks[i]) for i in range(len(usable))}
-    key = {"threshold": "keep", "best-of-n": "best", "rank": "rank"}[wanted.kind]
     position = {row: k for k, row in enumerate(usable)}
     records = []
     for row, record in enumerate(cheap_records):
@@ -350,6 +511,9 @@ def _records(rows, cheap_records, cheap_name, usable, full, full_records, value,
             full_record = full_records.get(k)
             record.update({"reconstructed": full_record is not None, "decision_score": float(value[k]),
                            "decision_sd": float(sd[k]), key: decided[k]})
+            if means is not None:
+                s = means.names.index(units[k])
+                record.update({"system_mean": float(means.mean[s]), "system_se": float(means.se[s])})
             if full_record is not None:
                 record.update({f: v for f, v in full_record.items() if f not in record})
                 if k not in full and full_record.get("error"):
@@ -358,15 +522,20 @@ def _records(rows, cheap_records, cheap_name, usable, full, full_records, value,
     return records
 
 
-def _summary(results: CascadeResults, budget: float, z: float) -> dict[str, Any]:
-    c = results.calibration
+def _summary(results: CascadeResults, budget: float, z: float, seed: int) -> dict[str, Any]:
+    c, m = results.calibration, results.systems
     share = results.generations / results.full_generations if results.full_generations else None
     return {"samples": results.rows, "cascade": {
         "cheap": results.cheap, "metric": results.metric, "decision": results.decision, "budget": budget, "z": z,
+        "seed": seed,
         "reconstructed": results.reconstructed, "generations": results.generations,
         "full_generations": results.full_generations, "generation_share": share,
         "model_calls": results.model_calls, "full_model_calls": results.full_model_calls,
         "rounds": results.rounds,
         "calibration": None if c is None else {"intercept": c.intercept, "slope": c.slope, "sigma": c.sigma,
-                                               "rows": c.rows},
+                                               "rows": c.rows, "coverage": c.coverage},
+        "systems": None if m is None else {
+            name: {"rank": int(m.ranks()[s]), "mean": float(m.mean[s]), "se": float(m.se[s]),
+                   "rows": int(m.rows[s]), "reconstructed": int(m.reconstructed[s])}
+            for s, name in enumerate(m.names)},
     }}

@@ -303,7 +303,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                   "or the systems --by names) or threshold:X (keep at or above X)")
         cascade.add_argument("--budget", type=real_number(0, 1, low_open=True), metavar="FRACTION",
                              help="the most rows the full metric may score, as a fraction of all (default 0.3)")
-        cascade.add_argument("--by", metavar="FIELD", help="with --decision rank: rank the systems this field names")
+        cascade.add_argument("--by", metavar="FIELD",
+                             help="with --decision rank: rank the systems this field names (e.g. captioner) by their "
+                                  "means, each the mean of its cheap predictions corrected by a random sample of its "
+                                  "rows reconstructed, sampling more only where two systems' intervals overlap")
         p.set_defaults(func=cmd_score, writes=Writes(inputs=("input",), outputs="scores.jsonl"))
 
     if wanted("meta"):

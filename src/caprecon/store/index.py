@@ -13,7 +13,7 @@ Layout under the root::
     images/ab/abcd....png reconstructed images, named by their key
 
 What is kept is the store's `keep` policy: `images` (everything, the default), `vectors` (every
-value and each image's record, but no picture file: an image asked for again is made again, while
+value and each image's record, but no picture file nor folder: an image asked for again is made again, while
 what was computed from it, an embedding or a judge's answer, is found), or `none` (nothing is
 written; results live as long as the process that computed them). `max_size` caps the bytes the
 store holds: past it, the oldest entries are deleted (`caprecon.store.maintenance.enforce_cap`).
@@ -251,8 +251,9 @@ class Store:
         self._images_pending: dict[str, Future] = {}  # the write of each image key queued, until waited for
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
         if not self.read_only:
-            (self.root / "images").mkdir(parents=True, exist_ok=True)
-            fan_out(self.root / "images")
+            self.root.mkdir(parents=True, exist_ok=True)
+            if keep == "images":  # the other policies write no picture: their 256 folders cost 256 `mkdir`s for nothing
+                fan_out(self.root / "images")
         if not self._empty:
             self._guard(self._prepare)
 
