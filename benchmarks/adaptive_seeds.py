@@ -4,8 +4,8 @@ Every side scores the captions over several replicates (other base seeds, so oth
 counts its generations, the share of its 95 % intervals that cover the true value (of all
 captions, and of those that drew the fewest seeds: where a rule that stops on lucky first
 draws fails), and Kendall tau between the captions' means and their true values. Adaptive
-runs `--seeds 3..16 --target-width W` under its default rule (moderated) at several W, and
-once at one W under each other rule (pooled, stein) to show why it is not the default.
+runs `--seeds 3..16 --target-width W` under its default rule (mixture) at several W, and
+once at one W under each other rule (moderated, pooled, stein) to show why it is not the default.
 
 The best allocation at width W knows each caption's true seed sd sigma_i and gives it the
 fewest seeds in 3..16 whose known-sd 95 % interval is at most W wide:
@@ -15,6 +15,22 @@ need fewer for the same width and coverage, so adaptive generations / best is th
 of not knowing the noise: goal <= 1.10. Against fixed K: at W = fixed K's own median
 interval width (the same precision), adaptive must not draw more than fixed K where the
 noise is alike (goal <= 1.00).
+
+Two bounds beside it say what part of that price no rule that sees MIN first draws can avoid:
+
+- the best two-stage allocation knows the spread of the captions' sds (their true sds, each
+  caption's equally likely) but not which caption has which: from a caption's MIN first draws
+  it takes the posterior of its sd and gives it the fewest seeds in MIN..MAX whose interval
+  covers 0.95 given those draws (what `--adaptive-rule mixture` does with a fitted spread);
+  its expected generations by quadrature over the first-stage variance. Where it is above
+  1.10 x the best allocation, no covering two-stage rule can meet that goal.
+- where the noise is alike, a rule that knows it is alike but must learn the one shared sd
+  from the captions' MIN first draws (captions x (MIN - 1) degrees of freedom) needs about
+  t(0.975, that)^2 / 1.96^2 times the seeds of one that knows the sd, more where W puts the
+  best allocation just under a whole number of seeds (an estimate a hair high asks for one
+  more): its expected generations by quadrature, against the best allocation and fixed K.
+  On the tiny pipeline, whose sds differ somewhat, the rule knows each caption's sd up to that
+  shared factor.
 
 1. A seeded stand-in generator (`tests/noisy_standin.py`) whose captions have known true
    scores (uniform in [0.6, 0.8]) and known seed noise, in three profiles: `mixed` (sd 0.004
@@ -79,6 +95,45 @@ def best_allocation(sds, width: float) -> int:
     return int(sum(min(HIGH, max(LOW, math.ceil((2 * Z * s / width) ** 2))) for s in sds))
 
 
+def best_two_stage(sds, width: float, atoms: int = 64, points: int = 64) -> float:
+    """The expected generations of the best two-stage allocation (module doc), per replicate: the
+    captions' true sds as equally likely atoms of the prior (at most `atoms`, by quantile), the
+    first-stage variance sigma^2 chi2(MIN - 1) / (MIN - 1) at `points` quantiles per caption."""
+    from scipy import stats
+
+    df = LOW - 1
+    sds = np.asarray(sds, float)
+    grid = np.unique(sds) if len(np.unique(sds)) <= atoms else np.quantile(sds, (np.arange(atoms) + 0.5) / atoms)
+    prior = np.array([np.sum(np.isclose(sds, g)) for g in grid], float) if len(grid) < atoms else np.ones(len(grid))
+    prior /= prior.sum()
+    first = (sds[:, None] ** 2 * stats.chi2.ppf((np.arange(points) + 0.5) / points, df)[None, :] / df).ravel()
+    log_post = stats.chi2.logpdf(df * first[:, None] / grid[None, :] ** 2, df) - 2 * np.log(grid)[None, :]
+    post = np.exp(log_post - log_post.max(axis=1, keepdims=True)) * prior[None, :]
+    post /= post.sum(axis=1, keepdims=True)
+    low, high = np.zeros(len(first)), np.full(len(first), 10 * Z * grid.max())
+    for _ in range(60):  # bisection on the half-width whose coverage given the first draws is 0.95
+        mid = (low + high) / 2
+        short = (post * (2 * stats.norm.cdf(mid[:, None] / grid[None, :]) - 1)).sum(axis=1) < 0.95
+        low, high = np.where(short, mid, low), np.where(short, high, mid)
+    seeds = np.clip(np.ceil((2 * high / width) ** 2), LOW, HIGH)
+    return float(seeds.reshape(len(sds), points).mean(axis=1).sum())
+
+
+def shared_scale_seeds(sds, width: float, points: int = 256) -> float:
+    """The expected generations, per replicate, of a rule that knows each caption's sd up to one factor
+    shared by all and learns that factor from the first draws (captions x (MIN - 1) degrees of freedom,
+    t intervals): where the noise is alike, the pooled rule that knows it is alike. By quadrature
+    over the estimate's chi-square."""
+    from scipy import stats
+    from scipy.special import stdtrit
+
+    sds = np.asarray(sds, float)
+    df = len(sds) * (LOW - 1)
+    factor = np.sqrt(stats.chi2.ppf((np.arange(points) + 0.5) / points, df) / df)
+    half = float(stdtrit(df, 0.975)) * sds[:, None] * factor[None, :]
+    return float(np.clip(np.ceil((2 * half / width) ** 2), LOW, HIGH).mean(axis=1).sum())
+
+
 def side(run, truth: list[float], metric: str, settings: dict, replicates: int) -> dict:
     """One side over `replicates` (`run(settings, rep)` -> (generations, records)): totals."""
     out = {"gens": 0, "covered": [], "drawn": [], "taus": []}
@@ -97,31 +152,40 @@ def side(run, truth: list[float], metric: str, settings: dict, replicates: int) 
 
 
 def compare(label: str, run, truth: list[float], sds, metric: str, widths, replicates: int, alike: bool) -> None:
-    """Fixed K, adaptive (moderated) at each width and the other rules at one, with the goal lines."""
+    """Fixed K, adaptive (mixture) at each width and the other rules at one, with the goal lines."""
     fixed = side(run, truth, metric, {"seeds": FIXED}, replicates)
     own_width = statistics.median(fixed["widths"])
     widths = sorted({*widths, own_width})
-    sides = [(f"adaptive W={w:.4f}", w, "moderated") for w in widths]
+    sides = [(f"adaptive W={w:.4f}", w, "mixture") for w in widths]
     other = widths[len(widths) // 2]
-    sides += [(f"adaptive W={other:.4f} {rule}", other, rule) for rule in ("pooled", "stein")]
-    print(f"  {'side':34s} {'gens':>7s} {'cover':>6s} {'fewest (k, n)':>19s} {'tau':>6s} {'/best':>6s} {'/fixed':>7s}")
+    sides += [(f"adaptive W={other:.4f} {rule}", other, rule) for rule in ("moderated", "pooled", "stein")]
+    print(f"  {'side':34s} {'gens':>7s} {'cover':>6s} {'fewest (k, n)':>19s} {'tau':>6s} {'/best':>6s} {'/fixed':>7s}"
+          f" {'/2-stage':>8s}")
     print(f"  {f'fixed K = {FIXED}':34s} {fixed['gens']:7d} {fixed['coverage']:6.3f} "
           f"{fixed['fewest']:6.3f} ({fixed['at']:2d}, {fixed['n_fewest']:5d}) {fixed['tau']:6.3f}")
     results = []
     for name, width, rule in sides:
         got = side(run, truth, metric, {"seeds": ADAPTIVE, "target_width": width, "adaptive_rule": rule}, replicates)
         best = best_allocation(sds, width) * replicates
-        results.append((name, width, rule, got, best))
+        two_stage = best_two_stage(sds, width) * replicates
+        results.append((name, width, rule, got, best, two_stage))
         print(f"  {name:34s} {got['gens']:7d} {got['coverage']:6.3f} {got['fewest']:6.3f} ({got['at']:2d}, "
               f"{got['n_fewest']:5d}) {got['tau']:6.3f} {got['gens'] / best:6.3f} {got['gens'] / fixed['gens']:7.3f}"
-              f"   best allocation {best}")
+              f" {got['gens'] / two_stage:8.3f}   best allocation {best}, best two-stage {two_stage:.0f}")
     print(f"{label}: fixed K's median interval width {own_width:.4f}")
-    for name, width, rule, got, best in results:
-        if rule != "moderated":
+    for name, width, rule, got, best, two_stage in results:
+        if rule != "mixture":
             continue
         print(f"{label} {name} coverage, all intervals          {got['coverage']:.3f}  goal >= {COVERAGE_GOAL}")
         print(f"{label} {name} coverage, fewest draws ({got['at']:2d})     {got['fewest']:.3f}  goal >= {COVERAGE_GOAL}")
-        print(f"{label} {name} generations / best allocation  {got['gens'] / best:.3f}  goal <= {BEST_GOAL}")
+        print(f"{label} {name} generations / best allocation  {got['gens'] / best:.3f}  goal <= {BEST_GOAL}"
+              f"   (bound: the best two-stage needs {two_stage / best:.3f})")
+        print(f"{label} {name} generations / best two-stage   {got['gens'] / two_stage:.3f}  goal <= {BEST_GOAL}")
+        if alike:
+            shared = shared_scale_seeds(sds, width) * replicates
+            print(f"{label} {name}   (bound where the noise is alike: learning the shared sd from {len(truth)} x "
+                  f"{LOW - 1} draws needs {shared / best:.3f} of the best allocation, {shared / fixed['gens']:.3f} "
+                  f"of fixed K)")
         if width == own_width and alike:
             print(f"{label} {name} generations / fixed K (alike noise)  {got['gens'] / fixed['gens']:.3f}  "
                   f"goal <= {FIXED_GOAL}")

@@ -58,7 +58,7 @@ import offline_env  # noqa: E402, F401  (the offline environment, before torch, 
 import numpy as np  # noqa: E402
 
 import caprecon  # noqa: E402
-from caprecon.apps.cascade import calibrate  # noqa: E402
+from caprecon.apps.cascade.estimates import calibrate  # noqa: E402
 from caprecon.stats.correlation import kendall_tau  # noqa: E402
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k-dev"

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from caprecon.store.index import PNG_SAVE
+from caprecon.store.images import PNG_SAVE
 
 ROOT = Path(__file__).resolve().parents[1]
 # the Flickr8k-dev photos: in the project's shared/ folder, or in the shared/ folder beside the project

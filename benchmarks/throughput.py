@@ -74,7 +74,7 @@ from bench_common import ReportTimer, file_creation_ms, write_samples  # noqa: E
 from caprecon.models.embedder import HFVisionEmbedder  # noqa: E402
 from caprecon.models.generator import DiffusersGenerator  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
-from caprecon.store.index import PNG_SAVE  # noqa: E402
+from caprecon.store.images import PNG_SAVE  # noqa: E402
 
 CPU_GOAL = 1.05  # a side's CPU over the like raw loop's: goal <= this
 WALL_GOAL = 0.97  # the like raw loop's seconds over caprecon's: goal >= this

@@ -15,7 +15,8 @@ from caprecon.models.generator import DiffusersGenerator
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample
-from caprecon.store.index import Store, read_verified
+from caprecon.store.images import read_verified
+from caprecon.store.index import Store
 from oracle import OracleGenerator, PixelEmbedder
 
 

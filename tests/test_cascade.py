@@ -12,7 +12,8 @@ import pytest
 from noisy_standin import NoisyGenerator, NoisyScore
 
 import caprecon
-from caprecon.apps.cascade import Decision, calibrate, cascade, margins, system_margins, system_means
+from caprecon.apps.cascade import cascade
+from caprecon.apps.cascade.estimates import Decision, calibrate, margins, system_margins, system_means
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Metric
 

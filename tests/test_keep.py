@@ -6,7 +6,10 @@ expected ReconScore is worked out here from the two pictures directly."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -164,3 +167,177 @@ def test_a_store_that_keeps_no_picture_makes_no_picture_folders(tmp_path, keep):
     Store(tmp_path / keep, keep=keep, read_only=False)  # asked for writable: no probe has made the folder
     assert (tmp_path / keep / "index.sqlite").is_file()
     assert sorted(p.name for p in (tmp_path / keep).iterdir() if p.is_dir()) == []
+
+
+# -- claims on pictures not kept: a waiter finds what was computed from the picture, not the record alone
+
+
+class _Signal(logging.Handler):
+    """Sets `event` when the reconstructor says it waits for another process's claims."""
+
+    def __init__(self, event: threading.Event):
+        super().__init__(logging.INFO)
+        self.event = event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "another process is generating" in record.getMessage():
+            self.event.set()
+
+
+@pytest.fixture
+def waiting(caplog):
+    """An event set when a reconstructor starts to wait on a claim another store holds."""
+    event = threading.Event()
+    name = "caprecon.reconstruct.reconstructor"
+    caplog.set_level(logging.INFO, logger=name)
+    handler = _Signal(event)
+    logging.getLogger(name).addHandler(handler)
+    yield event
+    logging.getLogger(name).removeHandler(handler)
+
+
+def test_a_replica_waiting_on_a_claim_under_vectors_scores_from_the_embedding_not_a_second_picture(tmp_path, waiting):
+    """Two replicas (two rewards, each with its own store, on one cache) get the same completion. A
+    makes the picture, and its embedder is held back before A writes the reconstruction's embedding; B
+    asks meanwhile. Under `vectors`, A's claim lasts until that embedding is written: B waits for it,
+    then scores from A's embedding and generates nothing. When the claim went with the record, B found
+    the record alone, missed the embedding and drew the picture a second time."""
+    photo, caption = render("red circle"), "a blue square"
+    gate, held = threading.Event(), threading.Event()
+
+    class HeldEmbedder(PixelEmbedder):
+        calls = 0
+
+        def embed(self, images):
+            self.calls += 1
+            if self.calls == 2:  # the reconstruction's, after the photo's
+                held.set()
+                gate.wait(60)
+            return super().embed(images)
+
+    class SignallingOracle(CountingOracle):
+        def generate(self, requests):
+            waiting.set()  # B moved: it draws the picture itself
+            return super().generate(requests)
+
+    def reward(generator, embedder):
+        return Reward(["recon"], generator=generator, embedder=embedder, max_side=96, guards=None,
+                      cache_dir=str(tmp_path / "cache"), keep="vectors", progress=False)
+
+    maker, waiter = CountingOracle(), SignallingOracle()
+    first, second = reward(maker, HeldEmbedder()), reward(waiter, PixelEmbedder())
+    got: dict[str, list] = {}
+    a = threading.Thread(target=lambda: got.update(a=first([photo], [caption])), daemon=True)
+    b = threading.Thread(target=lambda: got.update(b=second([photo], [caption])), daemon=True)
+    try:
+        a.start()
+        assert held.wait(60)  # A wrote the record; the embedding waits for the gate
+        b.start()
+        assert waiting.wait(60)  # B waits on A's claim (or draws the picture itself)
+    finally:
+        gate.set()
+        a.join(60)
+        b.join(60)
+    assert not a.is_alive() and not b.is_alive()
+    assert got["a"] == pytest.approx([expected_recon(photo, caption)], abs=1e-6) and got["b"] == got["a"]
+    assert len(maker.prompts) == 1 and waiter.prompts == []  # one picture across both
+    assert pictures(tmp_path / "cache") == []
+
+
+def test_claims_on_pictures_not_kept_last_until_the_block_that_made_them_ends(tmp_path):
+    """Inside `keeping_claims`, a claim on a picture the store does not keep outlives the record's
+    write (renewed past its lease) and goes when the block ends; until then another store does not
+    count the record as there. Outside a block the claim goes with the record, as for a picture."""
+    mine, other = Store(tmp_path, keep="vectors", lease_seconds=0.6), Store(tmp_path, keep="vectors")
+    picture = (Image.new("RGB", (4, 4), "red"), {"n": 1})
+    assert mine.claim(["k"]) == {"k"}
+    with mine.keeping_claims():
+        with mine.holding(["k"]) as handed:
+            mine.put_images("reconstruction", {"k": picture}, release=["k"])
+            handed.add("k")
+        time.sleep(1.0)  # past the lease: the heartbeat renews a kept claim
+        assert other.claim(["k"]) == set()
+        assert other.get_images(["k"], records=True) == {}  # recorded, not done
+        assert mine.get_images(["k"], records=True) == {"k": ({"n": 1}, None, None)}  # its maker sees it
+    assert other.get_images(["k"], records=True) == {"k": ({"n": 1}, None, None)}
+    assert other.claim(["k"]) == {"k"}
+    assert mine.claim(["j"]) == {"j"}
+    mine.put_images("reconstruction", {"j": picture}, release=["j"])
+    assert other.claim(["j"]) == {"j"}  # no block: the claim went with the record
+    # with write_behind, the release is queued behind the block's writes
+    mine.write_behind = True
+    assert mine.claim(["w"]) == {"w"}
+    with mine.keeping_claims():
+        mine.put_images("reconstruction", {"w": picture}, release=["w"])
+        mine.put_arrays("embedding", {"e": np.ones(3, dtype=np.float32)})
+    mine.flush()
+    assert other.get_arrays(["e"])["e"].tolist() == [1.0, 1.0, 1.0] and other.claim(["w"]) == {"w"}
+
+
+def test_a_store_waiting_on_another_claim_keeps_none_of_its_own(tmp_path, waiting):
+    """A process that keeps a claim (its picture's embedding not written yet) and then waits for
+    another's lets its own go first: two processes each keeping what the other waits for would
+    wait for ever."""
+    from caprecon.data.images import read_image
+    from caprecon.data.samples import Sample
+    from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
+
+    render("red circle").save(tmp_path / "photo.png")
+    first, second = (read_image(Sample(id=str(i), image=tmp_path / "photo.png", caption=c))
+                     for i, c in enumerate(["a red circle", "a green triangle"]))
+    mine, other = Store(tmp_path / "cache", keep="vectors"), Store(tmp_path / "cache", keep="vectors")
+    generator = CountingOracle()
+    reconstructor = Reconstructor(generator, mine, ReconstructionSpec(max_side=96), poll_seconds=0.05)
+    (kept, _), (wanted, _) = reconstructor.requests_for([first, second])
+    assert other.claim([wanted]) == {wanted}  # another process is making the second
+
+    def work():
+        with mine.keeping_claims():
+            reconstructor.reconstruct([first])  # made; its claim kept
+            reconstructor.reconstruct([second])  # waits on the other's claim
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        assert waiting.wait(30)
+        deadline = time.monotonic() + 10
+        while other.claimed_elsewhere([kept]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert other.claimed_elsewhere([kept]) == set()  # let go before waiting
+    finally:
+        other.release([wanted])  # the other gave up: this process makes it itself
+        worker.join(30)
+    assert not worker.is_alive() and len(generator.prompts) == 2
+
+
+@pytest.mark.parametrize("form", ["score", "score_pairs"])
+def test_a_metric_batch_keeps_its_pictures_claimed_until_it_ends(tmp_path, form):
+    """Both forms of a metric's batch (`MetricRunner.score`, run by `score`'s executors; `score_pairs`,
+    run by the reward) keep the claim on a picture the store does not keep while the metric works
+    (its embedding is written then), and let it go when the batch ends."""
+    from caprecon.data.images import read_image
+    from caprecon.data.samples import Sample
+    from caprecon.run.local import MetricRunner
+
+    render("red circle").save(tmp_path / "photo.png")
+    item = read_image(Sample(id="0", image=tmp_path / "photo.png", caption="a blue square"))
+    mine, other = Store(tmp_path / "cache", keep="vectors"), Store(tmp_path / "cache", keep="vectors")
+    seen: dict[str, set] = {}
+
+    class Probe(caprecon.metrics.ReconScore):
+        def score(self, items, ctx):
+            keys = {key for key, _ in ctx.reconstructor(self.generator, self.spec).requests_for(items)}
+            rows = super().score(items, ctx)
+            seen.update(keys=keys, during=other.claimed_elsewhere(sorted(keys)))
+            return rows
+
+    generator = CountingOracle()
+    runner = MetricRunner(Probe(generator, PixelEmbedder(), max_side=96), caprecon.metrics.Context(mine), 4)
+    if form == "score":
+        [row] = runner.score([item])
+    else:
+        [row] = runner.score_pairs([item], ["a blue square"], [(0, 0)])
+    assert row["recon"] == pytest.approx(expected_recon(render("red circle"), "a blue square"), abs=1e-6)
+    assert len(generator.prompts) == 1 and len(seen["keys"]) == 1
+    assert seen["during"] == seen["keys"]  # held while the metric worked, though its record was written
+    assert other.claimed_elsewhere(sorted(seen["keys"])) == set()  # and let go at the batch's end

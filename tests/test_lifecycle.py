@@ -202,7 +202,7 @@ def test_summary_json_has_one_writer():
               if re.search(r"summary\.json[\"']\)?\s*\.(write_text|write_bytes|open\([^)]*[\"']w)", text)]
     assert direct == []
     through = sorted(name for name, text in texts.items() if re.search(r"\bwrite_(summary|run)\(", text))
-    assert through == ["apps/cascade.py", "apps/suites/runner.py", "apps/t2i.py", "run/folder.py", "run/score.py",
+    assert through == ["apps/cascade/__init__.py", "apps/suites/runner.py", "apps/t2i.py", "run/folder.py", "run/score.py",
                        "run/shards.py"]
 
 
@@ -257,7 +257,8 @@ def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, ti
 def test_sqlite_saying_the_disk_is_full_reads_the_same(tmp_path):
     import sqlite3
 
-    from caprecon.store.index import Store, StoreFullError
+    from caprecon.store.errors import StoreFullError
+    from caprecon.store.index import Store
 
     class Full:
         def execute(self, *args):

@@ -24,7 +24,8 @@ from caprecon.cli.cache import parse_age, parse_size
 from caprecon.store.maintenance import cache_prune, cache_verify
 from caprecon.cli import main
 from caprecon.run.failures import RunError
-from caprecon.store.index import Store, StoreCorruptError, StoreReadOnlyError, content_key
+from caprecon.store.errors import StoreCorruptError, StoreFullError, StoreReadOnlyError
+from caprecon.store.index import Store, content_key
 from oracle import OracleGenerator, PixelEmbedder, render
 
 TESTS = Path(__file__).parent
@@ -431,11 +432,11 @@ def test_written_behind_images_keep_their_claims_until_they_are_in_the_store(tmp
     process's own reads wait for it, and then the claim is released."""
     import threading
 
-    import caprecon.store.index as store_module
+    import caprecon.store.images as images_module
     from PIL import Image
 
-    gate, real = threading.Event(), store_module._png_bytes
-    monkeypatch.setattr(store_module, "_png_bytes", lambda image: (gate.wait(10), real(image))[1])
+    gate, real = threading.Event(), images_module._png_bytes
+    monkeypatch.setattr(images_module, "_png_bytes", lambda image: (gate.wait(10), real(image))[1])
     mine, other = Store(tmp_path), Store(tmp_path)
     key = content_key("reconstruction", caption="a red circle")
     assert mine.claim([key]) == {key}
@@ -452,14 +453,14 @@ def test_written_behind_images_keep_their_claims_until_they_are_in_the_store(tmp
 
 
 def test_a_failed_cache_write_stops_the_run_and_names_the_cache(tmp_path, monkeypatch):
-    import caprecon.store.index as store_module
+    import caprecon.store.images as images_module
 
     samples = _samples(tmp_path, n=4)
 
     def full(image):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module, "_png_bytes", full)
+    monkeypatch.setattr(images_module, "_png_bytes", full)
     with pytest.raises(RunError, match="No space left on device") as stopped:
         _score(samples, tmp_path / "cache", batch_size=2, out=tmp_path / "out")
     assert str(tmp_path / "cache") in str(stopped.value)
@@ -715,7 +716,7 @@ def test_a_batch_waits_for_the_writes_of_its_images_not_for_queued_vectors(tmp_p
     monkeypatch.setattr(Store, "_write_rows", full)
     store.put_arrays("embedding", {"w": np.zeros(2, dtype=np.float32)})
     store._writer.submit(lambda: None).result()  # the failed write is done
-    with pytest.raises(caprecon.store.index.StoreFullError):
+    with pytest.raises(StoreFullError):
         store.flush_images()  # no image queued, but the failure is not left for the end
     store.flush()  # raised once
 
@@ -743,7 +744,7 @@ def test_claims_go_with_the_rows_of_their_images_in_one_transaction(tmp_path, mo
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Store, "_write_rows", full)
-    with pytest.raises(caprecon.store.index.StoreFullError):
+    with pytest.raises(StoreFullError):
         store.put_images("reconstruction", {"lost": (Image.new("RGB", (2, 2)), {})}, release=["lost"])
     assert released == [["lost"]]  # a failed write still lets its claims go
 
@@ -780,13 +781,13 @@ def test_a_fresh_reconstruction_asked_again_is_read_once_written_not_regenerated
     import logging
     import threading
 
-    import caprecon.store.index as store_module
+    import caprecon.store.images as images_module
     from caprecon.data.images import open_image
     from caprecon.data.samples import Sample
     from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
 
-    gate, real = threading.Event(), store_module._png_bytes
-    monkeypatch.setattr(store_module, "_png_bytes", lambda image: (gate.wait(30), real(image))[1])
+    gate, real = threading.Event(), images_module._png_bytes
+    monkeypatch.setattr(images_module, "_png_bytes", lambda image: (gate.wait(30), real(image))[1])
     render("a red circle", 48, 48).save(tmp_path / "src.png")
     item = open_image(Sample(id="s", image=tmp_path / "src.png", caption="a blue square"))
     store = Store(tmp_path / "cache")

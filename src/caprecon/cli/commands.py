@@ -16,7 +16,7 @@ from caprecon.models.common import ModelNotFoundError
 from caprecon.core.redaction import install_log_filter, redact_text
 from caprecon.data.qa import QABankError
 from caprecon.data.samples import SampleFormatError
-from caprecon.store.index import StoreError
+from caprecon.store.errors import StoreError
 
 # exit statuses besides ROWS_FAILED (1) and CANNOT_RUN (2): 141 (a shell's 128 + SIGPIPE) when the
 # reader of stdout went away, as `caprecon ... | head` does

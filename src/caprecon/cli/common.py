@@ -184,10 +184,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
     p.add_argument("--target-width", type=real_number(0, low_open=True), metavar="W",
                    help="required with --seeds MIN..MAX or auto: the width of the 95%% interval each caption's seeds aim "
                         "at (e.g. 0.01); wider only for captions that reach MAX")
-    p.add_argument("--adaptive-rule", choices=["moderated", "pooled", "stein"],
+    p.add_argument("--adaptive-rule", choices=["mixture", "moderated", "pooled", "stein"],
                    help="adaptive seeds' variance for each caption's seed count and interval, from the first MIN "
-                        "seeds: moderated (default: its own, moderated towards the other captions', as limma does), "
-                        "pooled (the mean over captions: for noise alike) or stein (its own alone)")
+                        "seeds: mixture (default: its own, moderated towards the other captions' by a mixture of "
+                        "1-3 scaled inverse chi-square spreads fitted to them, so quiet and noisy captions each "
+                        "borrow from their like), moderated (one such spread, as limma does), pooled (the mean "
+                        "over captions: for noise alike) or stein (its own alone)")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "

@@ -5,36 +5,47 @@ moderated over the run's captions by default):
 
 1. every caption is scored from MIN seeds; their sample variance s_i^2 (MIN - 1 degrees of
    freedom) is the caption's first-stage variance;
-2. each caption's variance for the interval, v_i with df_i degrees of freedom, comes from the
-   first stage alone, by the run's rule (`--adaptive-rule`, default moderated):
-       stein      v_i = s_i^2, df_i = MIN - 1 (the caption's own variance)
-       pooled     v_i = the mean of every caption's s^2, df_i = captions x (MIN - 1)
-       moderated  v_i = (d0 s0^2 + (MIN - 1) s_i^2) / (d0 + MIN - 1), df_i = d0 + MIN - 1,
-                  where the captions' variances are taken as drawn from a scaled inverse
-                  chi-square distribution (d0, s0^2), fitted to the s_i^2 by moments of
-                  log s^2 (Smyth 2004, the limma moderated t), d0 at most (captions - 1) x
-                  (MIN - 1): the prior holds no more than the other captions' draws;
-3. the caption gets N_i = ceil((2 t(0.975, df_i) sqrt(v_i) / W)^2) seeds, at least MIN and at
-   most MAX, drawn in one more generator call;
-4. its interval is mean_N ± t(0.975, df_i) sqrt(v_i) / sqrt(N_i): the mean of all N_i draws,
-   the variance of the first stage. That width is at most W unless the caption hit MAX.
+2. from the first stage alone, the run's rule (`--adaptive-rule`, default mixture) gives the
+   caption's interval half-width at one seed, h_i:
+       stein      h_i = t(0.975, MIN - 1) s_i (the caption's own variance)
+       pooled     h_i = t(0.975, captions x (MIN - 1)) x the root mean of every caption's s^2
+       moderated  h_i = t(0.975, d0 + MIN - 1) sqrt(v_i), v_i = (d0 s0^2 + (MIN - 1) s_i^2) /
+                  (d0 + MIN - 1), where the captions' variances are taken as drawn from a
+                  scaled inverse chi-square distribution (d0, s0^2), fitted to the s_i^2 by
+                  moments of log s^2 (Smyth 2004, the limma moderated t), d0 at most
+                  (captions - 1) x (MIN - 1): the prior holds no more than the other captions'
+                  draws;
+       mixture    the same with a mixture of 1 to 3 such distributions (weights w_c, d_c, s_c^2),
+                  fitted by maximum likelihood (s^2 / s_c^2 is F(MIN - 1, d_c)) with the number
+                  of components by BIC, K only with 20 K captions, d_c at most (its share of the
+                  captions - 1) x (MIN - 1). Given s_i^2 the caption's variance is component c's
+                  posterior with c's posterior weight, so (mean - true) sqrt(N) is a mixture of
+                  Student-t's; h_i is its two-sided 0.95 quantile. One component is moderated;
+                  two hold a run of specific and vague captions (a two-point spread of noise),
+                  which one smooth shape cannot: fitted to one, its d0 is about 2 and a quiet
+                  caption's t has 4 degrees of freedom, twice the seeds it needs;
+3. the caption gets N_i = ceil((2 h_i / W)^2) seeds, at least MIN and at most MAX, drawn in one
+   more generator call;
+4. its interval is mean_N ± h_i / sqrt(N_i): the mean of all N_i draws, the half-width of the
+   first stage. That width is at most W unless the caption hit MAX.
 
 Why this covers by construction: N_i depends on the first stage's variances only, and the
-mean of normal draws is independent of their variance, so given v_i the mean of the N_i
+mean of normal draws is independent of their variance, so given s_i^2 the mean of the N_i
 draws is normal around the true value with variance sigma_i^2 / N_i, and
-(mean - true) sqrt(N_i) / sqrt(v_i) is Student-t with df_i degrees of freedom: for stein
-whatever the caption's noise, for pooled when every caption's noise is alike, for moderated
-when the captions' variances follow the fitted distribution (which includes both: d0 large
-is pooled, d0 = 0 is stein). Stein's own variance covers 95 % over all captions, but not
+(mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for stein whatever the
+caption's noise, for pooled when every caption's noise is alike, for moderated and mixture
+when the captions' variances follow the fitted distribution (which includes both: d0 large is
+pooled, d0 = 0 is stein). Stein's own variance covers 95 % over all captions, but not
 among those that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of
 them with 1,000 captions of sd 0.05 at W = 0.08 (the rule this replaced, which stopped once a
 caption's own interval was narrower than W, covered 0.63 of them). The moderated variance
 borrows the other captions' spread, so its coverage holds at every N: 0.96 there
 (`benchmarks/adaptive_seeds.py` measures the rules and their generations against the best
-allocation; docs/rank.md says where the fitted shape falls short). A caption's interval then depends on the other captions of the run: `score()`
-fits the distribution over the whole input (`fit`) before scoring the first batch, so it
-does not depend on batches (with `--shard`, over the shard's captions); an `AdaptiveSeeds`
-scored without that fit takes it over the captions of each call.
+allocation and the best two-stage one; docs/rank.md says where each falls short). A
+caption's interval then depends on the other captions of the run: `score()` fits the
+distribution over the whole input (`fit`) before scoring the first batch, so it does not
+depend on batches (with `--shard`, over the shard's captions); an `AdaptiveSeeds` scored
+without that fit takes it over the captions of each call.
 
 Seeds are the fixed-K seeds (seed k of a caption is the same image with either), each one
 stored: a later run with a smaller W or a larger MAX generates only the seeds it adds, and a
@@ -50,14 +61,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.seeds import LEVEL, SeedAveraged, seed_interval
 
-RULES = ("moderated", "pooled", "stein")
-DEFAULT_RULE = "moderated"
+RULES = ("mixture", "moderated", "pooled", "stein")
+DEFAULT_RULE = "mixture"
 INTERVALS = {
+    "mixture": "95% two-stage (Stein) interval over seeds, first-stage variance moderated over the run's captions "
+               "by a mixture of 1-3 scaled inverse chi-square distributions (maximum likelihood, BIC): the "
+               "quantile of the mixture of Student-t posteriors",
     "moderated": "95% two-stage (Stein) Student-t over seeds, first-stage variance moderated over the run's "
                  "captions (scaled inverse chi-square fitted by moments of log s^2, Smyth 2004)",
     "pooled": "95% two-stage (Stein) Student-t over seeds, first-stage variance pooled over the run's captions",
@@ -65,12 +81,18 @@ INTERVALS = {
 }
 
 
-def seeds_for_width(sd: float, df: float, least: int, most: int, width: float, level: float = LEVEL) -> int:
-    """Stein's second-stage size: the fewest seeds N in least..most with 2 t(level, df) sd / sqrt(N)
-    at most `width`; `most` when none is."""
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided `level` quantile of Student's t with `df` degrees of freedom."""
     from scipy.special import stdtrit
 
-    need = (2 * float(stdtrit(df, 0.5 + level / 2)) * sd / width) ** 2
+    return float(stdtrit(df, 0.5 + level / 2))
+
+
+def seeds_for_width(half: float, least: int, most: int, width: float) -> int:
+    """Stein's second-stage size: the fewest seeds N in least..most with 2 half / sqrt(N) at most
+    `width`, where `half` is the interval's half-width at one seed (t(level, df) sd for one
+    Student-t); `most` when none is."""
+    need = (2 * half / width) ** 2
     return min(most, max(least, math.ceil(need)))
 
 
@@ -111,6 +133,12 @@ class VariancePrior:
         total = self.df + df  # sqrt((d0 s0^2 + d s^2) / (d0 + d)), without squaring large values
         return math.hypot(math.sqrt(self.df / total) * self.sd, math.sqrt(df / total) * sd), total
 
+    def half_width(self, sd: float, df: int, level: float = LEVEL) -> float:
+        """The `level` interval's half-width at one seed of a caption whose first stage gave `sd` with
+        `df` degrees of freedom: t(level, df') sd' of its moderated (sd', df')."""
+        sd, df = self.moderate(sd, df)
+        return t_quantile(df, level) * sd
+
     def to_json(self) -> dict[str, Any]:
         return {"df": self.df, "sd": self.sd, **({"pooled": True} if self.pooled else {})}
 
@@ -118,15 +146,17 @@ class VariancePrior:
 OWN = VariancePrior(0.0, 0.0)  # stein: nothing borrowed
 
 
-def fit_prior(sds: Sequence[float], df: int, rule: str = DEFAULT_RULE) -> VariancePrior:
+def fit_prior(sds: Sequence[float], df: int, rule: str = DEFAULT_RULE) -> VariancePrior | MixturePrior:
     """The prior `rule` takes from the captions' first-stage sds (each with `df` degrees of
     freedom): none for stein or for fewer than two captions; their pooled sd with
-    captions x df degrees of freedom; or the moderated fit (module doc), from the captions
-    whose sd is above 0 (log 0 has no moment)."""
+    captions x df degrees of freedom; the moderated fit (module doc), from the captions
+    whose sd is above 0 (log 0 has no moment); or the mixture fit (`fit_mixture`)."""
     if rule not in RULES:
         raise ValueError(f"adaptive rule must be one of {', '.join(RULES)}, not {rule!r}")
     if rule == "stein" or len(sds) < 2:
         return OWN
+    if rule == "mixture":
+        return fit_mixture(sds, df)
     if rule == "pooled":
         scale = max(sds) or 1.0
         return VariancePrior(len(sds) * df, scale * math.sqrt(math.fsum((s / scale) ** 2 for s in sds) / len(sds)),
@@ -146,6 +176,136 @@ def fit_prior(sds: Sequence[float], df: int, rule: str = DEFAULT_RULE) -> Varian
     return VariancePrior(prior_df, math.exp(log_var / 2))
 
 
+MOST_COMPONENTS = 3
+#: captions per component a mixture must have: in simulation, fewer could not tell two spreads of noise apart
+CAPTIONS_PER_COMPONENT = 20
+
+
+def _log_marginal(variance: Any, df: float, prior_df: Any, prior_var: Any) -> Any:
+    """log of the density of a first-stage variance with `df` degrees of freedom when the caption's
+    variance follows a scaled inverse chi-square (prior_df, prior_var), less the terms that do not
+    depend on the prior: variance / prior_var is F(df, prior_df)."""
+    from scipy.special import gammaln
+
+    scale = prior_df * prior_var
+    return (gammaln((df + prior_df) / 2) - gammaln(prior_df / 2) - df / 2 * np.log(scale)
+            - (df + prior_df) / 2 * np.log1p(df * variance / scale))
+
+
+@dataclass(frozen=True)
+class MixturePrior:
+    """The captions' seed variances as drawn from a mixture of scaled inverse chi-square
+    distributions: component c has weight `weights[c]`, `dfs[c]` degrees of freedom at sd `sds[c]`.
+    One component is `VariancePrior`'s moderated variance; two can hold specific and vague
+    captions (a two-point spread of noise) that one smooth shape cannot."""
+
+    weights: tuple[float, ...]
+    dfs: tuple[float, ...]
+    sds: tuple[float, ...]
+
+    def half_width(self, sd: float, df: int, level: float = LEVEL) -> float:
+        """The `level` interval's half-width at one seed of a caption whose first stage gave `sd` with
+        `df` degrees of freedom: given it, the caption's variance is component c's posterior (scaled
+        inverse chi-square, df_c + df degrees of freedom at (df_c sd_c^2 + df sd^2) / (df_c + df)) with
+        the posterior weight of c, so (mean - true) sqrt(N) is that mixture of Student-t's; the
+        half-width is its two-sided `level` quantile, between the components' own."""
+        from scipy.optimize import brentq
+        from scipy.special import stdtr
+
+        prior_df, prior_var = np.array(self.dfs), np.array(self.sds) ** 2
+        log_post = np.log(self.weights) + _log_marginal(sd**2, df, prior_df, prior_var)
+        post = np.exp(log_post - log_post.max())
+        post /= post.sum()
+        post_df = prior_df + df
+        post_sd = np.sqrt((prior_df * prior_var + df * sd**2) / post_df)
+        halves = [t_quantile(d, level) * s for d, s in zip(post_df, post_sd)]
+        low, high = min(halves), max(halves)
+
+        def covered(half: float) -> float:
+            return float(post @ (2 * stdtr(post_df, half / post_sd) - 1)) - level
+
+        if covered(low) >= 0:  # one component holds (nearly) all the posterior weight: its own quantile
+            return low
+        if covered(high) <= 0:  # rounding at the far end
+            return high
+        return float(brentq(covered, low, high, xtol=1e-14 * high, rtol=1e-12))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"components": [{"weight": w, "df": d, "sd": s} for w, d, s in zip(self.weights, self.dfs, self.sds)]}
+
+
+def fit_mixture(sds: Sequence[float], df: int) -> MixturePrior | VariancePrior:
+    """The mixture of 1 to `MOST_COMPONENTS` scaled inverse chi-square distributions that fits the
+    captions' first-stage sds (each with `df` degrees of freedom, those above 0) by maximum
+    likelihood, the number of components by BIC, K only with `CAPTIONS_PER_COMPONENT` x K captions;
+    a component's degrees of freedom at most (its share of the captions - 1) x df, what the other
+    captions' draws in it hold. Where one variance shared by every caption fits better by BIC (one
+    parameter: noise alike), the pooled variance, with captions x df degrees of freedom: a fitted
+    d0 of 20 where the truth is infinite costs (t(22) / t(800))^2 = 1.12 times the seeds. Stein's own
+    variance (`OWN`) for fewer than two captions with an sd above 0."""
+    variances = np.array([s for s in sds if s > 0], dtype=float) ** 2
+    if len(variances) < 2:
+        return OWN
+    unit = float(np.exp(np.log(variances).mean()))  # fitted in units of the geometric mean: values near 1
+    variances = variances / unit
+    most = (len(variances) - 1) * df
+    # one variance shared by every caption (a component of infinite df), one parameter: the pooled rule
+    shared = float(variances.mean())
+    shared_loglik = float(np.sum(-df / 2 * np.log(2 * shared) - df * variances / (2 * shared)))
+    best: tuple[float, MixturePrior | VariancePrior] = (
+        -2 * shared_loglik + math.log(len(variances)),
+        VariancePrior(len(variances) * df, math.sqrt(shared * unit), pooled=True))
+    for k in range(1, MOST_COMPONENTS + 1):
+        if k > 1 and len(variances) < CAPTIONS_PER_COMPONENT * k:
+            break
+        loglik, weights, dfs, prior_vars = _fit_components(variances, df, k, most)
+        bic = -2 * loglik + (3 * k - 1) * math.log(len(variances))
+        if bic < best[0]:
+            best = bic, MixturePrior(tuple(map(float, weights)), tuple(map(float, dfs)),
+                                     tuple(float(math.sqrt(v * unit)) for v in prior_vars))
+    return best[1]
+
+
+def _fit_components(variances: np.ndarray, df: int, k: int, most: float) -> tuple[float, Any, Any, Any]:
+    """(log-likelihood, weights, dfs, variances) of k components fitted by L-BFGS from two starts
+    (components at the k quantiles of log s^2, df 4 and 40). Parameters: the weights' logits
+    against the first, log df and log variance of each component."""
+    from scipy.optimize import minimize
+    from scipy.special import digamma
+
+    logs = np.log(variances)
+
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        logits = np.concatenate([[0.0], x[: k - 1]])
+        weights = np.exp(logits - logits.max())
+        return weights / weights.sum(), np.exp(x[k - 1: 2 * k - 1]), np.exp(x[2 * k - 1:])
+
+    def minus_loglik(x: np.ndarray) -> tuple[float, np.ndarray]:
+        weights, dfs, prior_vars = unpack(x)
+        a, scale = dfs[:, None], (dfs * prior_vars)[:, None]
+        log_joint = np.log(weights)[:, None] + _log_marginal(variances[None, :], df, a, scale / a)
+        top = log_joint.max(axis=0)
+        total = top + np.log(np.exp(log_joint - top).sum(axis=0))
+        share = np.exp(log_joint - total)  # each caption's posterior weight of each component
+        ratio = df * variances[None, :] / scale
+        by_scale = -df / 2 + (df + a) / 2 * ratio / (1 + ratio)  # d loglik / d log(df x variance)
+        by_df = a / 2 * (digamma((df + a) / 2) - digamma(a / 2) - np.log1p(ratio))  # at a fixed scale
+        gradient = np.concatenate([(share - weights[:, None]).sum(axis=1)[1:], (share * (by_df + by_scale)).sum(axis=1),
+                                   (share * by_scale).sum(axis=1)])
+        return -float(total.sum()), -gradient
+
+    centres = np.quantile(logs, (np.arange(k) + 0.5) / k)
+    bounds = ([(-20.0, 20.0)] * (k - 1) + [(math.log(0.01), math.log(most))] * k
+              + [(logs.min() - 5, logs.max() + 5)] * k)
+    fits = [minimize(minus_loglik, np.concatenate([np.zeros(k - 1), np.full(k, math.log(min(start, most))), centres]),
+                     jac=True, method="L-BFGS-B", bounds=bounds) for start in (4.0, 40.0)]
+    fit = min(fits, key=lambda f: f.fun)
+    weights, dfs, prior_vars = unpack(fit.x)
+    # a component knows no more than its other captions' draws hold: its share of the captions, less one
+    dfs = np.clip(dfs, 0.01, np.maximum(len(variances) * weights - 1, 0.01) * df)
+    return -float(fit.fun), weights, dfs, prior_vars
+
+
 class AdaptiveSeeds(SeedAveraged):
     """`inner` scored from `seeds`..`max_seeds` reconstructions per caption by the two-stage
     procedure of the module doc, aiming at intervals `target_width` wide."""
@@ -158,7 +318,7 @@ class AdaptiveSeeds(SeedAveraged):
             raise ValueError(f"--adaptive-rule must be one of {', '.join(RULES)}, not {rule!r}")
         self.max_seeds, self.target_width, self.rule = int(max_seeds), float(target_width), rule
         #: per seed field, what the run's captions say about a caption's variance (`fit`); None: not fitted
-        self.priors: dict[str, VariancePrior] | None = None
+        self.priors: dict[str, VariancePrior | MixturePrior] | None = None
 
     def describe(self) -> dict[str, Any]:
         fitted = {"variance_prior": {f: p.to_json() for f, p in self.priors.items()}} if self.priors else {}
@@ -195,9 +355,10 @@ class AdaptiveSeeds(SeedAveraged):
         if priors is None:  # scored outside a run's fit: the captions of this call are the run
             self.fit(sds)
             priors, self.priors = self.priors, None
-        plans = [{name: priors[name].moderate(sd, self.seeds - 1) for name, sd in caption.items()} for caption in sds]
-        want = [seeds_for_width(plan[self.headline][0], plan[self.headline][1], self.seeds, self.max_seeds,
-                                self.target_width) if self.headline in plan else self.seeds for plan in plans]
+        plans = [{name: priors[name].half_width(sd, self.seeds - 1) for name, sd in caption.items()}
+                 for caption in sds]
+        want = [seeds_for_width(plan[self.headline], self.seeds, self.max_seeds, self.target_width)
+                if self.headline in plan else self.seeds for plan in plans]
         open_ = [i for i, n in enumerate(want) if n > self.seeds]
         if open_:
             drawn = ctx.reconstruct_seeds(self.generator, self.spec, [items[i] for i in open_],
@@ -212,18 +373,16 @@ class AdaptiveSeeds(SeedAveraged):
         out = []
         for caption_rows, images, plan in zip(rows, recons, plans):
             row = {**self._combine(caption_rows, images), "seeds_drawn": len(caption_rows)}
-            for name, (sd, df) in plan.items():
+            for name, half in plan.items():
                 if row.get(f"{name}_ci") is not None:  # every draw gave a value: the two-stage interval
-                    row[f"{name}_ci"] = two_stage_interval(row[name], sd, df, len(caption_rows))
+                    row[f"{name}_ci"] = two_stage_interval(row[name], half, len(caption_rows))
             out.append(row)
         return out
 
 
-def two_stage_interval(mean: float, sd: float, df: float, seeds: int, level: float = LEVEL) -> list[float]:
-    """[low, high]: mean ± t(level, df) sd / sqrt(seeds), sd and df from the first stage."""
-    from scipy.special import stdtrit
-
-    half = float(stdtrit(df, 0.5 + level / 2)) * sd / math.sqrt(seeds)
+def two_stage_interval(mean: float, half: float, seeds: int) -> list[float]:
+    """[low, high]: mean ± half / sqrt(seeds), `half` the first stage's half-width at one seed."""
+    half = half / math.sqrt(seeds)
     return [mean - half, mean + half]
 
 

@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from PIL import Image
 
@@ -22,7 +22,10 @@ from caprecon.models.generator import GenerationRequest, TextToImage
 from caprecon.reconstruct.templates import render, resolve_template
 from caprecon.data.images import LoadedSample
 from caprecon.data.normalise import collapse_whitespace
-from caprecon.store.index import Store, StoreError, content_key, read_verified
+from caprecon.store.errors import StoreError
+
+if TYPE_CHECKING:
+    from caprecon.store.index import Store
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +142,10 @@ class Reconstruction:
             # the reconstructor remembers a fresh image without its pixels: a second metric of the
             # batch asking for it would otherwise read a file the writing thread has not written yet
             self.written()
+        # the store's modules are imported where used: reading a config imports this module (for the
+        # spec), and loads no more of the store than its errors (tests/test_startup.py counts the modules)
+        from caprecon.store.images import read_verified
+
         image = read_verified(self.path, self.checksum) if self.path is not None else None
         if image is None and self.regenerate is not None:
             fresh = self.regenerate()
@@ -212,6 +219,8 @@ class Reconstructor:
         made, so captions differing only by spaces cost one generation. A caption-only sample without
         a set `size` asks for the generator's native resolution: the key says "native" (the
         generator's fingerprint pins what that is) and the request's sides stay 0 until generation."""
+        from caprecon.store.index import content_key  # as in `Reconstruction.image`
+
         fingerprint = self.generator.fingerprint
         by_image_id = getattr(self.generator, "depends_on_image_id", False)
         out = []
@@ -283,7 +292,7 @@ class Reconstructor:
         generated_before = self.generated
         missing = {k: r for k, r in wanted.items() if k not in found}
         if missing:
-            found.update(self._obtain(missing))
+            found.update(self._obtain(missing, records=True))
         # an image held from this batch's `reconstruct_seeds` was counted there
         self.reused += len(keyed) - held - (self.generated - generated_before)
         if hold:
@@ -305,12 +314,14 @@ class Reconstructor:
         if kept:
             log.warning("cached reconstruction %s is missing or fails its checksum; generating it again", key)
             self.damaged += 1
-        entry = self._obtain({key: request})[key]
+        entry = self._obtain({key: request}, records=False)[key]
         self._known.put({key: entry[:3]})
         return self._reconstruction(key, request, entry)
 
-    def _obtain(self, missing: dict[str, GenerationRequest]) -> dict[str, tuple]:
-        """Generate the items no other process is generating; wait for the others."""
+    def _obtain(self, missing: dict[str, GenerationRequest], *, records: bool) -> dict[str, tuple]:
+        """Generate the items no other process is generating; wait for the others. `records`: an
+        item whose picture the store did not keep (`keep="vectors"`) counts as there by its record;
+        else (its pixels are wanted) only a picture does."""
         out: dict[str, tuple] = {}
         pending = dict(missing)
         waited = False
@@ -319,7 +330,7 @@ class Reconstructor:
             if mine:
                 with self.store.holding(mine) as handed:
                     # another process may have finished some between our look and our claim
-                    done = self.store.get_images(sorted(mine), verify=True)
+                    done = self.store.get_images(sorted(mine), verify=True, records=records)
                     todo = {k: pending[k] for k in pending if k in mine and k not in done}
                     out.update(done)
                     if todo:
@@ -330,8 +341,11 @@ class Reconstructor:
                 if not waited:
                     log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
                     waited = True
+                # no claim kept while waiting on another's (`Store.keeping_claims`): two processes each
+                # keeping what the other waits for would wait for ever
+                self.store.release_kept()
                 time.sleep(self.poll_seconds)
-                done = self.store.get_images(list(pending), records=True)
+                done = self.store.get_images(list(pending), records=records)
                 out.update(done)
                 for key in done:
                     pending.pop(key)

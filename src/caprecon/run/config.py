@@ -58,7 +58,7 @@ class RunConfig:
     seeds: int = 1  # reconstructions per caption: image metrics report their mean, sd and 95 % interval
     max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
     target_width: float | None = None  # adaptive seeds: the interval width each caption's draws aim at
-    adaptive_rule: str = "moderated"  # adaptive seeds' variance: moderated, pooled or stein (metrics/adaptive.py)
+    adaptive_rule: str = "mixture"  # adaptive seeds' variance: mixture, moderated, pooled or stein (metrics/adaptive.py)
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True

@@ -14,7 +14,7 @@ from caprecon.core.errors import ConfigError, MetricContractError, ServerError
 from caprecon.models.common import ModelNotFoundError, release_memory
 from caprecon.core.redaction import redact_text
 from caprecon.data.samples import SampleError
-from caprecon.store.index import StoreError
+from caprecon.store.errors import StoreError
 
 log = logging.getLogger(__name__)
 

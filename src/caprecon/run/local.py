@@ -42,7 +42,8 @@ from caprecon.data.samples import Sample, SampleError
 from caprecon.run.failures import (FailureWatch, RunError, RunInterrupted, explain_failure, fail_row, failure_reason,
                                    isolated)
 from caprecon.run.records import base_record, plain_json
-from caprecon.store.index import StoreError, content_key
+from caprecon.store.errors import StoreError
+from caprecon.store.index import content_key
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,10 @@ class MetricRunner:
         def rows(part: list) -> list[dict[str, Any]]:
             return [_checked(row) for row in checked_rows(self.metric, len(part), self.metric.score(part, self.ctx))]
 
-        return isolated(rows, items, self.watch)
+        # a picture the store does not keep stays claimed until what the metric computed from it is written:
+        # another process waiting for it finds that, not the record alone (`Store.keeping_claims`)
+        with self.ctx.store.keeping_claims():
+            return isolated(rows, items, self.watch)
 
     def score_pairs(self, images: Sequence[LoadedSample], texts: Sequence[str],
                     pairs: Sequence[tuple[int, int]]) -> list[dict[str, Any] | Exception]:
@@ -71,7 +75,8 @@ class MetricRunner:
             return [_checked(row) for row in checked_rows(self.metric, len(part),
                                                           self.metric.score_pairs(images, texts, self.ctx, part))]
 
-        return isolated(rows, list(pairs), self.watch)
+        with self.ctx.store.keeping_claims():  # as in `score`
+            return isolated(rows, list(pairs), self.watch)
 
     def score_into(self, items: list, rows: list[dict[str, Any]]) -> None:
         """Score `items` and put each outcome in its row: the scores, or the row's error."""

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
-from caprecon.store.index import StoreError
+from caprecon.store.errors import StoreError
 from caprecon.run.failures import FailureWatch, RunError, isolated
 from caprecon.run.ray import reconstruction_plan
 from caprecon.core.errors import ConfigError
@@ -91,7 +91,7 @@ def embed_all(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             present = [k for k in keys if k in stored]
 
             def embed_stored(some: list[str], metric=metric, stored=stored) -> None:
-                from caprecon.store.index import read_verified
+                from caprecon.store.images import read_verified
 
                 def load(i: int):
                     image = read_verified(stored[some[i]][1], stored[some[i]][2])

@@ -1,8 +1,8 @@
 """Looking after a store: what it holds (`cache_info`), whether every entry reads back as written
 (`cache_verify`, which can repair), deleting entries (`cache_prune`), and copying the verified results
 of several stores into one (`merge_stores`): `caprecon cache info|verify|prune` and `caprecon store
-merge`, each returning the dict the command prints with `--json`. With `index`, the only modules that
-know the store's schema and SQL.
+merge`, each returning the dict the command prints with `--json`. With the other modules of `store/`
+(the tables are made in `sql`), the only ones that know the store's schema and SQL.
 
     caprecon.cache_info()                                   # the default cache ($CAPRECON_CACHE, ...)
     caprecon.cache_prune("/shared/cache", max_size=10**10, dry_run=True)["removed"]
@@ -20,8 +20,10 @@ from typing import Any, Collection, Sequence
 from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir, path_problem
-from caprecon.store.index import (INDEX, Store, StoreError, StoreReadOnlyError, is_writable, read_verified,
-                                  sha256)
+from caprecon.store.errors import StoreError, StoreReadOnlyError
+from caprecon.store.images import read_verified
+from caprecon.store.index import INDEX, Store, is_writable
+from caprecon.store.sql import sha256
 
 # the largest size and age prune takes: far beyond any disk or any cache's life, and finite (1e400GB is
 # inf as a float, which no byte count is)

@@ -41,7 +41,7 @@ from PIL import Image
 from caprecon.core.paths import create_file
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
-from caprecon.store.index import fan_out
+from caprecon.store.images import fan_out
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import Context
-from caprecon.store.index import content_key, read_verified
+from caprecon.store.images import read_verified
+from caprecon.store.index import content_key
 
 
 def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Context,

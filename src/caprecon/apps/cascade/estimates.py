@@ -1,0 +1,203 @@
+"""The cascade's estimates: the decision asked, the calibration of the cheap score against the full
+metric (least squares, residual sd, leave-one-out coverage), each row's margin in sds from a change
+of decision, and a system's mean by the difference estimator with its standard error. Pure numbers:
+`caprecon.apps.cascade` runs the rounds that feed them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from caprecon.core.errors import ConfigError
+
+#: normal quantile for "could change": 1.96 sds either side, a 95 % interval
+DEFAULT_Z = 1.96
+DECISIONS = ("best-of-n", "rank", "threshold:X")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the scores decide: `kind` is best-of-n, rank or threshold (then `threshold` holds X)."""
+
+    kind: str
+    threshold: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Decision":
+        if text in ("best-of-n", "rank"):
+            return cls(text)
+        if text.startswith("threshold:"):
+            value = text.split(":", 1)[1]
+            try:
+                return cls("threshold", float(value))
+            except ValueError:
+                raise ConfigError(f"--decision {text}: X of threshold:X must be a number, not {value!r}") from None
+        raise ConfigError(f"--decision {text!r}: give one of {', '.join(DECISIONS)}")
+
+    def __str__(self) -> str:
+        return f"threshold:{self.threshold:g}" if self.kind == "threshold" else self.kind
+
+
+@dataclass
+class Calibration:
+    """full ≈ intercept + slope * cheap, with residual sd `sigma`, fitted on `rows` reconstructed rows.
+    `coverage`: the share of those rows whose leave-one-out residual lies within `z` leave-one-out
+    sds (None under 4 rows): near Phi's two-sided coverage at `z` (0.95 at 1.96) when sigma is honest."""
+
+    intercept: float
+    slope: float
+    sigma: float
+    rows: int
+    coverage: float | None = None
+
+    def predict(self, cheap: np.ndarray) -> np.ndarray:
+        return self.intercept + self.slope * cheap
+
+
+def calibrate(cheap: np.ndarray, full: np.ndarray, z: float = DEFAULT_Z) -> Calibration:
+    """Least squares of full on cheap; sigma from the residuals with n - 2 degrees of freedom.
+    Under 3 rows, or cheap scores all equal, there is nothing to fit: the cheap score says
+    nothing, so sigma is infinite and every row stays open. The coverage check leaves each row
+    out in turn, in closed form: its residual from the line fitted without it is e / (1 - h), h its
+    leverage, and the sd without it has (n - 2) sigma^2 - e^2 / (1 - h) over n - 3 degrees of freedom."""
+    n = len(cheap)
+    if n < 3 or float(np.ptp(cheap)) == 0.0:
+        return Calibration(float(np.mean(full)) if n else 0.0, 0.0, math.inf, n)
+    slope, intercept = np.polyfit(cheap, full, 1)
+    residuals = full - (intercept + slope * cheap)
+    sigma = float(np.sqrt(np.sum(residuals ** 2) / (n - 2)))
+    coverage = None
+    leverage = 1 / n + (cheap - cheap.mean()) ** 2 / float(np.sum((cheap - cheap.mean()) ** 2))
+    # a row alone at its cheap score (leverage 1) leaves a line without a slope: it has no test
+    testable = leverage < 1 - 1e-9
+    if n >= 4 and testable.any():
+        h, e = leverage[testable], residuals[testable]
+        left_out = e / (1 - h)
+        sd_left_out = np.sqrt(np.maximum((n - 2) * sigma ** 2 - e * left_out, 0.0) / (n - 3))
+        coverage = float(np.mean(np.abs(left_out) <= z * sd_left_out))
+    return Calibration(float(intercept), float(slope), sigma, n, coverage)
+
+
+def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str]) -> np.ndarray:
+    """Per row, how many sds its decision is from changing (inf: settled whatever the full score).
+    `value`, `sd`: each row's decision score and its uncertainty (0 once reconstructed); `groups`:
+    the image of each row (best-of-n). Rank here is of the rows themselves (systems: `system_margins`)."""
+    n = len(value)
+    out = np.full(n, math.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if decision.kind == "threshold":
+            out = np.where(sd > 0, np.abs(value - decision.threshold) / sd, math.inf)
+        elif decision.kind == "best-of-n":
+            by_group: dict[str, list[int]] = {}
+            for i, g in enumerate(groups):
+                by_group.setdefault(g, []).append(i)
+            for members in by_group.values():
+                if len(members) < 2:
+                    continue
+                leader = max(members, key=lambda i: value[i])
+                for i in members:
+                    if i == leader:
+                        continue
+                    # the intervals value +- z sd meet when the gap is under z times the sum of the sds
+                    reach = sd[i] + sd[leader]
+                    m = (value[leader] - value[i]) / reach if reach > 0 else math.inf
+                    out[i] = min(out[i], m)
+                    out[leader] = min(out[leader], m)  # the leader is open while any challenger is
+        else:  # rank of the rows
+            out = _swap_margins(value, sd)
+    out = np.where(sd > 0, out, math.inf)  # a reconstructed row has nothing left to learn
+    return out
+
+
+def _swap_margins(mean: np.ndarray, sd: np.ndarray, block: int = 1024) -> np.ndarray:
+    """Per unit, the z whose normal tail Phi(-z) is its mean probability of swapping places with each
+    other unit: what its share of a Kendall tau's discordant pairs is expected to be. A unit that
+    could swap with many is as open as one sitting next to a single close neighbour. In blocks of
+    rows, so that ten thousand units do not ask for 10^8 floats at once."""
+    from scipy.special import ndtr, ndtri
+
+    units = len(mean)
+    if units < 2:
+        return np.full(units, math.inf)
+    swaps = np.empty(units)
+    for start in range(0, units, block):
+        rows = np.arange(start, min(start + block, units))
+        gap = np.abs(mean[rows, None] - mean[None, :])
+        spread = np.hypot(sd[rows, None], sd[None, :])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            chance = np.where(spread > 0, ndtr(-gap / spread), 0.0)
+        chance[np.arange(len(rows)), rows] = 0.0  # a unit does not swap with itself
+        swaps[rows] = chance.sum(axis=1) / (units - 1)
+    with np.errstate(divide="ignore"):
+        return np.where(swaps > 0, -ndtri(swaps), math.inf)
+
+
+@dataclass
+class SystemMeans:
+    """Each system's mean full score by the difference estimator, its standard error, and its counts."""
+
+    names: list[str]
+    mean: np.ndarray
+    se: np.ndarray
+    rows: np.ndarray
+    reconstructed: np.ndarray
+    residual_mean: np.ndarray  # the mean of (full - prediction) over the system's reconstructed rows
+    sigma: float  # the residual sd pooled within systems
+
+    def ranks(self) -> np.ndarray:
+        """1 for the highest mean; ties by name order."""
+        return np.argsort(np.argsort(-self.mean, kind="stable"), kind="stable") + 1
+
+
+def system_means(systems: Sequence[str], predicted: np.ndarray, full: dict[int, float]) -> SystemMeans:
+    """Per system s with N rows, n of them reconstructed (a simple random sample of its rows), the
+    mean of the full score over all N: mean(predicted over N) + mean(full - predicted over n), the
+    difference estimator (unbiased for any calibration, which only narrows it). Its standard error:
+    sigma_w * sqrt((1 - n / N) / n), sigma_w the residuals' sd about their system's mean residual,
+    pooled over systems (sum of squares over sum of (n - 1)), so that a system with two or three
+    reconstructed rows does not rest on its own sd. Infinite with n = 0, or before any pooled sd;
+    0 once every row of the system is reconstructed."""
+    names = sorted(set(systems))
+    index = {name: k for k, name in enumerate(names)}
+    members: list[list[int]] = [[] for _ in names]
+    for i, name in enumerate(systems):
+        members[index[name]].append(i)
+    k = len(names)
+    mean, se = np.empty(k), np.empty(k)
+    rows = np.array([len(m) for m in members])
+    reconstructed = np.array([sum(i in full for i in m) for m in members])
+    residual_mean = np.zeros(k)
+    squares, freedom = 0.0, 0
+    for s, m in enumerate(members):
+        residuals = np.array([full[i] - predicted[i] for i in m if i in full])
+        if len(residuals):
+            residual_mean[s] = residuals.mean()
+            squares += float(np.sum((residuals - residual_mean[s]) ** 2))
+            freedom += len(residuals) - 1
+    sigma = math.sqrt(squares / freedom) if freedom else math.inf
+    for s, m in enumerate(members):
+        mean[s] = float(np.mean(predicted[m])) + residual_mean[s]
+        n, size = reconstructed[s], rows[s]
+        if n == size:
+            se[s] = 0.0
+        elif n == 0 or math.isinf(sigma):
+            se[s] = math.inf
+        else:
+            se[s] = sigma * math.sqrt((1 - n / size) / n)
+    return SystemMeans(names, mean, se, rows, reconstructed, residual_mean, sigma)
+
+
+def system_margins(means: SystemMeans) -> np.ndarray:
+    """Per system, the smallest gap to another system's mean in units of the sum of their standard
+    errors: its z-interval overlaps that system's when this is under z (inf: settled)."""
+    k = len(means.names)
+    out = np.full(k, math.inf)
+    for s in range(k):
+        for t in range(k):
+            reach = means.se[s] + means.se[t]
+            if t != s and reach > 0:
+                out[s] = min(out[s], abs(means.mean[s] - means.mean[t]) / reach)
+    return out
