@@ -586,6 +586,8 @@ OTHER_PROGRAMS = {
     "--repo-type": "huggingface_hub/cli/download.py",
     "--hidden": "benchmarks/halluc.py",
     "--tiny-pictures": "benchmarks/adaptive_seeds.py",
+    "--replicates": "benchmarks/adaptive_seeds.py",
+    "--list": "scripts/walk.py",
     "--strict": "mkdocs/__main__.py",  # `mkdocs build --strict`
     # the GRPO example's own flags (docs/train.md)
     **{flag: "examples/grpo_caption_reward.py" for flag in ("--policy", "--steps", "--generations",
@@ -617,7 +619,7 @@ def test_docs_name_only_options_that_exist():
     # the exemptions stay true: each option is still the other program's
     site = Path(sysconfig.get_paths()["purelib"])
     for option, where in OTHER_PROGRAMS.items():
-        source = root / where if where.startswith(("benchmarks/", "examples/")) else site / where
+        source = root / where if where.startswith(("benchmarks/", "examples/", "scripts/")) else site / where
         assert option in source.read_text(), (option, where)
 
 
