@@ -820,6 +820,22 @@ MUTANTS = [
          "chance.sum(axis=1) / units"),
         ("cascade: best-of-n pick > -> <", "value[i] > value[best[g]]", "value[i] < value[best[g]]"),
     )],
+    # a metric's name is written once, in metrics/catalogue.py: its guards and the naming it drives
+    *[Mutant(f"metric name: {name}", file, original, mutated, ("tests/test_metric_names.py",))
+      for name, file, original, mutated in (
+        ("a name given twice is kept", "metrics/catalogue.py", "if entry.name in table:", "if entry.name in ():"),
+        ("a name only starting as a word is kept", "metrics/catalogue.py", "NAME_PATTERN.fullmatch(entry.name)",
+         "NAME_PATTERN.match(entry.name)"),
+        ("a name may hold ':'", "metrics/catalogue.py", 'r"[a-z][a-z0-9-]*"', 'r"[a-z][a-z0-9:-]*"'),
+        ("a class's own name beside its entry is kept", "metrics/base.py", 'if "name" in cls.__dict__:',
+         'if "names" in cls.__dict__:'),
+        ("a shared class named after its first entry", "metrics/base.py", "if len(names) == 1 else",
+         "if len(names) >= 1 else"),
+        ("an instance named by its class alone, not its options", "metrics/catalogue.py",
+         "entry.target == target and dict(entry.options) == options", "entry.target == target"),
+        ("a built-in built without its entry's options", "metrics/__init__.py",
+         "from_roles(roles, config, **METRICS[name].options)", "from_roles(roles, config)"),
+    )],
     # corpus statistics of BLEU, METEOR, CIDEr kept per row and merged (issue 55 item 10)
     *[Mutant(f"mergeable-stats: {name}", "metrics/reference_statistics.py", original, mutated,
              ("tests/test_reference_statistics.py",)) for name, original, mutated in (

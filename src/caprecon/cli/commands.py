@@ -139,7 +139,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     from caprecon.models.registry import describe_registry
 
     table = describe_registry()
-    table["metric"] = {name: about for name, (_, about) in METRICS.items()}
+    table["metric"] = {name: entry.about for name, entry in METRICS.items()}
     if args.json:
         print(json.dumps(table, indent=2))
         return 0

@@ -29,6 +29,7 @@ from PIL import Image
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.recent import Recent
 from caprecon.core.records import is_number
+from caprecon.metrics.catalogue import names_of, target_of
 from caprecon.models.embedder import ImageEmbedder
 from caprecon.models.generator import TextToImage
 from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
@@ -284,12 +285,17 @@ def read_columns(manifest: Mapping[str, Any]) -> dict[str, Column]:
 
 
 class Metric:
-    """Base class: subclasses set `name`, declare `columns` and implement `score`.
+    """Base class: subclasses have a `name`, declare `columns` and implement `score`.
 
-    The registry builds a metric with `from_roles(roles, config)`: `roles` holds the run's shared
-    models (`generator`, `embedder`, `clip`, `clip_matcher`, `judge`, `llm`, `qa_bank`, ... of
-    `caprecon.run.roles.Roles`), `config` the run's `caprecon.run.config.RunConfig`. The default
-    calls `cls()`, so a metric that needs no model needs no constructor at all."""
+    A metric written outside caprecon sets its `name`; one of caprecon's takes it from its entry in
+    `caprecon.metrics.catalogue` (the one place it is written) when the class is defined, and one
+    that several names share (halluc's reports, the reference metrics) names each instance.
+
+    The registry builds every metric, caprecon's and plug-ins alike, with `from_roles(roles, config,
+    **options)`: `roles` holds the run's shared models (`generator`, `embedder`, `clip`,
+    `clip_matcher`, `judge`, `llm`, `qa_bank`, ... of `caprecon.run.roles.Roles`), `config` the run's
+    `caprecon.run.config.RunConfig`, and `options` are a catalogue entry's (a plug-in gets none). The
+    default calls `cls()`, so a metric that needs no model needs no constructor at all."""
 
     name: ClassVar[str] = ""
     #: the field of `score`'s output that is this metric's headline number
@@ -300,6 +306,16 @@ class Metric:
     companions: tuple[str, ...] = ()
     #: every number `score` writes that a reader compares across rows or runs, headline first
     columns: tuple[Column, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = names_of(target_of(cls))
+        if not names:
+            return  # a plug-in, or a class no name builds: its `name` is its own
+        if "name" in cls.__dict__:
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__} sets name = {cls.__dict__['name']!r}, but "
+                            f"caprecon.metrics.catalogue names it {', '.join(names)}: write the name there only")
+        cls.name = names[0] if len(names) == 1 else ""  # a shared class names each instance
 
     @classmethod
     def from_roles(cls, roles: Any, config: Any) -> Metric:

@@ -38,7 +38,6 @@ def captionqa_prompt(caption: str, item: QAItem) -> str:
 
 
 class CaptionQA(Metric):
-    name = "captionqa"
     columns = (Column("captionqa", low=0.0, high=1.0),)
 
     def __init__(self, llm: TextLLM, bank: str | Path | dict[str, list[QAItem]], *, max_new_tokens: int = 32,
@@ -47,6 +46,11 @@ class CaptionQA(Metric):
         self.bank = load_qa_bank(bank) if isinstance(bank, (str, Path)) else bank
         self.max_new_tokens = max_new_tokens
         self.iou_threshold = iou_threshold
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> CaptionQA:
+        bank = roles.qa_bank  # a bad bank is found before any model loads
+        return cls(roles.llm, bank, iou_threshold=config.iou_threshold)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "llm": describe_model(self.llm), "questions": sum(len(v) for v in self.bank.values())}

@@ -96,7 +96,6 @@ class ClaimCheck(Metric):
         metric = caprecon.ClaimCheck(judge, llm, generator)
         metric(images, captions)  # claims_conveyed per pair"""
 
-    name = "claims"
     primary = "claims_conveyed"
     companions = ("claims_precision", "claims_lost")
     columns = (Column("claims_conveyed", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
@@ -113,6 +112,10 @@ class ClaimCheck(Metric):
         self.spec = spec or ReconstructionSpec()
         self.normalise = normalise
         self.parsing = ParseTally()
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> ClaimCheck:
+        return cls(roles.judge, roles.llm, roles.generator, spec=config.spec, normalise=config.vqa_normalise)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "column": self.headline, "judge": describe_model(self.judge),

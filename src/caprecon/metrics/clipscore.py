@@ -68,7 +68,6 @@ def image_side(matcher: CaptionImageMatcher) -> ImageEmbedder:
 
 
 class ClipScore(Metric):
-    name = "clipscore"
 
     def __init__(self, clip: CaptionImageMatcher, *, prefix: str = PREFIX, weight: float = WEIGHT):
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
@@ -77,6 +76,11 @@ class ClipScore(Metric):
             raise ValueError(f"{self.name} prefix must be text, not {prefix!r}")
         self.clip, self.prefix, self.weight = model_of("matcher", clip), prefix, float(weight)
         self.columns = (Column(self.name, low=0.0, high=self.weight, needs_source_image=True),)
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> ClipScore:
+        options = {"weight": config.clipscore_weight, "prefix": config.clipscore_prefix}
+        return cls(roles.clip_matcher, **{k: v for k, v in options.items() if v is not None})
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "clip": describe_model(self.clip), "prefix": self.prefix, "w": self.weight}
@@ -107,17 +111,18 @@ class ClipScore(Metric):
 class ClipS(ClipScore):
     """CLIP-S of the Caption Turing Test paper: 100 · max(cos, 0) on the bare caption."""
 
-    name = "clip-s"
-
     def __init__(self, clip: CaptionImageMatcher, *, prefix: str = "", weight: float = CLIP_S_WEIGHT):
         super().__init__(clip, prefix=prefix, weight=weight)
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> ClipS:
+        return cls(roles.clip_matcher)  # the paper's weight and bare caption: --clipscore-* set clipscore's
 
 
 class RefClipScore(ClipScore):
     """Writes its own CLIPScore part as `refclipscore_clip`, never as `clipscore`: asked beside
     `clipscore`, whose weight and prefix may be set apart, it must not overwrite that column."""
 
-    name = "refclipscore"
     companions = ("refclipscore_clip",)
 
     def __init__(self, clip: CaptionImageMatcher, *, prefix: str = PREFIX, weight: float = WEIGHT):
@@ -126,6 +131,10 @@ class RefClipScore(ClipScore):
         self.columns = (Column("refclipscore", low=0.0, high=self.weight, needs_source_image=True,
                                needs_references=True),
                         Column("refclipscore_clip", low=0.0, high=self.weight, needs_source_image=True))
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> RefClipScore:
+        return cls(roles.clip_matcher)
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
         for item in items:

@@ -122,7 +122,6 @@ def fleur_score(tokens: Sequence[str], probs: Sequence[Sequence[float]]) -> tupl
 
 
 class Fleur(Metric):
-    name = "fleur"
     columns = (Column("fleur", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
                # over a server: the probability its top k covered where the digits were read (a diagnostic)
                Column("fleur_topk_mass", higher_is_better=None, low=0.0, high=1.0, needs_source_image=True,
@@ -138,6 +137,10 @@ class Fleur(Metric):
         vlm = model_of("judge", vlm)
         require_capability(vlm, "generate_with_token_probs", self.name)
         self.vlm, self.prompt, self.max_new_tokens = vlm, prompt, max_new_tokens
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> Fleur:
+        return cls(roles.judge, **({"prompt": config.fleur_prompt} if config.fleur_prompt else {}))
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "vlm": describe_model(self.vlm),

@@ -36,6 +36,7 @@ from caprecon.data.images import LoadedSample
 from caprecon.data.qa import QAItem
 from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Column, Context, Metric
+from caprecon.metrics.catalogue import name_of, target_of
 from caprecon.metrics.categories import CategoryTally
 from caprecon.metrics.claims import Checked, ClaimSet, check_claims, extract_claims
 from caprecon.metrics.judging import LazyImages, require_capability
@@ -46,7 +47,6 @@ from caprecon.reconstruct.reconstructor import ReconstructionSpec
 from caprecon.models.build import model_of
 
 HEADLINES = {"precision": "halluc", "coverage": "halluc_coverage", "f": "halluc_f"}
-NAMES = {"precision": "halluc", "coverage": "halluc-coverage", "f": "halluc-f"}  # as `METRICS` lists them
 
 
 def f_beta(precision: float | None, coverage: float | None, beta: float = 1.0) -> float | None:
@@ -58,7 +58,7 @@ def f_beta(precision: float | None, coverage: float | None, beta: float = 1.0) -
 
 
 class Hallucination(Metric):
-    name = "halluc"  # each instance carries the registry name of its headline (`NAMES`)
+    """Each instance is named as the catalogue names its `report` (`caprecon.metrics.catalogue`)."""
 
     def __init__(self, judge: VisionLanguageModel, llm: TextLLM, *, generator: TextToImage | None = None,
                  bank: dict[str, list[QAItem]] | None = None, spec: ReconstructionSpec | None = None,
@@ -72,7 +72,8 @@ class Hallucination(Metric):
             raise ValueError(f"report must be one of {', '.join(HEADLINES)}, not {report!r}")
         if report != "precision" and generator is None:
             raise ValueError(f"halluc's {report} needs a generator (coverage is checked on the reconstruction)")
-        self.name = NAMES[report]  # before any error, which names the metric as the user asked for it
+        # before any error, which names the metric as the user asked for it
+        self.name = name_of(target_of(Hallucination), report=report)
         judge, llm, generator = model_of("judge", judge), model_of("llm", llm), model_of("generator", generator)
         require_capability(judge, "option_probs", self.name)
         self.judge, self.llm, self.generator, self.bank = judge, llm, generator, bank
@@ -98,6 +99,15 @@ class Hallucination(Metric):
                     "halluc_rate": Column("halluc_rate", higher_is_better=False, low=0.0, high=1.0,
                                           needs_source_image=True, needs_judge=True)}
         self.columns = tuple(declared[c] for c in [self.headline, *self.companions])
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any, *, report: str) -> Hallucination:
+        bank = roles.qa_bank if config.qa_bank else None
+        # precision alone needs no generator; coverage (and F) is checked on the reconstruction
+        generator = roles.generator if config.generator is not None or report != "precision" else None
+        return cls(roles.judge, roles.llm, generator=generator, bank=bank, spec=config.spec, beta=config.beta,
+                   normalise=config.vqa_normalise, iou_threshold=config.iou_threshold,
+                   judges_for=roles.judges_for if bank else None, report=report)
 
     @property
     def headline(self) -> str:

@@ -31,7 +31,6 @@ class ReconScore(Metric):
     returns one score per pair; inside a run, `score` reads and writes the run's cache.
     """
 
-    name = "recon"
     columns = (Column("recon", low=0.0, high=1.0, needs_source_image=True),)
 
     def __init__(self, generator: TextToImage, embedder: ImageEmbedder, spec: ReconstructionSpec | None = None,
@@ -39,6 +38,10 @@ class ReconScore(Metric):
         self.generator = model_of("generator", generator)
         self.embedder = model_of("embedder", embedder)
         self.spec = spec or ReconstructionSpec(**spec_options)
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> ReconScore:
+        return cls(roles.generator, roles.embedder, config.spec)
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "embedder": describe_model(self.embedder), "generator": describe_model(self.generator),
@@ -88,8 +91,11 @@ class ReconScore(Metric):
 class ClipImageScore(ReconScore):
     """cos(E(I), E(Î)) with E a CLIP image encoder; pass a CLIP `HFVisionEmbedder`."""
 
-    name = "clip-image"
     columns = (Column("clip-image", low=-1.0, high=1.0, needs_source_image=True),)
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> ClipImageScore:
+        return cls(roles.generator, roles.clip, config.spec)
 
     def _transform(self, cos: np.ndarray) -> np.ndarray:
         return cos

@@ -39,12 +39,13 @@ from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics.base import CORPUS, MEAN, Column, Context, Metric
+from caprecon.metrics.catalogue import REFERENCE, names_of
 from caprecon.metrics.reference_statistics import (CorpusPart, bleu_counts, corpus_value, implementation,
                                                    meteor_evaluate, meteor_statistics, pooled_column,
                                                    references_identity)
 
-BLEU = ("bleu-1", "bleu-2", "bleu-3", "bleu-4")
-REFERENCE_METRICS = (*BLEU, "meteor", "rouge", "cider", "spice")
+REFERENCE_METRICS = names_of(REFERENCE)  # bleu-1..4, meteor, rouge, cider, spice: named in the catalogue
+BLEU = tuple(name for name in REFERENCE_METRICS if name.startswith("bleu-"))  # by n, as pycocoevalcap lists them
 
 _ALIASES = {
     "rougel": "rouge",
@@ -332,6 +333,13 @@ class ReferenceMetric(Metric):
         self.name = canonical
         self.reference = ReferenceMetrics([canonical])
         self.columns = (reference_column(canonical),)
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any, *, name: str) -> ReferenceMetric:
+        try:
+            return cls(name)
+        except ReferenceMetricError as exc:  # no Java, no pycocoevalcap, SPICE's jars missing
+            raise ConfigError(f"-m {name}: {exc}") from None
 
     def describe(self) -> dict[str, Any]:
         return {"metric": self.name, "implementation": "pycocoevalcap", "aggregate": AGGREGATES[self.name]}

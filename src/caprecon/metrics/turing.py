@@ -47,7 +47,6 @@ from caprecon.models.build import model_of
 
 
 class CaptionTuringTest(Metric):
-    name = "turing"
     columns = (Column("turing", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
                Column("turing_upper", low=0.0, high=1.0, needs_source_image=True, needs_judge=True),
                # how much the reconstruction loses against the source image: smaller is better
@@ -72,6 +71,12 @@ class CaptionTuringTest(Metric):
         self.max_new_tokens = max_new_tokens
         self.iou_threshold = iou_threshold
         self.judge_box_coords = judge_box_coords  # overrides the default judge's own convention
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> CaptionTuringTest:
+        bank = roles.qa_bank  # a bad bank is found before any model loads
+        return cls(roles.generator, roles.judge, bank, config.spec, iou_threshold=config.iou_threshold,
+                   judges_for=roles.judges_for)
 
     def judge_of(self, category: str) -> VisionLanguageModel:
         return self.judges_for.get(category, self.judge)

@@ -72,7 +72,6 @@ def yes_probabilities(ctx: Context, vlm: VisionLanguageModel, asks: Sequence[Ask
 
 
 class VQAScore(Metric):
-    name = "vqascore"
 
     def __init__(self, vlm: VisionLanguageModel, *, template: str = DEFAULT_TEMPLATE, on: str = "image",
                  generator: TextToImage | None = None, spec: ReconstructionSpec | None = None,
@@ -98,6 +97,12 @@ class VQAScore(Metric):
         self.companions = ("vqascore_recon",) if on == "both" else ()
         self.columns = tuple(Column(name, low=0.0, high=1.0, needs_judge=True, needs_source_image=name == "vqascore")
                              for name in [self.headline, *self.companions])
+
+    @classmethod
+    def from_roles(cls, roles: Any, config: Any) -> VQAScore:
+        return cls(roles.judge, template=config.vqa_template, on=config.vqa_on,
+                   generator=roles.generator if config.vqa_on != "image" else None, spec=config.spec,
+                   normalise=config.vqa_normalise)
 
     @property
     def headline(self) -> str:

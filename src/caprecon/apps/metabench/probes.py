@@ -18,6 +18,7 @@ from caprecon.apps.metabench.probe_captions import (LENGTHS, Perturber, ProbeWri
 from caprecon.core.records import write_jsonl_atomically
 from caprecon.data.judgments import Judgments, ProbeTriple
 from caprecon.data.samples import Sample
+from caprecon.metrics.catalogue import HALLUCINATION, names_of
 from caprecon.metrics.claims import extract_claims
 from caprecon.metrics.reference import ReferenceMetrics, reference_metric_name
 from caprecon.stats.probes import ProbeRow, insertion_probe, length_robustness, paraphrase_delta
@@ -99,8 +100,8 @@ def run_probes(
     return rows
 
 
-# the halluc family as `METRICS` names it: precision, coverage (needs a generator) and their F
-HALLUC_METRICS = ("halluc", "halluc-coverage", "halluc-f")
+# the halluc family, as the catalogue names it: precision, coverage (needs a generator) and their F
+HALLUC_METRICS = names_of(HALLUCINATION)
 
 
 def inserted_object_probe(req: MetaRequest, judgments: Judgments, writer: ProbeWriter, metrics: Sequence[str],
