@@ -67,6 +67,17 @@ class PixelEmbedder:
         return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
+class CountingEmbedder(PixelEmbedder):
+    """The pixel embedder, recording the size of every picture it is given."""
+
+    def __init__(self):
+        self.seen: list[tuple[int, int]] = []
+
+    def embed(self, images: Sequence[Image.Image]) -> np.ndarray:
+        self.seen += [im.size for im in images]
+        return super().embed(images)
+
+
 class CountingOracle(OracleGenerator):
     """The oracle, counting the prompts it draws (per instance, so a pickled copy counts its own)."""
 

@@ -7,28 +7,16 @@ ReconScore is worked out from the two pictures directly (`oracle.expected_recon`
 
 from __future__ import annotations
 
-from typing import Any, Sequence
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from oracle import CountingOracle, PixelEmbedder, expected_recon, render
+from oracle import CountingEmbedder, CountingOracle, PixelEmbedder, expected_recon, render
 
 from caprecon.data.samples import SampleError
 from caprecon.metrics.base import Column, Metric
 from caprecon.metrics.recon import ClipImageScore, ReconScore
-
-
-class CountingEmbedder(PixelEmbedder):
-    """The pixel embedder, recording the size of every picture it is given."""
-
-    def __init__(self):
-        self.seen: list[tuple[int, int]] = []
-
-    def embed(self, images):
-        self.seen += [im.size for im in images]
-        return super().embed(images)
 
 
 SCENES = ["red circle blue square", "green triangle", "yellow square purple circle"]

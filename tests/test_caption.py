@@ -604,15 +604,7 @@ class RepeatingCaptioner:
 
 @pytest.mark.parametrize("policy", ["per-image", "fixed"])
 def test_selection_embeds_each_image_once_and_reconstructs_each_distinct_candidate_once(tmp_path, policy):
-    from oracle import CountingOracle, PixelEmbedder, render
-
-    class CountingEmbedder(PixelEmbedder):
-        def __init__(self):
-            self.seen: list[tuple[int, int]] = []
-
-        def embed(self, images):
-            self.seen += [im.size for im in images]
-            return super().embed(images)
+    from oracle import CountingEmbedder, CountingOracle, PixelEmbedder, render
 
     folder = tmp_path / "photos"
     folder.mkdir()
