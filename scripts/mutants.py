@@ -75,6 +75,10 @@ CASCADE_ESTIMATES = {
 }
 
 MUTANTS = [
+    # the walk of a score call (issue 55): the corpus step entered only for metrics with a corpus column
+    Mutant("score: the corpus step skipped for the corpus columns", "run/score.py",
+           "any(c.aggregate == CORPUS for c in m.columns)", "any(c.aggregate != CORPUS for c in m.columns)",
+           ("tests/test_reference.py",)),
     # ReconScore paper: (1 + cos) / 2; CLIP-Image: the raw cosine of source and reconstruction
     Mutant("ReconScore (1+cos)/2 -> cos", "metrics/recon.py", "(1.0 + cos) / 2.0", "cos",
            (FORMULAS, "tests/test_recon.py")),

@@ -28,7 +28,7 @@ from caprecon.data.normalise import normalised_samples
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_images, check_unique_ids, confining_root
 from caprecon.metrics import Context, Metric, build_metric
-from caprecon.metrics.base import check_columns, declared_columns
+from caprecon.metrics.base import CORPUS, check_columns, declared_columns
 from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
@@ -179,7 +179,9 @@ def score(
             thumbnails.close(wait=False)
         raise
     summary = summarise(records, summarised)
-    statistics = corpus_values(summary, built, records, rows)
+    # the corpus step (BLEU, METEOR, CIDEr) goes over the rows again: only for metrics with a corpus column
+    pooled = [m for m in built if any(c.aggregate == CORPUS for c in m.columns)]
+    statistics = corpus_values(summary, pooled, records, rows) if pooled else {}
     manifest = {
         "status": "complete",
         "resumed_rows": len(done),
