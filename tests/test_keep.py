@@ -310,6 +310,39 @@ def test_a_store_waiting_on_another_claim_keeps_none_of_its_own(tmp_path, waitin
     assert not worker.is_alive() and len(generator.prompts) == 2
 
 
+def test_a_short_wait_on_another_claim_keeps_its_own(tmp_path, waiting):
+    """Waiting on another's claim, a process keeps its own kept claims for `KEPT_PATIENCE_S` (the other
+    may only be ending its batch; let go at once, a third could take the record before its embedding)."""
+    from caprecon.data.images import read_image
+    from caprecon.data.samples import Sample
+    from caprecon.reconstruct.reconstructor import Reconstructor, ReconstructionSpec
+
+    render("red circle").save(tmp_path / "photo.png")
+    first, second = (read_image(Sample(id=str(i), image=tmp_path / "photo.png", caption=c))
+                     for i, c in enumerate(["a red circle", "a green triangle"]))
+    mine, other = Store(tmp_path / "cache", keep="vectors"), Store(tmp_path / "cache", keep="vectors")
+    reconstructor = Reconstructor(CountingOracle(), mine, ReconstructionSpec(max_side=96), poll_seconds=0.05)
+    reconstructor.KEPT_PATIENCE_S = 30.0  # longer than this test waits: the claim must still be held
+    (kept, _), (wanted, _) = reconstructor.requests_for([first, second])
+    assert other.claim([wanted]) == {wanted}
+
+    def work():
+        with mine.keeping_claims():
+            reconstructor.reconstruct([first])
+            reconstructor.reconstruct([second])
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    try:
+        assert waiting.wait(30)
+        time.sleep(0.3)  # several polls of the wait
+        assert other.claimed_elsewhere([kept]) == {kept}
+    finally:
+        other.release([wanted])
+        worker.join(30)
+    assert not worker.is_alive()
+
+
 @pytest.mark.parametrize("form", ["score", "score_pairs"])
 def test_a_metric_batch_keeps_its_pictures_claimed_until_it_ends(tmp_path, form):
     """Both forms of a metric's batch (`MetricRunner.score`, run by `score`'s executors; `score_pairs`,

@@ -183,6 +183,10 @@ class Reconstructor:
     """
 
     KIND = "reconstruction"
+    #: seconds a process waiting on another's claim keeps its own kept claims (`Store.keeping_claims`)
+    #: before letting them go: long enough for the other to end a batch, short enough to break the
+    #: wait of two processes on each other
+    KEPT_PATIENCE_S = 1.0
     # bump when a change here (request sizing, seeding, prompting) changes the images stored under a key;
     # the generator's own code and libraries are in its fingerprint
     code_revision: ClassVar[int] = 1
@@ -340,10 +344,12 @@ class Reconstructor:
             if pending:
                 if not waited:
                     log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
-                    waited = True
-                # no claim kept while waiting on another's (`Store.keeping_claims`): two processes each
-                # keeping what the other waits for would wait for ever
-                self.store.release_kept()
+                    waited, waiting_since = True, time.monotonic()
+                # no claim kept for long while waiting on another's (`Store.keeping_claims`): two processes
+                # each keeping what the other waits for would wait for ever. A short wait (the other ending
+                # its batch) keeps them, so that no one takes a record whose embedding is on its way
+                if time.monotonic() - waiting_since >= self.KEPT_PATIENCE_S:
+                    self.store.release_kept()
                 time.sleep(self.poll_seconds)
                 done = self.store.get_images(list(pending), records=records)
                 out.update(done)
