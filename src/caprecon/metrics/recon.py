@@ -54,15 +54,19 @@ class ReconScore(Metric):
         recons = ctx.reconstructor(self.generator, self.spec).reconstruct(items)
         source = ctx.embed(self.embedder, [it.image_key for it in items], lambda i: items[i].image)
         rebuilt = ctx.embed(self.embedder, [r.key for r in recons], lambda i: recons[i].image())
+        return self._rows(source, rebuilt, recons)
+
+    def _rows(self, source: np.ndarray, rebuilt: np.ndarray, recons: Sequence[Any]) -> list[dict[str, Any]]:
+        """Each row's score from its source's and its reconstruction's vectors (row by row), with the
+        reconstruction's record."""
         cos = np.clip(np.sum(source * rebuilt, axis=1), -1.0, 1.0)
-        values = self._transform(cos)
-        return [{self.name: float(v), **r.record()} for v, r in zip(values, recons)]
+        return [{self.name: float(v), **r.record()} for v, r in zip(self._transform(cos), recons)]
 
     def score_pairs(self, images: Sequence[LoadedSample], texts: Sequence[str], ctx: Context,
                     pairs: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
         """`score` of the pairs, sharing what they share: one vector per image, one reconstruction and
-        one vector per distinct request (caption, noise, size), then each pair's cosine. The cosines are
-        summed as `score` sums them, so a pair gets the same bits either way. A subclass with a `score`
+        one vector per distinct request (caption, noise, size), then each pair's cosine, by `score`'s own
+        `_rows`, so a pair gets the same bits either way. A subclass with a `score`
         of its own is scored by it (the generic form), never around it."""
         if type(self).score is not ReconScore.score:
             return super().score_pairs(images, texts, ctx, pairs)
@@ -83,8 +87,7 @@ class ReconScore(Metric):
             chunk = range(start, min(start + PAIRS_AT_ONCE, len(pairs)))
             mine = source[[row_of[pairs[at][0]] for at in chunk]]
             theirs = rebuilt[[position[recons[at].key] for at in chunk]]
-            values = self._transform(np.clip(np.sum(mine * theirs, axis=1), -1.0, 1.0))
-            out += [{self.name: float(v), **recons[at].record()} for v, at in zip(values, chunk)]
+            out += self._rows(mine, theirs, [recons[at] for at in chunk])
         return out
 
 

@@ -328,7 +328,7 @@ class Reconstructor:
         else (its pixels are wanted) only a picture does."""
         out: dict[str, tuple] = {}
         pending = dict(missing)
-        waited = False
+        waiting_since: float | None = None
         while pending:
             mine = self.store.claim(list(pending))
             if mine:
@@ -342,9 +342,9 @@ class Reconstructor:
                 for key in mine:
                     pending.pop(key)
             if pending:
-                if not waited:
+                if waiting_since is None:
                     log.info("waiting for %d reconstruction(s) another process is generating", len(pending))
-                    waited, waiting_since = True, time.monotonic()
+                    waiting_since = time.monotonic()
                 # no claim kept for long while waiting on another's (`Store.keeping_claims`): two processes
                 # each keeping what the other waits for would wait for ever. A short wait (the other ending
                 # its batch) keeps them, so that no one takes a record whose embedding is on its way
