@@ -64,6 +64,7 @@ import numpy as np  # noqa: E402
 import caprecon  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 from caprecon.stats.correlation import kendall_tau  # noqa: E402
+from caprecon.metrics.adaptive import DEFAULT_STAGES as STAGES, STAGE_SHARE  # noqa: E402
 from noisy_standin import NoisyGenerator, NoisyScore  # noqa: E402
 
 FIXED = 8
@@ -119,19 +120,80 @@ def best_two_stage(sds, width: float, atoms: int = 64, points: int = 64) -> floa
     return float(seeds.reshape(len(sds), points).mean(axis=1).sum())
 
 
-def shared_scale_seeds(sds, width: float, points: int = 256) -> float:
-    """The expected generations, per replicate, of a rule that knows each caption's sd up to one factor
-    shared by all and learns that factor from the first draws (captions x (MIN - 1) degrees of freedom,
-    t intervals): where the noise is alike, the pooled rule that knows it is alike. By quadrature
-    over the estimate's chi-square."""
+def staged_draws(sds, replicates: int, seed: int = 0):
+    """Simulated draws for the staged bounds: each caption `replicates` times, `HIGH` normal draws of
+    its sd each; returns (true sds, draws) as rows."""
+    truth = np.tile(np.asarray(sds, float), replicates)
+    return truth, np.random.default_rng(seed).standard_normal((len(truth), HIGH)) * truth[:, None]
+
+
+def variance_of_first(draws, seeds):
+    """Each row's sample variance of its first `seeds[row]` draws."""
+    rows = np.arange(len(draws))
+    total, squares = np.cumsum(draws, 1)[rows, seeds - 1], np.cumsum(draws**2, 1)[rows, seeds - 1]
+    return (squares - total * total / seeds) / (seeds - 1)
+
+
+def posterior_half(variances, seeds, grid, prior):
+    """The half-width at one seed whose known-sd normal interval covers 0.95 given each row's draws:
+    the posterior over the `grid` of sds (weights `prior`) from its sample variance, by bisection."""
     from scipy import stats
+
+    df = (seeds - 1)[:, None].astype(float)
+    log_post = (stats.chi2.logpdf(df * variances[:, None] / grid[None, :] ** 2, df) - 2 * np.log(grid)[None, :]
+                + np.log(prior)[None, :])
+    post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
+    post /= post.sum(axis=1, keepdims=True)
+    low, high = np.zeros(len(variances)), np.full(len(variances), 10 * Z * grid.max())
+    for _ in range(50):
+        mid = (low + high) / 2
+        short = (post * (2 * stats.norm.cdf(mid[:, None] / grid[None, :]) - 1)).sum(axis=1) < 0.95
+        low, high = np.where(short, mid, low), np.where(short, high, mid)
+    return high
+
+
+def best_staged(sds, width: float, stages: int | None, replicates: int = 8, atoms: int = 64) -> float:
+    """The generations per replicate of the best staged allocation (module doc) by simulation: the
+    captions' true sds as equally likely atoms of the prior (at most `atoms`, by quantile); at each
+    decision a caption's posterior over them from all its draws so far, and the staged rule's share of
+    its need (`STAGE_SHARE`, all of it at the last decision). `stages` None: fully sequential, a
+    decision after every draw, stopping once the caption's need is no more than its draws."""
+    sds = np.asarray(sds, float)
+    grid = np.unique(sds) if len(np.unique(sds)) <= atoms else np.quantile(sds, (np.arange(atoms) + 0.5) / atoms)
+    prior = np.array([np.sum(np.isclose(sds, g)) for g in grid], float) if len(grid) < atoms else np.ones(len(grid))
+    prior /= prior.sum()
+    _, draws = staged_draws(sds, replicates)
+    seeds = np.full(len(draws), LOW)
+    if stages is None:
+        open_ = np.ones(len(draws), bool)
+        while open_.any():
+            need = np.ceil((2 * posterior_half(variance_of_first(draws, seeds), seeds, grid, prior) / width) ** 2)
+            open_ &= (need > seeds) & (seeds < HIGH)
+            seeds = seeds + open_
+        return float(seeds.sum() / replicates)
+    for decision in range(stages - 1):
+        half = posterior_half(variance_of_first(draws, seeds), seeds, grid, prior)
+        share = 1.0 if decision == stages - 2 else STAGE_SHARE
+        seeds = np.clip(np.ceil(share * (2 * half / width) ** 2), seeds, HIGH).astype(int)
+    return float(seeds.sum() / replicates)
+
+
+def shared_scale_staged(sds, width: float, stages: int, replicates: int = 64) -> float:
+    """The generations per replicate, by simulation, of a staged rule that knows each caption's sd up to
+    one factor shared by all and learns it from every caption's draws so far (their degrees of freedom
+    summed, t intervals): where the noise is alike, the pooled rule that knows it is alike."""
     from scipy.special import stdtrit
 
-    sds = np.asarray(sds, float)
-    df = len(sds) * (LOW - 1)
-    factor = np.sqrt(stats.chi2.ppf((np.arange(points) + 0.5) / points, df) / df)
-    half = float(stdtrit(df, 0.975)) * sds[:, None] * factor[None, :]
-    return float(np.clip(np.ceil((2 * half / width) ** 2), LOW, HIGH).mean(axis=1).sum())
+    relative = np.asarray(sds, float)
+    truth, draws = staged_draws(relative, replicates, seed=1)
+    seeds, group = np.full(len(draws), LOW), np.repeat(np.arange(replicates), len(relative))
+    for decision in range(stages - 1):
+        df = np.bincount(group, seeds - 1)
+        factor = np.sqrt(np.bincount(group, (seeds - 1) * variance_of_first(draws, seeds) / truth**2) / df)
+        half = stdtrit(df, 0.975)[group] * factor[group] * truth
+        share = 1.0 if decision == stages - 2 else STAGE_SHARE
+        seeds = np.clip(np.ceil(share * (2 * half / width) ** 2), seeds, HIGH).astype(int)
+    return float(seeds.sum() / replicates)
 
 
 def side(run, truth: list[float], metric: str, settings: dict, replicates: int) -> dict:
@@ -152,47 +214,54 @@ def side(run, truth: list[float], metric: str, settings: dict, replicates: int) 
 
 
 def compare(label: str, run, truth: list[float], sds, metric: str, widths, replicates: int, alike: bool) -> None:
-    """Fixed K, adaptive (mixture) at each width and the other rules at one, with the goal lines."""
+    """Fixed K, adaptive (mixture, its default stages) at each width and at one width the two-stage
+    mixture and the other rules, with the goal lines and the bounds beside them."""
     fixed = side(run, truth, metric, {"seeds": FIXED}, replicates)
     own_width = statistics.median(fixed["widths"])
     widths = sorted({*widths, own_width})
-    sides = [(f"adaptive W={w:.4f}", w, "mixture") for w in widths]
+    sides = [(f"adaptive W={w:.4f}", w, {}) for w in widths]
     other = widths[len(widths) // 2]
-    sides += [(f"adaptive W={other:.4f} {rule}", other, rule) for rule in ("moderated", "pooled", "stein")]
+    sides += [(f"adaptive W={other:.4f} 2 stages", other, {"adaptive_stages": 2})]
+    sides += [(f"adaptive W={other:.4f} {rule}", other, {"adaptive_rule": rule}) for rule in ("moderated", "pooled", "stein")]
     print(f"  {'side':34s} {'gens':>7s} {'cover':>6s} {'fewest (k, n)':>19s} {'tau':>6s} {'/best':>6s} {'/fixed':>7s}"
-          f" {'/2-stage':>8s}")
+          f" {'/2-stage':>8s} {f'/{STAGES}-stage':>8s}")
     print(f"  {f'fixed K = {FIXED}':34s} {fixed['gens']:7d} {fixed['coverage']:6.3f} "
           f"{fixed['fewest']:6.3f} ({fixed['at']:2d}, {fixed['n_fewest']:5d}) {fixed['tau']:6.3f}")
-    results = []
-    for name, width, rule in sides:
-        got = side(run, truth, metric, {"seeds": ADAPTIVE, "target_width": width, "adaptive_rule": rule}, replicates)
-        best = best_allocation(sds, width) * replicates
-        two_stage = best_two_stage(sds, width) * replicates
-        results.append((name, width, rule, got, best, two_stage))
+    results, bounds = [], {}
+    for name, width, options in sides:
+        got = side(run, truth, metric, {"seeds": ADAPTIVE, "target_width": width, **options}, replicates)
+        if width not in bounds:  # per replicate: best allocation, best two-stage, best STAGES-stage, fully sequential
+            bounds[width] = (best_allocation(sds, width), best_two_stage(sds, width), best_staged(sds, width, STAGES),
+                             best_staged(sds, width, None))
+        best, two_stage, staged, sequential = (b * replicates for b in bounds[width])
+        results.append((name, width, options, got, best, two_stage, staged, sequential))
         print(f"  {name:34s} {got['gens']:7d} {got['coverage']:6.3f} {got['fewest']:6.3f} ({got['at']:2d}, "
               f"{got['n_fewest']:5d}) {got['tau']:6.3f} {got['gens'] / best:6.3f} {got['gens'] / fixed['gens']:7.3f}"
-              f" {got['gens'] / two_stage:8.3f}   best allocation {best}, best two-stage {two_stage:.0f}")
-    print(f"{label}: fixed K's median interval width {own_width:.4f}")
-    for name, width, rule, got, best, two_stage in results:
-        if rule != "mixture":
+              f" {got['gens'] / two_stage:8.3f} {got['gens'] / staged:8.3f}   best allocation {best}, best two-stage "
+              f"{two_stage:.0f}, best {STAGES}-stage {staged:.0f}, fully sequential {sequential:.0f}")
+    print(f"{label}: fixed K's median interval width {own_width:.4f}; adaptive: --adaptive-rule mixture, "
+          f"{STAGES} stages (share {STAGE_SHARE})")
+    for name, width, options, got, best, two_stage, staged, sequential in results:
+        if options:
             continue
         print(f"{label} {name} coverage, all intervals          {got['coverage']:.3f}  goal >= {COVERAGE_GOAL}")
         print(f"{label} {name} coverage, fewest draws ({got['at']:2d})     {got['fewest']:.3f}  goal >= {COVERAGE_GOAL}")
         print(f"{label} {name} generations / best allocation  {got['gens'] / best:.3f}  goal <= {BEST_GOAL}"
-              f"   (bound: the best two-stage needs {two_stage / best:.3f})")
-        print(f"{label} {name} generations / best two-stage   {got['gens'] / two_stage:.3f}  goal <= {BEST_GOAL}")
+              f"   (bounds: the best two-stage needs {two_stage / best:.3f}, the best {STAGES}-stage "
+              f"{staged / best:.3f}, the best fully sequential {sequential / best:.3f})")
+        print(f"{label} {name} generations / best {STAGES}-stage   {got['gens'] / staged:.3f}  goal <= {BEST_GOAL}")
         if alike:
-            shared = shared_scale_seeds(sds, width) * replicates
-            print(f"{label} {name}   (bound where the noise is alike: learning the shared sd from {len(truth)} x "
-                  f"{LOW - 1} draws needs {shared / best:.3f} of the best allocation, {shared / fixed['gens']:.3f} "
-                  f"of fixed K)")
+            shared = shared_scale_staged(sds, width, STAGES) * replicates
+            print(f"{label} {name}   (bound where the noise is alike: learning the shared sd from {len(truth)} "
+                  f"captions' draws in {STAGES} stages needs {shared / best:.3f} of the best allocation, "
+                  f"{shared / fixed['gens']:.3f} of fixed K)")
         if width == own_width and alike:
             print(f"{label} {name} generations / fixed K (alike noise)  {got['gens'] / fixed['gens']:.3f}  "
                   f"goal <= {FIXED_GOAL}")
 
 
 def stand_in(args, profile: str) -> None:
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(args.seed)
     true = rng.uniform(0.6, 0.8, args.captions)
     sds = noise(profile, rng, args.captions)
     truth = {f"caption {i}": (float(t), float(s)) for i, (t, s) in enumerate(zip(true, sds))}
@@ -201,7 +270,7 @@ def stand_in(args, profile: str) -> None:
     def run(settings, rep):
         generator = NoisyGenerator(truth)
         # a metric object keeps its own spec: the replicate's seed goes there, not to score()
-        spec = ReconstructionSpec(size=(16, 16), seed=rep)
+        spec = ReconstructionSpec(size=(16, 16), seed=100 * args.seed + rep)
         records = caprecon.score(rows, [NoisyScore(generator, spec)], batch_size=64, no_cache=True, **settings).records
         return generator.calls, records
 
@@ -228,14 +297,17 @@ def tiny(args, work: Path) -> None:
         samples, what = DEMO / "captions.jsonl", "the demo's captions"
     caches = iter(range(10**6))
 
-    def run(settings, rep):
+    def generate(settings, seed):
         generator = Counting(DiffusersGenerator(sd, steps=1, batch_size=16, device="cpu"))
         records = caprecon.score(samples, ["recon"], generator=generator, cache_dir=str(work / f"c{next(caches)}"),
-                                 seed=rep, **common, **settings).records
+                                 seed=seed, **common, **settings).records
         return generator.calls, records
 
+    def run(settings, rep):
+        return generate(settings, 100 * args.seed + rep)
+
     # the "true" value and sd: the mean and sd over many seeds of a base seed no replicate uses
-    _, reference = run({"seeds": args.tiny_seeds}, 1000)
+    _, reference = generate({"seeds": args.tiny_seeds}, 1000 + args.seed)
     truth = [r["recon"] for r in reference]
     sds = [r["recon_sd"] for r in reference]
     from scipy.special import stdtrit
@@ -258,6 +330,9 @@ def main() -> None:
                         help="score this many random pictures on the tiny pipeline instead of the demo's captions")
     parser.add_argument("--part", choices=["stand-in", "tiny"], help="run this part alone (default: both)")
     parser.add_argument("--profile", choices=list(PROFILES), help="the stand-in's profile alone (default: each)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the simulation's seed: the stand-in's true values and sds, and the replicates' base "
+                             "seeds (100 x seed + replicate)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for profile in ([args.profile] if args.profile else PROFILES) if args.part != "tiny" else ():

@@ -190,6 +190,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                         "1-3 scaled inverse chi-square spreads fitted to them, so quiet and noisy captions each "
                         "borrow from their like), moderated (one such spread, as limma does), pooled (the mean "
                         "over captions: for noise alike) or stein (its own alone)")
+    p.add_argument("--adaptive-stages", type=int, metavar="S",
+                   help="adaptive seeds' rounds of generation (default 3; stein: 2, the only count it allows): "
+                        "MIN seeds, then S - 2 rounds that each draw half of what a caption's variance so far says "
+                        "it needs, refitting the variance over all captions' draws after each, then the rest. "
+                        "Each round is one more generator batch per batch of captions and one more pass over "
+                        "the input before scoring")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "
@@ -231,7 +237,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
 def run_settings(args: argparse.Namespace) -> dict:
     keys = ("preset", "generator", "embedder", "clip", "judge", "llm", "qa_bank", "vqa_on", "vqa_template",
             "vqa_normalise", "clipscore_weight", "clipscore_prefix", "beta", "template", "seed", "seed_policy", "seeds", "target_width",
-            "adaptive_rule", "ceiling",
+            "adaptive_rule", "adaptive_stages", "ceiling",
             "max_side", "upscale", "size", "normalise_captions", "batch_size", "workers", "cache_dir", "cache_overlay",
             "cache_read_only", "no_cache", "keep", "cache_max_size", "iou_threshold")
     settings = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}

@@ -64,12 +64,17 @@ from typing import Any
 import numpy as np
 
 from caprecon.core.checks import MAX_SEEDS, check_count, check_number
+from caprecon.core.errors import ConfigError
 from caprecon.data.images import LoadedSample
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.seeds import LEVEL, SeedAveraged, seed_interval
 
 RULES = ("mixture", "moderated", "pooled", "stein")
 DEFAULT_RULE = "mixture"
+#: rounds of generation per caption (`--adaptive-stages`), chosen by `benchmarks/adaptive_seeds.py`
+DEFAULT_STAGES = 3
+#: the share of a caption's estimated need an intermediate stage draws, chosen by the benchmark
+STAGE_SHARE = 0.35
 INTERVALS = {
     "mixture": "95% two-stage (Stein) interval over seeds, first-stage variance moderated over the run's captions "
                "by a mixture of 1-3 scaled inverse chi-square distributions (maximum likelihood, BIC): the "
@@ -88,11 +93,12 @@ def t_quantile(df: float, level: float = LEVEL) -> float:
     return float(stdtrit(df, 0.5 + level / 2))
 
 
-def seeds_for_width(half: float, least: int, most: int, width: float) -> int:
+def seeds_for_width(half: float, least: int, most: int, width: float, share: float = 1.0) -> int:
     """Stein's second-stage size: the fewest seeds N in least..most with 2 half / sqrt(N) at most
     `width`, where `half` is the interval's half-width at one seed (t(level, df) sd for one
-    Student-t); `most` when none is."""
-    need = (2 * half / width) ** 2
+    Student-t); `most` when none is. With `share` below 1, an intermediate stage's size: that
+    share of the need, rounded up, in least..most."""
+    need = share * (2 * half / width) ** 2
     return min(most, max(least, math.ceil(need)))
 
 
@@ -146,31 +152,38 @@ class VariancePrior:
 OWN = VariancePrior(0.0, 0.0)  # stein: nothing borrowed
 
 
-def fit_prior(sds: Sequence[float], df: int, rule: str = DEFAULT_RULE) -> VariancePrior | MixturePrior:
-    """The prior `rule` takes from the captions' first-stage sds (each with `df` degrees of
-    freedom): none for stein or for fewer than two captions; their pooled sd with
-    captions x df degrees of freedom; the moderated fit (module doc), from the captions
-    whose sd is above 0 (log 0 has no moment); or the mixture fit (`fit_mixture`)."""
+def fit_prior(sds: Sequence[float], df: int | Sequence[int], rule: str = DEFAULT_RULE) -> VariancePrior | MixturePrior:
+    """The prior `rule` takes from the captions' sds so far, each with `df` degrees of freedom (one
+    count for all, or one per caption: after a later stage, captions have drawn different
+    numbers of seeds): none for stein or for fewer than two captions; their pooled sd with the
+    sum of their degrees of freedom; the moderated fit (module doc), from the captions
+    whose sd is above 0 (log 0 has no moment); or the mixture fit (`fit_mixture`). The fits are
+    likelihoods (or moments) of each caption's variance at its own df, so a caption's draw count
+    chosen from its earlier draws leaves them unbiased: the stopping rule's factor of the
+    likelihood holds no parameter."""
     if rule not in RULES:
         raise ValueError(f"adaptive rule must be one of {', '.join(RULES)}, not {rule!r}")
     if rule == "stein" or len(sds) < 2:
         return OWN
+    dfs = [float(d) for d in np.broadcast_to(np.asarray(df, float), len(sds))]
     if rule == "mixture":
-        return fit_mixture(sds, df)
+        return fit_mixture(sds, dfs)
     if rule == "pooled":
         scale = max(sds) or 1.0
-        return VariancePrior(len(sds) * df, scale * math.sqrt(math.fsum((s / scale) ** 2 for s in sds) / len(sds)),
+        total = math.fsum(dfs)
+        return VariancePrior(total, scale * math.sqrt(math.fsum(d * (s / scale) ** 2 for s, d in zip(sds, dfs)) / total),
                              pooled=True)
     from scipy.special import digamma, polygamma
 
-    logs = [2 * math.log(s) for s in sds if s > 0]
-    if len(logs) < 2:
+    seen = [(2 * math.log(s), d) for s, d in zip(sds, dfs) if s > 0]
+    if len(seen) < 2:
         return OWN
-    shift = float(digamma(df / 2)) - math.log(df / 2)  # E[log s^2] - log sigma^2 for df degrees of freedom
-    centred = [z - shift for z in logs]
+    # E[log s^2] - log sigma^2 at each caption's df, taken off its log s^2
+    centred = [z - (float(digamma(d / 2)) - math.log(d / 2)) for z, d in seen]
     mean = math.fsum(centred) / len(centred)
-    excess = math.fsum((z - mean) ** 2 for z in centred) / (len(centred) - 1) - float(polygamma(1, df / 2))
-    most = (len(logs) - 1) * df  # the prior holds no more draws than the other captions have
+    excess = (math.fsum((z - mean) ** 2 for z in centred) / (len(centred) - 1)
+              - math.fsum(float(polygamma(1, d / 2)) for _, d in seen) / len(seen))
+    most = (len(seen) - 1) * math.fsum(d for _, d in seen) / len(seen)  # no more draws than the other captions have
     prior_df = most if excess <= 0 else min(most, 2 * trigamma_inverse(excess))
     log_var = mean + float(digamma(prior_df / 2)) - math.log(prior_df / 2)
     return VariancePrior(prior_df, math.exp(log_var / 2))
@@ -234,27 +247,30 @@ class MixturePrior:
         return {"components": [{"weight": w, "df": d, "sd": s} for w, d, s in zip(self.weights, self.dfs, self.sds)]}
 
 
-def fit_mixture(sds: Sequence[float], df: int) -> MixturePrior | VariancePrior:
+def fit_mixture(sds: Sequence[float], df: int | Sequence[float]) -> MixturePrior | VariancePrior:
     """The mixture of 1 to `MOST_COMPONENTS` scaled inverse chi-square distributions that fits the
-    captions' first-stage sds (each with `df` degrees of freedom, those above 0) by maximum
-    likelihood, the number of components by BIC, K only with `CAPTIONS_PER_COMPONENT` x K captions;
-    a component's degrees of freedom at most (its share of the captions - 1) x df, what the other
-    captions' draws in it hold. Where one variance shared by every caption fits better by BIC (one
-    parameter: noise alike), the pooled variance, with captions x df degrees of freedom: a fitted
+    captions' sds (each with `df` degrees of freedom, one count for all or one per caption; those
+    above 0) by maximum likelihood, the number of components by BIC, K only with
+    `CAPTIONS_PER_COMPONENT` x K captions; a component's degrees of freedom at most (its share of
+    the captions - 1) x the captions' mean df, what the other captions' draws in it hold. Where one
+    variance shared by every caption fits better by BIC (one parameter: noise alike), the pooled
+    variance (the df-weighted mean of the s^2), with the captions' df summed: a fitted
     d0 of 20 where the truth is infinite costs (t(22) / t(800))^2 = 1.12 times the seeds. Stein's own
     variance (`OWN`) for fewer than two captions with an sd above 0."""
-    variances = np.array([s for s in sds if s > 0], dtype=float) ** 2
+    sds = np.asarray(sds, dtype=float)
+    df = np.broadcast_to(np.asarray(df, dtype=float), sds.shape)[sds > 0]
+    variances = sds[sds > 0] ** 2
     if len(variances) < 2:
         return OWN
     unit = float(np.exp(np.log(variances).mean()))  # fitted in units of the geometric mean: values near 1
     variances = variances / unit
-    most = (len(variances) - 1) * df
+    most = (len(variances) - 1) * float(df.mean())
     # one variance shared by every caption (a component of infinite df), one parameter: the pooled rule
-    shared = float(variances.mean())
+    shared = float(df @ variances / df.sum())
     shared_loglik = float(np.sum(-df / 2 * np.log(2 * shared) - df * variances / (2 * shared)))
     best: tuple[float, MixturePrior | VariancePrior] = (
         -2 * shared_loglik + math.log(len(variances)),
-        VariancePrior(len(variances) * df, math.sqrt(shared * unit), pooled=True))
+        VariancePrior(float(df.sum()), math.sqrt(shared * unit), pooled=True))
     for k in range(1, MOST_COMPONENTS + 1):
         if k > 1 and len(variances) < CAPTIONS_PER_COMPONENT * k:
             break
@@ -266,14 +282,15 @@ def fit_mixture(sds: Sequence[float], df: int) -> MixturePrior | VariancePrior:
     return best[1]
 
 
-def _fit_components(variances: np.ndarray, df: int, k: int, most: float) -> tuple[float, Any, Any, Any]:
+def _fit_components(variances: np.ndarray, df: np.ndarray, k: int, most: float) -> tuple[float, Any, Any, Any]:
     """(log-likelihood, weights, dfs, variances) of k components fitted by L-BFGS from two starts
-    (components at the k quantiles of log s^2, df 4 and 40). Parameters: the weights' logits
-    against the first, log df and log variance of each component."""
+    (components at the k quantiles of log s^2, df 4 and 40), each caption's variance at its own
+    `df`. Parameters: the weights' logits against the first, log df and log variance of each
+    component."""
     from scipy.optimize import minimize
     from scipy.special import digamma
 
-    logs = np.log(variances)
+    logs, mean_df, df = np.log(variances), float(df.mean()), df[None, :]
 
     def unpack(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         logits = np.concatenate([[0.0], x[: k - 1]])
@@ -302,28 +319,70 @@ def _fit_components(variances: np.ndarray, df: int, k: int, most: float) -> tupl
     fit = min(fits, key=lambda f: f.fun)
     weights, dfs, prior_vars = unpack(fit.x)
     # a component knows no more than its other captions' draws hold: its share of the captions, less one
-    dfs = np.clip(dfs, 0.01, np.maximum(len(variances) * weights - 1, 0.01) * df)
+    dfs = np.clip(dfs, 0.01, np.maximum(len(variances) * weights - 1, 0.01) * mean_df)
     return -float(fit.fun), weights, dfs, prior_vars
 
 
 class AdaptiveSeeds(SeedAveraged):
-    """`inner` scored from `seeds`..`max_seeds` reconstructions per caption by the two-stage
-    procedure of the module doc, aiming at intervals `target_width` wide."""
+    """`inner` scored from `seeds`..`max_seeds` reconstructions per caption by the staged
+    procedure of the module doc, aiming at intervals `target_width` wide, in `stages` rounds of
+    generation (None: the rule's default, `default_stages`)."""
 
-    def __init__(self, inner: Metric, seeds: int, max_seeds: int, target_width: float, rule: str = DEFAULT_RULE):
+    def __init__(self, inner: Metric, seeds: int, max_seeds: int, target_width: float, rule: str = DEFAULT_RULE,
+                 stages: int | None = None):
         super().__init__(inner, seeds)
         check_count("--seeds (the most)", max_seeds, self.seeds, MAX_SEEDS)
         check_number("--target-width", target_width, 0, low_open=True)
-        if rule not in RULES:
-            raise ValueError(f"--adaptive-rule must be one of {', '.join(RULES)}, not {rule!r}")
+        self.stages = check_stages(rule, stages)
         self.max_seeds, self.target_width, self.rule = int(max_seeds), float(target_width), rule
-        #: per seed field, what the run's captions say about a caption's variance (`fit`); None: not fitted
-        self.priors: dict[str, VariancePrior | MixturePrior] | None = None
+        #: what the run's captions say about a caption's variance, per seed field, at each decision (after
+        #: stage 1, 2, ..., stages - 1: `fit`); fewer than stages - 1: the rest are fitted on each call's captions
+        self.priors: list[dict[str, VariancePrior | MixturePrior]] = []
 
     def describe(self) -> dict[str, Any]:
-        fitted = {"variance_prior": {f: p.to_json() for f, p in self.priors.items()}} if self.priors else {}
+        fitted = {"variance_prior": {f: p.to_json() for f, p in self.priors[-1].items()},
+                  "variance_prior_by_stage": [{f: p.to_json() for f, p in fit.items()} for fit in self.priors]
+                  } if len(self.priors) == self.stages - 1 else {}
         return {**super().describe(), "seeds": f"{self.seeds}..{self.max_seeds}", "target_width": self.target_width,
-                "adaptive_rule": self.rule, "interval": INTERVALS[self.rule], **fitted}
+                "adaptive_rule": self.rule, "stages": self.stages, "stage_share": STAGE_SHARE,
+                "interval": INTERVALS[self.rule], **fitted}
+
+    def draw(self, items: Sequence[LoadedSample], ctx: Context, decisions: int
+             ) -> tuple[list[list[dict[str, Any]]], list[list[Any]], list[dict[str, float]]]:
+        """Each item's rows (one per seed drawn) and reconstructions after the first stage and
+        `decisions` decisions, each followed by its draws (all but the procedure's last draw
+        `STAGE_SHARE` of a caption's need, the last all of it); and each item's half-widths at one
+        seed per field from the last decision ({} before any)."""
+        rows, recons = self.first_stage(items, ctx)
+        priors, halves = list(self.priors), [{} for _ in rows]
+        for decision in range(decisions):
+            sds = [self.drawn_sds(r) for r in rows]
+            if decision == len(priors):  # not fitted over the run's captions: this call's captions are the run
+                priors.append(self.fit_priors([{"seeds": len(r), "sds": sd} for r, sd in zip(rows, sds)]))
+            halves = [{name: priors[decision][name].half_width(sd, len(r) - 1) for name, sd in caption.items()}
+                      for r, caption in zip(rows, sds)]
+            share = 1.0 if decision == self.stages - 2 else STAGE_SHARE
+            want = [seeds_for_width(plan[self.headline], len(r), self.max_seeds, self.target_width, share)
+                    if self.headline in plan else len(r) for r, plan in zip(rows, halves)]
+            self._draw_up_to(items, ctx, rows, recons, want)
+        return rows, recons, halves
+
+    def _draw_up_to(self, items: Sequence[LoadedSample], ctx: Context, rows: list[list[dict[str, Any]]],
+                    recons: list[list[Any]], want: Sequence[int]) -> None:
+        """Draws each item's seeds from those it has up to `want`, in one generator call, and scores them."""
+        open_ = [i for i, n in enumerate(want) if n > len(rows[i])]
+        if not open_:
+            return
+        had = {i: len(rows[i]) for i in open_}
+        drawn = ctx.reconstruct_seeds(self.generator, self.spec, [items[i] for i in open_],
+                                      [want[i] for i in open_], [had[i] for i in open_])
+        for i, images in zip(open_, drawn):
+            recons[i].extend(images)
+        for k in range(min(had.values()), max(want[i] for i in open_)):
+            at_k = [i for i in open_ if had[i] <= k < want[i]]
+            with ctx.seed(k):
+                for i, row in zip(at_k, self.inner.score([items[i] for i in at_k], ctx)):
+                    rows[i].append(row)
 
     def first_stage(self, items: Sequence[LoadedSample], ctx: Context) -> tuple[list[list[dict[str, Any]]], list]:
         """Each item's rows of its first `seeds` seeds, and their reconstructions."""
@@ -334,69 +393,74 @@ class AdaptiveSeeds(SeedAveraged):
                 passes.append(self.inner.score(items, ctx))
         return [list(rows) for rows in zip(*passes)], [list(r) for r in recons]
 
-    def first_sds(self, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-        """A caption's first-stage sd of each seed field that has a finite value at every seed."""
+    def drawn_sds(self, rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+        """A caption's sd over all its draws so far of each seed field that has a finite value at every seed."""
         out = {}
         for name in self.seed_fields():
-            values = [r.get(name) for r in rows[: self.seeds]]
+            values = [r.get(name) for r in rows]
             if all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
                 out[name] = seed_interval(values)[1]
         return out
 
-    def fit(self, first_sds: Sequence[dict[str, float]]) -> None:
-        """The priors of the run, from every caption's `first_sds`."""
-        self.priors = {name: fit_prior([s[name] for s in first_sds if name in s], self.seeds - 1, self.rule)
-                       for name in self.seed_fields()}
+    def fit_priors(self, seen: Sequence[dict[str, Any]]) -> dict[str, VariancePrior | MixturePrior]:
+        """Per seed field, the prior from every caption's sds so far (`{"seeds": n, "sds": drawn_sds}`,
+        n - 1 degrees of freedom each)."""
+        return {name: fit_prior([c["sds"][name] for c in seen if name in c["sds"]],
+                                [c["seeds"] - 1 for c in seen if name in c["sds"]], self.rule)
+                for name in self.seed_fields()}
+
+    def fit(self, seen: Sequence[dict[str, Any]]) -> None:
+        """The run's prior for the next decision, from every caption's draws so far (`StageDraws`)."""
+        self.priors.append(self.fit_priors(seen))
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        rows, recons = self.first_stage(items, ctx)
-        sds = [self.first_sds(r) for r in rows]
-        priors = self.priors
-        if priors is None:  # scored outside a run's fit: the captions of this call are the run
-            self.fit(sds)
-            priors, self.priors = self.priors, None
-        plans = [{name: priors[name].half_width(sd, self.seeds - 1) for name, sd in caption.items()}
-                 for caption in sds]
-        want = [seeds_for_width(plan[self.headline], self.seeds, self.max_seeds, self.target_width)
-                if self.headline in plan else self.seeds for plan in plans]
-        open_ = [i for i, n in enumerate(want) if n > self.seeds]
-        if open_:
-            drawn = ctx.reconstruct_seeds(self.generator, self.spec, [items[i] for i in open_],
-                                          [want[i] for i in open_], self.seeds)
-            for i, images in zip(open_, drawn):
-                recons[i].extend(images)
-            for k in range(self.seeds, max(want)):
-                at_k = [i for i in open_ if k < want[i]]
-                with ctx.seed(k):
-                    for i, row in zip(at_k, self.inner.score([items[i] for i in at_k], ctx)):
-                        rows[i].append(row)
+        rows, recons, halves = self.draw(items, ctx, self.stages - 1)
         out = []
-        for caption_rows, images, plan in zip(rows, recons, plans):
+        for caption_rows, images, plan in zip(rows, recons, halves):
             row = {**self._combine(caption_rows, images), "seeds_drawn": len(caption_rows)}
             for name, half in plan.items():
-                if row.get(f"{name}_ci") is not None:  # every draw gave a value: the two-stage interval
+                if row.get(f"{name}_ci") is not None:  # every draw gave a value: the staged interval
                     row[f"{name}_ci"] = two_stage_interval(row[name], half, len(caption_rows))
             out.append(row)
         return out
 
 
+def check_stages(rule: str, stages: int | None) -> int:
+    """The stage count of `rule` (None: its default), checked: stein's own variance is two-stage only."""
+    if rule not in RULES:
+        raise ValueError(f"--adaptive-rule must be one of {', '.join(RULES)}, not {rule!r}")
+    if stages is None:
+        return default_stages(rule)
+    check_count("--adaptive-stages", stages, 2, MAX_SEEDS)
+    if rule == "stein" and stages != 2:
+        raise ConfigError(f"--adaptive-stages {stages} needs a rule that borrows from the other captions (mixture, "
+                         "moderated, pooled): a caption's own variance after a later stage is biased low where "
+                         "its first draws, which chose that stage's seeds, agreed by chance; stein is two-stage")
+    return int(stages)
+
+
+def default_stages(rule: str) -> int:
+    """Two for stein (its own variance cannot be updated without bias), `DEFAULT_STAGES` otherwise."""
+    return 2 if rule == "stein" else DEFAULT_STAGES
+
+
 def two_stage_interval(mean: float, half: float, seeds: int) -> list[float]:
-    """[low, high]: mean ± half / sqrt(seeds), `half` the first stage's half-width at one seed."""
+    """[low, high]: mean ± half / sqrt(seeds), `half` the last decision's half-width at one seed."""
     half = half / math.sqrt(seeds)
     return [mean - half, mean + half]
 
 
-class FirstDraws(Metric):
-    """The first stage of an `AdaptiveSeeds` alone, for the run's fit before scoring: each row's
-    first-stage sds under `key`."""
+class StageDraws(Metric):
+    """An `AdaptiveSeeds`' draws up to its decision `decision` (0: the first stage alone), for the
+    run's fit of that decision's prior before scoring: each row's seeds drawn and sds so far under `key`."""
 
-    def __init__(self, adaptive: AdaptiveSeeds, key: str):
-        self.adaptive, self.key, self.name = adaptive, key, key
+    def __init__(self, adaptive: AdaptiveSeeds, key: str, decision: int):
+        self.adaptive, self.key, self.name, self.decision = adaptive, key, key, decision
         self.needs_source_image = adaptive.needs_source_image
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        rows, _ = self.adaptive.first_stage(items, ctx)
-        return [{self.key: self.adaptive.first_sds(r)} for r in rows]
+        rows, _, _ = self.adaptive.draw(items, ctx, self.decision)
+        return [{self.key: {"seeds": len(r), "sds": self.adaptive.drawn_sds(r)}} for r in rows]
 
 
 def adaptive_parts(metric: Any) -> list[AdaptiveSeeds]:

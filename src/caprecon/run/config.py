@@ -59,6 +59,7 @@ class RunConfig:
     max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
     target_width: float | None = None  # adaptive seeds: the interval width each caption's draws aim at
     adaptive_rule: str = "mixture"  # adaptive seeds' variance: mixture, moderated, pooled or stein (metrics/adaptive.py)
+    adaptive_stages: int | None = None  # adaptive seeds' rounds of generation; None: the rule's own (3; stein 2)
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True
@@ -104,12 +105,17 @@ class RunConfig:
             check_count("--seeds (the most)", self.max_seeds, self.seeds, MAX_SEEDS)
             check_number("--target-width", self.target_width, 0, low_open=True)
         # imported here, not with the module: reading a config (`caprecon --help`) loads no metric or store
-        from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES
+        from caprecon.metrics.adaptive import RULES as ADAPTIVE_RULES, check_stages
         from caprecon.store.index import check_policy
 
         if self.adaptive_rule not in ADAPTIVE_RULES:
             raise ConfigError(f"--adaptive-rule must be one of {', '.join(ADAPTIVE_RULES)}, "
                               f"not {self.adaptive_rule!r}")
+        if self.adaptive_stages is not None and self.max_seeds is None:
+            raise ConfigError("--adaptive-stages is for adaptive seeds: give it with --seeds MIN..MAX (e.g. 3..16) "
+                              "and --target-width W")
+        if self.max_seeds is not None:
+            check_stages(self.adaptive_rule, self.adaptive_stages)
         if isinstance(self.generator, (list, tuple)):  # several: an ensemble; one in a list is just that one
             if not self.generator:
                 raise ConfigError("generator: an empty list names no generator")

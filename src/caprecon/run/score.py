@@ -29,7 +29,7 @@ from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_images, check_unique_ids, confining_root
 from caprecon.metrics import Context, Metric, build_metric
 from caprecon.metrics.base import CORPUS, check_columns, declared_columns
-from caprecon.metrics.adaptive import AdaptiveSeeds, FirstDraws, adaptive_parts
+from caprecon.metrics.adaptive import AdaptiveSeeds, StageDraws, adaptive_parts
 from caprecon.metrics.seeds import GeneratorEnsemble, HumanCeiling, SeedAveraged, uses_reconstruction
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
@@ -267,7 +267,8 @@ def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunCon
     if name is not None and len(roles.generators) > 1:
         members += [build_metric(name, roles.with_generator(g), cfg) for g in roles.generators[1:]]
     if cfg.max_seeds is not None:
-        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width, cfg.adaptive_rule) for m in members]
+        members = [AdaptiveSeeds(m, cfg.seeds, cfg.max_seeds, cfg.target_width, cfg.adaptive_rule,
+                                 cfg.adaptive_stages) for m in members]
     elif cfg.seeds > 1:
         members = [SeedAveraged(m, cfg.seeds) for m in members]
     if len(members) == 1:
@@ -280,16 +281,19 @@ def as_the_run_scores(name: str | None, built: Metric, roles: Roles, cfg: RunCon
 
 def fit_seed_variances(rows: Sequence[Sample], parts: Sequence[AdaptiveSeeds], ctx: Context, cfg: RunConfig, *,
                        progress: bool, row_numbers: Sequence[int] | None) -> None:
-    """Adaptive seeds' first stage over every row before the run's first batch, so that the
-    variance each caption's interval borrows from the others (`AdaptiveSeeds.fit`) comes from
-    the whole input, not from a caption's batch: for the adaptive parts whose rule borrows
-    (`moderated`, `pooled`; Stein's rule borrows nothing). The first draws are stored: the run
-    reuses them."""
-    probes = [FirstDraws(part, f"first draws {i}") for i, part in enumerate(parts)]
-    records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
-                        row_numbers=row_numbers, desc="adaptive seeds: first draws")
-    for part, probe in zip(parts, probes):
-        part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
+    """Adaptive seeds' stages before the last over every row before the run's first batch, so
+    that the variance each caption's decisions borrow from the others (`AdaptiveSeeds.fit`) comes
+    from the whole input, not from a caption's batch: for the adaptive parts whose rule borrows
+    (Stein's rule borrows nothing). One pass per decision: the first stage's draws, fit, the
+    second stage's draws, fit, and so on. Every draw is stored: each pass, and the run, reuse the
+    draws of the passes before."""
+    for decision in range(max(part.stages for part in parts) - 1):
+        fitting = [part for part in parts if part.stages - 1 > decision]
+        probes = [StageDraws(part, f"stage {decision + 1} draws {i}", decision) for i, part in enumerate(fitting)]
+        records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
+                            row_numbers=row_numbers, desc=f"adaptive seeds: stage {decision + 1} draws")
+        for part, probe in zip(fitting, probes):
+            part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
 
 
 def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
