@@ -1,14 +1,15 @@
 """Adaptive seeds: further reconstructions only for the captions whose noise asks for them.
 
-`--seeds MIN..MAX --target-width W` is a two-stage procedure (Stein's, with the variance
-moderated over the run's captions by default):
+`--seeds MIN..MAX --target-width W` is a staged procedure (Stein's two-stage one with the
+variance moderated over the run's captions, and by default one more stage):
 
 1. every caption is scored from MIN seeds; their sample variance s_i^2 (MIN - 1 degrees of
    freedom) is the caption's first-stage variance;
-2. from the first stage alone, the run's rule (`--adaptive-rule`, default mixture) gives the
-   caption's interval half-width at one seed, h_i:
+2. from the draws so far, the run's rule (`--adaptive-rule`, default mixture) gives the
+   caption's interval half-width at one seed, h_i (written here for the first stage, df = MIN - 1;
+   at a later decision s_i^2 is the variance of all the caption's n_i draws so far, df = n_i - 1):
        stein      h_i = t(0.975, MIN - 1) s_i (the caption's own variance)
-       pooled     h_i = t(0.975, captions x (MIN - 1)) x the root mean of every caption's s^2
+       pooled     h_i = t(0.975, the captions' df summed) x the root of their df-weighted mean s^2
        moderated  h_i = t(0.975, d0 + MIN - 1) sqrt(v_i), v_i = (d0 s0^2 + (MIN - 1) s_i^2) /
                   (d0 + MIN - 1), where the captions' variances are taken as drawn from a
                   scaled inverse chi-square distribution (d0, s0^2), fitted to the s_i^2 by
@@ -24,26 +25,45 @@ moderated over the run's captions by default):
                   two hold a run of specific and vague captions (a two-point spread of noise),
                   which one smooth shape cannot: fitted to one, its d0 is about 2 and a quiet
                   caption's t has 4 degrees of freedom, twice the seeds it needs;
-3. the caption gets N_i = ceil((2 h_i / W)^2) seeds, at least MIN and at most MAX, drawn in one
-   more generator call;
-4. its interval is mean_N ± h_i / sqrt(N_i): the mean of all N_i draws, the half-width of the
-   first stage. That width is at most W unless the caption hit MAX.
+3. at each of the `stages` - 2 intermediate decisions (`--adaptive-stages`, default 3: one),
+   the caption is drawn up to STAGE_SHARE (0.35) of its need, ceil(0.35 (2 h_i / W)^2) seeds
+   in n_i..MAX, all captions in one generator call; then the rule's prior is fitted again over
+   every caption's draws so far (each caption's variance at its own df) and step 2 repeats;
+4. at the last decision the caption gets N_i = ceil((2 h_i / W)^2) seeds, at least what it has and
+   at most MAX, drawn in one more generator call;
+5. its interval is mean_N ± h_i / sqrt(N_i): the mean of all N_i draws, the half-width of the
+   last decision. That width is at most W unless the caption hit MAX.
 
-Why this covers by construction: N_i depends on the first stage's variances only, and the
-mean of normal draws is independent of their variance, so given s_i^2 the mean of the N_i
-draws is normal around the true value with variance sigma_i^2 / N_i, and
-(mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for stein whatever the
-caption's noise, for pooled when every caption's noise is alike, for moderated and mixture
-when the captions' variances follow the fitted distribution (which includes both: d0 large is
-pooled, d0 = 0 is stein). Stein's own variance covers 95 % over all captions, but not
-among those that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of
-them with 1,000 captions of sd 0.05 at W = 0.08 (the rule this replaced, which stopped once a
-caption's own interval was narrower than W, covered 0.63 of them). The moderated variance
-borrows the other captions' spread, so its coverage holds at every N: 0.96 there
-(`benchmarks/adaptive_seeds.py` measures the rules and their generations against the best
-allocation and the best two-stage one; docs/rank.md says where each falls short). A
-caption's interval then depends on the other captions of the run: `score()` fits the
-distribution over the whole input (`fit`) before scoring the first batch, so it does not
+Why stages: from MIN = 3 draws (2 degrees of freedom) a caption's sd is known to within a factor
+of several, so a 95 % interval given those draws must pay for the noisier possibilities: the
+best two-stage rule, knowing the spread of the captions' sds, needs 1.16-1.21 times the seeds of
+an allocation that knows each sd, where the sds are spread log-uniformly over 20x and W asks
+most captions for 5-16 seeds. A second look after a share of the need (more degrees of freedom,
+a prior refitted on more draws) brings that bound to 1.06-1.10 (`benchmarks/adaptive_seeds.py`
+prints it beside each width; deciding after every draw, 1.03-1.05). Each stage is one more
+round of generation: one more generator call per batch of captions, and one more pass over the
+input before scoring, since each decision's prior is fitted over the whole input.
+
+Why this covers by construction: N_i depends on the draws up to the last decision only, through
+their location-free part (the variances), and the mean of normal draws is independent of that
+part, so given it the mean of the N_i draws is normal around the true value with variance
+sigma_i^2 / N_i, and (mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for
+stein whatever the caption's noise (two stages only: its own variance after a stage its first
+draws chose is biased low where those draws agreed by chance), for pooled when every caption's
+noise is alike, for moderated and mixture when the captions' variances follow the fitted
+distribution (which includes both: d0 large is pooled, d0 = 0 is stein). h_i is the quantile of
+the caption's posterior given all the draws the last decision saw, and a posterior does not
+depend on why the caption drew as many as it did (the stopping rule's factor of the likelihood
+holds no parameter), so a caption that stopped early because its first draws agreed is covered
+as often as the others: that is what moderating buys over stein (as long as the fitted prior is
+the captions' spread). Stein's own variance covers 95 % over all captions, but not among those
+that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of them with 1,000
+captions of sd 0.05 at W = 0.08 (the rule this replaced, which stopped once a caption's own
+interval was narrower than W, covered 0.63 of them). The moderated variance borrows the other
+captions' spread, so its coverage holds at every N: 0.96 there (`benchmarks/adaptive_seeds.py`
+measures the rules and their generations against the best allocation and the best two-stage,
+staged and fully sequential ones; docs/rank.md says where each falls short). A caption's interval then depends on the other captions of the run: `score()` fits the
+distribution over the whole input (`fit`, once per decision) before scoring the first batch, so it does not
 depend on batches (with `--shard`, over the shard's captions); an `AdaptiveSeeds` scored
 without that fit takes it over the captions of each call.
 
@@ -51,7 +71,7 @@ Seeds are the fixed-K seeds (seed k of a caption is the same image with either),
 stored: a later run with a smaller W or a larger MAX generates only the seeds it adds, and a
 fixed `--seeds K` run reuses them too. Rows carry the fields of `SeedAveraged` (their
 `_seeds` lists as long as the caption's draws; `_sd` the sd of all draws, `_ci` the
-two-stage interval above, for the headline and each companion) and `seeds_drawn`.
+staged interval above, for the headline and each companion) and `seeds_drawn`.
 """
 
 from __future__ import annotations
@@ -75,13 +95,13 @@ DEFAULT_RULE = "mixture"
 DEFAULT_STAGES = 3
 #: the share of a caption's estimated need an intermediate stage draws, chosen by the benchmark
 STAGE_SHARE = 0.35
-INTERVALS = {
-    "mixture": "95% two-stage (Stein) interval over seeds, first-stage variance moderated over the run's captions "
+INTERVALS = {  # "staged": the variance of a caption's draws up to the last decision (the first stage's, in two)
+    "mixture": "95% staged (Stein) interval over seeds, the variance so far moderated over the run's captions "
                "by a mixture of 1-3 scaled inverse chi-square distributions (maximum likelihood, BIC): the "
                "quantile of the mixture of Student-t posteriors",
-    "moderated": "95% two-stage (Stein) Student-t over seeds, first-stage variance moderated over the run's "
+    "moderated": "95% staged (Stein) Student-t over seeds, the variance so far moderated over the run's "
                  "captions (scaled inverse chi-square fitted by moments of log s^2, Smyth 2004)",
-    "pooled": "95% two-stage (Stein) Student-t over seeds, first-stage variance pooled over the run's captions",
+    "pooled": "95% staged (Stein) Student-t over seeds, the variance so far pooled over the run's captions",
     "stein": "95% two-stage (Stein) Student-t over seeds, each caption's own first-stage variance",
 }
 

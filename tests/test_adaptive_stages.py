@@ -1,0 +1,212 @@
+"""Adaptive seeds in more than two stages (`--adaptive-stages`, issue 54 item 2): the draws of each
+stage, the variance refitted over every caption's draws so far, coverage where a caption's stage
+was chosen by its earlier draws, and the fits with a different df per caption. Generator calls
+are counted on a stand-in whose per-caption noise is known (`noisy_standin`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from noisy_standin import NoisyGenerator, NoisyScore
+
+import caprecon
+from caprecon.cli import main as cli_main
+from caprecon.core.errors import ConfigError
+from caprecon.metrics.adaptive import MixturePrior, VariancePrior, fit_mixture, fit_prior
+from caprecon.reconstruct.reconstructor import ReconstructionSpec
+
+SHARE = 0.35  # the documented share of its need a caption draws at an intermediate stage
+
+
+class RoundCounting(NoisyGenerator):
+    """Counts the generator's calls (rounds of generation) beside the images."""
+
+    def __init__(self, truth):
+        super().__init__(truth)
+        self.rounds = 0
+
+    def generate(self, requests):
+        self.rounds += 1
+        return super().generate(requests)
+
+
+def _rows(truth):
+    return [{"id": f"c{i}", "caption": caption} for i, caption in enumerate(truth)]
+
+
+def _score(generator, truth, **settings):
+    return caprecon.score(_rows(truth), [NoisyScore(generator)], no_cache=True, **settings)
+
+
+def test_three_stages_under_the_pooled_rule_by_hand():
+    # six captions, sds 0.01-0.03, W = 0.02. Recomputed here with scipy.stats from the per-seed values the rows
+    # carry: stage 1's pooled variance (6 x 2 df) gives every caption n2 = ceil(0.35 (2 t s / W)^2) seeds; the
+    # variance pooled again over all n2 draws of every caption (6 x (n2 - 1) df) gives N = ceil((2 t s / W)^2);
+    # the interval is the mean of all N draws +- t s / sqrt(N) with that second variance
+    from scipy import stats
+
+    truth = {f"caption {i}": (0.5 + 0.01 * i, sd) for i, sd in enumerate([0.01, 0.02, 0.015, 0.03, 0.012, 0.025])}
+    generator = RoundCounting(truth)
+    rows = _score(generator, truth, batch_size=64, seeds="3..40", target_width=0.02, adaptive_rule="pooled",
+                  adaptive_stages=3).records
+    values = [np.array(r["noisy_seeds"]) for r in rows]
+
+    def half(count):
+        df = 6 * (count - 1)
+        return stats.t.ppf(0.975, df) * math.sqrt(sum(np.var(v[:count], ddof=1) for v in values) / 6)
+
+    n2 = min(40, max(3, math.ceil(SHARE * (2 * half(3) / 0.02) ** 2)))
+    final = min(40, max(n2, math.ceil((2 * half(n2) / 0.02) ** 2)))
+    assert 3 < n2 < final < 40  # each stage drew
+    assert [r["seeds_drawn"] for r in rows] == [final] * 6
+    assert generator.calls == 6 * final and generator.rounds == 3  # one generator call per stage
+    for row, v in zip(rows, values):
+        assert len(v) == final
+        assert row["noisy_ci"] == pytest.approx([v.mean() - half(n2) / math.sqrt(final),
+                                                 v.mean() + half(n2) / math.sqrt(final)], abs=1e-12)
+        assert row["noisy_ci"][1] - row["noisy_ci"][0] <= 0.02
+
+
+def test_two_stages_draw_once_more_and_the_default_is_three(tmp_path):
+    truth = {f"caption {i}": (0.5, sd) for i, sd in enumerate([0.01, 0.02, 0.015, 0.03, 0.012, 0.025])}
+    two = RoundCounting(truth)
+    rows = _score(two, truth, seeds="3..40", target_width=0.02, adaptive_rule="pooled", adaptive_stages=2).records
+    assert two.rounds == 2 and two.calls == sum(r["seeds_drawn"] for r in rows)
+    default = RoundCounting(truth)
+    result = caprecon.score(_rows(truth), [NoisyScore(default)], no_cache=True, seeds="3..40", target_width=0.02,
+                            adaptive_rule="pooled", out=str(tmp_path / "run"))
+    assert default.rounds == 3
+    described = result.manifest["metrics"][0]
+    assert (described["stages"], described["stage_share"]) == (3, SHARE)
+    assert len(described["variance_prior_by_stage"]) == 2
+    assert described["variance_prior"] == described["variance_prior_by_stage"][-1]
+    # the second fit holds every caption's draws after stage 2
+    drawn_at_two = described["variance_prior_by_stage"][1]["noisy"]["df"]
+    assert drawn_at_two > described["variance_prior_by_stage"][0]["noisy"]["df"] == 12
+    # stein is two-stage by default
+    stein = RoundCounting(truth)
+    _score(stein, truth, seeds="3..40", target_width=0.02, adaptive_rule="stein")
+    assert stein.rounds == 2
+
+
+def _truths(profile, n, seed):
+    rng = np.random.default_rng(seed)
+    sds = {"mixed": lambda: np.where(rng.uniform(size=n) < 0.9, 0.004, 0.04),
+           "log-uniform": lambda: np.exp(rng.uniform(math.log(0.002), math.log(0.04), n)),
+           "alike": lambda: np.full(n, 0.02)}[profile]()
+    return {f"caption {i}": (float(t), float(s)) for i, (t, s) in enumerate(zip(rng.uniform(0.6, 0.8, n), sds))}
+
+
+def _best_allocation(truth, width):
+    sds = np.array([sd for _, sd in truth.values()])
+    return np.clip(np.ceil((2 * 1.959964 * sds / width) ** 2), 3, 16).sum()
+
+
+@pytest.mark.parametrize("profile, width, most", [("log-uniform", 0.0142, 1.10), ("log-uniform", 0.02, 1.10),
+                                                   ("mixed", 0.0067, 1.10)])
+def test_three_stages_cover_at_every_seed_count_and_draw_near_the_best_allocation(profile, width, most):
+    # 1,500 captions through the run itself (default rule, three stages). A caption's second stage is chosen by
+    # its first draws and its last by all its draws so far: the interval comes from the posterior of its variance
+    # given those draws under the refitted prior, so it covers among the captions that stopped early too
+    truth = _truths(profile, 1500, seed=4)
+    generator = NoisyGenerator(truth)
+    rows = _score(generator, truth, batch_size=500, seeds="3..16", target_width=width).records
+    covered = np.array([lo <= t <= hi for r, (t, _) in zip(rows, truth.values()) for lo, hi in [r["noisy_ci"]]])
+    drawn = np.array([r["seeds_drawn"] for r in rows])
+    assert covered.mean() >= 0.94
+    fewest = drawn == drawn.min()
+    assert fewest.sum() >= 150 and covered[fewest].mean() >= 0.94
+    for k in np.unique(drawn):  # and at every count that enough captions stopped at
+        if (drawn == k).sum() >= 150:
+            assert covered[drawn == k].mean() >= 0.92, k
+    assert generator.calls == drawn.sum() <= most * _best_allocation(truth, width)
+
+
+def test_a_dozen_captions_of_alike_noise_draw_no_more_than_fixed_k():
+    # the tiny pipeline's case: 12 captions, noise alike, W = the width fixed K = 8 expects,
+    # 2 t(0.975, 7) sd / sqrt(8). Pooled after each stage (the mixture fit's choice here), every caption
+    # draws the same count, and over 20 runs no more than fixed K's 96 a run in all
+    from scipy import stats
+
+    width = 2 * stats.t.ppf(0.975, 7) * 0.02 / math.sqrt(8)
+    drawn, covered = [], []
+    for run in range(20):
+        truth = {f"caption {i}": (0.5, 0.02) for i in range(12)}
+        generator = NoisyGenerator(truth)
+        rows = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=run))],
+                              no_cache=True, seeds="3..16", target_width=width).records
+        counts = {r["seeds_drawn"] for r in rows}
+        drawn.append(sum(r["seeds_drawn"] for r in rows))
+        covered += [lo <= 0.5 <= hi for r in rows for lo, hi in [r["noisy_ci"]]]
+        assert len(counts) == 1 or drawn[-1] <= 96
+    assert sum(drawn) <= 20 * 96 and max(drawn) <= 1.25 * 96
+    assert np.mean(covered) >= 0.92  # 240 intervals: a standard error of 0.014
+
+
+def test_fits_with_a_df_per_caption_as_references_compute_them():
+    from scipy import optimize, special, stats
+
+    # pooled: the df-weighted mean of the s^2, with the df summed
+    pooled = fit_prior([0.01, 0.02, 0.03], [2, 4, 6], "pooled")
+    assert pooled.df == 12 and pooled.sd == pytest.approx(math.sqrt((2e-4 + 16e-4 + 54e-4) / 12), rel=1e-12)
+    # the mixture's shared variance with df 2 or 8 per caption: the maximum of the chi-square likelihood
+    rng = np.random.default_rng(4)
+    df = np.where(rng.uniform(size=3000) < 0.5, 2, 8)
+    variances = 0.02**2 * rng.chisquare(df) / df
+    shared = fit_mixture(list(np.sqrt(variances)), list(df))
+    best = optimize.minimize_scalar(lambda v: -np.sum(stats.chi2.logpdf(df * variances / v, df) + np.log(df / v)),
+                                    bounds=(1e-5, 1e-3), method="bounded", options={"xatol": 1e-14})
+    assert isinstance(shared, VariancePrior) and shared.df == df.sum()
+    assert shared.sd**2 == pytest.approx(best.x, rel=1e-6)
+    # one scaled inverse chi-square (d0 = 6, s0 = 0.01) seen through df 2 or 8 per caption, 30 captions (one
+    # component at most): its maximum likelihood by Nelder-Mead on scipy's F density, df capped at 29 x 5
+    df = np.where(rng.uniform(size=30) < 0.5, 2, 8)
+    variances = 0.01**2 * 6 / rng.chisquare(6, 30) * rng.chisquare(df) / df
+    one = fit_mixture(list(np.sqrt(variances)), list(df))
+
+    def minus_loglik(x):
+        d0, s0sq = min(math.exp(x[0]), 29 * 5), math.exp(x[1])
+        return -np.sum(stats.f.logpdf(variances / s0sq, df, d0) - np.log(s0sq))
+
+    free = min((optimize.minimize(minus_loglik, [math.log(start), math.log(np.mean(variances))], method="Nelder-Mead",
+                                  options={"xatol": 1e-9, "fatol": 1e-12}) for start in (2.0, 20.0)),
+               key=lambda r: r.fun)
+    assert isinstance(one, MixturePrior) and len(one.weights) == 1
+    assert one.dfs[0] == pytest.approx(min(math.exp(free.x[0]), 29 * 5), rel=1e-3)
+    assert one.sds[0] ** 2 == pytest.approx(math.exp(free.x[1]), rel=1e-3)
+    # moderated (Smyth 2004 with a df per caption): log s^2 less E[log chi2_d / d] for its own d; the excess
+    # variance over the mean trigamma(d/2) is trigamma(d0/2), solved here by brentq
+    df = np.where(rng.uniform(size=300) < 0.5, 2, 8)
+    sds = 0.01 * np.sqrt(6 / rng.chisquare(6, 300) * rng.chisquare(df) / df)
+    centred = 2 * np.log(sds) - special.digamma(df / 2) + np.log(df / 2)
+    excess = np.var(centred, ddof=1) - np.mean(special.polygamma(1, df / 2))
+    assert excess > 0  # else d0 is the cap
+    d0 = 2 * optimize.brentq(lambda x: special.polygamma(1, x) - excess, 1e-3, 1e4, xtol=1e-12)
+    moderated = fit_prior(list(sds), list(df), "moderated")
+    assert moderated.df == pytest.approx(d0, rel=1e-6)
+    assert moderated.sd**2 == pytest.approx(math.exp(centred.mean() + special.digamma(d0 / 2) - math.log(d0 / 2)),
+                                            rel=1e-6)
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"seeds": "3..16", "target_width": 0.01, "adaptive_rule": "stein", "adaptive_stages": 3}, "stein is two-stage"),
+    ({"seeds": "3..16", "target_width": 0.01, "adaptive_stages": 1}, "--adaptive-stages"),
+    ({"seeds": 4, "adaptive_stages": 3}, "--adaptive-stages is for adaptive seeds"),
+])
+def test_stage_settings_are_checked_before_any_work(settings, message):
+    truth = {"caption 0": (0.5, 0.01), "caption 1": (0.5, 0.02)}
+    generator = NoisyGenerator(truth)
+    with pytest.raises(ConfigError, match=message):
+        _score(generator, truth, **settings)
+    assert generator.calls == 0
+
+
+def test_adaptive_stages_on_the_command_line(tmp_path, capsys):
+    samples = tmp_path / "s.jsonl"
+    samples.write_text('{"id": "a", "caption": "x"}\n')
+    code = cli_main(["score", "-i", str(samples), "--out", str(tmp_path / "out"), "--seeds", "3..16",
+                     "--target-width", "0.01", "--adaptive-rule", "stein", "--adaptive-stages", "4"])
+    assert code == 2
+    assert "stein is two-stage" in capsys.readouterr().err
