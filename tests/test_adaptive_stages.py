@@ -126,23 +126,24 @@ def test_three_stages_cover_at_every_seed_count_and_draw_near_the_best_allocatio
 
 def test_a_dozen_captions_of_alike_noise_draw_no_more_than_fixed_k():
     # the tiny pipeline's case: 12 captions, noise alike, W = the width fixed K = 8 expects,
-    # 2 t(0.975, 7) sd / sqrt(8). Pooled after each stage (the mixture fit's choice here), every caption
-    # draws the same count, and over 20 runs no more than fixed K's 96 a run in all
+    # 2 t(0.975, 7) sd / sqrt(8). Pooled after each stage (the mixture fit's choice in 97 runs of 100 here),
+    # every caption draws the same count: over 100 runs 0.79 of fixed K's generations (two stages: 0.81), no
+    # run more than 1.25 of it (one pooled sd drawn high), coverage 0.950 (1,200 intervals)
     from scipy import stats
 
     width = 2 * stats.t.ppf(0.975, 7) * 0.02 / math.sqrt(8)
-    drawn, covered = [], []
-    for run in range(20):
+    drawn, covered, alike = [], [], 0
+    for run in range(100):
         truth = {f"caption {i}": (0.5, 0.02) for i in range(12)}
         generator = NoisyGenerator(truth)
         rows = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=run))],
                               no_cache=True, seeds="3..16", target_width=width).records
-        counts = {r["seeds_drawn"] for r in rows}
         drawn.append(sum(r["seeds_drawn"] for r in rows))
+        alike += len({r["seeds_drawn"] for r in rows}) == 1
         covered += [lo <= 0.5 <= hi for r in rows for lo, hi in [r["noisy_ci"]]]
-        assert len(counts) == 1 or drawn[-1] <= 96
-    assert sum(drawn) <= 20 * 96 and max(drawn) <= 1.25 * 96
-    assert np.mean(covered) >= 0.92  # 240 intervals: a standard error of 0.014
+    assert alike >= 90
+    assert sum(drawn) <= 0.85 * 100 * 96 and max(drawn) <= 1.25 * 96
+    assert np.mean(covered) >= 0.94
 
 
 def test_fits_with_a_df_per_caption_as_references_compute_them():
