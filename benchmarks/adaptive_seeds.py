@@ -4,8 +4,9 @@ Every side scores the captions over several replicates (other base seeds, so oth
 counts its generations, the share of its 95 % intervals that cover the true value (of all
 captions, and of those that drew the fewest seeds: where a rule that stops on lucky first
 draws fails), and Kendall tau between the captions' means and their true values. Adaptive
-runs `--seeds 3..16 --target-width W` under its default rule (mixture) at several W, and
-once at one W under each other rule (moderated, pooled, stein) to show why it is not the default.
+runs `--seeds 3..16 --target-width W` under its default rule (mixture, in its default stages)
+at several W, and once at one W in two stages and under each other rule (moderated, pooled,
+stein) to show why they are not the default.
 
 The best allocation at width W knows each caption's true seed sd sigma_i and gives it the
 fewest seeds in 3..16 whose known-sd 95 % interval is at most W wide:
@@ -16,7 +17,7 @@ of not knowing the noise: goal <= 1.10. Against fixed K: at W = fixed K's own me
 interval width (the same precision), adaptive must not draw more than fixed K where the
 noise is alike (goal <= 1.00).
 
-Two bounds beside it say what part of that price no rule that sees MIN first draws can avoid:
+Bounds beside it say what part of that price no rule that sees the draws first can avoid:
 
 - the best two-stage allocation knows the spread of the captions' sds (their true sds, each
   caption's equally likely) but not which caption has which: from a caption's MIN first draws
@@ -24,11 +25,16 @@ Two bounds beside it say what part of that price no rule that sees MIN first dra
   covers 0.95 given those draws (what `--adaptive-rule mixture` does with a fitted spread);
   its expected generations by quadrature over the first-stage variance. Where it is above
   1.10 x the best allocation, no covering two-stage rule can meet that goal.
+- the best staged allocation (the rule's default stage count) does the same in stages: the
+  share `STAGE_SHARE` of the need from the posterior after the first draws, then the rest from
+  the posterior after all draws so far; and the best fully sequential one decides after every
+  draw, stopping once its need is no more than its draws. Both by simulation (each caption 8
+  times, a fixed seed).
 - where the noise is alike, a rule that knows it is alike but must learn the one shared sd
-  from the captions' MIN first draws (captions x (MIN - 1) degrees of freedom) needs about
-  t(0.975, that)^2 / 1.96^2 times the seeds of one that knows the sd, more where W puts the
-  best allocation just under a whole number of seeds (an estimate a hair high asks for one
-  more): its expected generations by quadrature, against the best allocation and fixed K.
+  from the captions' draws so far (their degrees of freedom summed, in the default stages)
+  needs about t(0.975, that)^2 / 1.96^2 times the seeds of one that knows the sd, more where W
+  puts the best allocation just under a whole number of seeds (an estimate a hair high asks
+  for one more): its generations by simulation, against the best allocation and fixed K.
   On the tiny pipeline, whose sds differ somewhat, the rule knows each caption's sd up to that
   shared factor.
 
@@ -45,6 +51,7 @@ Two bounds beside it say what part of that price no rule that sees MIN first dra
 
 Usage: python benchmarks/adaptive_seeds.py [--captions 400] [--replicates 3] [--tiny-replicates 6]
     [--tiny-seeds 32] [--tiny-pictures N] [--part stand-in|tiny] [--profile mixed|log-uniform|alike]
+    [--seed 0]
 """
 
 from __future__ import annotations
