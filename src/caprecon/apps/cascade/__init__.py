@@ -49,8 +49,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from caprecon.apps.cascade.estimates import (DEFAULT_Z, Calibration, Decision, SystemMeans, calibrate, margins,
-                                              system_margins, system_means)
+from caprecon.apps.cascade.estimates import (DEFAULT_Z, Calibration, Decision, SystemMeans, calibrate, image_effects,
+                                              margins, system_margins, system_means)
 from caprecon.core.checks import check_number
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, write_jsonl_atomically
@@ -199,8 +199,8 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
             means = system_means(units, _predict(cheap_arr, calibration), full)
             open_rows = _open_system_rows(means, system_margins(means), z, units, order, full_records)
         else:
-            value, sd = _scores(cheap_arr, full, calibration)
-            margin = margins(wanted, value, sd, groups)
+            value, sd, shared = _scores(cheap_arr, full, calibration, groups)
+            margin = margins(wanted, value, sd, groups, shared)
             open_rows = [int(i) for i in np.argsort(margin, kind="stable")
                          if margin[i] < z and i not in full_records]
         history.append({"round": round_number, "reconstructed": len(pending), "calibrated_on": calibration.rows,
@@ -214,7 +214,7 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
     if means is not None:
         value, sd = _system_scores(cheap_arr, full, calibration, means, units)
     else:
-        value, sd = _scores(cheap_arr, full, calibration)
+        value, sd, _ = _scores(cheap_arr, full, calibration, groups)
     records = _records(rows, cheap_run.records, cheap_name, usable, full, full_records, value, sd, wanted, groups,
                        means, units)
     done = len(full_records)
@@ -272,13 +272,20 @@ def _predict(cheap: np.ndarray, calibration: Calibration) -> np.ndarray:
     return calibration.predict(cheap) if calibration.slope else np.full(len(cheap), calibration.intercept)
 
 
-def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's decision score (full where known, else the calibrated prediction) and its sd."""
+def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration,
+            groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's decision score and its sd, and the variance it shares with its image's other
+    unreconstructed rows: the full score where known (sd 0, nothing shared); else the calibrated
+    prediction plus its image's offset as its reconstructed siblings' residuals estimate it
+    (`image_effects`), with sd^2 the row's own error's variance plus that offset's."""
     value = _predict(cheap, calibration)
-    sd = np.full(len(cheap), calibration.sigma)
+    effects = image_effects(groups, {i: v - value[i] for i, v in full.items()}, calibration.sigma)
+    shared = np.array([effects.shared(g) for g in groups])
+    value += np.array([effects.shift(g) for g in groups])
+    sd = np.sqrt(effects.within + shared)
     for i, v in full.items():
-        value[i], sd[i] = v, 0.0
-    return value, sd
+        value[i], sd[i], shared[i] = v, 0.0, 0.0
+    return value, sd, shared
 
 
 def _system_scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration, means: SystemMeans,

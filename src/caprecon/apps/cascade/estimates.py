@@ -16,6 +16,9 @@ from caprecon.core.errors import ConfigError
 #: normal quantile for "could change": 1.96 sds either side, a 95 % interval
 DEFAULT_Z = 1.96
 DECISIONS = ("best-of-n", "rank", "threshold:X")
+#: degrees of freedom (reconstructed rows beyond the first of each image) the within-image variance
+#: needs before it is used: fewer, and a chance agreement of two siblings would make every difference certain
+MIN_WITHIN_FREEDOM = 5
 
 
 @dataclass(frozen=True)
@@ -81,12 +84,67 @@ def calibrate(cheap: np.ndarray, full: np.ndarray, z: float = DEFAULT_Z) -> Cali
     return Calibration(float(intercept), float(slope), sigma, n, coverage)
 
 
-def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str]) -> np.ndarray:
+@dataclass
+class ImageEffects:
+    """The residuals (full - prediction) split as a per-image offset plus a row's own error: one-way
+    random effects, fitted on the reconstructed rows. `within`: the variance of a row's own error
+    (the pooled variance of residuals about their image's mean residual); `between`: the offsets'
+    variance, what is left of the calibration's sigma^2 (0 when the images share nothing);
+    `offset`, `offset_var`: per image, its offset's estimate from its reconstructed rows and that
+    estimate's variance (see `image_effects`)."""
+
+    within: float
+    between: float
+    offset: dict[str, float]
+    offset_var: dict[str, float]
+
+    def shift(self, group: str) -> float:
+        return self.offset.get(group, 0.0)
+
+    def shared(self, group: str) -> float:
+        """The variance an unreconstructed row of `group` shares with its siblings: its image's offset's."""
+        return self.offset_var.get(group, self.between)
+
+
+def image_effects(groups: Sequence[str], residuals: dict[int, float], sigma: float) -> ImageEffects:
+    """`groups`: each row's image; `residuals`: row -> full - prediction, for the reconstructed rows;
+    `sigma`: the calibration's residual sd (sigma^2 = between + within). The within variance is
+    pooled over images with 2+ reconstructed rows (sum of squares about each image's mean residual
+    over the sum of (n - 1)); with under `MIN_WITHIN_FREEDOM` degrees of freedom, the rows are taken as independent (within = sigma^2,
+    between = 0), which is the widest a difference of two rows of one image can be. An image with n
+    reconstructed rows of mean residual r has the offset's best linear predictor
+    r * n * between / (n * between + within), with variance between * within / (n * between + within)
+    (`between` with none: its offset unknown, as wide as any image's)."""
+    if not math.isfinite(sigma):  # nothing fitted yet: every row open, nothing to share
+        return ImageEffects(math.inf, 0.0, {}, {})
+    members: dict[str, list[float]] = {}
+    for i, e in residuals.items():
+        members.setdefault(groups[i], []).append(e)
+    squares = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in members.values())
+    freedom = sum(len(v) - 1 for v in members.values())
+    within = squares / freedom if freedom >= MIN_WITHIN_FREEDOM else sigma ** 2
+    between = max(0.0, sigma ** 2 - within)
+    offset, offset_var = {}, {}
+    for g, v in members.items():
+        weight = len(v) * between + within
+        offset[g] = float(np.mean(v)) * len(v) * between / weight if weight > 0 else 0.0
+        offset_var[g] = between * within / weight if weight > 0 else 0.0
+    return ImageEffects(within, between, offset, offset_var)
+
+
+def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str],
+            shared: np.ndarray | None = None) -> np.ndarray:
     """Per row, how many sds its decision is from changing (inf: settled whatever the full score).
     `value`, `sd`: each row's decision score and its uncertainty (0 once reconstructed); `groups`:
-    the image of each row (best-of-n). Rank here is of the rows themselves (systems: `system_margins`)."""
+    the image of each row (best-of-n); `shared`: per row, the variance of its error that the
+    unreconstructed rows of its image share (their image's offset: `ImageEffects.shared`; 0 for a
+    reconstructed row; None: nothing shared). Rank here is of the rows themselves (systems:
+    `system_margins`). In best-of-n a challenger is open while its difference from its image's leader
+    is within z sds *of that difference*: sqrt(sd_i^2 + sd_leader^2 - 2 cov), cov the variance both
+    share, since the pick reads only the difference."""
     n = len(value)
     out = np.full(n, math.inf)
+    shared = np.zeros(n) if shared is None else shared
     with np.errstate(divide="ignore", invalid="ignore"):
         if decision.kind == "threshold":
             out = np.where(sd > 0, np.abs(value - decision.threshold) / sd, math.inf)
@@ -101,9 +159,9 @@ def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Seque
                 for i in members:
                     if i == leader:
                         continue
-                    # the intervals value +- z sd meet when the gap is under z times the sum of the sds
-                    reach = sd[i] + sd[leader]
-                    m = (value[leader] - value[i]) / reach if reach > 0 else math.inf
+                    common = math.sqrt(shared[i] * shared[leader])  # 0 when either is reconstructed
+                    spread = math.sqrt(max(sd[i] ** 2 + sd[leader] ** 2 - 2 * common, 0.0))
+                    m = (value[leader] - value[i]) / spread if spread > 0 else math.inf
                     out[i] = min(out[i], m)
                     out[leader] = min(out[leader], m)  # the leader is open while any challenger is
         else:  # rank of the rows
