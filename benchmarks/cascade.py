@@ -8,37 +8,53 @@ make). Printed per part:
 
 - the order of systems (`--decision rank --by system`): Kendall tau_b between the systems' means as
   the cascade estimates them and their means under the full pipeline (goal);
-- best-of-N (`--decision best-of-n`): the share of images whose pick is the full pipeline's (goal);
+- best-of-N (`--decision best-of-n`): the share of images whose pick the full pipeline makes (goal): its
+  pick, or a caption whose full score equals it (under the offline stand-in, captions that retrieve
+  the same gallery picture score exactly alike, and most images' best is shared so: the full
+  pipeline's own pick among them is by input order); beside it, without a goal, the share whose pick
+  is the very caption the full pipeline picks;
 - the order of every caption (`--decision rank` without `--by`): tau_b between the cascade's decision
   scores and recon over every row (no goal: the issue's ranking is of systems);
 - the cascade's generations over the full pipeline's (the largest of its runs; goal);
 - what the cheap signal can do: its own tau_b with recon over the captions and over the systems, its
   own best-of-N picks (no reconstruction), the calibration's leave-one-out coverage of the residual
-  intervals, how often an image's best is among its m best by the cheap score (and what
-  reconstructing those costs), the full pipeline's own standard error of each system's mean, and
-  two oracles that know recon and spend the same budget: best-of-N fixing the images
-  that need the fewest reconstructions first (the least set of an image's rows whose recon makes its
-  pick right, searched exhaustively up to 4 rows), and the caption ranking reconstructing the rows
-  with the largest residuals first (greedy, not exact).
+  intervals, the images whose best is shared, the residuals' sd within an image and their
+  intra-image correlation, how often an image's best is among its m best by the cheap score (and
+  what reconstructing those costs), the full pipeline's own standard error of each system's mean,
+  and oracles that know recon and spend the same budget: best-of-N fixing the images that need the
+  fewest reconstructions first (the least set of an image's rows whose recon makes its pick right,
+  searched exhaustively up to 4 rows), and the caption ranking reconstructing the rows with the
+  largest residuals first (greedy, not exact);
+- what the budget can do for the order of systems: per pair of systems, the gap between their
+  full-pipeline means, the standard error of the estimated gap under the oracle's allocation of the
+  budget and under the cascade's (first seed), and the fewest rows of the two that settle it alone
+  (gap at 1.96 standard errors); then the allocation of an oracle that knows each system's mean and
+  residual sd (greedy on the expected pairs in the wrong order, as the cascade allocates on its
+  estimates) with its expected tau and the tau of 400 random draws of rows at that allocation.
 
 1. Flickr8k-dev (../shared/data/flickr8k-dev, read in place; skipped when absent), the offline
-   stand-in (`--preset offline`). The 125 images split in two by a fixed shuffle: the Expert
-   candidates of one half, scored with recon, train the cheap signal (`caprecon distill`, its
-   default objective and encoders); the cascade runs on the Expert candidates of the other half
-   (about six captions an image). Flickr8k-Expert names no captioning system (its candidates are
-   captions of other images, retrieved), so the systems here are the candidates grouped by the
+   stand-in (`--preset offline`). The 125 images split in two by a fixed shuffle: the captions of
+   one half's images, scored with recon, train the cheap signal (`caprecon distill`, its default
+   encoders; `--objective`, default auto: reconstruction here): their Expert and CrowdFlower
+   candidates, each (image, caption) once, 3,053 rows (`--train expert`: the Expert ones alone, 376,
+   the first cascade's student); the cascade runs on the Expert candidates of the other half (about
+   six captions an image); no row of that half trains the student. Flickr8k-Expert names no
+   captioning system (its candidates are captions of other images, retrieved), so the systems here
+   are the candidates grouped by the
    total of their three expert ratings (3 to 8 each a system, 9 to 12 one: 7 systems of 11 to 166
    captions), a rule fixed before any cascade ran: systems of graded quality by people, ranked by
-   recon. Caveat (docs/scale.md): the stand-in retrieves its "reconstruction" by MiniLM features and
-   the student reads the caption with MiniLM too, so this cheap signal knows the stand-in's rule
-   better than it would know a real generator's. The same figures at budgets 0.5 and 0.7 follow,
+   recon. Caveat (docs/scale.md): the stand-in retrieves its "reconstruction" (one of 7 gallery
+   pictures) by MiniLM features and the student reads the caption with MiniLM too, so this cheap
+   signal learns the stand-in's rule, and the more rows it trains on the better: it knows the
+   stand-in far better than it would know a real generator. The same figures at budgets 0.5 and 0.7 follow,
    without goals: how much the agreement costs.
 2. The tiny pipeline (random-weight SD at 1 step, 32 px, and DINOv2): the demo's 12 captions of 4
    images, its systems its `quality` field (faithful, vague, wrong: 4 captions each); the cheap
    signal is CLIPScore with the tiny random-weight CLIP, which knows nothing of the images, so this
    part shows the cascade where its cheap score carries no information.
 
-Usage: python benchmarks/cascade.py [--budget 0.3] [--part flickr|tiny] [--cache-dir DIR] [--work DIR]
+Usage: python benchmarks/cascade.py [--budget 0.3] [--part flickr|tiny] [--train crowd|expert]
+       [--objective auto|reconstruction|value|pairs] [--cache-dir DIR] [--work DIR]
 """
 
 from __future__ import annotations

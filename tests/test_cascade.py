@@ -13,8 +13,8 @@ from noisy_standin import NoisyGenerator, NoisyScore
 
 import caprecon
 from caprecon.apps.cascade import cascade
-from caprecon.apps.cascade.estimates import (Decision, calibrate, image_effects, margins, system_margins,
-                                              system_means)
+from caprecon.apps.cascade.estimates import (Decision, SystemMeans, allocation, calibrate, image_effects, margins,
+                                              system_margins, system_means)
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Metric
 
@@ -218,6 +218,56 @@ def test_system_means_by_hand():
     # one row a system, each reconstructed: no pooled sd (0 degrees of freedom), yet each mean is known exactly
     known = system_means(["x", "y"], np.zeros(2), {0: 0.4, 1: 0.6})
     assert math.isinf(known.sigma) and list(known.se) == [0.0, 0.0] and list(known.mean) == [0.4, 0.6]
+
+
+def _reference_allocation(mean, sizes, taken, sigma, open_systems, rows):
+    """The greedy allocation written out plainly: at each step every move (one row of an open system,
+    or all its rows left) is tried, the expected pairs in the wrong order summed over every pair with
+    scipy's normal cdf, and the largest drop per row taken."""
+    from scipy.stats import norm
+
+    def se(n, size):
+        return 0.0 if n == size else sigma * math.sqrt((1 - n / size) / n)
+
+    def wrong(counts):
+        total = 0.0
+        for a in range(len(mean)):
+            for b in range(a + 1, len(mean)):
+                spread = math.hypot(se(counts[a], sizes[a]), se(counts[b], sizes[b]))
+                total += norm.cdf(-abs(mean[a] - mean[b]) / spread) if spread else 0.0
+        return total
+
+    taken, picked = list(taken), []
+    while len(picked) < rows:
+        moves = [(s, extra) for s in open_systems for extra in sorted({1, sizes[s] - taken[s]})
+                 if 0 < extra <= rows - len(picked) and taken[s] + extra <= sizes[s]]
+        gains = [(wrong(taken) - wrong([n + extra * (k == s) for k, n in enumerate(taken)])) / extra
+                 for s, extra in moves]
+        s, extra = moves[int(np.argmax(gains))]
+        picked += [s] * extra
+        taken[s] += extra
+    return picked
+
+
+def test_allocation_by_the_gaps():
+    """Systems a, b, d overlap (means 0.50, 0.52, 0.535), c lies far above (0.90: 7 sds of a difference away):
+    the allocation follows the greedy rule written out plainly, and gives c nothing."""
+    mean = np.array([0.50, 0.52, 0.90, 0.535])
+    sizes, taken, sigma = [20, 17, 20, 6], [2, 2, 2, 2], 0.05
+    means = SystemMeans(["a", "b", "c", "d"], mean, np.zeros(4), np.array(sizes), np.array(taken), np.zeros(4), sigma)
+    picked = allocation(means, [0, 1, 2, 3], 30)
+    assert picked == _reference_allocation(mean, sizes, taken, sigma, [0, 1, 2, 3], 30)
+    assert len(picked) == 30 and 2 not in picked and {0, 1, 3} <= set(picked)
+    assert picked.count(3) <= 4  # d has 4 rows left
+    # a near-tie of two small systems gains only from both being whole: the whole-system move takes them
+    tie = SystemMeans(["x", "y"], np.array([0.5, 0.5001]), np.zeros(2), np.array([6, 6]), np.array([2, 2]),
+                      np.zeros(2), 0.05)
+    assert allocation(tie, [0, 1], 8) == _reference_allocation([0.5, 0.5001], [6, 6], [2, 2], 0.05, [0, 1], 8)
+    assert sorted(allocation(tie, [0, 1], 8)) == [0] * 4 + [1] * 4
+    # no sigma yet: no move lowers anything, the open systems take rows in turn (in the order given)
+    blind = SystemMeans(["a", "b", "c", "d"], mean, np.zeros(4), np.array(sizes), np.array(taken), np.zeros(4),
+                        math.inf)
+    assert allocation(blind, [3, 0], 11) == [3, 0, 3, 0, 3, 0, 3, 0, 0, 0, 0]  # d has 4 rows left
 
 
 def test_threshold_reconstructs_only_rows_near_it(tmp_path):

@@ -238,14 +238,69 @@ def system_means(systems: Sequence[str], predicted: np.ndarray, full: dict[int, 
     sigma = math.sqrt(squares / freedom) if freedom else math.inf
     for s, m in enumerate(members):
         mean[s] = float(np.mean(predicted[m])) + residual_mean[s]
-        n, size = reconstructed[s], rows[s]
-        if n == size:
-            se[s] = 0.0
-        elif n == 0 or math.isinf(sigma):
-            se[s] = math.inf
-        else:
-            se[s] = sigma * math.sqrt((1 - n / size) / n)
+        se[s] = standard_error(sigma, int(reconstructed[s]), int(rows[s]))
     return SystemMeans(names, mean, se, rows, reconstructed, residual_mean, sigma)
+
+
+def standard_error(sigma: float, n: int, size: int) -> float:
+    """The difference estimator's standard error of a mean over `size` rows, n of them reconstructed:
+    sigma * sqrt((1 - n / size) / n); 0 once all are, infinite with none or without a sigma."""
+    if n == size:
+        return 0.0
+    if n == 0 or math.isinf(sigma):
+        return math.inf
+    return sigma * math.sqrt((1 - n / size) / n)
+
+
+def _swap_chance(gap: np.ndarray, se: float, others: np.ndarray) -> np.ndarray:
+    """Phi(-|gap| / sd of the difference) per other system: the chance the two estimates come out in the
+    wrong order; a pair both known exactly cannot swap (1/2 if their means are equal)."""
+    from scipy.special import ndtr
+
+    spread = np.hypot(se, others)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread > 0, ndtr(-np.abs(gap) / spread), np.where(gap == 0, 0.5, 0.0))
+
+
+def allocation(means: SystemMeans, open_systems: Sequence[int], rows: int) -> list[int]:
+    """Which systems the next `rows` reconstructions go to (a system index per row, in the order to
+    take them): each step takes, among the open systems, the move that lowers the expected number of
+    system pairs in the wrong order (`_swap_chance` summed over pairs, at the current means and the
+    pooled sigma) the most per row; a move is one more row of a system, or all its rows left at once
+    (two systems whose means nearly agree gain nothing from one row more, only from being whole).
+    So rows go where intervals overlap, sized to the gaps and the rows each system has left. When no
+    move lowers it (no sigma yet; or every open pair's gap beyond reach), the open systems take
+    rows in turn."""
+    taken = [int(n) for n in means.reconstructed]
+    sizes = [int(n) for n in means.rows]
+    se = np.array([standard_error(means.sigma, taken[s], sizes[s]) for s in range(len(taken))])
+    order: list[int] = []
+    while len(order) < rows:
+        best, best_gain = None, 0.0
+        for s in open_systems:
+            others = np.arange(len(taken)) != s
+            now = float(np.sum(_swap_chance(means.mean[others] - means.mean[s], se[s], se[others])))
+            for extra in {1, sizes[s] - taken[s]}:
+                if not 0 < extra <= min(rows - len(order), sizes[s] - taken[s]):
+                    continue
+                after = standard_error(means.sigma, taken[s] + extra, sizes[s])
+                gain = (now - float(np.sum(_swap_chance(means.mean[others] - means.mean[s], after, se[others])))) / extra
+                if gain > best_gain:
+                    best, best_gain = (s, extra), gain
+        if best is None:
+            break
+        s, extra = best
+        order += [s] * extra
+        taken[s] += extra
+        se[s] = standard_error(means.sigma, taken[s], sizes[s])
+    left = [s for s in open_systems if taken[s] < sizes[s]]
+    while left and len(order) < rows:  # in turn, as far as rows are left
+        for s in list(left):
+            if len(order) < rows and taken[s] < sizes[s]:
+                order.append(s)
+                taken[s] += 1
+        left = [s for s in left if taken[s] < sizes[s]]
+    return order
 
 
 def system_margins(means: SystemMeans) -> np.ndarray:
