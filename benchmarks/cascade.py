@@ -134,6 +134,15 @@ def image_spread(records: list[dict], value) -> float:
     return float(np.mean([np.std([value(r) for r in rows], ddof=1) for rows in images(records)]))
 
 
+def sibling_difference_sd(records: list[dict], value) -> float:
+    """The root mean square of `value`'s differences over every pair of captions of one image (each
+    image's pairs weighted alike): what a best-of-N rule comparing two captions of an image must allow
+    for. sqrt(2) times `value`'s sd over all rows when an image's captions share nothing; less when
+    they share an offset, which cancels in a difference."""
+    return float(np.sqrt(np.mean([np.mean([(value(a) - value(b)) ** 2 for a, b in itertools.combinations(rows, 2)])
+                                  for rows in images(records)])))
+
+
 def best_gap(records: list[dict]) -> float:
     """The mean over images of how far the full pipeline's best caption leads its second."""
     return float(np.mean([np.subtract(*sorted((r["full"] for r in rows), reverse=True)[:2])
@@ -209,14 +218,16 @@ def discordance(gaps: dict[tuple[str, str], float], sd: dict[str, float], size: 
 
 def oracle_allocation(truth: dict[str, float], sd: dict[str, float], size: dict[str, int], rows: int) -> dict[str, int]:
     """How an oracle that knows every system's true mean and residual sd would spread `rows`
-    reconstructions over the systems (2 each first, as the cascade's calibration sample does): each
+    reconstructions over the systems (2 each first, as the cascade's calibration sample does, or 1
+    where the budget has no room for 2): each
     step takes the move that lowers the expected discordant pairs most per row, a move being one more
     row of a system or the rest of a system's rows at once (a pair whose means nearly agree gains
     nothing until both systems are whole, which one row at a time never sees). Greedy, not proven
     best; what allocation by gaps and sds can do at this budget."""
     names = sorted(truth)
     gaps = {(a, b): truth[a] - truth[b] for a, b in itertools.combinations(names, 2)}
-    taken = {n: min(2, size[n]) for n in names}
+    first = 2 if 2 * len(names) <= rows else 1  # the calibration sample's rows of each system, as the budget allows
+    taken = {n: min(first, size[n]) for n in names}
     left = rows - sum(taken.values())
     while left > 0:
         now = discordance(gaps, sd, size, taken)
@@ -400,7 +411,10 @@ def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: 
     print(f"{label}: {tied_best(rows)} of {len(same)} images have their best full score shared by 2+ captions")
     print(f"{label}: within an image: recon's sd {image_spread(rows, lambda r: r['full']):.4f}, its best ahead of "
           f"its second by {best_gap(rows):.4f} on average; the residuals' sd {image_spread(rows, residual):.4f} and "
-          f"intra-image correlation {intra_image_correlation(rows, residual):.3f}")
+          f"intra-image correlation {intra_image_correlation(rows, residual):.3f}; the residuals' differences "
+          f"between two captions of an image: sd {sibling_difference_sd(rows, residual):.4f}, against sqrt 2 times "
+          f"the residual sd about the line {2 ** 0.5 * fit.sigma:.4f} (the same if captions of an image shared "
+          f"nothing) and the sum of two such sds {2 * fit.sigma:.4f} (what overlapping intervals allow for)")
     print(f"{label}: the full pipeline's best among an image's m best by the cheap score (m: share, generations): "
           + ", ".join(f"{m}: {hit:.3f} at {cost:.2f}" for m, hit, cost in top_m_recall(rows, cheap_score)))
     system_reach(label, rows, predicted, budget_rows, cascade_se)
