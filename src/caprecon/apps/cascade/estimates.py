@@ -295,10 +295,9 @@ def allocation(means: SystemMeans, open_systems: Sequence[int], rows: int) -> li
         se[s] = standard_error(means.sigma, taken[s], sizes[s])
     left = [s for s in open_systems if taken[s] < sizes[s]]
     while left and len(order) < rows:  # in turn, as far as rows are left
-        for s in list(left):
-            if len(order) < rows and taken[s] < sizes[s]:
-                order.append(s)
-                taken[s] += 1
+        for s in left[: rows - len(order)]:
+            order.append(s)
+            taken[s] += 1
         left = [s for s in left if taken[s] < sizes[s]]
     return order
 
