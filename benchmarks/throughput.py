@@ -5,8 +5,11 @@ loaded: the raw loop decodes each source image, calls the diffusers pipeline on 
 of prompts (one seeded generator per prompt, as caprecon does) and embeds sources and
 reconstructions with the same embedder; caprecon runs `caprecon.score` into a fresh cache
 and output folder, with everything it adds (hashing, cache look-ups, JSON rows, the
-manifest, the HTML report every score run ends with). The sides run in every round, back to
-back, the order reversed from one round to the next:
+manifest, the HTML report every score run ends with). Before the rounds each side runs once
+on one batch (caprecon into a cache of its own), as dedup.py does: a process's first `score`
+imports caprecon's run, store and report modules, a once-per-process cost that is startup.py's
+to measure. The sides run in every round, back to back, the order reversed from one round to
+the next:
 
 - `raw`: the bare loop, keeping nothing;
 - `raw+png`: the loop keeping each reconstruction as caprecon's cache keeps it, a new PNG file
@@ -48,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import statistics
 import sys
@@ -159,6 +163,8 @@ def main() -> None:
         tmp = Path(tmp)
         sd, dino = tiny_models.build_tiny_sd(tmp / "sd"), tiny_models.build_tiny_dinov2(tmp / "dino")
         samples, rows = write_samples(tmp / "samples", args.samples)
+        warm_up = tmp / "warm-up.jsonl"  # one batch of other captions, so no round finds its work cached
+        warm_up.write_text("\n".join(json.dumps({**r, "caption": r["caption"] + " (warm-up)"}) for r in rows[:BATCH]))
 
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
         print(f"creating a file in {tmp.parent}: {file_creation_ms(tmp):.3f} ms of CPU   "
@@ -168,13 +174,18 @@ def main() -> None:
             generator = DiffusersGenerator(str(sd), steps=steps, batch_size=BATCH)
             embedder = HFVisionEmbedder(str(dino), batch_size=BATCH)
             generator.pipeline, embedder.model  # noqa: B018 -- load both before any timing
-            raw_loop(generator, embedder, rows[:BATCH], args.side)  # warm-up
-            load = time.perf_counter() - t
             report: list[float] = []
 
             def run_caprecon(data: Path, cache: Path, out: Path, keep: str = "images") -> None:
                 caprecon.score(data, ["recon"], generator=generator, embedder=embedder, max_side=args.side,
                                batch_size=BATCH, cache_dir=str(cache), out=out, keep=keep)
+
+            # warm-up, each side once: the models' first batch, and caprecon's first `score`, which
+            # imports its run, store and report modules and compiles the report's template (a
+            # once-per-process cost, startup.py's to measure; dedup.py warms up the same way)
+            raw_loop(generator, embedder, rows[:BATCH], args.side)
+            run_caprecon(warm_up, tmp / f"cache-warm-up-{steps}", tmp / f"out-warm-up-{steps}")
+            load = time.perf_counter() - t
 
             def run_ours(r: int) -> None:
                 REPORT.seconds.clear()
