@@ -824,6 +824,8 @@ MUTANTS = [
         ("cascade: allocation takes a move that lowers nothing", "if gain > best_gain:", "if gain >= best_gain:"),
         ("cascade: swap chance over one se, not the difference's", "spread = np.hypot(se, others)",
          "spread = se + 0 * others"),
+        ("cascade: a round of systems reports no row open", "still_open = sum(len(q) for q in queues.values())",
+         "still_open = 0"),
         ("cascade: allocation in turn past a system's last row",
          "left = [s for s in left if taken[s] < sizes[s]]", "left = [s for s in left if taken[s] <= sizes[s]]"),
         ("cascade: an unreconstructed row's sd loses its image offset's variance",

@@ -350,6 +350,7 @@ def test_rank_systems_settles_separated_systems_in_the_calibration_round(tmp_pat
                      cache_dir=str(tmp_path / "cache"))
     recon = {r["id"] for r in result.records if r["reconstructed"]}
     assert recon == _first_round(rows) and len(result.rounds) == 1  # no interval overlaps another after it
+    assert result.rounds[0]["open"] == 0
     assert generator.calls == len(recon) == result.generations == result.reconstructed
     assert result.full_generations == 60 and cheap.rows == 60
     m = result.systems
@@ -372,6 +373,9 @@ def test_rank_systems_reconstructs_only_overlapping_systems(tmp_path):
                      cache_dir=str(tmp_path / "cache"))
     first = _first_round(rows)
     later = {r["id"] for r in result.records if r["reconstructed"]} - first
+    # after the calibration round b and d overlap: at least their rows not yet reconstructed are open
+    waiting = sum(r["system"] in ("b", "d") and r["id"] not in first for r in rows)
+    assert waiting <= result.rounds[0]["open"] <= 80 - len(first)
     assert later and {r["system"] for r in result.records if r["id"] in later} == {"b", "d"}
     assert generator.calls == len(first) + len(later) == result.generations
     assert dict(zip(result.systems.names, result.systems.ranks())) == {"c": 1, "d": 2, "b": 3, "a": 4}

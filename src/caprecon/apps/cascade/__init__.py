@@ -205,14 +205,16 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
         if units is not None:
             means = system_means(units, _predict(cheap_arr, calibration), full)
             share = math.ceil(left / max(1, rounds - round_number))  # what this round may take
-            open_rows = _open_system_rows(means, system_margins(means), z, units, order, full_records, share)
+            open_rows, still_open = _open_system_rows(means, system_margins(means), z, units, order, full_records,
+                                                      share)
         else:
             value, sd, shared = _scores(cheap_arr, full, calibration, groups)
             margin = margins(wanted, value, sd, groups, shared)
             open_rows = [int(i) for i in np.argsort(margin, kind="stable")
                          if margin[i] < z and i not in full_records]
+            still_open = len(open_rows)
         history.append({"round": round_number, "reconstructed": len(pending), "calibrated_on": calibration.rows,
-                        "sigma": calibration.sigma, "coverage": calibration.coverage, "open": len(open_rows)})
+                        "sigma": calibration.sigma, "coverage": calibration.coverage, "open": still_open})
         if not open_rows or left <= 0 or round_number == rounds:
             break
         share = math.ceil(left / (rounds - round_number))  # this round's part of what is left
@@ -260,14 +262,16 @@ def _calibration_sample(order: list[int], units: Sequence[str] | None, limit: in
 
 
 def _open_system_rows(means: SystemMeans, margin: np.ndarray, z: float, units: Sequence[str], order: list[int],
-                      done: dict[int, Any], rows: int) -> list[int]:
-    """Up to `rows` rows to reconstruct next for a ranking of systems: among the systems whose interval
-    overlaps another's, as many rows of each as `allocation` gives it (by the gaps between the means
-    and the rows each system has left), each system's next rows not yet reconstructed in the shuffled
-    order, so that its reconstructed rows stay a simple random sample of it."""
+                      done: dict[int, Any], rows: int) -> tuple[list[int], int]:
+    """Up to `rows` rows to reconstruct next for a ranking of systems, and how many rows the open
+    systems have not reconstructed: among the systems whose interval overlaps another's, as many rows
+    of each as `allocation` gives it (by the gaps between the means and the rows each system has
+    left), each system's next rows not yet reconstructed in the shuffled order, so that its
+    reconstructed rows stay a simple random sample of it."""
     open_systems = [int(s) for s in np.argsort(margin, kind="stable") if margin[s] < z]
     queues = {s: [i for i in order if units[i] == means.names[s] and i not in done] for s in open_systems}
-    return [queues[s].pop(0) for s in allocation(means, open_systems, rows) if queues[s]]
+    still_open = sum(len(q) for q in queues.values())
+    return [queues[s].pop(0) for s in allocation(means, open_systems, rows) if queues[s]], still_open
 
 
 def _predict(cheap: np.ndarray, calibration: Calibration) -> np.ndarray:
