@@ -53,7 +53,7 @@ make). Printed per part:
    signal is CLIPScore with the tiny random-weight CLIP, which knows nothing of the images, so this
    part shows the cascade where its cheap score carries no information.
 
-Usage: python benchmarks/cascade.py [--budget 0.3] [--part flickr|tiny] [--train crowd|expert]
+Usage: python benchmarks/cascade.py [--budget 0.3] [--part flickr|tiny] [--seeds 5] [--train crowd|expert]
        [--objective auto|reconstruction|value|pairs] [--cache-dir DIR] [--work DIR]
 """
 
@@ -81,7 +81,7 @@ from caprecon.stats.correlation import kendall_tau  # noqa: E402
 FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k-dev"
 DEMO = Path(caprecon.__file__).parent / "data" / "demo" / "captions.jsonl"
 TAU_GOAL, PICKS_GOAL, SHARE_GOAL = 0.95, 0.95, 0.30
-SEEDS = 5  # shuffles of the calibration sample per decision: the goal lines hold the mean over them
+SEEDS = 5  # shuffles of the calibration sample per decision (--seeds): the goal lines hold the mean over them
 CURVE = (0.5, 0.7)  # Flickr8k-dev: the same figures at larger budgets, where the goals' agreement is reached
 
 
@@ -337,15 +337,15 @@ def top_m_recall(records: list[dict], cheap: dict[str, float]) -> list[tuple[int
 
 
 def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: str, budget: float,
-            goals: bool = True, **settings) -> None:
-    """The cascade's decisions beside the full pipeline's (each at SEEDS shuffles of its calibration
+            goals: bool = True, seeds: int = SEEDS, **settings) -> None:
+    """The cascade's decisions beside the full pipeline's (each at `seeds` shuffles of its calibration
     sample: the goal lines hold their mean), the cheap signal's own figures and the oracles', and the
     goal lines (without `goals`: the same figures at another budget, for the curve)."""
     full = {r["id"]: r.get("recon") for r in full_run.records}
     full_generations = generations(full_run)
     system_of = {s["id"]: s["system"] for s in samples}
     used, figures = 0, {"systems": [], "best-of-n": [], "best-of-n, the very caption": [], "captions": []}
-    for seed in range(SEEDS):
+    for seed in range(seeds):
         results = {}
         for name, decision, by in (("systems", "rank", "system"), ("best-of-n", "best-of-n", None),
                                    ("captions", "rank", None)):
@@ -422,12 +422,12 @@ def compare(label: str, samples: list[dict], full_run: caprecon.Results, cheap: 
           f"{oracle_best_of_n(rows, predicted, budget_rows):.3f}; captions' tau_b (largest residuals first) "
           f"{oracle_caption_tau(rows, predicted, budget_rows):.3f}")
     for name, values in figures.items():
-        print(f"{label}: {name} over {SEEDS} seeds: " + ", ".join(f"{v:.3f}" for v in values)
+        print(f"{label}: {name} over {seeds} seeds: " + ", ".join(f"{v:.3f}" for v in values)
               + f" (mean {np.mean(values):.3f}, min {min(values):.3f})")
     tau_systems, picks, tau_captions = (float(np.mean(figures[k])) for k in ("systems", "best-of-n", "captions"))
     if not goals:
         print(f"{label}: at budget {budget}: systems' tau {tau_systems:.3f}, best-of-N picks the same "
-              f"{picks:.3f}, captions' tau {tau_captions:.3f} (means over {SEEDS} seeds), generations over the "
+              f"{picks:.3f}, captions' tau {tau_captions:.3f} (means over {seeds} seeds), generations over the "
               f"full pipeline's {used / full_generations:.3f}")
         return
     line(f"{label}: Kendall tau of the cascade's order of systems vs the full pipeline's", tau_systems,
@@ -462,7 +462,8 @@ def training_rows(expert: list[dict], train_images: set[str], crowd: bool) -> li
     return out
 
 
-def flickr(work: Path, budget: float, cache: str, crowd: bool = True, objective: str = "auto") -> None:
+def flickr(work: Path, budget: float, cache: str, crowd: bool = True, objective: str = "auto",
+           seeds: int = SEEDS) -> None:
     if not (FLICKR / "expert.jsonl").is_file():
         print(f"flickr: skipped, {FLICKR} is absent (see its README for what it holds)")
         return
@@ -496,10 +497,10 @@ def flickr(work: Path, budget: float, cache: str, crowd: bool = True, objective:
           f"{len(images) - len(train_images)} other images in {time.perf_counter() - started:.0f} s")
     for share in (budget, *CURVE):
         compare("flickr", samples["test"], full_run, f"distilled:{work / name}", share, goals=share == budget,
-                preset="offline", cache_dir=cache)
+                seeds=seeds, preset="offline", cache_dir=cache)
 
 
-def tiny(work: Path, budget: float, cache: str) -> None:
+def tiny(work: Path, budget: float, cache: str, seeds: int = SEEDS) -> None:
     import tiny_models
     from caprecon.models.generator import DiffusersGenerator
 
@@ -515,7 +516,7 @@ def tiny(work: Path, budget: float, cache: str) -> None:
     full_run = caprecon.score(samples, ["recon"], **settings)
     print(f"tiny: full pipeline (SD + DINOv2, random weights, 1 step, 32 px) on the demo's {len(samples)} captions "
           f"in {time.perf_counter() - started:.0f} s; cheap signal CLIPScore with the tiny random CLIP")
-    compare("tiny", samples, full_run, "clipscore", budget, **settings)
+    compare("tiny", samples, full_run, "clipscore", budget, seeds=seeds, **settings)
 
 
 def main() -> None:
@@ -523,6 +524,8 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=0.3)
     p.add_argument("--part", choices=("flickr", "tiny"))
     p.add_argument("--cache-dir", help="the store of both parts, kept for a rerun (default: a temporary one)")
+    p.add_argument("--seeds", type=int, default=SEEDS,
+                   help=f"shuffles of the calibration sample per decision and budget (default {SEEDS})")
     p.add_argument("--train", choices=("crowd", "expert"), default="crowd",
                    help="flickr: the cheap signal's training rows: the training half's Expert and CrowdFlower "
                         "candidates (default), or its Expert candidates alone (the first cascade's student)")
@@ -535,9 +538,9 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         if args.part in (None, "flickr"):
             flickr(work, args.budget, args.cache_dir or str(work / "cache-flickr"), crowd=args.train == "crowd",
-                   objective=args.objective)
+                   objective=args.objective, seeds=args.seeds)
         if args.part in (None, "tiny"):
-            tiny(work, args.budget, args.cache_dir or str(work / "cache-tiny"))
+            tiny(work, args.budget, args.cache_dir or str(work / "cache-tiny"), seeds=args.seeds)
 
 
 if __name__ == "__main__":
