@@ -13,7 +13,8 @@ from noisy_standin import NoisyGenerator, NoisyScore
 
 import caprecon
 from caprecon.apps.cascade import cascade
-from caprecon.apps.cascade.estimates import Decision, calibrate, margins, system_margins, system_means
+from caprecon.apps.cascade.estimates import (Decision, SystemMeans, allocation, calibrate, image_effects, margins,
+                                              system_margins, system_means)
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Metric
 
@@ -101,20 +102,93 @@ def test_margins_by_hand():
     th = margins(Decision.parse("threshold:0.5"), value, sd, ["a"] * 4)
     assert th[0] == pytest.approx(0.5) and th[1] == pytest.approx(4.0) and math.isinf(th[2])
     assert th[3] == pytest.approx(2.0)
-    # best-of-n: image a = rows 0, 1 (leader 1): the intervals 0.45 +- z 0.1 and 0.9 +- z 0.1 meet at
-    # z = 0.45 / (0.1 + 0.1); image b = rows 2, 3 (leader 2, known exactly): 0.3 + z 0.1 reaches 0.5 at z = 2
+    # best-of-n reads the difference of a challenger and its leader: image a = rows 0, 1 (leader 1), each
+    # sd 0.1, independent: the difference 0.45 has sd sqrt(0.01 + 0.01); image b = rows 2, 3 (leader 2,
+    # known exactly): the difference 0.2 has row 3's sd 0.1
     best = margins(Decision.parse("best-of-n"), value, sd, ["a", "a", "b", "b"])
-    assert best[0] == pytest.approx(0.45 / 0.2) == best[1]
+    assert best[0] == pytest.approx(0.45 / math.sqrt(0.02)) == best[1]
     assert math.isinf(best[2])  # known exactly: nothing to learn
     assert best[3] == pytest.approx(0.2 / 0.1)
-    # three images' worth of one: the leader takes the smallest of its challengers' margins
+    # rows 0 and 1 share an image offset of variance 0.006: it cancels in their difference, whose variance is
+    # 0.01 + 0.01 - 2 * 0.006; row 3 shares nothing with its known leader (a reconstructed row shares 0)
+    shared = margins(Decision.parse("best-of-n"), value, sd, ["a", "a", "b", "b"], np.array([0.006, 0.006, 0, 0.006]))
+    assert shared[0] == pytest.approx(0.45 / math.sqrt(0.008)) == shared[1]
+    assert shared[3] == pytest.approx(0.2 / 0.1)
+    # three captions of one image: the leader takes the smallest of its challengers' margins
     trio = margins(Decision.parse("best-of-n"), np.array([0.5, 0.4, 0.1]), np.array([0.1, 0.05, 0.1]), ["x"] * 3)
-    assert trio[1] == pytest.approx(0.1 / 0.15) == trio[0] and trio[2] == pytest.approx(0.4 / 0.2)
+    assert trio[1] == pytest.approx(0.1 / math.sqrt(0.0125)) == trio[0]
+    assert trio[2] == pytest.approx(0.4 / math.sqrt(0.02))
     # rank of the rows: three captions, sd 1: a and b level (swap chance 1/2), c 10 above (chance ~0):
     # a's mean chance is 1/4
     three = margins(Decision.parse("rank"), np.array([0.0, 0.0, 10.0]), np.ones(3), ["a", "b", "c"])
     assert three[0] == pytest.approx(0.67449, abs=1e-4) == three[1]  # Phi(-0.67449) = 0.25
     assert three[2] == pytest.approx(10 / math.sqrt(2), abs=0.02)  # its two chances alike: Phi(-10/sqrt 2)
+
+
+def test_image_effects_by_hand():
+    """Residuals of reconstructed rows in images a (rows 0-3: 0.01, 0.03, 0.02, 0.04, mean 0.025), b (rows 4-6:
+    -0.02, 0.0, -0.01, mean -0.01) and c (row 7: 0.05, alone); row 8 of image d has none. Within: squares
+    about each image's mean, (0.015^2 + 0.005^2) * 2 + 0.01^2 * 2 = 0.0007, over (4 - 1) + (3 - 1) = 5
+    degrees of freedom; between: sigma^2 - within."""
+    groups = ["a"] * 4 + ["b"] * 3 + ["c", "d"]
+    residuals = {0: 0.01, 1: 0.03, 2: 0.02, 3: 0.04, 4: -0.02, 5: 0.0, 6: -0.01, 7: 0.05}
+    sigma = 0.02
+    e = image_effects(groups, residuals, sigma)
+    within = 0.0007 / 5
+    between = sigma ** 2 - within
+    assert e.within == pytest.approx(within) and e.between == pytest.approx(between)
+    for image, n, mean in (("a", 4, 0.025), ("b", 3, -0.01), ("c", 1, 0.05)):
+        weight = n * between + within
+        assert e.shift(image) == pytest.approx(mean * n * between / weight)
+        assert e.shared(image) == pytest.approx(between * within / weight)
+    assert e.shift("d") == 0.0 and e.shared("d") == pytest.approx(between)  # nothing known of d: as wide as any
+    # under MIN_WITHIN_FREEDOM (5) degrees of freedom: rows taken as independent, nothing shared
+    fewer = image_effects(groups, {k: v for k, v in residuals.items() if k != 6}, sigma)
+    assert fewer.within == pytest.approx(sigma ** 2) and fewer.between == 0.0 and fewer.shift("a") == 0.0
+    assert fewer.shared("d") == 0.0
+    # residuals spread more within images than sigma says: no image effect (between clipped at 0)
+    assert image_effects(groups, residuals, 0.005).between == 0.0
+    assert math.isinf(image_effects(groups, residuals, math.inf).within)
+
+
+def test_best_of_n_shifts_siblings_by_their_image_offset(tmp_path):
+    """Each image's captions share one residual (full = cheap + image offset +- 0.002): once a caption of an
+    image is reconstructed, its unreconstructed siblings' decision scores carry the offset (shrunk by
+    between / (between + within / n)), and their sd is the small within-image one, not sigma."""
+    values = {}
+    offsets = [0.05, -0.04, 0.01]
+    for k in range(3):  # 36 rows: the calibration sample's 8 fall on at most 3 images, 5+ degrees of freedom
+        values.update({f"img{k}/{c:02d}": 0.2 + 0.03 * c + 0.01 * k for c in range(12)})
+    captions = list(values)
+    full = {c: values[c] + offsets[int(c[3])] + (0.002 if n % 2 == 0 else -0.002) for n, c in enumerate(captions)}
+    generator = NoisyGenerator({c: (v, 0.0) for c, v in full.items()})
+    rows = [{"id": c, "caption": c, "image_id": c.split("/")[0]} for c in captions]
+    result = cascade(rows, cheap=Fixed(values), metric=NoisyScore(generator), decision="best-of-n", budget=0.25,
+                     rounds=1, cache_dir=str(tmp_path / "cache"))
+    recon = {r["id"]: r for r in result.records if r["reconstructed"]}
+    assert generator.calls == len(recon) == 8  # the calibration sample alone (one round)
+    cheap = np.array([values[c] for c in recon])
+    truth = np.array([full[c] for c in recon])
+    slope, intercept = np.polyfit(cheap, truth, 1)
+    residual = {c: full[c] - (intercept + slope * values[c]) for c in recon}
+    sigma = math.sqrt(sum(e ** 2 for e in residual.values()) / (len(recon) - 2))
+    by_image: dict[str, list[float]] = {}
+    for c, e in residual.items():
+        by_image.setdefault(c.split("/")[0], []).append(e)
+    freedom = sum(len(v) - 1 for v in by_image.values())
+    assert freedom >= 5  # enough siblings for a within-image variance
+    within = sum(sum((x - np.mean(v)) ** 2 for x in v) for v in by_image.values()) / freedom
+    between = max(sigma ** 2 - within, 0.0)
+    assert between > 3 * within  # the images' offsets are most of the residual
+    for r in result.records:
+        if r["reconstructed"]:
+            continue
+        image = r["id"].split("/")[0]
+        known = by_image.get(image, [])
+        weight = len(known) * between + within
+        offset = np.mean(known) * len(known) * between / weight if known else 0.0
+        assert r["decision_score"] == pytest.approx(intercept + slope * values[r["id"]] + offset)
+        assert r["decision_sd"] == pytest.approx(math.sqrt(within + between * within / weight))
 
 
 def test_system_means_by_hand():
@@ -144,6 +218,56 @@ def test_system_means_by_hand():
     # one row a system, each reconstructed: no pooled sd (0 degrees of freedom), yet each mean is known exactly
     known = system_means(["x", "y"], np.zeros(2), {0: 0.4, 1: 0.6})
     assert math.isinf(known.sigma) and list(known.se) == [0.0, 0.0] and list(known.mean) == [0.4, 0.6]
+
+
+def _reference_allocation(mean, sizes, taken, sigma, open_systems, rows):
+    """The greedy allocation written out plainly: at each step every move (one row of an open system,
+    or all its rows left) is tried, the expected pairs in the wrong order summed over every pair with
+    scipy's normal cdf, and the largest drop per row taken."""
+    from scipy.stats import norm
+
+    def se(n, size):
+        return 0.0 if n == size else sigma * math.sqrt((1 - n / size) / n)
+
+    def wrong(counts):
+        total = 0.0
+        for a in range(len(mean)):
+            for b in range(a + 1, len(mean)):
+                spread = math.hypot(se(counts[a], sizes[a]), se(counts[b], sizes[b]))
+                total += norm.cdf(-abs(mean[a] - mean[b]) / spread) if spread else 0.0
+        return total
+
+    taken, picked = list(taken), []
+    while len(picked) < rows:
+        moves = [(s, extra) for s in open_systems for extra in sorted({1, sizes[s] - taken[s]})
+                 if 0 < extra <= rows - len(picked) and taken[s] + extra <= sizes[s]]
+        gains = [(wrong(taken) - wrong([n + extra * (k == s) for k, n in enumerate(taken)])) / extra
+                 for s, extra in moves]
+        s, extra = moves[int(np.argmax(gains))]
+        picked += [s] * extra
+        taken[s] += extra
+    return picked
+
+
+def test_allocation_by_the_gaps():
+    """Systems a, b, d overlap (means 0.50, 0.52, 0.535), c lies far above (0.90: 7 sds of a difference away):
+    the allocation follows the greedy rule written out plainly, and gives c nothing."""
+    mean = np.array([0.50, 0.52, 0.90, 0.535])
+    sizes, taken, sigma = [20, 17, 20, 6], [2, 2, 2, 2], 0.05
+    means = SystemMeans(["a", "b", "c", "d"], mean, np.zeros(4), np.array(sizes), np.array(taken), np.zeros(4), sigma)
+    picked = allocation(means, [0, 1, 2, 3], 30)
+    assert picked == _reference_allocation(mean, sizes, taken, sigma, [0, 1, 2, 3], 30)
+    assert len(picked) == 30 and 2 not in picked and {0, 1, 3} <= set(picked)
+    assert picked.count(3) <= 4  # d has 4 rows left
+    # a near-tie of two small systems gains only from both being whole: the whole-system move takes them
+    tie = SystemMeans(["x", "y"], np.array([0.5, 0.5001]), np.zeros(2), np.array([6, 6]), np.array([2, 2]),
+                      np.zeros(2), 0.05)
+    assert allocation(tie, [0, 1], 8) == _reference_allocation([0.5, 0.5001], [6, 6], [2, 2], 0.05, [0, 1], 8)
+    assert sorted(allocation(tie, [0, 1], 8)) == [0] * 4 + [1] * 4
+    # no sigma yet: no move lowers anything, the open systems take rows in turn (in the order given)
+    blind = SystemMeans(["a", "b", "c", "d"], mean, np.zeros(4), np.array(sizes), np.array(taken), np.zeros(4),
+                        math.inf)
+    assert allocation(blind, [3, 0], 11) == [3, 0, 3, 0, 3, 0, 3, 0, 0, 0, 0]  # d has 4 rows left
 
 
 def test_threshold_reconstructs_only_rows_near_it(tmp_path):
@@ -226,6 +350,7 @@ def test_rank_systems_settles_separated_systems_in_the_calibration_round(tmp_pat
                      cache_dir=str(tmp_path / "cache"))
     recon = {r["id"] for r in result.records if r["reconstructed"]}
     assert recon == _first_round(rows) and len(result.rounds) == 1  # no interval overlaps another after it
+    assert result.rounds[0]["open"] == 0
     assert generator.calls == len(recon) == result.generations == result.reconstructed
     assert result.full_generations == 60 and cheap.rows == 60
     m = result.systems
@@ -248,6 +373,9 @@ def test_rank_systems_reconstructs_only_overlapping_systems(tmp_path):
                      cache_dir=str(tmp_path / "cache"))
     first = _first_round(rows)
     later = {r["id"] for r in result.records if r["reconstructed"]} - first
+    # after the calibration round b and d overlap: at least their rows not yet reconstructed are open
+    waiting = sum(r["system"] in ("b", "d") and r["id"] not in first for r in rows)
+    assert waiting <= result.rounds[0]["open"] <= 80 - len(first)
     assert later and {r["system"] for r in result.records if r["id"] in later} == {"b", "d"}
     assert generator.calls == len(first) + len(later) == result.generations
     assert dict(zip(result.systems.names, result.systems.ranks())) == {"c": 1, "d": 2, "b": 3, "a": 4}

@@ -17,23 +17,29 @@ score leaves open:
    score's uncertainty in the full metric's units, and its leave-one-out coverage (the share of
    reconstructed rows whose residual, predicted without them, lies within `z` sds) says whether
    that sd is honest;
-2. every row not yet reconstructed gets the prediction `a + b * cheap` with sd `sigma` (a
-   reconstructed row: its full score, sd 0), and is *open* when the decision could change: its
-   `z`-sd interval holds the threshold; in best-of-n, its interval reaches the image leader's
-   (the upper end of the challenger's at or above the lower end of the leader's; the leader is
+2. every row not yet reconstructed gets the prediction `a + b * cheap` plus its image's offset (the
+   residuals split as a per-image offset and a row's own error, fitted on the reconstructed rows:
+   `image_effects`; an image none of whose rows is reconstructed has offset 0), with sd from the
+   row's own error and the offset's uncertainty (a reconstructed row: its full score, sd 0), and is
+   *open* when the decision could change: its `z`-sd interval holds the threshold; in best-of-n,
+   its difference from the image leader is within `z` sds *of that difference* (the two rows'
+   variances less twice what they share: an image offset cancels in a difference; the leader is
    then open too); in a ranking of captions, its mean chance of swapping places with each other
    caption is above Phi(-z); in a ranking of systems, its system's interval overlaps another's.
    A system's mean is the difference estimator: the mean of its rows' predictions plus the mean
    residual of its reconstructed rows (a simple random sample of its rows: its next rows in the
    shuffled order), with the standard error of that sample mean from the residual sd pooled
    within systems;
-3. the most open rows (the smallest margin in sds first; systems in turn) are reconstructed, up to
-   this round's share of the budget; the fit is redone with them, and the next round starts.
+3. the most open rows (the smallest margin in sds first) are reconstructed, up to this round's
+   share of the budget; for systems, the share is spread over the open systems by `allocation`
+   (each row where it lowers the expected number of system pairs in the wrong order most, given
+   the gaps between the means and the rows each system has left). The fit is redone with them,
+   and the next round starts.
 
 It stops when no row is open or the budget (a fraction of the rows) is spent. The decision is
 then taken on each row's `decision_score`: the full score where it was computed, else the
-calibrated prediction (with `by`, plus its system's mean residual, so that a system's mean is the
-mean of its rows' decision scores). The run reports the generations and model calls the full
+calibrated prediction plus its image's offset (with `by`, plus its system's mean residual instead,
+so that a system's mean is the mean of its rows' decision scores). The run reports the generations and model calls the full
 metric made and what scoring every row would have made (the same calls per reconstructed row,
 times the rows).
 """
@@ -49,8 +55,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from caprecon.apps.cascade.estimates import (DEFAULT_Z, Calibration, Decision, SystemMeans, calibrate, margins,
-                                              system_margins, system_means)
+from caprecon.apps.cascade.estimates import (DEFAULT_Z, Calibration, Decision, SystemMeans, allocation, calibrate,
+                                              image_effects, margins, system_margins, system_means)
 from caprecon.core.checks import check_number
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, write_jsonl_atomically
@@ -195,17 +201,20 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
             bar.update(len(pending))
         known = sorted(full)
         calibration = calibrate(cheap_arr[known], np.array([full[i] for i in known]), z)
+        left = limit - len(full_records)
         if units is not None:
             means = system_means(units, _predict(cheap_arr, calibration), full)
-            open_rows = _open_system_rows(means, system_margins(means), z, units, order, full_records)
+            share = math.ceil(left / max(1, rounds - round_number))  # what this round may take
+            open_rows, still_open = _open_system_rows(means, system_margins(means), z, units, order, full_records,
+                                                      share)
         else:
-            value, sd = _scores(cheap_arr, full, calibration)
-            margin = margins(wanted, value, sd, groups)
+            value, sd, shared = _scores(cheap_arr, full, calibration, groups)
+            margin = margins(wanted, value, sd, groups, shared)
             open_rows = [int(i) for i in np.argsort(margin, kind="stable")
                          if margin[i] < z and i not in full_records]
+            still_open = len(open_rows)
         history.append({"round": round_number, "reconstructed": len(pending), "calibrated_on": calibration.rows,
-                        "sigma": calibration.sigma, "coverage": calibration.coverage, "open": len(open_rows)})
-        left = limit - len(full_records)
+                        "sigma": calibration.sigma, "coverage": calibration.coverage, "open": still_open})
         if not open_rows or left <= 0 or round_number == rounds:
             break
         share = math.ceil(left / (rounds - round_number))  # this round's part of what is left
@@ -214,7 +223,7 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
     if means is not None:
         value, sd = _system_scores(cheap_arr, full, calibration, means, units)
     else:
-        value, sd = _scores(cheap_arr, full, calibration)
+        value, sd, _ = _scores(cheap_arr, full, calibration, groups)
     records = _records(rows, cheap_run.records, cheap_name, usable, full, full_records, value, sd, wanted, groups,
                        means, units)
     done = len(full_records)
@@ -253,32 +262,36 @@ def _calibration_sample(order: list[int], units: Sequence[str] | None, limit: in
 
 
 def _open_system_rows(means: SystemMeans, margin: np.ndarray, z: float, units: Sequence[str], order: list[int],
-                      done: dict[int, Any]) -> list[int]:
-    """The rows to reconstruct next for a ranking of systems: from each system whose interval
-    overlaps another's (the smallest margin first), its next row not yet reconstructed in the
-    shuffled order, one system after another, round after round. (Giving each row instead to the
-    system whose standard error it lowers most did no better on Flickr8k-dev: docs/scale.md.)"""
-    open_systems = [means.names[s] for s in np.argsort(margin, kind="stable") if margin[s] < z]
-    queues = {name: [i for i in order if units[i] == name and i not in done] for name in open_systems}
-    picked: list[int] = []
-    while any(queues.values()):
-        for name in open_systems:
-            if queues[name]:
-                picked.append(queues[name].pop(0))
-    return picked
+                      done: dict[int, Any], rows: int) -> tuple[list[int], int]:
+    """Up to `rows` rows to reconstruct next for a ranking of systems, and how many rows the open
+    systems have not reconstructed: among the systems whose interval overlaps another's, as many rows
+    of each as `allocation` gives it (by the gaps between the means and the rows each system has
+    left), each system's next rows not yet reconstructed in the shuffled order, so that its
+    reconstructed rows stay a simple random sample of it."""
+    open_systems = [int(s) for s in np.argsort(margin, kind="stable") if margin[s] < z]
+    queues = {s: [i for i in order if units[i] == means.names[s] and i not in done] for s in open_systems}
+    still_open = sum(len(q) for q in queues.values())
+    return [queues[s].pop(0) for s in allocation(means, open_systems, rows) if queues[s]], still_open
 
 
 def _predict(cheap: np.ndarray, calibration: Calibration) -> np.ndarray:
     return calibration.predict(cheap) if calibration.slope else np.full(len(cheap), calibration.intercept)
 
 
-def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's decision score (full where known, else the calibrated prediction) and its sd."""
+def _scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration,
+            groups: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's decision score and its sd, and the variance it shares with its image's other
+    unreconstructed rows: the full score where known (sd 0, nothing shared); else the calibrated
+    prediction plus its image's offset as its reconstructed siblings' residuals estimate it
+    (`image_effects`), with sd^2 the row's own error's variance plus that offset's."""
     value = _predict(cheap, calibration)
-    sd = np.full(len(cheap), calibration.sigma)
+    effects = image_effects(groups, {i: v - value[i] for i, v in full.items()}, calibration.sigma)
+    shared = np.array([effects.shared(g) for g in groups])
+    value += np.array([effects.shift(g) for g in groups])
+    sd = np.sqrt(effects.within + shared)
     for i, v in full.items():
-        value[i], sd[i] = v, 0.0
-    return value, sd
+        value[i], sd[i], shared[i] = v, 0.0, 0.0
+    return value, sd, shared
 
 
 def _system_scores(cheap: np.ndarray, full: dict[int, float], calibration: Calibration, means: SystemMeans,

@@ -16,6 +16,9 @@ from caprecon.core.errors import ConfigError
 #: normal quantile for "could change": 1.96 sds either side, a 95 % interval
 DEFAULT_Z = 1.96
 DECISIONS = ("best-of-n", "rank", "threshold:X")
+#: degrees of freedom (reconstructed rows beyond the first of each image) the within-image variance
+#: needs before it is used: fewer, and a chance agreement of two siblings would make every difference certain
+MIN_WITHIN_FREEDOM = 5
 
 
 @dataclass(frozen=True)
@@ -81,12 +84,67 @@ def calibrate(cheap: np.ndarray, full: np.ndarray, z: float = DEFAULT_Z) -> Cali
     return Calibration(float(intercept), float(slope), sigma, n, coverage)
 
 
-def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str]) -> np.ndarray:
+@dataclass
+class ImageEffects:
+    """The residuals (full - prediction) split as a per-image offset plus a row's own error: one-way
+    random effects, fitted on the reconstructed rows. `within`: the variance of a row's own error
+    (the pooled variance of residuals about their image's mean residual); `between`: the offsets'
+    variance, what is left of the calibration's sigma^2 (0 when the images share nothing);
+    `offset`, `offset_var`: per image, its offset's estimate from its reconstructed rows and that
+    estimate's variance (see `image_effects`)."""
+
+    within: float
+    between: float
+    offset: dict[str, float]
+    offset_var: dict[str, float]
+
+    def shift(self, group: str) -> float:
+        return self.offset.get(group, 0.0)
+
+    def shared(self, group: str) -> float:
+        """The variance an unreconstructed row of `group` shares with its siblings: its image's offset's."""
+        return self.offset_var.get(group, self.between)
+
+
+def image_effects(groups: Sequence[str], residuals: dict[int, float], sigma: float) -> ImageEffects:
+    """`groups`: each row's image; `residuals`: row -> full - prediction, for the reconstructed rows;
+    `sigma`: the calibration's residual sd (sigma^2 = between + within). The within variance is
+    pooled over images with 2+ reconstructed rows (sum of squares about each image's mean residual
+    over the sum of (n - 1)); with under `MIN_WITHIN_FREEDOM` degrees of freedom, the rows are taken as independent (within = sigma^2,
+    between = 0), which is the widest a difference of two rows of one image can be. An image with n
+    reconstructed rows of mean residual r has the offset's best linear predictor
+    r * n * between / (n * between + within), with variance between * within / (n * between + within)
+    (`between` with none: its offset unknown, as wide as any image's)."""
+    if not math.isfinite(sigma):  # nothing fitted yet: every row open, nothing to share
+        return ImageEffects(math.inf, 0.0, {}, {})
+    members: dict[str, list[float]] = {}
+    for i, e in residuals.items():
+        members.setdefault(groups[i], []).append(e)
+    squares = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in members.values())
+    freedom = sum(len(v) - 1 for v in members.values())
+    within = squares / freedom if freedom >= MIN_WITHIN_FREEDOM else sigma ** 2
+    between = max(0.0, sigma ** 2 - within)
+    offset, offset_var = {}, {}
+    for g, v in members.items():
+        weight = len(v) * between + within
+        offset[g] = float(np.mean(v)) * len(v) * between / weight if weight > 0 else 0.0
+        offset_var[g] = between * within / weight if weight > 0 else 0.0
+    return ImageEffects(within, between, offset, offset_var)
+
+
+def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Sequence[str],
+            shared: np.ndarray | None = None) -> np.ndarray:
     """Per row, how many sds its decision is from changing (inf: settled whatever the full score).
     `value`, `sd`: each row's decision score and its uncertainty (0 once reconstructed); `groups`:
-    the image of each row (best-of-n). Rank here is of the rows themselves (systems: `system_margins`)."""
+    the image of each row (best-of-n); `shared`: per row, the variance of its error that the
+    unreconstructed rows of its image share (their image's offset: `ImageEffects.shared`; 0 for a
+    reconstructed row; None: nothing shared). Rank here is of the rows themselves (systems:
+    `system_margins`). In best-of-n a challenger is open while its difference from its image's leader
+    is within z sds *of that difference*: sqrt(sd_i^2 + sd_leader^2 - 2 cov), cov the variance both
+    share, since the pick reads only the difference."""
     n = len(value)
     out = np.full(n, math.inf)
+    shared = np.zeros(n) if shared is None else shared
     with np.errstate(divide="ignore", invalid="ignore"):
         if decision.kind == "threshold":
             out = np.where(sd > 0, np.abs(value - decision.threshold) / sd, math.inf)
@@ -101,9 +159,9 @@ def margins(decision: Decision, value: np.ndarray, sd: np.ndarray, groups: Seque
                 for i in members:
                     if i == leader:
                         continue
-                    # the intervals value +- z sd meet when the gap is under z times the sum of the sds
-                    reach = sd[i] + sd[leader]
-                    m = (value[leader] - value[i]) / reach if reach > 0 else math.inf
+                    common = math.sqrt(shared[i] * shared[leader])  # 0 when either is reconstructed
+                    spread = math.sqrt(max(sd[i] ** 2 + sd[leader] ** 2 - 2 * common, 0.0))
+                    m = (value[leader] - value[i]) / spread if spread > 0 else math.inf
                     out[i] = min(out[i], m)
                     out[leader] = min(out[leader], m)  # the leader is open while any challenger is
         else:  # rank of the rows
@@ -180,14 +238,68 @@ def system_means(systems: Sequence[str], predicted: np.ndarray, full: dict[int, 
     sigma = math.sqrt(squares / freedom) if freedom else math.inf
     for s, m in enumerate(members):
         mean[s] = float(np.mean(predicted[m])) + residual_mean[s]
-        n, size = reconstructed[s], rows[s]
-        if n == size:
-            se[s] = 0.0
-        elif n == 0 or math.isinf(sigma):
-            se[s] = math.inf
-        else:
-            se[s] = sigma * math.sqrt((1 - n / size) / n)
+        se[s] = standard_error(sigma, int(reconstructed[s]), int(rows[s]))
     return SystemMeans(names, mean, se, rows, reconstructed, residual_mean, sigma)
+
+
+def standard_error(sigma: float, n: int, size: int) -> float:
+    """The difference estimator's standard error of a mean over `size` rows, n of them reconstructed:
+    sigma * sqrt((1 - n / size) / n); 0 once all are, infinite with none or without a sigma."""
+    if n == size:
+        return 0.0
+    if n == 0 or math.isinf(sigma):
+        return math.inf
+    return sigma * math.sqrt((1 - n / size) / n)
+
+
+def _swap_chance(gap: np.ndarray, se: float, others: np.ndarray) -> np.ndarray:
+    """Phi(-|gap| / sd of the difference) per other system: the chance the two estimates come out in the
+    wrong order; a pair both known exactly cannot swap (1/2 if their means are equal)."""
+    from scipy.special import ndtr
+
+    spread = np.hypot(se, others)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(spread > 0, ndtr(-np.abs(gap) / spread), np.where(gap == 0, 0.5, 0.0))
+
+
+def allocation(means: SystemMeans, open_systems: Sequence[int], rows: int) -> list[int]:
+    """Which systems the next `rows` reconstructions go to (a system index per row, in the order to
+    take them): each step takes, among the open systems, the move that lowers the expected number of
+    system pairs in the wrong order (`_swap_chance` summed over pairs, at the current means and the
+    pooled sigma) the most per row; a move is one more row of a system, or all its rows left at once
+    (two systems whose means nearly agree gain nothing from one row more, only from being whole).
+    So rows go where intervals overlap, sized to the gaps and the rows each system has left. When no
+    move lowers it (no sigma yet; or every open pair's gap beyond reach), the open systems take
+    rows in turn."""
+    taken = [int(n) for n in means.reconstructed]
+    sizes = [int(n) for n in means.rows]
+    se = np.array([standard_error(means.sigma, taken[s], sizes[s]) for s in range(len(taken))])
+    order: list[int] = []
+    while len(order) < rows:
+        best, best_gain = None, 0.0
+        for s in open_systems:
+            others = np.arange(len(taken)) != s
+            now = float(np.sum(_swap_chance(means.mean[others] - means.mean[s], se[s], se[others])))
+            for extra in {1, sizes[s] - taken[s]}:
+                if not 0 < extra <= min(rows - len(order), sizes[s] - taken[s]):
+                    continue
+                after = standard_error(means.sigma, taken[s] + extra, sizes[s])
+                gain = (now - float(np.sum(_swap_chance(means.mean[others] - means.mean[s], after, se[others])))) / extra
+                if gain > best_gain:
+                    best, best_gain = (s, extra), gain
+        if best is None:
+            break
+        s, extra = best
+        order += [s] * extra
+        taken[s] += extra
+        se[s] = standard_error(means.sigma, taken[s], sizes[s])
+    left = [s for s in open_systems if taken[s] < sizes[s]]
+    while left and len(order) < rows:  # in turn, as far as rows are left
+        for s in left[: rows - len(order)]:
+            order.append(s)
+            taken[s] += 1
+        left = [s for s in left if taken[s] < sizes[s]]
+    return order
 
 
 def system_margins(means: SystemMeans) -> np.ndarray:
