@@ -202,9 +202,9 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
         known = sorted(full)
         calibration = calibrate(cheap_arr[known], np.array([full[i] for i in known]), z)
         left = limit - len(full_records)
+        share = math.ceil(left / max(1, rounds - round_number))  # the next round's part of what is left
         if units is not None:
             means = system_means(units, _predict(cheap_arr, calibration), full)
-            share = math.ceil(left / max(1, rounds - round_number))  # what this round may take
             open_rows, still_open = _open_system_rows(means, system_margins(means), z, units, order, full_records,
                                                       share)
         else:
@@ -217,7 +217,6 @@ def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: 
                         "sigma": calibration.sigma, "coverage": calibration.coverage, "open": still_open})
         if not open_rows or left <= 0 or round_number == rounds:
             break
-        share = math.ceil(left / (rounds - round_number))  # this round's part of what is left
         pending = open_rows[:share]
     bar.close()
     if means is not None:
