@@ -75,7 +75,7 @@ import offline_env  # noqa: E402, F401  (the offline environment, before torch, 
 import numpy as np  # noqa: E402
 
 import caprecon  # noqa: E402
-from caprecon.apps.cascade.estimates import calibrate  # noqa: E402
+from caprecon.apps.cascade.estimates import calibrate, standard_error  # noqa: E402
 from caprecon.stats.correlation import kendall_tau  # noqa: E402
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared" / "data" / "flickr8k-dev"
@@ -114,19 +114,22 @@ def tied_best(records: list[dict]) -> int:
                for rows in images(records))
 
 
+def grouped(records: list[dict], field: str) -> dict[str, list[dict]]:
+    """The records by the value of `field` (as text), in the order each value first appears."""
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(str(r[field]), []).append(r)
+    return out
+
+
 def system_table(records: list[dict], score: dict[str, float]) -> dict[str, float]:
     """Each system's mean of `score` (id -> value) over its rows."""
-    members: dict[str, list[float]] = {}
-    for r in records:
-        members.setdefault(r["system"], []).append(score[r["id"]])
-    return {name: sum(v) / len(v) for name, v in members.items()}
+    return {name: sum(score[r["id"]] for r in rows) / len(rows) for name, rows in grouped(records, "system").items()}
 
 
 def images(records: list[dict]) -> list[list[dict]]:
-    by_image: dict[str, list[dict]] = {}
-    for r in records:
-        by_image.setdefault(str(r["image_id"]), []).append(r)
-    return [rows for rows in by_image.values() if len(rows) > 1]
+    """The images' rows, of each image with 2+ captions."""
+    return [rows for rows in grouped(records, "image_id").values() if len(rows) > 1]
 
 
 def image_spread(records: list[dict], value) -> float:
@@ -164,13 +167,8 @@ def oracle_best_of_n(records: list[dict], predicted: dict[str, float], budget_ro
     """The most images an oracle that knows recon gets right with `budget_rows` reconstructions: per
     image, the least set of rows whose recon (the rest at their calibrated prediction) makes the pick
     the full pipeline's (exhaustive up to 4 rows, else all of its rows); the cheapest images first."""
-    by_image: dict[str, list[dict]] = {}
-    for r in records:
-        by_image.setdefault(str(r["image_id"]), []).append(r)
     costs = []
-    for rows in by_image.values():
-        if len(rows) < 2:
-            continue
+    for rows in images(records):
         truth = max(r["full"] for r in rows)
         cost = len(rows)
         for size in range(0, min(4, len(rows)) + 1):
@@ -193,14 +191,6 @@ def oracle_caption_tau(records: list[dict], predicted: dict[str, float], budget_
     known = {r["id"] for r in ordered[:budget_rows]}
     return kendall_tau([r["full"] if r["id"] in known else predicted[r["id"]] for r in records],
                        [r["full"] for r in records])
-
-
-def standard_error(sd: float, n: int, size: int) -> float:
-    """The difference estimator's standard error of a system's mean with n of its `size` rows reconstructed
-    (a simple random sample): sd sqrt((1 - n / size) / n); 0 when all are, infinite when none is."""
-    if n >= size:
-        return 0.0
-    return sd * math.sqrt((1 - n / size) / n) if n > 0 else math.inf
 
 
 def discordance(gaps: dict[tuple[str, str], float], sd: dict[str, float], size: dict[str, int],
@@ -234,7 +224,7 @@ def oracle_allocation(truth: dict[str, float], sd: dict[str, float], size: dict[
         best, gain_per_row = None, 0.0
         for n in names:
             for extra in {1, size[n] - taken[n]}:
-                if 0 < extra <= left:
+                if 0 < extra <= min(left, size[n] - taken[n]):  # a whole system takes no more
                     gain = now - discordance(gaps, sd, size, {**taken, n: taken[n] + extra})
                     if gain / extra > gain_per_row:
                         best, gain_per_row = (n, extra), gain / extra
@@ -263,9 +253,7 @@ def simulated_tau(records: list[dict], predicted: dict[str, float], taken: dict[
     """tau_b of the systems' difference estimates against their true means, each system's `taken` rows
     drawn at random (without replacement) `draws` times: what that allocation gives a cascade that
     samples as the cascade does."""
-    members: dict[str, list[dict]] = {}
-    for r in records:
-        members.setdefault(r["system"], []).append(r)
+    members = grouped(records, "system")
     names = sorted(members)
     truth = [float(np.mean([r["full"] for r in members[n]])) for n in names]
     rng = np.random.default_rng(seed)
@@ -286,9 +274,7 @@ def system_reach(label: str, rows: list[dict], predicted: dict[str, float], budg
     """Per pair of systems: the gap of their full-pipeline means, the standard error of its estimate under
     the oracle's allocation of the budget and under the cascade's (its first seed), and the rows of the
     two that would settle it; then the oracle's allocation and the tau it reaches (expected, simulated)."""
-    members: dict[str, list[dict]] = {}
-    for r in rows:
-        members.setdefault(r["system"], []).append(r)
+    members = grouped(rows, "system")
     truth = {n: float(np.mean([r["full"] for r in m])) for n, m in members.items()}
     size = {n: len(m) for n, m in members.items()}
     sd = {n: float(np.std([r["full"] - predicted[r["id"]] for r in m], ddof=1)) for n, m in members.items()}
@@ -323,14 +309,12 @@ def top_m_recall(records: list[dict], cheap: dict[str, float]) -> list[tuple[int
     """Per m: the share of images (2+ captions) whose full-pipeline best (or one tied with it) is among its m best by the
     cheap score, and what reconstructing those m of every image costs over all rows: what any
     policy that reconstructs in the cheap score's order can reach."""
-    by_image: dict[str, list[dict]] = {}
-    for r in records:
-        by_image.setdefault(str(r["image_id"]), []).append(r)
-    images = [rows for rows in by_image.values() if len(rows) > 1]
+    by_image = grouped(records, "image_id")
+    several = images(records)
     out = []
-    for m in range(1, max(len(rows) for rows in images) + 1):
+    for m in range(1, max(len(rows) for rows in several) + 1):
         hits = [max(r["full"] for r in rows) in [r["full"] for r in sorted(rows, key=lambda r: -cheap[r["id"]])[:m]]
-                for rows in images]
+                for rows in several]
         cost = sum(min(m, len(rows)) for rows in by_image.values())
         out.append((m, sum(hits) / len(hits), cost / len(records)))
     return out
