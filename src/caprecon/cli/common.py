@@ -192,7 +192,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                         "over captions: for noise alike) or stein (its own alone)")
     p.add_argument("--adaptive-stages", type=int, metavar="S",
                    help="adaptive seeds' rounds of generation (default 3; stein: 2, the only count it allows): "
-                        "MIN seeds, then S - 2 rounds that each draw half of what a caption's variance so far says "
+                        "MIN seeds, then S - 2 rounds that each draw 0.35 of what a caption's variance so far says "
                         "it needs, refitting the variance over all captions' draws after each, then the rest. "
                         "Each round is one more generator batch per batch of captions and one more pass over "
                         "the input before scoring")
