@@ -830,3 +830,27 @@ def test_verify_of_a_damaged_index_names_the_file_and_what_is_wrong(tmp_path, ca
         report = cache_verify(cache)
         assert report["ok"] is False and report["index_file"] == str(index)
         assert report["index"] == f"damaged: {said}" + ("" if name == "garbage" else ", where SQLite's index should be")
+
+
+def test_an_interrupt_just_after_the_commit_stays_an_interrupt(tmp_path):
+    """A Ctrl-C that lands after COMMIT ran, before the block ended, reaches the caller as the
+    KeyboardInterrupt (the run stops with 130), not as "cannot rollback - no transaction is active"
+    (which a run counted as a row error, exit 1: seen once in tests/test_resume.py); a block that
+    raises inside its transaction is still rolled back."""
+    import sqlite3
+
+    from caprecon.store import sql
+
+    db = sqlite3.connect(tmp_path / "index.sqlite", isolation_level=None)
+    db.execute("CREATE TABLE t (a)")
+    with pytest.raises(KeyboardInterrupt):
+        with sql.transaction(db, "BEGIN IMMEDIATE"):
+            db.execute("INSERT INTO t VALUES (1)")
+            db.execute("COMMIT")  # the interrupt arrives here, the commit already made
+            raise KeyboardInterrupt
+    with pytest.raises(ValueError):
+        with sql.transaction(db):
+            db.execute("INSERT INTO t VALUES (2)")
+            raise ValueError("the block fails inside its transaction")
+    assert not db.in_transaction
+    assert [row[0] for row in db.execute("SELECT a FROM t")] == [1]

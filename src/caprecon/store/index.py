@@ -227,15 +227,8 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         """This thread's connection inside one write transaction (taken at once: `BEGIN IMMEDIATE`),
         apart from this process's other writes; committed when the block ends, else rolled back."""
         self._require_writable()
-        with self._writing:
-            db = self.connect()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        with self._writing, sql.transaction(self.connect(), "BEGIN IMMEDIATE") as db:
+            yield db
 
     def _require_writable(self) -> None:
         if self.read_only:
@@ -300,16 +293,9 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
     def _write_rows(self, records: list[tuple], release: Sequence[str] = ()) -> None:
         """`records` in one transaction, which also drops this store's claims on `release`."""
         def write():
-            with self._writing:
-                db = self.connect()
-                db.execute("BEGIN")
-                try:
-                    sql.insert_rows(db, "results", sql.RESULT_COLUMNS, records)
-                    sql.delete_claims(db, release, self.owner)
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
+            with self._writing, sql.transaction(self.connect()) as db:
+                sql.insert_rows(db, "results", sql.RESULT_COLUMNS, records)
+                sql.delete_claims(db, release, self.owner)
 
         self._guard(write)
         if self.max_size is not None and records:
