@@ -1158,16 +1158,20 @@ class Run:
 
     def kill(self) -> None:
         """End the run and whatever it started (its process group), and reap it."""
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass  # it ended meanwhile
-        except AttributeError:  # no process groups (Windows): the subprocess alone
-            self.popen.kill()
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the group is gone (or never formed): the run itself is ended below
         if self.popen is not None:
+            self.popen.kill()  # a no-op once it has ended
             self.popen.wait()
-        else:
-            os.waitpid(self.pid, 0)
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # not yet reaped, so its pid is still its own
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
 
     def text(self) -> str:
         return self.output.read_text(encoding="utf-8", errors="replace")
