@@ -3,6 +3,7 @@
     python scripts/mutants.py                 # every mutant (make mutants)
     python scripts/mutants.py -k recon clip   # those whose name contains one of the words
     python scripts/mutants.py -j 1            # one mutant at a time (default: 2, or fewer cores)
+    python scripts/mutants.py --no-fork       # each test run a fresh `python -m pytest`
 
 Each mutant is data: the file (under src/caprecon), a snippet that must occur in it exactly
 once, what replaces it, and the tests that should notice. The script copies src/ to a
@@ -19,6 +20,18 @@ pass are its named tests run whole (a test may reach the code in a subprocess, w
 cannot see), so a mutant is reported as surviving only if its named tests pass. A snippet at
 module or class level, or in a signature (run on import), is tried on its named tests whole.
 Mutants run `--jobs` at a time. `--named-only` skips the probe: every mutant on its named tests.
+
+How a test run starts: this process first imports the third-party modules the tests use (PRELOAD:
+torch, transformers, diffusers, numpy, scipy, PIL, pytest, hypothesis; never caprecon nor the
+tests), and each run, the baseline's included, is a child forked from it (`os.fork`) that points
+sys.path and PYTHONPATH at its copy, enters the repository root, sends its output to a file and
+runs pytest: a fresh `python -m pytest` would spend about 3 s importing those modules again. One
+loop, on one thread (a process with other threads running must not fork), starts the runs, polls
+for their end, and kills a run that outlives `--timeout` with its whole process group (each run
+leads its own, so what its tests started dies with it); a killed run counts as a failing one.
+`--no-fork` runs each as a fresh subprocess instead, the way taken too where os.fork is missing or
+a thread runs after the imports. The baseline runs the same way as the mutants, so a test that
+fails only in a forked child fails there, on the unchanged code.
 """
 
 from __future__ import annotations
@@ -1084,10 +1097,15 @@ def _split(files: Sequence[str], parts: int) -> list[list[str]]:
 
 # the third-party modules the tests import, imported once here so that each forked run starts
 # with them loaded (a fresh interpreter spends about 3 s importing them); never caprecon nor the
-# tests, which each run imports afresh from its own copy. HF_HUB_OFFLINE and the like are read
-# when huggingface_hub is imported, so `_preload` sets the tests' environment first.
-PRELOAD = ("numpy", "scipy", "scipy.stats", "PIL.Image", "torch", "transformers", "diffusers", "pytest",
-           "hypothesis", "_hypothesis_pytestplugin")
+# tests, which each run imports afresh from its own copy. HF_HUB_OFFLINE and TRANSFORMERS_VERBOSITY
+# are read as huggingface_hub and transformers load, so `_preload` sets them first, as conftest does.
+PRELOAD = ("numpy", "scipy", "scipy.stats", "PIL.Image", "torch", "transformers", "diffusers",
+           # what the tiny models (tests/tiny_models.py) import: CLIP's and Stable Diffusion's code, 1.6 s
+           "transformers.modeling_utils", "transformers.models.clip.modeling_clip",
+           "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
+           # pytest and the plugins it loads at every start
+           "pytest", "hypothesis", "_hypothesis_pytestplugin", "anyio.pytest_plugin", "pytest_timeout",
+           "platformdirs.pytest_plugin")
 TIMED_OUT = -1  # the exit code of a run killed at --timeout
 POLL_SECONDS = 0.02  # how often the scheduler looks for a finished run
 
@@ -1112,8 +1130,9 @@ def _preload(modules: Sequence[str] = PRELOAD) -> str | None:
     another thread held stays locked in it)."""
     if not hasattr(os, "fork"):
         return "this system has no os.fork"
-    for name in ("HF_HUB_OFFLINE", "PYTHONDONTWRITEBYTECODE"):
-        os.environ[name] = "1"
+    # what tests/conftest.py sets before its own imports, set before these: a module reads it as it loads
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     for name in modules:
         try:
             importlib.import_module(name)
