@@ -1311,12 +1311,15 @@ def _baseline(tests: Sequence[str], targets: dict[str, list], src: Path, jobs: i
           [src] * len(groups), scratch, timeout, fork)
     reached: dict[str, list[str]] = {}
     seconds: dict[str, float] = {}
+    shares = []  # each parallel run's time in its tests: how evenly the round robin split them
     for report in reports:
         if report.is_file():
             probed = json.loads(report.read_text())
             seconds.update(probed["seconds"])
+            shares.append(f"{sum(probed['seconds'].values()):.0f} s")
             for name, nodes in probed["reached"].items():
                 reached.setdefault(name, []).extend(nodes)
+    print(f"the baseline's runs spent {', '.join(shares)} in their tests", flush=True)
     for nodes in reached.values():  # the quickest first: with -x, a mutant dies at its first failing test
         nodes.sort(key=lambda node: seconds.get(node, math.inf))
     failed = [(code, output) for code, output in runs if code != 0]
