@@ -1092,7 +1092,6 @@ def _split(files: Sequence[str], parts: int) -> list[list[str]]:
     return [g for g in groups if g]
 
 
-
 # -- running pytest: forked from this process, or as a subprocess -----------------------------
 
 # the third-party modules the tests import, imported once here so that each forked run starts
