@@ -689,7 +689,9 @@ MUTANTS = [
            'decode_image(picture, "the image given").save(', "picture.save(", ("tests/test_serve.py",)),
     Mutant("OpenRLHF: the prompt left in the caption", "apps/reward/serve.py",
            "q[len(p):] if isinstance(q, str)", "q if isinstance(q, str)", ("tests/test_serve.py",)),
-    Mutant("client: a refused request retried", "apps/reward/remote.py", "if exc.code < 500:", "if exc.code < 400:", ("tests/test_serve.py",)),
+    # named alone: the test that asserts a refused request is sent once (others reaching it pass, retrying)
+    Mutant("client: a refused request retried", "apps/reward/remote.py", "if exc.code < 500:", "if exc.code < 400:",
+           ("tests/test_serve.py::test_bearer_token_is_checked_and_never_shown",)),
     Mutant("verl: the picture taken from ground_truth only", "apps/reward/remote.py",
            "        if isinstance(extra_info, Mapping) and extra_info.get(self.image_key) is not None:",
            "        if False:", ("tests/test_serve.py",)),
