@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gc
 import importlib
 import json
 import math
@@ -1144,6 +1145,9 @@ def _preload(modules: Sequence[str] = PRELOAD) -> str | None:
     loaded = sorted(n for n in sys.modules if n.split(".")[0] in ("caprecon", "tests", "conftest"))
     if loaded:
         raise RuntimeError(f"the preload imported {loaded}: each run must import them from its own copy")
+    # the imported modules' objects out of the collector's sight: a child's collections would otherwise
+    # walk them all, and touching each one's header copies the pages it shares with this process
+    gc.freeze()
     return None
 
 
