@@ -63,7 +63,7 @@ bench: $(STAMP)
 # a formula must make a test fail. 347 mutants: the first 346 all killed in 20 min 23 s on two idle cores
 # (2026-12-07), each test run then a fresh `python -m pytest`; now each is forked from the script once it
 # has imported torch, transformers, diffusers and pytest (`--no-fork`: the old way): back to back on a
-# near-idle host, recon and store's 25 mutants 87 s -> 40 s, cascade's 37 106 s -> 44 s. Not part of
+# near-idle host, recon and store's 25 mutants 87 s -> 29 s, adaptive's 45 203 s -> 118 s. Not part of
 # `make test` or CI.
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py

@@ -23,7 +23,7 @@ Mutants run `--jobs` at a time. `--named-only` skips the probe: every mutant on 
 
 How a test run starts: this process first imports the third-party modules the tests use (PRELOAD:
 torch, transformers, diffusers, numpy, scipy, PIL, pytest, hypothesis; never caprecon nor the
-tests), and each run, the baseline's included, is a child forked from it (`os.fork`) that points
+tests) and freezes their objects (`gc.freeze`: a child's collections skip them), and each run, the baseline's included, is a child forked from it (`os.fork`) that points
 sys.path and PYTHONPATH at its copy, enters the repository root, sends its output to a file and
 runs pytest: a fresh `python -m pytest` would spend about 3 s importing those modules again. One
 loop, on one thread (a process with other threads running must not fork), starts the runs, polls
