@@ -172,7 +172,8 @@ class VariancePrior:
 OWN = VariancePrior(0.0, 0.0)  # stein: nothing borrowed
 
 
-def fit_prior(sds: Sequence[float], df: int | Sequence[int], rule: str = DEFAULT_RULE) -> VariancePrior | MixturePrior:
+def fit_prior(sds: Sequence[float], df: int | Sequence[int], rule: str = DEFAULT_RULE
+              ) -> VariancePrior | MixturePrior | IntegratedPrior:
     """The prior `rule` takes from the captions' sds so far, each with `df` degrees of freedom (one
     count for all, or one per caption: after a later stage, captions have drawn different
     numbers of seeds): none for stein or for fewer than two captions; their pooled sd with the
@@ -187,7 +188,9 @@ def fit_prior(sds: Sequence[float], df: int | Sequence[int], rule: str = DEFAULT
         return OWN
     dfs = [float(d) for d in np.broadcast_to(np.asarray(df, float), len(sds))]
     if rule == "mixture":
-        return fit_mixture(sds, dfs)
+        mixture = fit_mixture(sds, dfs)
+        one_component = mixture.pooled if isinstance(mixture, VariancePrior) else len(mixture.weights) == 1
+        return fit_integrated(sds, dfs) if one_component else mixture
     if rule == "pooled":
         scale = max(sds) or 1.0
         total = math.fsum(dfs)
@@ -242,29 +245,44 @@ class MixturePrior:
         inverse chi-square, df_c + df degrees of freedom at (df_c sd_c^2 + df sd^2) / (df_c + df)) with
         the posterior weight of c, so (mean - true) sqrt(N) is that mixture of Student-t's; the
         half-width is its two-sided `level` quantile, between the components' own."""
-        from scipy.optimize import brentq
-        from scipy.special import stdtr
-
         prior_df, prior_var = np.array(self.dfs), np.array(self.sds) ** 2
         log_post = np.log(self.weights) + _log_marginal(sd**2, df, prior_df, prior_var)
         post = np.exp(log_post - log_post.max())
-        post /= post.sum()
-        post_df = prior_df + df
-        post_sd = np.sqrt((prior_df * prior_var + df * sd**2) / post_df)
-        halves = [t_quantile(d, level) * s for d, s in zip(post_df, post_sd)]
-        low, high = min(halves), max(halves)
-
-        def covered(half: float) -> float:
-            return float(post @ (2 * stdtr(post_df, half / post_sd) - 1)) - level
-
-        if covered(low) >= 0:  # one component holds (nearly) all the posterior weight: its own quantile
-            return low
-        if covered(high) <= 0:  # rounding at the far end
-            return high
-        return float(brentq(covered, low, high, xtol=1e-14 * high, rtol=1e-12))
+        return t_mixture_quantile(post / post.sum(), prior_df, prior_var, sd, df, level)
 
     def to_json(self) -> dict[str, Any]:
         return {"components": [{"weight": w, "df": d, "sd": s} for w, d, s in zip(self.weights, self.dfs, self.sds)]}
+
+
+def t_mixture_quantile(weights: Any, prior_df: Any, prior_var: Any, sd: float, df: float, level: float = LEVEL) -> float:
+    """The half-width h at one seed with sum_c weights_c (2 T(post_df_c, h / post_sd_c) - 1) = `level`: the
+    two-sided quantile of (mean - true) sqrt(N) when the caption's variance is, with probability
+    weights_c, the posterior of a scaled inverse chi-square (prior_df_c, prior_var_c) given its draws'
+    sd `sd` at `df` degrees of freedom: (prior_df_c + df) degrees of freedom at (prior_df_c prior_var_c +
+    df sd^2) / (prior_df_c + df). It lies between the components' own quantiles."""
+    from scipy.optimize import brentq
+    from scipy.special import stdtr
+
+    post_df = prior_df + df
+    post_sd = np.sqrt((prior_df * prior_var + df * sd**2) / post_df)
+    halves = t_quantile_array(post_df, level) * post_sd
+    low, high = float(halves.min()), float(halves.max())
+
+    def covered(half: float) -> float:
+        return float(weights @ (2 * stdtr(post_df, half / post_sd) - 1)) - level
+
+    if covered(low) >= 0:  # one component holds (nearly) all the posterior weight: its own quantile
+        return low
+    if covered(high) <= 0:  # rounding at the far end
+        return high
+    return float(brentq(covered, low, high, xtol=1e-14 * high, rtol=1e-12))
+
+
+def t_quantile_array(df: Any, level: float = LEVEL) -> np.ndarray:
+    """`t_quantile` of each of an array of degrees of freedom."""
+    from scipy.special import stdtrit
+
+    return stdtrit(np.asarray(df, float), 0.5 + level / 2)
 
 
 def fit_mixture(sds: Sequence[float], df: int | Sequence[float]) -> MixturePrior | VariancePrior:
@@ -300,6 +318,89 @@ def fit_mixture(sds: Sequence[float], df: int | Sequence[float]) -> MixturePrior
             best = bic, MixturePrior(tuple(map(float, weights)), tuple(map(float, dfs)),
                                      tuple(float(math.sqrt(v * unit)) for v in prior_vars))
     return best[1]
+
+
+#: the grid of the one-component prior's (logit of its share, log variance): a coarse pass over the range the
+#: captions' variances allow, then a fine one over the box where the coarse posterior is within
+#: `GRID_SPAN` (log) of its peak; grid points below `GRID_MASS` of the posterior together are dropped
+COARSE_GRID, FINE_GRID, GRID_SPAN, GRID_MASS = 41, 41, 15.0, 1e-7
+#: logit of the prior's share in a typical caption's variance at the grid's ends: share e^-9 (the caption's own
+#: variance) to 1 - e^-9 (the pooled one)
+LOGIT_SPAN = 9.0
+
+
+@dataclass(frozen=True)
+class IntegratedPrior:
+    """One scaled inverse chi-square for the captions' variances, its (d0, s0^2) not plugged in at an
+    estimate but integrated over their posterior given every caption's draws so far (`fit_integrated`):
+    grid points with posterior weights `weights`, each `dfs[j]` degrees of freedom at sd `sds[j]`."""
+
+    weights: tuple[float, ...]
+    dfs: tuple[float, ...]
+    sds: tuple[float, ...]
+
+    def half_width(self, sd: float, df: int, level: float = LEVEL) -> float:
+        """The `level` half-width at one seed of a caption whose draws so far gave `sd` with `df` degrees
+        of freedom: given (d0, s0^2) its variance is their posterior (module doc), and (d0, s0^2) has
+        the grid's posterior weights, which already hold this caption's draws (its variance depends on
+        the other captions only through (d0, s0^2)), so the mean's error is that mixture of Student-t's."""
+        return t_mixture_quantile(np.array(self.weights), np.array(self.dfs), np.array(self.sds) ** 2, sd, df, level)
+
+    def to_json(self) -> dict[str, Any]:
+        weights, dfs, sds = map(np.array, (self.weights, self.dfs, self.sds))
+
+        def quantiles(values: np.ndarray) -> list[float]:
+            order = np.argsort(values)
+            mass = np.cumsum(weights[order])
+            return [float(values[order][min(np.searchsorted(mass, q), len(mass) - 1)]) for q in (0.05, 0.5, 0.95)]
+
+        return {"integrated": {"points": len(weights), "df_5_50_95": quantiles(dfs), "sd_5_50_95": quantiles(sds)}}
+
+
+def fit_integrated(sds: Sequence[float], df: int | Sequence[float]) -> IntegratedPrior | VariancePrior:
+    """The captions' variances as one scaled inverse chi-square (d0, s0^2), integrated over the posterior
+    of (d0, s0^2) given every caption's sd (those above 0, each with its `df`): the likelihood is the
+    product of each s_i^2's density (s_i^2 / s0^2 is F(df_i, d0)); the prior is uniform in the share
+    B = d0 / (d0 + the captions' mean df) that the prior takes in a typical caption's variance (a proper
+    prior from the caption's own variance, B = 0, to the pooled one, B = 1) and flat in log s0 (a scale's
+    prior). Plugging in d0's maximum likelihood takes it as known: with a dozen captions a twofold
+    spread of noise cannot be told from chance, the estimate is often the pooled variance, and the
+    noisier captions' intervals are too short. Integrated, the d0 that chance cannot rule out keep
+    each caption's own variance some weight; with many captions the posterior narrows to the
+    estimate. Stein's own variance (`OWN`) for fewer than two captions with an sd above 0."""
+    from scipy.special import expit
+
+    sds = np.asarray(sds, dtype=float)
+    df = np.broadcast_to(np.asarray(df, dtype=float), sds.shape)[sds > 0]
+    variances = sds[sds > 0] ** 2
+    if len(variances) < 2:
+        return OWN
+    unit = float(np.exp(np.log(variances).mean()))  # in units of the geometric mean: values near 1
+    logs, mean_df = np.log(variances / unit), float(df.mean())
+
+    def log_posterior(logit: np.ndarray, log_var: np.ndarray) -> np.ndarray:
+        share = expit(logit)[:, None]
+        prior_df = mean_df * np.exp(logit)[:, None]  # d0 = mean df x B / (1 - B)
+        loglik = _log_marginal(np.exp(logs)[None, None, :], df[None, None, :], prior_df[..., None],
+                               np.exp(log_var)[None, :, None]).sum(axis=2)
+        return loglik + np.log(share * (1 - share))  # uniform in B: d(B) = B (1 - B) d(logit B)
+
+    logit = np.linspace(-LOGIT_SPAN, LOGIT_SPAN, COARSE_GRID)
+    log_var = np.linspace(logs.min() - 2, logs.max() + 2, COARSE_GRID)
+    coarse = log_posterior(logit, log_var)
+    near = np.argwhere(coarse >= coarse.max() - GRID_SPAN)
+    low, high = near.min(axis=0) - 1, near.max(axis=0) + 1
+    logit = np.linspace(logit[max(low[0], 0)], logit[min(high[0], COARSE_GRID - 1)], FINE_GRID)
+    log_var = np.linspace(log_var[max(low[1], 0)], log_var[min(high[1], COARSE_GRID - 1)], FINE_GRID)
+    fine = log_posterior(logit, log_var)
+    weights = np.exp(fine - fine.max()).ravel()
+    weights /= weights.sum()
+    order = np.argsort(weights)[::-1]
+    kept = order[: int(np.searchsorted(np.cumsum(weights[order]), 1 - GRID_MASS)) + 1]
+    prior_df = np.repeat(mean_df * np.exp(logit), FINE_GRID)[kept]
+    prior_sd = np.sqrt(np.tile(np.exp(log_var), FINE_GRID)[kept] * unit)
+    weights = weights[kept] / weights[kept].sum()
+    return IntegratedPrior(tuple(map(float, weights)), tuple(map(float, prior_df)), tuple(map(float, prior_sd)))
 
 
 def _fit_components(variances: np.ndarray, df: np.ndarray, k: int, most: float) -> tuple[float, Any, Any, Any]:
@@ -357,7 +458,7 @@ class AdaptiveSeeds(SeedAveraged):
         self.max_seeds, self.target_width, self.rule = int(max_seeds), float(target_width), rule
         #: what the run's captions say about a caption's variance, per seed field, at each decision (after
         #: stage 1, 2, ..., stages - 1: `fit`); fewer than stages - 1: the rest are fitted on each call's captions
-        self.priors: list[dict[str, VariancePrior | MixturePrior]] = []
+        self.priors: list[dict[str, VariancePrior | MixturePrior | IntegratedPrior]] = []
 
     def describe(self) -> dict[str, Any]:
         fitted = {"variance_prior": {f: p.to_json() for f, p in self.priors[-1].items()},
@@ -422,7 +523,7 @@ class AdaptiveSeeds(SeedAveraged):
                 out[name] = seed_interval(values)[1]
         return out
 
-    def fit_priors(self, seen: Sequence[dict[str, Any]]) -> dict[str, VariancePrior | MixturePrior]:
+    def fit_priors(self, seen: Sequence[dict[str, Any]]) -> dict[str, VariancePrior | MixturePrior | IntegratedPrior]:
         """Per seed field, the prior from every caption's sds so far (`{"seeds": n, "sds": drawn_sds}`,
         n - 1 degrees of freedom each)."""
         return {name: fit_prior([c["sds"][name] for c in seen if name in c["sds"]],
