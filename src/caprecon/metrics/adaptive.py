@@ -63,22 +63,24 @@ the captions' spread).
 
 The prior's own estimation error: a prior plugged in at its estimate is taken as known. With a
 dozen captions a twofold spread of noise (sd sigma for half of them, 2 sigma for the others)
-cannot be told from chance: the likelihood of d0 is nearly flat from about 5 to infinity, the
-estimate is often the pooled variance, and the noisier captions' intervals are too short (0.85
+cannot be told from chance: the draws hardly tell a d0 of about 5 (that spread's) from an
+infinite one (no spread), the estimate is often the pooled variance, and the noisier captions' intervals are too short (0.85
 of them covered, 0.92 of all, over 100 simulated runs of 12 captions). So the default rule,
 where its fit has one component, integrates over (d0, s0^2): the caption's variance given its
 draws and (d0, s0^2) is their posterior as above, and (d0, s0^2) has its posterior given every
 caption's draws (which already holds this caption's: given (d0, s0^2) its variance depends on
 the others through them alone), so h_i is the quantile of the mixture of Student-t's over that
 posterior. The prior on (d0, s0^2) is uniform in B = d0 / (d0 + the captions' mean df), the
-share of the prior in a typical caption's variance (Strawderman's uniform shrinkage prior; B = 0
-is stein, B = 1 pooled; proper, so the posterior is one for any number of captions), and flat in
+share of the prior in a typical caption's variance (the uniform shrinkage prior of hierarchical
+models, Daniels 1999; B = 0 is stein, B = 1 pooled; proper, so the posterior is one for any
+number of captions), and flat in
 log s0 (a scale's); it is evaluated on a grid in (logit B, log s0^2). With few captions the d0
 that chance cannot rule out keep each caption's own variance some weight (the twofold spread
 over 12 captions: 0.89 of the noisier covered, 0.94 of all); with many the posterior narrows to
 the estimate, so large runs keep the plugged-in rule's seeds. A fit of two or three components
-(40 captions or more) is still plugged in at its estimate. Stein's own variance covers 95 % over all captions, but not among those
-that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of them with 1,000
+(40 captions or more) is still plugged in at its estimate.
+
+Stein's own variance covers 95 % over all captions, but not among those that stopped at MIN, mostly captions whose first draws agreed by chance: 0.54 of them with 1,000
 captions of sd 0.05 at W = 0.08 (the rule this replaced, which stopped once a caption's own
 interval was narrower than W, covered 0.63 of them). The moderated variance borrows the other
 captions' spread, so its coverage holds at every N: 0.96 there (`benchmarks/adaptive_seeds.py`
