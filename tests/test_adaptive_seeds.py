@@ -323,10 +323,12 @@ def test_the_variance_is_fitted_over_the_whole_input_not_a_batch_and_the_manifes
     assert len({r["seeds_drawn"] for r in small}) > 1
     described = json.loads((tmp_path / "run" / "manifest.json").read_text())["metrics"][0]
     assert described["adaptive_rule"] == "mixture" and "Stein" in described["interval"]
-    components = described["variance_prior"]["noisy"]["components"]
-    assert [set(c) for c in components] == [{"weight", "df", "sd"}] * len(components)
-    assert sum(c["weight"] for c in components) == pytest.approx(1)
-    assert all(0 < c["df"] <= 29 * 2 for c in components)  # at most the other captions' draws
+    # 30 captions: one component, integrated over its (d0, s0); the manifest gives their posterior quantiles
+    integrated = described["variance_prior"]["noisy"]["integrated"]
+    assert integrated["points"] > 100
+    for name in ("df_5_50_95", "sd_5_50_95"):
+        assert 0 < integrated[name][0] < integrated[name][1] < integrated[name][2]
+    assert 0.002 < integrated["sd_5_50_95"][1] < 0.03  # between the quietest and the noisiest captions' sd
 
 
 def test_an_unknown_adaptive_rule_is_refused(tmp_path, capsys):

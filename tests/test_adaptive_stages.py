@@ -14,7 +14,7 @@ from noisy_standin import NoisyGenerator, NoisyScore
 import caprecon
 from caprecon.cli import main as cli_main
 from caprecon.core.errors import ConfigError
-from caprecon.metrics.adaptive import MixturePrior, VariancePrior, fit_mixture, fit_prior
+from caprecon.metrics.adaptive import IntegratedPrior, MixturePrior, VariancePrior, fit_integrated, fit_mixture, fit_prior
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
 SHARE = 0.35  # the documented share of its need a caption draws at an intermediate stage
@@ -128,23 +128,22 @@ def test_three_stages_cover_at_every_seed_count_and_draw_near_the_best_allocatio
 
 def test_a_dozen_captions_of_alike_noise_draw_no_more_than_fixed_k():
     # the tiny pipeline's case: 12 captions, noise alike, W = the width fixed K = 8 expects,
-    # 2 t(0.975, 7) sd / sqrt(8). Pooled after each stage (the mixture fit's choice in 97 runs of 100 here),
-    # every caption draws the same count: over 100 runs 0.79 of fixed K's generations (two stages: 0.81), no
-    # run more than 1.25 of it (one pooled sd drawn high), coverage 0.950 (1,200 intervals)
+    # 2 t(0.975, 7) sd / sqrt(8). The prior integrated over its (d0, s0) leans on the pooled variance (12 captions
+    # cannot rule out a spread, so a caption whose draws look noisier keeps some of its own): over 100 runs 0.84
+    # of fixed K's generations (pooled with the estimate plugged in: 0.79; two stages: 0.92), no run more than
+    # 1.30 of it, coverage 0.957 (1,200 intervals)
     from scipy import stats
 
     width = 2 * stats.t.ppf(0.975, 7) * 0.02 / math.sqrt(8)
-    drawn, covered, alike = [], [], 0
+    drawn, covered = [], []
     for run in range(100):
         truth = {f"caption {i}": (0.5, 0.02) for i in range(12)}
         generator = NoisyGenerator(truth)
         rows = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=run))],
                               no_cache=True, seeds="3..16", target_width=width).records
         drawn.append(sum(r["seeds_drawn"] for r in rows))
-        alike += len({r["seeds_drawn"] for r in rows}) == 1
         covered += [lo <= 0.5 <= hi for r in rows for lo, hi in [r["noisy_ci"]]]
-    assert alike >= 90
-    assert sum(drawn) <= 0.85 * 100 * 96 and max(drawn) <= 1.25 * 96
+    assert sum(drawn) <= 0.9 * 100 * 96 and max(drawn) <= 1.35 * 96
     assert np.mean(covered) >= 0.94
 
 
@@ -213,3 +212,79 @@ def test_adaptive_stages_on_the_command_line(tmp_path, capsys):
                      "--target-width", "0.01", "--adaptive-rule", "stein", "--adaptive-stages", "4"])
     assert code == 2
     assert "stein is two-stage" in capsys.readouterr().err
+
+
+def _dozen_with_a_twofold_spread(runs, width, **settings):
+    """12 captions, six at seed sd 0.01 and six at 0.02 (the tiny pipeline's case: too few captions to tell
+    that spread from chance), `runs` runs through the run itself (other base seeds): (covered of the quiet
+    six, covered of the noisy six, generations)."""
+    truth = {f"caption {i}": (0.5, 0.01 if i < 6 else 0.02) for i in range(12)}
+    quiet, noisy, generations = [], [], 0
+    for run in range(runs):
+        generator = NoisyGenerator(truth)
+        rows = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=run))],
+                              no_cache=True, seeds="3..16", target_width=width, **settings).records
+        covered = [lo <= 0.5 <= hi for r in rows for lo, hi in [r["noisy_ci"]]]
+        quiet, noisy, generations = quiet + covered[:6], noisy + covered[6:], generations + generator.calls
+    return np.array(quiet), np.array(noisy), generations
+
+
+@pytest.mark.slow
+def test_a_dozen_captions_with_a_twofold_spread_of_noise_are_covered():
+    # 100 runs x 12 captions at the width fixed K = 8 expects at the median sd (0.015). The pooled rule (what the
+    # mixture fit chose with the prior's estimate plugged in) covers the noisy six 0.85 of the time, 0.92 overall;
+    # the default rule integrates over the prior's (d0, s0), so a d0 chance cannot rule out keeps each caption's own
+    # variance some weight: 0.94 overall. The noisy six still cover less than the quiet six (no rule that sees 12
+    # captions can tell which are which for sure): their interval is the whole run's posterior, not theirs alone
+    from scipy import stats
+
+    width = 2 * stats.t.ppf(0.975, 7) * 0.015 / math.sqrt(8)
+    quiet, noisy, generations = _dozen_with_a_twofold_spread(100, width)
+    pooled_quiet, pooled_noisy, pooled_generations = _dozen_with_a_twofold_spread(100, width, adaptive_rule="pooled")
+    assert np.concatenate([quiet, noisy]).mean() >= 0.94
+    assert np.concatenate([pooled_quiet, pooled_noisy]).mean() < 0.93 and pooled_noisy.mean() < 0.87
+    assert noisy.mean() > pooled_noisy.mean() + 0.03
+    best = 100 * 6 * sum(min(16, max(3, math.ceil((2 * 1.959964 * sd / width) ** 2))) for sd in (0.01, 0.02))
+    assert generations <= 1.12 * best and generations < 100 * 12 * 8  # the price, and still under fixed K
+
+
+def test_an_integrated_prior_half_width_by_hand():
+    # the default rule's one-component prior integrated over (d0, s0^2): recomputed here with scipy.stats' F
+    # density on another grid (uniform in B = d0 / (d0 + mean df) by the midpoint rule, log s0^2 over the
+    # variances' range +- 6), the posterior weights normalised, and the half-width h with
+    # sum_j w_j (2 T(d0_j + d, h / sd_j) - 1) = 0.95 found by brentq, sd_j^2 = (d0_j s0_j^2 + d s^2) / (d0_j + d)
+    from scipy import optimize, stats
+
+    rng = np.random.default_rng(5)
+    df = np.array([2.0] * 6 + [5.0] * 6)  # a df per caption, as after a later stage
+    variances = np.repeat([0.01, 0.02], 6) ** 2 * rng.chisquare(df) / df
+    prior = fit_integrated(list(np.sqrt(variances)), list(df))
+    share = (np.arange(800) + 0.5) / 800
+    d0 = df.mean() * share / (1 - share)
+    log_var = np.linspace(np.log(variances).min() - 6, np.log(variances).max() + 6, 1200)
+    loglik = sum(stats.f.logpdf(v / np.exp(log_var)[None, :], d, d0[:, None]) - log_var[None, :]
+                 for v, d in zip(variances, df))
+    weights = np.exp(loglik - loglik.max())
+    weights /= weights.sum()
+    for sd, d in [(0.005, 2), (0.015, 2), (0.03, 5), (0.015, 9)]:
+        post_sd = np.sqrt((d0[:, None] * np.exp(log_var)[None, :] + d * sd**2) / (d0[:, None] + d))
+        half = optimize.brentq(lambda h, post_sd=post_sd, d=d:
+                               (weights * (2 * stats.t.cdf(h / post_sd, d0[:, None] + d) - 1)).sum() - 0.95, 1e-6, 1)
+        assert prior.half_width(sd, d) == pytest.approx(half, rel=3e-4)
+    # with many captions of alike noise the posterior narrows to the pooled variance, t of about the df summed,
+    # for a caption whose draws look like the others' (one four times as noisy as the rest still keeps a little
+    # of its own: a d0 of 50-100 is not ruled out by 3,000 captions of 2 df)
+    alike = 0.02 * np.sqrt(rng.chisquare(2, 3000) / 2)
+    wide = fit_integrated(list(alike), 2)
+    pooled = stats.t.ppf(0.975, 6000) * math.sqrt(np.mean(alike**2))
+    for sd in (0.001, 0.01, 0.02):
+        assert wide.half_width(sd, 2) == pytest.approx(pooled, rel=0.01)
+    # and where the captions' noise differs wildly (sd log-uniform over e^12), d0 is near 0 (trigamma(d0 / 2) =
+    # 12^2 / 3, the variance of log sigma^2, at d0 = 0.04): each caption keeps its own variance, t of about 2 df
+    spread = np.exp(rng.uniform(-6, 6, 40)) * 0.01
+    own = fit_integrated(list(spread), 2)
+    assert own.to_json()["integrated"]["df_5_50_95"][2] < 0.5
+    assert stats.t.ppf(0.975, 2.5) * 0.05 < own.half_width(0.05, 2) <= stats.t.ppf(0.975, 2) * 0.05
+    # the default rule takes it where the mixture fit has one component or the shared variance
+    assert isinstance(fit_prior(list(np.sqrt(variances)), list(df)), IntegratedPrior)
+    assert fit_integrated([0.01, 0.0], 2) == VariancePrior(0.0, 0.0)

@@ -188,7 +188,8 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                    help="adaptive seeds' variance for each caption's seed count and interval, from the first MIN "
                         "seeds: mixture (default: its own, moderated towards the other captions' by a mixture of "
                         "1-3 scaled inverse chi-square spreads fitted to them, so quiet and noisy captions each "
-                        "borrow from their like), moderated (one such spread, as limma does), pooled (the mean "
+                        "borrow from their like; one spread is integrated over its parameters' uncertainty, so "
+                        "a few captions keep some of their own), moderated (one such spread, as limma does), pooled (the mean "
                         "over captions: for noise alike) or stein (its own alone)")
     p.add_argument("--adaptive-stages", type=int, metavar="S",
                    help="adaptive seeds' rounds of generation (default 3; stein: 2, the only count it allows): "
