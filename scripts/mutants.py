@@ -3,6 +3,7 @@
     python scripts/mutants.py                 # every mutant (make mutants)
     python scripts/mutants.py -k recon clip   # those whose name contains one of the words
     python scripts/mutants.py -j 1            # one mutant at a time (default: 2, or fewer cores)
+    python scripts/mutants.py --no-fork       # each test run a fresh `python -m pytest`
 
 Each mutant is data: the file (under src/caprecon), a snippet that must occur in it exactly
 once, what replaces it, and the tests that should notice. The script copies src/ to a
@@ -19,26 +20,42 @@ pass are its named tests run whole (a test may reach the code in a subprocess, w
 cannot see), so a mutant is reported as surviving only if its named tests pass. A snippet at
 module or class level, or in a signature (run on import), is tried on its named tests whole.
 Mutants run `--jobs` at a time. `--named-only` skips the probe: every mutant on its named tests.
+
+How a test run starts: this process first imports the third-party modules the tests use (PRELOAD:
+torch, transformers, diffusers, numpy, scipy, PIL, pytest, hypothesis; never caprecon nor the
+tests) and freezes their objects (`gc.freeze`: a child's collections skip them), and each run, the baseline's included, is a child forked from it (`os.fork`) that points
+sys.path and PYTHONPATH at its copy, enters the repository root, sends its output to a file and
+runs pytest: a fresh `python -m pytest` would spend about 3 s importing those modules again. One
+loop, on one thread (a process with other threads running must not fork), starts the runs, polls
+for their end, and kills a run that outlives `--timeout` with its whole process group (each run
+leads its own, so what its tests started dies with it); a killed run counts as a failing one.
+`--no-fork` runs each as a fresh subprocess instead, the way taken too where os.fork is missing or
+a thread runs after the imports. The baseline runs the same way as the mutants, so a test that
+fails only in a forked child fails there, on the unchanged code.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import gc
+import importlib
 import json
 import math
 import os
-import queue
 import re
+import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Generator, Sequence
 
 HERE = Path(__file__).resolve().parent  # probe/mutants_probe.py, the baseline's pytest plugin, lives under it
 ROOT = HERE.parent
@@ -694,7 +711,9 @@ MUTANTS = [
            'decode_image(picture, "the image given").save(', "picture.save(", ("tests/test_serve.py",)),
     Mutant("OpenRLHF: the prompt left in the caption", "apps/reward/serve.py",
            "q[len(p):] if isinstance(q, str)", "q if isinstance(q, str)", ("tests/test_serve.py",)),
-    Mutant("client: a refused request retried", "apps/reward/remote.py", "if exc.code < 500:", "if exc.code < 400:", ("tests/test_serve.py",)),
+    # named alone: the test that asserts a refused request is sent once (others reaching it pass, retrying)
+    Mutant("client: a refused request retried", "apps/reward/remote.py", "if exc.code < 500:", "if exc.code < 400:",
+           ("tests/test_serve.py::test_bearer_token_is_checked_and_never_shown",)),
     Mutant("verl: the picture taken from ground_truth only", "apps/reward/remote.py",
            "        if isinstance(extra_info, Mapping) and extra_info.get(self.image_key) is not None:",
            "        if False:", ("tests/test_serve.py",)),
@@ -732,8 +751,10 @@ MUTANTS = [
     Mutant("kept claims stay held after the block", "store/leases.py",
            "            if last:\n                self.release_kept()", "            if False:\n                self.release_kept()",
            ("tests/test_keep.py",)),
+    # its killing test named alone: under it, an earlier test's rerun waits out its own kept claims' leases (240 s)
     Mutant("kept claims under write_behind never released", "store/leases.py",
-           "            self._behind(self._drain, keys)", "            pass", ("tests/test_keep.py",)),
+           "            self._behind(self._drain, keys)", "            pass",
+           ("tests/test_keep.py::test_claims_on_pictures_not_kept_last_until_the_block_that_made_them_ends",)),
     Mutant("a metric's batch keeps no claim", "run/local.py",
            "        with self.ctx.store.keeping_claims():\n            return isolated(rows, items, self.watch)",
            "        return isolated(rows, items, self.watch)", ("tests/test_keep.py",)),
@@ -1035,32 +1056,6 @@ MUTANTS = [
 ]
 
 
-def _environment(src: Path, **extra: str) -> dict[str, str]:
-    """The tests' environment: caprecon from `src`; with the probe's settings, the probe importable too."""
-    path = [str(src), *([str(HERE / "probe")] if extra else [])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
-               **extra)
-    env.pop("PYTHONSTARTUP", None)
-    return env
-
-
-def _pytest(tests: Sequence[str], src: Path, timeout: float, *options: str, **env: str) -> tuple[int, str]:
-    """pytest on `tests` (files or node ids), importing caprecon from `src`, stopping at the first failure."""
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *options,
-               *tests]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=_environment(src, **env), capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return -1, "timed out"
-    return done.returncode, done.stdout + done.stderr
-
-
-def _first_failure(output: str) -> str:
-    found = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
-    return found.group(1) if found else ("timed out" if output == "timed out" else "(see output)")
-
-
 def _check_snippets(mutants: list[Mutant], package: Path) -> dict[str, str]:
     """Mutant name -> why it cannot be applied (its snippet is missing or ambiguous)."""
     problems = {}
@@ -1121,26 +1116,236 @@ def _split(files: Sequence[str], parts: int) -> list[list[str]]:
     return [g for g in groups if g]
 
 
-def _baseline(tests: Sequence[str], src: Path, targets: dict[str, list], jobs: int, timeout: float,
-              scratch: Path) -> tuple[int, str, dict[str, list[str]]]:
-    """The tests once on the unchanged copy, in `jobs` parallel runs, each with the probe plugin
-    recording which test called the function of each mutant."""
+# -- running pytest: forked from this process, or as a subprocess -----------------------------
+
+# the third-party modules the tests import, imported once here so that each forked run starts
+# with them loaded (a fresh interpreter spends about 3 s importing them); never caprecon nor the
+# tests, which each run imports afresh from its own copy. HF_HUB_OFFLINE and TRANSFORMERS_VERBOSITY
+# are read as huggingface_hub and transformers load, so `_preload` sets them first, as conftest does.
+PRELOAD = ("numpy", "scipy", "scipy.stats", "PIL.Image", "torch", "transformers", "diffusers",
+           # what the tiny models (tests/tiny_models.py) import: CLIP's and Stable Diffusion's code, 1.6 s
+           "transformers.modeling_utils", "transformers.models.clip.modeling_clip",
+           "diffusers.pipelines.stable_diffusion.pipeline_stable_diffusion",
+           # pytest and the plugins it loads at every start
+           "pytest", "hypothesis", "_hypothesis_pytestplugin", "anyio.pytest_plugin", "pytest_timeout",
+           "platformdirs.pytest_plugin")
+TIMED_OUT = -1  # the exit code of a run killed at --timeout
+POLL_SECONDS = 0.02  # how often the scheduler looks for a finished run
+
+
+def _environment(src: Path, **extra: str) -> dict[str, str]:
+    """The tests' environment: caprecon from `src`; with the probe's settings, the probe importable too."""
+    path = [str(src), *([str(HERE / "probe")] if extra else [])]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1",
+               **extra)
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _pytest_command(tests: Sequence[str], *options: str) -> list[str]:
+    """The interpreter's arguments for pytest on `tests` (files or node ids), stopping at the first failure."""
+    return ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:randomly", *options, *tests]
+
+
+def _preload(modules: Sequence[str] = PRELOAD) -> str | None:
+    """Import `modules` here, for forked runs to inherit; None when forking is then safe, else why not
+    (no os.fork, a thread running: a forked child gets only the thread that forked, and any lock
+    another thread held stays locked in it)."""
+    if not hasattr(os, "fork"):
+        return "this system has no os.fork"
+    # what tests/conftest.py sets before its own imports, set before these: a module reads it as it loads
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # an optional extra not installed: its tests import it (and fail) on their own
+    if threading.active_count() > 1:
+        return f"{threading.active_count()} threads run after importing {', '.join(modules)}"
+    loaded = sorted(n for n in sys.modules if n.split(".")[0] in ("caprecon", "tests", "conftest"))
+    if loaded:
+        raise RuntimeError(f"the preload imported {loaded}: each run must import them from its own copy")
+    # the imported modules' objects out of the collector's sight: a child's collections would otherwise
+    # walk them all, and touching each one's header copies the pages it shares with this process
+    gc.freeze()
+    return None
+
+
+class Run:
+    """One interpreter running `command` (`_pytest_command`, or `-c CODE`) with caprecon from a copy
+    of src/, its output going to a file: a child forked from this process (which has imported
+    PRELOAD), or a subprocess. Either leads a process group of its own, so that killing it at the
+    timeout kills what its tests started too."""
+
+    def __init__(self, command: Sequence[str], env: dict[str, str], output: Path, fork: bool):
+        self.output = output
+        self.started = time.perf_counter()
+        self.popen: subprocess.Popen | None = None
+        if not fork:
+            with open(output, "wb") as sink:
+                self.popen = subprocess.Popen([sys.executable, *command], cwd=ROOT, env=env, stdout=sink,
+                                              stderr=subprocess.STDOUT, start_new_session=True)
+            self.pid = self.popen.pid
+            return
+        sys.stdout.flush()  # else the child would write this process's unflushed lines again
+        sys.stderr.flush()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os._exit(_child(list(command), env, output))
+
+    def finished(self) -> int | None:
+        """The exit code once the run has ended, else None."""
+        if self.popen is not None:
+            return self.popen.poll()
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        return None if pid == 0 else os.waitstatus_to_exitcode(status)
+
+    def kill(self) -> None:
+        """End the run and whatever it started (its process group), and reap it."""
+        if hasattr(os, "killpg"):
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # the group is gone (or never formed): the run itself is ended below
+        if self.popen is not None:
+            self.popen.kill()  # a no-op once it has ended
+            self.popen.wait()
+            return
+        try:
+            os.kill(self.pid, signal.SIGKILL)  # not yet reaped, so its pid is still its own
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+
+    def text(self) -> str:
+        return self.output.read_text(encoding="utf-8", errors="replace")
+
+
+def _child(command: list[str], env: dict[str, str], output: Path) -> int:
+    """In a forked child: become what `python COMMAND` would be with `env` in ROOT (caprecon and the
+    probe found first on sys.path, as PYTHONPATH would put them; the same environment for the
+    subprocesses the tests start), run it, and return its exit code."""
+    code = 1
+    try:
+        os.setsid()
+        sink = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(sink, 1)
+        os.dup2(sink, 2)
+        os.close(sink)
+        # this process's own PYTHONPATH (perhaps the working tree's src/) and scripts/ are left out
+        inherited = {os.path.realpath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
+        inherited |= {os.path.realpath(p) for p in ("", str(HERE))}
+        os.environ.clear()
+        os.environ.update(env)
+        sys.path[:] = [str(ROOT), *env["PYTHONPATH"].split(os.pathsep),
+                       *(p for p in sys.path if os.path.realpath(p) not in inherited)]
+        sys.dont_write_bytecode = True  # a .pyc of a mutant may not outlive it (same size, same second)
+        os.chdir(ROOT)
+        try:
+            if command[0] == "-m":
+                sys.argv = [command[1], *command[2:]]
+                runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:  # -c CODE
+                sys.argv = ["-c", *command[2:]]
+                exec(compile(command[1], "<string>", "exec"), {"__name__": "__main__"})
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _first_failure(output: str) -> str:
+    found = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.MULTILINE)
+    return found.group(1) if found else ("timed out" if output == "timed out" else "(see output)")
+
+
+# a piece of work: given a free copy of src/, a generator that yields the runs it wants one after
+# another, as (command, extra environment), receives each one's (exit code, output), and may end
+# before or after any of them; the copy is its own until it ends
+Work = Callable[[Path], Generator[tuple[list[str], dict[str, str]], tuple[int, str], None]]
+
+
+def drive(work: Sequence[Work], copies: Sequence[Path], scratch: Path, timeout: float, fork: bool) -> None:
+    """Do the pieces of `work` in order, as many at once as there are `copies`, from this one thread
+    (no thread may run while a child is forked): start each run a piece asks for, poll for the ones
+    that end, kill a run at `timeout` seconds (its exit code TIMED_OUT, its output "timed out"), and
+    hand each piece its run's outcome. On an exception (Ctrl-C) the runs under way are killed and the
+    pieces closed, so that each puts its copy's file back."""
+    waiting = list(reversed(work))
+    free = list(copies)
+    running: list[tuple[Run, Generator, Path]] = []
+    count = 0
+
+    def advance(piece: Generator, copy: Path, outcome: tuple[int, str] | None) -> None:
+        nonlocal count
+        try:
+            command, extra = piece.send(outcome)
+        except StopIteration:
+            free.append(copy)
+            return
+        count += 1
+        running.append((Run(command, _environment(copy, **extra), scratch / f"run-{count}.txt", fork), piece, copy))
+
+    try:
+        while waiting or running:
+            while waiting and free:
+                copy = free.pop()
+                advance(waiting.pop()(copy), copy, None)
+            ended = False
+            for entry in list(running):
+                run, piece, copy = entry
+                code = run.finished()
+                if code is None and time.perf_counter() - run.started > timeout:
+                    run.kill()
+                    code = TIMED_OUT
+                if code is not None:
+                    running.remove(entry)
+                    ended = True
+                    advance(piece, copy, (code, "timed out" if code == TIMED_OUT else run.text()))
+            if not ended:
+                time.sleep(POLL_SECONDS)
+    finally:
+        for run, piece, _ in running:
+            run.kill()
+            piece.close()
+
+
+def _one_run(command: list[str], outcomes: list[tuple[int, str]], **extra: str) -> Work:
+    """A piece of work that is one run, its outcome appended to `outcomes`."""
+    def piece(copy: Path):
+        outcomes.append((yield command, extra))
+    return piece
+
+
+def _baseline(tests: Sequence[str], targets: dict[str, list], src: Path, jobs: int, timeout: float,
+              scratch: Path, fork: bool) -> tuple[int, str, dict[str, list[str]]]:
+    """The tests once on the unchanged code, run as the mutants' runs are (forked, or not), in `jobs`
+    parallel runs, each with the probe plugin recording which test called the function of each
+    mutant. All on the first copy: the probe knows a function by its file there."""
     plan = scratch / "targets.json"
     plan.write_text(json.dumps(targets))
     groups = _split(list(tests), jobs)
     reports = [scratch / f"reached-{i}.json" for i in range(len(groups))]
-    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        runs = list(pool.map(lambda i: _pytest(groups[i], src, timeout, "-p", "mutants_probe",
-                                               MUTANTS_PROBE_TARGETS=str(plan), MUTANTS_PROBE_OUT=str(reports[i])),
-                             range(len(groups))))
+    runs: list[tuple[int, str]] = []
+    drive([_one_run(_pytest_command(group, "-p", "mutants_probe"), runs, MUTANTS_PROBE_TARGETS=str(plan),
+                    MUTANTS_PROBE_OUT=str(report)) for group, report in zip(groups, reports)],
+          [src] * len(groups), scratch, timeout, fork)
     reached: dict[str, list[str]] = {}
     seconds: dict[str, float] = {}
+    shares = []  # each parallel run's time in its tests: how evenly the round robin split them
     for report in reports:
         if report.is_file():
             probed = json.loads(report.read_text())
             seconds.update(probed["seconds"])
+            shares.append(f"{sum(probed['seconds'].values()):.0f} s")
             for name, nodes in probed["reached"].items():
                 reached.setdefault(name, []).extend(nodes)
+    print(f"the baseline's runs spent {', '.join(shares)} in their tests", flush=True)
     for nodes in reached.values():  # the quickest first: with -x, a mutant dies at its first failing test
         nodes.sort(key=lambda node: seconds.get(node, math.inf))
     failed = [(code, output) for code, output in runs if code != 0]
@@ -1148,28 +1353,32 @@ def _baseline(tests: Sequence[str], src: Path, targets: dict[str, list], jobs: i
     return code, output, reached
 
 
-def _try_mutant(m: Mutant, package: Path, src: Path, reached: dict[str, list[str]] | None,
-                timeout: float) -> tuple[str, str, float, str]:
-    """Apply `m` to this copy, run the tests that reach it (all its named tests when none is known
-    to, or when the narrowed ones pass: a test the probe could not see, in a subprocess, may still
-    kill it), and put the code back. Returns (status, first failing test, seconds, what ran)."""
-    path = package / m.file
-    text = path.read_text(encoding="utf-8")
-    path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
-    started = time.perf_counter()
-    try:
-        narrowed = _narrowed(m.tests, reached.get(m.name, [])) if reached is not None else []
-        ran = f"{len(narrowed)} test(s) reaching it"
-        code, output = _pytest(narrowed, src, timeout) if narrowed else (0, "")
-        if code == 0:
-            ran = "its named tests" if not narrowed else ran + ", then its named tests"
-            code, output = _pytest(m.tests, src, timeout)
-    finally:
-        path.write_text(text, encoding="utf-8")
-    seconds = time.perf_counter() - started
-    if code != 0:
-        return "killed", _first_failure(output), seconds, ran
-    return "SURVIVED", "no test failed", seconds, ran
+def _try_mutant(m: Mutant, reached: dict[str, list[str]] | None,
+                report: Callable[[Mutant, str, str, float, str], None]) -> Work:
+    """A piece of work: apply `m` to the copy it is given, run the tests that reach it (all its
+    named tests when none is known to, or when the narrowed ones pass: a test the probe could not
+    see, in a subprocess, may still kill it), put the code back, and `report` (mutant, status,
+    first failing test, seconds, what ran)."""
+    def piece(copy: Path):
+        path = copy / "caprecon" / m.file
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text.replace(m.original, m.mutated), encoding="utf-8")
+        started = time.perf_counter()
+        try:
+            narrowed = _narrowed(m.tests, reached.get(m.name, [])) if reached is not None else []
+            ran = f"{len(narrowed)} test(s) reaching it"
+            code, output = (yield _pytest_command(narrowed), {}) if narrowed else (0, "")
+            if code == 0:
+                ran = "its named tests" if not narrowed else ran + ", then its named tests"
+                code, output = yield _pytest_command(m.tests), {}
+        finally:
+            path.write_text(text, encoding="utf-8")
+        seconds = time.perf_counter() - started
+        if code != 0:
+            report(m, "killed", _first_failure(output), seconds, ran)
+        else:
+            report(m, "SURVIVED", "no test failed", seconds, ran)
+    return piece
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1180,6 +1389,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutants tried at once, each in its own copy of src/ (default: 2, or fewer cores)")
     parser.add_argument("--named-only", action="store_true",
                         help="run each mutant's named tests whole (no probe, no narrowing): the old, slower way")
+    parser.add_argument("--no-fork", action="store_true",
+                        help="each test run a fresh `python -m pytest` subprocess, not a child forked from this "
+                             "process with the third-party modules already imported (the way where os.fork is "
+                             "missing)")
     args = parser.parse_args(argv)
     names = {m.name for m in MUTANTS}
     if len(names) != len(MUTANTS):
@@ -1191,16 +1404,25 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no mutant matches {args.k}")
     jobs = min(args.jobs, len(mutants))
     whole = time.perf_counter()
+    fork = not args.no_fork
+    if fork:
+        why_not = _preload()
+        if why_not:
+            print(f"each test run a subprocess: {why_not}")
+            fork = False
+    print(f"preloaded {', '.join(PRELOAD)} in {time.perf_counter() - whole:.1f} s; each run forked from here\n"
+          if fork else "each test run a fresh `python -m pytest` subprocess\n", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="caprecon-mutants-") as tmp:
-        copies = [Path(tmp) / f"copy{i}" / "src" for i in range(jobs)]
+        scratch = Path(tmp)
+        copies = [scratch / f"copy{i}" / "src" for i in range(jobs)]
         for src in copies:
             shutil.copytree(ROOT / "src", src, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        src, package = copies[0], copies[0] / "caprecon"
-        where = subprocess.run([sys.executable, "-c", "import caprecon; print(caprecon.__file__)"], cwd=ROOT,
-                               env=_environment(src), capture_output=True, text=True).stdout.strip()
-        if not where.startswith(str(package)):
-            print(f"the tests would import caprecon from {where or '?'}, not from the copy {package}")
+        package = copies[0] / "caprecon"
+        where: list[tuple[int, str]] = []
+        drive([_one_run(["-c", "import caprecon; print(caprecon.__file__)"], where)], copies[:1], scratch, 60, fork)
+        if not where[0][1].strip().startswith(str(package)):
+            print(f"the tests would import caprecon from {where[0][1].strip() or '?'}, not from the copy {package}")
             return 1
         problems = _check_snippets(mutants, package)
         live = [m for m in mutants if m.name not in problems]
@@ -1208,36 +1430,28 @@ def main(argv: list[str] | None = None) -> int:
         every_test = tuple(dict.fromkeys(t for m in mutants for t in m.tests))
         started = time.perf_counter()
         if args.named_only:
-            code, output = _pytest(every_test, src, args.timeout)
-            reached = None
+            runs: list[tuple[int, str]] = []
+            drive([_one_run(_pytest_command(every_test), runs)], copies[:1], scratch, args.timeout, fork)
+            (code, output), reached = runs[0], None
         else:
-            code, output, reached = _baseline(every_test, src, _probe_targets(live, package), jobs, args.timeout,
-                                              Path(tmp))
+            code, output, reached = _baseline(every_test, _probe_targets(live, package), copies[0], jobs, args.timeout,
+                                              scratch, fork)
         if code != 0:
             print(output[-4000:])
             print(f"the unchanged code fails its tests ({_first_failure(output)}): fix that first")
             return 1
-        print(f"unchanged code: {len(every_test)} test files pass ({time.perf_counter() - started:.0f} s, "
+        print(f"unchanged code: {len(every_test)} test entries pass ({time.perf_counter() - started:.0f} s, "
               f"{len(copies) if not args.named_only else 1} at once)\n", flush=True)
 
         rows = {m.name: (m, "STALE", problems[m.name], 0.0) for m in mutants if m.name in problems}
         for name, (_, _, why, _) in rows.items():
             print(f"STALE     {name}: {why}", flush=True)
-        free: queue.SimpleQueue = queue.SimpleQueue()
-        for copy in copies:
-            free.put(copy)
 
-        def attempt(m: Mutant) -> None:
-            copy = free.get()
-            try:
-                status, by, seconds, ran = _try_mutant(m, copy / "caprecon", copy, reached, args.timeout)
-            finally:
-                free.put(copy)
+        def report(m: Mutant, status: str, by: str, seconds: float, ran: str) -> None:
             rows[m.name] = (m, status, by, seconds)
             print(f"{status:9} {m.name}  [{by}, {seconds:.0f} s; ran {ran}]", flush=True)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            list(pool.map(attempt, live))
+        drive([_try_mutant(m, reached, report) for m in live], copies, scratch, args.timeout, fork)
 
     ordered = [rows[m.name] for m in mutants]
     print("\n| mutant | file | result | first failing test |\n|---|---|---|---|")

@@ -233,6 +233,24 @@ def test_score_on_rows_without_references_is_refused_before_any_work(tmp_path, c
 
 
 @needs_java
+def test_a_score_run_reports_the_corpus_values_pycocoevalcap_gives(theirs, tmp_path):
+    """A run's summary carries BLEU's and CIDEr's corpus values, pooled over its rows as
+    pycocoevalcap pools them, and so does the merge of two shards (the quick check of the corpus
+    step and of the merge's; METEOR, the CLI and damaged statistics: the test below)."""
+    import caprecon
+
+    rows, names = CORPUS[:2] + BROKEN + CORPUS[2:], ["bleu-4", "cider"]
+    whole = caprecon.score(rows, names, no_cache=True).summary["metrics"]
+    shards = [tmp_path / f"shard{i}" for i in range(2)]
+    for i, out in enumerate(shards):
+        caprecon.score(rows, names, shard=f"{i}/2", out=out, no_cache=True)
+    merged = caprecon.merge(shards, tmp_path / "merged").summary["metrics"]
+    for name in names:
+        assert whole[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+        assert merged[name]["corpus"] == pytest.approx(theirs[1][name], abs=1e-12), name
+
+
+@needs_java
 def test_shards_merge_their_corpus_statistics_into_the_whole_runs_corpus_values(theirs, tmp_path, monkeypatch,
                                                                                 capsys):
     """BLEU's, METEOR's and CIDEr's corpus values pool every row: each shard keeps its rows'

@@ -225,8 +225,10 @@ def test_bearer_token_is_checked_and_never_shown(tmp_path):
     stand_in = StandIn(service)
     try:
         assert RemoteReward(stand_in.url).health()["status"] == "ok"  # health needs no token
-        with pytest.raises(RemoteRewardError, match="HTTP 401"):
-            RemoteReward(stand_in.url, token="wrong")([PICTURES[0]], ["red circle"])
+        # refused, not sent again (were it retried, a short backoff keeps this test quick)
+        with pytest.raises(RemoteRewardError, match="refused POST /reward: HTTP 401"):
+            RemoteReward(stand_in.url, token="wrong", backoff=0.01)([PICTURES[0]], ["red circle"])
+        assert stand_in.requests == 2  # the health check, then the one refused request
         remote = RemoteReward(stand_in.url, token="s3cret-token")
         assert remote([PICTURES[0]], ["red circle"])[0] == pytest.approx(
             expected_recon(PICTURES[0], "red circle"), abs=1e-6)
