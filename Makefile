@@ -60,11 +60,10 @@ bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/overhead.py
 
 # the mutation check of the headline formulas (scripts/mutants.py): each one-token change of
-# a formula must make a test fail. 356 mutants; of the 347 before, the first 346 all killed in 20 min 23 s on two idle cores
-# (2026-12-07), each test run then a fresh `python -m pytest`; now each is forked from the script once it
-# has imported torch, transformers, diffusers and pytest (`--no-fork`: the old way): back to back on a
-# near-idle host, recon and store's 25 mutants 87 s -> 29 s, adaptive's 45 203 s -> 118 s. Not part of
-# `make test` or CI.
+# a formula must make a test fail. 356 mutants, all killed in 8 min 56 s on two idle cores (2026-12-07:
+# a 216 s baseline, then each test run forked from the script once it has imported torch, transformers,
+# diffusers and pytest); 346 took 20 min 23 s the same day as fresh `python -m pytest` runs (`--no-fork`).
+# Not part of `make test` or CI.
 mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py
 
