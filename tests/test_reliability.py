@@ -587,6 +587,10 @@ OTHER_PROGRAMS = {
     "--hidden": "benchmarks/halluc.py",
     "--tiny-pictures": "benchmarks/adaptive_seeds.py",
     "--replicates": "benchmarks/adaptive_seeds.py",
+    "--tiny-replicates": "benchmarks/adaptive_seeds.py",
+    "--tiny-seeds": "benchmarks/adaptive_seeds.py",
+    "--no-fork": "scripts/mutants.py",
+    "--timeout": "scripts/mutants.py",
     "--list": "scripts/walk.py",
     "--strict": "mkdocs/__main__.py",  # `mkdocs build --strict`
     # the GRPO example's own flags (docs/train.md)
