@@ -13,8 +13,8 @@ from noisy_standin import NoisyGenerator, NoisyScore
 import caprecon
 from caprecon.cli import main as cli_main
 from caprecon.core.errors import ConfigError
-from caprecon.metrics.adaptive import (MixturePrior, VariancePrior, fit_mixture, fit_prior, seeds_for_width,
-                                       trigamma_inverse, two_stage_interval)
+from caprecon.metrics.adaptive import seeds_for_width, two_stage_interval
+from caprecon.metrics.variance_priors import MixturePrior, VariancePrior, fit_mixture, fit_prior, trigamma_inverse
 from scipy.special import polygamma
 
 QUIET, NOISY = 0.001, 0.05  # seed sd of half the captions each

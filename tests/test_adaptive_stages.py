@@ -14,7 +14,7 @@ from noisy_standin import NoisyGenerator, NoisyScore
 import caprecon
 from caprecon.cli import main as cli_main
 from caprecon.core.errors import ConfigError
-from caprecon.metrics.adaptive import IntegratedPrior, MixturePrior, VariancePrior, fit_integrated, fit_mixture, fit_prior
+from caprecon.metrics.variance_priors import IntegratedPrior, MixturePrior, VariancePrior, fit_integrated, fit_mixture, fit_prior
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
 SHARE = 0.35  # the documented share of its need a caption draws at an intermediate stage
