@@ -746,6 +746,14 @@ MUTANTS = [
     Mutant("a rollback with no transaction open turns Ctrl-C into an sqlite error", "store/sql.py",
            "        if db.in_transaction:\n            db.execute(\"ROLLBACK\")", "        db.execute(\"ROLLBACK\")",
            ("tests/test_store.py",)),
+    Mutant("a COMMIT that fails is left open, not rolled back", "store/sql.py",
+           '        yield db\n        db.execute("COMMIT")  # inside: a COMMIT that fails (a deferred constraint, a busy '
+           'database) is rolled back\n    except BaseException:\n        if db.in_transaction:\n            '
+           'db.execute("ROLLBACK")\n        raise',
+           '        yield db\n    except BaseException:\n        if db.in_transaction:\n            '
+           'db.execute("ROLLBACK")\n        raise\n    db.execute("COMMIT")',
+           ("tests/test_store.py::test_a_commit_that_fails_is_rolled_back_and_leaves_no_transaction_open",
+            "tests/test_store.py")),
     Mutant("kept claims are not renewed", "store/leases.py", "keys = list(store._held | store._kept)",
            "keys = list(store._held)", ("tests/test_keep.py",)),
     Mutant("kept claims stay held after the block", "store/leases.py",

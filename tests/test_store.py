@@ -854,3 +854,26 @@ def test_an_interrupt_just_after_the_commit_stays_an_interrupt(tmp_path):
             raise ValueError("the block fails inside its transaction")
     assert not db.in_transaction
     assert [row[0] for row in db.execute("SELECT a FROM t")] == [1]
+
+
+def test_a_commit_that_fails_is_rolled_back_and_leaves_no_transaction_open(tmp_path):
+    """A COMMIT refused by the database (here a deferred foreign key left dangling) raises to the
+    caller and is rolled back: the connection is left with no transaction open, so the thread's next
+    write does not fail on "cannot start a transaction within a transaction" nor commit the refused
+    rows with it."""
+    import sqlite3
+
+    from caprecon.store import sql
+
+    db = sqlite3.connect(tmp_path / "index.sqlite", isolation_level=None)
+    db.execute("PRAGMA foreign_keys = ON")
+    db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    db.execute("CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)")
+    with pytest.raises(sqlite3.IntegrityError):
+        with sql.transaction(db, "BEGIN IMMEDIATE"):
+            db.execute("INSERT INTO child VALUES (7)")  # no parent 7: refused at COMMIT, not here
+    assert not db.in_transaction
+    with sql.transaction(db):
+        db.execute("INSERT INTO parent VALUES (1)")
+    assert [row[0] for row in db.execute("SELECT parent FROM child")] == []
+    assert [row[0] for row in db.execute("SELECT id FROM parent")] == [1]

@@ -21,7 +21,7 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator
 
-from caprecon.store.sql import chunks, delete_claims, insert_rows, marks, transaction
+from caprecon.store.sql import chunks, delete_claims, insert_rows, marks
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Leases:
         now = time.time()
 
         def take() -> set[str]:
-            with self._writing, transaction(self.connect(), "BEGIN IMMEDIATE") as db:
+            with self.transaction() as db:
                 mine = set(keys) - self._others(db, keys, now)
                 insert_rows(db, "claims", "key, owner, expires",
                             [(k, self.owner, now + self.lease_seconds) for k in mine])

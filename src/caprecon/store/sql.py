@@ -44,8 +44,7 @@ def create_tables(db: sqlite3.Connection) -> None:
     """The tables, made or given the columns they lack, in write-ahead logging."""
     use_wal(db)
     # one writer at a time: processes opening a new or old cache together must not both add a column
-    db.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db, "BEGIN IMMEDIATE"):
         db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, kind TEXT NOT NULL, value BLOB, "
                    "created REAL NOT NULL)")
         have = result_columns(db)
@@ -56,10 +55,6 @@ def create_tables(db: sqlite3.Connection) -> None:
         db.execute("CREATE TABLE IF NOT EXISTS models (fingerprint TEXT PRIMARY KEY, description TEXT)")
         db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, "
                    "expires REAL NOT NULL)")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-    db.execute("COMMIT")
 
 
 def result_columns(db: sqlite3.Connection) -> set[str]:
@@ -139,8 +134,8 @@ def transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite
     db.execute(begin)
     try:
         yield db
+        db.execute("COMMIT")  # inside: a COMMIT that fails (a deferred constraint, a busy database) is rolled back
     except BaseException:
         if db.in_transaction:
             db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
