@@ -137,9 +137,11 @@ class AdaptiveSeeds(SeedAveraged):
             sds = [self.drawn_sds(r) for r in rows]
             if decision == len(priors):  # not fitted over the run's captions: this call's captions are the run
                 priors.append(self.fit_priors([{"seeds": len(r), "sds": sd} for r, sd in zip(rows, sds)]))
-            halves = [{name: priors[decision][name].half_width(sd, len(r) - 1) for name, sd in caption.items()}
-                      for r, caption in zip(rows, sds)]
-            share = 1.0 if decision == self.stages - 2 else STAGE_SHARE
+            # the last decision's half-widths are the intervals', every field's; before it only the headline draws
+            last = decision == self.stages - 2
+            halves = [{name: priors[decision][name].half_width(sd, len(r) - 1) for name, sd in caption.items()
+                       if last or name == self.headline} for r, caption in zip(rows, sds)]
+            share = 1.0 if last else STAGE_SHARE
             want = [seeds_for_width(plan[self.headline], len(r), self.max_seeds, self.target_width, share)
                     if self.headline in plan else len(r) for r, plan in zip(rows, halves)]
             self._draw_up_to(items, ctx, rows, recons, want)
