@@ -288,3 +288,21 @@ def test_an_integrated_prior_half_width_by_hand():
     # the default rule takes it where the mixture fit has one component or the shared variance
     assert isinstance(fit_prior(list(np.sqrt(variances)), list(df)), IntegratedPrior)
     assert fit_integrated([0.01, 0.0], 2) == VariancePrior(0.0, 0.0)
+
+
+def test_the_integrated_prior_takes_every_caption_whatever_its_likelihood_chunk(monkeypatch):
+    """The likelihood over the grid is summed in chunks of captions (memory): chunks of 5 over 23
+    captions give the grid, its weights and a half-width that one chunk of all 23 gives, and dropping
+    the last caption (what a chunk left out would do) does not."""
+    from caprecon.metrics import variance_priors
+
+    rng = np.random.default_rng(3)
+    sds = list(np.sqrt(rng.chisquare(2, 23) / 2) * np.where(np.arange(23) < 12, 0.01, 0.03))
+    sds[-1] = 0.2  # a caption far from the others: leaving it out moves the posterior
+    whole = fit_integrated(sds, 2)
+    monkeypatch.setattr(variance_priors, "LIKELIHOOD_CHUNK", 5)
+    chunked = fit_integrated(sds, 2)
+    assert chunked.dfs == pytest.approx(whole.dfs, rel=1e-12) and chunked.sds == pytest.approx(whole.sds, rel=1e-12)
+    assert chunked.weights == pytest.approx(whole.weights, rel=1e-9, abs=1e-15)
+    assert chunked.half_width(0.02, 2) == pytest.approx(whole.half_width(0.02, 2), rel=1e-9)
+    assert fit_integrated(sds[:-1], 2).half_width(0.02, 2) != pytest.approx(whole.half_width(0.02, 2), rel=1e-3)
