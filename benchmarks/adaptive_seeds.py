@@ -106,27 +106,28 @@ def best_allocation(sds, width: float) -> int:
     return int(sum(min(HIGH, max(LOW, math.ceil((2 * Z * s / width) ** 2))) for s in sds))
 
 
+def sd_atoms(sds, atoms: int = 64):
+    """The captions' true sds as a prior over a grid: each distinct sd with its share of the captions
+    when there are at most `atoms`, else `atoms` equally likely quantiles. Returns (grid, prior)."""
+    sds = np.asarray(sds, float)
+    grid = np.unique(sds) if len(np.unique(sds)) <= atoms else np.quantile(sds, (np.arange(atoms) + 0.5) / atoms)
+    prior = np.array([np.sum(np.isclose(sds, g)) for g in grid], float) if len(grid) < atoms else np.ones(len(grid))
+    return grid, prior / prior.sum()
+
+
 def best_two_stage(sds, width: float, atoms: int = 64, points: int = 64) -> float:
     """The expected generations of the best two-stage allocation (module doc), per replicate: the
-    captions' true sds as equally likely atoms of the prior (at most `atoms`, by quantile), the
-    first-stage variance sigma^2 chi2(MIN - 1) / (MIN - 1) at `points` quantiles per caption."""
+    captions' true sds as the prior (`sd_atoms`), the first-stage variance sigma^2 chi2(MIN - 1) /
+    (MIN - 1) at `points` quantiles per caption, and each one's half-width from its posterior
+    (`posterior_half`)."""
     from scipy import stats
 
     df = LOW - 1
     sds = np.asarray(sds, float)
-    grid = np.unique(sds) if len(np.unique(sds)) <= atoms else np.quantile(sds, (np.arange(atoms) + 0.5) / atoms)
-    prior = np.array([np.sum(np.isclose(sds, g)) for g in grid], float) if len(grid) < atoms else np.ones(len(grid))
-    prior /= prior.sum()
+    grid, prior = sd_atoms(sds, atoms)
     first = (sds[:, None] ** 2 * stats.chi2.ppf((np.arange(points) + 0.5) / points, df)[None, :] / df).ravel()
-    log_post = stats.chi2.logpdf(df * first[:, None] / grid[None, :] ** 2, df) - 2 * np.log(grid)[None, :]
-    post = np.exp(log_post - log_post.max(axis=1, keepdims=True)) * prior[None, :]
-    post /= post.sum(axis=1, keepdims=True)
-    low, high = np.zeros(len(first)), np.full(len(first), 10 * Z * grid.max())
-    for _ in range(60):  # bisection on the half-width whose coverage given the first draws is 0.95
-        mid = (low + high) / 2
-        short = (post * (2 * stats.norm.cdf(mid[:, None] / grid[None, :]) - 1)).sum(axis=1) < 0.95
-        low, high = np.where(short, mid, low), np.where(short, high, mid)
-    seeds = np.clip(np.ceil((2 * high / width) ** 2), LOW, HIGH)
+    half = posterior_half(first, np.full(len(first), LOW), grid, prior)
+    seeds = np.clip(np.ceil((2 * half / width) ** 2), LOW, HIGH)
     return float(seeds.reshape(len(sds), points).mean(axis=1).sum())
 
 
@@ -155,7 +156,7 @@ def posterior_half(variances, seeds, grid, prior):
     post = np.exp(log_post - log_post.max(axis=1, keepdims=True))
     post /= post.sum(axis=1, keepdims=True)
     low, high = np.zeros(len(variances)), np.full(len(variances), 10 * Z * grid.max())
-    for _ in range(50):
+    for _ in range(60):  # bisection on the half-width whose coverage given the draws is 0.95
         mid = (low + high) / 2
         short = (post * (2 * stats.norm.cdf(mid[:, None] / grid[None, :]) - 1)).sum(axis=1) < 0.95
         low, high = np.where(short, mid, low), np.where(short, high, mid)
@@ -168,10 +169,7 @@ def best_staged(sds, width: float, stages: int | None, replicates: int = 8, atom
     decision a caption's posterior over them from all its draws so far, and the staged rule's share of
     its need (`STAGE_SHARE`, all of it at the last decision). `stages` None: fully sequential, a
     decision after every draw, stopping once the caption's need is no more than its draws."""
-    sds = np.asarray(sds, float)
-    grid = np.unique(sds) if len(np.unique(sds)) <= atoms else np.quantile(sds, (np.arange(atoms) + 0.5) / atoms)
-    prior = np.array([np.sum(np.isclose(sds, g)) for g in grid], float) if len(grid) < atoms else np.ones(len(grid))
-    prior /= prior.sum()
+    grid, prior = sd_atoms(sds, atoms)
     _, draws = staged_draws(sds, replicates)
     seeds = np.full(len(draws), LOW)
     if stages is None:
