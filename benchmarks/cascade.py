@@ -310,7 +310,7 @@ def top_m_recall(records: list[dict], cheap: dict[str, float]) -> list[tuple[int
     cheap score, and what reconstructing those m of every image costs over all rows: what any
     policy that reconstructs in the cheap score's order can reach."""
     by_image = grouped(records, "image_id")
-    several = images(records)
+    several = [rows for rows in by_image.values() if len(rows) > 1]  # as `images`, from the grouping above
     out = []
     for m in range(1, max(len(rows) for rows in several) + 1):
         hits = [max(r["full"] for r in rows) in [r["full"] for r in sorted(rows, key=lambda r: -cheap[r["id"]])[:m]]
