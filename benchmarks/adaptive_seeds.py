@@ -74,7 +74,7 @@ import numpy as np  # noqa: E402
 import caprecon  # noqa: E402
 from caprecon.reconstruct.reconstructor import ReconstructionSpec  # noqa: E402
 from caprecon.stats.correlation import kendall_tau  # noqa: E402
-from caprecon.metrics.adaptive import DEFAULT_STAGES as STAGES, STAGE_SHARE  # noqa: E402
+from caprecon.metrics.adaptive import DEFAULT_STAGES as STAGES, LATER_SHARE, STAGE_SHARE, stage_share  # noqa: E402
 from noisy_standin import NoisyGenerator, NoisyScore  # noqa: E402
 
 FIXED = 8
@@ -166,23 +166,28 @@ def posterior_half(variances, seeds, grid, prior):
 def best_staged(sds, width: float, stages: int | None, replicates: int = 8, atoms: int = 64) -> float:
     """The generations per replicate of the best staged allocation (module doc) by simulation: the
     captions' true sds as equally likely atoms of the prior (at most `atoms`, by quantile); at each
-    decision a caption's posterior over them from all its draws so far, and the staged rule's share of
-    its need (`STAGE_SHARE`, all of it at the last decision). `stages` None: fully sequential, a
-    decision after every draw, stopping once the caption's need is no more than its draws."""
+    decision a caption's posterior over them from all its draws so far, and the staged rule's steps
+    (`metrics/adaptive.py`): the stage's share of its need (`stage_share`), all of it at the last
+    decision, and from the second decision on a caption whose need is no more than its draws stops.
+    `stages` None: fully sequential, a decision after every draw, stopping once the caption's need is
+    no more than its draws."""
     grid, prior = sd_atoms(sds, atoms)
     _, draws = staged_draws(sds, replicates)
     seeds = np.full(len(draws), LOW)
+    open_ = np.ones(len(draws), bool)
     if stages is None:
-        open_ = np.ones(len(draws), bool)
         while open_.any():
             need = np.ceil((2 * posterior_half(variance_of_first(draws, seeds), seeds, grid, prior) / width) ** 2)
             open_ &= (need > seeds) & (seeds < HIGH)
             seeds = seeds + open_
         return float(seeds.sum() / replicates)
     for decision in range(stages - 1):
-        half = posterior_half(variance_of_first(draws, seeds), seeds, grid, prior)
-        share = 1.0 if decision == stages - 2 else STAGE_SHARE
-        seeds = np.clip(np.ceil(share * (2 * half / width) ** 2), seeds, HIGH).astype(int)
+        raw = (2 * posterior_half(variance_of_first(draws, seeds), seeds, grid, prior) / width) ** 2
+        need = np.clip(np.ceil(raw), seeds, HIGH).astype(int)
+        if decision > 0:
+            open_ &= need > seeds
+        share = need if decision == stages - 2 else np.clip(np.ceil(stage_share(decision) * raw), seeds, HIGH)
+        seeds = np.where(open_, share, seeds).astype(int)
     return float(seeds.sum() / replicates)
 
 
@@ -195,12 +200,16 @@ def shared_scale_staged(sds, width: float, stages: int, replicates: int = 64) ->
     relative = np.asarray(sds, float)
     truth, draws = staged_draws(relative, replicates, seed=1)
     seeds, group = np.full(len(draws), LOW), np.repeat(np.arange(replicates), len(relative))
-    for decision in range(stages - 1):
+    open_ = np.ones(len(draws), bool)
+    for decision in range(stages - 1):  # the staged rule's steps, as in best_staged
         df = np.bincount(group, seeds - 1)
         factor = np.sqrt(np.bincount(group, (seeds - 1) * variance_of_first(draws, seeds) / truth**2) / df)
-        half = stdtrit(df, 0.975)[group] * factor[group] * truth
-        share = 1.0 if decision == stages - 2 else STAGE_SHARE
-        seeds = np.clip(np.ceil(share * (2 * half / width) ** 2), seeds, HIGH).astype(int)
+        raw = (2 * stdtrit(df, 0.975)[group] * factor[group] * truth / width) ** 2
+        need = np.clip(np.ceil(raw), seeds, HIGH).astype(int)
+        if decision > 0:
+            open_ &= need > seeds
+        share = need if decision == stages - 2 else np.clip(np.ceil(stage_share(decision) * raw), seeds, HIGH)
+        seeds = np.where(open_, share, seeds).astype(int)
     return float(seeds.sum() / replicates)
 
 
@@ -238,7 +247,7 @@ def compare(label: str, run, truth: list[float], sds, metric: str, widths, repli
     widths = sorted({*widths, own_width})
     sides = [(f"adaptive W={w:.4f}", w, {}) for w in widths]
     other = widths[len(widths) // 2]
-    sides += [(f"adaptive W={other:.4f} 2 stages", other, {"adaptive_stages": 2})]
+    sides += [(f"adaptive W={other:.4f} {n} stages", other, {"adaptive_stages": n}) for n in (2, 3) if n != STAGES]
     sides += [(f"adaptive W={other:.4f} {rule}", other, {"adaptive_rule": rule}) for rule in ("moderated", "pooled", "stein")]
     print(f"  {'side':34s} {'gens':>7s} {'cover':>6s} {'fewest (k, n)':>19s} {'tau':>6s} {'/best':>6s} {'/fixed':>7s}"
           f" {'/2-stage':>8s} {f'/{STAGES}-stage':>8s}")
@@ -246,7 +255,9 @@ def compare(label: str, run, truth: list[float], sds, metric: str, widths, repli
           f"{fixed['fewest']:6.3f} ({fixed['at']:2d}, {fixed['n_fewest']:5d}) {fixed['tau']:6.3f}")
     results, bounds = [], {}
     for name, width, options in sides:
-        got = side(run, truth, metric, {"seeds": ADAPTIVE, "target_width": width, **options}, replicates, truth_seeds)
+        stages = {} if "adaptive_rule" in options else {"adaptive_stages": STAGES}  # stein: two stages alone
+        got = side(run, truth, metric, {"seeds": ADAPTIVE, "target_width": width, **stages, **options}, replicates,
+                   truth_seeds)
         if width not in bounds:  # per replicate: best allocation, best two-stage, best STAGES-stage, fully sequential
             bounds[width] = (best_allocation(sds, width), best_two_stage(sds, width), best_staged(sds, width, STAGES),
                              best_staged(sds, width, None))
@@ -257,7 +268,7 @@ def compare(label: str, run, truth: list[float], sds, metric: str, widths, repli
               f" {got['gens'] / two_stage:8.3f} {got['gens'] / staged:8.3f}   best allocation {best}, best two-stage "
               f"{two_stage:.0f}, best {STAGES}-stage {staged:.0f}, fully sequential {sequential:.0f}")
     print(f"{label}: fixed K's median interval width {own_width:.4f}; adaptive: --adaptive-rule mixture, "
-          f"{STAGES} stages (share {STAGE_SHARE})")
+          f"at most {STAGES} stages (shares {STAGE_SHARE}, then {LATER_SHARE})")
     for name, width, options, got, best, two_stage, staged, sequential in results:
         if options:
             continue
@@ -342,6 +353,7 @@ def tiny(args, work: Path) -> None:
 
 
 def main() -> None:
+    global STAGES  # --stages: the sides' and the bounds' stage count
     parser = argparse.ArgumentParser()
     parser.add_argument("--captions", type=int, default=400)
     parser.add_argument("--replicates", type=int, default=3)
@@ -351,10 +363,14 @@ def main() -> None:
                         help="score this many random pictures on the tiny pipeline instead of the demo's captions")
     parser.add_argument("--part", choices=["stand-in", "tiny"], help="run this part alone (default: both)")
     parser.add_argument("--profile", choices=list(PROFILES), help="the stand-in's profile alone (default: each)")
+    parser.add_argument("--stages", type=int, default=STAGES,
+                        help="adaptive seeds' most stages for the default rule's sides and the staged bounds "
+                             f"(default {STAGES}, the rule's)")
     parser.add_argument("--seed", type=int, default=0,
                         help="the simulation's seed: the stand-in's true values and sds, and the replicates' base "
                              "seeds (100 x seed + replicate)")
     args = parser.parse_args()
+    STAGES = args.stages
     with tempfile.TemporaryDirectory() as tmp:
         for profile in ([args.profile] if args.profile else PROFILES) if args.part != "tiny" else ():
             stand_in(args, profile)

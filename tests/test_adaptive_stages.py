@@ -17,7 +17,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.metrics.variance_priors import IntegratedPrior, MixturePrior, VariancePrior, fit_integrated, fit_mixture, fit_prior
 from caprecon.reconstruct.reconstructor import ReconstructionSpec
 
-SHARE = 0.35  # the documented share of its need a caption draws at an intermediate stage
+SHARE, LATER = 0.35, 0.6  # the documented shares of its need a caption draws at the first decision and later ones
 
 
 class RoundCounting(NoisyGenerator):
@@ -69,18 +69,21 @@ def test_three_stages_under_the_pooled_rule_by_hand():
         assert row["noisy_ci"][1] - row["noisy_ci"][0] <= 0.02
 
 
-def test_two_stages_draw_once_more_and_the_default_is_three(tmp_path):
+def test_two_stages_draw_once_more_and_the_default_is_at_most_five(tmp_path):
     truth = {f"caption {i}": (0.5, sd) for i, sd in enumerate([0.01, 0.02, 0.015, 0.03, 0.012, 0.025])}
     two = RoundCounting(truth)
     rows = _score(two, truth, seeds="3..40", target_width=0.02, adaptive_rule="pooled", adaptive_stages=2).records
     assert two.rounds == 2 and two.calls == sum(r["seeds_drawn"] for r in rows)
     default = RoundCounting(truth)
-    result = caprecon.score(_rows(truth), [NoisyScore(default)], no_cache=True, seeds="3..40", target_width=0.02,
-                            adaptive_rule="pooled", out=str(tmp_path / "run"))
-    assert default.rounds == 3
+    result = caprecon.score(_rows(truth), [NoisyScore(default, ReconstructionSpec(size=(16, 16), seed=1))],
+                            no_cache=True, seeds="3..40", target_width=0.02, adaptive_rule="pooled",
+                            out=str(tmp_path / "run"))
+    values = [np.array(r["noisy_seeds"]) for r in result.records]
+    seeds, halves, rounds, decisions = _pooled_by_hand(values, 0.02, 40, 5)
+    assert 3 < default.rounds == rounds <= 5  # a round beyond the former three, within the five
     described = result.manifest["metrics"][0]
-    assert (described["stages"], described["stage_share"]) == (3, SHARE)
-    assert len(described["variance_prior_by_stage"]) == 2
+    assert (described["stages"], described["stage_share"], described["later_share"]) == (5, SHARE, LATER)
+    assert described["decisions"] == len(described["variance_prior_by_stage"]) == decisions
     assert described["variance_prior"] == described["variance_prior_by_stage"][-1]
     # the second fit holds every caption's draws after stage 2
     drawn_at_two = described["variance_prior_by_stage"][1]["noisy"]["df"]
@@ -89,6 +92,69 @@ def test_two_stages_draw_once_more_and_the_default_is_three(tmp_path):
     stein = RoundCounting(truth)
     _score(stein, truth, seeds="3..40", target_width=0.02, adaptive_rule="stein")
     assert stein.rounds == 2
+
+
+def _pooled_by_hand(values, width, most, stages):
+    """The documented staged procedure under the pooled rule, replayed with scipy.stats from each caption's
+    per-seed values: at each decision the variance pooled over every caption's draws so far (their df
+    summed) gives h = t(0.975, df) s; a caption's need is ceil((2 h / W)^2) in its draws..MAX; from the second
+    decision on a caption whose need is no more than its draws stops there, the last decision draws all
+    of the need, the others SHARE (first) or LATER of it. Returns (each caption's seeds, the h of the
+    decision it stopped at, rounds of generation, decisions made)."""
+    from scipy import stats
+
+    drawn, stopped_at, rounds, decisions = [3] * len(values), [None] * len(values), 1, 0
+    for decision in range(stages - 1):
+        if all(h is not None for h in stopped_at):
+            break
+        decisions += 1
+        df = sum(n - 1 for n in drawn)
+        half = stats.t.ppf(0.975, df) * math.sqrt(sum((n - 1) * np.var(v[:n], ddof=1) for v, n in zip(values, drawn)) / df)
+        raw = (2 * half / width) ** 2
+        grew = False
+        for i, n in enumerate(drawn):
+            if stopped_at[i] is not None:
+                continue
+            need = min(most, max(n, math.ceil(raw)))
+            last = decision == stages - 2
+            if last or (decision > 0 and need <= n):
+                stopped_at[i], want = half, need
+            else:
+                want = min(most, max(n, math.ceil((SHARE if decision == 0 else LATER) * raw)))
+            grew, drawn[i] = grew or want > n, want
+        rounds += grew
+    return drawn, stopped_at, rounds, decisions
+
+
+@pytest.mark.parametrize("seed, width, extra", [(0, 0.015, True), (0, 0.02, False), (3, 0.03, True)])
+def test_a_round_beyond_the_third_comes_when_and_only_when_a_caption_still_needs_it(seed, width, extra):
+    # six captions, sds 0.01-0.03, at most six stages under the pooled rule (one variance for all: the rule by hand
+    # is a few lines). Counted by hand from the per-seed values the rows carry (`_pooled_by_hand`): the rounds
+    # of generation and every caption's draws; each interval is the mean of its draws +- the h of the decision
+    # the caption stopped at over sqrt(its draws). With seed 0 at W = 0.015 the captions still need more after
+    # the third round and draw in all six; at W = 0.02 every caption's need is met at the third decision, so
+    # the run ends after three rounds though six were allowed
+    truth = {f"caption {i}": (0.5 + 0.01 * i, sd) for i, sd in enumerate([0.01, 0.02, 0.015, 0.03, 0.012, 0.025])}
+    generator = RoundCounting(truth)
+    result = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=seed))],
+                            no_cache=True, seeds="3..40", target_width=width, adaptive_rule="pooled", adaptive_stages=6)
+    rows = result.records
+    values = [np.array(r["noisy_seeds"]) for r in rows]
+    seeds, halves, rounds, decisions = _pooled_by_hand(values, width, 40, 6)
+    assert (rounds > 3) == extra and rounds <= 6 and (extra or rounds < 6)
+    assert generator.rounds == rounds
+    # the manifest: the decisions made over the whole input, and the captions open at each pass before scoring
+    # (one pass a decision; a run that ends early has one more, which found every caption stopped)
+    described = result.manifest["metrics"][0]
+    assert described["decisions"] == decisions
+    open_passes = [6] * decisions + ([0] if decisions < 5 else [])
+    assert described["open_by_decision"] == open_passes
+    assert [r["seeds_drawn"] for r in rows] == seeds and generator.calls == sum(seeds)
+    for row, v, n, half in zip(rows, values, seeds, halves):
+        assert len(v) == n
+        assert row["noisy_ci"] == pytest.approx([v.mean() - half / math.sqrt(n), v.mean() + half / math.sqrt(n)],
+                                                abs=1e-12)
+        assert row["noisy_ci"][1] - row["noisy_ci"][0] <= width  # stopped where W was met, or drew all of its need
 
 
 def _truths(profile, n, seed):

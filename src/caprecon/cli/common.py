@@ -192,11 +192,13 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                         "a few captions keep some of their own), moderated (one such spread, as limma does), pooled (the mean "
                         "over captions: for noise alike) or stein (its own alone)")
     p.add_argument("--adaptive-stages", type=int, metavar="S",
-                   help="adaptive seeds' rounds of generation (default 3; stein: 2, the only count it allows): "
-                        "MIN seeds, then S - 2 rounds that each draw 0.35 of what a caption's variance so far says "
-                        "it needs, refitting the variance over all captions' draws after each, then the rest. "
-                        "Each round is one more generator batch per batch of captions and one more pass over "
-                        "the input before scoring")
+                   help="adaptive seeds' most rounds of generation (default 5; stein: 2, the only count it "
+                        "allows): MIN seeds, then at each decision the captions still open draw 0.35 (first) or "
+                        "0.6 (later) of what their variance so far says they need, the variance refitted over "
+                        "all captions' draws after each; from the second decision on a caption whose interval "
+                        "is already W wide stops, and the last decision draws all of the rest. The rounds end "
+                        "once no caption is open. Each round is one more generator batch per batch of captions "
+                        "and one more pass over the input before scoring; 3 is the former three-stage rule")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "

@@ -1,7 +1,8 @@
 """Adaptive seeds: further reconstructions only for the captions whose noise asks for them.
 
 `--seeds MIN..MAX --target-width W` is a staged procedure (Stein's two-stage one with the
-variance moderated over the run's captions, and by default one more stage):
+variance moderated over the run's captions, and by default up to three more stages, taken only
+while some caption still needs them):
 
 1. every caption is scored from MIN seeds; their sample variance s_i^2 (MIN - 1 degrees of
    freedom) is the caption's first-stage variance;
@@ -10,35 +11,47 @@ variance moderated over the run's captions, and by default one more stage):
    from its own variance and what the other captions say about it (written here for the first
    stage, df = MIN - 1; at a later decision s_i^2 is the variance of all the caption's n_i draws
    so far, df = n_i - 1): stein its own t(0.975, MIN - 1) s_i; pooled, moderated and mixture
-   borrow the other captions' spread (the module there says how each is fitted);
-3. at each of the `stages` - 2 intermediate decisions (`--adaptive-stages`, default 3: one),
-   the caption is drawn up to STAGE_SHARE (0.35) of its need, ceil(0.35 (2 h_i / W)^2) seeds
-   in n_i..MAX, all captions in one generator call; then the rule's prior is fitted again over
-   every caption's draws so far (each caption's variance at its own df) and step 2 repeats;
-4. at the last decision the caption gets N_i = ceil((2 h_i / W)^2) seeds, at least what it has and
-   at most MAX, drawn in one more generator call;
-5. its interval is mean_N ± h_i / sqrt(N_i): the mean of all N_i draws, the half-width of the
-   last decision. That width is at most W unless the caption hit MAX.
+   borrow the other captions' spread (the module there says how each is fitted); its need is
+   N_i = ceil((2 h_i / W)^2) seeds, at least the n_i it has and at most MAX;
+3. at each decision every caption still open draws, all of them in one generator call:
+   - from the second decision on, a caption whose need is no more than its draws (N_i <= n_i: its
+     interval is at most W wide already, or it has MAX) stops there and draws nothing;
+   - at the last decision the procedure allows, the `stages` - 1-th (`--adaptive-stages S`, the
+     most rounds of generation, default 5), it draws all of its need and stops;
+   - at the others it draws a share of its need, ceil(share (2 h_i / W)^2) seeds in n_i..MAX:
+     STAGE_SHARE (0.35) at the first decision, LATER_SHARE (0.6) at the later ones;
+   then the rule's prior is fitted again over every caption's draws so far (each caption's
+   variance at its own df) and step 2 repeats for the captions still open. The decisions end
+   once none is: S is a cap on rounds, which a run whose captions are all met earlier does not
+   pay. With S = 3 this is the former three-stage rule (its second decision drew every caption's
+   whole need), with S = 2 Stein's;
+4. the caption's interval is mean_N ± h_i / sqrt(N_i): the mean of all its N_i draws, h_i the
+   half-width of the decision it stopped at. That width is at most W unless the caption hit MAX.
 
 Why stages: from MIN = 3 draws (2 degrees of freedom) a caption's sd is known to within a factor
 of several, so a 95 % interval given those draws must pay for the noisier possibilities: the
 best two-stage rule, knowing the spread of the captions' sds, needs 1.16-1.21 times the seeds of
 an allocation that knows each sd, where the sds are spread log-uniformly over 20x and W asks
 most captions for 5-16 seeds. A second look after a share of the need (more degrees of freedom,
-a prior refitted on more draws) brings that bound to 1.06-1.10 (`benchmarks/adaptive_seeds.py`
-prints it beside each width; deciding after every draw, 1.03-1.05). Each stage is one more
-round of generation: one more generator call per batch of captions, and one more pass over the
-input before scoring, since each decision's prior is fitted over the whole input.
+a prior refitted on more draws) brings that bound to 1.06-1.10 in three stages. A decision that
+draws a caption's whole need still pays, with every seed of it, for what its draws so far leave
+uncertain; one that draws a share and looks again pays only for what the larger sample leaves,
+and a caption stops as soon as its posterior says its interval is W wide. Deciding after every
+draw is the limit (1.03-1.05); at most five stages the bound is 1.03-1.08 with the same shares
+(`benchmarks/adaptive_seeds.py` prints each beside each width). Each stage is one more round of
+generation: one more generator call per batch of captions (for the open ones only), and one
+more pass over the input before scoring, since each decision's prior is fitted over the whole
+input; the manifest records the decisions the run made and the captions open at each.
 
-Why this covers by construction: N_i depends on the draws up to the last decision only, through
-their location-free part (the variances), and the mean of normal draws is independent of that
+Why this covers by construction: N_i, and the decision a caption stops at, depend on the draws
+up to its last decision only through their location-free part (the variances), and the mean of normal draws is independent of that
 part, so given it the mean of the N_i draws is normal around the true value with variance
 sigma_i^2 / N_i, and (mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for
 stein whatever the caption's noise (two stages only: its own variance after a stage its first
 draws chose is biased low where those draws agreed by chance), for pooled when every caption's
 noise is alike, for moderated and mixture when the captions' variances follow the fitted
 distribution (which includes both: d0 large is pooled, d0 = 0 is stein). h_i is the quantile of
-the caption's posterior given all the draws the last decision saw, and a posterior does not
+the caption's posterior given all the draws its last decision saw, and a posterior does not
 depend on why the caption drew as many as it did (the stopping rule's factor of the likelihood
 holds no parameter), so a caption that stopped early because its first draws agreed is covered
 as often as the others: that is what moderating buys over stein (as long as the fitted prior is
@@ -75,10 +88,11 @@ from caprecon.metrics.seeds import SeedAveraged, seed_interval
 from caprecon.metrics.variance_priors import (DEFAULT_RULE, RULES, IntegratedPrior, MixturePrior, VariancePrior,
                                               fit_prior)
 
-#: rounds of generation per caption (`--adaptive-stages`), chosen by `benchmarks/adaptive_seeds.py`
-DEFAULT_STAGES = 3
-#: the share of a caption's estimated need an intermediate stage draws, chosen by the benchmark
-STAGE_SHARE = 0.35
+#: the most rounds of generation per caption (`--adaptive-stages`), chosen by `benchmarks/adaptive_seeds.py`
+DEFAULT_STAGES = 5
+#: the share of a caption's estimated need the first decision draws where a later one follows, and the share each
+#: later decision but the last draws, chosen by the benchmark
+STAGE_SHARE, LATER_SHARE = 0.35, 0.6
 INTERVALS = {  # "staged": the variance of a caption's draws up to the last decision (the first stage's, in two)
     "mixture": "95% staged (Stein) interval over seeds, the variance so far moderated over the run's captions "
                "by a mixture of 1-3 scaled inverse chi-square distributions (maximum likelihood, BIC; one "
@@ -101,6 +115,11 @@ def seeds_for_width(half: float, least: int, most: int, width: float, share: flo
 
 
 
+def stage_share(decision: int) -> float:
+    """The share of its need an open caption draws at `decision` (0: the first) when it is not the last."""
+    return STAGE_SHARE if decision == 0 else LATER_SHARE
+
+
 class AdaptiveSeeds(SeedAveraged):
     """`inner` scored from `seeds`..`max_seeds` reconstructions per caption by the staged
     procedure of the module doc, aiming at intervals `target_width` wide, in `stages` rounds of
@@ -114,38 +133,56 @@ class AdaptiveSeeds(SeedAveraged):
         self.stages = check_stages(rule, stages)
         self.max_seeds, self.target_width, self.rule = int(max_seeds), float(target_width), rule
         #: what the run's captions say about a caption's variance, per seed field, at each decision (after
-        #: stage 1, 2, ..., stages - 1: `fit`); fewer than stages - 1: the rest are fitted on each call's captions
+        #: stage 1, 2, ...: `fit`); where the run made fewer than the procedure asks, the rest are fitted on each
+        #: call's captions
         self.priors: list[dict[str, VariancePrior | MixturePrior | IntegratedPrior]] = []
+        #: the run's captions still open at each of its passes before scoring (`fit`; all of them at the first)
+        self.open_by_decision: list[int] = []
 
     def describe(self) -> dict[str, Any]:
         fitted = {"variance_prior": {f: p.to_json() for f, p in self.priors[-1].items()},
-                  "variance_prior_by_stage": [{f: p.to_json() for f, p in fit.items()} for fit in self.priors]
-                  } if len(self.priors) == self.stages - 1 else {}
+                  "variance_prior_by_stage": [{f: p.to_json() for f, p in fit.items()} for fit in self.priors],
+                  "decisions": len(self.priors), "open_by_decision": self.open_by_decision,
+                  } if (self.priors and not self.deciding) or len(self.priors) == self.stages - 1 else {}
         return {**super().describe(), "seeds": f"{self.seeds}..{self.max_seeds}", "target_width": self.target_width,
                 "adaptive_rule": self.rule, "stages": self.stages, "stage_share": STAGE_SHARE,
-                "interval": INTERVALS[self.rule], **fitted}
+                "later_share": LATER_SHARE, "interval": INTERVALS[self.rule], **fitted}
 
     def draw(self, items: Sequence[LoadedSample], ctx: Context, decisions: int
-             ) -> tuple[list[list[dict[str, Any]]], list[list[Any]], list[dict[str, float]]]:
-        """Each item's rows (one per seed drawn) and reconstructions after the first stage and
-        `decisions` decisions, each followed by its draws (all but the procedure's last draw
-        `STAGE_SHARE` of a caption's need, the last all of it); and each item's half-widths at one
-        seed per field from the last decision ({} before any)."""
+             ) -> tuple[list[list[dict[str, Any]]], list[list[Any]], list[dict[str, float]], list[bool]]:
+        """Each item's rows (one per seed drawn) and reconstructions after the first stage and up to
+        `decisions` decisions, each followed by its draws (the module doc's steps 3-5); each item's
+        half-widths at one seed per field from its last decision ({} before any); and whether it is
+        still open (a later decision would look at it again). Stops early once none is open."""
         rows, recons = self.first_stage(items, ctx)
-        priors, halves = list(self.priors), [{} for _ in rows]
+        priors, halves, open_ = list(self.priors), [{} for _ in rows], [True] * len(rows)
         for decision in range(decisions):
-            sds = [self.drawn_sds(r) for r in rows]
+            if not any(open_):
+                break
+            sds = [self.drawn_sds(r) if still else {} for r, still in zip(rows, open_)]
             if decision == len(priors):  # not fitted over the run's captions: this call's captions are the run
-                priors.append(self.fit_priors([{"seeds": len(r), "sds": sd} for r, sd in zip(rows, sds)]))
-            # the last decision's half-widths are the intervals', every field's; before it only the headline draws
+                priors.append(self.fit_priors([{"seeds": len(r), "sds": self.drawn_sds(r)} for r in rows]))
             last = decision == self.stages - 2
-            halves = [{name: priors[decision][name].half_width(sd, len(r) - 1) for name, sd in caption.items()
-                       if last or name == self.headline} for r, caption in zip(rows, sds)]
-            share = 1.0 if last else STAGE_SHARE
-            want = [seeds_for_width(plan[self.headline], len(r), self.max_seeds, self.target_width, share)
-                    if self.headline in plan else len(r) for r, plan in zip(rows, halves)]
+            want = [len(r) for r in rows]
+            for i, (r, caption) in enumerate(zip(rows, sds)):
+                if not open_[i]:
+                    continue
+                if self.headline in caption:
+                    head = priors[decision][self.headline].half_width(caption[self.headline], len(r) - 1)
+                    need = seeds_for_width(head, len(r), self.max_seeds, self.target_width)
+                else:  # the headline not finite at every seed: nothing to draw on
+                    head, need = None, len(r)
+                # from the second decision on, a caption whose interval is W wide already stops; the last
+                # decision draws all of its need and stops; the others draw their stage's share
+                done = last or head is None or (decision > 0 and need <= len(r))
+                want[i] = need if done else seeds_for_width(head, len(r), self.max_seeds, self.target_width,
+                                                           stage_share(decision))
+                if done:  # the interval's half-widths, every field's, are the caption's last decision's
+                    open_[i] = False
+                    halves[i] = {name: priors[decision][name].half_width(sd, len(r) - 1)
+                                 for name, sd in caption.items()}
             self._draw_up_to(items, ctx, rows, recons, want)
-        return rows, recons, halves
+        return rows, recons, halves, open_
 
     def _draw_up_to(self, items: Sequence[LoadedSample], ctx: Context, rows: list[list[dict[str, Any]]],
                     recons: list[list[Any]], want: Sequence[int]) -> None:
@@ -190,11 +227,19 @@ class AdaptiveSeeds(SeedAveraged):
                 for name in self.seed_fields()}
 
     def fit(self, seen: Sequence[dict[str, Any]]) -> None:
-        """The run's prior for the next decision, from every caption's draws so far (`StageDraws`)."""
-        self.priors.append(self.fit_priors(seen))
+        """The run's prior for the next decision, from every caption's draws so far (`StageDraws`), where
+        a caption is still open; else the run's decisions are over (`deciding` False)."""
+        self.open_by_decision.append(sum(bool(c["open"]) for c in seen))
+        if self.deciding:
+            self.priors.append(self.fit_priors(seen))
+
+    @property
+    def deciding(self) -> bool:
+        """Whether the run's last pass (`fit`) found a caption open: another decision is to be made."""
+        return not self.open_by_decision or self.open_by_decision[-1] > 0
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        rows, recons, halves = self.draw(items, ctx, self.stages - 1)
+        rows, recons, halves, _ = self.draw(items, ctx, self.stages - 1)
         out = []
         for caption_rows, images, plan in zip(rows, recons, halves):
             row = {**self._combine(caption_rows, images), "seeds_drawn": len(caption_rows)}
@@ -239,8 +284,9 @@ class StageDraws(Metric):
         self.needs_source_image = adaptive.needs_source_image
 
     def score(self, items: Sequence[LoadedSample], ctx: Context) -> list[dict[str, Any]]:
-        rows, _, _ = self.adaptive.draw(items, ctx, self.decision)
-        return [{self.key: {"seeds": len(r), "sds": self.adaptive.drawn_sds(r)}} for r in rows]
+        rows, _, _, open_ = self.adaptive.draw(items, ctx, self.decision)
+        return [{self.key: {"seeds": len(r), "sds": self.adaptive.drawn_sds(r), "open": still}}
+                for r, still in zip(rows, open_)]
 
 
 def adaptive_parts(metric: Any) -> list[AdaptiveSeeds]:

@@ -59,7 +59,7 @@ class RunConfig:
     max_seeds: int | None = None  # adaptive seeds ("MIN..MAX" or "auto" as seeds): further seeds up to this
     target_width: float | None = None  # adaptive seeds: the interval width each caption's draws aim at
     adaptive_rule: str = "mixture"  # adaptive seeds' variance: mixture, moderated, pooled or stein (metrics/adaptive.py)
-    adaptive_stages: int | None = None  # adaptive seeds' rounds of generation; None: the rule's own (3; stein 2)
+    adaptive_stages: int | None = None  # adaptive seeds' most rounds of generation; None: the rule's own (5; stein 2)
     ceiling: bool = False  # also reconstruct each row's references: its score beside theirs (the human ceiling)
     max_side: int = 1024
     upscale: bool = True

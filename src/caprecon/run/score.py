@@ -285,15 +285,20 @@ def fit_seed_variances(rows: Sequence[Sample], parts: Sequence[AdaptiveSeeds], c
     that the variance each caption's decisions borrow from the others (`AdaptiveSeeds.fit`) comes
     from the whole input, not from a caption's batch: for the adaptive parts whose rule borrows
     (Stein's rule borrows nothing). One pass per decision: the first stage's draws, fit, the
-    second stage's draws, fit, and so on. Every draw is stored: each pass, and the run, reuse the
-    draws of the passes before."""
+    second stage's draws, fit, and so on, until a part's most stages or until a pass finds none of
+    its captions open (every one has stopped: no later decision is made). Every draw is stored:
+    each pass, and the run, reuse the draws of the passes before."""
+    fitting = list(parts)
     for decision in range(max(part.stages for part in parts) - 1):
-        fitting = [part for part in parts if part.stages - 1 > decision]
+        fitting = [part for part in fitting if part.stages - 1 > decision]
         probes = [StageDraws(part, f"stage {decision + 1} draws {i}", decision) for i, part in enumerate(fitting)]
         records = run_local(rows, probes, ctx, batch_size=cfg.batch_size, workers=cfg.workers, progress=progress,
                             row_numbers=row_numbers, desc=f"adaptive seeds: stage {decision + 1} draws")
         for part, probe in zip(fitting, probes):
             part.fit([r[probe.key] for r in records if isinstance(r.get(probe.key), dict)])
+        fitting = [part for part in fitting if part.deciding]
+        if not fitting:
+            break
 
 
 def _thumbnail_writer(out_dir: Path | None, store: Any, image_root: str | None):
