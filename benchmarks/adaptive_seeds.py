@@ -168,7 +168,7 @@ def best_staged(sds, width: float, stages: int | None, replicates: int = 8, atom
     captions' true sds as equally likely atoms of the prior (at most `atoms`, by quantile); at each
     decision a caption's posterior over them from all its draws so far, and the staged rule's steps
     (`metrics/adaptive.py`): the stage's share of its need (`stage_share`), all of it at the last
-    decision, and from the second decision on a caption whose need is no more than its draws stops.
+    decision, and a caption whose need is no more than its draws stops.
     `stages` None: fully sequential, a decision after every draw, stopping once the caption's need is
     no more than its draws."""
     grid, prior = sd_atoms(sds, atoms)
@@ -184,8 +184,7 @@ def best_staged(sds, width: float, stages: int | None, replicates: int = 8, atom
     for decision in range(stages - 1):
         raw = (2 * posterior_half(variance_of_first(draws, seeds), seeds, grid, prior) / width) ** 2
         need = np.clip(np.ceil(raw), seeds, HIGH).astype(int)
-        if decision > 0:
-            open_ &= need > seeds
+        open_ &= need > seeds
         share = need if decision == stages - 2 else np.clip(np.ceil(stage_share(decision) * raw), seeds, HIGH)
         seeds = np.where(open_, share, seeds).astype(int)
     return float(seeds.sum() / replicates)
@@ -206,8 +205,7 @@ def shared_scale_staged(sds, width: float, stages: int, replicates: int = 64) ->
         factor = np.sqrt(np.bincount(group, (seeds - 1) * variance_of_first(draws, seeds) / truth**2) / df)
         raw = (2 * stdtrit(df, 0.975)[group] * factor[group] * truth / width) ** 2
         need = np.clip(np.ceil(raw), seeds, HIGH).astype(int)
-        if decision > 0:
-            open_ &= need > seeds
+        open_ &= need > seeds
         share = need if decision == stages - 2 else np.clip(np.ceil(stage_share(decision) * raw), seeds, HIGH)
         seeds = np.where(open_, share, seeds).astype(int)
     return float(seeds.sum() / replicates)

@@ -97,9 +97,9 @@ def test_two_stages_draw_once_more_and_the_default_is_at_most_five(tmp_path):
 def _pooled_by_hand(values, width, most, stages):
     """The documented staged procedure under the pooled rule, replayed with scipy.stats from each caption's
     per-seed values: at each decision the variance pooled over every caption's draws so far (their df
-    summed) gives h = t(0.975, df) s; a caption's need is ceil((2 h / W)^2) in its draws..MAX; from the second
-    decision on a caption whose need is no more than its draws stops there, the last decision draws all
-    of the need, the others SHARE (first) or LATER of it. Returns (each caption's seeds, the h of the
+    summed) gives h = t(0.975, df) s; a caption's need is ceil((2 h / W)^2) in its draws..MAX; a caption whose
+    need is no more than its draws stops there, the last decision draws all of the need, the others SHARE
+    (first) or LATER of it. Returns (each caption's seeds, the h of the
     decision it stopped at, rounds of generation, decisions made)."""
     from scipy import stats
 
@@ -117,7 +117,7 @@ def _pooled_by_hand(values, width, most, stages):
                 continue
             need = min(most, max(n, math.ceil(raw)))
             last = decision == stages - 2
-            if last or (decision > 0 and need <= n):
+            if last or need <= n:
                 stopped_at[i], want = half, need
             else:
                 want = min(most, max(n, math.ceil((SHARE if decision == 0 else LATER) * raw)))

@@ -195,10 +195,10 @@ def add_run_options(parser: argparse.ArgumentParser, *, for_meta: bool = False) 
                    help="adaptive seeds' most rounds of generation (default 5; stein: 2, the only count it "
                         "allows): MIN seeds, then at each decision the captions still open draw 0.35 (first) or "
                         "0.6 (later) of what their variance so far says they need, the variance refitted over "
-                        "all captions' draws after each; from the second decision on a caption whose interval "
-                        "is already W wide stops, and the last decision draws all of the rest. The rounds end "
+                        "all captions' draws after each; a caption whose interval is already W wide stops, and "
+                        "the last decision draws all of the rest. The rounds end "
                         "once no caption is open. Each round is one more generator batch per batch of captions "
-                        "and one more pass over the input before scoring; 3 is the former three-stage rule")
+                        "and one more pass over the input before scoring")
     p.add_argument("--ceiling", action="store_const", const=True,
                    help="also reconstruct each row's references (refs) with the caption's seeds: every "
                         "reconstruction score beside the references' mean and best and the ratio caption/references "

@@ -14,8 +14,8 @@ while some caption still needs them):
    borrow the other captions' spread (the module there says how each is fitted); its need is
    N_i = ceil((2 h_i / W)^2) seeds, at least the n_i it has and at most MAX;
 3. at each decision every caption still open draws, all of them in one generator call:
-   - from the second decision on, a caption whose need is no more than its draws (N_i <= n_i: its
-     interval is at most W wide already, or it has MAX) stops there and draws nothing;
+   - a caption whose need is no more than its draws (N_i <= n_i: its interval is at most W wide
+     already, or it has MAX) stops there and draws nothing;
    - at the last decision the procedure allows, the `stages` - 1-th (`--adaptive-stages S`, the
      most rounds of generation, default 5), it draws all of its need and stops;
    - at the others it draws a share of its need, ceil(share (2 h_i / W)^2) seeds in n_i..MAX:
@@ -23,8 +23,9 @@ while some caption still needs them):
    then the rule's prior is fitted again over every caption's draws so far (each caption's
    variance at its own df) and step 2 repeats for the captions still open. The decisions end
    once none is: S is a cap on rounds, which a run whose captions are all met earlier does not
-   pay. With S = 3 this is the former three-stage rule (its second decision drew every caption's
-   whole need), with S = 2 Stein's;
+   pay. With S = 2 this is Stein's rule; with S = 3 the former three-stage rule (whose second
+   decision drew every caption's whole need) but for a caption already met at the first decision,
+   which stopped there instead of a second look under the refitted prior;
 4. the caption's interval is mean_N ± h_i / sqrt(N_i): the mean of all its N_i draws, h_i the
    half-width of the decision it stopped at. That width is at most W unless the caption hit MAX.
 
@@ -172,9 +173,9 @@ class AdaptiveSeeds(SeedAveraged):
                     need = seeds_for_width(head, len(r), self.max_seeds, self.target_width)
                 else:  # the headline not finite at every seed: nothing to draw on
                     head, need = None, len(r)
-                # from the second decision on, a caption whose interval is W wide already stops; the last
-                # decision draws all of its need and stops; the others draw their stage's share
-                done = last or head is None or (decision > 0 and need <= len(r))
+                # a caption whose interval is W wide already stops; the last decision draws all of its
+                # need and stops; the others draw their stage's share
+                done = last or head is None or need <= len(r)
                 want[i] = need if done else seeds_for_width(head, len(r), self.max_seeds, self.target_width,
                                                            stage_share(decision))
                 if done:  # the interval's half-widths, every field's, are the caption's last decision's
