@@ -631,7 +631,8 @@ MUTANTS = [
            "need = share * (2 * half / width) ** 2", "need = (2 * half / width) ** 2", STAGES_TESTS),
     Mutant("adaptive stages: the last decision at the intermediate share", "metrics/adaptive.py",
            "last = decision == self.stages - 2", "last = decision == self.stages - 1", STAGES_TESTS),
-    Mutant("adaptive stages: another share", "metrics/adaptive.py", "STAGE_SHARE = 0.35", "STAGE_SHARE = 0.5",
+    Mutant("adaptive stages: another share", "metrics/adaptive.py", "STAGE_SHARE, LATER_SHARE = 0.35, 0.6",
+           "STAGE_SHARE, LATER_SHARE = 0.5, 0.6",
            STAGES_TESTS),
     Mutant("adaptive stages: the former three by default", "metrics/adaptive.py", "DEFAULT_STAGES = 5", "DEFAULT_STAGES = 3",
            STAGES_TESTS),
@@ -710,6 +711,8 @@ MUTANTS = [
            "coarse >= coarse.max() - GRID_SPAN", "coarse >= coarse.max()", STAGES_TESTS),
     Mutant("adaptive integrated: the quantile's mixture weights ignored", "metrics/variance_priors.py",
            "float(weights @ (2 * stdtr(", "float(np.mean(2 * stdtr(", STAGES_TESTS),
+    Mutant("adaptive integrated: one df's t quantiles held for every df", "metrics/variance_priors.py",
+           "quantiles = self.quantiles.get((df, level))", "quantiles = self.quantiles.get((2, level))", STAGES_TESTS),
     Mutant("seeds: a run of one caption ranked", "stats/seeds.py", "if by is None and len(rows) < 2:",
            "if by is None and len(rows) < 1:", ("tests/test_bad_inputs.py",)),
     # the guards as TRL reward functions: tokens when TRL gives them, the rule of `Guards`

@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -197,18 +198,20 @@ class MixturePrior:
         return {"components": [{"weight": w, "df": d, "sd": s} for w, d, s in zip(self.weights, self.dfs, self.sds)]}
 
 
-def t_mixture_quantile(weights: Any, prior_df: Any, prior_var: Any, sd: float, df: float, level: float = LEVEL) -> float:
+def t_mixture_quantile(weights: Any, prior_df: Any, prior_var: Any, sd: float, df: float, level: float = LEVEL,
+                       quantiles: Any = None) -> float:
     """The half-width h at one seed with sum_c weights_c (2 T(post_df_c, h / post_sd_c) - 1) = `level`: the
     two-sided quantile of (mean - true) sqrt(N) when the caption's variance is, with probability
     weights_c, the posterior of a scaled inverse chi-square (prior_df_c, prior_var_c) given its draws'
     sd `sd` at `df` degrees of freedom: (prior_df_c + df) degrees of freedom at (prior_df_c prior_var_c +
-    df sd^2) / (prior_df_c + df). It lies between the components' own quantiles."""
+    df sd^2) / (prior_df_c + df). It lies between the components' own quantiles. `quantiles`: each
+    component's t(level, post_df_c), where the caller holds them (computed here otherwise)."""
     from scipy.optimize import brentq
     from scipy.special import stdtr
 
     post_df = prior_df + df
     post_sd = np.sqrt((prior_df * prior_var + df * sd**2) / post_df)
-    halves = t_quantile_array(post_df, level) * post_sd
+    halves = (t_quantile_array(post_df, level) if quantiles is None else quantiles) * post_sd
     low, high = float(halves.min()), float(halves.max())
 
     def covered(half: float) -> float:
@@ -228,6 +231,19 @@ def t_quantile_array(df: Any, level: float = LEVEL) -> np.ndarray:
     return stdtrit(np.asarray(df, float), 0.5 + level / 2)
 
 
+def positive_variances(sds: Sequence[float], df: int | Sequence[float]) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """What the mixture and integrated fits take from the captions' sds, each with `df` degrees of freedom
+    (one count for all or one per caption): (the variances of the sds above 0 in units of their geometric
+    mean, so the fits work with values near 1; their df; that unit), or None for fewer than two."""
+    sds = np.asarray(sds, dtype=float)
+    df = np.broadcast_to(np.asarray(df, dtype=float), sds.shape)[sds > 0]
+    variances = sds[sds > 0] ** 2
+    if len(variances) < 2:
+        return None
+    unit = float(np.exp(np.log(variances).mean()))
+    return variances / unit, df, unit
+
+
 def fit_mixture(sds: Sequence[float], df: int | Sequence[float]) -> MixturePrior | VariancePrior:
     """The mixture of 1 to `MOST_COMPONENTS` scaled inverse chi-square distributions that fits the
     captions' sds (each with `df` degrees of freedom, one count for all or one per caption; those
@@ -238,13 +254,10 @@ def fit_mixture(sds: Sequence[float], df: int | Sequence[float]) -> MixturePrior
     variance (the df-weighted mean of the s^2), with the captions' df summed: a fitted
     d0 of 20 where the truth is infinite costs (t(22) / t(800))^2 = 1.12 times the seeds. Stein's own
     variance (`OWN`) for fewer than two captions with an sd above 0."""
-    sds = np.asarray(sds, dtype=float)
-    df = np.broadcast_to(np.asarray(df, dtype=float), sds.shape)[sds > 0]
-    variances = sds[sds > 0] ** 2
-    if len(variances) < 2:
+    seen = positive_variances(sds, df)
+    if seen is None:
         return OWN
-    unit = float(np.exp(np.log(variances).mean()))  # fitted in units of the geometric mean: values near 1
-    variances = variances / unit
+    variances, df, unit = seen
     most = (len(variances) - 1) * float(df.mean())
     # one variance shared by every caption (a component of infinite df), one parameter: the pooled rule
     shared = float(df @ variances / df.sum())
@@ -290,7 +303,21 @@ class IntegratedPrior:
         of freedom: given (d0, s0^2) its variance is their posterior (module doc), and (d0, s0^2) has
         the grid's posterior weights, which already hold this caption's draws (its variance depends on
         the other captions only through (d0, s0^2)), so the mean's error is that mixture of Student-t's."""
-        return t_mixture_quantile(np.array(self.weights), np.array(self.dfs), np.array(self.sds) ** 2, sd, df, level)
+        weights, dfs, variances = self.arrays
+        quantiles = self.quantiles.get((df, level))
+        if quantiles is None:  # a run's captions share few dfs: each one's t quantiles over the grid once
+            quantiles = self.quantiles[df, level] = t_quantile_array(dfs + df, level)
+        return t_mixture_quantile(weights, dfs, variances, sd, df, level, quantiles)
+
+    @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(weights, dfs, variances) as arrays, made once for every half-width the prior gives."""
+        return np.array(self.weights), np.array(self.dfs), np.array(self.sds) ** 2
+
+    @cached_property
+    def quantiles(self) -> dict[tuple[float, float], np.ndarray]:
+        """t(level, dfs + df) over the grid's points by (df, level), filled as half-widths ask for them."""
+        return {}
 
     def to_json(self) -> dict[str, Any]:
         weights, dfs, sds = map(np.array, (self.weights, self.dfs, self.sds))
@@ -316,13 +343,10 @@ def fit_integrated(sds: Sequence[float], df: int | Sequence[float]) -> Integrate
     estimate. Stein's own variance (`OWN`) for fewer than two captions with an sd above 0."""
     from scipy.special import expit
 
-    sds = np.asarray(sds, dtype=float)
-    df = np.broadcast_to(np.asarray(df, dtype=float), sds.shape)[sds > 0]
-    variances = sds[sds > 0] ** 2
-    if len(variances) < 2:
+    seen = positive_variances(sds, df)
+    if seen is None:
         return OWN
-    unit = float(np.exp(np.log(variances).mean()))  # in units of the geometric mean: values near 1
-    scaled = variances / unit
+    scaled, df, unit = seen
     logs, mean_df = np.log(scaled), float(df.mean())
 
     def log_posterior(logit: np.ndarray, log_var: np.ndarray) -> np.ndarray:
