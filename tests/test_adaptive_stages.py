@@ -372,3 +372,46 @@ def test_the_integrated_prior_takes_every_caption_whatever_its_likelihood_chunk(
     assert chunked.weights == pytest.approx(whole.weights, rel=1e-9, abs=1e-15)
     assert chunked.half_width(0.02, 2) == pytest.approx(whole.half_width(0.02, 2), rel=1e-9)
     assert fit_integrated(sds[:-1], 2).half_width(0.02, 2) != pytest.approx(whole.half_width(0.02, 2), rel=1e-3)
+
+
+def test_captions_stop_at_their_own_decisions_under_the_moderated_rule_by_hand():
+    # eight captions of sd 0.004-0.03 under the moderated rule, at most five stages: the captions' needs differ, so
+    # they stop at different decisions and with different draws. Replayed here from the per-seed values the rows
+    # carry: at each decision the prior (d0, s0) fitted over every caption's draws so far (fit_prior, checked
+    # against scipy in test_fits_with_a_df_per_caption_as_references_compute_them), a caption's half-width
+    # t(0.975, d0 + n - 1) sqrt((d0 s0^2 + (n - 1) s^2) / (d0 + n - 1)) by scipy.stats, its need, and the steps
+    # of the procedure (a met caption stops, SHARE then LATER of the need, all of it at the last decision)
+    from scipy import stats
+
+    sds = [0.005, 0.006, 0.02, 0.03, 0.008, 0.025, 0.004, 0.012]
+    truth = {f"caption {i}": (0.5 + 0.01 * i, sd) for i, sd in enumerate(sds)}
+    generator = RoundCounting(truth)
+    rows = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=2))],
+                          no_cache=True, seeds="3..40", target_width=0.015, adaptive_rule="moderated").records
+    values = [np.array(r["noisy_seeds"]) for r in rows]
+    drawn, stopped, rounds = [3] * 8, [None] * 8, 1
+    for decision in range(4):
+        if all(h is not None for h in stopped):
+            break
+        own = [np.std(v[:n], ddof=1) for v, n in zip(values, drawn)]
+        prior = fit_prior(own, [n - 1 for n in drawn], "moderated")
+        grew = False
+        for i, n in enumerate(drawn):
+            if stopped[i] is not None:
+                continue
+            df = prior.df + n - 1
+            half = stats.t.ppf(0.975, df) * math.sqrt((prior.df * prior.sd**2 + (n - 1) * own[i] ** 2) / df)
+            raw = (2 * half / 0.015) ** 2
+            need = min(40, max(n, math.ceil(raw)))
+            if decision == 3 or need <= n:
+                stopped[i], want = half, need
+            else:
+                want = min(40, max(n, math.ceil((SHARE if decision == 0 else LATER) * raw)))
+            grew, drawn[i] = grew or want > n, want
+        rounds += grew
+    assert len(set(drawn)) > 3  # the captions' counts differ
+    assert [r["seeds_drawn"] for r in rows] == drawn and generator.calls == sum(drawn)
+    assert generator.rounds == rounds
+    for row, v, n, half in zip(rows, values, drawn, stopped):
+        assert row["noisy_ci"] == pytest.approx([v.mean() - half / math.sqrt(n), v.mean() + half / math.sqrt(n)],
+                                                rel=1e-9)
