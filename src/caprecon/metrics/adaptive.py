@@ -45,8 +45,8 @@ more pass over the input before scoring, since each decision's prior is fitted o
 input; the manifest records the decisions the run made and the captions open at each.
 
 Why this covers by construction: N_i, and the decision a caption stops at, depend on the draws
-up to its last decision only through their location-free part (the variances), and the mean of normal draws is independent of that
-part, so given it the mean of the N_i draws is normal around the true value with variance
+up to its last decision only through their location-free part (the variances), and the mean of
+normal draws is independent of that part, so given it the mean of the N_i draws is normal around the true value with variance
 sigma_i^2 / N_i, and (mean - true) sqrt(N_i) has the distribution h_i is the quantile of: for
 stein whatever the caption's noise (two stages only: its own variance after a stage its first
 draws chose is biased low where those draws agreed by chance), for pooled when every caption's
@@ -152,7 +152,7 @@ class AdaptiveSeeds(SeedAveraged):
     def draw(self, items: Sequence[LoadedSample], ctx: Context, decisions: int
              ) -> tuple[list[list[dict[str, Any]]], list[list[Any]], list[dict[str, float]], list[bool]]:
         """Each item's rows (one per seed drawn) and reconstructions after the first stage and up to
-        `decisions` decisions, each followed by its draws (the module doc's steps 3-5); each item's
+        `decisions` decisions, each followed by its draws (the module doc's steps 2-3); each item's
         half-widths at one seed per field from its last decision ({} before any); and whether it is
         still open (a later decision would look at it again). Stops early once none is open."""
         rows, recons = self.first_stage(items, ctx)
