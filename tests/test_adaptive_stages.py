@@ -126,14 +126,16 @@ def _pooled_by_hand(values, width, most, stages):
     return drawn, stopped_at, rounds, decisions
 
 
-@pytest.mark.parametrize("seed, width, extra", [(0, 0.015, True), (0, 0.02, False), (3, 0.03, True)])
-def test_a_round_beyond_the_third_comes_when_and_only_when_a_caption_still_needs_it(seed, width, extra):
+@pytest.mark.parametrize("seed, width, extra, early", [(0, 0.015, True, False), (0, 0.02, False, False),
+                                                      (5, 0.025, False, True), (3, 0.03, True, False)])
+def test_a_round_beyond_the_third_comes_when_and_only_when_a_caption_still_needs_it(seed, width, extra, early):
     # six captions, sds 0.01-0.03, at most six stages under the pooled rule (one variance for all: the rule by hand
     # is a few lines). Counted by hand from the per-seed values the rows carry (`_pooled_by_hand`): the rounds
-    # of generation and every caption's draws; each interval is the mean of its draws +- the h of the decision
-    # the caption stopped at over sqrt(its draws). With seed 0 at W = 0.015 the captions still need more after
-    # the third round and draw in all six; at W = 0.02 every caption's need is met at the third decision, so
-    # the run ends after three rounds though six were allowed
+    # of generation, the decisions made and every caption's draws; each interval is the mean of its draws +- the
+    # h of the decision the caption stopped at over sqrt(its draws). Seed 0 at W = 0.015: the captions still need
+    # more after the third round and draw in all six. Seed 0 at W = 0.02: after 7 draws each needs 12, 0.6 of which
+    # is no more than 7, so the looks draw nothing and the last decision draws the rest (three rounds, five
+    # decisions). Seed 5 at W = 0.025: every caption is met at the third decision and the run's decisions end there
     truth = {f"caption {i}": (0.5 + 0.01 * i, sd) for i, sd in enumerate([0.01, 0.02, 0.015, 0.03, 0.012, 0.025])}
     generator = RoundCounting(truth)
     result = caprecon.score(_rows(truth), [NoisyScore(generator, ReconstructionSpec(size=(16, 16), seed=seed))],
@@ -141,7 +143,7 @@ def test_a_round_beyond_the_third_comes_when_and_only_when_a_caption_still_needs
     rows = result.records
     values = [np.array(r["noisy_seeds"]) for r in rows]
     seeds, halves, rounds, decisions = _pooled_by_hand(values, width, 40, 6)
-    assert (rounds > 3) == extra and rounds <= 6 and (extra or rounds < 6)
+    assert (rounds > 3) == extra and rounds <= 6 and (decisions < 5) == early
     assert generator.rounds == rounds
     # the manifest: the decisions made over the whole input, and the captions open at each pass before scoring
     # (one pass a decision; a run that ends early has one more, which found every caption stopped)
