@@ -56,7 +56,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.store import sql
 from caprecon.store.cap import SizeCap
 from caprecon.store.errors import StoreCorruptError, StoreFullError, StoreReadOnlyError, corrupt_message, full_disk
-from caprecon.store.images import ImageFiles, fan_out
+from caprecon.store.images import ImageFiles
 from caprecon.store.leases import LEASE_SECONDS, Leases
 from caprecon.store.sql import sha256
 from caprecon.store.writer import WriteBehind
@@ -135,10 +135,8 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
-        if not self.read_only:
+        if not self.read_only:  # the pictures' folders are made as pictures come (`ImageFiles`)
             self.root.mkdir(parents=True, exist_ok=True)
-            if keep == "images":  # the other policies write no picture: their 256 folders cost 256 `mkdir`s for nothing
-                fan_out(self.root / "images")
         if not self._empty:
             self._guard(self._prepare)
 

@@ -41,7 +41,6 @@ from PIL import Image
 from caprecon.core.paths import create_file
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
-from caprecon.store.images import fan_out
 
 log = logging.getLogger(__name__)
 
@@ -316,9 +315,8 @@ class ThumbnailWriter:
             self._queue.put(images)
 
     def _feed(self) -> None:
-        if self.cache is not None:
-            with contextlib.suppress(OSError):  # a cache that cannot be written: each link says so
-                fan_out(self.cache)
+        # the cache's folders (`_cached`) are made by the first thumbnail filed in each (`create_file`,
+        # `_link`): all 256 at once made more than a few hundred pictures need, at up to 0.35 ms each here
         while (paths := self._queue.get()) is not None:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
