@@ -1015,13 +1015,18 @@ MUTANTS = [
     Mutant("mergeable-stats: merge's corpus value from the first shard's statistics", "run/shards.py",
            'entry["corpus"] = corpus_value(part, order)', 'entry["corpus"] = corpus_value(held[0][1])',
            ("tests/test_reference.py",)),
-    # issue 54: a store that keeps no picture makes no folders for them (256 `mkdir`s a fresh cache)
-    Mutant("store keep: vectors makes the picture folders", "store/index.py",
-           '            if keep == "images":  # the other', '            if keep != "none":  # the other',
-           ("tests/test_keep.py",)),
-    Mutant("store keep: no policy makes the picture folders", "store/index.py",
-           '            if keep == "images":  # the other', '            if keep == "pictures":  # the other',
-           ("tests/test_keep.py",)),
+    # issue 54: prompt tokens counted one prompt at a time on a copy of the Rust tokenizer, whole
+    Mutant("tokens cut: the copied tokenizer keeps the pipeline's truncation", "models/generator.py",
+           "    own.no_truncation()\n", "    pass\n", ("tests/test_recon.py",)),
+    Mutant("tokens cut: the copied tokenizer keeps the pipeline's padding", "models/generator.py",
+           "    own.no_padding()\n", "    pass\n", ("tests/test_recon.py",)),
+    Mutant("tokens cut: a Python tokenizer taken for a Rust one", "models/generator.py",
+           "    if backend is None:\n        return lambda prompts", "    if backend is not None:\n        return lambda prompts",
+           ("tests/test_recon.py",)),
+    # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
+    Mutant("store folders: a missing picture folder is not made", "core/paths.py",
+           "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",
+           ("tests/test_keep.py", "tests/test_cache_work.py")),
     Mutant("store keep: a store without pictures makes no root", "store/index.py",
            "            self.root.mkdir(parents=True, exist_ok=True)", "            pass", ("tests/test_keep.py",)),
     # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began
