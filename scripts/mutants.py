@@ -1023,6 +1023,11 @@ MUTANTS = [
     Mutant("tokens cut: a Python tokenizer taken for a Rust one", "models/generator.py",
            "    if backend is None:\n        return lambda prompts", "    if backend is not None:\n        return lambda prompts",
            ("tests/test_recon.py",)),
+    # issue 54: the report takes the names of the thumbnails the run made, naming only the others
+    Mutant("report thumbnails: the run's names not taken", "store/thumbs.py",
+           "    known = known or {}\n", "    known = {}\n", ("tests/test_cache_work.py",)),
+    Mutant("report thumbnails: a linked picture not recorded as made", "store/thumbs.py",
+           "                        self.made[p] = name\n", "                        pass\n", ("tests/test_cache_work.py",)),
     # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
     Mutant("store folders: a missing picture folder is not made", "core/paths.py",
            "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",

@@ -290,6 +290,19 @@ def test_a_picture_thumbnailed_from_memory_is_named_once_and_only_linked_after(t
     assert len(pictures) == 10 and len(set(pictures)) == 10  # 5 originals, 5 reconstructions, each named once
     folder = tmp_path / "first" / "report_files" / "thumbs"
     assert len(list(folder.iterdir())) == 10
+    # the report takes the names the run made: it names only the picture that has no thumbnail
+    assert [p for thread, p in named if thread != "caprecon-thumbs-feed"] == [str(tmp_path / "broken.jpg")]
+    html = (tmp_path / "first" / "report.html").read_text()
+    gallery = json.loads(html.split('<script type="application/json" id="gallery-data">')[1].split("</script>")[0])
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "first" / "scores.jsonl").read_text().splitlines())}
+    for item in gallery["items"]:
+        if item["i"] == "broken":
+            assert item["o"] is None and item["r"] == []
+            continue
+        record = records[item["i"]]  # each card shows its own row's pictures, their bytes as linked
+        assert (folder / item["o"]).read_bytes() == (tmp_path / record["image"]).read_bytes()
+        assert [(folder / name).read_bytes() for name in item["r"]] == [
+            open(record["reconstruction"], "rb").read()]
 
 
 def test_a_picture_whose_bytes_were_seen_is_not_read_again_for_its_thumbnail(tmp_path, monkeypatch):

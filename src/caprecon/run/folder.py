@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
@@ -354,10 +354,12 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
 
 
 def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any],
-                  metric_names: Sequence[str], *, progress: bool = False) -> None:
+                  metric_names: Sequence[str], *, progress: bool = False,
+                  thumbnails: Mapping[str, str] | None = None) -> None:
     """What a scored run folder shows beside its scores, whichever command made it (`score`, `merge`):
     the per-category table and radar of its question-bank metric (turing, else halluc) when that
-    metric scored a row, and `report.html` when the run has rows (an input with none says so itself)."""
+    metric scored a row, and `report.html` when the run has rows (an input with none says so itself).
+    `thumbnails`: those the run made as it worked (`ThumbnailWriter.made`), which the page takes as made."""
     for metric in ("turing", "halluc"):
         if metric in metric_names and (summary["metrics"].get(metric) or {}).get("n"):
             from caprecon.reports.categories import write_report
@@ -367,7 +369,7 @@ def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dic
     if records:
         from caprecon.reports.html import write_html_report
 
-        write_html_report(out_dir, progress=progress)
+        write_html_report(out_dir, progress=progress, thumbnails=thumbnails)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
