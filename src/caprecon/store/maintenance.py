@@ -385,22 +385,22 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
         db, out = src.connect(), target.connect()
         have = {row[0] for row in out.execute("SELECT key FROM results")}
         rows = db.execute(f"SELECT {sql.RESULT_COLUMNS} FROM results")
-        batch, copied_files, found = [], [], {"copied": 0, "present": 0, "damaged": 0}
+        batch, copied_files, source_counts = [], [], {"copied": 0, "present": 0, "damaged": 0}
         try:
             for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
                 if key in have:
-                    found["present"] += 1
+                    source_counts["present"] += 1
                     continue
                 if checksum is not None and sha256(value) != checksum:
-                    found["damaged"] += 1
+                    source_counts["damaged"] += 1
                     continue
                 if file_checksum is not None:
                     if key_problem(key):  # it could name a file outside either store
-                        found["damaged"] += 1
+                        source_counts["damaged"] += 1
                         continue
                     path = src.image_path(key)
                     if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
-                        found["damaged"] += 1
+                        source_counts["damaged"] += 1
                         continue
                     destination = target.image_path(key)
                     if not destination.exists():  # one there already, without its row, is an orphan: replaced
@@ -408,7 +408,7 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
                         copied_files.append(destination)
                     shutil.copyfile(path, destination)
                 batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
-                found["copied"] += 1
+                source_counts["copied"] += 1
             with target.transaction() as out:
                 out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
                                 db.execute("SELECT fingerprint, description FROM models").fetchall())
@@ -418,6 +418,6 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
             for destination in copied_files:  # no index row names them: they would be orphans
                 destination.unlink(missing_ok=True)
             raise
-        for name, n in found.items():
+        for name, n in source_counts.items():
             counts[name] += n
     return counts
