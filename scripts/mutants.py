@@ -826,8 +826,10 @@ MUTANTS = [
          "            for destination in copied_files:  # no index row names them: they would be orphans\n"
          "                pass"),
         ("maintenance: merge checks each source only when it comes to it", "store/maintenance.py",
-         "    for root in roots:  # every source checked before anything is copied",
-         "    for root in roots[:1]:  # every source checked before anything is copied"),
+         "    for root in roots:  # every source and the target checked before anything is copied",
+         "    for root in roots[:1]:  # every source and the target checked before anything is copied"),
+        ("maintenance: merge into a file left to mkdir's traceback", "store/maintenance.py",
+         "    if Path(into).exists() and not Path(into).is_dir():", "    if False:"),
         ("maintenance: a rebuild moves the damaged index aside before the new one is whole", "store/maintenance.py",
          "    rows = _readable_rows(index)\n    fresh = index.with_name(INDEX + \".rebuilding\")",
          "    rows = _readable_rows(index)\n    _move_with_logs(index, index.with_name(f\"{INDEX}.damaged-early\"))\n"

@@ -265,6 +265,9 @@ def test_merge_checks_every_source_before_copying_anything(tmp_path):
     assert not into.exists()
     with pytest.raises(StoreError, match="is the store merged into"):
         merge_stores([tmp_path / "shard", source], source)
+    (tmp_path / "a-file").write_text("not a store")
+    with pytest.raises(StoreError, match=f"the store merged into, {tmp_path / 'a-file'}, is a file, not a folder"):
+        merge_stores([source], tmp_path / "a-file")
     assert sorted(k for k, *_ in _rows(source / "index.sqlite")["results"]) == sorted([*PICTURES, *ANSWERS])
 
 

@@ -373,7 +373,9 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
     keeps the sources before the one that failed, removes the files it copied for that one, and
     copies the rest when run again (what is there already is counted as present)."""
     roots = [Path(source) for source in sources]
-    for root in roots:  # every source checked before anything is copied
+    if Path(into).exists() and not Path(into).is_dir():
+        raise StoreError(f"the store merged into, {into}, is a file, not a folder")
+    for root in roots:  # every source and the target checked before anything is copied
         if not (root / INDEX).exists():
             raise StoreError(f"no store at {root} (no {INDEX} there)")
         if root.resolve() == Path(into).resolve():
