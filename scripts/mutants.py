@@ -859,13 +859,16 @@ MUTANTS = [
          "            if key_problem(key) is None:  # a key no picture", "            if True:  # a key no picture"),
     )],
     # a completion that is not valid Unicode (a lone surrogate) on the training path: None, named, never at a model
-    *[Mutant(name, file, original, mutated, ("tests/test_reward_unicode.py",)) for name, file, original, mutated in (
+    *[Mutant(name, file, original, mutated, ("tests/test_reward_inputs.py",)) for name, file, original, mutated in (
         ("reward unicode: a lone surrogate passes as text", "data/samples.py",
          '        text.encode("utf-8")\n', '        text.encode("utf-8", "surrogatepass")\n'),
         ("reward unicode: a broken caption reaches the models", "apps/reward/__init__.py",
          "None if empty[i] or i in broken else", "None if empty[i] else"),
         ("reward unicode: the served row error left out", "apps/reward/serve.py",
          "                elif unicode_problem(caption):", "                elif False:"),
+        ("reward inputs: a cache folder that is a file passes for a read-only cache", "run/config.py",
+         "            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():",
+         "            if False:"),
     )],
     # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
     Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",

@@ -1,7 +1,9 @@
-"""A completion that is not valid Unicode (a lone surrogate, which a JSON escape such as "\\ud800"
-lets into a Python string) on the training path: the reward gives that row None and logs its row and
-character, never hands it to a model (its cache key could not even be written as UTF-8), and
-scores the other rows of the batch as it would without it; the served reward says why in the
+"""Bad input on the training path. A cache folder or overlay that is a file is refused when the
+reward is built, naming the option (it passed for a read-only cache, whose refusal of the first new
+result advised an overlay). A completion that is not valid Unicode (a lone surrogate, which a JSON
+escape such as "\\ud800" lets into a Python string): the reward gives that row None and logs its
+row and character, never hands it to a model (its cache key could not even be written as UTF-8),
+and scores the other rows of the batch as it would without it; the served reward says why in the
 row's error. Expected values are the oracle's ReconScore computed with numpy (`expected_recon`)."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import pytest
 
 import caprecon
 from caprecon.apps.reward.serve import RewardService, ServiceSettings
+from caprecon.core.errors import ConfigError
 from caprecon.data.samples import unicode_problem
 from oracle import CountingOracle, PixelEmbedder, expected_recon, render
 
@@ -57,3 +60,13 @@ def test_the_served_reward_names_the_row_and_its_character(tmp_path):
     assert answer["parts"]["recon"][0] == pytest.approx(expected_recon(render("red circle", 48, 48), "red circle"),
                                                         abs=1e-6)
     assert answer["parts"]["recon"][1] is None
+
+
+@pytest.mark.parametrize("option", ["cache_dir", "cache_overlay"])
+def test_a_cache_folder_that_is_a_file_is_refused_when_the_reward_is_built(tmp_path, option):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a cache")
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(ConfigError, match=f"^{flag}: not a folder: {a_file} is a file$"):
+        caprecon.Reward(**{**_options(tmp_path, CountingOracle()), option: str(a_file)})
+    assert a_file.read_text() == "not a cache"
