@@ -865,7 +865,7 @@ MUTANTS = [
         ("reward unicode: a broken caption reaches the models", "apps/reward/__init__.py",
          "None if empty[i] or i in broken else", "None if empty[i] else"),
         ("reward unicode: the served row error left out", "apps/reward/serve.py",
-         "                elif unicode_problem(caption):", "                elif False:"),
+         "                elif problem := unicode_problem(caption):", "                elif problem := None:"),
         ("reward inputs: a cache folder that is a file passes for a read-only cache", "run/config.py",
          "            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():",
          "            if False:"),

@@ -180,8 +180,8 @@ class RewardService:
             for row, caption in enumerate(request.captions):
                 if not isinstance(caption, str):
                     errors.setdefault(row, f"caption is a {type(caption).__name__}, not text")
-                elif unicode_problem(caption):
-                    errors.setdefault(row, f"caption {unicode_problem(caption)}")
+                elif problem := unicode_problem(caption):
+                    errors.setdefault(row, f"caption {problem}")
             answers.append({"parts": rows, "errors": {str(k): v for k, v in sorted(errors.items())}})
         return answers
 
