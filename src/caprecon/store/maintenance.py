@@ -3,8 +3,9 @@
 of several stores into one (`merge_stores`): `caprecon cache info|verify|prune` and `caprecon store
 merge`, each returning the dict the command prints with `--json`. With the other modules of `store/`
 (the tables are made in `sql`), the only ones that know the store's schema and SQL. Each operation
-changes the index in one transaction (`Store.transaction`), and deletes files only once it is committed:
-an operation that fails or is interrupted changes nothing in the index and leaves no transaction open.
+changes the index in one transaction (`Store.transaction`; a merge, one per source), and deletes files
+only once it is committed: one that fails or is interrupted changes nothing in the index (a merge keeps
+the sources before the one that failed) and leaves no transaction open.
 
     caprecon.cache_info()                                   # the default cache ($CAPRECON_CACHE, ...)
     caprecon.cache_prune("/shared/cache", max_size=10**10, dry_run=True)["removed"]
