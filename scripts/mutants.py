@@ -790,6 +790,86 @@ MUTANTS = [
            '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
     Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
            "    if False:  # SQLite", ("tests/test_store.py",)),
+    # the cache commands' writes in one transaction each, rolled back when stopped part way (the old layouts:
+    # BEGIN and COMMIT written by hand), and keys read from an index never naming a file outside the cache
+    *[Mutant(name, file, original, mutated, ("tests/test_store_maintenance.py",)) for name, file, original, mutated in (
+        ("maintenance: verify --repair's writes begun and committed by hand", "store/maintenance.py",
+         '        with store.transaction() as db:\n            db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in bad_keys])\n            db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         'file_size = ? WHERE key = ?", backfill)\n            db.execute("DELETE FROM claims WHERE expires < ?", (now,))',
+         '        db.execute("BEGIN IMMEDIATE")\n        db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in bad_keys])\n        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         'file_size = ? WHERE key = ?", backfill)\n        db.execute("DELETE FROM claims WHERE expires < ?", (now,))\n'
+         '        db.execute("COMMIT")'),
+        ("maintenance: prune's delete begun and committed by hand", "store/maintenance.py",
+         '    with store.transaction() as db:\n        db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in doomed])',
+         '    db.execute("BEGIN IMMEDIATE")\n    db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in doomed])\n    db.execute("COMMIT")'),
+        ("maintenance: prune empties the thumbnails before its transaction", "store/maintenance.py",
+         "        return report\n    with store.transaction() as db:",
+         "        return report\n    [path.unlink() for path, _ in thumbs]\n    with store.transaction() as db:"),
+        ("maintenance: merge's models outside its transaction, its results begun and committed by hand",
+         "store/maintenance.py",
+         '            with target.transaction() as out:\n                out.executemany("INSERT OR IGNORE INTO models '
+         '(fingerprint, description) VALUES (?, ?)",\n                                db.execute("SELECT fingerprint, '
+         'description FROM models").fetchall())\n                out.executemany(f"INSERT OR IGNORE INTO results '
+         '({sql.RESULT_COLUMNS}) "\n                                f"VALUES ({sql.marks(8)})", batch)',
+         '            out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",\n'
+         '                            db.execute("SELECT fingerprint, description FROM models").fetchall())\n'
+         '            out.execute("BEGIN")\n            out.executemany(f"INSERT OR IGNORE INTO results '
+         '({sql.RESULT_COLUMNS}) "\n                            f"VALUES ({sql.marks(8)})", batch)\n'
+         '            out.execute("COMMIT")'),
+        ("maintenance: merge keeps the files it copied for a source that failed", "store/maintenance.py",
+         "            for destination in copied_files:  # no index row names them: they would be orphans\n"
+         "                destination.unlink(missing_ok=True)",
+         "            for destination in copied_files:  # no index row names them: they would be orphans\n"
+         "                pass"),
+        ("maintenance: merge checks each source only when it comes to it", "store/maintenance.py",
+         "    for root in roots:  # every source and the target checked before anything is copied",
+         "    for root in roots[:1]:  # every source and the target checked before anything is copied"),
+        ("maintenance: merge into a file left to mkdir's traceback", "store/maintenance.py",
+         "    if Path(into).exists() and not Path(into).is_dir():", "    if False:"),
+        ("maintenance: a rebuild moves the damaged index aside before the new one is whole", "store/maintenance.py",
+         "    rows = _readable_rows(index)\n    fresh = index.with_name(INDEX + \".rebuilding\")",
+         "    rows = _readable_rows(index)\n    _move_with_logs(index, index.with_name(f\"{INDEX}.damaged-early\"))\n"
+         "    fresh = index.with_name(INDEX + \".rebuilding\")"),
+        ("maintenance: a rebuild stopped part way leaves its half-built index", "store/maintenance.py",
+         "        db.close()\n        _remove_with_logs(fresh)\n        raise",
+         "        db.close()\n        raise"),
+        ("maintenance keys: a leading dot names a file", "store/images.py",
+         'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")', 'FILE_KEY = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")'),
+        ("maintenance keys: a slash names a file", "store/images.py",
+         'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")', 'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")'),
+        ("maintenance keys: image_path takes any key", "store/images.py",
+         "        if problem:\n            raise ValueError", "        if False:\n            raise ValueError"),
+        ("maintenance keys: verify checks an unsafe key's file", "store/maintenance.py",
+         "            if key_problem(key):\n                report[\"unsafe_keys\"]",
+         "            if False:\n                report[\"unsafe_keys\"]"),
+        ("maintenance keys: verify --repair deletes an unsafe key's file", "store/maintenance.py",
+         "        for key in bad_keys:\n            if key_problem(key) is None:",
+         "        for key in bad_keys:\n            if True:"),
+        ("maintenance keys: prune deletes an unsafe key's file", "store/maintenance.py",
+         "    for key in doomed:\n        if key_problem(key) is None:  # a key no picture",
+         "    for key in doomed:\n        if True:  # a key no picture"),
+        ("maintenance keys: merge copies an unsafe key's file", "store/maintenance.py",
+         "                    if key_problem(key):  # it could name a file outside either store",
+         "                    if False:  # it could name a file outside either store"),
+        ("maintenance keys: the size cap deletes an unsafe key's file", "store/cap.py",
+         "            if key_problem(key) is None:  # a key no picture", "            if True:  # a key no picture"),
+    )],
+    # a completion that is not valid Unicode (a lone surrogate) on the training path: None, named, never at a model
+    *[Mutant(name, file, original, mutated, ("tests/test_reward_inputs.py",)) for name, file, original, mutated in (
+        ("reward unicode: a lone surrogate passes as text", "data/samples.py",
+         '        text.encode("utf-8")\n', '        text.encode("utf-8", "surrogatepass")\n'),
+        ("reward unicode: a broken caption reaches the models", "apps/reward/__init__.py",
+         "None if empty[i] or i in broken else", "None if empty[i] else"),
+        ("reward unicode: the served row error left out", "apps/reward/serve.py",
+         "                elif problem := unicode_problem(caption):", "                elif problem := None:"),
+        ("reward inputs: a cache folder that is a file passes for a read-only cache", "run/config.py",
+         "            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():",
+         "            if False:"),
+    )],
     # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
     Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",
            "found = registry.import_plugin(name)",

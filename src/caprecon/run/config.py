@@ -124,6 +124,10 @@ class RunConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
         check_policy(self.keep, self.cache_max_size)
+        for option, folder in (("--cache-dir", self.cache_dir), ("--cache-overlay", self.cache_overlay)):
+            # a file there would pass for a read-only cache, and the first new result be refused as one
+            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+                raise ConfigError(f"{option}: not a folder: {folder} is a file")
         if self.no_cache:  # here, before any model or image is hashed: the digest memo lives in the cache folder
             digests.in_process_only()
         weight = self.clipscore_weight

@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import re
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -32,6 +33,9 @@ RECORD_ONLY = "-record"
 #: (cache verify, merge, HTML report) already expects
 PNG_SAVE: dict[str, Any] = {"format": "PNG", "compress_level": 1, "compress_type": zlib.Z_RLE}
 
+#: a key that can name a picture file: one file name, not hidden (the store's own keys are sha256 hex digests)
+FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
 #: what `Store.thumbnails` is handed: {file path: (pixels, (file length, first 8 bytes) or None)}
 Pictures = dict[str, tuple[Image.Image, tuple[int, bytes] | None]]
 
@@ -40,6 +44,16 @@ def _png_bytes(image: Image.Image) -> bytes:
     buf = io.BytesIO()
     image.save(buf, **PNG_SAVE)
     return buf.getvalue()
+
+
+def key_problem(key: Any) -> str | None:
+    """Why `key` cannot name a picture file under images/ (None when it can): it must be one file
+    name of letters, digits, `_`, `-` and `.`, not starting with a dot. A key read from an index
+    written elsewhere (a shard's store being merged, a cache shared with others) must not lead
+    verify, prune or merge to read, copy or delete a file outside the cache ("../../x")."""
+    if isinstance(key, str) and FILE_KEY.fullmatch(key):
+        return None
+    return f"the key {key!r} cannot name a picture file (one name of letters, digits, _, - and ., not starting with .)"
 
 
 def read_verified(path: Path, checksum: str | None) -> Image.Image | None:
@@ -72,6 +86,10 @@ class ImageFiles:
         self.thumbnails: Callable[[Pictures], None] | None = None
 
     def image_path(self, key: str) -> Path:
+        """The picture file of `key`; a `ValueError` for a key that could lead out of images/ (`key_problem`)."""
+        problem = key_problem(key)
+        if problem:
+            raise ValueError(f"{self.root}: {problem}")
         return self.root / "images" / key[:2] / f"{key}.png"
 
     def put_images(self, kind: str, items: dict[str, tuple[Image.Image, dict[str, Any]]],
