@@ -1108,6 +1108,12 @@ MUTANTS = [
            "    known = known or {}\n", "    known = {}\n", ("tests/test_cache_work.py",)),
     Mutant("report thumbnails: a linked picture not recorded as made", "store/thumbs.py",
            "                        self.made[p] = name\n", "                        pass\n", ("tests/test_cache_work.py",)),
+    # issue 54: a batch's digests go into the memo file in one write once the batch is read
+    Mutant("digest memo: the batch's digests not written after it is read", "run/local.py",
+           "        write_remembered()  # the digests", "        pass  # the digests", ("tests/test_cache_work.py",)),
+    Mutant("digest memo: a digest remembered later written at once", "core/digests.py",
+           "    if later:\n        with _unwritten_lock:", "    if False:\n        with _unwritten_lock:",
+           ("tests/test_cache_work.py",)),
     # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
     Mutant("store folders: a missing picture folder is not made", "core/paths.py",
            "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",

@@ -6,7 +6,9 @@ rewritten in place gets a new size or modification time, so a new hash. A run un
 
 from __future__ import annotations
 
+import atexit
 import sqlite3
+import threading
 from functools import lru_cache
 
 from caprecon.core.paths import default_cache_dir
@@ -15,6 +17,9 @@ Identity = tuple[str, int, int]  # resolved path, size in bytes, st_mtime_ns
 
 _known: dict[Identity, str] = {}
 _in_process_only = False
+_unwritten: list[tuple[Identity, str]] = []  # remembered `later`: known here, not yet in the memo file
+_unwritten_lock = threading.Lock()
+_writing = threading.Lock()  # the memo's writes, one at a time (its connection is shared by threads)
 
 
 def in_process_only() -> None:
@@ -40,15 +45,47 @@ def known_digest(ident: Identity) -> str | None:
     return None
 
 
-def remember_digest(ident: Identity, digest: str) -> None:
+def remember_digest(ident: Identity, digest: str, *, later: bool = False) -> None:
+    """Remember `digest` for the file `ident`: in this process at once, and in the memo file now or,
+    with `later`, at the next `write_remembered` (or when the process ends). A run's reading threads
+    remember a batch's photos later, and the batch's reader writes them in one transaction: one
+    transaction a photo cost each about 0.013 ms and a handful of system calls (locks, a log write),
+    each of which let another thread take the interpreter from the one running the models."""
     _known[ident] = digest
+    if later:
+        with _unwritten_lock:
+            _unwritten.append((ident, digest))
+        return
+    _write([(ident, digest)])
+
+
+def write_remembered() -> None:
+    """Write the digests remembered `later` into the memo file, in one transaction."""
+    with _unwritten_lock:
+        rows, _unwritten[:] = list(_unwritten), []
+    _write(rows)
+
+
+atexit.register(write_remembered)
+
+
+def _write(rows: list[tuple[Identity, str]]) -> None:
     memo = _memo()
-    if memo is not None:
+    if memo is None or not rows:
+        return
+    with _writing:
         try:
-            memo.execute("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
-                         (*ident, digest))
+            memo.execute("BEGIN")
+            try:
+                memo.executemany("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
+                                 [(*ident, digest) for ident, digest in rows])
+                memo.execute("COMMIT")
+            except BaseException:
+                if memo.in_transaction:
+                    memo.execute("ROLLBACK")
+                raise
         except sqlite3.Error:
-            pass  # a read-only cache folder: the digest is remembered for this process only
+            pass  # a read-only cache folder: the digests are remembered for this process only
 
 
 def _memo() -> sqlite3.Connection | None:
