@@ -57,7 +57,7 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    return [record for _, record in read_jsonl(path)] if path.exists() else []
+    return [record for _, record in read_jsonl(path, keep_surrogates=True)] if path.exists() else []
 
 
 def write_json(path: Path, value: Any) -> None:

@@ -1,0 +1,96 @@
+"""Text that is not valid Unicode on the score path. A lone surrogate (half a UTF-16 pair, which a JSON
+escape such as "\\ud800" lets into a Python string) in a caption, a reference or an image id makes that
+row's error, naming the row, the field and the character; the text never reaches a model, every other
+row is scored as it would be without it, and every file the run writes (scores.jsonl, summary, report,
+manifest) holds it as an escape that reads back as the same string. Expected values: the error message
+written out by hand, the oracle's ReconScore computed with numpy (`expected_recon`), CLIPScore of a run
+that never saw the bad row."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import caprecon
+from caprecon.core.records import json_text, read_jsonl
+from clirun import run_cli
+from oracle import CountingOracle, PixelEmbedder, expected_recon, render
+
+BROKEN = "a red \ud800 circle"  # the surrogate at character 6
+BROKEN_ERROR = ("caption holds a lone surrogate ('\\ud800') at character 6, which is not text: "
+                "the input's encoding is broken")
+
+
+def test_json_text_escapes_a_lone_surrogate_and_reads_back_the_same_string():
+    value = {"caption": BROKEN, "note": "naïve \udcff", "plain": "ascii"}
+    text = json_text(value)
+    assert text == '{"caption": "a red \\ud800 circle", "note": "naïve \\udcff", "plain": "ascii"}'
+    assert json.loads(text.encode("utf-8").decode("utf-8")) == value
+    assert json_text({"a": "雪 🙂"}) == '{"a": "雪 🙂"}'  # real characters stay themselves
+
+
+def _write_rows(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def test_the_cli_makes_a_broken_caption_its_rows_error_and_scores_the_rest(tmp_path, tiny_clip, capsys):
+    rng = np.random.default_rng(0)
+    for name in ("a", "b", "c"):
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(tmp_path / f"{name}.png")
+    good = [{"id": "a", "image": "a.png", "caption": "a cat on a mat"},
+            # an id and a free field with a lone surrogate are no model's input: the row is scored, and kept as given
+            {"id": "c-\udfff", "image": "c.png", "caption": "a dog in the snow", "note": "half \udc80"}]
+    broken = {"id": "b", "image": "b.png", "caption": BROKEN}
+    clip = ["-m", "clipscore", "--clip", str(tiny_clip), "--cache-dir", str(tmp_path / "cache"), "-q"]
+    code, _, _ = run_cli(["score", "-i", _write_rows(tmp_path / "good.jsonl", good), *clip,
+                          "--out", tmp_path / "without"], capsys)
+    assert code == 0
+    alone = [json.loads(line) for line in (tmp_path / "without" / "scores.jsonl").open(encoding="utf-8")]
+    source = _write_rows(tmp_path / "in.jsonl", [good[0], broken, good[1]])
+    for attempt in ("first", "resumed"):  # a second run into the folder resumes from what the first wrote
+        code, out, err = run_cli(["score", "-i", source, *clip, "--out", tmp_path / "run"], capsys)
+        assert code == 1 and "Traceback" not in err, err
+        assert "rows failed: 1 (text not valid Unicode: 1)" in out, attempt
+        text = (tmp_path / "run" / "scores.jsonl").read_bytes().decode("utf-8")  # strict UTF-8
+        rows = [json.loads(line) for line in text.splitlines()]
+        assert [row["clipscore"] for row in (rows[0], rows[2])] == [row["clipscore"] for row in alone], attempt
+        assert rows[1]["error"] == f"row 1 (id b): {BROKEN_ERROR}" and "clipscore" not in rows[1]
+        assert rows[1]["caption"] == BROKEN and rows[2]["id"] == "c-\udfff" and rows[2]["note"] == "half \udc80"
+    run = tmp_path / "run"
+    assert json.loads((run / "summary.json").read_bytes().decode("utf-8"))["failed_by_reason"] == \
+        {"text not valid Unicode": 1}
+    json.loads((run / "manifest.json").read_bytes().decode("utf-8"))
+    page = (run / "report.html").read_bytes().decode("utf-8")
+    assert "a red \\ud800 circle" in page  # the escape, where no character can stand
+    assert [record["caption"] for _, record in read_jsonl(run / "scores.jsonl", keep_surrogates=True)][1] == BROKEN
+    code, _, err = run_cli(["report", run], capsys)  # the report reads the run back
+    assert code == 0 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("caption", BROKEN, BROKEN_ERROR),
+    ("refs", ["fine", "half \udfff"], "reference 1 holds a lone surrogate ('\\udfff') at character 5"),
+    ("image_id", "pic-\ud800", "image_id holds a lone surrogate ('\\ud800') at character 4"),
+])
+def test_the_python_api_keeps_broken_text_from_every_model(tmp_path, field, value, message):
+    picture = render("red circle", 48, 48)
+    picture.save(tmp_path / "pic.png")
+    rows = [{"id": "a", "image": str(tmp_path / "pic.png"), "caption": "red circle"},
+            {"id": "b", "image": str(tmp_path / "pic.png"), "caption": "blue square"},
+            {"id": "c", "image": str(tmp_path / "pic.png"), "caption": "green triangle"}]
+    rows[1][field] = value
+    generator = CountingOracle()
+    results = caprecon.score(rows, metrics=["recon"], generator=generator, embedder=PixelEmbedder(), max_side=48,
+                             cache_dir=str(tmp_path / "cache"), out=str(tmp_path / "run"), progress=False)
+    got = {row["id"]: row for row in results.records}
+    assert got["a"]["recon"] == pytest.approx(expected_recon(picture, "red circle"), abs=1e-6)
+    assert got["c"]["recon"] == pytest.approx(expected_recon(picture, "green triangle"), abs=1e-6)
+    assert got["b"]["error"].startswith(f"row 1 (id b): {message}") and "recon" not in got["b"]
+    assert generator.prompts == ["red circle", "green triangle"]  # the broken row reached no model
+    written = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_bytes().decode("utf-8")
+               .splitlines()]
+    assert written[1] == got["b"]  # the file holds the row as it was, whichever field was broken
