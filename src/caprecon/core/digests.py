@@ -1,27 +1,38 @@
 """Content hashes remembered by (path, size, modification time), in this process and across
-runs in `digests.sqlite` of the default cache folder: hashing many GB of weights, or every
-photo of a data set, takes seconds to minutes; looking the answer up takes nothing. A file
-rewritten in place gets a new size or modification time, so a new hash. A run under
---no-cache calls `in_process_only` first, and the cache folder is then neither read nor written."""
+runs in `digests.sqlite` of the run's cache folder: hashing many GB of weights, or every photo
+of a data set, takes seconds to minutes; looking the answer up takes nothing. A file rewritten
+in place gets a new size or modification time, so a new hash. Each run says where its memo is
+(`keep_memo_in`, from its settings, before anything is hashed): its --cache-dir, else the default
+cache folder; under --no-cache or --cache-read-only, this process alone, so nothing is written
+where the run was not told to write. The memo only spares work: a digest it lacks is computed."""
 
 from __future__ import annotations
 
 import sqlite3
 from functools import lru_cache
+from pathlib import Path
 
 from caprecon.core.paths import default_cache_dir
 
 Identity = tuple[str, int, int]  # resolved path, size in bytes, st_mtime_ns
 
 _known: dict[Identity, str] = {}
-_in_process_only = False
+_DEFAULT_FOLDER = "default"
+#: the folder whose memo is read and written: the default cache folder until a run names its own; None: none
+_memo_folder: Path | str | None = _DEFAULT_FOLDER
 
 
-def in_process_only() -> None:
-    """Remember digests in this process alone from now on: `--no-cache` promises that nothing
-    is read from, or written to, the cache folder."""
-    global _in_process_only
-    _in_process_only = True
+def keep_memo_in(folder: str | Path | None) -> None:
+    """Read and write the memo in `folder` (a run's cache folder) from now on; None: remember
+    digests in this process alone (`--no-cache` promises that nothing is read from, or written to,
+    the cache folder; `--cache-read-only` that nothing is written there)."""
+    global _memo_folder
+    _memo_folder = None if folder is None else Path(folder)
+
+
+def memo_folder() -> Path | None:
+    """The folder whose memo this process uses (`keep_memo_in`), for a worker process to use the same."""
+    return default_cache_dir() if _memo_folder is _DEFAULT_FOLDER else _memo_folder
 
 
 def known_digest(ident: Identity) -> str | None:
@@ -32,7 +43,7 @@ def known_digest(ident: Identity) -> str | None:
         return None
     try:
         row = memo.execute("SELECT digest FROM digests WHERE path = ? AND size = ? AND mtime_ns = ?", ident).fetchone()
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeEncodeError):  # a path decoded with surrogateescape is no SQLite text
         return None
     if row:
         _known[ident] = row[0]
@@ -47,18 +58,18 @@ def remember_digest(ident: Identity, digest: str) -> None:
         try:
             memo.execute("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
                          (*ident, digest))
-        except sqlite3.Error:
-            pass  # a read-only cache folder: the digest is remembered for this process only
+        except (sqlite3.Error, UnicodeEncodeError):
+            pass  # a read-only cache folder, a path that is not text: remembered for this process only
 
 
 def _memo() -> sqlite3.Connection | None:
-    return None if _in_process_only else _opened_memo()
+    folder = memo_folder()
+    return None if folder is None else _opened_memo(folder)
 
 
-@lru_cache(maxsize=1)
-def _opened_memo() -> sqlite3.Connection | None:
+@lru_cache(maxsize=4)  # a connection per folder, for a process that runs several (tests, notebooks)
+def _opened_memo(folder: Path) -> sqlite3.Connection | None:
     try:
-        folder = default_cache_dir()
         folder.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(folder / "digests.sqlite", timeout=30, isolation_level=None, check_same_thread=False)
         # a memo, not a record: losing its last writes in a crash costs a re-hash, so no fsync per file
