@@ -1145,7 +1145,33 @@ MUTANTS = [
            "pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))",
            "pairs = [pair for pair in row_pairs if pair is not None]",
            ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
-
+    # text that is not valid Unicode on the score path: the row's error, escaped by every writer
+    Mutant("unicode guard: a row's broken text no longer its error", "data/images.py",
+           "if problem := text_problem(sample):", "if problem := None:", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: only the first reference checked", "data/samples.py",
+           "for i, ref in enumerate(sample.refs))", "for i, ref in enumerate(sample.refs[:1]))", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the image id unchecked", "data/samples.py",
+           '("image_id", sample.image_id)]', '("image_id", "")]', ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: json_text writes a lone surrogate as itself", "core/records.py",
+           "return text if text.isascii() else", "return text if True else", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: samples with a lone surrogate refused as a whole file", "data/loaders/__init__.py",
+           "read_records(path, SampleFormatError, keep_surrogates=True)",
+           "read_records(path, SampleFormatError, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the report page written strictly", "reports/html/page.py",
+           'errors="backslashreplace")', 'errors="strict")', ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the report refuses the scores it reads back", "reports/html/collect.py",
+           "_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=True)",
+           "_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
+    Mutant("memo folder: --cache-dir ignored", "run/config.py",
+           "else self.cache_dir or default_cache_dir())", "else default_cache_dir())", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: written into a read-only cache", "run/config.py",
+           "None if self.no_cache or self.cache_read_only else", "None if self.no_cache else", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: distill's in the default folder", "apps/distill/__init__.py",
+           "keep_memo_in(None if store.read_only else store.root)", "keep_memo_in(default_cache_dir())", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: none means the default folder", "core/digests.py",
+           "return None if folder is None else _opened_memo(folder)",
+           "return _opened_memo(folder or default_cache_dir())", ("tests/test_cache_folders.py",)),
 ]
 
 

@@ -94,3 +94,37 @@ def test_the_python_api_keeps_broken_text_from_every_model(tmp_path, field, valu
     written = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_bytes().decode("utf-8")
                .splitlines()]
     assert written[1] == got["b"]  # the file holds the row as it was, whichever field was broken
+
+
+def test_the_cascade_decides_every_other_row_and_names_the_broken_one(tmp_path):
+    """`caprecon cascade` scores through the same path: the broken row is its error for the cheap signal
+    and the full metric alike, reaches neither, and every other row's decision is the full metric's."""
+    from noisy_standin import NoisyGenerator, NoisyScore
+
+    from caprecon.apps.cascade import cascade
+    from caprecon.metrics.base import Metric
+
+    class Fixed(Metric):
+        name = primary = "cheap"
+        needs_source_image = False
+
+        def __init__(self, values):
+            self.values, self.seen = values, []
+
+        def score(self, items, ctx):
+            self.seen += [item.caption for item in items]
+            return [{"cheap": self.values[item.caption]} for item in items]
+
+    cheap_values = {f"img{k}/caption {k}": k / 20 for k in range(20)}  # 0.00, 0.05, ..., 0.95
+    full = {caption: value + 0.01 for caption, value in cheap_values.items()}
+    generator = NoisyGenerator({caption: (value, 0.0) for caption, value in full.items()})
+    rows = [{"id": f"r{k}", "caption": caption, "image_id": caption.split("/")[0]}
+            for k, caption in enumerate(cheap_values)]
+    rows.insert(3, {"id": "broken", "caption": BROKEN, "image_id": "img-broken"})
+    cheap = Fixed(cheap_values)
+    result = cascade(rows, cheap=cheap, metric=NoisyScore(generator), decision="threshold:0.5", budget=1.0,
+                     cache_dir=str(tmp_path / "cache"))
+    by_id = {record["id"]: record for record in result.records}
+    assert by_id["broken"]["error"] == f"row 3 (id broken): {BROKEN_ERROR}"
+    assert by_id["broken"].get("keep") is None and BROKEN not in cheap.seen
+    assert all(by_id[row["id"]]["keep"] == (full[row["caption"]] >= 0.5) for row in rows if row["id"] != "broken")
