@@ -128,3 +128,11 @@ def test_the_cascade_decides_every_other_row_and_names_the_broken_one(tmp_path):
     assert by_id["broken"]["error"] == f"row 3 (id broken): {BROKEN_ERROR}"
     assert by_id["broken"].get("keep") is None and BROKEN not in cheap.seen
     assert all(by_id[row["id"]]["keep"] == (full[row["caption"]] >= 0.5) for row in rows if row["id"] != "broken")
+
+
+def test_a_lone_surrogate_is_printed_as_its_escape():
+    from caprecon.core.tables import format_table, terminal_safe
+
+    assert terminal_safe(BROKEN) == "a red \\ud800 circle"
+    assert format_table([["caption"], [BROKEN]]).encode("utf-8").decode("utf-8").splitlines()[-1].strip() == \
+        "a red \\ud800 circle"
