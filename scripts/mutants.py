@@ -1164,6 +1164,9 @@ MUTANTS = [
            "_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
     Mutant("unicode guard: a lone surrogate printed as itself", "core/tables.py",
            r"\u2066-\u2069\ud800-\udfff]", r"\u2066-\u2069]", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: parquet exports written with a lone surrogate", "run/captioning.py",
+           'return value.encode("utf-8", "backslashreplace").decode("utf-8")', "return value",
+           ("tests/test_text_inputs.py",)),
     # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
     Mutant("memo folder: --cache-dir ignored", "run/config.py",
            "else self.cache_dir or default_cache_dir())", "else default_cache_dir())", ("tests/test_cache_folders.py",)),

@@ -136,3 +136,13 @@ def test_a_lone_surrogate_is_printed_as_its_escape():
     assert terminal_safe(BROKEN) == "a red \\ud800 circle"
     assert format_table([["caption"], [BROKEN]]).encode("utf-8").decode("utf-8").splitlines()[-1].strip() == \
         "a red \\ud800 circle"
+
+
+def test_parquet_exports_hold_a_lone_surrogate_as_its_escape(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    from caprecon.run.captioning import export_parquet
+
+    path = export_parquet([{"caption": BROKEN, "rounds": [{"caption": "half \udfff"}], "score": 0.5}],
+                          tmp_path / "selected.parquet")
+    assert pq.read_table(path).to_pylist() == [{"caption": "a red \\ud800 circle",
+                                                "rounds": [{"caption": "half \\udfff"}], "score": 0.5}]
