@@ -1167,6 +1167,9 @@ MUTANTS = [
     Mutant("unicode guard: parquet exports written with a lone surrogate", "run/captioning.py",
            'return value.encode("utf-8", "backslashreplace").decode("utf-8")', "return value",
            ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the store's JSON values written with a lone surrogate", "store/index.py",
+           'json_text(v).encode("utf-8")', 'json.dumps(v, ensure_ascii=False).encode("utf-8")',
+           ("tests/test_text_inputs.py",)),
     # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
     Mutant("memo folder: --cache-dir ignored", "run/config.py",
            "else self.cache_dir or default_cache_dir())", "else default_cache_dir())", ("tests/test_cache_folders.py",)),
@@ -1175,8 +1178,12 @@ MUTANTS = [
     Mutant("memo folder: distill's in the default folder", "apps/distill/__init__.py",
            "keep_memo_in(None if store.read_only else store.root)", "keep_memo_in(default_cache_dir())", ("tests/test_cache_folders.py",)),
     Mutant("memo folder: none means the default folder", "core/digests.py",
-           "return None if folder is None else _opened_memo(folder)",
-           "return _opened_memo(folder or default_cache_dir())", ("tests/test_cache_folders.py",)),
+           "    if folder is None or writing and _meant_read_only(folder):",
+           "    folder = folder or default_cache_dir()\n    if writing and _meant_read_only(folder):",
+           ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: written into a cache folder without a write bit", "core/digests.py",
+           "if folder is None or writing and _meant_read_only(folder):", "if folder is None:",
+           ("tests/test_store.py::test_read_only_cache_is_read_and_new_work_goes_to_an_overlay",)),
 ]
 
 

@@ -146,3 +146,36 @@ def test_parquet_exports_hold_a_lone_surrogate_as_its_escape(tmp_path):
                           tmp_path / "selected.parquet")
     assert pq.read_table(path).to_pylist() == [{"caption": "a red \\ud800 circle",
                                                 "rounds": [{"caption": "half \\udfff"}], "score": 0.5}]
+
+
+class _ScriptedCaptioner:
+    """A captioner stand-in that answers every image with the same candidates, one of them broken (as a
+    server's JSON reply with a lone "\\ud800" escape would be)."""
+
+    fingerprint = "scripted-captioner-v1"
+
+    def __init__(self, candidates):
+        self.candidates = candidates
+
+    def caption(self, requests, sampling):
+        return [list(self.candidates[: request.n]) for request in requests]
+
+
+def test_best_of_n_never_selects_or_reconstructs_a_broken_candidate(tmp_path):
+    from caprecon.apps.selection import best_of_n
+
+    images = tmp_path / "images"
+    images.mkdir()
+    picture = render("red circle", 48, 48)
+    picture.save(images / "pic.png")
+    generator = CountingOracle()
+    candidates = ["green triangle", BROKEN, "red circle"]
+    run = best_of_n(images, captioner=_ScriptedCaptioner(candidates), n=3, temperature=1.0, generator=generator,
+                    embedder=PixelEmbedder(), max_side=48, cache_dir=str(tmp_path / "cache"), out=tmp_path / "out")
+    assert [row["caption"] for row in run.selected] == ["red circle"]
+    assert run.selected[0]["score"] == pytest.approx(expected_recon(picture, "red circle"), abs=1e-6)
+    assert not any("\ud800" in prompt for prompt in generator.prompts)
+    written = [json.loads(line) for line in (tmp_path / "out" / "candidates.jsonl").read_bytes().decode("utf-8")
+               .splitlines()]
+    assert [row["caption"] for row in written] == candidates
+    assert written[1]["error"].endswith(BROKEN_ERROR) and not written[1]["selected"]

@@ -53,7 +53,7 @@ def known_digest(ident: Identity) -> str | None:
 
 def remember_digest(ident: Identity, digest: str) -> None:
     _known[ident] = digest
-    memo = _memo()
+    memo = _memo(writing=True)
     if memo is not None:
         try:
             memo.execute("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
@@ -62,14 +62,23 @@ def remember_digest(ident: Identity, digest: str) -> None:
             pass  # a read-only cache folder, a path that is not text: remembered for this process only
 
 
-def _memo() -> sqlite3.Connection | None:
+def _memo(*, writing: bool = False) -> sqlite3.Connection | None:
     folder = memo_folder()
-    return None if folder is None else _opened_memo(folder)
+    if folder is None or writing and _meant_read_only(folder):  # made read-only since the memo was opened
+        return None
+    return _opened_memo(folder)
+
+
+def _meant_read_only(folder: Path) -> bool:
+    """A cache folder without a write bit is meant read-only, even for root (as the store reads it)."""
+    return folder.exists() and not folder.stat().st_mode & 0o222
 
 
 @lru_cache(maxsize=4)  # a connection per folder, for a process that runs several (tests, notebooks)
 def _opened_memo(folder: Path) -> sqlite3.Connection | None:
     try:
+        if _meant_read_only(folder):
+            return None
         folder.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(folder / "digests.sqlite", timeout=30, isolation_level=None, check_same_thread=False)
         # a memo, not a record: losing its last writes in a crash costs a re-hash, so no fsync per file
