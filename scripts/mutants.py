@@ -1170,6 +1170,9 @@ MUTANTS = [
     Mutant("unicode guard: the store's JSON values written with a lone surrogate", "store/index.py",
            'json_text(v).encode("utf-8")', 'json.dumps(v, ensure_ascii=False).encode("utf-8")',
            ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: a t2i caption set with a lone surrogate refused as a whole", "data/caption_sets.py",
+           "read_records(path, SampleFormatError, keep_surrogates=True)",
+           "read_records(path, SampleFormatError, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
     # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
     Mutant("memo folder: --cache-dir ignored", "run/config.py",
            "else self.cache_dir or default_cache_dir())", "else default_cache_dir())", ("tests/test_cache_folders.py",)),

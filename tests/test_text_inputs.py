@@ -179,3 +179,26 @@ def test_best_of_n_never_selects_or_reconstructs_a_broken_candidate(tmp_path):
                .splitlines()]
     assert [row["caption"] for row in written] == candidates
     assert written[1]["error"].endswith(BROKEN_ERROR) and not written[1]["selected"]
+
+
+def test_t2i_scores_every_caption_of_a_set_but_the_broken_one(tmp_path):
+    from caprecon.apps.t2i import t2i
+
+    class QuarterJudge:
+        """P('Yes') = 0.25 for every image."""
+
+        fingerprint = "quarter-judge"
+
+        def option_probs(self, requests, options):
+            return [[0.25] * len(o) for o in options]
+
+    captions = _write_rows(tmp_path / "set.jsonl", [{"id": "a", "caption": "red circle"},
+                                                    {"id": "b", "caption": BROKEN},
+                                                    {"id": "c", "caption": "green triangle"}])
+    generator = CountingOracle()
+    run = t2i(captions, {"oracle": generator}, {"quarter": QuarterJudge()}, size="48x48",
+              cache_dir=str(tmp_path / "cache"), out=tmp_path / "out", n_bootstrap=10)
+    rows = {row["id"]: row for row in run.records}
+    assert rows["a"]["vqa/quarter"] == rows["c"]["vqa/quarter"] == 0.25
+    assert rows["b"]["error"] == f"row 1 (id b): {BROKEN_ERROR}" and "vqa/quarter" not in rows["b"]
+    assert generator.prompts == ["red circle", "green triangle"]  # the broken caption reached no generator
