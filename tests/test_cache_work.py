@@ -400,34 +400,29 @@ def test_the_digest_memo_answers_a_later_process(tmp_path):
 
 def test_a_batchs_digests_go_into_the_memo_in_one_write_once_the_batch_is_read(tmp_path, monkeypatch):
     """The reading threads remember each file's digest in the process at once and the batch's reader
-    writes the batch's digests into the memo file together: one write of two for each batch of two
-    new files, and a later process knows each file's digest without reading it."""
+    writes the batch's digests into the memo file (the run's cache folder's) together: one write of
+    two for each batch of two new files, and a later process knows each file's digest without
+    reading it."""
     import subprocess
     import sys
 
     from caprecon.core import digests
 
-    monkeypatch.setenv("CAPRECON_CACHE", str(tmp_path / "memo"))
     monkeypatch.setattr(digests, "_known", {})
-    monkeypatch.setattr(digests, "_in_process_only", False)  # an earlier --no-cache run of this process set it
-    digests._opened_memo.cache_clear()
     writes = []
     real = digests._write
     monkeypatch.setattr(digests, "_write", lambda rows: (writes.append(sorted(i[0] for i, _ in rows)), real(rows))[1])
     samples = _samples(tmp_path)
-    try:
-        _score_into(samples, tmp_path, "first")
-    finally:
-        digests._opened_memo.cache_clear()  # the next test's memo is its own
+    _score_into(samples, tmp_path, "first")  # its cache folder, tmp_path / "cache", holds the memo
     names = [os.path.basename(p) for batch in writes for p in batch]
     assert [len(batch) for batch in writes if batch] == [2, 2, 2]
     assert sorted(names) == sorted([f"img{i}.jpg" for i in range(5)] + ["broken.jpg"])
     path = os.path.realpath(tmp_path / "img3.jpg")
     info = os.stat(path)
-    recall = (f"from caprecon.core.digests import known_digest; "
+    recall = (f"from caprecon.core.digests import keep_memo_in, known_digest; "
+              f"keep_memo_in({str(tmp_path / 'cache')!r}); "
               f"print(known_digest(({path!r}, {info.st_size}, {info.st_mtime_ns})))")
-    env = {**os.environ, "CAPRECON_CACHE": str(tmp_path / "memo")}
-    out = subprocess.run([sys.executable, "-c", recall], env=env, check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", recall], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == hashlib.sha256((tmp_path / "img3.jpg").read_bytes()).hexdigest()
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from caprecon.core.digests import known_digest, remember_digest
-from caprecon.data.samples import Sample, SampleError, has_image
+from caprecon.data.samples import Sample, SampleError, has_image, text_problem
 
 # the most bytes an image file may hold: ten times a large camera photo, far below what
 # exhausts memory (an endless device or a huge file stops here, as that row's error)
@@ -122,6 +122,8 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
                           "caption not text")
     if not sample.caption.strip():
         raise SampleError("empty caption", "empty caption")
+    if problem := text_problem(sample):
+        raise SampleError(problem, "text not valid Unicode")
     if not has_image(sample):
         if caption_only:
             return LoadedSample(sample, None, "")

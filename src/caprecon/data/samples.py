@@ -105,6 +105,15 @@ def unicode_problem(text: str) -> str | None:
     return None
 
 
+def text_problem(sample: Sample) -> str | None:
+    """Which of the sample's texts that reach a model or a key (the caption, each reference, the
+    image id its seed derives from) is not valid Unicode, and why (`unicode_problem`), or None."""
+    texts = [("caption", sample.caption), *((f"reference {i}", ref) for i, ref in enumerate(sample.refs)),
+             ("image_id", sample.image_id)]
+    return next((f"{name} {problem}" for name, text in texts
+                 if isinstance(text, str) and (problem := unicode_problem(text))), None)
+
+
 def check_images(rows: Sequence[Sample], needing: Sequence[str]) -> None:
     """Caption-only rows are valid only when no metric compares with the source image;
     `needing` names the metrics that do."""

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
-from caprecon.core.records import is_number
+from caprecon.core.records import is_number, json_text
 from caprecon.core.scaling import rescale, unit_scale
 from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
@@ -276,8 +276,7 @@ def write_corpus_statistics(out_dir: Path, parts: dict[str, Any]) -> None:
     from caprecon.metrics.reference_statistics import statistics_document
 
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(statistics_document(parts), ensure_ascii=False, allow_nan=False),
-                         encoding="utf-8")
+    temporary.write_text(json_text(statistics_document(parts), allow_nan=False), encoding="utf-8")
     temporary.replace(path)
 
 
@@ -338,13 +337,13 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     """The run folder's `summary.json`, whichever command wrote it: strict JSON (a number that is
     not finite is null), so any JSON reader can open it."""
     path = Path(out_dir) / "summary.json"
-    path.write_text(json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    path.write_text(json_text(_finite(summary), indent=2, allow_nan=False), encoding="utf-8")
     return path
 
 
 def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     write_summary(out_dir, summary)
-    with (out_dir / "summary.csv").open("w", newline="") as fh:
+    with (out_dir / "summary.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "mean", "std", "n", "corpus"])  # corpus: BLEU's, METEOR's pooled value
         for name, s in summary["metrics"].items():

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 from PIL import Image
 
 from caprecon.core.paths import create_file
+from caprecon.core.records import json_text
 from caprecon.data.images import file_head
 from caprecon.store.sql import sha256
 
@@ -124,7 +125,7 @@ class ImageFiles:
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
                 written[str(path)] = (image, file_head(data))
                 digest = sha256(data)
-                rows.append((key, kind, json.dumps(record, ensure_ascii=False).encode("utf-8"),
+                rows.append((key, kind, json_text(record).encode("utf-8"),
                              {"file_checksum": digest, "file_size": len(data)}))
                 stored[key] = (record, path, digest)
             # the claims go in the rows' transaction: whoever waits on them finds the images there
@@ -142,7 +143,7 @@ class ImageFiles:
         under `keep="none"`, nothing. Either way no file: the path and checksum returned are None.
         As with pictures, the claims on `release` go in the transaction that writes the records, except
         inside `keeping_claims`, where they stay held until what is computed from the pictures is written."""
-        rows = [(key, kind + RECORD_ONLY, json.dumps(record, ensure_ascii=False).encode("utf-8"), {})
+        rows = [(key, kind + RECORD_ONLY, json_text(record).encode("utf-8"), {})
                 for key, (_, record) in items.items()]
         with_rows = [] if self.keep == "vectors" and self._keep_past_write(release) else release
 

@@ -53,6 +53,7 @@ import numpy as np
 
 from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import json_text
 from caprecon.store import sql
 from caprecon.store.cap import SizeCap
 from caprecon.store.errors import StoreCorruptError, StoreFullError, StoreReadOnlyError, corrupt_message, full_disk
@@ -323,7 +324,8 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         return {k: json.loads(v) for k, v in self._get(keys).items()}
 
     def put_json(self, kind: str, items: dict[str, Any], model: Any = None) -> None:
-        self._put(((k, kind, json.dumps(v, ensure_ascii=False).encode("utf-8"), {}) for k, v in items.items()), model)
+        # json_text: a value holding a lone surrogate (a captioner's broken reply) is stored as its escape
+        self._put(((k, kind, json_text(v).encode("utf-8"), {}) for k, v in items.items()), model)
 
     # -- arrays (embeddings) ----------------------------------------------------------
 

@@ -183,7 +183,7 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
     path = run / "refined.jsonl"
     if not path.is_file():
         return None
-    captions = [row for _, row in read_jsonl(path)]
+    captions = [row for _, row in read_jsonl(path, keep_surrogates=True)]
     rounds = collect.read_table(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
     xs = [float(r["round"]) for r in rounds if is_number(r.get("round"))]
     series = {"mean score": "mean_score", "guiding questions": "guiding", "held-out questions": "held_out"}
@@ -413,6 +413,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     )
     path = out / "report.html"
     partial = path.with_suffix(".html.part")
-    partial.write_text(html, encoding="utf-8")
+    # a lone surrogate (in a caption, an id, a file name) is no character an HTML file can hold: it is
+    # written as its escape, "\\ud800", which reads as such in the page and as the same string in its JSON
+    partial.write_text(html, encoding="utf-8", errors="backslashreplace")
     os.replace(partial, path)
     return path
