@@ -34,7 +34,8 @@ in its name:
 - `cpu caprecon-vectors/raw` <= 1.05 (at 2 steps).
 
 Beside each goal the quartiles of the single rounds' ratios (on a shared VM they spread by a
-tenth and more), and, unmarked, what each side adds over the bare loop. With `--in-use` a fifth
+tenth and more), and, unmarked, what each side adds over the bare loop; beside each side's CPU and
+wall its minor page faults (the whole process's, `getrusage`). With `--in-use` a fifth
 side scores new pictures and captions into a cache in use (its 256 image and 256 thumbnail
 folders made by an earlier run, as the default per-user cache's are), which a fresh cache makes
 when it opens: a one-time cost that weighs on 256 samples.
@@ -44,15 +45,29 @@ writes to (the temporary folder: set TMPDIR to move it): each reconstruction is 
 a fresh cache makes 512 folders, and on ext4 without a journal a new file costs up to a
 millisecond of kernel CPU, 10-70x what it costs on tmpfs (docs/scale.md).
 
+With `--steady-heap` the process's C heap is set, before anything runs, to keep what it frees
+(glibc `mallopt`: no trimming below 256 MiB, blocks up to 32 MiB from the heap rather than
+mapped afresh), for every side alike. By default glibc hands freed memory back to the system and
+maps large blocks anew, so the models' own CPU depends on what else their thread allocated
+between calls: on the project's machine (2026-12-07) the raw loops, which decode their sources
+and encode their PNGs on the models' thread, took 240,000-320,000 minor page faults inside the
+models per 256-sample run at 2 steps, caprecon (which does that work on other threads)
+93,000-109,000, some 0.1-0.4 s of kernel CPU that moves each side's CPU by up to 10 %. With the
+flag the faults inside the models fall to almost none on every side and what is left of the
+ratios is each side's own work (docs/scale.md).
+
 Usage: python benchmarks/throughput.py [--samples 256] [--steps 2 8] [--rounds 5] [--threads 1] [--vectors-at 2] [--in-use]
+       [--steady-heap]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -84,6 +99,22 @@ CPU_GOAL = 1.05  # a side's CPU over the like raw loop's: goal <= this
 WALL_GOAL = 0.97  # the like raw loop's seconds over caprecon's: goal >= this
 BATCH = 16
 REPORT = ReportTimer()
+
+
+# glibc's mallopt parameters (malloc.h); the values --steady-heap gives them
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+STEADY_TRIM_BYTES, STEADY_MMAP_BYTES = 256 << 20, 32 << 20
+
+
+def steady_heap() -> None:
+    """Keep freed memory in the C heap (`--steady-heap`): no trimming below STEADY_TRIM_BYTES, blocks up to
+    STEADY_MMAP_BYTES served from the heap, so a model call finds its buffers' pages mapped already."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError as exc:
+        raise SystemExit(f"--steady-heap needs glibc ({exc})") from None
+    if not (libc.mallopt(M_TRIM_THRESHOLD, STEADY_TRIM_BYTES) and libc.mallopt(M_MMAP_THRESHOLD, STEADY_MMAP_BYTES)):
+        raise SystemExit("--steady-heap: glibc refused the heap settings (mallopt)")
 
 
 def cpu_seconds() -> float:
@@ -123,16 +154,17 @@ def spread(ratios) -> str:
 
 
 class Side:
-    """One side of the comparison: the wall and CPU seconds of each of its rounds."""
+    """One side of the comparison: the wall and CPU seconds and the minor page faults of each of its rounds."""
 
     def __init__(self, run) -> None:
-        self.run, self.wall, self.cpu = run, [], []
+        self.run, self.wall, self.cpu, self.faults = run, [], [], []
 
     def __call__(self, r: int) -> None:
-        t, cpu = time.perf_counter(), cpu_seconds()
+        t, cpu, faults = time.perf_counter(), cpu_seconds(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         self.run(r)
         self.wall.append(time.perf_counter() - t)
         self.cpu.append(cpu_seconds() - cpu)
+        self.faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 
 
 def per_round(top: list[float], bottom: list[float]) -> list[float]:
@@ -155,7 +187,12 @@ def main() -> None:
                         help="the step counts at which caprecon --keep vectors runs too (its goal is at 2 steps)")
     parser.add_argument("--in-use", action="store_true",
                         help="also score into a cache in use (its folders made by an earlier run)")
+    parser.add_argument("--steady-heap", action="store_true",
+                        help="keep freed memory in the C heap (glibc mallopt), for every side: the models' "
+                             "page faults then no longer depend on what their thread did between calls")
     args = parser.parse_args()
+    if args.steady_heap:
+        steady_heap()
     torch.set_num_threads(args.threads)
     REPORT.install()
 
@@ -167,6 +204,8 @@ def main() -> None:
         warm_up.write_text("\n".join(json.dumps({**r, "caption": r["caption"] + " (warm-up)"}) for r in rows[:BATCH]))
 
         print(f"imports (torch, diffusers, transformers)  {IMPORT_SECONDS:7.2f} s   (outside every timing below)")
+        print("C heap: " + ("steady (--steady-heap: freed memory kept, every side)" if args.steady_heap
+                            else "glibc's defaults (freed memory handed back: the models' page faults vary by side)"))
         print(f"creating a file in {tmp.parent}: {file_creation_ms(tmp):.3f} ms of CPU   "
               f"(0.02 on tmpfs, 0.14-0.9 on ext4 without a journal, on the project's machine)")
         for steps in args.steps:
@@ -220,7 +259,8 @@ def main() -> None:
             print(f"{steps} steps: load + warm-up {load:.2f} s; {n} samples, median of {args.rounds} rounds")
             for name, side in sides.items():
                 print(f"  {name:<24} {n / statistics.median(side.wall):8.1f} samples/s   "
-                      f"CPU {statistics.median(side.cpu):6.2f} s   wall {statistics.median(side.wall):6.2f} s")
+                      f"CPU {statistics.median(side.cpu):6.2f} s   wall {statistics.median(side.wall):6.2f} s   "
+                      f"minor page faults {statistics.median(side.faults):9,.0f}")
             print(f"  HTML report (inside caprecon's time)  {statistics.median(report):.2f} s")
             print(goal_line(f"cpu caprecon/raw+png {steps} steps", per_round(ours.cpu, kept.cpu), "<=", CPU_GOAL))
             print(goal_line(f"wall raw+png/caprecon {steps} steps", per_round(kept.wall, ours.wall), ">=", WALL_GOAL))

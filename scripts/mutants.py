@@ -814,6 +814,86 @@ MUTANTS = [
            '"(the rest is recomputed when next needed)", file=sys.stderr)\n        return 0', ("tests/test_store.py",)),
     Mutant("a folder for an index is not named as one", "store/maintenance.py", "    if not index.is_file():  # SQLite",
            "    if False:  # SQLite", ("tests/test_store.py",)),
+    # the cache commands' writes in one transaction each, rolled back when stopped part way (the old layouts:
+    # BEGIN and COMMIT written by hand), and keys read from an index never naming a file outside the cache
+    *[Mutant(name, file, original, mutated, ("tests/test_store_maintenance.py",)) for name, file, original, mutated in (
+        ("maintenance: verify --repair's writes begun and committed by hand", "store/maintenance.py",
+         '        with store.transaction() as db:\n            db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in bad_keys])\n            db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         'file_size = ? WHERE key = ?", backfill)\n            db.execute("DELETE FROM claims WHERE expires < ?", (now,))',
+         '        db.execute("BEGIN IMMEDIATE")\n        db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in bad_keys])\n        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         'file_size = ? WHERE key = ?", backfill)\n        db.execute("DELETE FROM claims WHERE expires < ?", (now,))\n'
+         '        db.execute("COMMIT")'),
+        ("maintenance: prune's delete begun and committed by hand", "store/maintenance.py",
+         '    with store.transaction() as db:\n        db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in doomed])',
+         '    db.execute("BEGIN IMMEDIATE")\n    db.executemany("DELETE FROM results WHERE key = ?", '
+         '[(k,) for k in doomed])\n    db.execute("COMMIT")'),
+        ("maintenance: prune empties the thumbnails before its transaction", "store/maintenance.py",
+         "        return report\n    with store.transaction() as db:",
+         "        return report\n    [path.unlink() for path, _ in thumbs]\n    with store.transaction() as db:"),
+        ("maintenance: merge's models outside its transaction, its results begun and committed by hand",
+         "store/maintenance.py",
+         '            with target.transaction() as out:\n                out.executemany("INSERT OR IGNORE INTO models '
+         '(fingerprint, description) VALUES (?, ?)",\n                                db.execute("SELECT fingerprint, '
+         'description FROM models").fetchall())\n                out.executemany(f"INSERT OR IGNORE INTO results '
+         '({sql.RESULT_COLUMNS}) "\n                                f"VALUES ({sql.marks(8)})", batch)',
+         '            out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",\n'
+         '                            db.execute("SELECT fingerprint, description FROM models").fetchall())\n'
+         '            out.execute("BEGIN")\n            out.executemany(f"INSERT OR IGNORE INTO results '
+         '({sql.RESULT_COLUMNS}) "\n                            f"VALUES ({sql.marks(8)})", batch)\n'
+         '            out.execute("COMMIT")'),
+        ("maintenance: merge keeps the files it copied for a source that failed", "store/maintenance.py",
+         "            for destination in copied_files:  # no index row names them: they would be orphans\n"
+         "                destination.unlink(missing_ok=True)",
+         "            for destination in copied_files:  # no index row names them: they would be orphans\n"
+         "                pass"),
+        ("maintenance: merge checks each source only when it comes to it", "store/maintenance.py",
+         "    for root in roots:  # every source and the target checked before anything is copied",
+         "    for root in roots[:1]:  # every source and the target checked before anything is copied"),
+        ("maintenance: merge into a file left to mkdir's traceback", "store/maintenance.py",
+         "    if Path(into).exists() and not Path(into).is_dir():", "    if False:"),
+        ("maintenance: a rebuild moves the damaged index aside before the new one is whole", "store/maintenance.py",
+         "    rows = _readable_rows(index)\n    fresh = index.with_name(INDEX + \".rebuilding\")",
+         "    rows = _readable_rows(index)\n    _move_with_logs(index, index.with_name(f\"{INDEX}.damaged-early\"))\n"
+         "    fresh = index.with_name(INDEX + \".rebuilding\")"),
+        ("maintenance: a rebuild stopped part way leaves its half-built index", "store/maintenance.py",
+         "        db.close()\n        _remove_with_logs(fresh)\n        raise",
+         "        db.close()\n        raise"),
+        ("maintenance keys: a leading dot names a file", "store/images.py",
+         'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")', 'FILE_KEY = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")'),
+        ("maintenance keys: a slash names a file", "store/images.py",
+         'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")', 'FILE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")'),
+        ("maintenance keys: image_path takes any key", "store/images.py",
+         "        if problem:\n            raise ValueError", "        if False:\n            raise ValueError"),
+        ("maintenance keys: verify checks an unsafe key's file", "store/maintenance.py",
+         "            if key_problem(key):\n                report[\"unsafe_keys\"]",
+         "            if False:\n                report[\"unsafe_keys\"]"),
+        ("maintenance keys: verify --repair deletes an unsafe key's file", "store/maintenance.py",
+         "        for key in bad_keys:\n            if key_problem(key) is None:",
+         "        for key in bad_keys:\n            if True:"),
+        ("maintenance keys: prune deletes an unsafe key's file", "store/maintenance.py",
+         "    for key in doomed:\n        if key_problem(key) is None:  # a key no picture",
+         "    for key in doomed:\n        if True:  # a key no picture"),
+        ("maintenance keys: merge copies an unsafe key's file", "store/maintenance.py",
+         "                    if key_problem(key):  # it could name a file outside either store",
+         "                    if False:  # it could name a file outside either store"),
+        ("maintenance keys: the size cap deletes an unsafe key's file", "store/cap.py",
+         "            if key_problem(key) is None:  # a key no picture", "            if True:  # a key no picture"),
+    )],
+    # a completion that is not valid Unicode (a lone surrogate) on the training path: None, named, never at a model
+    *[Mutant(name, file, original, mutated, ("tests/test_reward_inputs.py",)) for name, file, original, mutated in (
+        ("reward unicode: a lone surrogate passes as text", "data/samples.py",
+         '        text.encode("utf-8")\n', '        text.encode("utf-8", "surrogatepass")\n'),
+        ("reward unicode: a broken caption reaches the models", "apps/reward/__init__.py",
+         "None if empty[i] or i in broken else", "None if empty[i] else"),
+        ("reward unicode: the served row error left out", "apps/reward/serve.py",
+         "                elif problem := unicode_problem(caption):", "                elif problem := None:"),
+        ("reward inputs: a cache folder that is a file passes for a read-only cache", "run/config.py",
+         "            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():",
+         "            if False:"),
+    )],
     # a module:Class metric goes through the plug-in trust check (issue 50 item 8)
     Mutant("module:Class metrics skip the plug-in trust check", "metrics/__init__.py",
            "found = registry.import_plugin(name)",
@@ -1039,13 +1119,29 @@ MUTANTS = [
     Mutant("mergeable-stats: merge's corpus value from the first shard's statistics", "run/shards.py",
            'entry["corpus"] = corpus_value(part, order)', 'entry["corpus"] = corpus_value(held[0][1])',
            ("tests/test_reference.py",)),
-    # issue 54: a store that keeps no picture makes no folders for them (256 `mkdir`s a fresh cache)
-    Mutant("store keep: vectors makes the picture folders", "store/index.py",
-           '            if keep == "images":  # the other', '            if keep != "none":  # the other',
-           ("tests/test_keep.py",)),
-    Mutant("store keep: no policy makes the picture folders", "store/index.py",
-           '            if keep == "images":  # the other', '            if keep == "pictures":  # the other',
-           ("tests/test_keep.py",)),
+    # issue 54: prompt tokens counted one prompt at a time on a copy of the Rust tokenizer, whole
+    Mutant("tokens cut: the copied tokenizer keeps the pipeline's truncation", "models/generator.py",
+           "    own.no_truncation()\n", "    pass\n", ("tests/test_recon.py",)),
+    Mutant("tokens cut: the copied tokenizer keeps the pipeline's padding", "models/generator.py",
+           "    own.no_padding()\n", "    pass\n", ("tests/test_recon.py",)),
+    Mutant("tokens cut: a Python tokenizer taken for a Rust one", "models/generator.py",
+           "    if backend is None:\n        return lambda prompts", "    if backend is not None:\n        return lambda prompts",
+           ("tests/test_recon.py",)),
+    # issue 54: the report takes the names of the thumbnails the run made, naming only the others
+    Mutant("report thumbnails: the run's names not taken", "store/thumbs.py",
+           "    known = known or {}\n", "    known = {}\n", ("tests/test_cache_work.py",)),
+    Mutant("report thumbnails: a linked picture not recorded as made", "store/thumbs.py",
+           "                        self.made[p] = name\n", "                        pass\n", ("tests/test_cache_work.py",)),
+    # issue 54: a batch's digests go into the memo file in one write once the batch is read
+    Mutant("digest memo: the batch's digests not written after it is read", "run/local.py",
+           "        write_remembered()  # the digests", "        pass  # the digests", ("tests/test_cache_work.py",)),
+    Mutant("digest memo: a digest remembered later written at once", "core/digests.py",
+           "    if later:\n        with _unwritten_lock:", "    if False:\n        with _unwritten_lock:",
+           ("tests/test_cache_work.py",)),
+    # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
+    Mutant("store folders: a missing picture folder is not made", "core/paths.py",
+           "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",
+           ("tests/test_keep.py", "tests/test_cache_work.py")),
     Mutant("store keep: a store without pictures makes no root", "store/index.py",
            "            self.root.mkdir(parents=True, exist_ok=True)", "            pass", ("tests/test_keep.py",)),
     # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began
@@ -1089,7 +1185,48 @@ MUTANTS = [
            "pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))",
            "pairs = [pair for pair in row_pairs if pair is not None]",
            ("tests/test_reward.py::test_identical_pictures_and_captions_are_scored_once_by_content_not_by_row",)),
-
+    # text that is not valid Unicode on the score path: the row's error, escaped by every writer
+    Mutant("unicode guard: a row's broken text no longer its error", "data/images.py",
+           "if problem := text_problem(sample):", "if problem := None:", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: only the first reference checked", "data/samples.py",
+           "for i, ref in enumerate(sample.refs))", "for i, ref in enumerate(sample.refs[:1]))", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the image id unchecked", "data/samples.py",
+           '("image_id", sample.image_id)]', '("image_id", "")]', ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: json_text writes a lone surrogate as itself", "core/records.py",
+           "return text if text.isascii() else", "return text if True else", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: samples with a lone surrogate refused as a whole file", "data/loaders/__init__.py",
+           "read_records(path, SampleFormatError, keep_surrogates=True)",
+           "read_records(path, SampleFormatError, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the report page written strictly", "reports/html/page.py",
+           'errors="backslashreplace")', 'errors="strict")', ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the report refuses the scores it reads back", "reports/html/collect.py",
+           "_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=True)",
+           "_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: a lone surrogate printed as itself", "core/tables.py",
+           r"\u2066-\u2069\ud800-\udfff]", r"\u2066-\u2069]", ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: parquet exports written with a lone surrogate", "run/captioning.py",
+           'return value.encode("utf-8", "backslashreplace").decode("utf-8")', "return value",
+           ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: the store's JSON values written with a lone surrogate", "store/index.py",
+           'json_text(v).encode("utf-8")', 'json.dumps(v, ensure_ascii=False).encode("utf-8")',
+           ("tests/test_text_inputs.py",)),
+    Mutant("unicode guard: a t2i caption set with a lone surrogate refused as a whole", "data/caption_sets.py",
+           "read_records(path, SampleFormatError, keep_surrogates=True)",
+           "read_records(path, SampleFormatError, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
+    Mutant("memo folder: --cache-dir ignored", "run/config.py",
+           "else self.cache_dir or default_cache_dir())", "else default_cache_dir())", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: written into a read-only cache", "run/config.py",
+           "None if self.no_cache or self.cache_read_only else", "None if self.no_cache else", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: distill's in the default folder", "apps/distill/__init__.py",
+           "keep_memo_in(None if store.read_only else store.root)", "keep_memo_in(default_cache_dir())", ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: none means the default folder", "core/digests.py",
+           "    if folder is None or writing and _meant_read_only(folder):",
+           "    folder = folder or default_cache_dir()\n    if writing and _meant_read_only(folder):",
+           ("tests/test_cache_folders.py",)),
+    Mutant("memo folder: written into a cache folder without a write bit", "core/digests.py",
+           "if folder is None or writing and _meant_read_only(folder):", "if folder is None:",
+           ("tests/test_store.py::test_read_only_cache_is_read_and_new_work_goes_to_an_overlay",)),
 ]
 
 

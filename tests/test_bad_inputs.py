@@ -193,9 +193,6 @@ WHOLE_FILE = {
         "--vqa-template must contain {caption} and no other"),
     "a .parquet file that is not parquet": lambda w: (
         w.score(w.file("fake.parquet", "id,caption\n")), 2, "not a readable parquet file"),
-    "a caption with a lone surrogate": lambda w: (
-        w.score(w.file("surrogate.jsonl", '{"id": "a", "image": "pic.png", "caption": "half \\ud800"}\n')), 2,
-        "surrogate.jsonl:1: holds half a UTF-16 surrogate pair"),
     "a JSON line nested 100k deep": lambda w: (
         w.score(w.file("deep.jsonl", "[" * 100_000 + "]" * 100_000 + "\n")), 2, "deep.jsonl:1: nested too deeply"),
     "--config names a folder": lambda w: (w.score(w.ok, "--config", str(w.root)), 2, "not a file"),
@@ -465,11 +462,15 @@ def test_bad_rows(tmp_path, tiny_clip, capsys):
         "empty caption": ("pic.png", "   "),
         "caption is a list": ("pic.png", ["a", "cat"]),
         "caption is a number": ("pic.png", 7),
+        "caption with a lone surrogate": ("pic.png", "half \ud800"),
+        "reference with a lone surrogate": ("pic.png", "x"),
         "image outside --image-root (..)": ("../ok.jsonl", "x"),
         "image outside --image-root (absolute)": (str(tmp_path / "cache"), "x"),
     }
-    samples = _jsonl(images / "rows.jsonl", [{"id": kind, "image": image, "caption": caption}
-                                            for kind, (image, caption) in rows.items()])
+    references = {"reference with a lone surrogate": ["fine", "half \udfff"]}
+    samples = _jsonl(images / "rows.jsonl", [{"id": kind, "image": image, "caption": caption,
+                                              "refs": references.get(kind, [])}
+                                             for kind, (image, caption) in rows.items()])
     code, out, err = _run(["score", "-i", str(samples), *clip, "--image-root", str(images), "--out",
                            str(tmp_path / "rows")], capsys)
     assert code == 1 and "Traceback" not in err
@@ -480,6 +481,8 @@ def test_bad_rows(tmp_path, tiny_clip, capsys):
                      "image truncated": "image not decodable", "image path is a folder": "image unreadable",
                      "empty caption": "empty caption",
                      "caption is a list": "caption not text", "caption is a number": "caption not text",
+                     "caption with a lone surrogate": "text not valid Unicode",
+                     "reference with a lone surrogate": "text not valid Unicode",
                      "image outside --image-root (..)": "image outside --image-root",
                      "image outside --image-root (absolute)": "image outside --image-root"}
     for kind, expected in expected_rows.items():

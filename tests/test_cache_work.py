@@ -1,6 +1,7 @@
 """No work the cache already did: a cached run decodes no source image, and a run embeds
 the reconstructions it generates from memory, with the same result as from the stored file."""
 
+import hashlib
 import json
 import os
 
@@ -222,8 +223,9 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     assert len(first) == 10  # five photos and five reconstructions
     cached = {p.name: p for p in (tmp_path / "cache" / "thumbs").rglob("*.jpg")}
     assert sorted(cached) == first
-    # filed by their names' first two hex digits, in folders made at once (not one by one, as they came)
-    assert len([p for p in (tmp_path / "cache" / "thumbs").iterdir() if p.is_dir()]) == 256
+    # filed by their names' first two hex digits, each folder made by the first thumbnail filed in it
+    assert sorted(p.name for p in (tmp_path / "cache" / "thumbs").iterdir() if p.is_dir()) == sorted(
+        {name[:2] for name in cached})
     assert all(path.parent.name == name[:2] for name, path in cached.items())
     stamps = {name: path.stat().st_mtime_ns for name, path in cached.items()}
 
@@ -289,6 +291,19 @@ def test_a_picture_thumbnailed_from_memory_is_named_once_and_only_linked_after(t
     assert len(pictures) == 10 and len(set(pictures)) == 10  # 5 originals, 5 reconstructions, each named once
     folder = tmp_path / "first" / "report_files" / "thumbs"
     assert len(list(folder.iterdir())) == 10
+    # the report takes the names the run made: it names only the picture that has no thumbnail
+    assert [p for thread, p in named if thread != "caprecon-thumbs-feed"] == [str(tmp_path / "broken.jpg")]
+    html = (tmp_path / "first" / "report.html").read_text()
+    gallery = json.loads(html.split('<script type="application/json" id="gallery-data">')[1].split("</script>")[0])
+    records = {r["id"]: r for r in map(json.loads, (tmp_path / "first" / "scores.jsonl").read_text().splitlines())}
+    for item in gallery["items"]:
+        if item["i"] == "broken":
+            assert item["o"] is None and item["r"] == []
+            continue
+        record = records[item["i"]]  # each card shows its own row's pictures, their bytes as linked
+        assert (folder / item["o"]).read_bytes() == (tmp_path / record["image"]).read_bytes()
+        assert [(folder / name).read_bytes() for name in item["r"]] == [
+            open(record["reconstruction"], "rb").read()]
 
 
 def test_a_picture_whose_bytes_were_seen_is_not_read_again_for_its_thumbnail(tmp_path, monkeypatch):
@@ -381,6 +396,34 @@ def test_the_digest_memo_answers_a_later_process(tmp_path):
     import sqlite3
 
     assert sqlite3.connect(tmp_path / "cache" / "digests.sqlite").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_a_batchs_digests_go_into_the_memo_in_one_write_once_the_batch_is_read(tmp_path, monkeypatch):
+    """The reading threads remember each file's digest in the process at once and the batch's reader
+    writes the batch's digests into the memo file (the run's cache folder's) together: one write of
+    two for each batch of two new files, and a later process knows each file's digest without
+    reading it."""
+    import subprocess
+    import sys
+
+    from caprecon.core import digests
+
+    monkeypatch.setattr(digests, "_known", {})
+    writes = []
+    real = digests._write
+    monkeypatch.setattr(digests, "_write", lambda rows: (writes.append(sorted(i[0] for i, _ in rows)), real(rows))[1])
+    samples = _samples(tmp_path)
+    _score_into(samples, tmp_path, "first")  # its cache folder, tmp_path / "cache", holds the memo
+    names = [os.path.basename(p) for batch in writes for p in batch]
+    assert [len(batch) for batch in writes if batch] == [2, 2, 2]
+    assert sorted(names) == sorted([f"img{i}.jpg" for i in range(5)] + ["broken.jpg"])
+    path = os.path.realpath(tmp_path / "img3.jpg")
+    info = os.stat(path)
+    recall = (f"from caprecon.core.digests import keep_memo_in, known_digest; "
+              f"keep_memo_in({str(tmp_path / 'cache')!r}); "
+              f"print(known_digest(({path!r}, {info.st_size}, {info.st_mtime_ns})))")
+    out = subprocess.run([sys.executable, "-c", recall], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == hashlib.sha256((tmp_path / "img3.jpg").read_bytes()).hexdigest()
 
 
 def test_a_batchs_files_resolve_as_path_resolve_does_with_each_folder_looked_up_once(tmp_path, monkeypatch):

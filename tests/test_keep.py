@@ -159,12 +159,23 @@ def test_a_capped_store_enforces_its_cap_as_it_writes(tmp_path):
 
 
 @pytest.mark.parametrize("keep", ["vectors", "none"])
-def test_a_store_that_keeps_no_picture_makes_no_picture_folders(tmp_path, keep):
-    """A store that keeps pictures makes its 256 folders 00..ff when it opens; under `vectors` or
-    `none` no picture is ever written, so it makes its root and index but no folder for them."""
-    Store(tmp_path / "pictures", keep="images")
-    assert sorted(p.name for p in (tmp_path / "pictures" / "images").iterdir()) == [f"{i:02x}" for i in range(256)]
-    Store(tmp_path / keep, keep=keep, read_only=False)  # asked for writable: no probe has made the folder
+def test_picture_folders_are_made_by_the_pictures_filed_in_them(tmp_path, keep):
+    """A store makes no picture folder when it opens: the first picture filed under `images/ab/` makes
+    that folder, and only that one (a fresh cache that made all 256 at once made about 100 more than
+    256 pictures fill). Under `vectors` or `none` no picture is written, so no folder is made even
+    as images are put: the root and its index alone."""
+    store = Store(tmp_path / "pictures", keep="images")
+    assert not (tmp_path / "pictures" / "images").exists()
+    picture = Image.new("RGB", (8, 6), (200, 30, 10))
+    keys = ["ab" + "0" * 62, "ab" + "1" * 62, "c7" + "2" * 62]
+    store.put_images("reconstruction", {k: (picture, {"seed": i}) for i, k in enumerate(keys)})
+    assert sorted(p.name for p in (tmp_path / "pictures" / "images").iterdir()) == ["ab", "c7"]
+    found = store.get_images(keys, verify=True)
+    assert sorted(found) == sorted(keys) and [found[k][0]["seed"] for k in keys] == [0, 1, 2]
+    with Image.open(found[keys[2]][1]) as back:
+        assert back.convert("RGB").getpixel((3, 2)) == (200, 30, 10)
+    other = Store(tmp_path / keep, keep=keep, read_only=False)  # asked for writable: no probe has made the folder
+    other.put_images("reconstruction", {keys[0]: (picture, {"seed": 0})})
     assert (tmp_path / keep / "index.sqlite").is_file()
     assert sorted(p.name for p in (tmp_path / keep).iterdir() if p.is_dir()) == []
 

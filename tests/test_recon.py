@@ -110,6 +110,34 @@ def test_long_caption_records_cut_tokens(tmp_path, tiny_sd, tiny_dinov2):
     assert generator["text_budget"] == 77 and generator["text_budget_by_encoder"] == {"tokenizer": 77}
 
 
+def test_cut_tokens_are_counted_whole_whatever_the_pipeline_tokenizer_was_last_set_to(tiny_sd):
+    """The pipeline's own call leaves its tokenizer truncating at 77 and padding to 77; the counts
+    are of whole prompts all the same, and the pipeline's tokenizer is left as its call set it."""
+    generator = DiffusersGenerator(str(tiny_sd), steps=1)
+    tok = generator.pipeline.tokenizer
+    tok(["word " * 40], padding="max_length", max_length=77, truncation=True)  # as encode_prompt calls it
+    state = (tok.backend_tokenizer.truncation, tok.backend_tokenizer.padding)
+    assert state[0] is not None and state[1] is not None
+    # the tiny CLIP BPE has no merges: one token per letter, none for spaces, plus start and end
+    assert generator.tokens_cut_batch(["word " * 40, "word " * 10, "a cat"]) == [
+        {"tokenizer": 40 * 4 + 2 - 77}, {"tokenizer": 0}, {"tokenizer": 0}]
+    assert generator.token_room("word " * 10) == 77 - (10 * 4 + 2)
+    assert (tok.backend_tokenizer.truncation, tok.backend_tokenizer.padding) == state
+
+
+def test_a_tokenizer_without_a_rust_one_is_called_as_it_is():
+    from caprecon.models.generator import token_counts
+
+    calls = []
+
+    def words(prompts, add_special_tokens, verbose):  # a Python tokenizer: a token a word, start and end
+        calls.append(list(prompts))
+        return {"input_ids": [[0, *range(len(p.split())), 1] for p in prompts]}
+
+    assert token_counts(words)(["a red car", "one"]) == [5, 3]
+    assert calls == [["a red car", "one"]]
+
+
 def test_faithful_caption_beats_perturbed_under_oracle(tmp_path):
     truth = "a red circle and a blue square"
     source = tmp_path / "scene.png"

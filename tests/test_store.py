@@ -760,22 +760,28 @@ def test_claims_go_with_the_rows_of_their_images_in_one_transaction(tmp_path, mo
     assert released == [["lost"]]  # a failed write still lets its claims go
 
 
-def test_a_new_store_makes_its_256_image_folders_at_once_and_a_write_makes_none(tmp_path, monkeypatch):
-    """Images are filed by their key's first two hex digits; the folders are made when the
-    store is new, so writing a batch makes none (each had cost a mkdir on the writing
-    thread), and a folder removed since is made again by the write that misses it."""
+def test_an_image_folder_is_made_by_the_first_write_that_files_a_picture_in_it(tmp_path, monkeypatch):
+    """Images are filed by their key's first two hex digits; a new store makes none of those folders,
+    the write that files the first picture in one makes it (one `mkdir` a folder, none for a folder
+    already there), and a folder removed since is made again by the write that misses it."""
     from PIL import Image
 
     store = Store(tmp_path / "s")
-    folders = sorted(p.name for p in (tmp_path / "s" / "images").iterdir())
-    assert folders == [f"{i:02x}" for i in range(256)]
+    assert not (tmp_path / "s" / "images").exists()
     made = []
     real_mkdir = os.mkdir
     monkeypatch.setattr(os, "mkdir", lambda p, *a, **k: (made.append(str(p)), real_mkdir(p, *a, **k))[1])
     keys = [content_key("reconstruction", caption=f"picture {i}") for i in range(64)]
-    shutil.rmtree(tmp_path / "s" / "images" / keys[0][:2])
-    store.put_images("reconstruction", {k: (Image.new("RGB", (2, 2)), {}) for k in keys})
-    assert made == [str(tmp_path / "s" / "images" / keys[0][:2])]
+    images = tmp_path / "s" / "images"
+    store.put_images("reconstruction", {k: (Image.new("RGB", (2, 2)), {}) for k in keys[:32]})
+    wanted = sorted({k[:2] for k in keys[:32]})
+    assert sorted(made) == sorted([str(images), *(str(images / f) for f in wanted)])  # each once
+    assert sorted(p.name for p in images.iterdir()) == wanted
+    made.clear()
+    shutil.rmtree(images / keys[0][:2])
+    store.put_images("reconstruction", {k: (Image.new("RGB", (2, 2)), {}) for k in keys[32:] + keys[:1]})
+    new = sorted({k[:2] for k in keys[32:]} - set(wanted))
+    assert sorted(made) == sorted(str(images / f) for f in {*new, keys[0][:2]})
     assert len(store.get_images(keys)) == 64
     made.clear()
     Store(tmp_path / "s")  # opened again: no image folder to make

@@ -41,7 +41,7 @@ def load_run(run: str | Path) -> tuple[list[dict[str, Any]], list[str], dict[str
             names, columns = list(found.get("metric_names") or []), read_columns(found)
         except (ValueError, AttributeError):
             names = []
-    return [record for _, record in read_records(scores, ConfigError)], names, columns
+    return [record for _, record in read_records(scores, ConfigError, keep_surrogates=True)], names, columns
 
 
 def direction(metric: str, columns: dict[str, Column]) -> tuple[bool | None, str]:

@@ -118,8 +118,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
               f"could be checked: run {repair} to move it aside and rebuild it from the rows still readable "
               "(the rest is recomputed when next needed)", file=sys.stderr)
         return 1
-    labels = {"bad_values": "values failing their checksum", "missing_files": "index rows whose file is missing",
-              "damaged_files": "files failing their checksum", "orphans": "files no index row names"}
+    labels = {"bad_values": "values failing their checksum", "unsafe_keys": "index rows whose key cannot name a file",
+              "missing_files": "index rows whose file is missing", "damaged_files": "files failing their checksum",
+              "orphans": "files no index row names"}
     if not args.json:
         print(f"entries checked: {report['entries']}")
         for key, label in labels.items():

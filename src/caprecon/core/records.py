@@ -47,8 +47,11 @@ def read_text(path: str | Path, error: type[Exception] = ValueError) -> str:
                     "save it as UTF-8") from None
 
 
-def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(`file:line`, record) for each non-blank line, whatever the file's suffix."""
+def read_jsonl(path: str | Path, error: type[Exception] = ValueError, *,
+               keep_surrogates: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`file:line`, record) for each non-blank line, whatever the file's suffix. A line holding half
+    a surrogate pair is refused, unless `keep_surrogates`: samples, whose rows are refused one by one
+    when scored (`caprecon.data.images.read_image`), and the files our writers wrote (`json_text`)."""
     path = Path(path)
     # split on newlines only: JSON strings may hold U+2028 and other characters splitlines() breaks at
     for lineno, line in enumerate(read_text(path, error).split("\n"), 1):
@@ -61,7 +64,7 @@ def read_jsonl(path: str | Path, error: type[Exception] = ValueError) -> Iterato
             raise error(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         except RecursionError:
             raise error(f"{where}: nested too deeply to read") from None
-        if _LONE_SURROGATE.search(line):
+        if not keep_surrogates and _LONE_SURROGATE.search(line):
             _refuse_lone_surrogates(record, where, error)
         yield where, _mapping(record, where, error)
 
@@ -80,12 +83,14 @@ def _refuse_lone_surrogates(record: Any, where: str, error: type[Exception]) -> 
                     "text; write the character itself or both halves of its pair") from None
 
 
-def read_records(path: str | Path, error: type[Exception] = ValueError) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(location, record) for each row of a .jsonl, .json (a list), .csv or .tsv file."""
+def read_records(path: str | Path, error: type[Exception] = ValueError, *,
+                 keep_surrogates: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(location, record) for each row of a .jsonl, .json (a list), .csv or .tsv file;
+    `keep_surrogates` as in `read_jsonl`."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        yield from read_jsonl(path, error)
+        yield from read_jsonl(path, error, keep_surrogates=keep_surrogates)
     elif suffix == ".json":
         text = read_text(path, error)
         try:
@@ -96,7 +101,8 @@ def read_records(path: str | Path, error: type[Exception] = ValueError) -> Itera
             raise error(f"{path}: nested too deeply to read") from None
         if not isinstance(data, list):
             raise error(f"{path}: a .json file of records must hold a list")
-        escaped_surrogate = _LONE_SURROGATE.search(text) is not None  # else no record can hold half a pair
+        # else no record can hold half a pair
+        escaped_surrogate = not keep_surrogates and _LONE_SURROGATE.search(text) is not None
         for i, record in enumerate(data, 1):
             if escaped_surrogate:
                 _refuse_lone_surrogates(record, f"{path} item {i}", error)
@@ -175,11 +181,25 @@ def open_for_append(path: Path, kept: list[dict[str, Any]]):
 
 
 def append_jsonl(sink, rows: Iterable[dict[str, Any]], *, allow_nan: bool = False) -> int:
-    """Rows as JSON lines (non-ASCII kept, values JSON cannot hold as `str`, NaN refused unless
-    `allow_nan`), flushed so a reader sees whole lines. Returns the number of rows."""
+    """Rows as JSON lines (`json_text`: non-ASCII kept, a lone surrogate escaped; values JSON cannot
+    hold as `str`, NaN refused unless `allow_nan`), flushed so a reader sees whole lines. Returns the
+    number of rows."""
     count = 0
     for row in rows:
-        sink.write(json.dumps(row, ensure_ascii=False, allow_nan=allow_nan, default=str) + "\n")
+        sink.write(json_text(row, allow_nan=allow_nan, default=str) + "\n")
         count += 1
     sink.flush()
     return count
+
+
+# a UTF-16 surrogate on its own in a Python string: no UTF-8 file can hold it as a character
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """`json.dumps(value, ensure_ascii=False, **options)` that every UTF-8 file can hold: a lone
+    surrogate in a string (a JSON escape such as "\\ud800" in the input, a file name decoded with
+    `surrogateescape`) is written as its JSON escape, which reads back as the same string. Outside
+    strings JSON is ASCII, so the escape lands inside the string that held the surrogate."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return text if text.isascii() else _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)

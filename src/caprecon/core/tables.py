@@ -8,8 +8,9 @@ from typing import Any, Sequence
 
 # what a terminal acts on instead of showing: C0 and C1 controls (ESC starts colour, cursor and
 # title sequences; CR and BS overwrite what was printed), DEL, line and paragraph separators,
-# and the bidirectional overrides and isolates that reorder what follows them
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# and the bidirectional overrides and isolates that reorder what follows them; and a lone
+# surrogate, which stdout cannot encode (printing it would stop the command)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def terminal_safe(text: str) -> str:

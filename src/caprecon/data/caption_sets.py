@@ -35,7 +35,8 @@ _IMAGE_COLUMNS = ("image", "image_path", "file_name", "jpg", "png")
 def read_rows(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix in RECORD_SUFFIXES:
-        return [record for _, record in read_records(path, SampleFormatError)]
+        # half a surrogate pair in a caption is that row's error when it is scored, as in `load_samples`
+        return [record for _, record in read_records(path, SampleFormatError, keep_surrogates=True)]
     if suffix == ".parquet":
         try:
             import pyarrow.parquet as pq

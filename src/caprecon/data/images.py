@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from caprecon.core.digests import known_digest, remember_digest
-from caprecon.data.samples import Sample, SampleError, has_image
+from caprecon.data.samples import Sample, SampleError, has_image, text_problem
 
 # the most bytes an image file may hold: ten times a large camera photo, far below what
 # exhausts memory (an endless device or a huge file stops here, as that row's error)
@@ -122,6 +122,8 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
                           "caption not text")
     if not sample.caption.strip():
         raise SampleError("empty caption", "empty caption")
+    if problem := text_problem(sample):
+        raise SampleError(problem, "text not valid Unicode")
     if not has_image(sample):
         if caption_only:
             return LoadedSample(sample, None, "")
@@ -137,7 +139,7 @@ def read_image(sample: Sample, *, caption_only: bool = False, later: bool = Fals
                             what="the embedded image")
     path = Path(src)
     key, hash_file = file_key(path, sample.image_root, max_bytes=sample.max_image_bytes, folders=folders,
-                              root_option=sample.image_root_option)
+                              root_option=sample.image_root_option, memo_later=later)
     if hash_file is None:
         return _file_sample(sample, path, key, None)
     if later:
@@ -195,12 +197,13 @@ class Folders:
 
 
 def file_key(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
-             root_option: str = "--image-root", folders: Folders | None = None,
+             root_option: str = "--image-root", folders: Folders | None = None, memo_later: bool = False,
              ) -> tuple[str, None] | tuple[None, Callable[[], tuple[str, bytes | None]]]:
     """`image_file_key` in two steps: (the key, None) when a stat gives it (the file's digest is
     remembered for its size and time: nothing is opened); else (None, the call that opens, reads
     and hashes the file, and returns the key and bytes). The path's checks are made first.
-    `folders`: folders resolved before (a batch's files share them)."""
+    `folders`: folders resolved before (a batch's files share them). `memo_later`: the digest goes
+    into the memo file at the next `caprecon.core.digests.write_remembered`, with the batch's others."""
     path = Path(path)
     limit = _checked(path, image_root, max_bytes, root_option)
     # missing, or cannot be looked at: info None, and the open says which
@@ -211,10 +214,11 @@ def file_key(path: str | Path, image_root: str | Path | None = None, *, max_byte
         key = known_digest(seen)
         if key is not None:
             return key, None
-    return None, partial(_hash_file, path, real, seen, limit)
+    return None, partial(_hash_file, path, real, seen, limit, memo_later)
 
 
-def _hash_file(path: Path, real: str, seen: tuple[str, int, int] | None, limit: int) -> tuple[str, bytes | None]:
+def _hash_file(path: Path, real: str, seen: tuple[str, int, int] | None, limit: int,
+               memo_later: bool = False) -> tuple[str, bytes | None]:
     """Open, read and hash the file `file_key` found no digest for by its stat (`seen`: the identity
     it asked for); the bytes come back with the key, or none when the opened file proves to be a
     remembered one after all (it changed since the stat)."""
@@ -225,7 +229,7 @@ def _hash_file(path: Path, real: str, seen: tuple[str, int, int] | None, limit: 
             return key, None
         data = _read_limited(fh, path, limit, info.st_size)
     key = hashlib.sha256(data).hexdigest()
-    remember_digest(ident, key)
+    remember_digest(ident, key, later=memo_later)
     return key, data
 
 

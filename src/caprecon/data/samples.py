@@ -93,6 +93,27 @@ def has_image(sample: Sample) -> bool:
     return sample.image is not None and not (isinstance(sample.image, str) and not sample.image.strip())
 
 
+def unicode_problem(text: str) -> str | None:
+    """What keeps `text` from being written as UTF-8, as every output file, cache key and request
+    is, or None: a lone surrogate, which a JSON escape ("\\ud800") or a decoder's
+    `surrogateescape` lets into a Python string though it is no character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds a lone surrogate ({text[exc.start]!r}) at character {exc.start}, which is not text: "
+                "the input's encoding is broken")
+    return None
+
+
+def text_problem(sample: Sample) -> str | None:
+    """Which of the sample's texts that reach a model or a key (the caption, each reference, the
+    image id its seed derives from) is not valid Unicode, and why (`unicode_problem`), or None."""
+    texts = [("caption", sample.caption), *((f"reference {i}", ref) for i, ref in enumerate(sample.refs)),
+             ("image_id", sample.image_id)]
+    return next((f"{name} {problem}" for name, text in texts
+                 if isinstance(text, str) and (problem := unicode_problem(text))), None)
+
+
 def check_images(rows: Sequence[Sample], needing: Sequence[str]) -> None:
     """Caption-only rows are valid only when no metric compares with the source image;
     `needing` names the metrics that do."""

@@ -189,7 +189,7 @@ def load_records(source: str | Path | Iterable[Mapping[str, Any]]) -> list[Mappi
     path = Path(source)
     if path.is_dir():
         path = path / "scores.jsonl"
-    return [record for _, record in read_jsonl(path, ConfigError)]
+    return [record for _, record in read_jsonl(path, ConfigError, keep_surrogates=True)]
 
 
 def category_table(records: str | Path | Iterable[Mapping[str, Any]], metric: str = "turing",

@@ -197,8 +197,20 @@ def export_parquet(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path 
         log.warning("pyarrow is not installed: %s not written (pip install 'caprecon[data]'); %s holds the same rows",
                     path.name, path.with_suffix(".jsonl").name)
         return None
-    pq.write_table(pa.Table.from_pylist(list(rows)), path)
+    pq.write_table(pa.Table.from_pylist([_utf8(row) for row in rows]), path)
     return path
+
+
+def _utf8(value: Any) -> Any:
+    """`value` with every string one parquet can hold (UTF-8): a lone surrogate (a caption's broken
+    JSON escape) is written as its escape, `\\ud800`, as the report shows it."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {key: _utf8(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_utf8(item) for item in value]
+    return value
 
 
 def one_noise_per_image(cfg, settings: Mapping[str, Any], what: str) -> None:

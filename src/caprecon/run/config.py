@@ -18,6 +18,7 @@ from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_text
+from caprecon.core.paths import default_cache_dir
 from caprecon.reconstruct.reconstructor import SEED_POLICIES, ReconstructionSpec, check_max_side, parse_size
 
 
@@ -124,8 +125,13 @@ class RunConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
         check_policy(self.keep, self.cache_max_size)
-        if self.no_cache:  # here, before any model or image is hashed: the digest memo lives in the cache folder
-            digests.in_process_only()
+        for option, folder in (("--cache-dir", self.cache_dir), ("--cache-overlay", self.cache_overlay)):
+            # a file there would pass for a read-only cache, and the first new result be refused as one
+            if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
+                raise ConfigError(f"{option}: not a folder: {folder} is a file")
+        # here, before any model or image is hashed: the memo of file digests lives in the run's cache folder,
+        # and nowhere under --no-cache, nor in a cache the run must not write to
+        digests.keep_memo_in(None if self.no_cache or self.cache_read_only else self.cache_dir or default_cache_dir())
         weight = self.clipscore_weight
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
                                    or not weight > 0):

@@ -35,11 +35,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir
-from caprecon.core.records import is_number
+from caprecon.core.records import is_number, json_text
 from caprecon.core.scaling import rescale, unit_scale
 from caprecon.core.redaction import redact, redact_text
 from caprecon.data.samples import Sample
@@ -276,8 +276,7 @@ def write_corpus_statistics(out_dir: Path, parts: dict[str, Any]) -> None:
     from caprecon.metrics.reference_statistics import statistics_document
 
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(statistics_document(parts), ensure_ascii=False, allow_nan=False),
-                         encoding="utf-8")
+    temporary.write_text(json_text(statistics_document(parts), allow_nan=False), encoding="utf-8")
     temporary.replace(path)
 
 
@@ -338,13 +337,13 @@ def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:
     """The run folder's `summary.json`, whichever command wrote it: strict JSON (a number that is
     not finite is null), so any JSON reader can open it."""
     path = Path(out_dir) / "summary.json"
-    path.write_text(json.dumps(_finite(summary), indent=2, ensure_ascii=False, allow_nan=False), encoding="utf-8")
+    path.write_text(json_text(_finite(summary), indent=2, allow_nan=False), encoding="utf-8")
     return path
 
 
 def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) -> None:
     write_summary(out_dir, summary)
-    with (out_dir / "summary.csv").open("w", newline="") as fh:
+    with (out_dir / "summary.csv").open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["metric", "mean", "std", "n", "corpus"])  # corpus: BLEU's, METEOR's pooled value
         for name, s in summary["metrics"].items():
@@ -354,10 +353,12 @@ def write_run(out_dir: Path, summary: dict[str, Any], manifest: dict[str, Any]) 
 
 
 def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dict[str, Any],
-                  metric_names: Sequence[str], *, progress: bool = False) -> None:
+                  metric_names: Sequence[str], *, progress: bool = False,
+                  thumbnails: Mapping[str, str] | None = None) -> None:
     """What a scored run folder shows beside its scores, whichever command made it (`score`, `merge`):
     the per-category table and radar of its question-bank metric (turing, else halluc) when that
-    metric scored a row, and `report.html` when the run has rows (an input with none says so itself)."""
+    metric scored a row, and `report.html` when the run has rows (an input with none says so itself).
+    `thumbnails`: those the run made as it worked (`ThumbnailWriter.made`), which the page takes as made."""
     for metric in ("turing", "halluc"):
         if metric in metric_names and (summary["metrics"].get(metric) or {}).get("n"):
             from caprecon.reports.categories import write_report
@@ -367,7 +368,7 @@ def write_reports(out_dir: Path, records: Sequence[dict[str, Any]], summary: dic
     if records:
         from caprecon.reports.html import write_html_report
 
-        write_html_report(out_dir, progress=progress)
+        write_html_report(out_dir, progress=progress, thumbnails=thumbnails)
 
 
 def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from caprecon.core.errors import MetricContractError
 from caprecon.metrics.base import Context, Metric, checked_rows
+from caprecon.core.digests import write_remembered
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
 from caprecon.data.images import Folders, LoadedSample, read_image
@@ -294,6 +295,7 @@ class _BatchReader:
         folders = Folders()  # a batch's files mostly share their folder: it is resolved once
         opened: list[Any] = [self._read_one(s, folders) for _, s in batch]
         self._fill(opened, self._finish, callable)
+        write_remembered()  # the digests of the files just hashed, in one transaction
         files = [o for o in opened if isinstance(o, LoadedSample) and not o.decoded]
         # rows of one picture (several captions of it) share a key, and each takes the size
         known = self.ctx.store.get_json(list({self._key(o.image_key) for o in files})) if files else {}

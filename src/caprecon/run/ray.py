@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
+from caprecon.core.digests import keep_memo_in, memo_folder
+from caprecon.core.records import json_text
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.metrics.base import Context, Metric
 from caprecon.metrics.recon import ReconScore
@@ -159,7 +161,7 @@ def _encode(batch: dict[str, Any], records: list[dict[str, Any]], stats: dict[st
     for key, value in stats.items():
         carried[0][key] = carried[0].get(key, 0) + value
     return {"position": batch["position"], "row": batch["row"], "sample": batch["sample"],
-            "record": [json.dumps(r, ensure_ascii=False, allow_nan=False, default=str) for r in records],
+            "record": [json_text(r, allow_nan=False, default=str) for r in records],
             "stats": [json.dumps(c) if c else "" for c in carried]}
 
 
@@ -194,7 +196,8 @@ def _opened(samples: list[Sample], records: list[dict[str, Any]], row_numbers: l
 class ReconstructStage:
     """Fills the store with the reconstructions the metrics will need; rows pass through."""
 
-    def __init__(self, plan: list, recipe: tuple, caption_only: bool):
+    def __init__(self, plan: list, recipe: tuple, caption_only: bool, memo: str | None):
+        keep_memo_in(memo)  # the driver's memo of file digests: its cache folder, or none
         self.ctx = Context(open_recipe(recipe))
         self.plan, self.caption_only = plan, caption_only
         self.counting = _Counting(self.ctx)
@@ -216,7 +219,8 @@ class ReconstructStage:
 class MetricStage:
     """Scores one metric on each batch, exactly as the local executor does."""
 
-    def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool):
+    def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool, memo: str | None):
+        keep_memo_in(memo)  # as in `ReconstructStage`
         self.runner = MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
         self.caption_only = caption_only
         self.counting = _Counting(self.runner.ctx)
@@ -292,16 +296,18 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
         raise ConfigError(f"--stage names {', '.join(sorted(unknown))}: no such stage in this run; stages are "
                           f"{', '.join([RECONSTRUCT, *(m.name for m in metrics)])}")
     recipe = store_recipe(ctx.store)
+    memo = None if memo_folder() is None else str(memo_folder())
     caption_only = not any(m.needs_source_image for m in metrics)
     needed = reconstruction_plan(metrics)
     stages = default_stages(metrics, stages, reconstructing=bool(needed))
     plan: list[tuple[str, type, dict[str, Any]]] = []
     if needed:
-        plan.append((RECONSTRUCT, ReconstructStage, {"plan": needed, "recipe": recipe, "caption_only": caption_only}))
+        plan.append((RECONSTRUCT, ReconstructStage, {"plan": needed, "recipe": recipe, "caption_only": caption_only,
+                                                          "memo": memo}))
     for metric in metrics:
         own = stages.get(metric.name)
         plan.append((metric.name, MetricStage, {
-            "metric": metric, "recipe": recipe, "caption_only": caption_only,
+            "metric": metric, "recipe": recipe, "caption_only": caption_only, "memo": memo,
             "batch_size": (own.batch_size if own else None) or cfg.batch_size}))
     groups = _groups(plan, stages)  # a bad `with` fails before Ray starts
     if address or not ray.is_initialized():
@@ -323,7 +329,7 @@ def run_ray(samples: Sequence[Sample], metrics: Sequence[Metric], cfg: Any, ctx:
     try:
         if todo:
             rows = [{"position": i, "row": numbers[i], "sample": pickle.dumps(s),
-                     "record": json.dumps({**base_record(s), **(fields or {})}, ensure_ascii=False, default=str),
+                     "record": json_text({**base_record(s), **(fields or {})}, default=str),
                      "stats": ""}
                     for i, s in todo]
             ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // cfg.batch_size)))

@@ -214,7 +214,8 @@ def score(
         write_run(out_dir, summary, manifest)
         if thumbnails:
             thumbnails.close()  # the report finds the thumbnails made while the run worked
-        write_reports(out_dir, records, summary, metric_names, progress=progress)
+        write_reports(out_dir, records, summary, metric_names, progress=progress,
+                      thumbnails=thumbnails.made if thumbnails else None)
     return Results(records, summary, manifest, out_dir, metric_names)
 
 

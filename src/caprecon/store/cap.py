@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from caprecon.store.images import key_problem
 from caprecon.store.sql import delete_results
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ class SizeCap:
                     total -= size
                 delete_results(db, doomed)
         for key in doomed:
-            self.image_path(key).unlink(missing_ok=True)
+            if key_problem(key) is None:  # a key no picture file can have, written by another program, has none
+                self.image_path(key).unlink(missing_ok=True)
         if doomed:
             log.info("cache %s over its cap of %d bytes: %d oldest entries deleted", self.root, self.max_size,
                      len(doomed))

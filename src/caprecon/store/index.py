@@ -53,10 +53,11 @@ import numpy as np
 
 from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import json_text
 from caprecon.store import sql
 from caprecon.store.cap import SizeCap
 from caprecon.store.errors import StoreCorruptError, StoreFullError, StoreReadOnlyError, corrupt_message, full_disk
-from caprecon.store.images import ImageFiles, fan_out
+from caprecon.store.images import ImageFiles
 from caprecon.store.leases import LEASE_SECONDS, Leases
 from caprecon.store.sql import sha256
 from caprecon.store.writer import WriteBehind
@@ -135,10 +136,8 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         self._columns: set[str] | None = None  # the results table's columns, when it may lack newer ones
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._empty = self.read_only and not self.index.exists()  # a read-only folder without an index holds nothing
-        if not self.read_only:
+        if not self.read_only:  # the pictures' folders are made as pictures come (`ImageFiles`)
             self.root.mkdir(parents=True, exist_ok=True)
-            if keep == "images":  # the other policies write no picture: their 256 folders cost 256 `mkdir`s for nothing
-                fan_out(self.root / "images")
         if not self._empty:
             self._guard(self._prepare)
 
@@ -325,7 +324,8 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         return {k: json.loads(v) for k, v in self._get(keys).items()}
 
     def put_json(self, kind: str, items: dict[str, Any], model: Any = None) -> None:
-        self._put(((k, kind, json.dumps(v, ensure_ascii=False).encode("utf-8"), {}) for k, v in items.items()), model)
+        # json_text: a value holding a lone surrogate (a captioner's broken reply) is stored as its escape
+        self._put(((k, kind, json_text(v).encode("utf-8"), {}) for k, v in items.items()), model)
 
     # -- arrays (embeddings) ----------------------------------------------------------
 

@@ -2,7 +2,10 @@
 (`cache_verify`, which can repair), deleting entries (`cache_prune`), and copying the verified results
 of several stores into one (`merge_stores`): `caprecon cache info|verify|prune` and `caprecon store
 merge`, each returning the dict the command prints with `--json`. With the other modules of `store/`
-(the tables are made in `sql`), the only ones that know the store's schema and SQL.
+(the tables are made in `sql`), the only ones that know the store's schema and SQL. Each operation
+changes the index in one transaction (`Store.transaction`; a merge, one per source), and deletes files
+only once it is committed: one that fails or is interrupted changes nothing in the index (a merge keeps
+the sources before the one that failed) and leaves no transaction open.
 
     caprecon.cache_info()                                   # the default cache ($CAPRECON_CACHE, ...)
     caprecon.cache_prune("/shared/cache", max_size=10**10, dry_run=True)["removed"]
@@ -20,8 +23,9 @@ from typing import Any, Collection, Sequence
 from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir, path_problem
+from caprecon.store import sql
 from caprecon.store.errors import StoreError, StoreReadOnlyError
-from caprecon.store.images import read_verified
+from caprecon.store.images import key_problem, read_verified
 from caprecon.store.index import INDEX, Store, is_writable
 from caprecon.store.sql import sha256
 
@@ -48,7 +52,7 @@ def _select(store: Store, columns: list[str]) -> str:
 
 
 def _entry_size(store: Store, key: str, value_len: int, file_size: int | None, has_file: bool) -> int:
-    if file_size is None and has_file:  # an entry stored before sizes were recorded
+    if file_size is None and has_file and key_problem(key) is None:  # an entry stored before sizes were recorded
         path = store.image_path(key)
         file_size = path.stat().st_size if path.exists() else 0
     return value_len + (file_size or 0)
@@ -124,15 +128,17 @@ def _model_name(about: dict[str, Any]) -> str | None:
 
 def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dict[str, Any]:
     """`caprecon cache verify`: check every entry of the cache at `root` (default: the default cache): value checksums, image files present and matching their checksum,
-    files under images/ that no index row names (orphans), lapsed claims. A damaged index
-    (`index_file`) is reported as `index: "damaged: WHAT"`, with nothing else checked. With `repair`,
-    bad entries and orphans are deleted (they are recomputed when next needed), entries
-    stored before checksums get theirs, and a damaged index is moved aside and rebuilt
-    from whatever rows can still be read."""
+    files under images/ that no index row names (orphans), keys that cannot name a picture file
+    (`unsafe_keys`: written by another program, they could lead out of the cache), lapsed claims. A
+    damaged index (`index_file`) is reported as `index: "damaged: WHAT"`, with nothing else checked.
+    With `repair`, bad entries and orphans are deleted (they are recomputed when next needed; of an
+    unsafe key, its row alone, never a file), entries stored before checksums get theirs, and a
+    damaged index is rebuilt from whatever rows can still be read and moved aside."""
     root = cache_root(root)
     index = root / INDEX
     report: dict[str, Any] = {"root": str(root), "index_file": str(index), "index": "ok", "entries": 0,
-                              "bad_values": [], "missing_files": [], "damaged_files": [], "orphans": [],
+                              "bad_values": [], "unsafe_keys": [], "missing_files": [], "damaged_files": [],
+                              "orphans": [],
                               "expired_claims": 0, "checksums_added": 0, "repaired": repair}
     if not index.exists():
         raise StoreError(f"no cache at {root} (no {INDEX} there)")
@@ -163,6 +169,10 @@ def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dic
         has_file = file_checksum is not None or kind == "reconstruction"
         new_checksums = {"checksum": checksum or sha256(value)}
         if has_file:
+            if key_problem(key):
+                report["unsafe_keys"].append(key)
+                bad_keys.append(key)
+                continue
             file_keys.add(key)
             path = store.image_path(key)
             if not path.exists():
@@ -191,17 +201,17 @@ def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dic
     except sqlite3.OperationalError:  # an old, read-only index without claims
         report["expired_claims"] = 0
     if repair:
-        db.execute("BEGIN IMMEDIATE")
-        db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
-        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, file_size = ? WHERE key = ?", backfill)
-        db.execute("DELETE FROM claims WHERE expires < ?", (now,))
-        db.execute("COMMIT")
+        with store.transaction() as db:
+            db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
+            db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, file_size = ? WHERE key = ?", backfill)
+            db.execute("DELETE FROM claims WHERE expires < ?", (now,))
         report["checksums_added"] = len(backfill)
         for key in bad_keys:
-            store.image_path(key).unlink(missing_ok=True)
+            if key_problem(key) is None:
+                store.image_path(key).unlink(missing_ok=True)
         for rel in report["orphans"]:
             (root / rel).unlink(missing_ok=True)
-    problems = [report[k] for k in ("bad_values", "missing_files", "damaged_files", "orphans")]
+    problems = [report[k] for k in ("bad_values", "unsafe_keys", "missing_files", "damaged_files", "orphans")]
     report["ok"] = repair or not any(problems)
     return report
 
@@ -225,21 +235,40 @@ def _index_problem(index: Path, *, read_only: bool) -> str | None:
 
 
 def _rebuild_index(index: Path) -> tuple[int, str]:
-    """Move the damaged index aside, make a new one and copy in every row that still reads."""
+    """Copy every row of the damaged index that still reads into a new index beside it, then move
+    the damaged one aside and the new one into its place. Until the new one is whole the damaged
+    one stays where it is: a rebuild that fails (a full disk, an interrupt) changes nothing."""
+    rows = _readable_rows(index)
+    fresh = index.with_name(INDEX + ".rebuilding")
+    _remove_with_logs(fresh)  # left by a rebuild that died
+    db = sql.connect(fresh)
+    try:
+        sql.create_tables(db)
+        with sql.transaction(db, "BEGIN IMMEDIATE"):
+            sql.insert_rows(db, "results", sql.RESULT_COLUMNS, rows)
+    except BaseException:
+        db.close()
+        _remove_with_logs(fresh)
+        raise
+    db.close()  # the last connection: SQLite moves the log into the file
     aside = index.with_name(f"{INDEX}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-    shutil.move(index, aside)
-    for suffix in ("-wal", "-shm"):
-        extra = index.with_name(INDEX + suffix)
-        if extra.exists():
-            shutil.move(extra, aside.with_name(aside.name + suffix))
-    rows = _readable_rows(aside)
-    store = Store(index.parent, read_only=False)
-    db = store.connect()
-    db.execute("BEGIN")
-    db.executemany("INSERT OR REPLACE INTO results (key, kind, value, created, checksum, file_checksum, file_size, "
-                   "model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    db.execute("COMMIT")
+    _move_with_logs(index, aside)
+    _move_with_logs(fresh, index)
     return len(rows), str(aside)
+
+
+def _move_with_logs(index: Path, to: Path) -> None:
+    """Move an SQLite file with its write-ahead log and shared-memory file, where it has them."""
+    shutil.move(index, to)
+    for suffix in ("-wal", "-shm"):
+        extra = index.with_name(index.name + suffix)
+        if extra.exists():
+            shutil.move(extra, to.with_name(to.name + suffix))
+
+
+def _remove_with_logs(index: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        index.with_name(index.name + suffix).unlink(missing_ok=True)
 
 
 def _readable_rows(damaged: Path) -> list[tuple]:
@@ -312,13 +341,13 @@ def cache_prune(root: str | Path | None = None, *, older_than: float | None = No
               "bytes_after": kept, "dry_run": dry_run, "thumbnails_removed": len(thumbs) if doomed else 0}
     if dry_run or not doomed:
         return report
+    with store.transaction() as db:
+        db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+    for key in doomed:
+        if key_problem(key) is None:  # a key no picture file can have, written by another program, has none
+            store.image_path(key).unlink(missing_ok=True)
     for path, _ in thumbs:  # report thumbnails are not tied to entries: they go, and are made again when needed
         path.unlink(missing_ok=True)
-    db.execute("BEGIN IMMEDIATE")
-    db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
-    db.execute("COMMIT")
-    for key in doomed:
-        store.image_path(key).unlink(missing_ok=True)
     try:
         db.execute("VACUUM")  # give the space back to the file system
     except sqlite3.OperationalError as exc:  # another process has the index open in a transaction
@@ -340,42 +369,58 @@ def _matching_models(db: sqlite3.Connection, wanted: str, aliases: Collection[st
 
 def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, Any]:
     """Copy every verified result of `sources` into the store `into` (created if absent).
-    An entry whose value or file fails its checksum is skipped and counted, never copied."""
-    target = Store(into, read_only=False)
-    counts = {"copied": 0, "present": 0, "damaged": 0}
-    for source in sources:
-        root = Path(source)
+    An entry whose value or file fails its checksum is skipped and counted, never copied.
+    Each source goes in one transaction, its picture files first: a merge that fails part way
+    keeps the sources before the one that failed, removes the files it copied for that one, and
+    copies the rest when run again (what is there already is counted as present)."""
+    roots = [Path(source) for source in sources]
+    if Path(into).exists() and not Path(into).is_dir():
+        raise StoreError(f"the store merged into, {into}, is a file, not a folder")
+    for root in roots:  # every source and the target checked before anything is copied
         if not (root / INDEX).exists():
             raise StoreError(f"no store at {root} (no {INDEX} there)")
-        if root.resolve() == target.root.resolve():
+        if root.resolve() == Path(into).resolve():
             raise StoreError(f"{root} is the store merged into; give the per-shard stores as sources")
+    target = Store(into, read_only=False)
+    counts = {"copied": 0, "present": 0, "damaged": 0}
+    for root in roots:
         src = Store(root, read_only=True)
         db, out = src.connect(), target.connect()
-        for fingerprint, description in db.execute("SELECT fingerprint, description FROM models"):
-            out.execute("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
-                        (fingerprint, description))
         have = {row[0] for row in out.execute("SELECT key FROM results")}
-        rows = db.execute("SELECT key, kind, value, created, checksum, file_checksum, file_size, model FROM results")
-        batch = []
-        for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
-            if key in have:
-                counts["present"] += 1
-                continue
-            if checksum is not None and sha256(value) != checksum:
-                counts["damaged"] += 1
-                continue
-            if file_checksum is not None:
-                path = src.image_path(key)
-                if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
-                    counts["damaged"] += 1
+        rows = db.execute(f"SELECT {sql.RESULT_COLUMNS} FROM results")
+        batch, copied_files, source_counts = [], [], {"copied": 0, "present": 0, "damaged": 0}
+        try:
+            for key, kind, value, created, checksum, file_checksum, file_size, model in rows:
+                if key in have:
+                    source_counts["present"] += 1
                     continue
-                destination = target.image_path(key)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, destination)
-            batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
-            counts["copied"] += 1
-        out.execute("BEGIN")
-        out.executemany("INSERT OR IGNORE INTO results (key, kind, value, created, checksum, file_checksum, "
-                        "file_size, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", batch)
-        out.execute("COMMIT")
+                if checksum is not None and sha256(value) != checksum:
+                    source_counts["damaged"] += 1
+                    continue
+                if file_checksum is not None:
+                    if key_problem(key):  # it could name a file outside either store
+                        source_counts["damaged"] += 1
+                        continue
+                    path = src.image_path(key)
+                    if not path.is_file() or sha256(path.read_bytes()) != file_checksum:
+                        source_counts["damaged"] += 1
+                        continue
+                    destination = target.image_path(key)
+                    if not destination.exists():  # one there already, without its row, is an orphan: replaced
+                        destination.parent.mkdir(parents=True, exist_ok=True)
+                        copied_files.append(destination)
+                    shutil.copyfile(path, destination)
+                batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
+                source_counts["copied"] += 1
+            with target.transaction() as out:
+                out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
+                                db.execute("SELECT fingerprint, description FROM models").fetchall())
+                out.executemany(f"INSERT OR IGNORE INTO results ({sql.RESULT_COLUMNS}) "
+                                f"VALUES ({sql.marks(8)})", batch)
+        except BaseException:
+            for destination in copied_files:  # no index row names them: they would be orphans
+                destination.unlink(missing_ok=True)
+            raise
+        for name, n in source_counts.items():
+            counts[name] += n
     return counts

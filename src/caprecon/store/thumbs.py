@@ -41,7 +41,6 @@ from PIL import Image
 from caprecon.core.paths import create_file
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
-from caprecon.store.images import fan_out
 
 log = logging.getLogger(__name__)
 
@@ -231,17 +230,21 @@ def _write(source: str, target: Path, side: int, cache: Path | None = None,
 
 
 def make_thumbnails(sources: Iterable[str], folder: Path, *, side: int = THUMB_SIDE, cache: Path | None = None,
-                    progress: bool = False, image_root: str | Path | None = None) -> dict[str, str | None]:
+                    progress: bool = False, image_root: str | Path | None = None,
+                    known: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """{source path: thumbnail file name in `folder`, or None when the source is missing, unreadable or
     outside `image_root`}. With `cache` (a store's thumbnail folder), thumbnails made before are linked
-    rather than made."""
+    rather than made. `known`: {source: name} of thumbnails put in `folder` moments ago (by the run's
+    `ThumbnailWriter`, which checked `image_root`), taken as they are: neither named nor looked for again."""
     from tqdm.auto import tqdm
 
     folder.mkdir(parents=True, exist_ok=True)
     unique = list(dict.fromkeys(sources))
-    targets = {src: _name(src) for src in unique if allowed(src, image_root)}
+    known = known or {}
+    targets = {src: _name(src) for src in unique if src not in known and allowed(src, image_root)}
     # those already in the folder (a report rendered again, a run's writer) need no job at all
-    written = {src: name for src, name in targets.items() if name and (folder / name).exists()}
+    written = {src: known[src] for src in unique if src in known}
+    written.update({src: name for src, name in targets.items() if name and (folder / name).exists()})
     jobs = [(src, folder / name) for src, name in targets.items() if name and src not in written]
     if jobs:
         workers = min(8, (os.cpu_count() or 1) + 1)
@@ -280,7 +283,8 @@ class ThumbnailWriter:
     cache holds into the run folder and makes the others from their files. Neither waits
     on the run nor holds up its batches. `close()` waits for the queue. A thumbnail that
     could not be made is left for the report, which tries again. Originals outside
-    `image_root` are never shown."""
+    `image_root` are never shown. `made` holds, once `close()` returns, {picture: its thumbnail's name}
+    for the thumbnails it put in `folder`: the report takes those names as they are."""
 
     def __init__(self, run: Path, folder: Path, *, cache: Path | None = None, side: int = THUMB_SIDE,
                  image_root: str | Path | None = None, store: Any = None):
@@ -292,6 +296,7 @@ class ThumbnailWriter:
             self.store.thumbnails = self.from_memory  # until `close`
         self._seen: set[str] = set()
         self._named: dict[str, str] = {}  # picture -> its thumbnail in the cache, made from memory (feed thread only)
+        self.made: dict[str, str] = {}  # picture -> its thumbnail in `folder` (written by the feed thread)
         self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, tuple[Image.Image, Any]] | None] \
             = queue.SimpleQueue()
         self._stopping = False
@@ -316,9 +321,8 @@ class ThumbnailWriter:
             self._queue.put(images)
 
     def _feed(self) -> None:
-        if self.cache is not None:
-            with contextlib.suppress(OSError):  # a cache that cannot be written: each link says so
-                fan_out(self.cache)
+        # the cache's folders (`_cached`) are made by the first thumbnail filed in each (`create_file`,
+        # `_link`): all 256 at once made more than a few hundred pictures need, at up to 0.35 ms each here
         while (paths := self._queue.get()) is not None:
             if self._stopping:
                 continue  # stopped: what is queued is dropped
@@ -329,13 +333,19 @@ class ThumbnailWriter:
                 continue
             # a picture whose thumbnail was just made from memory needs only its link: its
             # name is known, and the cache holds it
-            misses = [(p, name, root) for p, root in paths
-                      if (name := self._named.pop(p, None) or _name(p)) and not self._linked_from_cache(name)]
+            misses = []
+            for p, root in paths:
+                if name := self._named.pop(p, None) or _name(p):
+                    if self._linked_from_cache(name):
+                        self.made[p] = name
+                    else:
+                        misses.append((p, name, root))
             for source, name, root in misses:
                 if self._stopping:
                     break
                 try:
-                    _write(source, self.folder / name, self.side, self.cache, root)
+                    if _write(source, self.folder / name, self.side, self.cache, root):
+                        self.made[source] = name
                 except OSError as exc:  # left for the report, which tries again
                     log.debug("thumbnail of %s: %s", source, exc)
 

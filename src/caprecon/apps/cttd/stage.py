@@ -8,7 +8,6 @@ store and asks the models only about the rest.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -19,7 +18,7 @@ from caprecon.data.images import decode_bytes, read_image_file
 from caprecon.metrics.base import Context
 from caprecon.metrics.judging import LazyImages
 from caprecon.models.vlm import VLMRequest
-from caprecon.core.records import read_jsonl, write_jsonl_atomically
+from caprecon.core.records import json_text, read_jsonl, write_jsonl_atomically
 from caprecon.store.index import content_key
 
 
@@ -57,12 +56,12 @@ def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> int:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    return [record for _, record in read_jsonl(path)] if path.exists() else []
+    return [record for _, record in read_jsonl(path, keep_surrogates=True)] if path.exists() else []
 
 
 def write_json(path: Path, value: Any) -> None:
     partial = path.with_suffix(path.suffix + ".part")
-    partial.write_text(json.dumps(value, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+    partial.write_text(json_text(value, indent=2, default=str), encoding="utf-8")
     partial.replace(path)
 
 

@@ -91,6 +91,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     `text_encoder_chose_reconstructions`) when the text encoder is the one a run's generator chose
     its reconstructions with: the head can then learn the generator's own rule, and the held-out
     figures overstate how well it would follow a real text-to-image model. Returns `Distilled`."""
+    from caprecon.core.digests import keep_memo_in
     from caprecon.core.paths import default_cache_dir
     from caprecon.models.build import build_model
     from caprecon.models.distilled import (
@@ -122,6 +123,8 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
         # checked and locked by the run lifecycle (holds_run_folder); it must hold nothing but the lock
         raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     store = store if store is not None else Store.open(cache_dir or default_cache_dir())
+    # the encoders' files and the photos are hashed into this cache's memo of digests, and none under $HOME
+    keep_memo_in(None if store.read_only else store.root)
     rows, sources = read_rows(runs, metric, store)
     objective = choose_objective(objective, rows, sources)
     if image_encoder is None and objective == "reconstruction":

@@ -51,7 +51,7 @@ def read_rows(runs: Sequence[str | Path], metric: str, store: Store | None = Non
         manifest = read_manifest(run)
         stores = [*run_stores(manifest), *([store] if store is not None else [])]
         found, not_finite = 0, []
-        for where, record in read_jsonl(scores, ConfigError):
+        for where, record in read_jsonl(scores, ConfigError, keep_surrogates=True):
             value = record.get(metric)
             if isinstance(value, float) and not math.isfinite(value):
                 not_finite.append(where)

@@ -29,7 +29,7 @@ def read_rounds(out_dir: Path, run_key: str) -> dict[str, list[dict[str, Any]]]:
     if whole != text:
         path.write_text(whole, encoding="utf-8")
     history: dict[str, list[dict[str, Any]]] = {}
-    for _, row in read_jsonl(path, ConfigError):
+    for _, row in read_jsonl(path, ConfigError, keep_surrogates=True):
         history.setdefault(row["id"], []).append(row)
     # a round is complete for a caption only with its row; rows are appended round by round
     return history

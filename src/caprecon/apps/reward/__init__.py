@@ -51,7 +51,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.normalise import normalise_caption
-from caprecon.data.samples import Sample, SampleError
+from caprecon.data.samples import Sample, SampleError, unicode_problem
 from caprecon.metrics import Context, Metric
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
@@ -340,9 +340,13 @@ class Reward:
         """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
         sum (None where a part is None). When a caption is empty, every part of it is 0 and one more
         part, `empty`, holds the reward of an empty completion (0 for the other captions), so the sum
-        is `empty` whatever the metrics, weights and guards."""
+        is `empty` whatever the metrics, weights and guards. A caption that is not valid Unicode (a lone
+        surrogate: `unicode_problem`) gets None from its metrics, logged with its row, and reaches no model."""
         images, captions = list(images), self._read(captions)
         empty = [not caption.strip() for caption in captions]
+        broken = {row: problem for row, problem in enumerate(map(unicode_problem, captions)) if problem}
+        for row, problem in broken.items():
+            log.warning("reward: row %d: the caption %s; its reward is None", row, problem)
         with self._lock:  # one context (its counts, its held reconstructions) serves one batch at a time
             built = self._build()
             # the call as all pairs: each picture read once, each caption once, and the distinct
@@ -351,7 +355,8 @@ class Reward:
             opened: list[LoadedSample] = []
             texts: dict[str, int] = {}
             bases: dict[int, LoadedSample | Exception] = {}
-            row_pairs = [None if empty[i] else self._pair(i, picture, caption, bases, pictures, opened, texts)
+            row_pairs = [None if empty[i] or i in broken else self._pair(i, picture, caption, bases, pictures, opened,
+                                                                         texts)
                          for i, (picture, caption) in enumerate(zip(images, captions))]
             pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))
             names = self._part_names(built["metrics"])

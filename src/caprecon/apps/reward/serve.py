@@ -38,6 +38,7 @@ from caprecon.apps.reward.wire import CellError, decode_cell
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.data.images import MAX_IMAGE_BYTES
+from caprecon.data.samples import unicode_problem
 from caprecon.run.folder import holds_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,8 @@ class RewardService:
             for row, caption in enumerate(request.captions):
                 if not isinstance(caption, str):
                     errors.setdefault(row, f"caption is a {type(caption).__name__}, not text")
+                elif problem := unicode_problem(caption):
+                    errors.setdefault(row, f"caption {problem}")
             answers.append({"parts": rows, "errors": {str(k): v for k, v in sorted(errors.items())}})
         return answers
 

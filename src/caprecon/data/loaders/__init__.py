@@ -100,7 +100,8 @@ def _read_json(path: Path, what: str) -> Any:
 
 
 def _load_records(path: Path, root: Path, *, need_images: bool = True) -> list[Sample]:
-    rows = [record for _, record in read_records(path, SampleFormatError)]
+    # half a surrogate pair in a row is that row's error when it is scored (`read_image`), not the file's
+    rows = [record for _, record in read_records(path, SampleFormatError, keep_surrogates=True)]
     _require_caption_column(rows, path)
     if need_images:
         _require_image_column(rows, path)

@@ -110,7 +110,7 @@ def summary_table(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], 
 def read_table(path: Path) -> list[dict[str, Any]]:
     """Rows of a CSV or JSONL file, with numbers parsed (empty CSV cells: None)."""
     if path.suffix == ".jsonl":
-        return [record for _, record in read_jsonl(path)]
+        return [record for _, record in read_jsonl(path, keep_surrogates=True)]
     with path.open(newline="", encoding="utf-8") as fh:
         return [{k: _parse_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
 
@@ -133,7 +133,7 @@ def read_records(run: Path) -> list[dict[str, Any]]:
     for name in RECORD_FILES:
         path = run / name
         if path.is_file():
-            return [_with_error_redacted(record) for _, record in read_jsonl(path)]
+            return [_with_error_redacted(record) for _, record in read_jsonl(path, keep_surrogates=True)]
     return []
 
 
@@ -322,7 +322,7 @@ def read_bank(run: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
         sheet = json.loads((run / DATASHEET_FILE).read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         sheet = {}
-    records = [record for _, record in read_jsonl(run / BANK_FILE) if isinstance(record, Mapping)]
+    records = [record for _, record in read_jsonl(run / BANK_FILE, keep_surrogates=True) if isinstance(record, Mapping)]
     return records, redact(sheet) if isinstance(sheet, dict) else {}
 
 

@@ -80,24 +80,27 @@ FLIP_FIELDS = ("question", "category", "answer", "on_original", "on_reconstructi
 
 
 def _thumbnails(originals: Sequence[str], reconstructions: Sequence[str], out: Path, *, cache: Path | None,
-                progress: bool, image_root: str | None) -> dict[str, str | None]:
+                progress: bool, image_root: str | None,
+                known: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """{picture path: its thumbnail's name}: the originals confined to the run's --image-root, as
-    scoring confined them; the reconstructions are the store's own files."""
-    thumbs = make_thumbnails(originals, out / FILES / "thumbs", cache=cache, progress=progress, image_root=image_root)
-    thumbs.update(make_thumbnails(reconstructions, out / FILES / "thumbs", cache=cache, progress=progress))
+    scoring confined them; the reconstructions are the store's own files. `known`: see `make_thumbnails`."""
+    folder = out / FILES / "thumbs"
+    thumbs = make_thumbnails(originals, folder, cache=cache, progress=progress, image_root=image_root, known=known)
+    thumbs.update(make_thumbnails(reconstructions, folder, cache=cache, progress=progress, known=known))
     return thumbs
 
 
 def _gallery(records: Sequence[Mapping[str, Any]], metrics: Sequence[str], run: Path, out: Path, *,
              best_of_n: bool, selection_metric: str | None, group_by: Sequence[str],
-             progress: bool, cache: Path | None, image_root: str | None, lower_better: Sequence[str]) -> dict[str, Any]:
+             progress: bool, cache: Path | None, image_root: str | None, lower_better: Sequence[str],
+             thumbnails: Mapping[str, str] | None = None) -> dict[str, Any]:
     originals, recons = [], []
     for record in records:
         original, reconstructions = record_images(record, run)
         originals.append(original)
         recons.append(reconstructions)
     thumbs = _thumbnails([p for p in originals if p], [p for ps in recons for p in ps], out, cache=cache,
-                         progress=progress, image_root=image_root)
+                         progress=progress, image_root=image_root, known=thumbnails)
     # per-row values as arrays aligned to name lists shared by all rows: 10,000 rows repeating
     # "turing/…" keys made half the page
     others = [collect.other_scores(record) for record in records]
@@ -180,7 +183,7 @@ def _refinement(run: Path, out: Path, *, progress: bool, cache: Path | None,
     path = run / "refined.jsonl"
     if not path.is_file():
         return None
-    captions = [row for _, row in read_jsonl(path)]
+    captions = [row for _, row in read_jsonl(path, keep_surrogates=True)]
     rounds = collect.read_table(run / "rounds.csv") if (run / "rounds.csv").is_file() else []
     xs = [float(r["round"]) for r in rounds if is_number(r.get("round"))]
     series = {"mean score": "mean_score", "guiding questions": "guiding", "held-out questions": "held_out"}
@@ -319,7 +322,8 @@ def _check_inside(folder: Path, *paths: Path) -> None:
 
 
 def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, title: str | None = None,
-                      group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False) -> Path:
+                      group_by: Sequence[str] = collect.GROUP_BY, progress: bool = False,
+                      thumbnails: Mapping[str, str] | None = None) -> Path:
     """Write `report.html` (and `report_files/`) for a run folder and return its path.
 
     Reads whatever the folder holds: `scores.jsonl`, `summary.json` and `manifest.json` of a
@@ -329,6 +333,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     build` (its counts, stage drops and questions per image). `out` is the folder to write
     into (default: the run's).
     Rows are grouped into summary rows by the first non-empty field of `group_by`.
+    `thumbnails`: {picture: name} of the gallery's thumbnails the run that wrote the folder has
+    put in `report_files/thumbs/` (`ThumbnailWriter.made`), when `out` is the run folder.
     """
     run = Path(run_dir)
     if run.is_file():  # a scores.jsonl given directly
@@ -364,7 +370,7 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     refinement = _refinement(run, out, progress=progress, cache=cache, image_root=image_root)
     gallery = (_gallery(records, metrics, run, out, best_of_n=best_of_n, selection_metric=selection_metric,
                         group_by=group_by, progress=progress, cache=cache, image_root=image_root,
-                        lower_better=lower_better)
+                        lower_better=lower_better, thumbnails=thumbnails if out == run else None)
                if records else None)
 
     sections = [("summary", "Summary")] if summary else []
@@ -407,6 +413,8 @@ def write_html_report(run_dir: str | Path, out: str | Path | None = None, *, tit
     )
     path = out / "report.html"
     partial = path.with_suffix(".html.part")
-    partial.write_text(html, encoding="utf-8")
+    # a lone surrogate (in a caption, an id, a file name) is no character an HTML file can hold: it is
+    # written as its escape, "\\ud800", which reads as such in the page and as the same string in its JSON
+    partial.write_text(html, encoding="utf-8", errors="backslashreplace")
     os.replace(partial, path)
     return path
