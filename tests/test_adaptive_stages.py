@@ -417,3 +417,15 @@ def test_captions_stop_at_their_own_decisions_under_the_moderated_rule_by_hand()
     for row, v, n, half in zip(rows, values, drawn, stopped):
         assert row["noisy_ci"] == pytest.approx([v.mean() - half / math.sqrt(n), v.mean() + half / math.sqrt(n)],
                                                 rel=1e-9)
+
+
+def test_an_integrated_prior_of_one_point_is_its_moderated_t_at_each_df_asked():
+    # one grid point (d0 = 6, s0 = 0.01) holds all the weight: the half-width is t(0.975, 6 + d) sqrt((6 s0^2 +
+    # d s^2) / (6 + d)) by scipy, at each df in turn (the prior keeps each df's t quantiles: a df asked after
+    # another must not get the other's)
+    from scipy import stats
+
+    prior = IntegratedPrior((1.0,), (6.0,), (0.01,))
+    for sd, df in [(0.02, 2), (0.02, 5), (0.005, 9), (0.02, 2)]:
+        expected = stats.t.ppf(0.975, 6 + df) * math.sqrt((6 * 0.01**2 + df * sd**2) / (6 + df))
+        assert prior.half_width(sd, df) == pytest.approx(expected, rel=1e-12)
