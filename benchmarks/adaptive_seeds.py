@@ -5,7 +5,7 @@ counts its generations, the share of its 95 % intervals that cover the true valu
 captions, and of those that drew the fewest seeds: where a rule that stops on lucky first
 draws fails), and Kendall tau between the captions' means and their true values. Adaptive
 runs `--seeds 3..16 --target-width W` under its default rule (mixture, in its default stages)
-at several W, and once at one W in two stages and under each other rule (moderated, pooled,
+at several W, and once at one W in two and in three stages and under each other rule (moderated, pooled,
 stein) to show why they are not the default.
 
 The best allocation at width W knows each caption's true seed sd sigma_i and gives it the
@@ -25,11 +25,12 @@ Bounds beside it say what part of that price no rule that sees the draws first c
   covers 0.95 given those draws (what `--adaptive-rule mixture` does with a fitted spread);
   its expected generations by quadrature over the first-stage variance. Where it is above
   1.10 x the best allocation, no covering two-stage rule can meet that goal.
-- the best staged allocation (the rule's default stage count) does the same in stages: the
-  share `STAGE_SHARE` of the need from the posterior after the first draws, then the rest from
-  the posterior after all draws so far; and the best fully sequential one decides after every
-  draw, stopping once its need is no more than its draws. Both by simulation (each caption 8
-  times, a fixed seed).
+- the best staged allocation (the rule's most stages, `--stages`) does the same in the rule's
+  steps: at each decision the posterior after all draws so far, a caption whose need is no more
+  than its draws stopping, the others drawing `STAGE_SHARE` of the need at the first decision,
+  `LATER_SHARE` at the later ones and all of it at the last; and the best fully sequential one
+  decides after every draw, stopping once its need is no more than its draws. Both by simulation
+  (each caption 8 times, a fixed seed).
 - where the noise is alike, a rule that knows it is alike but must learn the one shared sd
   from the captions' draws so far (their degrees of freedom summed, in the default stages)
   needs about t(0.975, that)^2 / 1.96^2 times the seeds of one that knows the sd, more where W
@@ -54,7 +55,7 @@ Bounds beside it say what part of that price no rule that sees the draws first c
 
 Usage: python benchmarks/adaptive_seeds.py [--captions 400] [--replicates 3] [--tiny-replicates 6]
     [--tiny-seeds 32] [--tiny-pictures N] [--part stand-in|tiny] [--profile mixed|log-uniform|alike]
-    [--seed 0]
+    [--stages 5] [--seed 0]
 """
 
 from __future__ import annotations
