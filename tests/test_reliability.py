@@ -589,6 +589,8 @@ OTHER_PROGRAMS = {
     "--replicates": "benchmarks/adaptive_seeds.py",
     "--tiny-replicates": "benchmarks/adaptive_seeds.py",
     "--tiny-seeds": "benchmarks/adaptive_seeds.py",
+    "--steady-heap": "benchmarks/throughput.py",
+    "--threads": "benchmarks/throughput.py",
     "--no-fork": "scripts/mutants.py",
     "--timeout": "scripts/mutants.py",
     "--list": "scripts/walk.py",
