@@ -178,6 +178,7 @@ def test_verify_repair_stopped_part_way_changes_nothing_and_runs_again(tmp_path,
     with sql.transaction(store.connect()) as db:  # a value failing its checksum
         db.execute("UPDATE results SET checksum = 'bad' WHERE key = ?", (ANSWERS[0],))
     orphan = store.image_path("ab" * 32)
+    orphan.parent.mkdir(exist_ok=True)  # a picture's folder is made by its first picture, and none went under ab/
     orphan.write_bytes(b"left by nobody")
     os.utime(orphan, (time.time() - 3600,) * 2)
     del store
