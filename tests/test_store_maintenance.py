@@ -167,6 +167,21 @@ def _check_nothing_changed(opened, index: Path, rows_before, files_before, folde
     _writable_at_once(index)
 
 
+def _stop_part_way(monkeypatch, failure: str, index: Path, folder: Path, trap_on: str, at: str, operation) -> None:
+    """Run `operation` under `failure` (the COMMIT refused by a trap on `trap_on`, or an interrupt
+    at the statement starting `at`), check it raised and changed nothing, and lift the trap."""
+    if failure == "refused at commit":
+        _set_trap(index, trap_on)
+    rows_before, files_before = _rows(index), _files(folder)
+    with monkeypatch.context() as patch:
+        opened = _inject(patch, failure, at)
+        with pytest.raises(sqlite3.IntegrityError if failure == "refused at commit" else KeyboardInterrupt):
+            operation()
+    _check_nothing_changed(opened, index, rows_before, files_before, folder)
+    if failure == "refused at commit":
+        _lift_trap(index)
+
+
 @pytest.mark.parametrize("failure", FAILURES)
 def test_verify_repair_stopped_part_way_changes_nothing_and_runs_again(tmp_path, monkeypatch, failure):
     root = tmp_path / "cache"
@@ -183,16 +198,8 @@ def test_verify_repair_stopped_part_way_changes_nothing_and_runs_again(tmp_path,
     os.utime(orphan, (time.time() - 3600,) * 2)
     del store
     gc.collect()
-    if failure == "refused at commit":
-        _set_trap(index, "DELETE")
-    rows_before, files_before = _rows(index), _files(root)
-    with monkeypatch.context() as patch:
-        opened = _inject(patch, failure, "DELETE FROM results")
-        with pytest.raises(sqlite3.IntegrityError if failure == "refused at commit" else KeyboardInterrupt):
-            cache_verify(root, repair=True)
-    _check_nothing_changed(opened, index, rows_before, files_before, root)
-    if failure == "refused at commit":
-        _lift_trap(index)
+    _stop_part_way(monkeypatch, failure, index, root, "DELETE", "DELETE FROM results",
+                   lambda: cache_verify(root, repair=True))
     report = cache_verify(root, repair=True)
     assert (len(report["missing_files"]), len(report["damaged_files"]), len(report["bad_values"])) == (1, 1, 1)
     assert report["expired_claims"] == 1
@@ -212,17 +219,9 @@ def test_prune_stopped_part_way_changes_nothing_and_runs_again(tmp_path, monkeyp
     pictures = [store.image_path(k) for k in PICTURES]
     del store
     gc.collect()
-    if failure == "refused at commit":
-        _set_trap(index, "DELETE")
-    rows_before, files_before = _rows(index), _files(root)
-    with monkeypatch.context() as patch:
-        opened = _inject(patch, failure, "DELETE FROM results")
-        with pytest.raises(sqlite3.IntegrityError if failure == "refused at commit" else KeyboardInterrupt):
-            cache_prune(root, max_size=0)
-    _check_nothing_changed(opened, index, rows_before, files_before, root)
+    _stop_part_way(monkeypatch, failure, index, root, "DELETE", "DELETE FROM results",
+                   lambda: cache_prune(root, max_size=0))
     assert thumb.exists() and all(p.exists() for p in pictures)
-    if failure == "refused at commit":
-        _lift_trap(index)
     report = cache_prune(root, model="fp-judge")
     assert report["removed"] == len(ANSWERS) and report["thumbnails_removed"] == 1
     assert sorted(k for k, *_ in _rows(index)["results"]) == sorted(PICTURES)
@@ -238,18 +237,10 @@ def test_merge_stopped_part_way_changes_nothing_and_runs_again(tmp_path, monkeyp
     present.put_json("judge-answer", {ANSWERS[0]: "answer 0"}, model="fp-shard")  # already there, its model undescribed
     index = into / "index.sqlite"
     gc.collect()
-    if failure == "refused at commit":
-        _set_trap(index, "INSERT")
-    rows_before, files_before = _rows(index), _files(into)
-    assert not rows_before["models"]  # a model named by a string is not described; the shard's is
     del present
-    with monkeypatch.context() as patch:
-        opened = _inject(patch, failure, "INSERT OR IGNORE INTO results")
-        with pytest.raises(sqlite3.IntegrityError if failure == "refused at commit" else KeyboardInterrupt):
-            merge_stores([source], into)
-    _check_nothing_changed(opened, index, rows_before, files_before, into)
-    if failure == "refused at commit":
-        _lift_trap(index)
+    assert not _rows(index)["models"]  # a model named by a string is not described; the shard's is
+    _stop_part_way(monkeypatch, failure, index, into, "INSERT", "INSERT OR IGNORE INTO results",
+                   lambda: merge_stores([source], into))
     assert merge_stores([source], into) == {"copied": len(PICTURES) + len(ANSWERS) - 1, "present": 1, "damaged": 0}
     merged = Store(into)
     assert sorted(merged.get_images(PICTURES, verify=True)) == sorted(PICTURES)
