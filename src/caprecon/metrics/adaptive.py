@@ -160,9 +160,9 @@ class AdaptiveSeeds(SeedAveraged):
         for decision in range(decisions):
             if not any(open_):
                 break
-            sds = [self.drawn_sds(r) if still else {} for r, still in zip(rows, open_)]
+            sds = [self.drawn_sds(r) for r in rows]
             if decision == len(priors):  # not fitted over the run's captions: this call's captions are the run
-                priors.append(self.fit_priors([{"seeds": len(r), "sds": self.drawn_sds(r)} for r in rows]))
+                priors.append(self.fit_priors([{"seeds": len(r), "sds": sd} for r, sd in zip(rows, sds)]))
             last = decision == self.stages - 2
             want = [len(r) for r in rows]
             for i, (r, caption) in enumerate(zip(rows, sds)):
