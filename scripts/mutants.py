@@ -772,10 +772,10 @@ MUTANTS = [
     Mutant("a store waiting on another's claim lets its own go at once", "reconstruct/reconstructor.py",
            "if time.monotonic() - waiting_since >= self.KEPT_PATIENCE_S:", "if time.monotonic() - waiting_since >= 0:",
            ("tests/test_keep.py",)),
-    Mutant("a rollback with no transaction open turns Ctrl-C into an sqlite error", "core/transactions.py",
+    Mutant("a rollback with no transaction open turns Ctrl-C into an sqlite error", "store/sql.py",
            "        if db.in_transaction:\n            db.execute(\"ROLLBACK\")", "        db.execute(\"ROLLBACK\")",
            ("tests/test_store.py",)),
-    Mutant("a COMMIT that fails is left open, not rolled back", "core/transactions.py",
+    Mutant("a COMMIT that fails is left open, not rolled back", "store/sql.py",
            '        yield db\n        db.execute("COMMIT")  # inside: a COMMIT that fails (a deferred constraint, a busy '
            'database) is rolled back\n    except BaseException:\n        if db.in_transaction:\n            '
            'db.execute("ROLLBACK")\n        raise',
@@ -884,7 +884,7 @@ MUTANTS = [
     )],
     # a completion that is not valid Unicode (a lone surrogate) on the training path: None, named, never at a model
     *[Mutant(name, file, original, mutated, ("tests/test_reward_inputs.py",)) for name, file, original, mutated in (
-        ("reward unicode: a lone surrogate passes as text", "core/records.py",
+        ("reward unicode: a lone surrogate passes as text", "data/samples.py",
          '        text.encode("utf-8")\n', '        text.encode("utf-8", "surrogatepass")\n'),
         ("reward unicode: a broken caption reaches the models", "apps/reward/__init__.py",
          "None if empty[i] or i in broken else", "None if empty[i] else"),

@@ -15,8 +15,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from caprecon.core.paths import default_cache_dir
-from caprecon.core.records import unicode_problem
-from caprecon.core.transactions import transaction
 
 Identity = tuple[str, int, int]  # resolved path, size in bytes, st_mtime_ns
 
@@ -84,17 +82,31 @@ atexit.register(write_remembered)
 
 def _write(rows: list[tuple[Identity, str]]) -> None:
     # a path that is not text (a lone surrogate) is remembered for this process only
-    rows = [(ident, digest) for ident, digest in rows if unicode_problem(ident[0]) is None]
+    rows = [(ident, digest) for ident, digest in rows if _is_text(ident[0])]
     memo = _memo(writing=True) if rows else None
     if memo is None:
         return
     with _writing:
         try:
-            with transaction(memo):
+            memo.execute("BEGIN")
+            try:
                 memo.executemany("INSERT OR REPLACE INTO digests (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?)",
                                  [(*ident, digest) for ident, digest in rows])
+                memo.execute("COMMIT")
+            except BaseException:
+                if memo.in_transaction:
+                    memo.execute("ROLLBACK")
+                raise
         except sqlite3.Error:
             pass  # a read-only cache folder: remembered for this process only
+
+
+def _is_text(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def _memo(*, writing: bool = False) -> sqlite3.Connection | None:

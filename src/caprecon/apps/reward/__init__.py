@@ -51,8 +51,7 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.normalise import normalise_caption
-from caprecon.core.records import unicode_problem
-from caprecon.data.samples import Sample, SampleError
+from caprecon.data.samples import Sample, SampleError, unicode_problem
 from caprecon.metrics import Context, Metric
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store

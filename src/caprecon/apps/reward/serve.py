@@ -38,7 +38,7 @@ from caprecon.apps.reward.wire import CellError, decode_cell
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.data.images import MAX_IMAGE_BYTES
-from caprecon.core.records import unicode_problem
+from caprecon.data.samples import unicode_problem
 from caprecon.run.folder import holds_run_folder, write_manifest
 
 log = logging.getLogger(__name__)
