@@ -116,3 +116,72 @@ def test_distill_and_the_reward_keep_the_memo_in_their_cache_folder(tmp_path):
                              f"r = caprecon.Reward(['distilled:{tmp_path / 'reward'}'], guards=None, "
                              f"cache_dir={str(reward_cache)!r}); print(r([Image.open({str(picture)!r})], ['a red circle']))")
     assert home == [] and (reward_cache / "digests.sqlite").is_file()
+
+
+_TWO_RUNS = """
+import json, sys
+import caprecon
+from oracle import OracleGenerator, PixelEmbedder
+folders, pictures = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+def reward(**cache):
+    return caprecon.Reward(["recon"], guards=None, generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32,
+                           progress=False, **cache)
+first = reward(cache_dir=folders["first"])
+second = reward(cache_dir=folders["second"])  # the last reward built
+uncached = reward(no_cache=True)
+rows = [{"id": "s", "image": pictures["score"], "caption": "a red circle"}]
+# a score run between the rewards' calls, its files read on reading threads (workers)
+caprecon.score(rows, ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32, workers=2,
+               batch_size=1, cache_dir=folders["score"])
+print(uncached([pictures["uncached"]], ["a red circle"]), first([pictures["first"]], ["a red circle"]),
+      second([pictures["second"]], ["a blue square"]))
+from caprecon.core.digests import memo_folder
+print("AFTER", memo_folder())  # each run's folder ended with its call
+"""
+
+
+def _memo_rows(folder):
+    import sqlite3
+
+    if not (folder / "digests.sqlite").is_file():
+        return {}
+    db = sqlite3.connect(folder / "digests.sqlite")
+    try:
+        return dict(db.execute("SELECT path, digest FROM digests"))
+    finally:
+        db.close()
+
+
+def test_two_runs_in_one_process_keep_each_memo_in_its_own_folder(tmp_path):
+    """Two rewards with their own cache folders and a score run with a third, in one process: each
+    file a run hashes is remembered in that run's folder's memo and no other (the last reward built
+    does not take the first's files), the score run's reading threads write into its folder too, a
+    reward under no_cache writes no memo, no run's folder outlives its call, and nothing is written
+    under HOME. The memo's rows are the
+    files' real paths and the sha256 of their bytes, computed here."""
+    import json
+
+    from oracle import render
+
+    pictures = {}
+    for n, name in enumerate(("first", "second", "score", "uncached")):
+        pictures[name] = tmp_path / f"{name}.png"
+        render("red circle" if n % 2 == 0 else "blue square", 32, 32).save(pictures[name])
+    folders = {name: tmp_path / f"cache-{name}" for name in ("first", "second", "score")}
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if key not in ("CAPRECON_CACHE", "XDG_CACHE_HOME")}
+    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), HF_HUB_OFFLINE="1",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", _TWO_RUNS, json.dumps({k: str(v) for k, v in folders.items()}),
+                           json.dumps({k: str(v) for k, v in pictures.items()})],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "AFTER None"
+    for name, folder in folders.items():
+        picture = pictures[name]
+        assert _memo_rows(folder) == {os.path.realpath(picture): hashlib.sha256(picture.read_bytes()).hexdigest()}, \
+            name
+    assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache")) == \
+        ["cache-first", "cache-score", "cache-second"]  # the reward under no_cache made no cache folder

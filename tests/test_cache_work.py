@@ -379,14 +379,19 @@ def test_every_number_of_reading_threads_scores_the_same_rows(tmp_path):
 
 def test_the_digest_memo_answers_a_later_process(tmp_path):
     """A file's content hash, remembered by (path, size, mtime) in the cache folder's memo, is
-    known to the next process without reading the file; the memo keeps a write-ahead log."""
+    known to the next process without reading the file; the memo keeps a write-ahead log. Where no
+    run named a folder, nothing is written, not even in the default cache folder."""
     import subprocess
     import sys
 
-    env = {**os.environ, "CAPRECON_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "CAPRECON_CACHE": str(tmp_path / "default")}
     ident = (str(tmp_path / "a.jpg"), 123, 456)
     remember = f"from caprecon.core.digests import remember_digest; remember_digest({ident!r}, 'f' * 64)"
-    recall = f"from caprecon.core.digests import known_digest; print(known_digest({ident!r}))"
+    subprocess.run([sys.executable, "-c", remember], env=env, check=True)
+    assert not (tmp_path / "default").exists()  # no run named a memo: remembered in that process alone
+    use = f"from caprecon.core.digests import keep_memo_in; keep_memo_in({str(tmp_path / 'cache')!r}); "
+    recall = use + f"from caprecon.core.digests import known_digest; print(known_digest({ident!r}))"
+    remember = use + remember
     subprocess.run([sys.executable, "-c", remember], env=env, check=True)
     out = subprocess.run([sys.executable, "-c", recall], env=env, check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "f" * 64
@@ -411,7 +416,8 @@ def test_a_batchs_digests_go_into_the_memo_in_one_write_once_the_batch_is_read(t
     monkeypatch.setattr(digests, "_known", {})
     writes = []
     real = digests._write
-    monkeypatch.setattr(digests, "_write", lambda rows: (writes.append(sorted(i[0] for i, _ in rows)), real(rows))[1])
+    monkeypatch.setattr(digests, "_write",
+                        lambda folder, rows: (writes.append(sorted(i[0] for i, _ in rows)), real(folder, rows))[1])
     samples = _samples(tmp_path)
     _score_into(samples, tmp_path, "first")  # its cache folder, tmp_path / "cache", holds the memo
     names = [os.path.basename(p) for batch in writes for p in batch]

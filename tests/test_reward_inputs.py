@@ -17,7 +17,7 @@ import pytest
 import caprecon
 from caprecon.apps.reward.serve import RewardService, ServiceSettings
 from caprecon.core.errors import ConfigError
-from caprecon.data.samples import unicode_problem
+from caprecon.core.records import unicode_problem
 from oracle import CountingOracle, PixelEmbedder, expected_recon, render
 
 BROKEN = "a red \ud800 circle"  # the surrogate at character 6

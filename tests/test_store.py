@@ -856,17 +856,17 @@ def test_an_interrupt_just_after_the_commit_stays_an_interrupt(tmp_path):
     raises inside its transaction is still rolled back."""
     import sqlite3
 
-    from caprecon.store import sql
+    from caprecon.core.transactions import transaction
 
     db = sqlite3.connect(tmp_path / "index.sqlite", isolation_level=None)
     db.execute("CREATE TABLE t (a)")
     with pytest.raises(KeyboardInterrupt):
-        with sql.transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             db.execute("INSERT INTO t VALUES (1)")
             db.execute("COMMIT")  # the interrupt arrives here, the commit already made
             raise KeyboardInterrupt
     with pytest.raises(ValueError):
-        with sql.transaction(db):
+        with transaction(db):
             db.execute("INSERT INTO t VALUES (2)")
             raise ValueError("the block fails inside its transaction")
     assert not db.in_transaction
@@ -880,17 +880,17 @@ def test_a_commit_that_fails_is_rolled_back_and_leaves_no_transaction_open(tmp_p
     rows with it."""
     import sqlite3
 
-    from caprecon.store import sql
+    from caprecon.core.transactions import transaction
 
     db = sqlite3.connect(tmp_path / "index.sqlite", isolation_level=None)
     db.execute("PRAGMA foreign_keys = ON")
     db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
     db.execute("CREATE TABLE child (parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)")
     with pytest.raises(sqlite3.IntegrityError):
-        with sql.transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             db.execute("INSERT INTO child VALUES (7)")  # no parent 7: refused at COMMIT, not here
     assert not db.in_transaction
-    with sql.transaction(db):
+    with transaction(db):
         db.execute("INSERT INTO parent VALUES (1)")
     assert [row[0] for row in db.execute("SELECT parent FROM child")] == []
     assert [row[0] for row in db.execute("SELECT id FROM parent")] == [1]

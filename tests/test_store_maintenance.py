@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from caprecon.core.transactions import transaction
 from caprecon.store import sql
 from caprecon.store.errors import StoreError
 from caprecon.store.images import key_problem
@@ -118,7 +119,7 @@ def _writable_at_once(index: Path) -> None:
     """Another connection takes the write lock without waiting: none was left holding it."""
     db = sqlite3.connect(index, timeout=0.2, isolation_level=None)
     try:
-        with sql.transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             db.execute("INSERT INTO claims (key, owner, expires) VALUES ('probe', 'test', 0)")
         db.execute("DELETE FROM claims WHERE key = 'probe'")
     finally:
@@ -139,7 +140,7 @@ def _filled(root: Path, *, model: str = "fp-judge") -> Store:
     store.put_images("reconstruction", {k: (Image.new("RGB", (4, 4), (40 * n, 0, 0)), {"n": n})
                                         for n, k in enumerate(PICTURES)})
     store.put_json("judge-answer", {k: f"answer {n}" for n, k in enumerate(ANSWERS)}, model=Judge(model))
-    with sql.transaction(store.connect()) as db:
+    with transaction(store.connect()) as db:
         db.execute("INSERT INTO claims VALUES ('lapsed', 'someone', ?), ('live', 'someone', ?)",
                    (time.time() - 60, time.time() + 600))
     return store
@@ -190,7 +191,7 @@ def test_verify_repair_stopped_part_way_changes_nothing_and_runs_again(tmp_path,
     missing, damaged = store.image_path(PICTURES[0]), store.image_path(PICTURES[1])
     missing.unlink()
     damaged.write_bytes(b"not the png")
-    with sql.transaction(store.connect()) as db:  # a value failing its checksum
+    with transaction(store.connect()) as db:  # a value failing its checksum
         db.execute("UPDATE results SET checksum = 'bad' WHERE key = ?", (ANSWERS[0],))
     orphan = store.image_path("ab" * 32)
     orphan.parent.mkdir(exist_ok=True)  # a picture's folder is made by its first picture, and none went under ab/

@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 
 from caprecon.run.config import RunConfig
 from caprecon.run.roles import Roles
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.metrics import build_metric
 from caprecon.models import registry
@@ -173,6 +174,7 @@ class BestOfN:
 
 
 @holds_run_folder("out", inputs=("images",))
+@memo_scoped
 def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = None,
               captioner_options: dict[str, Any] | None = None, select: Any = None, n: int | None = None,
               temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
@@ -215,6 +217,7 @@ def best_of_n(images: str | Path | Sequence[str | Path], *, captioner: Any = Non
         raise ConfigError("this run needs a captioner: set --captioner (see `caprecon models`) or "
                           "--preset remote-describer")
     cfg = RunConfig.build(preset=run_preset, file=config, metrics=selection.metrics, **settings)
+    keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for this call alone (`memo_scoped`)
     one_noise_per_image(cfg, settings, "best-of-N")
     paths = list_images(images)
     # a folder confines every read to it, so a symbolic link out of it is that image's error; paths given

@@ -37,6 +37,7 @@ import numpy as np
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import holds_run_folder, open_store, write_manifest, write_summary
 from caprecon.core.checks import MAX_LIMIT, MAX_RESAMPLES, check_count
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.core.scaling import binary_exponent, rescale
 from caprecon.core.tables import format_table, number
@@ -226,6 +227,7 @@ class T2IResults:
 
 
 @holds_run_folder("out", inputs=("samples",))
+@memo_scoped
 def t2i(
     samples: str | Path | Iterable[Sample | dict],
     generators: Iterable[Any] | Mapping[str, Any],
@@ -259,6 +261,7 @@ def t2i(
     if config is not None and settings:
         raise TypeError(f"give either `config` or settings, not both (got {sorted(settings)})")
     cfg = config or RunConfig.build(**settings)
+    keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for this call alone (`memo_scoped`)
     if limit is not None:
         check_count("--limit", limit, 1, MAX_LIMIT)
     check_count("--bootstrap", n_bootstrap, 1, MAX_RESAMPLES)

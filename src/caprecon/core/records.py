@@ -192,6 +192,18 @@ def append_jsonl(sink, rows: Iterable[dict[str, Any]], *, allow_nan: bool = Fals
     return count
 
 
+def unicode_problem(text: str) -> str | None:
+    """What keeps `text` from being written as UTF-8, as every output file, cache key and request
+    is, or None: a lone surrogate, which a JSON escape ("\\ud800") or a decoder's
+    `surrogateescape` lets into a Python string though it is no character."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"holds a lone surrogate ({text[exc.start]!r}) at character {exc.start}, which is not text: "
+                "the input's encoding is broken")
+    return None
+
+
 # a UTF-16 surrogate on its own in a Python string: no UTF-8 file can hold it as a character
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

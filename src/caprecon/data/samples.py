@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 from PIL import Image
 
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import unicode_problem
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
 
@@ -91,18 +92,6 @@ def confine_images(samples: Iterable[Sample], root: str | Path, option: str = "-
 
 def has_image(sample: Sample) -> bool:
     return sample.image is not None and not (isinstance(sample.image, str) and not sample.image.strip())
-
-
-def unicode_problem(text: str) -> str | None:
-    """What keeps `text` from being written as UTF-8, as every output file, cache key and request
-    is, or None: a lone surrogate, which a JSON escape ("\\ud800") or a decoder's
-    `surrogateescape` lets into a Python string though it is no character."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return (f"holds a lone surrogate ({text[exc.start]!r}) at character {exc.start}, which is not text: "
-                "the input's encoding is broken")
-    return None
 
 
 def text_problem(sample: Sample) -> str | None:

@@ -13,7 +13,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
-from caprecon.core import digests
 from caprecon.core.checks import MAX_SEEDS, check_count, check_number
 from caprecon.models import registry
 from caprecon.core.errors import ConfigError
@@ -129,9 +128,6 @@ class RunConfig:
             # a file there would pass for a read-only cache, and the first new result be refused as one
             if folder is not None and Path(folder).exists() and not Path(folder).is_dir():
                 raise ConfigError(f"{option}: not a folder: {folder} is a file")
-        # here, before any model or image is hashed: the memo of file digests lives in the run's cache folder,
-        # and nowhere under --no-cache, nor in a cache the run must not write to
-        digests.keep_memo_in(None if self.no_cache or self.cache_read_only else self.cache_dir or default_cache_dir())
         weight = self.clipscore_weight
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
                                    or not weight > 0):
@@ -191,6 +187,13 @@ class RunConfig:
                                       max_side=self.max_side, upscale=self.upscale, size=self.size)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+    @property
+    def memo_folder(self) -> Path | None:
+        """Where this run keeps its memo of file digests (`caprecon.core.digests.keep_memo_in`): its cache
+        folder; None (the process alone) under --no-cache, which reads and writes nothing there, and under
+        --cache-read-only, which writes nothing there."""
+        return None if self.no_cache or self.cache_read_only else Path(self.cache_dir or default_cache_dir())
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

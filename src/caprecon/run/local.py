@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from caprecon.core.errors import MetricContractError
 from caprecon.metrics.base import Context, Metric, checked_rows
-from caprecon.core.digests import write_remembered
+from caprecon.core.digests import handing_memo, write_remembered
 from caprecon.core.records import append_jsonl, open_for_append, write_jsonl_atomically
 from caprecon.core.redaction import redact_text
 from caprecon.data.images import Folders, LoadedSample, read_image
@@ -282,7 +282,8 @@ class _BatchReader:
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="caprecon-ahead") if pool else None
 
     def submit(self, batch: list[tuple[int, Sample]]):
-        return self._ahead.submit(self.read, batch) if self._ahead else self.read(batch)
+        # the thread ahead, and the pool's, hash files into the run's memo (a thread starts with none)
+        return self._ahead.submit(handing_memo(self.read), batch) if self._ahead else self.read(batch)
 
     def close(self) -> None:
         if self._ahead:
@@ -309,7 +310,8 @@ class _BatchReader:
     def _fill(self, opened: list[Any], work: Callable[[Any], Any], due: Callable[[Any], bool]) -> None:
         """opened[i] = work(opened[i]) for each i where due(opened[i]), on the pool's threads."""
         todo = [i for i, o in enumerate(opened) if due(o)]
-        for i, result in zip(todo, (self.pool.map if self.pool else map)(work, [opened[i] for i in todo])):
+        run = (self.pool.map if self.pool else map)(handing_memo(work), [opened[i] for i in todo])
+        for i, result in zip(todo, run):
             opened[i] = result
 
     def _read_one(self, sample: Sample, folders: Folders) -> LoadedSample | SampleError | Callable[[], LoadedSample]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 
-from caprecon.core.digests import keep_memo_in, memo_folder
+from caprecon.core.digests import keep_memo_in, memo_folder, memo_scoped
 from caprecon.core.records import json_text
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.metrics.base import Context, Metric
@@ -197,12 +197,14 @@ class ReconstructStage:
     """Fills the store with the reconstructions the metrics will need; rows pass through."""
 
     def __init__(self, plan: list, recipe: tuple, caption_only: bool, memo: str | None):
-        keep_memo_in(memo)  # the driver's memo of file digests: its cache folder, or none
+        self.memo = memo  # the driver's memo of file digests: its run's cache folder, or none
         self.ctx = Context(open_recipe(recipe))
         self.plan, self.caption_only = plan, caption_only
         self.counting = _Counting(self.ctx)
 
+    @memo_scoped
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        keep_memo_in(self.memo)  # for this batch alone: a worker may serve more than one run
         samples, records = _decode(batch)
         items, _ = _opened(samples, records, list(batch["row"]), self.caption_only)
         if items:
@@ -220,12 +222,14 @@ class MetricStage:
     """Scores one metric on each batch, exactly as the local executor does."""
 
     def __init__(self, metric: Metric, recipe: tuple, batch_size: int, caption_only: bool, memo: str | None):
-        keep_memo_in(memo)  # as in `ReconstructStage`
+        self.memo = memo  # as in `ReconstructStage`
         self.runner = MetricRunner(metric, Context(open_recipe(recipe)), batch_size)
         self.caption_only = caption_only
         self.counting = _Counting(self.runner.ctx)
 
+    @memo_scoped
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        keep_memo_in(self.memo)  # as in `ReconstructStage`
         samples, records = _decode(batch)
         items, kept = _opened(samples, records, list(batch["row"]), self.caption_only)
         if items:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from caprecon.core.describe import installed_version
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number
 from caprecon.core.redaction import redact
@@ -77,6 +78,7 @@ class Results:
 
 
 @holds_run_folder("out", inputs=("samples",))
+@memo_scoped
 def score(
     samples: str | Path | Iterable[Sample | dict],
     metrics: Sequence[str | Metric] | str | None = None,
@@ -110,6 +112,7 @@ def score(
     metrics = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or [])
     names = [m for m in metrics if isinstance(m, str)]
     cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+    keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for this call alone (`memo_scoped`)
     metrics = metrics or list(cfg.metrics)  # none given: the config's (default: recon)
     rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions,
                         max_image_bytes=max_image_bytes)

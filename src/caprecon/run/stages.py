@@ -24,6 +24,7 @@ from typing import Any, Iterable, Sequence
 
 from tqdm.auto import tqdm
 
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.metrics.base import Context, Metric
 from caprecon.data.images import open_image
 from caprecon.data.samples import Sample, SampleError
@@ -200,6 +201,7 @@ class StageResults:
 
 
 @holds_run_folder("out", inputs=("samples",))
+@memo_scoped
 def stage(name: str, samples: str | Path | Iterable[Sample | dict], metrics: Sequence[str] | str | None = None, *,
           preset: str | None = None, config: str | Path | None = None, out: str | Path | None = None,
           progress: bool = False, images_root: str | Path | None = None, max_image_bytes: int | None = None,
@@ -230,6 +232,7 @@ def stage(name: str, samples: str | Path | Iterable[Sample | dict], metrics: Seq
         raise ConfigError(f"stage {name!r}: choose from {', '.join(STAGES)}")
     names = [metrics] if isinstance(metrics, str) else list(metrics or [])
     cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+    keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for this call alone (`memo_scoped`)
     rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes, annotations=annotations,
                         captions=captions)
     check_unique_ids(rows)

@@ -54,6 +54,7 @@ import numpy as np
 from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import json_text
+from caprecon.core.transactions import transaction
 from caprecon.store import sql
 from caprecon.store.cap import SizeCap
 from caprecon.store.errors import StoreCorruptError, StoreFullError, StoreReadOnlyError, corrupt_message, full_disk
@@ -226,7 +227,7 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
         """This thread's connection inside one write transaction (taken at once: `BEGIN IMMEDIATE`),
         apart from this process's other writes; committed when the block ends, else rolled back."""
         self._require_writable()
-        with self._writing, sql.transaction(self.connect(), "BEGIN IMMEDIATE") as db:
+        with self._writing, transaction(self.connect(), "BEGIN IMMEDIATE") as db:
             yield db
 
     def _require_writable(self) -> None:
@@ -292,7 +293,7 @@ class Store(ImageFiles, WriteBehind, Leases, SizeCap):
     def _write_rows(self, records: list[tuple], release: Sequence[str] = ()) -> None:
         """`records` in one transaction, which also drops this store's claims on `release`."""
         def write():
-            with self._writing, sql.transaction(self.connect()) as db:
+            with self._writing, transaction(self.connect()) as db:
                 sql.insert_rows(db, "results", sql.RESULT_COLUMNS, records)
                 sql.delete_claims(db, release, self.owner)
 

@@ -23,6 +23,7 @@ from typing import Any, Collection, Sequence
 from caprecon.core.checks import number_problem
 from caprecon.core.errors import ConfigError
 from caprecon.core.paths import default_cache_dir, path_problem
+from caprecon.core.transactions import transaction
 from caprecon.store import sql
 from caprecon.store.errors import StoreError, StoreReadOnlyError
 from caprecon.store.images import key_problem, read_verified
@@ -244,7 +245,7 @@ def _rebuild_index(index: Path) -> tuple[int, str]:
     db = sql.connect(fresh)
     try:
         sql.create_tables(db)
-        with sql.transaction(db, "BEGIN IMMEDIATE"):
+        with transaction(db, "BEGIN IMMEDIATE"):
             sql.insert_rows(db, "results", sql.RESULT_COLUMNS, rows)
     except BaseException:
         db.close()

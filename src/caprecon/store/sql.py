@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 from urllib.parse import quote
+
+from caprecon.core.transactions import transaction
 
 #: added to indexes written before checksums, sizes and models were recorded
 ADDED_COLUMNS = {"checksum": "TEXT", "file_checksum": "TEXT", "file_size": "INTEGER", "model": "TEXT"}
@@ -122,20 +123,3 @@ def sha256(data: bytes | str) -> str:
     """The checksum the index records of each value and each picture file, checked when either is read."""
     # indexes written by hand or by old versions may hold a value as TEXT
     return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
-
-
-@contextmanager
-def transaction(db: sqlite3.Connection, begin: str = "BEGIN") -> Iterator[sqlite3.Connection]:
-    """`db` inside one transaction opened by `begin` ("BEGIN IMMEDIATE" takes the write lock at
-    once): committed when the block ends, rolled back when it raises. The rollback is made only
-    while a transaction is open: a Ctrl-C that lands just after COMMIT, or before BEGIN took
-    effect, must reach the caller as itself, not as "cannot rollback - no transaction is active"
-    (a row error, where the run should stop)."""
-    db.execute(begin)
-    try:
-        yield db
-        db.execute("COMMIT")  # inside: a COMMIT that fails (a deferred constraint, a busy database) is rolled back
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise

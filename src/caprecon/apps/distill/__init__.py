@@ -60,6 +60,7 @@ from caprecon.apps.distill.train import (
     train_head,
 )
 from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, check_count, check_number
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.run.folder import LOCK_FILE, holds_run_folder, write_manifest
@@ -78,6 +79,7 @@ class Distilled:
 
 
 @holds_run_folder("out", inputs=("runs",))
+@memo_scoped
 def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Path | None = None, *,
             image_encoder: Any = None, text_encoder: Any = None, objective: str = "auto", holdout: float = 0.2,
             hidden: int = 256, epochs: int = 200, lr: float = 1e-3, seed: int = 0, max_train_images: int | None = None,
@@ -91,7 +93,6 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     `text_encoder_chose_reconstructions`) when the text encoder is the one a run's generator chose
     its reconstructions with: the head can then learn the generator's own rule, and the held-out
     figures overstate how well it would follow a real text-to-image model. Returns `Distilled`."""
-    from caprecon.core.digests import keep_memo_in
     from caprecon.core.paths import default_cache_dir
     from caprecon.models.build import build_model
     from caprecon.models.distilled import (
@@ -123,7 +124,8 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
         # checked and locked by the run lifecycle (holds_run_folder); it must hold nothing but the lock
         raise ConfigError(f"--out {out}: the folder exists and is not empty; choose a new one")
     store = store if store is not None else Store.open(cache_dir or default_cache_dir())
-    # the encoders' files and the photos are hashed into this cache's memo of digests, and none under $HOME
+    # the encoders' files and the photos are hashed into this cache's memo of digests, and none under $HOME,
+    # for this call alone (`memo_scoped`)
     keep_memo_in(None if store.read_only else store.root)
     rows, sources = read_rows(runs, metric, store)
     objective = choose_objective(objective, rows, sources)

@@ -50,6 +50,7 @@ from caprecon.apps.refine.feedback import FEEDBACK, revision_prompt
 from caprecon.apps.refine.holdout import split_bank
 from caprecon.apps.refine.outputs import HALVES, Refined, rounds_table, write_refined
 from caprecon.apps.refine.run import RefineRun, check_settings
+from caprecon.core.digests import memo_scoped
 from caprecon.data.samples import Sample
 from caprecon.run.folder import holds_run_folder
 
@@ -58,6 +59,7 @@ __all__ = ["FEEDBACK", "HALVES", "RefineRun", "Refined", "check_settings", "refi
 
 
 @holds_run_folder("out", inputs=("captions",))
+@memo_scoped
 def refine(captions: str | Path | Sequence[Sample | Mapping[str, Any]], *, captioner: Any = None,
            captioner_options: dict[str, Any] | None = None, select: Any = "recon", rounds: int = 2,
            margin: float = 0.0, feedback: str | Sequence[str] | None = None, holdout: float = 0.5,

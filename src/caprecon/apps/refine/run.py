@@ -19,6 +19,7 @@ from caprecon.apps.refine.outputs import Refined, refined_row, rounds_table, wri
 from caprecon.apps.refine.resume import read_rounds
 from caprecon.core.checks import MAX_ROUNDS, check_count, check_number
 from caprecon.core.describe import describe_model
+from caprecon.core.digests import keep_memo_in
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import append_jsonl
 from caprecon.data.images import LoadedSample, read_image
@@ -118,6 +119,7 @@ class RefineRun:
         selection = Selection.parse(select or "recon")
         check_settings(rounds, margin, holdout)
         cfg = RunConfig.build(preset=preset, file=config, metrics=selection.metrics, **settings)
+        keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for its caller's call alone (`refine`)
         one_noise_per_image(cfg, settings, "refinement")
         sources = feedback_sources(feedback, cfg, selection)
         if captioner is None and cfg.llm is None:

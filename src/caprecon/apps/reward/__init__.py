@@ -36,6 +36,7 @@ The audit of a reward before training with it (`caprecon reward-audit`) is `audi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import re
@@ -47,11 +48,12 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from caprecon.core.checks import count_problem, number_problem
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
-from caprecon.core.records import is_number
+from caprecon.core.records import is_number, unicode_problem
 from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.normalise import normalise_caption
-from caprecon.data.samples import Sample, SampleError, unicode_problem
+from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics import Context, Metric
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
@@ -179,6 +181,18 @@ def _image_source(image: Any) -> Any:
     return image
 
 
+def _own_memo(method: Callable) -> Callable:
+    """A `Reward` method that hashes files (model weights, pictures) remembers their digests in the memo
+    of the reward's own cache folder, whatever another reward or run in the process uses."""
+    @memo_scoped
+    @functools.wraps(method)
+    def scoped(self: "Reward", *args: Any, **kwargs: Any) -> Any:
+        keep_memo_in(self.cfg.memo_folder)
+        return method(self, *args, **kwargs)
+
+    return scoped
+
+
 def _as_list(what: str, values: Any) -> list[Any]:
     """A column of the call as a list (an iterator is read once); a lone string is refused, since
     it would be read as one caption per character."""
@@ -254,6 +268,7 @@ class Reward:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    @_own_memo
     def _build(self) -> dict[str, Any]:
         if self._built is None:
             roles = Roles(self.cfg)
@@ -336,6 +351,7 @@ class Reward:
                     log_metric(f"caprecon/{name}", math.fsum(known) / len(known))
         return totals
 
+    @_own_memo
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
         """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
         sum (None where a part is None). When a caption is empty, every part of it is 0 and one more

@@ -36,9 +36,9 @@ from typing import Any, Mapping, Sequence
 from caprecon.apps.reward import Guards, Reward
 from caprecon.apps.reward.wire import CellError, decode_cell
 from caprecon.core.errors import ConfigError
+from caprecon.core.records import unicode_problem
 from caprecon.core.redaction import redact
 from caprecon.data.images import MAX_IMAGE_BYTES
-from caprecon.data.samples import unicode_problem
 from caprecon.run.folder import holds_run_folder, write_manifest
 
 log = logging.getLogger(__name__)

@@ -33,6 +33,7 @@ from caprecon.run.config import RunConfig
 from caprecon.run.folder import holds_run_folder, write_manifest, write_summary
 from caprecon.run.frame import RunFrame
 from caprecon.core.checks import MAX_LIMIT, check_count, check_number
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.base import Context
 from caprecon.metrics.grading import BoxReading
@@ -115,6 +116,7 @@ class _Images:
 
 
 @holds_run_folder("out")
+@memo_scoped
 def suite(
     suites: Sequence[SuiteEntry],
     sources: Sequence[CaptionSource],
@@ -142,6 +144,7 @@ def suite(
     if config is not None and settings:
         raise TypeError(f"give either `config` or settings, not both (got {sorted(settings)})")
     cfg = config or RunConfig.build(**settings)
+    keep_memo_in(cfg.memo_folder)  # this run's memo of file digests, for this call alone (`memo_scoped`)
     if cfg.generator is None:
         raise ConfigError("no generator: give --generator (a registry name, hub id or folder)")
     if not suites:
