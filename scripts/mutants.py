@@ -818,32 +818,40 @@ MUTANTS = [
     # BEGIN and COMMIT written by hand), and keys read from an index never naming a file outside the cache
     *[Mutant(name, file, original, mutated, ("tests/test_store_maintenance.py",)) for name, file, original, mutated in (
         ("maintenance: verify --repair's writes begun and committed by hand", "store/maintenance.py",
-         '        with store.transaction() as db:\n            db.executemany("DELETE FROM results WHERE key = ?", '
-         '[(k,) for k in bad_keys])\n            db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         '        with store.transaction() as db:\n            sql.delete_results(db, bad_keys)\n'
+         '            db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
          'file_size = ? WHERE key = ?", backfill)\n            db.execute("DELETE FROM claims WHERE expires < ?", (now,))',
-         '        db.execute("BEGIN IMMEDIATE")\n        db.executemany("DELETE FROM results WHERE key = ?", '
-         '[(k,) for k in bad_keys])\n        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
+         '        db.execute("BEGIN IMMEDIATE")\n        sql.delete_results(db, bad_keys)\n'
+         '        db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, '
          'file_size = ? WHERE key = ?", backfill)\n        db.execute("DELETE FROM claims WHERE expires < ?", (now,))\n'
          '        db.execute("COMMIT")'),
         ("maintenance: prune's delete begun and committed by hand", "store/maintenance.py",
-         '    with store.transaction() as db:\n        db.executemany("DELETE FROM results WHERE key = ?", '
-         '[(k,) for k in doomed])',
-         '    db.execute("BEGIN IMMEDIATE")\n    db.executemany("DELETE FROM results WHERE key = ?", '
-         '[(k,) for k in doomed])\n    db.execute("COMMIT")'),
+         '    with store.transaction() as db:\n        sql.delete_results(db, sorted(doomed))',
+         '    db.execute("BEGIN IMMEDIATE")\n    sql.delete_results(db, sorted(doomed))\n    db.execute("COMMIT")'),
         ("maintenance: prune empties the thumbnails before its transaction", "store/maintenance.py",
          "        return report\n    with store.transaction() as db:",
          "        return report\n    [path.unlink() for path, _ in thumbs]\n    with store.transaction() as db:"),
         ("maintenance: merge's models outside its transaction, its results begun and committed by hand",
          "store/maintenance.py",
-         '            with target.transaction() as out:\n                out.executemany("INSERT OR IGNORE INTO models '
-         '(fingerprint, description) VALUES (?, ?)",\n                                db.execute("SELECT fingerprint, '
-         'description FROM models").fetchall())\n                out.executemany(f"INSERT OR IGNORE INTO results '
-         '({sql.RESULT_COLUMNS}) "\n                                f"VALUES ({sql.marks(8)})", batch)',
-         '            out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",\n'
-         '                            db.execute("SELECT fingerprint, description FROM models").fetchall())\n'
-         '            out.execute("BEGIN")\n            out.executemany(f"INSERT OR IGNORE INTO results '
-         '({sql.RESULT_COLUMNS}) "\n                            f"VALUES ({sql.marks(8)})", batch)\n'
+         '            with target.transaction() as out:\n                sql.insert_rows(out, "models", '
+         '"fingerprint, description",\n                                db.execute("SELECT fingerprint, description '
+         'FROM models").fetchall(),\n                                on_conflict="IGNORE")\n'
+         '                sql.insert_rows(out, "results", sql.RESULT_COLUMNS, batch, on_conflict="IGNORE")',
+         '            sql.insert_rows(out, "models", "fingerprint, description",\n'
+         '                            db.execute("SELECT fingerprint, description FROM models").fetchall(),\n'
+         '                            on_conflict="IGNORE")\n'
+         '            out.execute("BEGIN")\n'
+         '            sql.insert_rows(out, "results", sql.RESULT_COLUMNS, batch, on_conflict="IGNORE")\n'
          '            out.execute("COMMIT")'),
+        ("maintenance: merge replaces the target's description of a model", "store/maintenance.py",
+         'FROM models").fetchall(),\n                                on_conflict="IGNORE")',
+         'FROM models").fetchall(),\n                                on_conflict="REPLACE")'),
+        ("maintenance: an insert told to keep the row there replaces it", "store/sql.py",
+         'db.execute(f"INSERT OR {on_conflict} INTO', 'db.execute(f"INSERT OR REPLACE INTO'),
+        ("maintenance: an insert's conflict rule goes into the SQL unchecked", "store/sql.py",
+         "    if on_conflict not in ON_CONFLICT:", "    if False:"),
+        ("maintenance: a rebuild reads the new index's columns by a wrong name", "store/maintenance.py",
+         'for c in sql.RESULT_COLUMNS.split(", "))', 'for c in sql.RESULT_COLUMNS.split(","))'),
         ("maintenance: merge keeps the files it copied for a source that failed", "store/maintenance.py",
          "            for destination in copied_files:  # no index row names them: they would be orphans\n"
          "                destination.unlink(missing_ok=True)",

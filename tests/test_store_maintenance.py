@@ -249,6 +249,41 @@ def test_merge_stopped_part_way_changes_nothing_and_runs_again(tmp_path, monkeyp
     assert [fp for fp, _ in _rows(index)["models"]] == ["fp-shard"]
 
 
+def test_merge_keeps_the_targets_description_of_a_model_and_adds_the_sources_others(tmp_path):
+    """A model both stores describe keeps the description the target had; one only the source
+    describes is added with its words."""
+    _filled(tmp_path / "shard")
+    _filled(tmp_path / "merged")
+    gc.collect()
+    for root, words, extra in ((tmp_path / "shard", "the shard's words", [("fp-new", "a model the shard adds")]),
+                               (tmp_path / "merged", "the target's words", [])):
+        db = sqlite3.connect(root / "index.sqlite", isolation_level=None)
+        db.execute("UPDATE models SET description = ? WHERE fingerprint = 'fp-judge'", (words,))
+        db.executemany("INSERT INTO models VALUES (?, ?)", extra)
+        db.close()
+    assert merge_stores([tmp_path / "shard"], tmp_path / "merged")["present"] == len(PICTURES) + len(ANSWERS)
+    assert _rows(tmp_path / "merged" / "index.sqlite")["models"] == [("fp-judge", "the target's words"),
+                                                                    ("fp-new", "a model the shard adds")]
+
+
+def test_insert_rows_replaces_the_row_there_or_keeps_it(tmp_path):
+    """The store's one insert: by default the row given replaces the one with its key; with
+    on_conflict="IGNORE" the one there stays; anything else is refused before any SQL runs.
+    Enough rows to take several statements (999 values each: 333 rows of three)."""
+    db = sqlite3.connect(tmp_path / "t.sqlite", isolation_level=None)
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, a TEXT, b TEXT)")
+    sql.insert_rows(db, "t", "k, a, b", [(k, "first", str(k)) for k in range(700)])
+    sql.insert_rows(db, "t", "k, a, b", [(k, "kept?", "no") for k in range(0, 700, 2)], on_conflict="IGNORE")
+    sql.insert_rows(db, "t", "k, a, b", [(k, "second", "x") for k in range(1, 700, 2)])
+    sql.insert_rows(db, "t", "k, a, b", [(700, "new", "y")], on_conflict="IGNORE")
+    got = db.execute("SELECT k, a, b FROM t ORDER BY k").fetchall()
+    assert got == [(k, "first", str(k)) if k % 2 == 0 else (k, "second", "x") for k in range(700)] + [(700, "new", "y")]
+    with pytest.raises(ValueError, match="on_conflict must be one of REPLACE, IGNORE, not 'ABORT; DROP TABLE t'"):
+        sql.insert_rows(db, "t", "k, a, b", [(1, "z", "z")], on_conflict="ABORT; DROP TABLE t")
+    assert db.execute("SELECT count(*) FROM t").fetchone() == (701,)
+    db.close()
+
+
 def test_merge_checks_every_source_before_copying_anything(tmp_path):
     source = tmp_path / "shard"
     _filled(source)

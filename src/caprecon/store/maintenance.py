@@ -203,7 +203,7 @@ def cache_verify(root: str | Path | None = None, *, repair: bool = False) -> dic
         report["expired_claims"] = 0
     if repair:
         with store.transaction() as db:
-            db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in bad_keys])
+            sql.delete_results(db, bad_keys)
             db.executemany("UPDATE results SET checksum = ?, file_checksum = ?, file_size = ? WHERE key = ?", backfill)
             db.execute("DELETE FROM claims WHERE expires < ?", (now,))
         report["checksums_added"] = len(backfill)
@@ -275,12 +275,12 @@ def _remove_with_logs(index: Path) -> None:
 def _readable_rows(damaged: Path) -> list[tuple]:
     try:
         db = sqlite3.connect(f"file:{damaged}?mode=ro", uri=True)
-        columns = {row[1] for row in db.execute("PRAGMA table_info(results)")}
+        columns = sql.result_columns(db)
         last = db.execute("SELECT max(rowid) FROM results").fetchone()[0] or 0
     except sqlite3.DatabaseError:
         return []  # nothing in it can be read: every entry is recomputed when next needed
-    wanted = ["key", "kind", "value", "created", "checksum", "file_checksum", "file_size", "model"]
-    select = ", ".join(c if c in columns else f"NULL AS {c}" for c in wanted)
+    # the new index's columns, in its order; NULL for those an old index lacks
+    select = ", ".join(c if c in columns else f"NULL AS {c}" for c in sql.RESULT_COLUMNS.split(", "))
     rows: list[tuple] = []
     for start in range(0, last + 1, 256):
         try:
@@ -343,7 +343,7 @@ def cache_prune(root: str | Path | None = None, *, older_than: float | None = No
     if dry_run or not doomed:
         return report
     with store.transaction() as db:
-        db.executemany("DELETE FROM results WHERE key = ?", [(k,) for k in doomed])
+        sql.delete_results(db, sorted(doomed))
     for key in doomed:
         if key_problem(key) is None:  # a key no picture file can have, written by another program, has none
             store.image_path(key).unlink(missing_ok=True)
@@ -414,10 +414,10 @@ def merge_stores(sources: Sequence[str | Path], into: str | Path) -> dict[str, A
                 batch.append((key, kind, value, created, checksum, file_checksum, file_size, model))
                 source_counts["copied"] += 1
             with target.transaction() as out:
-                out.executemany("INSERT OR IGNORE INTO models (fingerprint, description) VALUES (?, ?)",
-                                db.execute("SELECT fingerprint, description FROM models").fetchall())
-                out.executemany(f"INSERT OR IGNORE INTO results ({sql.RESULT_COLUMNS}) "
-                                f"VALUES ({sql.marks(8)})", batch)
+                sql.insert_rows(out, "models", "fingerprint, description",
+                                db.execute("SELECT fingerprint, description FROM models").fetchall(),
+                                on_conflict="IGNORE")
+                sql.insert_rows(out, "results", sql.RESULT_COLUMNS, batch, on_conflict="IGNORE")
         except BaseException:
             for destination in copied_files:  # no index row names them: they would be orphans
                 destination.unlink(missing_ok=True)

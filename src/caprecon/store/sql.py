@@ -97,14 +97,23 @@ def marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def insert_rows(db: sqlite3.Connection, table: str, columns: str, rows: list[tuple]) -> None:
-    """`INSERT OR REPLACE` of `rows`, many to a statement: `executemany` steps once per row, and
-    each step lets another thread take the interpreter from the one running the models."""
+#: what an insert does with a row whose key the table holds: overwrite it, or keep the one there
+ON_CONFLICT = ("REPLACE", "IGNORE")
+
+
+def insert_rows(db: sqlite3.Connection, table: str, columns: str, rows: list[tuple], *,
+                on_conflict: str = "REPLACE") -> None:
+    """`INSERT OR REPLACE` (or, `on_conflict="IGNORE"`, `INSERT OR IGNORE`: the row there is kept) of
+    `rows`, many to a statement: `executemany` steps once per row, and each step lets another thread
+    take the interpreter from the one running the models."""
+    if on_conflict not in ON_CONFLICT:
+        raise ValueError(f"on_conflict must be one of {', '.join(ON_CONFLICT)}, not {on_conflict!r}")
     if not rows:
         return
     width = len(rows[0])
     for chunk in chunks(rows, max(1, MAX_PARAMS // width)):
-        db.execute(f"INSERT OR REPLACE INTO {table} ({columns}) VALUES {','.join([f'({marks(width)})'] * len(chunk))}",
+        db.execute(f"INSERT OR {on_conflict} INTO {table} ({columns}) "
+                   f"VALUES {','.join([f'({marks(width)})'] * len(chunk))}",
                    [value for row in chunk for value in row])
 
 
@@ -115,6 +124,7 @@ def delete_claims(db: sqlite3.Connection, keys: Sequence[str], owner: str) -> No
 
 
 def delete_results(db: sqlite3.Connection, keys: Sequence[str]) -> None:
+    """Drop the results of `keys`, many to a statement."""
     for chunk in chunks(keys):
         db.execute(f"DELETE FROM results WHERE key IN ({marks(len(chunk))})", list(chunk))
 
