@@ -1221,6 +1221,22 @@ MUTANTS = [
     Mutant("unicode guard: a t2i caption set with a lone surrogate refused as a whole", "data/caption_sets.py",
            "read_records(path, SampleFormatError, keep_surrogates=True)",
            "read_records(path, SampleFormatError, keep_surrogates=False)", ("tests/test_text_inputs.py",)),
+    # a content key of text that is not valid Unicode names the field, never a bare UnicodeEncodeError
+    *[Mutant(name, "store/index.py", original, mutated, ("tests/test_text_inputs.py",)) for name, original, mutated in (
+        ("content key: a lone surrogate keyed as if it were text",
+         '        data = blob.encode("utf-8")\n', '        data = blob.encode("utf-8", "surrogatepass")\n'),
+        ("content key: the bare UnicodeEncodeError reaches the caller",
+         "    except UnicodeEncodeError:\n        raise ValueError(f\"cannot key",
+         "    except KeyError:\n        raise ValueError(f\"cannot key"),
+        ("content key: a nested field named without its parent",
+         'label = f"{field}.{name}" if field else str(name)', "label = str(name)"),
+        ("content key: an item of a list named without its place",
+         '_broken_field(item, f"{field}[{i}]")', "_broken_field(item, field)"),
+        ("content key: a broken field name not looked for",
+         "if isinstance(name, str) and (problem := unicode_problem(name)):", "if False:"),
+    )],
+    Mutant("digest memo: a path that is not text written to SQLite", "core/digests.py",
+           "if unicode_problem(ident[0]) is None]", "if True]", ("tests/test_cache_work.py",)),
     # the memo of file digests in the run's cache folder, and nowhere a run was not told to write
     Mutant("memo folder: --cache-dir ignored", "run/config.py",
            "else Path(self.cache_dir or default_cache_dir())", "else Path(default_cache_dir())",

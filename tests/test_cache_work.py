@@ -484,3 +484,28 @@ def test_a_thumbnail_makes_its_folder_when_missing_and_leaves_no_part_file_when_
 
     assert not thumbs_module._save(Broken(), tmp_path / "new" / "ab" / "v.jpg")
     assert sorted(p.name for p in (tmp_path / "new" / "ab").iterdir()) == ["t.jpg", "u.jpg"]  # no .part left
+
+
+def test_a_path_that_is_not_text_is_remembered_in_the_process_alone(tmp_path, monkeypatch):
+    """A file name decoded with surrogateescape (bytes that are not UTF-8) cannot be SQLite text: its
+    digest is known in the process, and the digests written with it in one transaction still reach
+    the memo file."""
+    import contextvars
+    import sqlite3
+
+    from caprecon.core import digests
+
+    monkeypatch.setattr(digests, "_known", {})
+    good, bad = (str(tmp_path / "good.png"), 1, 2), (str(tmp_path / "bad\udcff.png"), 3, 4)
+
+    def remember():
+        digests.keep_memo_in(tmp_path / "cache")
+        digests.remember_digest(bad, "b" * 64, later=True)
+        digests.remember_digest(good, "a" * 64, later=True)
+        digests.write_remembered()
+
+    contextvars.copy_context().run(remember)
+    db = sqlite3.connect(tmp_path / "cache" / "digests.sqlite")
+    assert db.execute("SELECT path, size, mtime_ns, digest FROM digests").fetchall() == [(*good, "a" * 64)]
+    db.close()
+    assert digests.known_digest(bad) == "b" * 64

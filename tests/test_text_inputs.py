@@ -8,6 +8,7 @@ that never saw the bad row."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -202,3 +203,45 @@ def test_t2i_scores_every_caption_of_a_set_but_the_broken_one(tmp_path):
     assert rows["a"]["vqa/quarter"] == rows["c"]["vqa/quarter"] == 0.25
     assert rows["b"]["error"] == f"row 1 (id b): {BROKEN_ERROR}" and "vqa/quarter" not in rows["b"]
     assert generator.prompts == ["red circle", "green triangle"]  # the broken caption reached no generator
+
+
+@pytest.mark.parametrize("parts, message", [
+    ({"caption": BROKEN, "seed": 3}, BROKEN_ERROR),
+    ({"request": {"messages": ["fine", "half \udcff"]}},
+     "request.messages[1] holds a lone surrogate ('\\udcff') at character 5, which is not text: "
+     "the input's encoding is broken"),
+    ({"sampling": {"t\udc80": 1.0}},
+     "the name of a field of sampling holds a lone surrogate ('\\udc80') at character 1, which is not text: "
+     "the input's encoding is broken"),
+    ({"refs": ("fine", "\ud83d")},
+     "refs[1] holds a lone surrogate ('\\ud83d') at character 0, which is not text: the input's encoding is broken"),
+])
+def test_a_content_key_of_broken_text_names_the_field(parts, message):
+    """A caller that hands a lone surrogate straight to the store's key gets a ValueError naming the
+    field (nested fields by their path), never a bare UnicodeEncodeError; a valid text keys as the
+    sha256 of its JSON, as before."""
+    from caprecon.store.index import content_key
+
+    with pytest.raises(ValueError) as raised:
+        content_key("reconstruction", **parts)
+    assert str(raised.value) == f"cannot key a 'reconstruction' result: {message}"
+    assert content_key("k", caption="naïve", seed=3) == hashlib.sha256(
+        '{"caption": "naïve", "kind": "k", "seed": 3}'.encode("utf-8")).hexdigest()
+
+
+def test_a_metric_called_with_a_broken_caption_names_it_and_calls_no_model():
+    """A row built by hand (not read through `read_image`, which refuses it first) reaches the metric
+    with its lone surrogate: the metric's key names the caption, and the generator draws nothing."""
+    from caprecon.data.images import LoadedSample
+    from caprecon.data.samples import Sample
+    from caprecon.metrics import Context
+    from caprecon.metrics.recon import ReconScore
+    from caprecon.store.index import Store
+
+    generator = CountingOracle()
+    picture = render("red circle", 48, 48)
+    item = LoadedSample(Sample("r", picture, BROKEN), picture, "0" * 64)
+    with pytest.raises(ValueError) as raised:
+        ReconScore(generator, PixelEmbedder()).score([item], Context(Store.temporary()))
+    assert str(raised.value) == f"cannot key a 'reconstruction' result: {BROKEN_ERROR}"
+    assert generator.prompts == []

@@ -47,13 +47,13 @@ import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from caprecon.core.checks import check_count
 from caprecon.core.errors import ConfigError
-from caprecon.core.records import json_text
+from caprecon.core.records import json_text, unicode_problem
 from caprecon.core.transactions import transaction
 from caprecon.store import sql
 from caprecon.store.cap import SizeCap
@@ -80,9 +80,37 @@ def check_policy(keep: str, max_size: int | None) -> None:
 
 
 def content_key(kind: str, **parts: Any) -> str:
-    """Stable hash of a result's kind and every input that determines it."""
-    blob = json.dumps({"kind": kind, **parts}, sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """Stable hash of a result's kind and every input that determines it. A text that is not valid
+    Unicode (a lone surrogate, which a JSON escape or `surrogateescape` lets into a Python string)
+    has no UTF-8 to hash: a `ValueError` names its field (`caption`, `request.messages[1]`), so a
+    caller that passed one straight to a metric or the store learns which input is broken."""
+    fields = {"kind": kind, **parts}
+    blob = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str)
+    try:
+        data = blob.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"cannot key a {kind!r} result: {_broken_field(fields, '')}") from None
+    return hashlib.sha256(data).hexdigest()
+
+
+def _broken_field(value: Any, field: str) -> str | None:
+    """The first field of `value` (named from `field` down) whose text is not valid Unicode, and
+    why; None when every text is. Walks what `content_key` dumps: mappings (their names too),
+    lists and tuples, and anything else as the text JSON's `default=str` makes of it."""
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            label = f"{field}.{name}" if field else str(name)
+            if isinstance(name, str) and (problem := unicode_problem(name)):
+                return f"the name of a field of {field or 'the key'} {problem}"
+            if found := _broken_field(item, label):
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        return next((found for i, item in enumerate(value) if (found := _broken_field(item, f"{field}[{i}]"))), None)
+    if value is None or isinstance(value, (bool, int, float)):
+        return None
+    problem = unicode_problem(value if isinstance(value, str) else str(value))
+    return f"{field} {problem}" if problem else None
 
 
 def is_writable(folder: Path) -> bool:
