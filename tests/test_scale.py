@@ -17,8 +17,6 @@ from caprecon.run.shards import merge, parse_shard, shard_positions
 from caprecon.data.samples import Sample
 from scale_models import Counting, FlakyGenerator
 
-SRC = Path(__file__).parents[1] / "src"
-
 
 def _rows(tmp_path: Path, images: int = 5, captions_per_image=(1, 3, 2, 1, 2)) -> Path:
     """A JSONL of captions; image i has captions_per_image[i] candidates, one source is unreadable."""
@@ -163,7 +161,9 @@ def local_ray():
     ray = pytest.importorskip("ray")
     pytest.importorskip("ray.data")
     tests = Path(__file__).parent
-    path = os.pathsep.join([str(SRC), str(tests), os.environ.get("PYTHONPATH", "")])
+    # the workers import the caprecon this process imported (a mutant's copy of src/, under scripts/mutants.py)
+    source = Path(caprecon.__file__).resolve().parents[1]
+    path = os.pathsep.join([str(source), str(tests), os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}})
     yield ray
@@ -211,6 +211,39 @@ def test_ray_gives_the_local_scores_and_retries_a_failing_task(tmp_path, tiny_sd
         [(r["id"], r.get("recon"), r.get("error")) for r in local.records]
     assert separate.manifest["cache"]["generated"] == 9 and separate.manifest["cache"]["embedded"] == \
         local.manifest["cache"]["embedded"]
+
+
+def test_ray_stages_keep_the_memo_in_each_runs_cache_folder(tmp_path, local_ray):
+    """On Ray the stages open the photos in their own processes, which learn the memo's folder from
+    the driver: two runs into two cache folders each leave exactly their own photo's digest (its real
+    path and the sha256 of its bytes, computed here) in their own memo, and a --no-cache run none."""
+    import hashlib
+    import sqlite3
+
+    from oracle import OracleGenerator, PixelEmbedder, render
+
+    def memo(folder: Path) -> dict[str, str]:
+        if not (folder / "digests.sqlite").is_file():
+            return {}
+        db = sqlite3.connect(folder / "digests.sqlite")
+        try:
+            return dict(db.execute("SELECT path, digest FROM digests"))
+        finally:
+            db.close()
+
+    for name, caption in (("a", "red circle"), ("b", "blue square"), ("c", "red circle")):
+        render(caption, 32, 32).save(tmp_path / f"{name}.png")
+        settings = {"no_cache": True, "out": tmp_path / "uncached"} if name == "c" else \
+            {"cache_dir": str(tmp_path / f"cache-{name}")}
+        caprecon.score([{"id": name, "image": str(tmp_path / f"{name}.png"), "caption": f"a {caption}"}], ["recon"],
+                       generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=32, executor="ray",
+                       ray={"workers": 1}, **settings)
+    for name in ("a", "b"):
+        picture = tmp_path / f"{name}.png"
+        assert memo(tmp_path / f"cache-{name}") == {
+            os.path.realpath(picture): hashlib.sha256(picture.read_bytes()).hexdigest()}, name
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache")) == ["cache-a", "cache-b"]
+    assert not list((tmp_path / "uncached").rglob("digests.sqlite"))
 
 
 def test_embedding_metrics_run_inside_the_reconstruct_actors_unless_named():
