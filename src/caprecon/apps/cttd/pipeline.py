@@ -34,6 +34,7 @@ from caprecon.metrics.base import Context
 from caprecon.models.build import build_model
 from caprecon.core.checks import MAX_LIMIT, check_count, check_number
 from caprecon.core.describe import describe_model
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.core.redaction import redact
 from caprecon.store.index import Store, content_key
@@ -275,6 +276,7 @@ class BuildResult:
     report: Path | None = None  # report.html (`cttd_build` writes it)
 
 
+@memo_scoped
 def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None = None, *,
                cache_dir: str | Path | None = None, progress: bool = True) -> BuildResult:
     """Run (or resume) a build of `images` into the build folder `out`."""
@@ -286,6 +288,8 @@ def build_bank(images: str | Path, out: str | Path, config: BuildConfig | None =
     out.mkdir(parents=True, exist_ok=True)
     models = BuildModels(config)
     ctx = Context(Store(cache_dir or out / "store"))
+    # the models' and photos' digests are remembered in the build's store, for this build alone
+    keep_memo_in(None if ctx.store.read_only else ctx.store.root)
     images_digest = content_key("images", files=[(e["path"], Path(e["path"]).stat().st_size,
                                                   Path(e["path"]).stat().st_mtime_ns) for e in listing])
     for stage in STAGES:  # a model that cannot be found stops the build before any work

@@ -45,6 +45,7 @@ from caprecon.apps.metabench.scoring import (OwnScorer, ScoresFile, benchmark_sc
 from caprecon.apps.metabench.verify import VerifyRow, published_values, read_expected, write_verify_csv
 from caprecon.apps.metabench.verify import compare as beside_published
 from caprecon.apps.metabench.probe_captions import ProbeWriter
+from caprecon.core.digests import memo_scoped
 from caprecon.data.judgments import JudgmentFormatError, Judgments, load_judgments, load_triples
 from caprecon.data.loaders.hub import looks_like_repo_id
 from caprecon.metrics.base import Column, Context
@@ -83,6 +84,7 @@ class MetaResults:
         return any(r.status == "fail" for r in self.verify or [])
 
 
+@memo_scoped  # the probe LLM's files are hashed into the memo of the run settings' cache folder
 def meta(
     judgments: str | Path | Sequence[str | Path] | None = None,
     *,

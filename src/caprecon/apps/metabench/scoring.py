@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from caprecon.apps.metabench.request import MetaError, ScoreMetric
+from caprecon.core.digests import keep_memo_in
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import read_records
 from caprecon.data.images import path_refusal
@@ -61,12 +62,14 @@ class OwnScorer:
 
     def probe_llm_and_store(self) -> tuple[Any, Any]:
         """The run settings' LLM and the store its probe replies are cached in (the run's cache, or a
-        temporary one under --no-cache); both None when no LLM is set."""
+        temporary one under --no-cache); both None when no LLM is set. From here on the caller's
+        context keeps its memo of file digests where the settings say (`caprecon.meta` runs in its own)."""
         from caprecon.run.config import RunConfig
         from caprecon.run.folder import open_store
         from caprecon.run.roles import Roles
 
         config = RunConfig.build(file=self.config, **self.settings)
+        keep_memo_in(config.memo_folder)
         if config.llm is None:
             return None, None
         return Roles(config).llm, open_store(config, None)
