@@ -1235,6 +1235,8 @@ MUTANTS = [
         ("content key: a broken field name not looked for",
          "if isinstance(name, str) and (problem := unicode_problem(name)):", "if False:"),
     )],
+    Mutant("digest memo: every digest remembered later written to the first run's memo", "core/digests.py",
+           "        _write(folder, remembered)", "        _write(rows[0][0], remembered)", ("tests/test_cache_work.py",)),
     Mutant("digest memo: a path that is not text written to SQLite", "core/digests.py",
            "if unicode_problem(ident[0]) is None]", "if True]", ("tests/test_cache_work.py",)),
     # the memo of file digests in the run's cache folder, and nowhere a run was not told to write

@@ -509,3 +509,28 @@ def test_a_path_that_is_not_text_is_remembered_in_the_process_alone(tmp_path, mo
     assert db.execute("SELECT path, size, mtime_ns, digest FROM digests").fetchall() == [(*good, "a" * 64)]
     db.close()
     assert digests.known_digest(bad) == "b" * 64
+
+
+def test_digests_remembered_later_by_two_runs_go_each_into_its_own_memo(tmp_path, monkeypatch):
+    """Two runs' reading threads remember digests later; one `write_remembered` (either run's batch
+    reader) writes each into the memo of the run that remembered it."""
+    import contextvars
+    import sqlite3
+
+    from caprecon.core import digests
+
+    monkeypatch.setattr(digests, "_known", {})
+    monkeypatch.setattr(digests, "_unwritten", [])
+
+    def remember(folder, ident, digest):
+        digests.keep_memo_in(folder)
+        digests.remember_digest(ident, digest, later=True)
+
+    first, second = ("/photos/one.png", 1, 2), ("/photos/two.png", 3, 4)
+    contextvars.copy_context().run(remember, tmp_path / "a", first, "1" * 64)
+    contextvars.copy_context().run(remember, tmp_path / "b", second, "2" * 64)
+    digests.write_remembered()
+    for folder, row in (("a", (*first, "1" * 64)), ("b", (*second, "2" * 64))):
+        db = sqlite3.connect(tmp_path / folder / "digests.sqlite")
+        assert db.execute("SELECT path, size, mtime_ns, digest FROM digests").fetchall() == [row], folder
+        db.close()
