@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 from tqdm.auto import tqdm
 
 from caprecon.apps.reward import Guards, Reward, repetition, words
+from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import read_image
 from caprecon.data.samples import Sample, SampleError
@@ -46,6 +47,7 @@ class Audit:
 MIN_AUDIT_CAPTIONS = 3
 
 
+@memo_scoped
 def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequence[str | Metric] | str | None = None,
                  weights: Sequence[float] | Mapping[str, float] | None = None, *, guards: Guards | None = Guards(),
                  preset: str | None = None, config: str | Path | None = None, images_root: str | Path | None = None,
@@ -66,6 +68,7 @@ def reward_audit(samples: str | Path | Sequence[Sample | dict], metrics: Sequenc
     from caprecon.data.loaders import load_samples
 
     reward = Reward(metrics, weights, preset=preset, config=config, guards=guards, progress=False, **settings)
+    keep_memo_in(reward.cfg.memo_folder)  # the photos read here go into the reward's memo, for this call alone
     rows = load_samples(samples, images_root=images_root, max_image_bytes=max_image_bytes)
     if not rows:
         raise ConfigError("nothing to audit: the input holds no rows")
