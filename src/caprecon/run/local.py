@@ -310,8 +310,8 @@ class _BatchReader:
     def _fill(self, opened: list[Any], work: Callable[[Any], Any], due: Callable[[Any], bool]) -> None:
         """opened[i] = work(opened[i]) for each i where due(opened[i]), on the pool's threads."""
         todo = [i for i, o in enumerate(opened) if due(o)]
-        run = (self.pool.map if self.pool else map)(handing_memo(work), [opened[i] for i in todo])
-        for i, result in zip(todo, run):
+        results = (self.pool.map if self.pool else map)(handing_memo(work), [opened[i] for i in todo])
+        for i, result in zip(todo, results):
             opened[i] = result
 
     def _read_one(self, sample: Sample, folders: Folders) -> LoadedSample | SampleError | Callable[[], LoadedSample]:
