@@ -699,7 +699,7 @@ MUTANTS = [
     Mutant("adaptive stages: later decisions at the first decision's share", "metrics/adaptive.py",
            "return STAGE_SHARE if decision == 0 else LATER_SHARE", "return STAGE_SHARE", STAGES_TESTS),
     Mutant("adaptive stages: a stopped caption's interval from the last prior fitted", "metrics/adaptive.py",
-           "halves[i] = {name: priors[decision][name]", "halves[i] = {name: priors[-1][name]", STAGES_TESTS),
+           "else priors[decision][name].half_width(", "else priors[-1][name].half_width(", STAGES_TESTS),
     Mutant("adaptive stages: every caption reported open to the run's fit", "metrics/adaptive.py",
            '"open": still}}', '"open": True}}', STAGES_TESTS),
     Mutant("adaptive stages: a prior fitted after every caption has stopped", "metrics/adaptive.py",
