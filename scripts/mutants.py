@@ -648,6 +648,8 @@ MUTANTS = [
            STAGES_TESTS),
     Mutant("adaptive stages: a stopped caption's interval at the first stage's df", "metrics/adaptive.py",
            ".half_width(sd, len(r) - 1)", ".half_width(sd, self.seeds - 1)", STAGES_TESTS),
+    Mutant("adaptive stages: a stopped caption's companion at the headline's half-width", "metrics/adaptive.py",
+           "head if name == self.headline", "head if name != self.headline", STAGES_TESTS),
     Mutant("adaptive stages: a decision's need at the first stage's df", "metrics/adaptive.py",
            ".half_width(caption[self.headline], len(r) - 1)", ".half_width(caption[self.headline], self.seeds - 1)",
            STAGES_TESTS),
