@@ -178,10 +178,10 @@ class AdaptiveSeeds(SeedAveraged):
                 done = last or head is None or need <= len(r)
                 want[i] = need if done else seeds_for_width(head, len(r), self.max_seeds, self.target_width,
                                                            stage_share(decision))
-                if done:  # the interval's half-widths, every field's, are the caption's last decision's
-                    open_[i] = False
-                    halves[i] = {name: priors[decision][name].half_width(sd, len(r) - 1)
-                                 for name, sd in caption.items()}
+                if done:  # the interval's half-widths, every field's, are the caption's last decision's: the
+                    open_[i] = False  # headline's is `head`, the others' are computed here, at the same df
+                    halves[i] = {name: head if name == self.headline
+                                 else priors[decision][name].half_width(sd, len(r) - 1) for name, sd in caption.items()}
             self._draw_up_to(items, ctx, rows, recons, want)
         return rows, recons, halves, open_
 
