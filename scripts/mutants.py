@@ -1140,7 +1140,7 @@ MUTANTS = [
            ("tests/test_cache_work.py",)),
     # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
     Mutant("store folders: a missing picture folder is not made", "core/paths.py",
-           "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",
+           "        make_folder(os.path.dirname(path))", "        pass",
            ("tests/test_keep.py", "tests/test_cache_work.py")),
     # issue 54: an image file read through its descriptor, in one read when its length is what fstat said;
     # the store's pictures written through a descriptor
@@ -1151,6 +1151,8 @@ MUTANTS = [
            ("tests/test_security.py",)),
     Mutant("write_file: one write taken for all", "core/paths.py",
            "        while view:  # a write may", "        if view:  # a write may", ("tests/test_security.py",)),
+    Mutant("make_folder: a folder whose parent is missing is not made", "core/paths.py",
+           "        os.makedirs(folder, exist_ok=True)\n", "        pass\n", ("tests/test_security.py",)),
     Mutant("write_file: a file already there is not emptied", "core/paths.py",
            "    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC\n", "    flags = os.O_WRONLY | os.O_CREAT\n",
            ("tests/test_security.py",)),

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Mapping
 
 from PIL import Image
 
-from caprecon.core.paths import create_file
+from caprecon.core.paths import create_file, make_folder
 from caprecon.data.images import inside, read_image_file
 from caprecon.data.samples import SampleError
 
@@ -193,13 +193,14 @@ def _link(cached: str | Path, target: str | Path) -> bool:
         try:
             os.link(cached, target)
         except FileNotFoundError:
-            if not os.path.exists(cached):
-                return False
             # the folder is made only when a link finds it missing: one system call per
-            # picture, where checking for it first doubled that on a run's thumbnail thread
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            # picture, where checking for it first doubled that on a run's thumbnail thread;
+            # a link that fails again found no file at `cached`
+            make_folder(os.path.dirname(target))
             os.link(cached, target)
         return True
+    except FileNotFoundError:
+        return False
     except FileExistsError:
         return True
     except OSError:
