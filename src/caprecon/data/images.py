@@ -256,9 +256,9 @@ def _open_image_file(path: Path, image_root: str | Path | None, max_bytes: int |
 @contextmanager
 def _open_checked(path: Path, limit: int):
     """The open file's descriptor and its fstat, once the file's own checks have passed (its path's are
-    `_checked`). A bare descriptor, read by `_read_limited`: a buffered file object around it cost four
-    system calls more a file (another fstat, a seek, a terminal check, a read past the end), each of
-    which lets a reading thread take the interpreter from the one running the models."""
+    `_checked`). A bare descriptor, read by `_read_limited`: a buffered file object around it cost five
+    system calls more a file (another fstat, a seek, a terminal check, the bytes read in two pieces and
+    a read past the end), each of which lets a reading thread take the interpreter from the models'."""
     try:
         # non-blocking, so a FIFO opens at once (and is refused below) instead of waiting for a writer
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
