@@ -38,11 +38,6 @@ def make_folder(folder: str | Path) -> None:
         os.makedirs(folder, exist_ok=True)
 
 
-def create_file(path: str | Path):
-    """`path` opened for writing bytes (a file object), its folder made when missing (`_opened_for_writing`)."""
-    return open(_opened_for_writing(path), "wb")
-
-
 def write_file(path: str | Path, data: bytes) -> None:
     """`data` written to a new file at `path` (one emptied if it is there), its folder made when missing.
     Through a descriptor: a file object costs three system calls more a file (an fstat, a seek, a
