@@ -1150,8 +1150,22 @@ MUTANTS = [
            ("tests/test_cache_work.py",)),
     # issue 54: a picture's folder is made by the first picture filed in it, not 256 when the store opens
     Mutant("store folders: a missing picture folder is not made", "core/paths.py",
-           "        os.makedirs(os.path.dirname(path), exist_ok=True)", "        pass",
+           "        make_folder(os.path.dirname(path))", "        pass",
            ("tests/test_keep.py", "tests/test_cache_work.py")),
+    # issue 54: an image file read through its descriptor, in one read when its length is what fstat said;
+    # the store's pictures written through a descriptor
+    Mutant("image read: a short read taken for the whole file", "data/images.py",
+           "        if len(data) != size:\n", "        if len(data) > size:\n", ("tests/test_security.py",)),
+    Mutant("image read: reading stops at the limit without looking past it", "data/images.py",
+           "            while data and got <= limit:", "            while data and got < limit:",
+           ("tests/test_security.py",)),
+    Mutant("write_file: one write taken for all", "core/paths.py",
+           "        while view:  # a write may", "        if view:  # a write may", ("tests/test_security.py",)),
+    Mutant("make_folder: a folder whose parent is missing is not made", "core/paths.py",
+           "        os.makedirs(folder, exist_ok=True)\n", "        pass\n", ("tests/test_security.py",)),
+    Mutant("write_file: a file already there is not emptied", "core/paths.py",
+           "    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC\n", "    flags = os.O_WRONLY | os.O_CREAT\n",
+           ("tests/test_security.py",)),
     Mutant("store keep: a store without pictures makes no root", "store/index.py",
            "            self.root.mkdir(parents=True, exist_ok=True)", "            pass", ("tests/test_keep.py",)),
     # a run's frame (issue 55 item 4): the caller's store, and the clock from when the run began

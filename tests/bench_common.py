@@ -15,16 +15,16 @@ from PIL import Image
 
 def file_creation_ms(folder: Path, n: int = 200) -> float:
     """CPU milliseconds (user + kernel) this process spends creating one empty file in a new
-    folder under `folder`, opened as the store opens each reconstruction's file (`create_file`);
+    folder under `folder`, made as the store makes each reconstruction's file (`write_file`);
     what it costs by file system: docs/scale.md. The files stay: deleting them would make the
     next files the benchmark creates dearer still (ext4 without a journal)."""
-    from caprecon.core.paths import create_file
+    from caprecon.core.paths import write_file
 
     probe = folder / "file-creation-probe"
     probe.mkdir(parents=True)
     started = time.process_time()
     for i in range(n):
-        create_file(probe / f"f{i}").close()
+        write_file(probe / f"f{i}", b"")
     return (time.process_time() - started) / n * 1e3
 
 

@@ -215,6 +215,80 @@ def test_a_file_longer_than_its_size_says_is_read_whole_and_still_capped():
         read_image_file(proc, max_bytes=10)
     assert refused.value.reason == "image too large" and "holds over 10 bytes" in str(refused.value)
 
+
+PAYLOAD = bytes(range(256)) * 40  # 10,240 bytes
+
+
+def test_an_unchanged_image_file_is_read_in_one_read(tmp_path, monkeypatch):
+    """The size fstat gave, plus one byte to see a file that grew: one read brings the whole file."""
+    from caprecon.data.images import read_image_file
+
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(PAYLOAD)
+    asked, real = [], os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: (asked.append(n), real(fd, n))[1])
+    assert read_image_file(path) == PAYLOAD
+    assert asked == [10_241]
+
+
+@pytest.mark.parametrize("said, limit, piece", [
+    (100, 20_000, None),  # grew after its fstat: read on to its end
+    (20_000, 20_000, None),  # shrank: what it holds
+    (10_240, 10_240, 3),  # a file system answering in pieces: read on after a short read
+    (0, 10_240, 7),  # a size of 0 (as /proc's files say), in pieces
+])
+def test_an_image_file_of_another_length_than_its_fstat_is_read_to_its_end(tmp_path, monkeypatch, said, limit, piece):
+    from caprecon.data import images as images_module
+
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(PAYLOAD)
+    if piece:
+        real = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: real(fd, min(n, piece)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert images_module._read_limited(fd, path, limit, said) == PAYLOAD
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("said, limit, piece", [
+    (100, 5_000, None),  # grew past the limit after its fstat
+    # in pieces of 3 after the first byte, 10,237 bytes are in hand with the limit at 10,237: one more
+    # read must show the file holds more than the limit, not stop there and pass the first 10,237 bytes
+    (0, 10_237, 3),
+])
+def test_an_image_file_growing_past_the_limit_while_read_is_refused(tmp_path, monkeypatch, said, limit, piece):
+    from caprecon.data import images as images_module
+    from caprecon.data.samples import SampleError
+
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(PAYLOAD)
+    if piece:
+        real = os.read
+        monkeypatch.setattr(os, "read", lambda fd, n: real(fd, min(n, piece)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(SampleError) as refused:
+            images_module._read_limited(fd, path, limit, said)
+    finally:
+        os.close(fd)
+    assert refused.value.reason == "image too large" and f"holds over {limit} bytes" in str(refused.value)
+
+
+def test_write_file_writes_everything_into_a_new_or_emptied_file(tmp_path, monkeypatch):
+    """The store's pictures go through `write_file`: a write that takes less than it is given is
+    followed by more, a file already there is emptied first, and a missing folder is made."""
+    from caprecon.core.paths import write_file
+
+    target = tmp_path / "images" / "ab" / "abc.part"
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data[:1000])))  # 1,000 bytes a write at most
+    write_file(target, PAYLOAD)
+    assert target.read_bytes() == PAYLOAD
+    write_file(target, b"short")
+    assert target.read_bytes() == b"short"
+
 # --------------------------------------------------------------------------- 5: terminal escapes in captions
 
 FORGING = "a cat\x1b[2J\x1b]0;owned\x07\rrow ok\x08\x08\u202eevil\x9b31m\x00"

@@ -763,29 +763,37 @@ def test_claims_go_with_the_rows_of_their_images_in_one_transaction(tmp_path, mo
 def test_an_image_folder_is_made_by_the_first_write_that_files_a_picture_in_it(tmp_path, monkeypatch):
     """Images are filed by their key's first two hex digits; a new store makes none of those folders,
     the write that files the first picture in one makes it (one `mkdir` a folder, none for a folder
-    already there), and a folder removed since is made again by the write that misses it."""
+    already there; the first, which finds images/ missing too, one more), and a folder removed since
+    is made again by the write that misses it."""
     from PIL import Image
 
     store = Store(tmp_path / "s")
     assert not (tmp_path / "s" / "images").exists()
-    made = []
+    made, tried = [], []
     real_mkdir = os.mkdir
-    monkeypatch.setattr(os, "mkdir", lambda p, *a, **k: (made.append(str(p)), real_mkdir(p, *a, **k))[1])
+
+    def mkdir(p, *a, **k):
+        tried.append(str(p))
+        real_mkdir(p, *a, **k)
+        made.append(str(p))
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
     keys = [content_key("reconstruction", caption=f"picture {i}") for i in range(64)]
     images = tmp_path / "s" / "images"
     store.put_images("reconstruction", {k: (Image.new("RGB", (2, 2)), {}) for k in keys[:32]})
     wanted = sorted({k[:2] for k in keys[:32]})
     assert sorted(made) == sorted([str(images), *(str(images / f) for f in wanted)])  # each once
+    assert len(tried) == len(made) + 1  # the first picture's folder, tried before images/ was there
     assert sorted(p.name for p in images.iterdir()) == wanted
-    made.clear()
+    made.clear(), tried.clear()
     shutil.rmtree(images / keys[0][:2])
     store.put_images("reconstruction", {k: (Image.new("RGB", (2, 2)), {}) for k in keys[32:] + keys[:1]})
     new = sorted({k[:2] for k in keys[32:]} - set(wanted))
-    assert sorted(made) == sorted(str(images / f) for f in {*new, keys[0][:2]})
+    assert sorted(made) == sorted(tried) == sorted(str(images / f) for f in {*new, keys[0][:2]})
     assert len(store.get_images(keys)) == 64
-    made.clear()
+    tried.clear()
     Store(tmp_path / "s")  # opened again: no image folder to make
-    assert [p for p in made if os.path.basename(os.path.dirname(p)) == "images"] == []
+    assert [p for p in tried if os.path.basename(os.path.dirname(p)) == "images"] == []
 
 
 def test_a_fresh_reconstruction_asked_again_is_read_once_written_not_regenerated(tmp_path, monkeypatch, caplog):

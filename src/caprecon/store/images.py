@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from PIL import Image
 
-from caprecon.core.paths import create_file
+from caprecon.core.paths import write_file
 from caprecon.core.records import json_text
 from caprecon.data.images import file_head
 from caprecon.store.sql import sha256
@@ -120,8 +120,7 @@ class ImageFiles:
                 # its folder is made when the open finds it missing: the first picture filed there. A fresh
                 # cache that made all 256 when it opened made ~100 more than 256 pictures need, at
                 # 0.07-0.35 ms of kernel CPU each here (ext4 without a journal), where a failed open costs µs
-                with create_file(partial) as fh:
-                    fh.write(data)
+                write_file(partial, data)
                 os.replace(partial, path)  # a crash never leaves a half-written image under the key
                 written[str(path)] = (image, file_head(data))
                 digest = sha256(data)
