@@ -15,6 +15,8 @@ import sys
 import numpy as np
 from PIL import Image
 
+from memo_files import memo_rows
+
 # a run of `caprecon` that reports every digest the image reader found remembered (None: it hashed)
 _SPY = """
 import json, sys
@@ -140,18 +142,6 @@ print("AFTER", memo_folder())  # each run's folder ended with its call
 """
 
 
-def _memo_rows(folder):
-    import sqlite3
-
-    if not (folder / "digests.sqlite").is_file():
-        return {}
-    db = sqlite3.connect(folder / "digests.sqlite")
-    try:
-        return dict(db.execute("SELECT path, digest FROM digests"))
-    finally:
-        db.close()
-
-
 def test_two_runs_in_one_process_keep_each_memo_in_its_own_folder(tmp_path):
     """Two rewards with their own cache folders and a score run with a third, in one process: each
     file a run hashes is remembered in that run's folder's memo and no other (the last reward built
@@ -180,7 +170,7 @@ def test_two_runs_in_one_process_keep_each_memo_in_its_own_folder(tmp_path):
     assert done.stdout.splitlines()[-1] == "AFTER None"
     for name, folder in folders.items():
         picture = pictures[name]
-        assert _memo_rows(folder) == {os.path.realpath(picture): hashlib.sha256(picture.read_bytes()).hexdigest()}, \
+        assert memo_rows(folder) == {os.path.realpath(picture): hashlib.sha256(picture.read_bytes()).hexdigest()}, \
             name
     assert sorted(str(p.relative_to(home)) for p in home.rglob("*")) == []
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache")) == \

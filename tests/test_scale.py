@@ -218,18 +218,9 @@ def test_ray_stages_keep_the_memo_in_each_runs_cache_folder(tmp_path, local_ray)
     the driver: two runs into two cache folders each leave exactly their own photo's digest (its real
     path and the sha256 of its bytes, computed here) in their own memo, and a --no-cache run none."""
     import hashlib
-    import sqlite3
 
+    from memo_files import memo_rows
     from oracle import OracleGenerator, PixelEmbedder, render
-
-    def memo(folder: Path) -> dict[str, str]:
-        if not (folder / "digests.sqlite").is_file():
-            return {}
-        db = sqlite3.connect(folder / "digests.sqlite")
-        try:
-            return dict(db.execute("SELECT path, digest FROM digests"))
-        finally:
-            db.close()
 
     for name, caption in (("a", "red circle"), ("b", "blue square"), ("c", "red circle")):
         render(caption, 32, 32).save(tmp_path / f"{name}.png")
@@ -240,7 +231,7 @@ def test_ray_stages_keep_the_memo_in_each_runs_cache_folder(tmp_path, local_ray)
                        ray={"workers": 1}, **settings)
     for name in ("a", "b"):
         picture = tmp_path / f"{name}.png"
-        assert memo(tmp_path / f"cache-{name}") == {
+        assert memo_rows(tmp_path / f"cache-{name}") == {
             os.path.realpath(picture): hashlib.sha256(picture.read_bytes()).hexdigest()}, name
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cache")) == ["cache-a", "cache-b"]
     assert not list((tmp_path / "uncached").rglob("digests.sqlite"))

@@ -231,13 +231,9 @@ def test_an_unchanged_image_file_is_read_in_one_read(tmp_path, monkeypatch):
     assert asked == [10_241]
 
 
-@pytest.mark.parametrize("said, limit, piece", [
-    (100, 20_000, None),  # grew after its fstat: read on to its end
-    (20_000, 20_000, None),  # shrank: what it holds
-    (10_240, 10_240, 3),  # a file system answering in pieces: read on after a short read
-    (0, 10_240, 7),  # a size of 0 (as /proc's files say), in pieces
-])
-def test_an_image_file_of_another_length_than_its_fstat_is_read_to_its_end(tmp_path, monkeypatch, said, limit, piece):
+def _read_payload(tmp_path, monkeypatch, said: int, limit: int, piece: int | None) -> bytes:
+    """PAYLOAD read back by the image reader from a file whose fstat said `said` bytes, under `limit`,
+    the file system answering each read with at most `piece` bytes (None: with all it is asked)."""
     from caprecon.data import images as images_module
 
     path = tmp_path / "photo.jpg"
@@ -247,9 +243,19 @@ def test_an_image_file_of_another_length_than_its_fstat_is_read_to_its_end(tmp_p
         monkeypatch.setattr(os, "read", lambda fd, n: real(fd, min(n, piece)))
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert images_module._read_limited(fd, path, limit, said) == PAYLOAD
+        return images_module._read_limited(fd, path, limit, said)
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("said, limit, piece", [
+    (100, 20_000, None),  # grew after its fstat: read on to its end
+    (20_000, 20_000, None),  # shrank: what it holds
+    (10_240, 10_240, 3),  # a file system answering in pieces: read on after a short read
+    (0, 10_240, 7),  # a size of 0 (as /proc's files say), in pieces
+])
+def test_an_image_file_of_another_length_than_its_fstat_is_read_to_its_end(tmp_path, monkeypatch, said, limit, piece):
+    assert _read_payload(tmp_path, monkeypatch, said, limit, piece) == PAYLOAD
 
 
 @pytest.mark.parametrize("said, limit, piece", [
@@ -259,20 +265,10 @@ def test_an_image_file_of_another_length_than_its_fstat_is_read_to_its_end(tmp_p
     (0, 10_237, 3),
 ])
 def test_an_image_file_growing_past_the_limit_while_read_is_refused(tmp_path, monkeypatch, said, limit, piece):
-    from caprecon.data import images as images_module
     from caprecon.data.samples import SampleError
 
-    path = tmp_path / "photo.jpg"
-    path.write_bytes(PAYLOAD)
-    if piece:
-        real = os.read
-        monkeypatch.setattr(os, "read", lambda fd, n: real(fd, min(n, piece)))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with pytest.raises(SampleError) as refused:
-            images_module._read_limited(fd, path, limit, said)
-    finally:
-        os.close(fd)
+    with pytest.raises(SampleError) as refused:
+        _read_payload(tmp_path, monkeypatch, said, limit, piece)
     assert refused.value.reason == "image too large" and f"holds over {limit} bytes" in str(refused.value)
 
 
