@@ -732,6 +732,83 @@ def test_a_batch_waits_for_the_writes_of_its_images_not_for_queued_vectors(tmp_p
     store.flush()  # raised once
 
 
+def test_gathered_rows_go_in_the_writers_next_transaction_or_at_the_batch_end(tmp_path, monkeypatch):
+    """With `gather_rows` (a run's batches), rows queued on the models' thread start no write of their
+    own: they are read from the queue, go in the transaction of the next picture write, or at
+    `write_gathered` in one of their own, and at `flush` at the latest."""
+    import threading
+
+    from PIL import Image
+
+    store = Store(tmp_path / "s")
+    store.write_behind = store.gather_rows = True
+    writes = []
+    real = Store._write_rows
+    monkeypatch.setattr(Store, "_write_rows",
+                        lambda self, records, release=(): (writes.append(sorted(r[0] for r in records)),
+                                                           real(self, records, release))[1])
+    store.put_json("source-size", {"size": [3, 2]})
+    store.put_arrays("embedding", {"e": np.arange(3, dtype=np.float32)})
+    assert store._writer is None  # no write started
+    assert store.get_json(["size"]) == {"size": [3, 2]}  # read from the queue
+    assert Store(tmp_path / "s").get_json(["size"]) == Store(tmp_path / "s").get_arrays(["e"]) == {}  # not in the index yet
+    picture = content_key("reconstruction", caption="a red circle")
+    store.put_images("reconstruction", {picture: (Image.new("RGB", (8, 8), "red"), {"n": 1})})
+    store.flush_images([picture])
+    assert writes == [sorted(["size", "e", picture])]  # one transaction: the picture's
+    assert Store(tmp_path / "s").get_json(["size"]) == {"size": [3, 2]}
+    assert Store(tmp_path / "s").get_arrays(["e"])["e"].tolist() == [0, 1, 2]
+    store.put_arrays("embedding", {"f": np.ones(2, dtype=np.float32)})
+    store.put_json("judge-answer", {"g": {"answer": "yes"}})
+    held, started = threading.Event(), []
+    store._writer.submit(held.wait, 10)  # the writer busy: the rows stay queued
+    real_behind = Store._behind
+    monkeypatch.setattr(Store, "_behind", lambda self, work, *a, **k: (started.append(work), real_behind(self, work, *a, **k))[1])
+    store.write_gathered()
+    store.write_gathered()  # a write that will take them is queued already: no second
+    assert len(started) == 1
+    held.set()
+    store.flush_images()
+    store._writer.submit(lambda: None).result()  # the writer's queue done
+    assert writes[1:] == [["f", "g"]]
+    store.write_gathered()  # nothing queued: no empty transaction
+    store.put_json("judge-answer", {"late": {"answer": "no"}})
+    store.flush()
+    assert writes[1:] == [["f", "g"], ["late"]]
+    assert Store(tmp_path / "s").get_json(["g", "late"]) == {"g": {"answer": "yes"}, "late": {"answer": "no"}}
+
+
+def test_a_run_commits_each_batch_in_at_most_two_transactions(tmp_path, monkeypatch):
+    """A run's batch writes its source sizes, pictures and two models' vectors: its pictures' transaction
+    takes what was queued before it, one at the batch's end the rest, and every row is in the index."""
+    import threading
+    from collections import Counter
+
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(6):
+        Image.fromarray(rng.integers(0, 255, (24, 32, 3), dtype=np.uint8)).save(tmp_path / f"p{i}.png")
+        rows.append({"id": f"s{i}", "image": f"p{i}.png", "caption": f"a picture, take {i}"})
+    (tmp_path / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    commits = []
+    real = Store._write_rows
+    monkeypatch.setattr(Store, "_write_rows", lambda self, records, release=(): (
+        commits.append((threading.current_thread().name, sorted({r[1] for r in records}))), real(self, records, release))[1])
+    run = caprecon.score(tmp_path / "samples.jsonl", ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
+                         max_side=32, batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / "out")
+    assert all(name.startswith("caprecon-write") for name, _ in commits)
+    assert 3 <= len(commits) <= 6  # three batches, at most two each: it was four each
+    kinds = Counter(kind for _, ks in commits for kind in ks)
+    assert kinds["reconstruction"] == 3  # each batch's pictures in one transaction
+    index = sqlite3.connect(tmp_path / "cache" / "index.sqlite")
+    counts = dict(index.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind"))
+    assert counts["reconstruction"] == counts["source-size"] == 6
+    assert counts["embedding"] == 12  # six sources and six reconstructions
+    assert len(run.records) == 6 and all(isinstance(r.get("recon"), float) for r in run.records)
+
+
 def test_claims_go_with_the_rows_of_their_images_in_one_transaction(tmp_path, monkeypatch):
     """The claims on images written are dropped in the transaction that writes their rows: no
     moment where another process finds neither the claim nor the image, and one commit, not

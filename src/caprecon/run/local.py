@@ -134,11 +134,12 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     reader = _BatchReader(ctx, caption_only, pool)
     store = ctx.store
-    behind = store.write_behind
     # reconstructions are written while the next model (the embedder, a judge) works; each
     # batch's images are written before its rows are, so a row never names a missing file (its
-    # vectors and answers may still be queued: nothing waits on them until the run ends)
-    store.write_behind = not store.read_only
+    # vectors and answers may still be queued: nothing waits on them until the run ends). A batch's
+    # other rows are gathered: they go in its pictures' transaction, the rest in one at its end
+    behind, gather = store.write_behind, store.gather_rows
+    store.write_behind = store.gather_rows = not store.read_only
     try:
         upcoming = reader.submit(batches[0]) if batches else None
         for number, batch in enumerate(batches):
@@ -165,6 +166,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
                     broken = broken or exc
                     for pos in positions:
                         fail_row(rows[pos], str(exc), f"{runner.metric.name}: broken contract")
+            store.write_gathered()  # the batch's vectors and answers, in one transaction (not waited for)
             _flush(store, images=True)  # the rows name the batch's reconstructions: their files first
             out.finish([index for index, _ in batch], rows)
             if broken is not None:
@@ -179,7 +181,7 @@ def run_local(samples: Sequence[Sample], metrics: Sequence[Metric], ctx: Context
             store.flush()  # what was generated before a stop is kept
         except Exception as exc:  # the error that stopped the run is the one to report
             log.warning("a cache write failed: %s", exc)
-        store.write_behind = behind
+        store.write_behind, store.gather_rows = behind, gather
         if pool:
             reader.close()
             pool.shutdown(cancel_futures=True)
