@@ -223,10 +223,10 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     assert len(first) == 10  # five photos and five reconstructions
     cached = {p.name: p for p in (tmp_path / "cache" / "thumbs").rglob("*.jpg")}
     assert sorted(cached) == first
-    # filed by their names' first two hex digits, each folder made by the first thumbnail filed in it
-    assert sorted(p.name for p in (tmp_path / "cache" / "thumbs").iterdir() if p.is_dir()) == sorted(
-        {name[:2] for name in cached})
-    assert all(path.parent.name == name[:2] for name, path in cached.items())
+    # every picture here is its own thumbnail (JPEGs and PNGs under 384 px and 64 KiB): the cache links
+    # them all in one folder, not one folder per name's first two hex digits
+    assert [p.name for p in (tmp_path / "cache" / "thumbs").iterdir()] == ["as-is"]
+    assert all(path.parent.name == "as-is" for path in cached.values())
     stamps = {name: path.stat().st_mtime_ns for name, path in cached.items()}
 
     encodes.clear()
@@ -242,6 +242,33 @@ def test_report_thumbnails_are_made_beside_the_run_and_never_again(tmp_path, mon
     assert report["thumbnails_removed"] == 10 and not list((tmp_path / "cache" / "thumbs").rglob("*.jpg"))
     _score_into(samples, tmp_path, "third")  # everything regenerated (pruned), thumbnails made again
     assert len(list((tmp_path / "third" / "report_files" / "thumbs").iterdir())) == 10
+
+
+def test_a_cached_run_finds_the_links_a_cache_kept_by_their_names_folders_without_opening_a_source(
+        tmp_path, monkeypatch):
+    """Caches written before `as-is/` kept the links to pictures that are their own thumbnails in
+    folders by their names' first two characters: a cached run into a new folder links those, opens
+    no picture for them (neither a source nor a reconstruction) and adds nothing to the cache."""
+    from caprecon.store import thumbs as thumbs_module
+
+    samples = _samples(tmp_path)
+    _score_into(samples, tmp_path, "first")
+    thumbs = tmp_path / "cache" / "thumbs"
+    for link in list((thumbs / "as-is").iterdir()):  # the layout of an older cache
+        (thumbs / link.name[:2]).mkdir(exist_ok=True)
+        link.rename(thumbs / link.name[:2] / link.name)
+    (thumbs / "as-is").rmdir()
+    before = {p.name: p.stat().st_ino for p in thumbs.rglob("*.jpg")}
+    assert len(before) == 10
+    reads = []
+    real = thumbs_module.read_image_file
+    monkeypatch.setattr(thumbs_module, "read_image_file", lambda path, *a, **k: (reads.append(str(path)),
+                                                                                 real(path, *a, **k))[1])
+    _score_into(samples, tmp_path, "again")
+    assert set(reads) == {str(tmp_path / "broken.jpg")}  # only the file that has no thumbnail is tried
+    again = tmp_path / "again" / "report_files" / "thumbs"
+    assert {p.name: p.stat().st_ino for p in again.iterdir()} == before  # the older cache's links
+    assert {p.name: p.stat().st_ino for p in thumbs.rglob("*.jpg")} == before and not (thumbs / "as-is").exists()
 
 
 def test_thumbnails_come_from_the_pixels_in_memory_off_the_run_thread(tmp_path, monkeypatch):
@@ -320,16 +347,48 @@ def test_a_picture_whose_bytes_were_seen_is_not_read_again_for_its_thumbnail(tmp
     Image.new("RGB", (40, 30), (1, 2, 3)).save(small)
     Image.new("RGB", (40, 30), (4, 5, 6)).save(bmp)
     data = small.read_bytes()
-    name = thumbs_module.thumbnail_of(Image.open(small).convert("RGB"), str(small), cache, head=(len(data), data[:8]))
-    assert reads == [] and (cache / name[:2] / name).stat().st_ino == small.stat().st_ino  # linked, not read
+    cached = thumbs_module.thumbnail_of(Image.open(small).convert("RGB"), str(small), cache, head=(len(data), data[:8]))
+    name = thumbs_module._name(str(small))
+    assert reads == [] and cached == str(cache / "as-is" / name)  # its own thumbnail: in the cache's one folder
+    assert (cache / "as-is" / name).stat().st_ino == small.stat().st_ino  # linked, not read
     bmp_data = bmp.read_bytes()
-    name = thumbs_module.thumbnail_of(Image.open(bmp).convert("RGB"), str(bmp), cache,
-                                      head=(len(bmp_data), bmp_data[:8]))
-    assert reads == [] and Image.open(cache / name[:2] / name).format == "JPEG"  # made from the pixels
+    cached = thumbs_module.thumbnail_of(Image.open(bmp).convert("RGB"), str(bmp), cache,
+                                        head=(len(bmp_data), bmp_data[:8]))
+    name = thumbs_module._name(str(bmp))
+    assert reads == [] and cached == str(cache / name[:2] / name)  # made: in its name's folder
+    assert Image.open(cached).format == "JPEG"  # made from the pixels
     stale = tmp_path / "stale.png"  # the run saw other bytes than the file now holds: read it
     Image.new("RGB", (40, 30), (7, 8, 9)).save(stale)
-    name = thumbs_module.thumbnail_of(Image.open(stale).convert("RGB"), str(stale), cache, head=(10, data[:8]))
-    assert reads == [str(stale)] and (cache / name[:2] / name).read_bytes() == stale.read_bytes()
+    cached = thumbs_module.thumbnail_of(Image.open(stale).convert("RGB"), str(stale), cache, head=(10, data[:8]))
+    name = thumbs_module._name(str(stale))
+    assert reads == [str(stale)] and cached == str(cache / "as-is" / name)
+    assert (cache / "as-is" / name).read_bytes() == stale.read_bytes()
+    assert sorted(p.name for p in cache.iterdir()) == sorted(["as-is", thumbs_module._name(str(bmp))[:2]])
+    reads.clear()  # asked again without what the run saw: found in either folder, not read
+    for picture in (small, bmp):
+        cached = thumbs_module.thumbnail_of(Image.open(picture).convert("RGB"), str(picture), cache)
+        assert cached and os.path.basename(cached) == thumbs_module._name(str(picture))
+    assert reads == []
+
+
+def test_the_report_links_what_either_folder_of_the_thumbnail_cache_holds(tmp_path, monkeypatch):
+    """The report's thumbnails (`make_thumbnails` with the cache) link what the cache holds, a picture
+    that is its own thumbnail (`as-is/`) or one made (its name's folder), and make neither again."""
+    from caprecon.store import thumbs as thumbs_module
+
+    small, large, cache = tmp_path / "small.png", tmp_path / "large.png", tmp_path / "cache"
+    Image.new("RGB", (40, 30), (1, 2, 3)).save(small)
+    Image.new("RGB", (500, 400), (4, 5, 6)).save(large)  # over 384 px: its thumbnail is made
+    data = small.read_bytes()
+    own = thumbs_module.thumbnail_of(Image.open(small).convert("RGB"), str(small), cache, head=(len(data), data[:8]))
+    made = thumbs_module.thumbnail_of(Image.open(large).convert("RGB"), str(large), cache)
+    assert os.path.basename(os.path.dirname(own)) == "as-is" and os.path.basename(os.path.dirname(made)) != "as-is"
+    encodes = _counting_encodes(monkeypatch)
+    folder = tmp_path / "report"
+    names = thumbs_module.make_thumbnails([str(small), str(large)], folder, cache=cache)
+    assert encodes == []
+    assert (folder / names[str(small)]).stat().st_ino == small.stat().st_ino
+    assert (folder / names[str(large)]).stat().st_ino == os.stat(made).st_ino
 
 
 def test_thumbnails_are_copied_where_the_file_system_refuses_a_link(tmp_path, monkeypatch):
@@ -345,12 +404,13 @@ def test_thumbnails_are_copied_where_the_file_system_refuses_a_link(tmp_path, mo
     source = tmp_path / "small.png"
     Image.new("RGB", (40, 30), (1, 2, 3)).save(source)
     cache, folder = tmp_path / "cache", tmp_path / "run" / "thumbs"
-    name = thumbs_module.thumbnail_of(Image.open(source).convert("RGB"), str(source), cache)
-    assert name and (cache / name[:2] / name).read_bytes() == source.read_bytes()
+    name = thumbs_module._name(str(source))
+    assert thumbs_module.thumbnail_of(Image.open(source).convert("RGB"), str(source), cache) == str(cache / "as-is" / name)
+    assert (cache / "as-is" / name).read_bytes() == source.read_bytes()
     folder.parent.mkdir()
-    assert thumbs_module._link(cache / name[:2] / name, folder / name)
+    assert thumbs_module._link(cache / "as-is" / name, folder / name)
     assert (folder / name).read_bytes() == source.read_bytes()
-    assert (folder / name).stat().st_ino != (cache / name[:2] / name).stat().st_ino
+    assert (folder / name).stat().st_ino != (cache / "as-is" / name).stat().st_ino
 
 
 def test_every_number_of_reading_threads_scores_the_same_rows(tmp_path):

@@ -14,7 +14,9 @@ Three things keep thumbnails off a run's critical path:
   run folder as batches finish, and makes from their files the few the cache still lacks,
   so the report at the end finds them done;
 - a JPEG or PNG file little larger than a thumbnail (a reconstruction, a small original)
-  is its own thumbnail: linked or copied, neither resized nor encoded.
+  is its own thumbnail: linked or copied, neither resized nor encoded. The cache keeps those
+  links in one folder (`thumbs/as-is/`), the thumbnails it made in folders by their names'
+  first two characters (`thumbs/ab/`), where caches written before kept both.
 
 Sources are read through `caprecon.data.images.read_image_file`, as scoring reads them: an
 original outside the run's `--image-root` gets no thumbnail (not even one cached earlier),
@@ -53,6 +55,11 @@ QUALITY = 82
 DIRECT_BYTES = 64 * 1024  # a few times a thumbnail's own size, so the gallery stays light
 _DIRECT_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n")  # what every browser shows in an <img>, whatever the name
 CACHE_FOLDER = "thumbs"  # under a store's root
+#: the thumbnail cache's one folder of links to pictures that are their own thumbnails. Each folder
+#: by a name's first two characters was a new inode for about one picture in two of a 256-sample run
+#: into a fresh cache (~220 of them), up to a millisecond of kernel CPU each on the project's ext4;
+#: one folder is made once. Not two hex digits, so no thumbnail's own folder has its name
+AS_IS_FOLDER = "as-is"
 
 
 def _name(source: str) -> str | None:
@@ -82,9 +89,21 @@ def cache_folder(store_root: str | Path | None) -> Path | None:
 
 
 def _cached(cache: str | Path, name: str) -> str:
-    """Where the cache keeps the thumbnail called `name` (folders by the name's first two characters).
-    A string: on a run's thumbnail thread, building paths as `Path`s cost more than the links."""
+    """Where the cache keeps the thumbnail called `name` that was made (folders by the name's first two
+    characters; caches written before `AS_IS_FOLDER` keep links to pictures there too). A string: on a
+    run's thumbnail thread, building paths as `Path`s cost more than the links."""
     return os.path.join(cache, name[:2], name)
+
+
+def _as_is(cache: str | Path, name: str) -> str:
+    """Where the cache keeps the link called `name` to a picture that is its own thumbnail."""
+    return os.path.join(cache, AS_IS_FOLDER, name)
+
+
+def _from_cache(cache: str | Path, name: str, target: str | Path) -> bool:
+    """Put the cache's thumbnail called `name` at `target` (`_link`): a picture that is its own
+    thumbnail, else one made (or, in a cache written before `AS_IS_FOLDER`, either)."""
+    return _link(_as_is(cache, name), target) or _link(_cached(cache, name), target)
 
 
 class _Unreadable(Exception):
@@ -120,27 +139,36 @@ def thumbnail_of(image: Image.Image, source: str, cache: Path, side: int = THUMB
     pixels already in memory (`image`, as decoded for scoring or as generated) rather than
     read and decoded again. `head`: the file's length and first 8 bytes, as its reader or
     writer saw them; whether the file is its own thumbnail is then known without reading it
-    (while it is still a regular file of that length). Returns the thumbnail's name, None
-    when it cannot be written."""
+    (while it is still a regular file of that length). Returns the thumbnail's path in the cache,
+    None when it cannot be written; the thumbnail's name is the path's last part."""
     named = _named(source)
     if named is None:
         return None
     name, st = named
-    target = _cached(cache, name)
     # the run read this file (inside --image-root) or wrote it moments ago: when it is its own
     # thumbnail, a link to it costs one directory entry, where writing a file costs up to a
     # millisecond here; a link already there is as good (a name is the file's path, size and time)
     known = head is not None and stat.S_ISREG(st.st_mode) and st.st_size == head[0]
-    as_is = known and _shown_as_is(head[1], head[0], image.size, side)
-    if not as_is and os.path.exists(target):  # made before (reading the file to tell is not needed)
-        return name
-    if as_is or (not known and _file_shown_as_is(source, image.size, side)):
-        return name if _link(source, target) else None
+    if known and _shown_as_is(head[1], head[0], image.size, side):
+        return _linked(source, _as_is(cache, name))
+    target = _cached(cache, name)
+    if not known:  # made or linked before (reading the file to tell is not needed), in either folder
+        for there in (_as_is(cache, name), target):
+            if os.path.exists(there):
+                return there
+        if _file_shown_as_is(source, image.size, side):
+            return _linked(source, _as_is(cache, name))
+    elif os.path.exists(target):
+        return target
     scale = min(1.0, side / max(image.size))
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
     small = image.convert("RGB") if image.mode != "RGB" else image
     small = small.resize(size, Image.Resampling.BILINEAR, reducing_gap=2.0) if scale < 1 else small.copy()
-    return name if _save(small, target) else None
+    return target if _save(small, target) else None
+
+
+def _linked(source: str, target: str) -> str | None:
+    return target if _link(source, target) else None
 
 
 def _shown_as_is(head: bytes, n_bytes: int, size: tuple[int, int], side: int) -> bool:
@@ -222,8 +250,10 @@ def _write(source: str, target: Path, side: int, cache: Path | None = None,
         return True
     try:
         if cache is not None:
+            if _from_cache(cache, target.name, target):  # made or linked before
+                return True
             cached = _cached(cache, target.name)
-            if (os.path.exists(cached) or _encode(source, cached, side, image_root)) and _link(cached, target):
+            if _encode(source, cached, side, image_root) and _link(cached, target):
                 return True
         return _encode(source, target, side, image_root)  # no cache, or it cannot be written: the run folder still gets one
     except _Unreadable:
@@ -296,7 +326,7 @@ class ThumbnailWriter:
         if self.store is not None:
             self.store.thumbnails = self.from_memory  # until `close`
         self._seen: set[str] = set()
-        self._named: dict[str, str] = {}  # picture -> its thumbnail in the cache, made from memory (feed thread only)
+        self._named: dict[str, str] = {}  # picture -> its thumbnail's path in the cache, made from memory (feed thread only)
         self.made: dict[str, str] = {}  # picture -> its thumbnail in `folder` (written by the feed thread)
         self._queue: queue.SimpleQueue[list[tuple[str, str | None]] | dict[str, tuple[Image.Image, Any]] | None] \
             = queue.SimpleQueue()
@@ -329,15 +359,16 @@ class ThumbnailWriter:
                 continue  # stopped: what is queued is dropped
             if isinstance(paths, dict):
                 for source, (image, head) in paths.items():
-                    if name := thumbnail_of(image, source, self.cache, self.side, head=head):
-                        self._named[source] = name
+                    if cached := thumbnail_of(image, source, self.cache, self.side, head=head):
+                        self._named[source] = cached
                 continue
             # a picture whose thumbnail was just made from memory needs only its link: its
-            # name is known, and the cache holds it
+            # name and its place in the cache are known
             misses = []
             for p, root in paths:
-                if name := self._named.pop(p, None) or _name(p):
-                    if self._linked_from_cache(name):
+                cached = self._named.pop(p, None)
+                if name := os.path.basename(cached) if cached else _name(p):
+                    if _link(cached, os.path.join(self.folder, name)) if cached else self._linked_from_cache(name):
                         self.made[p] = name
                     else:
                         misses.append((p, name, root))
@@ -354,7 +385,7 @@ class ThumbnailWriter:
         """Put a thumbnail the cache already holds into the run folder (a link costs microseconds)."""
         if self.cache is None:
             return False
-        return _link(_cached(self.cache, name), os.path.join(self.folder, name))
+        return _from_cache(self.cache, name, os.path.join(self.folder, name))
 
     def close(self, *, wait: bool = True) -> None:
         """Wait for the queued thumbnails (`wait=False`: stop at once, e.g. on Ctrl-C)."""
