@@ -780,7 +780,8 @@ def test_gathered_rows_go_in_the_writers_next_transaction_or_at_the_batch_end(tm
 
 def test_a_run_commits_each_batch_in_at_most_two_transactions(tmp_path, monkeypatch):
     """A run's batch writes its source sizes, pictures and two models' vectors: its pictures' transaction
-    takes what was queued before it, one at the batch's end the rest, and every row is in the index."""
+    takes what was queued before it (the sizes at least), one at the batch's end the rest, and every row
+    is in the index."""
     import threading
     from collections import Counter
 
@@ -802,6 +803,8 @@ def test_a_run_commits_each_batch_in_at_most_two_transactions(tmp_path, monkeypa
     assert 3 <= len(commits) <= 6  # three batches, at most two each: it was four each
     kinds = Counter(kind for _, ks in commits for kind in ks)
     assert kinds["reconstruction"] == 3  # each batch's pictures in one transaction
+    # a batch's source sizes, queued before its pictures, go in its pictures' transaction (they had one of their own)
+    assert [ks for _, ks in commits if "source-size" in ks] == [ks for _, ks in commits if "reconstruction" in ks]
     index = sqlite3.connect(tmp_path / "cache" / "index.sqlite")
     counts = dict(index.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind"))
     assert counts["reconstruction"] == counts["source-size"] == 6

@@ -185,7 +185,7 @@ class Leases:
             keys, self._kept = list(self._kept), set()
         if not keys:
             return
-        if self.write_behind:
-            self._behind(self._drain, keys)
+        if self.write_behind:  # with the rows queued by then (gathered ones too), in one transaction
+            self._drain_behind(keys)
         else:
             self.release(keys)

@@ -52,19 +52,21 @@ class WriteBehind:
             self._unwritten.update((r[0], (r[2], r[4])) for r in records)
             if self.gather_rows:  # written with the writer's next transaction, or at `write_gathered`
                 return
-            due, self._drain_due = self._drain_due, True
-        if not due:  # one drain at a time takes everything queued by then: one transaction
-            self._behind(self._drain)
+        self._drain_behind()
 
     def write_gathered(self) -> None:
         """Start writing the rows queued (`gather_rows`) in one transaction, unless a write queued
         already will take them; returns at once."""
+        if self._queued:
+            self._drain_behind()
+
+    def _drain_behind(self, release: Sequence[str] = ()) -> None:
+        """Queue a transaction of every row queued by the time it runs (and of the claims on `release`),
+        unless one queued already will take them: one drain at a time, one transaction."""
         with self._lock:
-            start = bool(self._queued) and not self._drain_due
-            if start:
-                self._drain_due = True
-        if start:
-            self._behind(self._drain)
+            due, self._drain_due = self._drain_due, True
+        if release or not due:
+            self._behind(self._drain, release)
 
     def _behind(self, work, *args, images: Iterable[str] = ()) -> Future:
         """Run `work` on the writing thread (in order with every other write); `images`: the keys
