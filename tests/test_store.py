@@ -780,8 +780,8 @@ def test_gathered_rows_go_in_the_writers_next_transaction_or_at_the_batch_end(tm
 
 def test_a_run_commits_each_batch_in_at_most_two_transactions(tmp_path, monkeypatch):
     """A run's batch writes its source sizes, pictures and two models' vectors: its pictures' transaction
-    takes what was queued before it (the sizes at least), one at the batch's end the rest, and every row
-    is in the index."""
+    takes what was queued before it, one started at the batch's end the rest (never a row's own), and
+    every row is in the index."""
     import threading
     from collections import Counter
 
@@ -797,14 +797,32 @@ def test_a_run_commits_each_batch_in_at_most_two_transactions(tmp_path, monkeypa
     real = Store._write_rows
     monkeypatch.setattr(Store, "_write_rows", lambda self, records, release=(): (
         commits.append((threading.current_thread().name, sorted({r[1] for r in records}))), real(self, records, release))[1])
+    started, inside = [], []  # the writes of queued rows started on the models' thread, and from where
+    real_behind, real_gathered = Store._behind, Store.write_gathered
+
+    def behind(self, work, *args, **kwargs):
+        if threading.current_thread() is threading.main_thread() and work == self._drain:
+            started.append(inside[-1] if inside else "a queued row")
+        return real_behind(self, work, *args, **kwargs)
+
+    def gathered(self):
+        inside.append("write_gathered")
+        try:
+            return real_gathered(self)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(Store, "_behind", behind)
+    monkeypatch.setattr(Store, "write_gathered", gathered)
     run = caprecon.score(tmp_path / "samples.jsonl", ["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(),
                          max_side=32, batch_size=2, cache_dir=str(tmp_path / "cache"), out=tmp_path / "out")
     assert all(name.startswith("caprecon-write") for name, _ in commits)
     assert 3 <= len(commits) <= 6  # three batches, at most two each: it was four each
     kinds = Counter(kind for _, ks in commits for kind in ks)
     assert kinds["reconstruction"] == 3  # each batch's pictures in one transaction
-    # a batch's source sizes, queued before its pictures, go in its pictures' transaction (they had one of their own)
-    assert [ks for _, ks in commits if "source-size" in ks] == [ks for _, ks in commits if "reconstruction" in ks]
+    assert ["source-size"] not in [ks for _, ks in commits]  # the sizes go with the pictures or the vectors
+    # no row queued on the models' thread started a write of its own: only each batch's end did
+    assert started and all(where == "write_gathered" for where in started)
     index = sqlite3.connect(tmp_path / "cache" / "index.sqlite")
     counts = dict(index.execute("SELECT kind, COUNT(*) FROM results GROUP BY kind"))
     assert counts["reconstruction"] == counts["source-size"] == 6
