@@ -1185,6 +1185,13 @@ MUTANTS = [
     Mutant("gathered rows: the run does not gather", "run/local.py",
            "store.write_behind = store.gather_rows = not store.read_only", "store.write_behind = not store.read_only",
            ("tests/test_store.py",)),
+    # issue 54 (speed7): a content key's JSON through one encoder, the text json.dumps made
+    Mutant("content key: its JSON's fields unsorted", "store/index.py",
+           "_KEY_JSON = json.JSONEncoder(sort_keys=True,", "_KEY_JSON = json.JSONEncoder(sort_keys=False,",
+           ("tests/test_text_inputs.py",)),
+    Mutant("content key: its JSON escapes what is not ASCII", "store/index.py",
+           "json.JSONEncoder(sort_keys=True, ensure_ascii=False,", "json.JSONEncoder(sort_keys=True, ensure_ascii=True,",
+           ("tests/test_text_inputs.py",)),
     # issue 54 (speed7): the thumbnail cache links pictures that are their own thumbnails in one folder,
     # and finds those an older cache kept in its names' folders
     Mutant("thumbs as-is: an own thumbnail linked into its name's folder", "store/thumbs.py",

@@ -79,13 +79,18 @@ def check_policy(keep: str, max_size: int | None) -> None:
         check_count("--cache-max-size", max_size, 1, 10**18)
 
 
+#: the JSON a content key hashes (`json.dumps` with these options makes a new encoder on every call: a
+#: run keys each sample three or four times, and the same text comes out either way)
+_KEY_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
+
 def content_key(kind: str, **parts: Any) -> str:
     """Stable hash of a result's kind and every input that determines it. A text that is not valid
     Unicode (a lone surrogate, which a JSON escape or `surrogateescape` lets into a Python string)
     has no UTF-8 to hash: a `ValueError` names its field (`caption`, `request.messages[1]`), so a
     caller that passed one straight to a metric or the store learns which input is broken."""
     fields = {"kind": kind, **parts}
-    blob = json.dumps(fields, sort_keys=True, ensure_ascii=False, default=str)
+    blob = _KEY_JSON.encode(fields)
     try:
         data = blob.encode("utf-8")
     except UnicodeEncodeError:
