@@ -15,8 +15,8 @@ the next:
 - `raw+png`: the loop keeping each reconstruction as caprecon's cache keeps it, a new PNG file
   each, saved with the store's options (`PNG_SAVE`), in a folder named by its key's first two
   characters (a new folder tree each round, so every file and folder is new, as in a fresh cache;
-  it makes the folders its files need, about 160 for 256 keys, where a fresh cache makes 256 for
-  pictures and 256 for thumbnails when it opens);
+  it makes the folders its files need, about 160 for 256 keys, as a fresh cache makes its pictures'
+  (the thumbnails of pictures that are their own go in one folder of the cache);
 - `caprecon`: `caprecon.score` with the default store policy (`keep="images"`: a PNG file a
   reconstruction, its thumbnails for the report);
 - `caprecon vectors` (at 2 steps; `--vectors-at` names others): the same with `keep="vectors"`:
@@ -36,13 +36,13 @@ in its name:
 Beside each goal the quartiles of the single rounds' ratios (on a shared VM they spread by a
 tenth and more), and, unmarked, what each side adds over the bare loop; beside each side's CPU and
 wall its minor page faults (the whole process's, `getrusage`). With `--in-use` a fifth
-side scores new pictures and captions into a cache in use (its 256 image and 256 thumbnail
-folders made by an earlier run, as the default per-user cache's are), which a fresh cache makes
-when it opens: a one-time cost that weighs on 256 samples.
+side scores new pictures and captions into a cache in use (its picture and thumbnail folders
+made by an earlier run, as the default per-user cache's are), which a fresh cache makes as its
+first pictures come: a one-time cost that weighs on 256 samples.
 
 Before the rounds it prints what creating one file costs here, in the folder the benchmark
 writes to (the temporary folder: set TMPDIR to move it): each reconstruction is a new file and
-a fresh cache makes 512 folders, and on ext4 without a journal a new file costs up to a
+a fresh cache makes about 160 folders for 256 pictures, and on ext4 without a journal a new file costs up to a
 millisecond of kernel CPU, 10-70x what it costs on tmpfs (docs/scale.md).
 
 With `--steady-heap` the process's C heap is set, before anything runs, to keep what it frees
