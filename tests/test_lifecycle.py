@@ -240,7 +240,7 @@ def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, ti
 
     def full_after_the_first_row(self, records, release=()):
         calls.append(len(records))
-        if len(calls) > 3:
+        if len(calls) > 1:  # the first batch's rows go in one transaction (`Store.gather_rows`)
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(self, records, release)
 
@@ -251,9 +251,10 @@ def test_a_full_cache_gives_one_message_and_keeps_the_finished_rows(tmp_path, ti
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"caprecon: error: the cache {tmp_path / 'cache'} is full (No space "
                                                "left on device): free space there"), err
-    assert "the 1 rows finished are in" in err[0]
     kept = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
-    assert [r["id"] for r in kept] == ["r0"] and isinstance(kept[0]["clipscore"], float)
+    # a batch's vectors are written behind it, so the failure stops the run at that batch's end or the next's
+    assert [r["id"] for r in kept] in (["r0"], ["r0", "r1"]) and all(isinstance(r["clipscore"], float) for r in kept)
+    assert f"the {len(kept)} rows finished are in" in err[0]
     monkeypatch.undo()
     assert main(argv) == 0  # room again: the run resumes from the row it kept
     assert [json.loads(line)["id"] for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()] == \
