@@ -24,7 +24,7 @@ from oracle import CountingOracle, OracleGenerator, PixelEmbedder, expected_reco
 
 from caprecon.apps.reward.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
 from caprecon.apps.reward import Guards
-from caprecon.apps.reward.serve import HttpError, RewardService, ServiceSettings, openrlhf_reply, token_digest
+from caprecon.apps.reward.serve import HttpError, RewardService, ServiceSettings, token_digest
 from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 
@@ -70,23 +70,28 @@ class StandIn:
 
     def handle(self, handler, method):
         self.requests += 1
+        declared = handler.headers.get("Content-Length", "0")
+        unread = [int(declared) if declared.isdigit() else 0]
         if self.requests <= self.fail_first:
+            handler.rfile.read(unread[0])
             return handler.answer(503, {"error": "replica restarting"})
+
+        async def chunks():  # the body as it arrives, as Ray Serve's request.stream() hands it
+            while unread[0] > 0:
+                piece = handler.rfile.read(min(unread[0], 65536))
+                if not piece:
+                    return
+                unread[0] -= len(piece)
+                yield piece
+
+        async def score(parsed):  # one request per batch: what Ray Serve's batching hands a replica alone
+            return self.service.score_many([parsed])[0]
+
         headers = {k.lower(): v for k, v in handler.headers.items()}
-        body = handler.rfile.read(int(headers.get("content-length", 0) or 0))
-        try:
-            if handler.path == "/health":
-                return handler.answer(200, self.service.health())
-            self.service.check_token(headers)
-            if handler.path == "/manifest":
-                return handler.answer(200, self.service.manifest())
-            payload = self.service.read_body(headers, body)
-            if handler.path == "/openrlhf":
-                answer = self.service.score_many([self.service.parse_openrlhf(payload)])[0]
-                return handler.answer(200, openrlhf_reply(answer, self.service.settings.missing))
-            return handler.answer(200, self.service.score_many([self.service.parse(payload)])[0])
-        except HttpError as exc:
-            return handler.answer(exc.status, {"error": str(exc)})
+        # the deployment's own dispatch (`RewardService.respond`): routes, token, limits, failures answered
+        status, body = asyncio.run(self.service.respond(method, handler.path, headers, chunks(), score))
+        handler.rfile.read(unread[0])  # what a refusal left unread, so the client reads the answer
+        handler.answer(status, body)
 
     def close(self):
         self.server.shutdown()
@@ -368,3 +373,214 @@ def test_a_served_file_is_named_as_in_process_so_seeded_rewards_agree(tmp_path):
     assert served == cells == in_process  # to the bit: the file's name seeds its reconstruction on both sides
     assert in_process != Reward(**options, progress=False, cache_dir=str(tmp_path / "bytes"))(
         [p.read_bytes() for p in paths], captions)  # bare bytes are named by content: another seed, another draw
+
+
+# -- bad input and file safety (a fresh-eyes review of the training path's inputs) ---------------------------------
+
+
+def test_an_empty_encoded_cell_never_opens_the_file_its_name_names(tmp_path):
+    # `{"encoded": "", "name": PATH}` reached Reward as {"bytes": b"", "path": PATH}; Reward took the empty bytes
+    # for none and opened PATH on the server's disk, outside any --image-root, and scored it
+    (tmp_path / "root").mkdir()
+    PICTURES[0].save(tmp_path / "private.png")
+    service, generator = make_service(tmp_path, image_root=str(tmp_path / "root"))
+    parsed = service.parse({"captions": ["red circle", "red circle"],
+                            "images": [{"encoded": "", "name": str(tmp_path / "private.png")}, {"pixels": ""}]})
+    answer = service.score_many([parsed])[0]
+    assert answer["errors"] == {"0": "encoded: no bytes (an empty image)", "1": "pixels: no bytes (an empty image)"}
+    assert answer["parts"]["recon"] == [None, None]
+    assert generator.prompts == []  # nothing was scored: the private picture was never read
+
+
+@pytest.mark.parametrize("cell, error", [
+    ({"path": "\ud800.png"}, "path: holds a lone surrogate ('\\ud800') at character 0, which is not text: "
+                             "the input's encoding is broken"),
+    ({"path": "a\x00.png"}, "path: holds a NUL character"),
+    ({"encoded": base64.b64encode(b"x").decode(), "name": "b\udc80.png"},
+     "name: holds a lone surrogate ('\\udc80') at character 1, which is not text: the input's encoding is broken"),
+    ({"encoded": base64.b64encode(b"x").decode(), "name": "c\x00.png"}, "name: holds a NUL character"),
+])
+def test_a_path_or_name_no_file_system_takes_is_an_error_of_its_row(tmp_path, cell, error):
+    # a lone surrogate (a JSON escape lets it in) made the server's stat raise UnicodeEncodeError: a 500 for the
+    # whole batch, which the client sent again and again
+    (tmp_path / "root").mkdir()
+    service, _ = make_service(tmp_path, image_root=str(tmp_path / "root"))
+    parsed = service.parse({"captions": ["red circle", "green triangle"], "images": [cell, encode_cell(PICTURES[1])]})
+    answer = service.score_many([parsed])[0]
+    assert answer["errors"] == {"0": error}
+    assert answer["parts"]["recon"][0] is None
+    assert answer["parts"]["recon"][1] == pytest.approx(expected_recon(PICTURES[1], "green triangle"), abs=1e-6)
+
+
+def test_a_caption_that_is_not_text_gets_no_reward(served):
+    # it went in as "", the empty completion, and came back with the empty completion's reward beside its error
+    stand_in, generator = served
+    answer = RemoteReward(stand_in.url).post("/reward", {"captions": [5, ["red"], "red circle"],
+                                                         "images": [encode_cell(PICTURES[0])] * 3})
+    assert answer["errors"] == {"0": "caption is a number, not text", "1": "caption is a list, not text"}
+    assert {name: values[:2] for name, values in answer["parts"].items()} == {
+        name: [None, None] for name in answer["parts"]}
+    assert answer["parts"]["recon"][2] == pytest.approx(expected_recon(PICTURES[0], "red circle"), abs=1e-6)
+    assert len(generator.prompts) == 1
+
+
+def _png(size: tuple[int, int]) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", size, "white").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_garbage_and_decompression_bombs_are_row_errors_that_say_why(tmp_path, monkeypatch):
+    # garbage bytes were scored as None with the reason in the server's log only; a picture over PIL's pixel
+    # limit (a few KB of PNG can declare gigabytes of pixels; PIL only warns up to twice it) was decoded
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)  # the reconstructions, 96 x 96, stay under it
+    service, generator = make_service(tmp_path)
+    over = base64.b64encode(_png((110, 110))).decode()  # 12,100 pixels: over the limit, under PIL's own error
+    bomb = base64.b64encode(_png((150, 150))).decode()  # 22,500: PIL refuses it itself
+    parsed = service.parse({"captions": ["red circle"] * 5, "images": [
+        {"encoded": base64.b64encode(b"not a picture").decode()}, {"pixels": over}, {"encoded": over},
+        {"encoded": bomb}, {"pixels": base64.b64encode(_png((30, 30))).decode()}]})
+    answer = service.score_many([parsed])[0]
+    limit = "over the limit of 10000 pixels (PIL.Image.MAX_IMAGE_PIXELS, the decompression-bomb guard)"
+    assert answer["errors"]["0"] == "encoded: not in any image format PIL reads (UnidentifiedImageError)"
+    assert answer["errors"]["1"] == f"pixels: image of 110x110 pixels is {limit}"
+    assert answer["errors"]["2"] == f"encoded: image of 110x110 pixels is {limit}"
+    assert answer["errors"]["3"].startswith("encoded: Image size (22500 pixels) exceeds limit of 20000 pixels")
+    assert list(answer["errors"]) == ["0", "1", "2", "3"]
+    assert answer["parts"]["recon"][:4] == [None] * 4 and answer["parts"]["recon"][4] is not None
+    assert len(generator.prompts) == 1
+
+
+def test_deep_json_and_a_content_length_that_is_no_number_are_refused(tmp_path):
+    service, _ = make_service(tmp_path)
+    with pytest.raises(HttpError, match="nested deeper than this server reads") as deep:
+        service.read_body({}, b"[" * 100_000)  # RecursionError: a 500 the client sent again and again
+    with pytest.raises(HttpError, match=r"Content-Length is not a number of bytes: 'abc'") as bad:
+        service.read_body({"content-length": "abc"}, b"{}")
+    assert deep.value.status == bad.value.status == 400
+
+
+def test_a_body_over_the_limit_is_read_no_further_than_the_limit(tmp_path):
+    # the deployment read the whole body (`await request.body()`) before it looked at the limit: a chunked
+    # request, with no Content-Length, of 10 GB was held in the replica's memory first
+    service, _ = make_service(tmp_path, max_body_bytes=10_000)
+    read = []
+
+    async def endless():
+        while True:
+            read.append(1000)
+            yield b" " * 1000
+
+    async def never(parsed):
+        raise AssertionError("scored")
+
+    status, body = asyncio.run(service.respond("POST", "/reward", {}, endless(), never))
+    assert status == 413 and body == {"error": "request body of over 10000 bytes is over the server's limit of "
+                                               "10000 (--max-body-bytes)"}
+    assert sum(read) == 11_000  # the piece that passed the limit, and nothing after it
+    status, _ = asyncio.run(service.respond("POST", "/reward", {"content-length": "20000"}, endless(), never))
+    assert status == 413 and sum(read) == 11_000  # a declared length over the limit: nothing read at all
+
+
+def test_a_metric_that_breaks_its_contract_on_the_server_raises_at_once_as_in_process(tmp_path):
+    import contract_metrics
+
+    from caprecon.core.errors import MetricContractError
+
+    options = dict(metrics=[contract_metrics.FewerRows()], guards=None, batch_size=2,
+                   cache_dir=str(tmp_path / "cache"))
+    stand_in = StandIn(RewardService(ServiceSettings(reward=options)))
+    try:
+        remote = RemoteReward(stand_in.url, backoff=0.01)
+        assert remote([PICTURES[0]] * 2, ["one two", "one two three"]) == pytest.approx([0.2, 0.3])
+        with pytest.raises(MetricContractError, match=r"^metric contract: fewer-rows: score returned 1 rows for 2 "
+                                                      r"items.* \(on the reward service at http://127\.0\.0\.1:"):
+            remote([PICTURES[0]] * 2, ["please break now", "four words break here"])
+        assert stand_in.requests == 2  # not sent again: it would break again
+    finally:
+        stand_in.close()
+
+
+def test_any_other_failure_is_answered_redacted_and_retried(tmp_path, monkeypatch, caplog):
+    service, _ = make_service(tmp_path)
+    stand_in = StandIn(service)
+
+    def unreachable(pictures, captions):
+        raise RuntimeError("cannot reach the judge at http://bob:pw-98765@judge.internal/v1")
+
+    monkeypatch.setattr(service.reward, "parts", unreachable)
+    try:
+        with pytest.raises(RemoteRewardError, match=r"after 2 attempts; last: HTTP 500: RuntimeError: cannot reach "
+                                                    r"the judge at http://\*\*\*@judge.internal/v1") as failed:
+            RemoteReward(stand_in.url, retries=1, backoff=0.01)([PICTURES[0]], ["red circle"])
+        assert stand_in.requests == 2  # a failure that may pass is sent again
+    finally:
+        stand_in.close()
+    assert "pw-98765" not in str(failed.value) and "pw-98765" not in caplog.text
+    assert "reward service: POST /reward failed" in caplog.text  # logged on the server, with its traceback
+
+
+def test_openrlhf_prompts_or_labels_that_are_not_lists_are_refused(tmp_path):
+    service, _ = make_service(tmp_path)
+    with pytest.raises(HttpError, match="`prompts` and `labels` are lists") as refused:
+        service.parse_openrlhf({"query": ["ab", "cd"], "prompts": "ab", "labels": ["x.png", "y.png"]})
+    assert refused.value.status == 400
+
+
+@pytest.mark.parametrize("url, token", [("http://bob:hunter22@127.0.0.1:9", None),
+                                        ("http://hunter22@127.0.0.1:9", None),
+                                        ("http://127.0.0.1:9", "hunter22\n"), ("http://127.0.0.1:9", "hun ter22"),
+                                        ("http://127.0.0.1:9", "hunter22é")])
+def test_the_client_refuses_url_credentials_and_unsendable_tokens_without_showing_them(url, token):
+    # a user:password@ URL was taken by urllib for a host name and shown whole in every error and in repr;
+    # a token with a newline ended in http.client's "Invalid header value b'Bearer hunter22\\n'"
+    with pytest.raises(ConfigError) as refused:
+        RemoteReward(url, token=token, retries=0)
+    assert "hunter22" not in str(refused.value) and "ter22" not in str(refused.value)
+    assert ("user name or password" if token is None else "which an HTTP header cannot carry") in str(refused.value)
+
+
+def test_a_picture_file_the_client_cannot_read_is_a_row_without_reward_as_in_process(served, tmp_path, caplog):
+    import os
+
+    from caprecon.apps.reward import Reward
+
+    stand_in, _ = served
+    good = tmp_path / "good.png"
+    PICTURES[0].save(good)
+    os.mkfifo(tmp_path / "pipe.png")  # read whole, it would hang the trainer for ever
+    files = [str(tmp_path / "missing.png"), str(tmp_path / "pipe.png"), str(good)]
+    captions = ["red circle"] * 3
+    local = Reward(["recon"], generator=OracleGenerator(), embedder=PixelEmbedder(), max_side=96, guards=guards(),
+                   cache_dir=str(tmp_path / "local-cache"), progress=False)(files, captions)
+    remote = RemoteReward(stand_in.url)(files, captions)
+    assert remote == local and local[:2] == [None, None]
+    assert local[2] == pytest.approx(expected_recon(PICTURES[0], "red circle"), abs=1e-6)
+    assert f"reward: row 0: image not found: {tmp_path / 'missing.png'}" in caplog.text
+    assert "reward: row 1: cannot read image" in caplog.text and "not a regular file (a named pipe)" in caplog.text
+
+
+def test_a_token_env_named_but_unset_is_refused_before_serving(monkeypatch, capsys):
+    import caprecon.apps.reward.serve as served_module
+    from clirun import run_cli
+
+    def must_not_serve(*args, **options):
+        raise AssertionError("served without the token asked for")
+
+    monkeypatch.setattr(served_module, "serve", must_not_serve)
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    code, _, err = run_cli(["serve", "-m", "recon", "--token-env", "NO_SUCH_TOKEN_VAR", "--preset", "offline"], capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == ("caprecon: error: --token-env NO_SUCH_TOKEN_VAR: $NO_SUCH_TOKEN_VAR is "
+                                            "unset or empty; export the token there, or leave --token-env out to "
+                                            "serve without one")
+
+
+def test_a_server_token_no_client_can_send_is_refused_before_anything_starts(monkeypatch):
+    import caprecon.apps.reward.serve as served_module
+
+    monkeypatch.setattr(served_module, "start", lambda *a, **k: pytest.fail("started"))
+    with pytest.raises(ConfigError) as refused:
+        served_module.serve("recon", token="s3cret-token\n", preset="offline")
+    assert str(refused.value).startswith("the bearer token holds a space, a control character")
+    assert "s3cret" not in str(refused.value)

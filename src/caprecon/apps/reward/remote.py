@@ -10,7 +10,11 @@ the `image` or `images` column, None where a row has no single picture, the part
 it pickles (TRL's async GRPO pickles its rewards). A request that fails for a reason that may pass
 (the server unreachable, a replica that died, a 5xx) is sent again after 0.5, 1, 2, ... seconds,
 `retries` times; then it raises `RemoteRewardError` with the last failure. A request the server
-refuses (a bad token, a body over its limit) raises at once.
+refuses (a bad token, a body over its limit) raises at once, and so does a metric that broke the
+metric contract on the server: `MetricContractError`, as the in-process `Reward` raises it. A file the
+client cannot read as `Reward` reads it (missing, not a regular file, over 64 MiB) is that row's
+problem, logged with its row: its reward is None, as in process. The URL is shown redacted (a
+`user:password@` in it is refused: the service takes a bearer token), and the token is never shown.
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ import math
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
 from caprecon.apps.reward import Reward, completion_text, row_image
-from caprecon.apps.reward.wire import encode_cell
-from caprecon.core.errors import ConfigError
+from caprecon.apps.reward.wire import CONFIG_KIND, CONTRACT_KIND, encode_cell, token_problem
+from caprecon.core.errors import ConfigError, MetricContractError
+from caprecon.core.redaction import redact_text
+from caprecon.data.samples import SampleError
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +59,40 @@ class RemoteReward:
     def __init__(self, url: str, *, token: str | None = None, send_paths: bool = False, timeout: float = 600.0,
                  retries: int = 5, backoff: float = 0.5, log_parts: bool = True):
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise ConfigError(f"RemoteReward: url must be http://HOST:PORT or https://..., not {url!r}")
+            shown = redact_text(url) if isinstance(url, str) else url
+            raise ConfigError(f"RemoteReward: url must be http://HOST:PORT or https://..., not {shown!r}")
+        if urllib.parse.urlsplit(url).username is not None:  # urllib would take it for part of the host
+            raise ConfigError(f"RemoteReward: the url carries a user name or password ({redact_text(url)}); the "
+                              f"service takes a bearer token: pass token=... or set ${TOKEN_ENV}")
         if retries < 0 or not backoff >= 0 or not timeout > 0:
             raise ConfigError("RemoteReward: retries and backoff must be >= 0 and timeout > 0")
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        if self.token is not None and (problem := token_problem(self.token)):
+            raise ConfigError(f"RemoteReward: the token {problem}")
         self.send_paths, self.timeout, self.retries, self.backoff = send_paths, timeout, retries, backoff
         self.log_parts = log_parts
 
     def __repr__(self) -> str:
-        return f"RemoteReward({self.url!r}{', token=***' if self.token else ''})"
+        return f"RemoteReward({self.shown_url!r}{', token=***' if self.token else ''})"
+
+    @property
+    def shown_url(self) -> str:
+        """The url as messages show it: a secret in it (`?token=...`) masked."""
+        return redact_text(self.url)
 
     # the contract of Reward.__call__ (keywords, completions, image/images, log_metric), on `parts` below
     __call__ = Reward.__call__
 
     def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
         """Each part of the reward per caption, from the service; the reward is their sum."""
-        cells = [encode_cell(picture, send_paths=self.send_paths) for picture in images]
+        cells = []
+        for row, picture in enumerate(images):
+            try:
+                cells.append(encode_cell(picture, send_paths=self.send_paths))
+            except SampleError as exc:  # as `Reward` takes a picture it cannot read: the row's reward is None
+                log.warning("reward: row %d: %s", row, exc)
+                cells.append(None)
         answer = self.post("/reward", {"captions": list(captions), "images": cells})
         for row, problem in answer.get("errors", {}).items():
             log.warning("reward service: row %s: %s", row, problem)
@@ -97,24 +121,28 @@ class RemoteReward:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
             except urllib.error.HTTPError as exc:
-                detail = _error_text(exc)
-                if exc.code < 500:  # refused: sending it again would be refused again
-                    raise RemoteRewardError(f"the reward service at {self.url} refused {method} {route}: "
+                detail, kind = _error_text(exc)
+                if kind == CONTRACT_KIND:  # the server's metric broke its contract: as in process, at once
+                    raise MetricContractError(f"{detail} (on the reward service at {self.shown_url})") from None
+                if exc.code < 500 or kind == CONFIG_KIND:  # refused: sending it again would be refused again
+                    raise RemoteRewardError(f"the reward service at {self.shown_url} refused {method} {route}: "
                                             f"HTTP {exc.code}: {detail}") from None
                 last = f"HTTP {exc.code}: {detail}"
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
                 last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-            log.warning("reward service %s%s: %s (attempt %d of %d)", self.url, route, last, attempt + 1,
+            log.warning("reward service %s%s: %s (attempt %d of %d)", self.shown_url, route, last, attempt + 1,
                         self.retries + 1)
-        raise RemoteRewardError(f"the reward service at {self.url} did not answer {method} {route} after "
+        raise RemoteRewardError(f"the reward service at {self.shown_url} did not answer {method} {route} after "
                                 f"{self.retries + 1} attempts; last: {last}")
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
+def _error_text(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
+    """The error an answer names, and its `kind` (`caprecon.apps.reward.serve`), from its JSON body."""
     try:
-        return json.loads(exc.read()).get("error", "")
+        body = json.loads(exc.read())
+        return str(body.get("error", "")), body.get("kind")
     except (ValueError, AttributeError, OSError):
-        return exc.reason or ""
+        return exc.reason or "", None
 
 
 class AsyncRemoteReward(RemoteReward):
