@@ -453,11 +453,23 @@ def test_garbage_and_decompression_bombs_are_row_errors_that_say_why(tmp_path, m
 
 def test_deep_json_and_a_content_length_that_is_no_number_are_refused(tmp_path):
     service, _ = make_service(tmp_path)
-    with pytest.raises(HttpError, match="nested deeper than this server reads") as deep:
-        service.read_body({}, b"[" * 100_000)  # RecursionError: a 500 the client sent again and again
-    with pytest.raises(HttpError, match=r"Content-Length is not a number of bytes: 'abc'") as bad:
-        service.read_body({"content-length": "abc"}, b"{}")
-    assert deep.value.status == bad.value.status == 400
+
+    async def body(data):
+        yield data
+
+    async def never(parsed):
+        raise AssertionError("scored")
+
+    def answer(headers, data):
+        return asyncio.run(service.respond("POST", "/reward", headers, body(data), never))
+
+    # RecursionError, then ValueError from int(): each a 500 the client sent again and again
+    assert answer({}, b"[" * 100_000) == (400, {"error": "the body is JSON nested deeper than this server reads; "
+                                                         "a request is an object of two flat lists"})
+    assert answer({"content-length": "abc"}, b"{}") == (400, {"error": "Content-Length is not a number of bytes: "
+                                                                       "'abc'"})
+    assert answer({}, b"\xff") == (400, {"error": "the body is not JSON: 'utf-8' codec can't decode byte 0xff in "
+                                                  "position 0: invalid start byte"})
 
 
 def test_a_body_over_the_limit_is_read_no_further_than_the_limit(tmp_path):
@@ -466,8 +478,8 @@ def test_a_body_over_the_limit_is_read_no_further_than_the_limit(tmp_path):
     service, _ = make_service(tmp_path, max_body_bytes=10_000)
     read = []
 
-    async def endless():
-        while True:
+    async def endless():  # as good as endless: 50 times the limit
+        for _ in range(500):
             read.append(1000)
             yield b" " * 1000
 
@@ -497,6 +509,20 @@ def test_a_metric_that_breaks_its_contract_on_the_server_raises_at_once_as_in_pr
                                                       r"items.* \(on the reward service at http://127\.0\.0\.1:"):
             remote([PICTURES[0]] * 2, ["please break now", "four words break here"])
         assert stand_in.requests == 2  # not sent again: it would break again
+    finally:
+        stand_in.close()
+
+
+def test_a_configuration_the_server_cannot_score_is_refused_once_not_retried(tmp_path):
+    service, _ = make_service(tmp_path)
+    service.reward = type(service.reward)(["recon[no_such_column]"], generator=OracleGenerator(),
+                                          embedder=PixelEmbedder(), max_side=96, cache_dir=str(tmp_path / "c"))
+    stand_in = StandIn(service)
+    try:
+        with pytest.raises(RemoteRewardError, match=r"refused POST /reward: HTTP 500: reward part "
+                                                    r"recon\[no_such_column\]: recon has no column no_such_column"):
+            RemoteReward(stand_in.url, backoff=0.01)([PICTURES[0]], ["red circle"])
+        assert stand_in.requests == 1  # it is checked when the models load, the first call: no retry changes it
     finally:
         stand_in.close()
 

@@ -133,21 +133,7 @@ class RewardService:
                 raise HttpError(413, f"request body of over {limit} bytes is over the server's limit of {limit} "
                                      "(--max-body-bytes)")
             pieces.append(chunk)
-        return self.read_body(headers, b"".join(pieces))
-
-    def read_body(self, headers: Mapping[str, str], body: bytes) -> Any:
-        self.check_declared_length(headers)
-        limit = self.settings.max_body_bytes
-        if len(body) > limit:
-            raise HttpError(413, f"request body of {len(body)} bytes is over the server's limit of {limit} "
-                                 "(--max-body-bytes)")
-        try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HttpError(400, f"the body is not JSON: {exc}") from None
-        except RecursionError:  # `[[[[...` a few thousand deep: Python's parser recurses once per level
-            raise HttpError(400, "the body is JSON nested deeper than this server reads; a request is an object "
-                                 "of two flat lists") from None
+        return read_json(b"".join(pieces))
 
     async def respond(self, method: str, path: str, headers: Mapping[str, str], chunks: AsyncIterator[bytes],
                       score: Callable[[Parsed], Awaitable[dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
@@ -261,6 +247,17 @@ class RewardService:
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "pid": os.getpid(), "metrics": [m if isinstance(m, str) else m.name
                                                                  for m in self.reward.metrics]}
+
+
+def read_json(body: bytes) -> Any:
+    """A request body's JSON; `HttpError` 400 for one that is not JSON or nests deeper than Python's parser goes."""
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    except RecursionError:  # `[[[[...` a few thousand deep: Python's parser recurses once per level
+        raise HttpError(400, "the body is JSON nested deeper than this server reads; a request is an object "
+                             "of two flat lists") from None
 
 
 def _starts(requests: Sequence[Parsed]) -> list[int]:
