@@ -12,6 +12,7 @@ import base64
 import io
 import json
 import pickle
+import re
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -610,3 +611,85 @@ def test_a_server_token_no_client_can_send_is_refused_before_anything_starts(mon
         served_module.serve("recon", token="s3cret-token\n", preset="offline")
     assert str(refused.value).startswith("the bearer token holds a space, a control character")
     assert "s3cret" not in str(refused.value)
+
+
+class Canned:
+    """A server that answers every request with one canned answer (status, headers, body), and records the
+    headers it was sent: another server, a proxy or a redirect where the service should be."""
+
+    def __init__(self, status=200, body=b"{}", headers=()):
+        self.seen = []
+        canned = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                canned.seen.append(dict(self.headers))
+                self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else():
+    # urllib followed it, Authorization header and all, to whatever host it named
+    elsewhere = Canned(body=json.dumps({"status": "ok", "parts": {}, "errors": {}}).encode())
+    port = elsewhere.server.server_address[1]
+    redirect = Canned(status=302, body=b"", headers=[("Location", f"http://localhost:{port}/reward")])
+    try:
+        remote = RemoteReward(redirect.url, token="tok-abcdef", retries=0)
+        with pytest.raises(RemoteRewardError, match=r"answered GET /health with a redirect \(HTTP 302\), which is "
+                                                    r"not followed"):
+            remote.health()
+        with pytest.raises(RemoteRewardError, match=r"answered POST /reward with a redirect \(HTTP 302\)"):
+            remote([PICTURES[0]], ["red circle"])
+    finally:
+        redirect.close()
+        elsewhere.close()
+    assert elsewhere.seen == [] and len(redirect.seen) == 2
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"parts": {"recon": [0.5]}, "errors": {}}, "answered 1 values of part 'recon' for 2 rows"),
+    ({"parts": {"recon": [0.5, 0.1, 0.2]}, "errors": {}}, "answered 3 values of part 'recon' for 2 rows"),
+    ({"parts": {"recon": 0.5}, "errors": {}}, "answered float values of part 'recon' for 2 rows"),
+    ({"parts": {"recon": [0.5, "0.4"]}, "errors": {}}, "answered '0.4' as part 'recon' of row 1, not a finite number"),
+    ({"parts": {"recon": [0.5, True]}, "errors": {}}, "answered True as part 'recon' of row 1, not a finite number"),
+    ({"rewards": [0.5, 0.5]}, "answered without caprecon's `parts` and `errors`: is it caprecon serve?"),
+    ({"parts": {}, "errors": ["x"]}, "answered without caprecon's `parts` and `errors`"),
+])
+def test_an_answer_not_shaped_as_reward_parts_is_refused(body, message):
+    # summed as it came, one value for two completions gave TRL one reward for two
+    server = Canned(body=json.dumps(body).encode())
+    try:
+        with pytest.raises(RemoteRewardError, match=re.escape(message)):
+            RemoteReward(server.url, retries=0)([PICTURES[0]] * 2, ["red circle", "green triangle"])
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("raw", [b'{"parts": {"recon": [0.5, NaN]}, "errors": {}}', b"<html>proxy error</html>"])
+def test_a_nan_or_a_page_that_is_not_json_is_refused(raw):
+    server = Canned(body=raw)
+    try:
+        with pytest.raises(RemoteRewardError, match=r"(answered nan as part 'recon' of row 1|with something that "
+                                                    r"is not JSON \(b'<html>proxy error</html>'\))"):
+            RemoteReward(server.url, retries=0)([PICTURES[0]] * 2, ["red circle", "green triangle"])
+        assert len(server.seen) == 1  # not sent again
+    finally:
+        server.close()

@@ -14,7 +14,9 @@ refuses (a bad token, a body over its limit) raises at once, and so does a metri
 metric contract on the server: `MetricContractError`, as the in-process `Reward` raises it. A file the
 client cannot read as `Reward` reads it (missing, not a regular file, over 64 MiB) is that row's
 problem, logged with its row: its reward is None, as in process. The URL is shown redacted (a
-`user:password@` in it is refused: the service takes a bearer token), and the token is never shown.
+`user:password@` in it is refused: the service takes a bearer token), and the token is never shown,
+nor sent on: a redirect is not followed. An answer that is not one finite number or null per row for
+each part raises `RemoteRewardError` at once.
 """
 
 from __future__ import annotations
@@ -94,9 +96,29 @@ class RemoteReward:
                 log.warning("reward: row %d: %s", row, exc)
                 cells.append(None)
         answer = self.post("/reward", {"captions": list(captions), "images": cells})
+        parts = self._checked_parts(answer, len(cells))
         for row, problem in answer.get("errors", {}).items():
             log.warning("reward service: row %s: %s", row, problem)
-        return answer["parts"]
+        return parts
+
+    def _checked_parts(self, answer: Any, rows: int) -> dict[str, list[float | None]]:
+        """The answer's parts, held to what `Reward.parts` returns: for each part one value per row, each
+        a finite number or None. An answer that is not (another server, or a proxy's page, at the URL) is
+        refused at once: summed as it is, its values would land on other completions, or be NaN."""
+        parts = answer.get("parts") if isinstance(answer, Mapping) else None
+        where = f"the reward service at {self.shown_url} answered"
+        if not isinstance(parts, Mapping) or not isinstance(answer.get("errors", {}), Mapping):
+            raise RemoteRewardError(f"{where} without caprecon's `parts` and `errors`: is it caprecon serve?")
+        for name, values in parts.items():
+            if not isinstance(values, list) or len(values) != rows:
+                got = len(values) if isinstance(values, list) else type(values).__name__
+                raise RemoteRewardError(f"{where} {got} values of part {name!r} for {rows} rows")
+            for row, value in enumerate(values):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not math.isfinite(value)):
+                    raise RemoteRewardError(f"{where} {value!r:.40} as part {name!r} of row {row}, not a finite "
+                                            "number or null")
+        return dict(parts)
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health", None)
@@ -118,9 +140,14 @@ class RemoteReward:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
             request = urllib.request.Request(self.url + route, data=body, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read())
+                with urllib.request.build_opener(_NoRedirect).open(request, timeout=self.timeout) as response:
+                    return _json_answer(response.read(), f"the reward service at {self.shown_url}", method, route)
             except urllib.error.HTTPError as exc:
+                if 300 <= exc.code < 400:  # never followed: the token would go wherever it points
+                    raise RemoteRewardError(f"the reward service at {self.shown_url} answered {method} {route} with "
+                                            f"a redirect (HTTP {exc.code}), which is not followed, so the token "
+                                            "goes nowhere else: caprecon serve never redirects; give its own "
+                                            "URL") from None
                 detail, kind = _error_text(exc)
                 if kind == CONTRACT_KIND:  # the server's metric broke its contract: as in process, at once
                     raise MetricContractError(f"{detail} (on the reward service at {self.shown_url})") from None
@@ -134,6 +161,22 @@ class RemoteReward:
                         self.retries + 1)
         raise RemoteRewardError(f"the reward service at {self.shown_url} did not answer {method} {route} after "
                                 f"{self.retries + 1} attempts; last: {last}")
+
+
+def _json_answer(body: bytes, where: str, method: str, route: str) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:  # a proxy's or another server's page: sending it again would get the same
+        raise RemoteRewardError(f"{where} answered {method} {route} with something that is not JSON "
+                                f"({body[:60]!r}): is it caprecon serve?") from None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects left unfollowed (urllib would send the Authorization header on to any host they name);
+    the 3xx answer then raises `HTTPError` as it is."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 def _error_text(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
