@@ -693,3 +693,26 @@ def test_a_nan_or_a_page_that_is_not_json_is_refused(raw):
         assert len(server.seen) == 1  # not sent again
     finally:
         server.close()
+
+
+class KeyedGenerator(OracleGenerator):
+    """A backend given as an object whose text shows its key, as a dataclass's repr shows every field."""
+
+    def __init__(self):
+        self.api_key = "sk-live-0123456789"
+
+    def __repr__(self):
+        return f"KeyedGenerator(api_key={self.api_key!r})"
+
+
+def test_the_manifest_masks_a_key_in_the_text_of_a_model_given_as_an_object(tmp_path):
+    # the manifest was redacted first and made text after, so the object's text went out as it was
+    generator = KeyedGenerator()
+    options = dict(metrics=["recon"], generator=generator, embedder=PixelEmbedder(), cache_dir=str(tmp_path / "c"))
+    service = RewardService(ServiceSettings(reward=options, manifest={"settings": {"generator": generator}}))
+    stand_in = StandIn(service)
+    try:
+        shown = RemoteReward(stand_in.url).manifest()
+    finally:
+        stand_in.close()
+    assert shown == {"settings": {"generator": "KeyedGenerator(api_key='***')"}}

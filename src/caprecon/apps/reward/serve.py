@@ -241,8 +241,9 @@ class RewardService:
         return answers
 
     def manifest(self) -> dict[str, Any]:
-        """The served settings, redacted, as JSON (a model given as an object is named by its text)."""
-        return json.loads(json.dumps(redact(self.settings.manifest), default=str))
+        """The served settings, redacted, as JSON (a model given as an object is named by its text, which
+        is redacted too: a backend's repr may show its key)."""
+        return redact(json.loads(json.dumps(self.settings.manifest, default=str)))
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "pid": os.getpid(), "metrics": [m if isinstance(m, str) else m.name
