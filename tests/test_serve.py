@@ -716,3 +716,21 @@ def test_the_manifest_masks_a_key_in_the_text_of_a_model_given_as_an_object(tmp_
     finally:
         stand_in.close()
     assert shown == {"settings": {"generator": "KeyedGenerator(api_key='***')"}}
+
+
+@pytest.mark.parametrize("host, token, warned", [("0.0.0.0", None, True), ("10.1.2.3", None, True),
+                                                 ("gpu-node-7", None, True), ("0.0.0.0", "tok-123456", False),
+                                                 ("127.0.0.1", None, False), ("127.0.0.2", None, False),
+                                                 ("::1", None, False), ("localhost", None, False)])
+def test_serving_beyond_this_machine_without_a_token_is_warned_of(monkeypatch, caplog, host, token, warned):
+    import caprecon.apps.reward.serve as served_module
+
+    class Running:
+        manifest = {}
+
+    monkeypatch.setattr(served_module, "start", lambda *a, **k: Running())
+    served_module.serve("recon", host=host, port=8123, token=token, preset="offline")
+    said = [r.getMessage() for r in caplog.records if "with no token" in r.getMessage()]
+    assert said == ([f"serving on {host} with no token, so anyone who can reach port 8123 can spend this reward's "
+                     "GPUs and read its answers; export one in $CAPRECON_SERVE_TOKEN (or the variable --token-env "
+                     "names) for the server and its clients"] if warned else [])

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import math
@@ -384,6 +385,16 @@ def gpus_for(replicas: int, gpus: float | None) -> float:
     return 1.0
 
 
+def loopback(host: str) -> bool:
+    """Whether `host` is an address of this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may be reached from elsewhere
+        return False
+
+
 @dataclass
 class Service:
     """A running service: its `url`; `stop()` takes it down, and with `everything` also Ray Serve and
@@ -445,6 +456,11 @@ def serve(metrics: Sequence[str] | str | None = None, weights: Mapping[str, floa
     metrics = [metrics] if isinstance(metrics, str) else metrics
     if token and (problem := token_problem(token)):
         raise ConfigError(f"the bearer token {problem}")
+    if not token and not loopback(host):
+        # said without a colon after "token": the redactor would take what follows for its value
+        log.warning("serving on %s with no token, so anyone who can reach port %d can spend this reward's GPUs "
+                    "and read its answers; export one in $CAPRECON_SERVE_TOKEN (or the variable --token-env "
+                    "names) for the server and its clients", host, port)
     guards = guards if guards is not None else Guards(
         length_target=length_target, length_weight=length_weight, repetition_n=repetition_n,
         repetition_weight=repetition_weight, hallucination_weight=hallucination_weight)
