@@ -734,3 +734,50 @@ def test_serving_beyond_this_machine_without_a_token_is_warned_of(monkeypatch, c
     assert said == ([f"serving on {host} with no token, so anyone who can reach port 8123 can spend this reward's "
                      "GPUs and read its answers; export one in $CAPRECON_SERVE_TOKEN (or the variable --token-env "
                      "names) for the server and its clients"] if warned else [])
+
+
+def test_a_file_sent_by_its_path_is_named_as_in_process_so_seeded_rewards_agree(tmp_path):
+    # the server read the file under --image-root and handed Reward its bare bytes, named by content: another
+    # seed than the in-process reward draws for the same path, so another reward
+    from caprecon.apps.reward import Reward
+
+    (tmp_path / "root" / "sub").mkdir(parents=True)
+    paths = [tmp_path / "root" / "photo0.png", tmp_path / "root" / "sub" / "photo1.png"]
+    for picture, path in zip(PICTURES, paths):
+        picture.save(path)
+    options = dict(metrics=["recon"], generator=SeededDrawing(), embedder=PixelEmbedder(), max_side=96, guards=None)
+    service = RewardService(ServiceSettings(reward={**options, "cache_dir": str(tmp_path / "served")},
+                                            image_root=str(tmp_path / "root"), manifest={}))
+    stand_in = StandIn(service)
+    captions = ["red circle blue square", "green triangle"]
+    try:
+        served = RemoteReward(stand_in.url, send_paths=True)(["photo0.png", "sub/photo1.png"], captions)
+    finally:
+        stand_in.close()
+    in_process = Reward(**options, progress=False, cache_dir=str(tmp_path / "local"))([str(p) for p in paths], captions)
+    assert served == in_process and None not in served
+
+
+@pytest.mark.parametrize("name", ["link.png", "ABSOLUTE", "sub/../../outside.png", "linked-folder/outside.png"])
+def test_no_path_leads_out_of_the_image_root(tmp_path, name):
+    # held before this review (each refused); the link forms were untested
+    (tmp_path / "root" / "sub").mkdir(parents=True)
+    PICTURES[0].save(tmp_path / "outside.png")
+    (tmp_path / "root" / "link.png").symlink_to(tmp_path / "outside.png")
+    (tmp_path / "root" / "linked-folder").symlink_to(tmp_path)
+    name = str(tmp_path / "outside.png") if name == "ABSOLUTE" else name
+    service, generator = make_service(tmp_path, image_root=str(tmp_path / "root"))
+    answer = service.score_many([service.parse({"captions": ["red circle"], "images": [{"path": name}]})])[0]
+    assert answer["errors"]["0"] == f"image {tmp_path / 'root' / name} lies outside --image-root {tmp_path / 'root'}"
+    assert answer["parts"]["recon"] == [None] and generator.prompts == []
+
+
+def test_a_file_under_the_root_over_the_pixel_limit_is_an_error_of_its_row(tmp_path, monkeypatch):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "big.png").write_bytes(_png((110, 110)))
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10_000)
+    service, generator = make_service(tmp_path, image_root=str(tmp_path / "root"))
+    answer = service.score_many([service.parse({"captions": ["red circle"], "images": [{"path": "big.png"}]})])[0]
+    assert answer["errors"] == {"0": "path: image of 110x110 pixels is over the limit of 10000 pixels "
+                                     "(PIL.Image.MAX_IMAGE_PIXELS, the decompression-bomb guard)"}
+    assert generator.prompts == []

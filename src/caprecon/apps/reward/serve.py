@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from caprecon.apps.reward import Guards, Reward
-from caprecon.apps.reward.wire import CONFIG_KIND, CONTRACT_KIND, CellError, decode_cell, token_problem
+from caprecon.apps.reward.wire import (CONFIG_KIND, CONTRACT_KIND, PATH, CellError, decode_cell,
+                                        pixels_within_limit, token_problem)
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.records import unicode_problem
 from caprecon.core.redaction import redact, redact_text
@@ -204,15 +205,19 @@ class RewardService:
         return picture
 
     def _confined(self, row: int, path: str, errors: dict[int, str]) -> Any:
+        """The file's bytes, named by the file as `Reward` names a path (its reconstruction's seed derives
+        from the name), once it is found inside the image root and its header within the pixel limit."""
         from caprecon.data.images import read_image_file
         from caprecon.data.samples import SampleError
 
         root = Path(self.settings.image_root)
         try:
-            return read_image_file(root / path, root, max_bytes=self.settings.max_image_bytes)
-        except SampleError as exc:
+            data = read_image_file(root / path, root, max_bytes=self.settings.max_image_bytes)
+            pixels_within_limit(PATH, data)
+        except (SampleError, CellError) as exc:
             errors[row] = str(exc)
             return None
+        return {"bytes": data, "path": path}
 
     # -- scoring --------------------------------------------------------------------
 

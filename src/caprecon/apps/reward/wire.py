@@ -13,7 +13,8 @@ One cell per row, the picture the caption describes:
 - `{"pixels": BASE64}`: a picture the client held in memory, upright and in RGB (`decode_image`),
   sent as a lossless PNG; the server hands the decoded pixels to `Reward`, which keys them as it
   keys a picture in memory, so the seed and the reward are those of the in-process `Reward`;
-- `{"path": "a/b.jpg"}`: a file under the root the server was started with (`--image-root`).
+- `{"path": "a/b.jpg"}`: a file under the root the server was started with (`--image-root`), read
+  there and named by its path, as `Reward` names a file (the same seed as in process).
 
 A cell the server cannot take is an error of its row, said in the answer's `errors`: not one of these
 forms, bytes that are not base64 or are none at all, more bytes than the server's limit, a picture PIL
