@@ -781,3 +781,37 @@ def test_a_file_under_the_root_over_the_pixel_limit_is_an_error_of_its_row(tmp_p
     assert answer["errors"] == {"0": "path: image of 110x110 pixels is over the limit of 10000 pixels "
                                      "(PIL.Image.MAX_IMAGE_PIXELS, the decompression-bomb guard)"}
     assert generator.prompts == []
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("missing", float("nan"), "missing must be a finite number, not nan"),
+    ("max_body_bytes", 0, "max_body_bytes must be at least 1, not 0"),
+    ("max_image_bytes", -5, "max_image_bytes must be at least 1, not -5"),
+    ("replicas", 0, "replicas must be between 1 and 1024, not 0"),
+    ("port", 70000, "port must be between 1 and 65535, not 70000"),
+    ("batch_requests", 2.5, "batch_requests must be a whole number, not 2.5"),
+    ("batch_wait_s", float("inf"), "batch_wait_s must be a finite number at least 0, not inf"),
+    ("gpus_per_replica", -1.0, "gpus_per_replica must be a finite number at least 0, not -1.0"),
+])
+def test_serve_from_python_refuses_what_the_command_line_refuses(monkeypatch, option, value, message):
+    # a NaN `missing` made every OpenRLHF answer fail to encode (a 500 each); a limit of 0 was read as the default
+    import caprecon.apps.reward.serve as served_module
+
+    monkeypatch.setattr(served_module, "start", lambda *a, **k: pytest.fail("started"))
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        served_module.serve("recon", preset="offline", **{option: value})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: RemoteReward("http://127.0.0.1:9", retries=2.5), "RemoteReward: retries must be a whole number, not 2.5"),
+    (lambda: RemoteReward("http://127.0.0.1:9", retries=10**6), "RemoteReward: retries must be between 0 and 20"),
+    (lambda: RemoteReward("http://127.0.0.1:9", timeout=float("nan")), "RemoteReward: timeout must be a finite number "
+                                                                        "above 0, not nan"),
+    (lambda: RemoteReward("http://127.0.0.1:9", backoff="1"), "RemoteReward: backoff must be a number, not '1'"),
+    (lambda: verl_reward("http://127.0.0.1:9", missing=float("nan")), "verl reward: missing must be a finite number, "
+                                                                       "not nan"),
+])
+def test_the_clients_refuse_settings_that_would_fail_later(make, message):
+    # retries=2.5 failed at the first call (range of a float), 10**6 retried for ever; a NaN `missing` gave verl NaN
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make()

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 from caprecon.apps.reward import Reward, completion_text, row_image
 from caprecon.apps.reward.wire import CONFIG_KIND, CONTRACT_KIND, encode_cell, token_problem
+from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.redaction import redact_text
 from caprecon.data.samples import SampleError
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: where a token for the service is read from when none is given
 TOKEN_ENV = "CAPRECON_SERVE_TOKEN"
+#: the most retries: with the doubling pauses, 20 already wait about six days
+MAX_RETRIES = 20
 
 
 class RemoteRewardError(RuntimeError):
@@ -66,8 +69,9 @@ class RemoteReward:
         if urllib.parse.urlsplit(url).username is not None:  # urllib would take it for part of the host
             raise ConfigError(f"RemoteReward: the url carries a user name or password ({redact_text(url)}); the "
                               f"service takes a bearer token: pass token=... or set ${TOKEN_ENV}")
-        if retries < 0 or not backoff >= 0 or not timeout > 0:
-            raise ConfigError("RemoteReward: retries and backoff must be >= 0 and timeout > 0")
+        check_count("RemoteReward: retries", retries, 0, MAX_RETRIES)
+        check_number("RemoteReward: backoff", backoff, 0.0)
+        check_number("RemoteReward: timeout", timeout, 0.0, low_open=True)
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         if self.token is not None and (problem := token_problem(self.token)):
@@ -210,7 +214,7 @@ class VerlReward:
 
     def __init__(self, url: str, *, image_key: str = "image", missing: float = 0.0, **options: Any):
         self.remote = RemoteReward(url, log_parts=False, **options)
-        self.image_key, self.missing = image_key, float(missing)
+        self.image_key, self.missing = image_key, float(check_number("verl reward: missing", missing))
         self.__name__ = "compute_score"
 
     def __call__(self, data_source: Any = None, solution_str: str | None = None, ground_truth: Any = None,

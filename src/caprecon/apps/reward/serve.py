@@ -42,6 +42,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from caprecon.apps.reward import Guards, Reward
 from caprecon.apps.reward.wire import (CONFIG_KIND, CONTRACT_KIND, PATH, CellError, decode_cell,
                                         pixels_within_limit, token_problem)
+from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.records import unicode_problem
 from caprecon.core.redaction import redact, redact_text
@@ -374,6 +375,23 @@ def application(settings: ServiceSettings, *, replicas: int = 1, gpus_per_replic
     return RewardDeployment.bind(settings)
 
 
+def check_service_settings(*, replicas: Any, gpus_per_replica: Any, port: Any, max_image_bytes: Any,
+                           max_body_bytes: Any, batch_requests: Any, batch_wait_s: Any, missing: Any) -> None:
+    """The service's own settings, checked as the command line checks its options (`caprecon.core.checks`),
+    so `serve(...)` from Python refuses what `caprecon serve` refuses, before Ray starts: a `missing` of NaN
+    would make every OpenRLHF answer fail to encode, a byte limit of 0 was read as the default."""
+    check_count("replicas", replicas, 1, 1024)
+    check_count("port", port, 1, 65535)
+    check_count("batch_requests", batch_requests, 1, 4096)
+    for name, value in (("max_image_bytes", max_image_bytes), ("max_body_bytes", max_body_bytes)):
+        if value is not None:
+            check_count(name, value, 1)
+    if gpus_per_replica is not None:
+        check_number("gpus_per_replica", gpus_per_replica, 0.0)
+    check_number("batch_wait_s", batch_wait_s, 0.0)
+    check_number("missing", missing)
+
+
 def gpus_for(replicas: int, gpus: float | None) -> float:
     """GPUs per replica: `gpus` as given, else one each when the cluster has a GPU for every replica, none
     when it has none. A cluster with some GPUs but fewer than replicas is refused (say --gpus-per-replica)."""
@@ -459,6 +477,9 @@ def serve(metrics: Sequence[str] | str | None = None, weights: Mapping[str, floa
     and `cache_max_size` are among the settings. `token`: the bearer token clients must send (only
     its SHA-256 reaches the replicas). `out`: a folder for `manifest.json`, the served settings."""
     metrics = [metrics] if isinstance(metrics, str) else metrics
+    check_service_settings(replicas=replicas, gpus_per_replica=gpus_per_replica, port=port,
+                           max_image_bytes=max_image_bytes, max_body_bytes=max_body_bytes,
+                           batch_requests=batch_requests, batch_wait_s=batch_wait_s, missing=missing)
     if token and (problem := token_problem(token)):
         raise ConfigError(f"the bearer token {problem}")
     if not token and not loopback(host):
