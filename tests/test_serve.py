@@ -815,3 +815,38 @@ def test_the_clients_refuse_settings_that_would_fail_later(make, message):
     # retries=2.5 failed at the first call (range of a float), 10**6 retried for ever; a NaN `missing` gave verl NaN
     with pytest.raises(ConfigError, match=re.escape(message)):
         make()
+
+
+def test_allow_plugins_reaches_the_reward_a_config_file_names_plugins_for(tmp_path, monkeypatch, capsys):
+    # the command dropped --allow-plugins, so a --config naming a plug-in metric was refused with advice to
+    # give the very flag that had been given
+    import signal
+
+    import caprecon.apps.reward.serve as served_module
+    from clirun import run_cli
+
+    started = {}
+
+    class Running:
+        url, replicas = "http://127.0.0.1:8123", 1
+
+        def __init__(self, settings):
+            self.manifest = settings.manifest
+
+        def stop(self, *, everything=False):
+            pass
+
+    def fake_start(settings, **options):
+        started["reward"] = settings.reward
+        threading.Timer(0.2, signal.raise_signal, (signal.SIGINT,)).start()
+        return Running(settings)
+
+    monkeypatch.setattr(served_module, "start", fake_start)
+    config = tmp_path / "reward.yaml"
+    config.write_text("metrics: [contract_metrics:Words]\n")
+    code, _, err = run_cli(["serve", "--config", config, "--preset", "offline"], capsys)
+    assert code == 2 and "load only with --allow-plugins" in err and not started
+    code, _, err = run_cli(["serve", "--config", config, "--preset", "offline", "--allow-plugins"], capsys)
+    assert code == 0, err
+    assert "serving contract_metrics:Words on http://127.0.0.1:8123" in err
+    assert started["reward"]["allow_plugins"] is True

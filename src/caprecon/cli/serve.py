@@ -69,8 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from caprecon.apps.reward.serve import serve
     from caprecon.cli.reward import parse_weights
 
-    settings = run_settings(args)
-    settings.pop("allow_plugins", None)
+    settings = run_settings(args)  # with allow_plugins: a --config naming plug-ins loads them only with it
     token = os.environ.get(args.token_env or TOKEN_ENV) or None
     if args.token_env and token is None:  # asked for a token: serving open instead would be a silent hole
         raise ConfigError(f"--token-env {args.token_env}: ${args.token_env} is unset or empty; export the token "
