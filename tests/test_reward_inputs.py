@@ -84,5 +84,5 @@ def test_a_numpy_number_is_refused_with_what_to_give_instead():
     with pytest.raises(ConfigError, match=re.escape("guards: length_weight must be a number, not np.float32(0.5) "
                                                     "(a numpy float32: give float(...) of it)")):
         Guards(length_weight=np.float32(0.5))
-    with pytest.raises(ConfigError, match=re.escape("guards: repetition_n must be a whole number, not np.True_")):
+    with pytest.raises(ConfigError, match=re.escape("guards: repetition_n must be a whole number, not np.True_") + "$"):
         Guards(repetition_n=np.True_)
