@@ -595,12 +595,12 @@ def test_a_token_env_named_but_unset_is_refused_before_serving(monkeypatch, caps
         raise AssertionError("served without the token asked for")
 
     monkeypatch.setattr(served_module, "serve", must_not_serve)
-    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
-    code, _, err = run_cli(["serve", "-m", "recon", "--token-env", "NO_SUCH_TOKEN_VAR", "--preset", "offline"], capsys)
+    monkeypatch.delenv("MY_SERVE_TOKEN", raising=False)
+    code, _, err = run_cli(["serve", "-m", "recon", "--token-env", "MY_SERVE_TOKEN", "--preset", "offline"], capsys)
     assert code == 2
-    assert err.strip().splitlines()[-1] == ("caprecon: error: --token-env NO_SUCH_TOKEN_VAR: $NO_SUCH_TOKEN_VAR is "
-                                            "unset or empty; export the token there, or leave --token-env out to "
-                                            "serve without one")
+    assert err.strip().splitlines()[-1] == ("caprecon: error: --token-env MY_SERVE_TOKEN names an environment "
+                                            "variable that is unset or empty; export the token in it, or leave "
+                                            "--token-env out to serve without one")
 
 
 def test_a_server_token_no_client_can_send_is_refused_before_anything_starts(monkeypatch):

@@ -72,8 +72,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = run_settings(args)  # with allow_plugins: a --config naming plug-ins loads them only with it
     token = os.environ.get(args.token_env or TOKEN_ENV) or None
     if args.token_env and token is None:  # asked for a token: serving open instead would be a silent hole
-        raise ConfigError(f"--token-env {args.token_env}: ${args.token_env} is unset or empty; export the token "
-                          "there, or leave --token-env out to serve without one")
+        # no "NAME: value" in it: the redactor would mask what follows a name ending in _TOKEN
+        raise ConfigError(f"--token-env {args.token_env} names an environment variable that is unset or empty; "
+                          "export the token in it, or leave --token-env out to serve without one")
     service = serve(args.metrics, parse_weights(args.weight) if args.weight else None,
                     length_target=args.length_target, length_weight=args.length_weight,
                     repetition_n=args.repetition_n, repetition_weight=args.repetition_weight,
