@@ -471,6 +471,9 @@ def test_deep_json_and_a_content_length_that_is_no_number_are_refused(tmp_path):
                                                                        "'abc'"})
     assert answer({}, b"\xff") == (400, {"error": "the body is not JSON: 'utf-8' codec can't decode byte 0xff in "
                                                   "position 0: invalid start byte"})
+    # an integer of more digits than Python converts: a ValueError that is no JSONDecodeError, a 500 before
+    status, body = answer({}, b'{"captions": [' + b"7" * 5000 + b'], "images": [null]}')
+    assert status == 400 and body["error"].startswith("the body is not JSON: Exceeds the limit (4300 digits)")
 
 
 def test_a_body_over_the_limit_is_read_no_further_than_the_limit(tmp_path):

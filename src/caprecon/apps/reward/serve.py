@@ -261,7 +261,7 @@ def read_json(body: bytes) -> Any:
     """A request body's JSON; `HttpError` 400 for one that is not JSON or nests deeper than Python's parser goes."""
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer of more digits than Python converts (4,300)
         raise HttpError(400, f"the body is not JSON: {exc}") from None
     except RecursionError:  # `[[[[...` a few thousand deep: Python's parser recurses once per level
         raise HttpError(400, "the body is JSON nested deeper than this server reads; a request is an object "
