@@ -853,3 +853,16 @@ def test_allow_plugins_reaches_the_reward_a_config_file_names_plugins_for(tmp_pa
     assert code == 0, err
     assert "serving contract_metrics:Words on http://127.0.0.1:8123" in err
     assert started["reward"]["allow_plugins"] is True
+
+
+def test_a_replica_masks_secrets_in_every_record_it_logs(monkeypatch):
+    # a replica set up a bare handler: another library's record (an HTTP client retrying a judge) went out whole
+    import logging
+
+    from caprecon.apps.reward.serve import replica_logging
+
+    shown = io.StringIO()
+    monkeypatch.setattr(logging.getLogger(), "handlers", [logging.StreamHandler(shown)])
+    replica_logging()
+    logging.getLogger("httpx").warning("retrying http://user:pw-replica-4242@judge.internal/v1")
+    assert shown.getvalue() == "retrying http://***@judge.internal/v1\n"

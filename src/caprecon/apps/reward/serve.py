@@ -45,7 +45,7 @@ from caprecon.apps.reward.wire import (CONFIG_KIND, CONTRACT_KIND, PATH, CellErr
 from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.records import unicode_problem
-from caprecon.core.redaction import redact, redact_text
+from caprecon.core.redaction import install_log_filter, redact, redact_text
 from caprecon.data.images import MAX_IMAGE_BYTES
 from caprecon.run.folder import holds_run_folder, write_manifest
 
@@ -358,7 +358,7 @@ def application(settings: ServiceSettings, *, replicas: int = 1, gpus_per_replic
                       health_check_period_s=5, health_check_timeout_s=60)
     class RewardDeployment:
         def __init__(self, settings: ServiceSettings):
-            logging.basicConfig(level=logging.WARNING)
+            replica_logging()
             self.service = RewardService(settings)
 
         @serve.batch(max_batch_size=batch_requests, batch_wait_timeout_s=batch_wait_s)
@@ -390,6 +390,14 @@ def check_service_settings(*, replicas: Any, gpus_per_replica: Any, port: Any, m
         check_number("gpus_per_replica", gpus_per_replica, 0.0)
     check_number("batch_wait_s", batch_wait_s, 0.0)
     check_number("missing", missing)
+
+
+def replica_logging() -> None:
+    """A replica's log: warnings and above, and every handler of the root logger masking secrets, as the
+    command line's do (`install_log_filter`): caprecon's own records are masked as they are made, but
+    another library's (an HTTP client retrying a judge server) may name a URL with its password."""
+    logging.basicConfig(level=logging.WARNING)
+    install_log_filter()
 
 
 def gpus_for(replicas: int, gpus: float | None) -> float:
