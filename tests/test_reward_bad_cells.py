@@ -18,7 +18,7 @@ import pytest
 
 import caprecon
 from caprecon.apps.reward import Guards
-from caprecon.apps.reward.remote import RemoteReward
+from caprecon.apps.reward.remote import RemoteReward, verl_reward
 from caprecon.apps.reward.serve import RewardService, ServiceSettings
 from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
@@ -96,6 +96,15 @@ def test_a_numpy_array_or_a_number_as_a_picture_is_refused_naming_the_row(tmp_pa
                                                     f"a path; {forms}") + "$"):
         reward([{"bytes": np.zeros(3, np.uint8), "path": None}], ["red circle"])
     assert generator.prompts == []  # refused before any scoring
+
+
+def test_verls_reward_refuses_a_numpy_picture_naming_the_sample_before_any_request():
+    compute_score = verl_reward("http://127.0.0.1:9")  # nothing listens: a request would fail otherwise
+    with pytest.raises(ConfigError, match=re.escape(
+            "verl reward: the picture of sample 1 (extra_info['image'], else its ground_truth) is a ndarray "
+            "(a numpy array: give PIL.Image.fromarray(...) of it); give a path")):
+        compute_score(data_sources=["d", "d"], solution_strs=["a red circle", "a red circle"], ground_truths=[None, None],
+                      extra_infos=[{"image": b"png bytes"}, {"image": np.zeros((4, 4, 3), np.uint8)}])
 
 
 # -- 2c: rows the reward fails on, in a served reward's answer ----------------------------------------
