@@ -535,7 +535,7 @@ def test_any_other_failure_is_answered_redacted_and_retried(tmp_path, monkeypatc
     service, _ = make_service(tmp_path)
     stand_in = StandIn(service)
 
-    def unreachable(pictures, captions):
+    def unreachable(pictures, captions, errors=None):
         raise RuntimeError("cannot reach the judge at http://bob:pw-98765@judge.internal/v1")
 
     monkeypatch.setattr(service.reward, "parts", unreachable)

@@ -236,10 +236,11 @@ def _hash_file(path: Path, real: str, seen: tuple[str, int, int] | None, limit: 
 def read_image_file(path: str | Path, image_root: str | Path | None = None, *, max_bytes: int | None = None,
                     root_option: str = "--image-root") -> bytes:
     """The bytes of the image file at `path`; a `SampleError` naming the problem when it lies
-    outside `image_root` (by `..`, an absolute path or a symbolic link), is missing, is not a
-    regular file (a FIFO would block for ever, /dev/zero never ends) or holds more than
-    `max_bytes` (default `MAX_IMAGE_BYTES`). `root_option`: the option that set `image_root`,
-    as the message names it (`caprecon caption` confines reads to its `--images` folder)."""
+    outside `image_root` (by `..`, an absolute path or a symbolic link), its name holds a NUL or a
+    lone surrogate (no file system takes either), it is missing, is not a regular file (a FIFO would
+    block for ever, /dev/zero never ends) or holds more than `max_bytes` (default `MAX_IMAGE_BYTES`).
+    `root_option`: the option that set `image_root`, as the message names it (`caprecon caption`
+    confines reads to its `--images` folder)."""
     with _open_image_file(Path(path), image_root, max_bytes, root_option) as (fd, info, limit):
         return _read_limited(fd, path, limit, info.st_size)
 
@@ -281,7 +282,7 @@ def _open_checked(path: Path, limit: int):
 
 def path_refusal(sample: Sample) -> str | None:
     """Why the image file `sample` names would be refused by its path alone (outside the sample's
-    `image_root`, a NUL in the name), or None: the check `read_image` makes before opening it,
+    `image_root`, a NUL or a lone surrogate in the name), or None: the check `read_image` makes before opening it,
     for a caller that reports refused rows before any scoring."""
     if not isinstance(sample.image, (str, Path)) or not has_image(sample):
         return None
@@ -296,9 +297,23 @@ def _checked(path: Path, image_root: str | Path | None, max_bytes: int | None, r
     """The checks of the path itself (before any file is looked at); the byte limit."""
     if "\x00" in str(path):  # no file system takes it, and the OS calls below would raise ValueError
         raise SampleError(f"image path contains a NUL character: {str(path)!r}", "image path invalid")
+    if not str(path).isascii():  # an ASCII name (most) encodes as it is: no further look
+        _check_encodable(str(path))
     if image_root is not None and not inside(path, Path(image_root)):
         raise SampleError(f"image {path} lies outside {root_option} {image_root}", f"image outside {root_option}")
     return max_bytes or MAX_IMAGE_BYTES
+
+
+def _check_encodable(name: str) -> None:
+    """A `SampleError` for a path the file system cannot be asked about: a lone surrogate that
+    `surrogateescape` does not stand for a byte (a JSON escape "\\ud800" puts one in a string), on
+    which every OS call would raise `UnicodeEncodeError` instead of naming the problem."""
+    try:
+        os.fsencode(name)
+    except UnicodeEncodeError as exc:
+        raise SampleError(f"image path {name!r} holds a lone surrogate ({name[exc.start]!r}) at character "
+                          f"{exc.start}, which no file name can hold: the input's encoding is broken",
+                          "image path invalid") from None
 
 
 def _read_limited(fd: int, path, limit: int, size: int) -> bytes:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from PIL import Image
 from tqdm.auto import tqdm
 
 from caprecon.core.checks import count_problem, number_problem
@@ -110,6 +111,9 @@ class Guards:
             problem = number_problem(getattr(self, name), 0.0)
             if problem:
                 raise ConfigError(f"guards: {name} {problem}")
+            # Python's own float: a numpy float64 passes the check (it is a float) but would show as
+            # np.float64(0.5) in the guards' repr and a manifest's text, and pickle with numpy's types
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     @classmethod
     def off(cls) -> "Guards":
@@ -175,10 +179,33 @@ def row_image(image: Any = None, images: Any = None) -> Any:
 
 
 def _image_source(image: Any) -> Any:
-    """What a `Sample` takes from a dataset cell: a datasets `Image` left undecoded is {bytes, path}."""
+    """What a `Sample` takes from a dataset cell: a datasets `Image` left undecoded is {bytes, path},
+    its path read only where it has no bytes (None). Bytes that are empty are a `SampleError`: no
+    picture, and not a cue to open the file the cell names instead."""
     if isinstance(image, Mapping):
-        return image.get("bytes") or image.get("path")
+        image = image.get("path") if image.get("bytes") is None else image["bytes"]
+    if isinstance(image, (bytes, bytearray)) and not image:
+        raise SampleError("the image's bytes are empty (no picture)", "empty image")
     return image
+
+
+#: what a picture may be (`Reward.__call__`): a file, its bytes, a PIL image, or a datasets `Image` cell
+PICTURE_FORMS = "a path, the file's bytes, a PIL image or a datasets Image cell ({bytes, path})"
+
+
+def picture_problem(picture: Any) -> str | None:
+    """Why `picture` (one row's) is none of the forms a reward reads (`PICTURE_FORMS`), or None: a
+    numpy array or a number would fail deep in the reading, naming no row."""
+    if isinstance(picture, Mapping):
+        cell = {key: picture.get(key) for key in ("bytes", "path")}
+        if not isinstance(cell["bytes"], (bytes, bytearray, type(None))) or \
+                not isinstance(cell["path"], (str, Path, type(None))):
+            return f"is a mapping whose bytes or path is neither bytes nor a path; give {PICTURE_FORMS}, or None"
+        return None
+    if picture is None or isinstance(picture, (str, Path, bytes, bytearray, Image.Image)):
+        return None
+    advice = " (a numpy array: give PIL.Image.fromarray(...) of it)" if hasattr(picture, "__array__") else ""
+    return f"is {_kind(picture)}{advice}; give {PICTURE_FORMS}, or None"
 
 
 def _own_memo(method: Callable) -> Callable:
@@ -313,9 +340,9 @@ class Reward:
                  log_metric: Callable[[str, float], None] | None = None, **columns: Any) -> list[float | None]:
         """TRL's form (keywords: `completions` and the dataset's `image` or `images` column, one per
         completion), or `reward(images, captions)`. One reward per completion: `empty` for an empty
-        one; None where it has no single image or a metric failed on it (TRL skips those). Inputs
-        that cannot be read (a caption that is not text, columns of different lengths) raise
-        `ConfigError` naming the row, before any scoring."""
+        one; None where it has no single image, its picture does not read or a metric failed on it (TRL
+        skips those). Inputs that cannot be read (a caption that is not text, a picture that is none of
+        `PICTURE_FORMS`, columns of different lengths) raise `ConfigError` naming the row, before any scoring."""
         if completions is not None:
             captions = []
             for row, completion in enumerate(_as_list("completions", completions)):
@@ -340,6 +367,9 @@ class Reward:
         if len(pictures) != len(captions):
             raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
                               "completion")
+        for row, picture in enumerate(pictures):
+            if problem := picture_problem(picture):
+                raise ConfigError(f"image {row} {problem}")
         parts = self.parts(pictures, captions)
         totals = [None if any(v is None for v in row) else math.fsum(row) for row in zip(*parts.values())]
         if log_metric is not None and self.log_parts:
@@ -352,12 +382,16 @@ class Reward:
         return totals
 
     @_own_memo
-    def parts(self, images: Sequence[Any], captions: Sequence[str]) -> dict[str, list[float | None]]:
+    def parts(self, images: Sequence[Any], captions: Sequence[str], *,
+              errors: dict[int, str] | None = None) -> dict[str, list[float | None]]:
         """Each part of the reward (weighted metrics, then the guards) per caption; the reward is their
         sum (None where a part is None). When a caption is empty, every part of it is 0 and one more
         part, `empty`, holds the reward of an empty completion (0 for the other captions), so the sum
         is `empty` whatever the metrics, weights and guards. A caption that is not valid Unicode (a lone
-        surrogate: `unicode_problem`) gets None from its metrics, logged with its row, and reaches no model."""
+        surrogate: `unicode_problem`) gets None from its metrics, logged with its row, and reaches no model.
+        `errors`, when given, is filled with why each row whose metric parts are None is so (its picture did
+        not read, its caption is not valid Unicode, a metric failed on it), by row: a served reward's answer
+        carries them to its client."""
         images, captions = list(images), self._read(captions)
         empty = [not caption.strip() for caption in captions]
         broken = {row: problem for row, problem in enumerate(map(unicode_problem, captions)) if problem}
@@ -376,9 +410,13 @@ class Reward:
                          for i, (picture, caption) in enumerate(zip(images, captions))]
             pairs = list(dict.fromkeys(pair for pair in row_pairs if pair is not None))
             names = self._part_names(built["metrics"])
+            failures: dict[int, str] = {}
             scored = self._score_all(built["metrics"], self._part_columns(built["metrics"]), opened, list(texts),
-                                     pairs, built["ctx"])
+                                     pairs, built["ctx"], failures)
         position = {pair: j for j, pair in enumerate(pairs)}
+        if errors is not None:
+            failed = {pairs[at]: why for at, why in failures.items()}
+            errors.update(row_errors(images, empty, bases, broken, row_pairs, failed))
 
         def part(values: list[float | None], term: Callable[[float], float]) -> list[float | None]:
             return [0.0 if blank else None if pair is None or values[position[pair]] is None
@@ -410,12 +448,13 @@ class Reward:
         the reconstruction's seed derives from it, so a completion gets the reward `score` gives it."""
         if picture is None:
             return None
-        source = _image_source(picture)
-        # a file's name: the path, or a dataset cell's `path` beside its bytes
-        name = picture.get("path") if isinstance(picture, Mapping) else source if isinstance(source, (str, Path)) else None
         base = bases.get(id(picture))  # a dataset repeats one image object across its G completions
         if base is None:
             try:
+                source = _image_source(picture)
+                # a file's name: the path, or a dataset cell's `path` beside its bytes
+                name = picture.get("path") if isinstance(picture, Mapping) else \
+                    source if isinstance(source, (str, Path)) else None
                 base = read_image(Sample(id=str(row), image=source, caption=caption,
                                          image_id=Path(name).stem if name else ""))
                 if not name:
@@ -445,11 +484,13 @@ class Reward:
                 for label, metric in zip(self._labels(), metrics)]
 
     def _score_all(self, metrics: list[Metric], columns: list[str], images: list[LoadedSample], texts: list[str],
-                   pairs: list[tuple[int, int]], ctx: Context) -> list[list[float | None]]:
+                   pairs: list[tuple[int, int]], ctx: Context,
+                   failures: dict[int, str] | None = None) -> list[list[float | None]]:
         """Each part's value per (image, text) pair (None where its metric failed on the pair or wrote no
         number): every distinct metric scored once through its all-pairs form (`Metric.score_pairs`), in
         the run's batches of pairs under a progress bar, each batch held to the metric contract as a
-        run holds it; parts that read columns of one metric share it."""
+        run holds it; parts that read columns of one metric share it. `failures`: filled with the first
+        failure of each pair that has one, by its place in `pairs`."""
         batch = self.cfg.batch_size
         distinct = list({id(m): m for m in metrics}.values())
         wanted: dict[int, list[str]] = {}
@@ -462,14 +503,34 @@ class Reward:
                 runner = MetricRunner(metric, ctx, batch)
                 for start in range(0, len(pairs), batch):
                     part = pairs[start : start + batch]
-                    for (_, text), result in zip(part, runner.score_pairs(images, texts, part)):
+                    for at, ((_, text), result) in enumerate(zip(part, runner.score_pairs(images, texts, part)),
+                                                             start):
                         if isinstance(result, Exception):
                             log.warning("reward: %s failed on caption %.60r: %s", metric.name, texts[text], result)
+                            if failures is not None:
+                                failures.setdefault(at, f"{metric.name} failed: {result}")
                         for column in wanted[id(metric)]:
                             value = None if isinstance(result, Exception) else result.get(column)
                             values[id(metric), column].append(float(value) if is_number(value) else None)
                     bar.update(len(part))
         return [values[id(m), c] for m, c in zip(metrics, columns)]
+
+
+def row_errors(images: Sequence[Any], empty: Sequence[bool], bases: Mapping[int, Any], broken: Mapping[int, str],
+               row_pairs: Sequence[Any], failed: Mapping[Any, str]) -> dict[int, str]:
+    """Why each row's metric parts are None, by row: its picture's `SampleError` (`bases`, by the
+    picture's id), its caption's Unicode problem (`broken`), or its pair's first metric failure (`failed`).
+    An empty caption's parts are 0, whatever its picture: no error."""
+    out: dict[int, str] = {}
+    for row, (picture, blank, pair) in enumerate(zip(images, empty, row_pairs)):
+        if blank:
+            continue
+        base = bases.get(id(picture)) if picture is not None else None
+        why = (f"caption {broken[row]}" if row in broken else str(base) if isinstance(base, Exception)
+               else failed.get(pair) if pair is not None else None)
+        if why is not None:
+            out[row] = why
+    return out
 
 
 #: the part that holds the reward of an empty completion (present when a call has one)

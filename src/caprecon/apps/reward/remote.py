@@ -32,7 +32,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from caprecon.apps.reward import Reward, completion_text, row_image
+from caprecon.apps.reward import Reward, completion_text, picture_problem, row_image
 from caprecon.apps.reward.wire import CONFIG_KIND, CONTRACT_KIND, encode_cell, token_problem
 from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
@@ -237,6 +237,10 @@ class VerlReward:
         return ground_truth
 
     def _scores(self, texts: list[str], pictures: list[Any]) -> list[dict[str, float]]:
+        for sample, picture in enumerate(pictures):  # before any request, as `Reward.__call__` checks its rows
+            if problem := picture_problem(picture):
+                raise ConfigError(f"verl reward: the picture of sample {sample} (extra_info[{self.image_key!r}], "
+                                  f"else its ground_truth) {problem}")
         parts = self.remote.parts(pictures, [completion_text(t) for t in texts])
         out = []
         for i in range(len(texts)):

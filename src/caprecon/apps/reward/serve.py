@@ -19,7 +19,8 @@ never logged or written). A body over `max_body_bytes` is refused whole (413), a
 Content-Length says so or its bytes pass the limit (the rest is never read); a body that is not JSON,
 or nested deeper than the parser goes, is refused (400); an image over `max_image_bytes`, one that
 does not read, or a caption that is not text is an error of its row (its reward null, its message in
-`errors`). A metric that breaks the metric contract is answered with its message and `"kind":
+`errors`), as is a row the reward fails on (a file that does not decode, a metric's failure: its reason
+redacted). A metric that breaks the metric contract is answered with its message and `"kind":
 "metric contract"`, which the client raises at once as `MetricContractError`, as the in-process
 `Reward` does (sending it again would break it again); so is a configuration error (`"kind":
 "config"`); any other failure is a 500 the client retries, its message redacted and logged.
@@ -230,12 +231,16 @@ class RewardService:
         known_bad = {start + row for start, r in zip(_starts(requests), requests) for row in r.errors}
         # a row whose picture failed goes in as having none: its parts are null, as in process
         pictures = [None if i in known_bad else p for i, p in enumerate(pictures)]
-        parts = self.reward.parts(pictures, captions) if pictures else {}
+        failed: dict[int, str] = {}  # why the reward could not score a row (a file that does not decode, a metric)
+        parts = self.reward.parts(pictures, captions, errors=failed) if pictures else {}
         answers = []
         for start, request in zip(_starts(requests), requests):
             stop = start + len(request.captions)
             rows = {name: [_finite(v) for v in values[start:stop]] for name, values in parts.items()}
             errors = dict(request.errors)
+            for row in range(len(request.captions)):
+                if start + row in failed:  # redacted: a metric's message may quote a backend's URL or key
+                    errors.setdefault(row, redact_text(failed[start + row]))
             for row, caption in enumerate(request.captions):
                 if not isinstance(caption, str):
                     errors[row] = f"caption is {_kind(caption)}, not text"

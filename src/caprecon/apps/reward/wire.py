@@ -52,7 +52,8 @@ def encode_cell(picture: Any, *, send_paths: bool = False) -> dict[str, str] | N
     name = None
     if isinstance(picture, Mapping):  # a datasets Image left undecoded: {bytes, path}
         name = picture.get("path") if picture.get("bytes") else None
-        picture = picture.get("bytes") or picture.get("path")
+        # its path only where it has no bytes: empty bytes travel as they are, and the server refuses them
+        picture = picture.get("path") if picture.get("bytes") is None else picture["bytes"]
     if picture is None:
         return None
     if isinstance(picture, Image.Image):
