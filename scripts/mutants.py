@@ -62,6 +62,7 @@ ROOT = HERE.parent
 FORMULAS = "tests/test_formulas.py"
 STAGES_TESTS = ("tests/test_adaptive_seeds.py", "tests/test_adaptive_stages.py")
 DISTILL = "tests/test_distill.py"
+REWARD_STATISTICS = "tests/test_reward_statistics.py"
 
 
 @dataclass(frozen=True)
@@ -1288,6 +1289,10 @@ MUTANTS = [
     Mutant("memo folder: written into a cache folder without a write bit", "core/digests.py",
            "if folder is None or writing and _meant_read_only(folder):", "if folder is None:",
            ("tests/test_store.py::test_read_only_cache_is_read_and_new_work_goes_to_an_overlay",)),
+    # reward7: the reward's statistics reviewed afresh
+    Mutant("reward: adaptive seeds under a rule that borrows from the batch", "apps/reward/__init__.py",
+           'if cfg.max_seeds is not None and cfg.adaptive_rule != "stein":',
+           'if cfg.max_seeds is not None and cfg.adaptive_rule == "stein":', (REWARD_STATISTICS,)),
 ]
 
 

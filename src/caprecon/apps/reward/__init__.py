@@ -211,8 +211,8 @@ class Reward:
     can score it, and a policy must not learn that silence is safe). `progress`: progress bars over
     each call's scoring and the first call's model loading (False: none). `preset`, `config` and `settings` are those of
     `caprecon.score` (generator, embedder, judge, llm, cache_dir, seed, ...), and a (picture,
-    caption) gets the value `score` gives it under them. Every setting is checked here, before any
-    model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
+    caption) gets the value `score` gives it under them (adaptive seeds under Stein's rule only:
+    `check_seed_rule`). Every setting is checked here, before any model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
     """
 
     def __init__(self, metrics: Sequence[str | Metric] | str | None = None,
@@ -223,6 +223,7 @@ class Reward:
         names = list(dict.fromkeys(metric_column(m)[0] for m in metrics if isinstance(m, str)))
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+        check_seed_rule(self.cfg)
         self.metrics = metrics or list(self.cfg.metrics)
         labels = [m if isinstance(m, str) else m.name for m in self.metrics]
         check_once(labels)
@@ -474,6 +475,21 @@ class Reward:
 
 #: the part that holds the reward of an empty completion (present when a call has one)
 EMPTY_PART = "empty"
+
+
+def check_seed_rule(cfg: RunConfig) -> None:
+    """Adaptive seeds in a reward only under Stein's rule. The other rules (mixture, moderated, pooled)
+    borrow each caption's variance from the other captions scored with it: `score` fits it over its
+    whole input, a reward call could only fit it over the completions of its batch, so a completion's
+    seed count, and with it its reward, would change with the completions beside it (and with
+    `batch_size`). Stein's rule takes each caption's own variance: its reward is a function of the
+    (picture, caption) alone, the value `score` gives it."""
+    if cfg.max_seeds is not None and cfg.adaptive_rule != "stein":
+        raise ConfigError(f"adaptive seeds (--seeds {cfg.seeds}..{cfg.max_seeds}) in a reward need "
+                          f"adaptive_rule='stein' (--adaptive-rule stein), not {cfg.adaptive_rule!r}: that rule "
+                          "borrows each caption's seed variance from the other captions of the batch, so a "
+                          "completion's reward would change with the completions scored beside it; or give a "
+                          "fixed number of seeds (seeds=K)")
 
 
 def check_once(labels: Sequence[str]) -> None:
