@@ -1293,6 +1293,10 @@ MUTANTS = [
     Mutant("reward: adaptive seeds under a rule that borrows from the batch", "apps/reward/__init__.py",
            'if cfg.max_seeds is not None and cfg.adaptive_rule != "stein":',
            'if cfg.max_seeds is not None and cfg.adaptive_rule == "stein":', (REWARD_STATISTICS,)),
+    Mutant("distill: a held-out image's caption learnt from", "apps/distill/__init__.py",
+           "    train = ~test & ~shared\n", "    train = ~test\n", (REWARD_STATISTICS,)),
+    Mutant("distill: a held-out caption in other case learnt from", "apps/distill/__init__.py",
+           "return collapse_whitespace(caption).casefold()", "return collapse_whitespace(caption)", (REWARD_STATISTICS,)),
 ]
 
 

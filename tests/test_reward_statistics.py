@@ -75,3 +75,69 @@ def test_a_reward_refuses_adaptive_rules_that_borrow_from_the_batch(rule):
     with pytest.raises(ConfigError, match=rf"adaptive_rule='stein'.*not '{rule}'"):
         Reward([NoisyScore(NoisyGenerator(_truth()))], seeds="3..16", target_width=WIDTH, adaptive_rule=rule)
     Reward([NoisyScore(NoisyGenerator(_truth()))], seeds=4)  # a fixed K borrows nothing: allowed
+
+
+def _caption_run(root, captions_by_image):
+    """A run folder (scores.jsonl, manifest.json) of one row per (image, caption), values drawn at random."""
+    import json
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for k, captions in enumerate(captions_by_image):
+        path = root / f"img{k}.png"
+        Image.new("RGB", (8, 8), (30 * k % 256, 40, 50)).save(path)
+        rows += [{"id": f"{k}-{c}", "image": str(path), "caption": caption, "recon": float(rng.uniform())}
+                 for c, caption in enumerate(captions)]
+    run = root / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (run / "manifest.json").write_text(json.dumps({"samples": len(rows)}))
+    return run, rows
+
+
+class _Words:
+    """A bag of words in 16 dimensions (the text encoder)."""
+
+    fingerprint = "words-16"
+
+    def embed_texts(self, texts):
+        out = np.zeros((len(texts), 16), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in text.lower().split():
+                out[row, sum(map(ord, word)) % 16] += 1.0
+        return out + 1e-3
+
+
+class _Ink:
+    fingerprint = "ink-3"
+
+    def embed(self, images):
+        return np.stack([np.asarray(im.convert("RGB"), dtype=np.float32).mean(axis=(0, 1)) + 1.0 for im in images])
+
+
+def test_a_distilled_reward_never_learns_a_caption_of_a_held_out_image(tmp_path):
+    from caprecon.apps.distill import distill
+    from caprecon.apps.distill.heldout import split_images
+
+    # 8 images; some captions are said of several images, one of them again in other case and spacing
+    common = ["a dog on grass", "two people walking", "a red car"]
+    captions_by_image = [[common[k % 3], f"picture {k} alone", f"only image {k} here"] for k in range(8)]
+    captions_by_image[5].append("A  Dog on GRASS")
+    run, rows = _caption_run(tmp_path, captions_by_image)
+    held = split_images([r["image"] for r in rows], 0.25, 0)
+    said_held = {" ".join(r["caption"].split()).casefold() for r in rows if r["image"] in held}
+    # by hand: the training images' rows, less those whose caption a held-out image also has
+    training = [r for r in rows if r["image"] not in held]
+    left_out = [r for r in training if " ".join(r["caption"].split()).casefold() in said_held]
+    assert 0 < len(left_out) < len(training)
+    report = distill([run], "recon", None, image_encoder=_Ink(), text_encoder=_Words(), objective="value", hidden=4,
+                     epochs=1, holdout=0.25, store=caprecon.Store.temporary(), progress=False).report
+    assert report["train_rows"] == len(training) - len(left_out)
+    assert report["train_rows_left_out_sharing_a_held_out_caption"] == len(left_out)
+    assert report["held_out"]["rows"] == len(rows) - len(training)
+    # every training row's caption also said of a held-out image: nothing honest to learn from
+    (tmp_path / "all").mkdir()
+    run, _ = _caption_run(tmp_path / "all", [["a dog on grass", "a red car"]] * 4)
+    with pytest.raises(ConfigError, match="every training row's caption is also a caption of a held-out image"):
+        distill([run], "recon", None, image_encoder=_Ink(), text_encoder=_Words(), objective="value", hidden=4,
+                 epochs=1, holdout=0.25, store=caprecon.Store.temporary(), progress=False)

@@ -62,6 +62,7 @@ from caprecon.apps.distill.train import (
 from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, check_count, check_number
 from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
+from caprecon.data.normalise import collapse_whitespace
 from caprecon.metrics.base import Context
 from caprecon.run.folder import LOCK_FILE, holds_run_folder, write_manifest
 from caprecon.store.index import Store
@@ -76,6 +77,19 @@ class Distilled:
     out: Path | None
     report: dict[str, Any]
     model: Any = field(repr=False, default=None)
+
+
+def shares_a_held_out_caption(rows: Sequence[Any], test: np.ndarray) -> np.ndarray:
+    """Per row, whether its caption (up to case and whitespace) is also the caption of a held-out row. Such
+    a row is left out of training: the head would learn that very caption's value or reconstruction, and
+    the held-out figures would measure recall of it, not a caption the reward has never read (datasets
+    whose candidate captions are drawn from other images' references repeat them across images:
+    Flickr8k-CrowdFlower's 5,910 rows hold 970 distinct captions)."""
+    def same(caption: str) -> str:
+        return collapse_whitespace(caption).casefold()
+
+    held_out = {same(r.caption) for r, t in zip(rows, test) if t}
+    return np.array([same(r.caption) in held_out for r in rows], dtype=bool)
 
 
 @holds_run_folder("out", inputs=("runs",))
@@ -148,7 +162,12 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     truth = np.array([r.value for r in rows])
     held = split_images(groups, holdout, seed)
     test = np.array([g in held for g in groups])
-    train = ~test
+    shared = ~test & shares_a_held_out_caption(rows, test)
+    train = ~test & ~shared
+    if not train.any():
+        raise ConfigError(f"every training row's caption is also a caption of a held-out image ({int(shared.sum())} "
+                          f"row(s)): learning them would give the held-out figures their answers; give rows with "
+                          f"more distinct captions, or a smaller --holdout")
     if max_train_images is not None:
         kept = set(shuffled([g for g, t in zip(groups, train) if t], seed, "train|")[:max_train_images])
         train &= np.array([g in kept for g in groups])
@@ -176,6 +195,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     predicted = model.predict(image_features[test], text_features[test])
     report = {"metric": metric, "objective": objective, "image_encoder": image_spec, "text_encoder": text_spec,
               "train_rows": int(train.sum()),
+              "train_rows_left_out_sharing_a_held_out_caption": int(shared.sum()),
               "train_images": len({g for g, t in zip(groups, train) if t}),
               "held_out": evaluate(predicted, truth[test], [g for g, t in zip(groups, test) if t]),
               "text_encoder_chose_reconstructions": shared_rule,
