@@ -67,6 +67,24 @@ def test_an_adaptive_seed_reward_is_steins_mean_of_its_own_draws_whatever_the_ba
     assert [r["seeds_drawn"] for r in scored.records] == [need for _, need in expected]
 
 
+def test_a_reward_over_k_seeds_is_the_mean_of_the_first_k_draws_with_a_broken_row_beside(tmp_path):
+    truth = _truth()
+    captions = list(truth)[:4]
+    paths = [str(p) for p in _pictures(tmp_path, len(captions))]
+    broken = tmp_path / "missing.png"  # no such file
+    by_hand = []
+    for i, caption in enumerate(captions):
+        true, sd = truth[caption]
+        first = derive_seed(0, f"photo{i}", 0)
+        seeds = [first] + [derive_seed(first, "seed", k) for k in range(1, 4)]
+        by_hand.append(float(np.mean([true + sd * float(np.random.default_rng(s).standard_normal()) for s in seeds])))
+    reward = Reward([NoisyScore(NoisyGenerator(truth))], guards=None, progress=False, seeds=4,
+                    cache_dir=str(tmp_path / "cache"))
+    got = reward([paths[0], str(broken), *paths[1:]], [captions[0], captions[0], *captions[1:]])
+    assert got[1] is None  # the picture that cannot be read: its row alone
+    assert [got[0], *got[2:]] == pytest.approx(by_hand, abs=1e-12)
+
+
 @pytest.mark.parametrize("rule", ["mixture", "moderated", "pooled"])
 def test_a_reward_refuses_adaptive_rules_that_borrow_from_the_batch(rule):
     # under these rules a completion's seed count comes from the variance of the other completions scored

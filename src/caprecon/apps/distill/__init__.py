@@ -28,7 +28,8 @@ learn the generator's own rule, and the held-out figures overstate how well it w
 text-to-image model.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
-signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
+signal, so a split by row would flatter the held-out figures. For the same reason a caption said of a
+held-out image is not learnt from where a training image has it too (`shares_a_held_out_caption`). On the held-out images it reports the
 Spearman and Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of
 one image, and the speed-up over the metric (its model seconds per row, from the runs' manifests,
 over the distilled reward's per row with both encoders computing afresh).
