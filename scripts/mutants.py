@@ -1297,6 +1297,8 @@ MUTANTS = [
            "    train = ~test & ~shared\n", "    train = ~test\n", (REWARD_STATISTICS,)),
     Mutant("distill: a held-out caption in other case learnt from", "apps/distill/__init__.py",
            "return collapse_whitespace(caption).casefold()", "return collapse_whitespace(caption)", (REWARD_STATISTICS,)),
+    Mutant("distill: one photo under two paths taken for two images", "apps/distill/__init__.py",
+           "    return [first[photo] for photo in photos]", "    return list(images)", (REWARD_STATISTICS,)),
 ]
 
 

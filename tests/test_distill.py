@@ -53,7 +53,9 @@ def _shape_captions(root, seed, per_image=10):
     for k in range(24):
         colour, shape = COLOURS[k % 6], SHAPES[(k // 6) % 3]
         path = root / f"img{k}.png"
-        render(f"{colour} {shape}").save(path)
+        # the last 6 repeat a colour and shape of the first 18 on a shorter canvas: a new photo of a kind seen
+        # before, not the same photo under another path (which distill takes for one image)
+        render(f"{colour} {shape}", 96, 96 if k < 18 else 84).save(path)
         for c in range(per_image):
             said_colour, said_shape = COLOURS[rng.integers(6)], SHAPES[rng.integers(3)]
             caption = " ".join(w for w in (OPENINGS[wording.integers(len(OPENINGS))], said_colour, said_shape,
@@ -84,8 +86,8 @@ def test_distilled_reward_learns_the_metric_and_loads_three_ways(tmp_path, run_f
                      hidden=32, epochs=150, lr=3e-3, holdout=0.25, store=caprecon.Store.temporary())
     held = result.report["held_out"]
     assert held["images"] == 6 and result.report["train_images"] == 18  # split by image
-    # chance: 0 and 0.5. On captions it never read (0.42 and 0.78 here); when every held-out caption was also a
-    # training caption (18 distinct ones), the figures held recall of them and this asked for a Spearman > 0.5
+    # chance: 0 and 0.5. On captions and photos it never read (0.44 and 0.79 here); when every held-out caption
+    # was also a training caption (18 distinct ones) and 6 images were 6 others' photos, this asked for > 0.5
     assert held["spearman"] > 0.3 and held["pairwise_accuracy"] > 0.7
     assert result.report["train_rows_left_out_sharing_a_held_out_caption"] > 0
     manifest = json.loads((out / "manifest.json").read_text())
@@ -161,8 +163,8 @@ def test_reconstruction_objective_learns_the_metrics_own_form(tmp_path, recon_ru
     value = distill([run], "recon", None, objective="value", **settings)
     assert result.report["objective"] == "reconstruction" and value.report["objective"] == "value"
     held = result.report["held_out"]
-    # on these rows, captions it never read: 0.865 against the value head's 0.530 (0.909 and 0.819 when every
-    # held-out caption was also a training caption)
+    # on these rows, captions and photos it never read: 0.870 against the value head's 0.499 (0.909 and 0.819
+    # when every held-out caption was also a training caption, and a quarter of the held-out photos training ones)
     assert held["spearman"] > 0.85 and held["spearman"] > value.report["held_out"]["spearman"] + 0.05
 
     # the reward is the image's cosine with the caption's predicted reconstruction embedding, on the
@@ -219,7 +221,8 @@ def test_reconstruction_objective_needs_reconstructions(tmp_path, run_folder, re
     records[3]["reconstruction"] = str(tmp_path / "gone.png")
     (copy / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in records))
     (copy / "manifest.json").write_text((run / "manifest.json").read_text())
-    with pytest.raises(ConfigError, match="row 4 .*gone.png is not in the run's store.*--objective value"):
+    with pytest.raises(ConfigError,
+                       match="scores.jsonl:4: its reconstruction .*gone.png is not in the run's store.*--objective value"):
         distill([copy], "recon", None, objective="reconstruction", image_encoder=PixelEmbedder(),
                 text_encoder=WordEncoder(), hidden=8, epochs=1, holdout=0.05, store=caprecon.Store.temporary())
     assert distill([copy], "recon", None, image_encoder=PixelEmbedder(), text_encoder=WordEncoder(), hidden=8,
@@ -306,7 +309,7 @@ def test_reconstructions_are_read_from_the_store_by_key_only(tmp_path, recon_run
     # a row naming a file outside the store (it gave no error before): nothing is read, the row is named
     secret = _copy_run(run, tmp_path / "secret", lambda rs: [{**r, "reconstruction": "/etc/passwd"} if k == 2 else r
                                                               for k, r in enumerate(rs)])
-    with pytest.raises(ConfigError, match=r"row 3 .*/etc/passwd is not in the run's store"):
+    with pytest.raises(ConfigError, match=r"scores.jsonl:3: its reconstruction /etc/passwd is not in the run's st"):
         distill([secret], "recon", None, objective="reconstruction", **settings)
     assert distill([secret], "recon", None, **settings).report["objective"] == "value"  # auto reads nothing
 

@@ -60,8 +60,8 @@ def test_an_adaptive_seed_reward_is_steins_mean_of_its_own_draws_whatever_the_ba
     alone = [reward()([p], [c])[0] for p, c in zip(paths, captions)]
     in_twos = reward(batch_size=2)(paths[::-1], captions[::-1])[::-1]
     assert alone == whole and in_twos == whole
-    scored = caprecon.score([{"id": f"r{i}", "image": p, "caption": c} for i, (p, c) in enumerate(zip(paths, captions))],
-                            [NoisyScore(NoisyGenerator(truth))], seeds=f"{LOW}..{HIGH}", target_width=WIDTH,
+    rows = [{"id": f"r{i}", "image": p, "caption": c} for i, (p, c) in enumerate(zip(paths, captions))]
+    scored = caprecon.score(rows, [NoisyScore(NoisyGenerator(truth))], seeds=f"{LOW}..{HIGH}", target_width=WIDTH,
                             adaptive_rule="stein", cache_dir=str(tmp_path / "cache"))
     assert scored.scores("noisy") == pytest.approx(whole, abs=1e-12)
     assert [r["seeds_drawn"] for r in scored.records] == [need for _, need in expected]
@@ -159,3 +159,32 @@ def test_a_distilled_reward_never_learns_a_caption_of_a_held_out_image(tmp_path)
     with pytest.raises(ConfigError, match="every training row's caption is also a caption of a held-out image"):
         distill([run], "recon", None, image_encoder=_Ink(), text_encoder=_Words(), objective="value", hidden=4,
                  epochs=1, holdout=0.25, store=caprecon.Store.temporary(), progress=False)
+
+
+def test_one_photo_under_two_paths_is_one_image_to_the_distillation_split(tmp_path):
+    import json
+    import shutil
+
+    from caprecon.apps.distill import distill
+
+    # 8 photos, each named by two paths (a copy under another name in another folder), 2 captions under each
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    rows = []
+    for k in range(8):
+        first, copy = tmp_path / "a" / f"img{k}.png", tmp_path / "b" / f"copy-of-{k}.png"
+        Image.new("RGB", (8, 8), (30 * k, 40, 50)).save(first)
+        shutil.copy(first, copy)
+        rows += [{"id": f"{k}-{c}", "image": str(path), "caption": f"photo {k} caption {c}",
+                  "recon": 0.1 * c + 0.01 * k} for c, path in enumerate([first, first, copy, copy])]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scores.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    (run / "manifest.json").write_text(json.dumps({"samples": len(rows)}))
+    report = distill([run], "recon", None, image_encoder=_Ink(), text_encoder=_Words(), objective="value", hidden=4,
+                     epochs=1, holdout=0.25, store=caprecon.Store.temporary(), progress=False).report
+    held = report["held_out"]
+    # by hand: 8 photos, a quarter held out whole (all 4 rows of each), the rest trained on
+    assert (held["images"], report["train_images"]) == (2, 6)
+    assert (held["rows"], report["train_rows"]) == (8, 24)
+    assert held["pairs"] == 2 * 6  # 4 captions of one photo: 6 pairs each, whichever path named them

@@ -28,10 +28,11 @@ learn the generator's own rule, and the held-out figures overstate how well it w
 text-to-image model.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
-signal, so a split by row would flatter the held-out figures. For the same reason a caption said of a
-held-out image is not learnt from where a training image has it too (`shares_a_held_out_caption`). On the held-out images it reports the
-Spearman and Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of
-one image, and the speed-up over the metric (its model seconds per row, from the runs' manifests,
+signal, so a split by row would flatter the held-out figures. An image is a photo, whatever paths name
+it (`one_name_per_photo`), and a caption said of a held-out image is not learnt from where a training
+image has it too (`shares_a_held_out_caption`). On the held-out images it reports the Spearman and
+Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of one image, and
+the speed-up over the metric (its model seconds per row, from the runs' manifests,
 over the distilled reward's per row with both encoders computing afresh).
 """
 
@@ -91,6 +92,17 @@ def shares_a_held_out_caption(rows: Sequence[Any], test: np.ndarray) -> np.ndarr
 
     held_out = {same(r.caption) for r, t in zip(rows, test) if t}
     return np.array([same(r.caption) in held_out for r in rows], dtype=bool)
+
+
+def one_name_per_photo(images: Sequence[str], photos: Sequence[str]) -> list[str]:
+    """Each row's image named by one path per photo (`photos`: the rows' image content keys): the first in
+    sorted order of the paths that hold those bytes. One photo under two paths (two runs that named it
+    relative and absolute, a copy under another name) is then one image to the split, held out or trained
+    on whole, and one image for the within-image pairs."""
+    first: dict[str, str] = {}
+    for image, photo in sorted(zip(images, photos)):
+        first.setdefault(photo, image)
+    return [first[photo] for photo in photos]
 
 
 @holds_run_folder("out", inputs=("runs",))
@@ -157,9 +169,9 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
                     "the head can learn the generator's own rule, so the held-out figures overstate how well it "
                     "would follow a text-to-image model: give --text-encoder another encoder", text_spec)
     ctx = Context(store)
-    image_features, text_features, kept = features(rows, image_encoder, text_encoder, ctx, progress=progress)
+    image_features, text_features, kept, photos = features(rows, image_encoder, text_encoder, ctx, progress=progress)
     rows = [rows[k] for k in kept]
-    groups = [r.image for r in rows]
+    groups = one_name_per_photo([r.image for r in rows], photos)
     truth = np.array([r.value for r in rows])
     held = split_images(groups, holdout, seed)
     test = np.array([g in held for g in groups])
