@@ -90,9 +90,33 @@ def test_a_reward_refuses_adaptive_rules_that_borrow_from_the_batch(rule):
     # under these rules a completion's seed count comes from the variance of the other completions scored
     # with it: its reward would change with its batch (measured before this check: 0.5129 in a batch of 12,
     # 0.5055 alone, for one caption)
-    with pytest.raises(ConfigError, match=rf"adaptive_rule='stein'.*not '{rule}'"):
+    with pytest.raises(ConfigError, match=rf"a reward need adaptive_rule='stein'.*not '{rule}'"):
         Reward([NoisyScore(NoisyGenerator(_truth()))], seeds="3..16", target_width=WIDTH, adaptive_rule=rule)
     Reward([NoisyScore(NoisyGenerator(_truth()))], seeds=4)  # a fixed K borrows nothing: allowed
+
+
+def test_a_cascades_full_score_over_adaptive_seeds_is_the_rows_own(tmp_path):
+    from caprecon.apps.cascade import cascade
+    from test_cascade import Fixed
+
+    # each round scores its own rows: under a borrowing rule a row drew 3 seeds in the cascade where `score`
+    # over the whole input drew 4 (measured before this check), so the cascade refuses those rules
+    cheap_values = {f"img{k}/caption {k}": k / 24 for k in range(24)}
+    truth = {c: (v, [0.002, 0.005, 0.03][k % 3]) for k, (c, v) in enumerate(cheap_values.items())}
+    rows = [{"id": f"r{k}", "caption": c, "image_id": c.split("/")[0]} for k, c in enumerate(cheap_values)]
+    generator = NoisyGenerator(truth)
+    settings = dict(seeds=f"{LOW}..{HIGH}", target_width=WIDTH, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="a cascade need adaptive_rule='stein'.*not 'mixture'"):
+        cascade(rows, cheap=Fixed(cheap_values), metric=NoisyScore(generator), decision="threshold:0.5", **settings)
+    assert generator.calls == 0  # refused before any work
+    # under Stein's rule each reconstructed row's full score is Stein's mean of its own draws, by hand
+    result = cascade(rows, cheap=Fixed(cheap_values), metric=NoisyScore(generator), decision="threshold:0.5",
+                     budget=1.0, adaptive_rule="stein", **settings)
+    recon = [r for r in result.records if r["reconstructed"]]
+    assert len({r["cascade_round"] for r in recon}) > 1
+    for r in recon:
+        value, need = _stein_by_hand(*truth[r["caption"]], r["caption"].split("/")[0])
+        assert (r["noisy"], r["seeds_drawn"]) == (pytest.approx(value, abs=1e-12), need)
 
 
 def _caption_run(root, captions_by_image):

@@ -265,6 +265,19 @@ def check_stages(rule: str, stages: int | None) -> int:
     return int(stages)
 
 
+def check_scored_alone(max_seeds: int | None, rule: str, scorer: str, why: str) -> None:
+    """Refuses adaptive seeds under a rule that borrows each caption's variance from the other captions
+    (mixture, moderated, pooled) where `scorer` (a reward, a cascade) scores captions in sets that are not
+    the run's whole input (`why` says which): `score` fits the variance over its whole input, such a
+    scorer only over the set at hand, so a caption's seed count, and its value, would change with the
+    captions scored beside it. Stein's rule takes the caption's own variance and passes, as do fixed K."""
+    if max_seeds is not None and rule != "stein":
+        raise ConfigError(f"adaptive seeds (up to {max_seeds}) in {scorer} need adaptive_rule='stein' "
+                          f"(--adaptive-rule stein), not {rule!r}: that rule borrows each caption's seed variance "
+                          f"from the other captions scored with it, {why}, so a caption's value would change "
+                          f"with the captions beside it; or give a fixed number of seeds (seeds=K)")
+
+
 def default_stages(rule: str) -> int:
     """Two for stein (its own variance cannot be updated without bias), `DEFAULT_STAGES` otherwise."""
     return 2 if rule == "stein" else DEFAULT_STAGES

@@ -55,6 +55,7 @@ from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics import Context, Metric
+from caprecon.metrics.adaptive import check_scored_alone
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
 from caprecon.run.local import MetricRunner
@@ -478,18 +479,14 @@ EMPTY_PART = "empty"
 
 
 def check_seed_rule(cfg: RunConfig) -> None:
-    """Adaptive seeds in a reward only under Stein's rule. The other rules (mixture, moderated, pooled)
-    borrow each caption's variance from the other captions scored with it: `score` fits it over its
-    whole input, a reward call could only fit it over the completions of its batch, so a completion's
-    seed count, and with it its reward, would change with the completions beside it (and with
-    `batch_size`). Stein's rule takes each caption's own variance: its reward is a function of the
-    (picture, caption) alone, the value `score` gives it."""
-    if cfg.max_seeds is not None and cfg.adaptive_rule != "stein":
-        raise ConfigError(f"adaptive seeds (--seeds {cfg.seeds}..{cfg.max_seeds}) in a reward need "
-                          f"adaptive_rule='stein' (--adaptive-rule stein), not {cfg.adaptive_rule!r}: that rule "
-                          "borrows each caption's seed variance from the other captions of the batch, so a "
-                          "completion's reward would change with the completions scored beside it; or give a "
-                          "fixed number of seeds (seeds=K)")
+    """Adaptive seeds in a reward only under Stein's rule (`check_scored_alone`). The other rules
+    (mixture, moderated, pooled) borrow each caption's variance from the other captions scored with it:
+    `score` fits it over its whole input, a reward call could only fit it over the completions of its
+    batch, so a completion's seed count, and with it its reward, would change with the completions
+    beside it (and with `batch_size`). Stein's rule takes each caption's own variance: its reward is a
+    function of the (picture, caption) alone, the value `score` gives it."""
+    check_scored_alone(cfg.max_seeds, cfg.adaptive_rule, "a reward",
+                       "which for a reward are the completions of its batch")
 
 
 def check_once(labels: Sequence[str]) -> None:
