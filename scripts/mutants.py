@@ -1304,6 +1304,9 @@ MUTANTS = [
            "return collapse_whitespace(caption).casefold()", "return collapse_whitespace(caption)", (REWARD_STATISTICS,)),
     Mutant("distill: one photo under two paths taken for two images", "apps/distill/__init__.py",
            "    return [first[photo] for photo in photos]", "    return list(images)", (REWARD_STATISTICS,)),
+    Mutant("seeds: seed 0's value passes for the K-seed mean where a seed gave none", "metrics/seeds.py",
+           "                out[name] = None  # and seed 0's value must not pass for it",
+           "                pass  # and seed 0's value must not pass for it", (REWARD_STATISTICS,)),
 ]
 
 

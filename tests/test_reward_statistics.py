@@ -212,3 +212,24 @@ def test_one_photo_under_two_paths_is_one_image_to_the_distillation_split(tmp_pa
     assert (held["images"], report["train_images"]) == (2, 6)
     assert (held["rows"], report["train_rows"]) == (8, 24)
     assert held["pairs"] == 2 * 6  # 4 captions of one photo: 6 pairs each, whichever path named them
+
+
+class _GappyScore(NoisyScore):
+    """The stand-in's score, with no number for caption "b" at seed 1 (a judge that could not answer)."""
+
+    def score(self, items, ctx):
+        rows = super().score(items, ctx)
+        return [{"noisy": None} if ctx.seed_index == 1 and it.caption == "b" else r for it, r in zip(items, rows)]
+
+
+def test_a_caption_some_seeds_leave_without_a_number_has_no_k_seed_mean(tmp_path):
+    truth = {"a": (0.5, 0.05), "b": (0.6, 0.05)}
+    rows = [{"id": "a", "caption": "a", "image_id": "pa"}, {"id": "b", "caption": "b", "image_id": "pb"}]
+    got = caprecon.score(rows, [_GappyScore(NoisyGenerator(truth))], seeds=4, no_cache=True).records
+    first = derive_seed(0, "pa", 0)
+    seeds = [first] + [derive_seed(first, "seed", k) for k in range(1, 4)]
+    by_hand = [0.5 + 0.05 * float(np.random.default_rng(s).standard_normal()) for s in seeds]
+    assert got[0]["noisy"] == pytest.approx(float(np.mean(by_hand)), abs=1e-12)
+    assert got[0]["noisy_sd"] == pytest.approx(float(np.std(by_hand, ddof=1)), abs=1e-12)
+    # "b" has 3 of its 4 seeds: neither seed 0's value (it was reported as the 4-seed mean) nor a mean of 3
+    assert got[1]["noisy"] is None and got[1].get("noisy_ci") is None
