@@ -1307,6 +1307,9 @@ MUTANTS = [
     Mutant("seeds: seed 0's value passes for the K-seed mean where a seed gave none", "metrics/seeds.py",
            "                out[name] = None  # and seed 0's value must not pass for it",
            "                pass  # and seed 0's value must not pass for it", (REWARD_STATISTICS,)),
+    Mutant("ensemble: the first generator's value passes where another gave none", "metrics/seeds.py",
+           '                        row.update({name: None, f"{name}_seeds": None, f"{name}_sd": None, f"{name}_ci": None})',
+           "                        pass", (REWARD_STATISTICS,)),
 ]
 
 

@@ -233,3 +233,25 @@ def test_a_caption_some_seeds_leave_without_a_number_has_no_k_seed_mean(tmp_path
     assert got[0]["noisy_sd"] == pytest.approx(float(np.std(by_hand, ddof=1)), abs=1e-12)
     # "b" has 3 of its 4 seeds: neither seed 0's value (it was reported as the 4-seed mean) nor a mean of 3
     assert got[1]["noisy"] is None and got[1].get("noisy_ci") is None
+
+
+class _NoNumberForB(NoisyScore):
+    """The stand-in's score, with no number for caption "b" at any seed."""
+
+    def score(self, items, ctx):
+        return [{"noisy": None} if it.caption == "b" else r for it, r in zip(items, super().score(items, ctx))]
+
+
+def test_an_ensemble_where_a_generator_gives_no_number_has_no_value(tmp_path):
+    from caprecon.metrics.seeds import GeneratorEnsemble
+
+    truth = {"a": (0.5, 0.05), "b": (0.6, 0.05)}
+    # two generators (other fingerprints, the same noise at the same seed); the second gives "b" no number
+    ensemble = GeneratorEnsemble([NoisyScore(NoisyGenerator(truth)),
+                                  _NoNumberForB(NoisyGenerator({**truth, "unused": (0.0, 0.0)}))], ["one", "two"])
+    pictures = [Image.new("RGB", (8, 8), (k, 0, 0)) for k in range(2)]
+    got = ensemble(pictures, ["a", "b"], store=caprecon.Store.temporary())
+    # "a" by hand: both generators draw true + sd * z at its seed (the picture's row id "0", candidate 0)
+    z = float(np.random.default_rng(derive_seed(0, "0", 0)).standard_normal())
+    assert got[0] == pytest.approx(0.5 + 0.05 * z, abs=1e-12)
+    assert got[1] is None  # not the first generator's value passing for the ensemble's

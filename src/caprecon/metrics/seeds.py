@@ -134,6 +134,9 @@ class GeneratorEnsemble(Metric):
         <field>_by_generator       {label: [per-seed values]}
         <field>_var_generator, <field>_var_seed   the variance split (`variance_split`)
         <field>_sd, <field>_ci     sd of the generator means and their 95 % Student-t interval
+
+    A field some generator gives no number (at some seed) has no ensemble value: None, with its
+    `_seeds`, `_sd` and `_ci`.
     """
 
     def __init__(self, members: Sequence[Metric], labels: Sequence[str]):
@@ -160,7 +163,9 @@ class GeneratorEnsemble(Metric):
             for name in fields:
                 tables = [r.get(f"{name}_seeds", [r.get(name)]) for r in rows]
                 if not all(_number(v) for table in tables for v in table):
-                    continue
+                    if any(_number(r.get(name)) for r in rows):  # a generator gave no number: no ensemble
+                        row.update({name: None, f"{name}_seeds": None, f"{name}_sd": None, f"{name}_ci": None})
+                    continue  # value (the first generator's must not pass for it)
                 k = min(len(t) for t in tables)
                 tables = [list(t[:k]) for t in tables]
                 means = [math.fsum(t) / k for t in tables]
