@@ -640,7 +640,7 @@ MUTANTS = [
     Mutant("adaptive stages: stein allowed more stages", "metrics/adaptive.py", 'if rule == "stein" and stages != 2:',
            'if rule == "stein" and stages == 2:', STAGES_TESTS),
     Mutant("adaptive stages: stein's default the others'", "metrics/adaptive.py",
-           'return 2 if rule == "stein" else DEFAULT_STAGES', "return DEFAULT_STAGES", STAGES_TESTS),
+           'return 2 if rule == "stein" else DEFAULT_STAGES', "return DEFAULT_STAGES", (*STAGES_TESTS, REWARD_STATISTICS)),
     Mutant("adaptive stages: the refit's df of the first stage", "metrics/adaptive.py",
            '[c["seeds"] - 1 for c in seen if name in c["sds"]]', '[self.seeds - 1 for c in seen if name in c["sds"]]',
            STAGES_TESTS),
@@ -1310,6 +1310,10 @@ MUTANTS = [
     Mutant("ensemble: the first generator's value passes where another gave none", "metrics/seeds.py",
            '                        row.update({name: None, f"{name}_seeds": None, f"{name}_sd": None, f"{name}_ci": None})',
            "                        pass", (REWARD_STATISTICS,)),
+    Mutant("adaptive: a caption alone looked at again on its own variance", "metrics/adaptive.py",
+           "need <= len(r) or borrows_nothing(prior)", "need <= len(r)", (REWARD_STATISTICS,)),
+    Mutant("adaptive: a pooled prior taken for borrowing nothing", "metrics/adaptive.py",
+           "and not prior.pooled and prior.df == 0", "and prior.df == 0 or prior.pooled", STAGES_TESTS),
 ]
 
 
