@@ -681,6 +681,17 @@ CASES += [
              "max_side=32", "max_side=32, judge='m', judge_options={'base_url': "
              "'http://user:pw-attack-5150@127.0.0.1:9/v1', 'max_retries': 2, 'backoff': 0.0}"),
          ("cannot reach",), warned=True, python=True, absent=("pw-attack-5150",)),
+    # the reward service's client and command (a review of the training path's inputs)
+    Case("RemoteReward: a URL with user:password@ (urllib took it for a host, errors showed it)", "secret",
+         lambda w: "caprecon.RemoteReward('http://bob:pw-attack-7311@127.0.0.1:9', retries=0)\n",
+         ("user name or password", "bearer token"), python=True, absent=("pw-attack-7311",)),
+    Case("RemoteReward: a token with a newline (http.client's error quoted it)", "secret",
+         lambda w: ("reward = caprecon.RemoteReward('http://127.0.0.1:9', token='tok-attack-8822\\n', retries=0)\n"
+                    "print(reward([render('a red square', 32, 32)], ['a red square']))\n"),
+         ("token", "http header cannot carry"), python=True, absent=("tok-attack-8822",)),
+    Case("serve: --token-env naming a variable that is unset (served open)", "missing secret",
+         lambda w: ["serve", "-m", "recon", "--token-env", "CAPRECON_ATTACK_UNSET_TOKEN", "--preset", "offline"],
+         ("--token-env CAPRECON_ATTACK_UNSET_TOKEN names", "unset or empty")),
 ]
 
 

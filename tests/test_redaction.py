@@ -257,3 +257,16 @@ def test_a_caprecon_record_is_masked_as_it_is_made_whatever_handler_shows_it(cap
     [ours] = caplog.records
     assert ours.getMessage() == "cannot reach http://***@10.0.0.1/v1; retrying"
     assert "pw-made-7311" not in caplog.text and "http://***@10.0.0.1" in ours.exc_text  # the traceback too
+
+
+def test_a_manifest_masks_a_key_in_the_text_of_an_object_it_holds(tmp_path):
+    # write_manifest redacted the manifest first and made its objects text after (json's default=str):
+    # a backend given as an object, whose repr shows its key, reached manifest.json whole
+    from caprecon.run.folder import write_manifest
+
+    class Backend:
+        def __repr__(self):
+            return "Backend(base_url='http://judge/v1', api_key='sk-live-9876543210')"
+
+    written = write_manifest(tmp_path, {"judge": Backend(), "score": float("nan")}).read_text()
+    assert json.loads(written) == {"judge": "Backend(base_url='http://judge/v1', api_key='***')", "score": None}

@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import io
 import logging
+import re
 
 import pytest
 
 import caprecon
+from caprecon.apps.reward import Guards
 from caprecon.apps.reward.serve import RewardService, ServiceSettings
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import unicode_problem
@@ -70,3 +72,17 @@ def test_a_cache_folder_that_is_a_file_is_refused_when_the_reward_is_built(tmp_p
     with pytest.raises(ConfigError, match=f"^{flag}: not a folder: {a_file} is a file$"):
         caprecon.Reward(**{**_options(tmp_path, CountingOracle()), option: str(a_file)})
     assert a_file.read_text() == "not a cache"
+
+
+def test_a_numpy_number_is_refused_with_what_to_give_instead():
+    # "length_target must be a whole number, not np.int64(40)" read as a contradiction
+    import numpy as np
+
+    with pytest.raises(ConfigError, match=re.escape("guards: length_target must be a whole number, not np.int64(40) "
+                                                    "(a numpy int64: give int(...) of it)")):
+        Guards(length_target=np.int64(40))
+    with pytest.raises(ConfigError, match=re.escape("guards: length_weight must be a number, not np.float32(0.5) "
+                                                    "(a numpy float32: give float(...) of it)")):
+        Guards(length_weight=np.float32(0.5))
+    with pytest.raises(ConfigError, match=re.escape("guards: repetition_n must be a whole number, not np.True_") + "$"):
+        Guards(repetition_n=np.True_)

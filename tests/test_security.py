@@ -285,6 +285,26 @@ def test_write_file_writes_everything_into_a_new_or_emptied_file(tmp_path, monke
     write_file(target, b"short")
     assert target.read_bytes() == b"short"
 
+
+def test_write_file_never_writes_through_a_link_at_its_path(tmp_path):
+    """The store writes each picture to `<key>.<pid>.part` before renaming it: a name anyone sharing the
+    cache folder can predict. A link planted there was followed: the file it named was emptied and
+    overwritten with the picture."""
+    import errno
+
+    from caprecon.core.paths import write_file
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "images" / "ab").mkdir(parents=True)
+    planted = tmp_path / "images" / "ab" / "abc.1234.part"
+    planted.symlink_to(victim)
+    with pytest.raises(OSError) as refused:
+        write_file(planted, PAYLOAD)
+    assert refused.value.errno == errno.ELOOP
+    assert victim.read_text() == "keep me" and planted.is_symlink()
+
+
 # --------------------------------------------------------------------------- 5: terminal escapes in captions
 
 FORGING = "a cat\x1b[2J\x1b]0;owned\x07\rrow ok\x08\x08\u202eevil\x9b31m\x00"

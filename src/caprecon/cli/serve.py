@@ -9,6 +9,7 @@ import sys
 import threading
 
 from caprecon.cli.common import Writes, add_run_options, real_number, run_settings, whole_number
+from caprecon.core.errors import ConfigError
 
 TOKEN_ENV = "CAPRECON_SERVE_TOKEN"
 
@@ -44,9 +45,10 @@ def add_parser(subparsers) -> None:
     service.add_argument("--host", default="127.0.0.1",
                          help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 opens it to the network)")
     service.add_argument("--port", type=whole_number(1, 65535), default=8000, help="HTTP port (default 8000)")
-    service.add_argument("--token-env", metavar="VAR", default=TOKEN_ENV,
-                         help=f"environment variable holding the bearer token clients must send (default {TOKEN_ENV}; "
-                              "unset: no token). The token is never logged or written")
+    service.add_argument("--token-env", metavar="VAR",
+                         help=f"environment variable holding the bearer token clients must send (default {TOKEN_ENV}, "
+                              "where unset means no token; a VAR named here must hold one). The token is never logged "
+                              "or written")
     service.add_argument("--image-root", metavar="DIR",
                          help="clients may name images by paths under DIR (default: images travel as bytes only)")
     service.add_argument("--max-image-bytes", type=whole_number(1), metavar="N",
@@ -67,9 +69,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from caprecon.apps.reward.serve import serve
     from caprecon.cli.reward import parse_weights
 
-    settings = run_settings(args)
-    settings.pop("allow_plugins", None)
-    token = os.environ.get(args.token_env) or None
+    settings = run_settings(args)  # with allow_plugins: a --config naming plug-ins loads them only with it
+    token = os.environ.get(args.token_env or TOKEN_ENV) or None
+    if args.token_env and token is None:  # asked for a token: serving open instead would be a silent hole
+        # no "NAME: value" in it: the redactor would mask what follows a name ending in _TOKEN
+        raise ConfigError(f"--token-env {args.token_env} names an environment variable that is unset or empty; "
+                          "export the token in it, or leave --token-env out to serve without one")
     service = serve(args.metrics, parse_weights(args.weight) if args.weight else None,
                     length_target=args.length_target, length_weight=args.length_weight,
                     repetition_n=args.repetition_n, repetition_weight=args.repetition_weight,

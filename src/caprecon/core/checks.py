@@ -27,7 +27,7 @@ MAX_WIDTH = 65_536  # units of `distill`'s head: its first layer holds width x f
 def count_problem(value: Any, low: int, high: int | None = None) -> str | None:
     """What keeps `value` from being a whole number in [low, high], or None."""
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"must be a whole number, not {value!r}"
+        return f"must be a whole number, not {value!r}{_numpy_advice(value, 'int')}"
     if value < low or (high is not None and value > high):
         return f"must be {_bounds(low, high)}, not {value}"
     return None
@@ -38,12 +38,20 @@ def number_problem(value: Any, low: float | None = None, high: float | None = No
     """What keeps `value` from being a finite number in its range (an open end excludes the
     bound itself), or None. NaN and the infinities are never in range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"must be a number, not {value!r}"
+        return f"must be a number, not {value!r}{_numpy_advice(value, 'float')}"
     below = low is not None and (value <= low if low_open else value < low)
     above = high is not None and (value >= high if high_open else value > high)
     if not math.isfinite(value) or below or above:
         return f"must be {_range(low, high, low_open, high_open)}, not {value!r}"
     return None
+
+
+def _numpy_advice(value: Any, plain: str) -> str:
+    """For a numpy scalar, which reads as a number yet is none of Python's: how to give one (stored as it
+    is, it would reach a manifest as text)."""
+    if type(value).__module__ != "numpy" or not hasattr(value, "item") or isinstance(value.item(), bool):
+        return ""
+    return f" (a numpy {type(value).__name__}: give {plain}(...) of it)"
 
 
 def check_count(option: str, value: Any, low: int, high: int | None = None) -> int:

@@ -17,8 +17,11 @@ def default_cache_dir() -> Path:
 def _opened_for_writing(path: str | Path) -> int:
     """A descriptor of `path` opened for writing, the file made or emptied (as `open(path, "wb")` makes
     it), its folder made only when the open finds it missing: making or checking it first costs
-    system calls on every file, on the threads that write a run's pictures."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    system calls on every file, on the threads that write a run's pictures. A symbolic link at `path`
+    is refused (`OSError`, ELOOP), not written through: the store's partial files have names anyone
+    sharing a cache folder can predict, and a link planted there would have a run empty and overwrite
+    the file it points to. The flag costs nothing: the open is the same one system call."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     try:
         return os.open(path, flags, 0o666)
     except FileNotFoundError:

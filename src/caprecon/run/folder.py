@@ -376,7 +376,9 @@ def write_manifest(out_dir: Path, manifest: dict[str, Any]) -> Path:
     no option's key, token or URL password reaches disk whatever the command put in it. Strict JSON,
     as `summary.json`: a number that is not finite is null."""
     path = Path(out_dir) / "manifest.json"
-    path.write_text(json.dumps(_finite(redact(manifest)), indent=2, default=str, allow_nan=False))
+    # objects made text first, so their text is redacted too (a backend's repr may show its key)
+    plain = json.loads(json.dumps(manifest, default=str))
+    path.write_text(json.dumps(_finite(redact(plain)), indent=2, allow_nan=False))
     return path
 
 

@@ -15,9 +15,14 @@ Routes: `GET /health` (no token needed), `GET /manifest` (the served settings, r
 protocol: `{"query", "prompts", "labels"}` in, `{"rewards", "scores", "extra_logs"}` out; see
 `openrlhf_reply`). The server binds 127.0.0.1 unless given another host; with a token, every route
 but `/health` wants `Authorization: Bearer TOKEN` (only the token's SHA-256 is held, and it is
-never logged or written). A body over `max_body_bytes` is refused whole (413); an image over
-`max_image_bytes`, or one that does not read, is an error of its row (its reward null, its message
-in `errors`).
+never logged or written). A body over `max_body_bytes` is refused whole (413), as soon as its
+Content-Length says so or its bytes pass the limit (the rest is never read); a body that is not JSON,
+or nested deeper than the parser goes, is refused (400); an image over `max_image_bytes`, one that
+does not read, or a caption that is not text is an error of its row (its reward null, its message in
+`errors`). A metric that breaks the metric contract is answered with its message and `"kind":
+"metric contract"`, which the client raises at once as `MetricContractError`, as the in-process
+`Reward` does (sending it again would break it again); so is a configuration error (`"kind":
+"config"`); any other failure is a 500 the client retries, its message redacted and logged.
 """
 
 from __future__ import annotations
@@ -25,19 +30,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 
 from caprecon.apps.reward import Guards, Reward
-from caprecon.apps.reward.wire import CellError, decode_cell
-from caprecon.core.errors import ConfigError
+from caprecon.apps.reward.wire import (CONFIG_KIND, CONTRACT_KIND, PATH, CellError, decode_cell,
+                                        pixels_within_limit, token_problem)
+from caprecon.core.checks import check_count, check_number
+from caprecon.core.errors import ConfigError, MetricContractError
 from caprecon.core.records import unicode_problem
-from caprecon.core.redaction import redact
+from caprecon.core.redaction import install_log_filter, redact, redact_text
 from caprecon.data.images import MAX_IMAGE_BYTES
 from caprecon.run.folder import holds_run_folder, write_manifest
 
@@ -105,16 +113,63 @@ class RewardService:
         if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(token.strip()) or "", expected):
             raise HttpError(401, "this server wants Authorization: Bearer <its token>")
 
-    def read_body(self, headers: Mapping[str, str], body: bytes) -> Any:
-        limit = self.settings.max_body_bytes
+    def check_declared_length(self, headers: Mapping[str, str]) -> None:
+        """Refuse a body whose Content-Length is over the limit (or not a number) before reading any of it."""
         declared = headers.get("content-length")
-        if (declared and declared.isdigit() and int(declared) > limit) or len(body) > limit:
-            raise HttpError(413, f"request body of {max(len(body), int(declared or 0))} bytes is over the server's "
-                                 f"limit of {limit} (--max-body-bytes)")
+        if declared is None:
+            return
+        if not declared.strip().isdigit():
+            raise HttpError(400, f"Content-Length is not a number of bytes: {declared!r:.40}")
+        if int(declared) > self.settings.max_body_bytes:
+            raise HttpError(413, f"request body of {int(declared)} bytes is over the server's limit of "
+                                 f"{self.settings.max_body_bytes} (--max-body-bytes)")
+
+    async def receive(self, headers: Mapping[str, str], chunks: AsyncIterator[bytes]) -> Any:
+        """The request's JSON, its body read piece by piece and refused (413) as soon as it passes the
+        limit, whatever its Content-Length said (a chunked body declares none): a client cannot make a
+        replica hold more than `max_body_bytes` of it."""
+        self.check_declared_length(headers)
+        limit, pieces, size = self.settings.max_body_bytes, [], 0
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise HttpError(413, f"request body of over {limit} bytes is over the server's limit of {limit} "
+                                     "(--max-body-bytes)")
+            pieces.append(chunk)
+        return read_json(b"".join(pieces))
+
+    async def respond(self, method: str, path: str, headers: Mapping[str, str], chunks: AsyncIterator[bytes],
+                      score: Callable[[Parsed], Awaitable[dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
+        """One request's answer, (HTTP status, JSON body), whatever it holds: the routes of the module's
+        docstring. `headers`: lower-cased names; `chunks`: the body as it arrives; `score`: how the
+        parsed rows are scored (the Ray Serve deployment's batched call). A failure is answered, never
+        raised: a refusal with its status, a broken metric contract or configuration with its `kind`
+        (the client does not send those again), anything else as a 500 the client retries."""
+        path = path.rstrip("/") or "/"
         try:
-            return json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HttpError(400, f"the body is not JSON: {exc}") from None
+            if path == "/health":
+                return 200, self.health()
+            self.check_token(headers)
+            if path == "/manifest" and method == "GET":
+                return 200, self.manifest()
+            if method != "POST" or path not in ("/reward", "/openrlhf"):
+                raise HttpError(404, f"no route {method} {path:.80}: GET /health, GET /manifest, POST /reward, "
+                                     "POST /openrlhf")
+            payload = await self.receive(headers, chunks)
+            if path == "/reward":
+                return 200, await score(self.parse(payload))
+            return 200, openrlhf_reply(await score(self.parse_openrlhf(payload)), self.settings.missing)
+        except HttpError as exc:
+            return exc.status, {"error": str(exc)}
+        except MetricContractError as exc:
+            log.error("%s", exc)
+            return 500, {"error": redact_text(str(exc)), "kind": CONTRACT_KIND}
+        except ConfigError as exc:
+            log.error("%s", exc)
+            return 500, {"error": redact_text(str(exc)), "kind": CONFIG_KIND}
+        except Exception as exc:  # noqa: BLE001 -- answered (and logged, redacted), so the client sees why
+            log.exception("reward service: %s %s failed", method, path)
+            return 500, {"error": redact_text(f"{type(exc).__name__}: {exc}"), "kind": "internal"}
 
     def parse(self, payload: Any) -> Parsed:
         """caprecon's request (`caprecon.apps.reward.wire`): captions and images, one each per row."""
@@ -151,15 +206,19 @@ class RewardService:
         return picture
 
     def _confined(self, row: int, path: str, errors: dict[int, str]) -> Any:
+        """The file's bytes, named by the file as `Reward` names a path (its reconstruction's seed derives
+        from the name), once it is found inside the image root and its header within the pixel limit."""
         from caprecon.data.images import read_image_file
         from caprecon.data.samples import SampleError
 
         root = Path(self.settings.image_root)
         try:
-            return read_image_file(root / path, root, max_bytes=self.settings.max_image_bytes)
-        except SampleError as exc:
+            data = read_image_file(root / path, root, max_bytes=self.settings.max_image_bytes)
+            pixels_within_limit(PATH, data)
+        except (SampleError, CellError) as exc:
             errors[row] = str(exc)
             return None
+        return {"bytes": data, "path": path}
 
     # -- scoring --------------------------------------------------------------------
 
@@ -179,19 +238,34 @@ class RewardService:
             errors = dict(request.errors)
             for row, caption in enumerate(request.captions):
                 if not isinstance(caption, str):
-                    errors.setdefault(row, f"caption is a {type(caption).__name__}, not text")
+                    errors[row] = f"caption is {_kind(caption)}, not text"
+                    # it went in as "": no part of a caption that is not there is a value (nor `empty`'s)
+                    for values in rows.values():
+                        values[row] = None
                 elif problem := unicode_problem(caption):
                     errors.setdefault(row, f"caption {problem}")
             answers.append({"parts": rows, "errors": {str(k): v for k, v in sorted(errors.items())}})
         return answers
 
     def manifest(self) -> dict[str, Any]:
-        """The served settings, redacted, as JSON (a model given as an object is named by its text)."""
-        return json.loads(json.dumps(redact(self.settings.manifest), default=str))
+        """The served settings, redacted, as JSON (a model given as an object is named by its text, which
+        is redacted too: a backend's repr may show its key)."""
+        return redact(json.loads(json.dumps(self.settings.manifest, default=str)))
 
     def health(self) -> dict[str, Any]:
         return {"status": "ok", "pid": os.getpid(), "metrics": [m if isinstance(m, str) else m.name
                                                                  for m in self.reward.metrics]}
+
+
+def read_json(body: bytes) -> Any:
+    """A request body's JSON; `HttpError` 400 for one that is not JSON or nests deeper than Python's parser goes."""
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # not JSON, not UTF-8, or an integer of more digits than Python converts (4,300)
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    except RecursionError:  # `[[[[...` a few thousand deep: Python's parser recurses once per level
+        raise HttpError(400, "the body is JSON nested deeper than this server reads; a request is an object "
+                             "of two flat lists") from None
 
 
 def _starts(requests: Sequence[Parsed]) -> list[int]:
@@ -206,6 +280,17 @@ def _finite(value: Any) -> float | None:
     return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
+def _kind(value: Any) -> str:
+    """`a number`, `a list`, `null`: what a JSON value is, for a row's error."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {"list": "a list", "dict": "an object"}.get(type(value).__name__, f"a {type(value).__name__}")
+
+
 # -- OpenRLHF's remote reward model -------------------------------------------------
 
 
@@ -218,6 +303,8 @@ def openrlhf_request(payload: Any) -> Parsed:
     queries = payload["query"]
     prompts = payload.get("prompts") or [""] * len(queries)
     labels = payload.get("labels") or [None] * len(queries)
+    if not isinstance(prompts, list) or not isinstance(labels, list):  # a string would be read a row per character
+        raise HttpError(400, "OpenRLHF's `prompts` and `labels` are lists, one entry per query")
     if not (len(queries) == len(prompts) == len(labels)):
         raise HttpError(400, f"{len(queries)} queries, {len(prompts)} prompts and {len(labels)} labels")
     captions = [q[len(p):] if isinstance(q, str) and isinstance(p, str) and q.startswith(p) else q
@@ -271,7 +358,7 @@ def application(settings: ServiceSettings, *, replicas: int = 1, gpus_per_replic
                       health_check_period_s=5, health_check_timeout_s=60)
     class RewardDeployment:
         def __init__(self, settings: ServiceSettings):
-            logging.basicConfig(level=logging.WARNING)
+            replica_logging()
             self.service = RewardService(settings)
 
         @serve.batch(max_batch_size=batch_requests, batch_wait_timeout_s=batch_wait_s)
@@ -280,26 +367,37 @@ def application(settings: ServiceSettings, *, replicas: int = 1, gpus_per_replic
             return await asyncio.to_thread(self.service.score_many, requests)
 
         async def __call__(self, request: Request) -> JSONResponse:
-            path = request.url.path.rstrip("/") or "/"
-            try:
-                if path == "/health":
-                    return JSONResponse(self.service.health())
-                headers = {k.lower(): v for k, v in request.headers.items()}
-                self.service.check_token(headers)
-                if path == "/manifest" and request.method == "GET":
-                    return JSONResponse(self.service.manifest())
-                if request.method != "POST" or path not in ("/reward", "/openrlhf"):
-                    raise HttpError(404, f"no route {request.method} {path}: GET /health, GET /manifest, "
-                                         "POST /reward, POST /openrlhf")
-                payload = self.service.read_body(headers, await request.body())
-                if path == "/reward":
-                    return JSONResponse(await self.score(self.service.parse(payload)))
-                answer = await self.score(self.service.parse_openrlhf(payload))
-                return JSONResponse(openrlhf_reply(answer, self.service.settings.missing))
-            except HttpError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            status, body = await self.service.respond(request.method, request.url.path, headers, request.stream(),
+                                                      self.score)
+            return JSONResponse(body, status_code=status)
 
     return RewardDeployment.bind(settings)
+
+
+def check_service_settings(*, replicas: Any, gpus_per_replica: Any, port: Any, max_image_bytes: Any,
+                           max_body_bytes: Any, batch_requests: Any, batch_wait_s: Any, missing: Any) -> None:
+    """The service's own settings, checked as the command line checks its options (`caprecon.core.checks`),
+    so `serve(...)` from Python refuses what `caprecon serve` refuses, before Ray starts: a `missing` of NaN
+    would make every OpenRLHF answer fail to encode, a byte limit of 0 was read as the default."""
+    check_count("replicas", replicas, 1, 1024)
+    check_count("port", port, 1, 65535)
+    check_count("batch_requests", batch_requests, 1, 4096)
+    for name, value in (("max_image_bytes", max_image_bytes), ("max_body_bytes", max_body_bytes)):
+        if value is not None:
+            check_count(name, value, 1)
+    if gpus_per_replica is not None:
+        check_number("gpus_per_replica", gpus_per_replica, 0.0)
+    check_number("batch_wait_s", batch_wait_s, 0.0)
+    check_number("missing", missing)
+
+
+def replica_logging() -> None:
+    """A replica's log: warnings and above, and every handler of the root logger masking secrets, as the
+    command line's do (`install_log_filter`): caprecon's own records are masked as they are made, but
+    another library's (an HTTP client retrying a judge server) may name a URL with its password."""
+    logging.basicConfig(level=logging.WARNING)
+    install_log_filter()
 
 
 def gpus_for(replicas: int, gpus: float | None) -> float:
@@ -316,6 +414,16 @@ def gpus_for(replicas: int, gpus: float | None) -> float:
         raise ConfigError(f"{replicas} replicas but {have:g} GPUs: give each replica a share with "
                           f"--gpus-per-replica (e.g. {have / replicas:g}) or ask for fewer replicas")
     return 1.0
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` is an address of this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may be reached from elsewhere
+        return False
 
 
 @dataclass
@@ -377,6 +485,16 @@ def serve(metrics: Sequence[str] | str | None = None, weights: Mapping[str, floa
     and `cache_max_size` are among the settings. `token`: the bearer token clients must send (only
     its SHA-256 reaches the replicas). `out`: a folder for `manifest.json`, the served settings."""
     metrics = [metrics] if isinstance(metrics, str) else metrics
+    check_service_settings(replicas=replicas, gpus_per_replica=gpus_per_replica, port=port,
+                           max_image_bytes=max_image_bytes, max_body_bytes=max_body_bytes,
+                           batch_requests=batch_requests, batch_wait_s=batch_wait_s, missing=missing)
+    if token and (problem := token_problem(token)):
+        raise ConfigError(f"the bearer token {problem}")
+    if not token and not loopback(host):
+        # said without a colon after "token": the redactor would take what follows for its value
+        log.warning("serving on %s with no token, so anyone who can reach port %d can spend this reward's GPUs "
+                    "and read its answers; export one in $CAPRECON_SERVE_TOKEN (or the variable --token-env "
+                    "names) for the server and its clients", host, port)
     guards = guards if guards is not None else Guards(
         length_target=length_target, length_weight=length_weight, repetition_n=repetition_n,
         repetition_weight=repetition_weight, hallucination_weight=hallucination_weight)
