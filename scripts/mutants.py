@@ -62,6 +62,7 @@ ROOT = HERE.parent
 FORMULAS = "tests/test_formulas.py"
 STAGES_TESTS = ("tests/test_adaptive_seeds.py", "tests/test_adaptive_stages.py")
 DISTILL = "tests/test_distill.py"
+REWARD_STATISTICS = "tests/test_reward_statistics.py"
 
 
 @dataclass(frozen=True)
@@ -676,7 +677,7 @@ MUTANTS = [
     Mutant("adaptive stages: stein allowed more stages", "metrics/adaptive.py", 'if rule == "stein" and stages != 2:',
            'if rule == "stein" and stages == 2:', STAGES_TESTS),
     Mutant("adaptive stages: stein's default the others'", "metrics/adaptive.py",
-           'return 2 if rule == "stein" else DEFAULT_STAGES', "return DEFAULT_STAGES", STAGES_TESTS),
+           'return 2 if rule == "stein" else DEFAULT_STAGES', "return DEFAULT_STAGES", (*STAGES_TESTS, REWARD_STATISTICS)),
     Mutant("adaptive stages: the refit's df of the first stage", "metrics/adaptive.py",
            '[c["seeds"] - 1 for c in seen if name in c["sds"]]', '[self.seeds - 1 for c in seen if name in c["sds"]]',
            STAGES_TESTS),
@@ -1489,6 +1490,31 @@ MUTANTS = [
     Mutant("memo folder: written into a cache folder without a write bit", "core/digests.py",
            "if folder is None or writing and _meant_read_only(folder):", "if folder is None:",
            ("tests/test_store.py::test_read_only_cache_is_read_and_new_work_goes_to_an_overlay",)),
+    # reward7: the reward's statistics reviewed afresh
+    Mutant("reward and cascade: adaptive seeds under a rule that borrows from the batch", "metrics/adaptive.py",
+           'if max_seeds is not None and rule != "stein":', 'if max_seeds is not None and rule == "stein":',
+           (REWARD_STATISTICS,)),
+    Mutant("reward: adaptive seeds' rule unchecked", "apps/reward/__init__.py",
+           "        check_seed_rule(self.cfg)\n", "        pass\n", (REWARD_STATISTICS,)),
+    Mutant("cascade: adaptive seeds' rule unchecked", "apps/cascade/__init__.py",
+           '    check_scored_alone(cfg.max_seeds, cfg.adaptive_rule, "a cascade",',
+           '    print(cfg.max_seeds, cfg.adaptive_rule, "a cascade",', (REWARD_STATISTICS,)),
+    Mutant("distill: a held-out image's caption learnt from", "apps/distill/__init__.py",
+           "    train = ~test & ~shared\n", "    train = ~test\n", (REWARD_STATISTICS,)),
+    Mutant("distill: a held-out caption in other case learnt from", "apps/distill/__init__.py",
+           "return collapse_whitespace(caption).casefold()", "return collapse_whitespace(caption)", (REWARD_STATISTICS,)),
+    Mutant("distill: one photo under two paths taken for two images", "apps/distill/__init__.py",
+           "    return [first[photo] for photo in photos]", "    return list(images)", (REWARD_STATISTICS,)),
+    Mutant("seeds: seed 0's value passes for the K-seed mean where a seed gave none", "metrics/seeds.py",
+           "                out[name] = None  # and seed 0's value must not pass for it",
+           "                pass  # and seed 0's value must not pass for it", (REWARD_STATISTICS,)),
+    Mutant("ensemble: the first generator's value passes where another gave none", "metrics/seeds.py",
+           '                        row.update({name: None, f"{name}_seeds": None, f"{name}_sd": None, f"{name}_ci": None})',
+           "                        pass", (REWARD_STATISTICS,)),
+    Mutant("adaptive: a caption alone looked at again on its own variance", "metrics/adaptive.py",
+           "need <= len(r) or borrows_nothing(prior)", "need <= len(r)", (REWARD_STATISTICS,)),
+    Mutant("adaptive: a pooled prior taken for borrowing nothing", "metrics/adaptive.py",
+           "and not prior.pooled and prior.df == 0", "and prior.df == 0 or prior.pooled", STAGES_TESTS),
 ]
 
 

@@ -11,7 +11,9 @@ vqascore on Î, halluc's coverage) and scores each caption from K seeds:
                      mean ± t(0.975, K - 1) · sd / √K
 
 for the headline and its companions (suffixes, not "/": a "/" field is a question category);
-every other fractional number of the row is its mean over the seeds, and the rest (counts,
+where some seeds give such a field no number, it has none (None, without `_seeds`, `_sd` and
+`_ci`): the mean of the others is not the K-seed mean, and seed 0's value would pass for it.
+Every other fractional number of the row is its mean over the seeds, and the rest (counts,
 paths, answers) is seed 0's. `reconstructions` lists the K images and
 `seeds` their seeds. The K images of a batch are generated in one generator call first,
 so a caption's seeds share a pipeline batch, and each is stored like any reconstruction:
@@ -91,8 +93,11 @@ class SeedAveraged(Metric):
                 out[key] = math.fsum(values) / len(values)
         for name in self.seed_fields():
             values = [r.get(name) for r in rows]
-            if not all(_number(v) for v in values):
+            if not any(_number(v) for v in values):
                 continue  # the metric left this field out (no value for this row)
+            if not all(_number(v) for v in values):  # some seeds gave no number: the K-seed mean is unknown,
+                out[name] = None  # and seed 0's value must not pass for it
+                continue
             mean, sd, ci = seed_interval(values)
             out.update({name: mean, f"{name}_seeds": values, f"{name}_sd": sd, f"{name}_ci": ci})
         out["reconstructions"] = [r.location for r in recons]
@@ -129,6 +134,9 @@ class GeneratorEnsemble(Metric):
         <field>_by_generator       {label: [per-seed values]}
         <field>_var_generator, <field>_var_seed   the variance split (`variance_split`)
         <field>_sd, <field>_ci     sd of the generator means and their 95 % Student-t interval
+
+    A field some generator gives no number (at some seed) has no ensemble value: None, with its
+    `_seeds`, `_sd` and `_ci`.
     """
 
     def __init__(self, members: Sequence[Metric], labels: Sequence[str]):
@@ -155,7 +163,9 @@ class GeneratorEnsemble(Metric):
             for name in fields:
                 tables = [r.get(f"{name}_seeds", [r.get(name)]) for r in rows]
                 if not all(_number(v) for table in tables for v in table):
-                    continue
+                    if any(_number(r.get(name)) for r in rows):  # a generator gave no number: no ensemble
+                        row.update({name: None, f"{name}_seeds": None, f"{name}_sd": None, f"{name}_ci": None})
+                    continue  # value (the first generator's must not pass for it)
                 k = min(len(t) for t in tables)
                 tables = [list(t[:k]) for t in tables]
                 means = [math.fsum(t) / k for t in tables]

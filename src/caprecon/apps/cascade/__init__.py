@@ -62,7 +62,9 @@ from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, write_jsonl_atomically
 from caprecon.data.loaders import load_samples
 from caprecon.data.samples import Sample, check_unique_ids
+from caprecon.metrics.adaptive import check_scored_alone
 from caprecon.metrics.base import Metric
+from caprecon.run.config import RunConfig
 from caprecon.run.folder import run_folder, write_manifest, write_summary
 from caprecon.run.score import score
 
@@ -146,6 +148,7 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
     if cheap == metric:
         raise ConfigError(f"--cascade {cheap} is the full metric itself: give a cheaper signal (clipscore, "
                           "distilled:FOLDER)")
+    check_seed_rule(settings)
     rows = load_samples(samples, images_root=images_root, annotations=annotations, captions=captions,
                         max_image_bytes=max_image_bytes)
     check_unique_ids(rows)
@@ -153,6 +156,16 @@ def cascade(samples: str | Path | Iterable[Sample | dict], *, cheap: str | Metri
         return _run(rows, wanted, cheap, metric, budget, rounds, z, by, seed, None, progress, settings)
     with run_folder(out, inputs=[samples] if isinstance(samples, (str, Path)) else ()) as folder:
         return _run(rows, wanted, cheap, metric, budget, rounds, z, by, seed, folder, progress, settings)
+
+
+def check_seed_rule(settings: dict[str, Any]) -> None:
+    """Adaptive seeds for the full metric only under Stein's rule (`check_scored_alone`): each round
+    scores its own rows, and the other rules would fit the seed variance over them, so a row's full
+    score would depend on the round that reconstructed it, not on the row alone as `score`'s on its input."""
+    run = {k: v for k, v in settings.items() if k not in ("shard", "executor", "ray", "store")}
+    cfg = RunConfig.build(preset=run.pop("preset", None), file=run.pop("config", None), **run)
+    check_scored_alone(cfg.max_seeds, cfg.adaptive_rule, "a cascade",
+                       "which for a cascade are the rows reconstructed in the same round")
 
 
 def _run(rows: list[Sample], wanted: Decision, cheap: str, metric: str, budget: float, rounds: int, z: float,

@@ -28,9 +28,11 @@ learn the generator's own rule, and the held-out figures overstate how well it w
 text-to-image model.
 
 Images, not rows, are split into training and held-out: captions of one image share most of their
-signal, so a split by row would flatter the held-out figures. On the held-out images it reports the
-Spearman and Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of
-one image, and the speed-up over the metric (its model seconds per row, from the runs' manifests,
+signal, so a split by row would flatter the held-out figures. An image is a photo, whatever paths name
+it (`one_name_per_photo`), and a caption said of a held-out image is not learnt from where a training
+image has it too (`shares_a_held_out_caption`). On the held-out images it reports the Spearman and
+Kendall (tau-b) correlation with the true metric, the accuracy on pairs of captions of one image, and
+the speed-up over the metric (its model seconds per row, from the runs' manifests,
 over the distilled reward's per row with both encoders computing afresh).
 """
 
@@ -62,6 +64,7 @@ from caprecon.apps.distill.train import (
 from caprecon.core.checks import MAX_EPOCHS, MAX_WIDTH, check_count, check_number
 from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
+from caprecon.data.normalise import collapse_whitespace
 from caprecon.metrics.base import Context
 from caprecon.run.folder import LOCK_FILE, holds_run_folder, write_manifest
 from caprecon.store.index import Store
@@ -76,6 +79,30 @@ class Distilled:
     out: Path | None
     report: dict[str, Any]
     model: Any = field(repr=False, default=None)
+
+
+def shares_a_held_out_caption(rows: Sequence[Any], test: np.ndarray) -> np.ndarray:
+    """Per row, whether its caption (up to case and whitespace) is also the caption of a held-out row. Such
+    a row is left out of training: the head would learn that very caption's value or reconstruction, and
+    the held-out figures would measure recall of it, not a caption the reward has never read (datasets
+    whose candidate captions are drawn from other images' references repeat them across images:
+    Flickr8k-CrowdFlower's 5,910 rows hold 970 distinct captions)."""
+    def same(caption: str) -> str:
+        return collapse_whitespace(caption).casefold()
+
+    held_out = {same(r.caption) for r, t in zip(rows, test) if t}
+    return np.array([same(r.caption) in held_out for r in rows], dtype=bool)
+
+
+def one_name_per_photo(images: Sequence[str], photos: Sequence[str]) -> list[str]:
+    """Each row's image named by one path per photo (`photos`: the rows' image content keys): the first in
+    sorted order of the paths that hold those bytes. One photo under two paths (two runs that named it
+    relative and absolute, a copy under another name) is then one image to the split, held out or trained
+    on whole, and one image for the within-image pairs."""
+    first: dict[str, str] = {}
+    for image, photo in sorted(zip(images, photos)):
+        first.setdefault(photo, image)
+    return [first[photo] for photo in photos]
 
 
 @holds_run_folder("out", inputs=("runs",))
@@ -142,13 +169,18 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
                     "the head can learn the generator's own rule, so the held-out figures overstate how well it "
                     "would follow a text-to-image model: give --text-encoder another encoder", text_spec)
     ctx = Context(store)
-    image_features, text_features, kept = features(rows, image_encoder, text_encoder, ctx, progress=progress)
+    image_features, text_features, kept, photos = features(rows, image_encoder, text_encoder, ctx, progress=progress)
     rows = [rows[k] for k in kept]
-    groups = [r.image for r in rows]
+    groups = one_name_per_photo([r.image for r in rows], photos)
     truth = np.array([r.value for r in rows])
     held = split_images(groups, holdout, seed)
     test = np.array([g in held for g in groups])
-    train = ~test
+    shared = ~test & shares_a_held_out_caption(rows, test)
+    train = ~test & ~shared
+    if not train.any():
+        raise ConfigError(f"every training row's caption is also a caption of a held-out image ({int(shared.sum())} "
+                          f"row(s)): learning them would give the held-out figures their answers; give rows with "
+                          f"more distinct captions, or a smaller --holdout")
     if max_train_images is not None:
         kept = set(shuffled([g for g, t in zip(groups, train) if t], seed, "train|")[:max_train_images])
         train &= np.array([g in kept for g in groups])
@@ -176,6 +208,7 @@ def distill(runs: str | Path | Sequence[str | Path], metric: str, out: str | Pat
     predicted = model.predict(image_features[test], text_features[test])
     report = {"metric": metric, "objective": objective, "image_encoder": image_spec, "text_encoder": text_spec,
               "train_rows": int(train.sum()),
+              "train_rows_left_out_sharing_a_held_out_caption": int(shared.sum()),
               "train_images": len({g for g, t in zip(groups, train) if t}),
               "held_out": evaluate(predicted, truth[test], [g for g, t in zip(groups, test) if t]),
               "text_encoder_chose_reconstructions": shared_rule,

@@ -19,9 +19,10 @@ from caprecon.store.index import content_key
 
 
 def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Context,
-             batch: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """(image features, text features, indices of the rows they belong to): rows whose image cannot
-    be read are left out. Both go through the store, keyed by image content and by caption."""
+             batch: int = 64, progress: bool = False) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+    """(image features, text features, indices of the rows they belong to, those rows' image content
+    keys): rows whose image cannot be read are left out. Both go through the store, keyed by image
+    content and by caption."""
     items: list[LoadedSample] = []
     kept = []
     loaded: dict[str, LoadedSample | None] = {}
@@ -47,7 +48,7 @@ def features(rows: Sequence[Row], image_encoder: Any, text_encoder: Any, ctx: Co
     if not items:
         raise ConfigError("no row's image could be read")
     return embed_images(items, image_encoder, ctx, batch, "image features" if progress else None), \
-        np.concatenate(texts), kept
+        np.concatenate(texts), kept, [it.image_key for it in items]
 
 
 def embed_images(items: Sequence[LoadedSample], image_encoder: Any, ctx: Context, batch: int = 64,
@@ -80,7 +81,8 @@ def reconstruction_targets(rows: Sequence[Row], image_encoder: Any, ctx: Context
                     if r.path is None or wanted[r.path].path is None), None)
     if missing is not None:
         k, stored = missing
-        raise ConfigError(f"row {k + 1} ({rows[k].where or rows[k].image}): its reconstruction {stored.named} is "
+        # named by where it was read: `rows` are the training rows, so their position is not the file's
+        raise ConfigError(f"{rows[k].where or f'row {k + 1} ({rows[k].image})'}: its reconstruction {stored.named} is "
                           f"not in the run's store, or its file fails its checksum (reconstructions are read from "
                           f"the store, by key); score the run again, or choose --objective value")
     unit = embed_images(loaded, image_encoder, ctx, batch, "reconstruction features" if progress else None) \

@@ -56,6 +56,7 @@ from caprecon.data.images import LoadedSample, read_image
 from caprecon.data.normalise import normalise_caption
 from caprecon.data.samples import Sample, SampleError
 from caprecon.metrics import Context, Metric
+from caprecon.metrics.adaptive import check_scored_alone
 from caprecon.run.config import RunConfig
 from caprecon.run.folder import open_store
 from caprecon.run.local import MetricRunner
@@ -238,8 +239,8 @@ class Reward:
     can score it, and a policy must not learn that silence is safe). `progress`: progress bars over
     each call's scoring and the first call's model loading (False: none). `preset`, `config` and `settings` are those of
     `caprecon.score` (generator, embedder, judge, llm, cache_dir, seed, ...), and a (picture,
-    caption) gets the value `score` gives it under them. Every setting is checked here, before any
-    model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
+    caption) gets the value `score` gives it under them (adaptive seeds under Stein's rule only:
+    `check_seed_rule`). Every setting is checked here, before any model loads; models load on the first call; a pickled copy (a trainer's worker) loads its own.
     """
 
     def __init__(self, metrics: Sequence[str | Metric] | str | None = None,
@@ -250,6 +251,7 @@ class Reward:
         names = list(dict.fromkeys(metric_column(m)[0] for m in metrics if isinstance(m, str)))
         self.preset, self.config, self.settings = preset, config, settings
         self.cfg = RunConfig.build(preset=preset, file=config, **({"metrics": names} if names else {}), **settings)
+        check_seed_rule(self.cfg)
         self.metrics = metrics or list(self.cfg.metrics)
         labels = [m if isinstance(m, str) else m.name for m in self.metrics]
         check_once(labels)
@@ -535,6 +537,17 @@ def row_errors(images: Sequence[Any], empty: Sequence[bool], bases: Mapping[int,
 
 #: the part that holds the reward of an empty completion (present when a call has one)
 EMPTY_PART = "empty"
+
+
+def check_seed_rule(cfg: RunConfig) -> None:
+    """Adaptive seeds in a reward only under Stein's rule (`check_scored_alone`). The other rules
+    (mixture, moderated, pooled) borrow each caption's variance from the other captions scored with it:
+    `score` fits it over its whole input, a reward call could only fit it over the completions of its
+    batch, so a completion's seed count, and with it its reward, would change with the completions
+    beside it (and with `batch_size`). Stein's rule takes each caption's own variance: its reward is a
+    function of the (picture, caption) alone, the value `score` gives it."""
+    check_scored_alone(cfg.max_seeds, cfg.adaptive_rule, "a reward",
+                       "which for a reward are the completions of its batch")
 
 
 def check_once(labels: Sequence[str]) -> None:
