@@ -99,14 +99,17 @@ def test_distill_and_the_reward_keep_the_memo_in_their_cache_folder(tmp_path):
     distilled folder hashes them again, each into its cache_dir's memo, nothing under HOME."""
     from oracle import render
 
+    # four different photos, each with captions no other photo has (distill leaves out of training
+    # the captions a held-out photo also has, and counts one photo under two names once)
+    shown = ["red circle", "blue square", "green triangle", "yellow circle"]
     pictures = [tmp_path / f"pic{i}.png" for i in range(4)]
-    for i, picture in enumerate(pictures):
-        render("red circle" if i % 2 else "blue square", 48, 48).save(picture)
+    for picture, scene in zip(pictures, shown):
+        render(scene, 48, 48).save(picture)
     picture = pictures[0]
     run = tmp_path / "run"
     run.mkdir()
-    rows = [{"id": f"r{i}-{caption}", "image": str(path), "caption": caption, "recon": value}
-            for i, path in enumerate(pictures) for caption, value in (("a red circle", 1.0), ("a blue square", 0.0))]
+    rows = [{"id": f"r{i}-{said}", "image": str(path), "caption": f"a {said}, picture {i}", "recon": float(said == scene)}
+            for i, (path, scene) in enumerate(zip(pictures, shown)) for said in ("red circle", "blue square")]
     (run / "scores.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (run / "manifest.json").write_text(json.dumps({"samples": len(rows)}))
     cache = tmp_path / "cache"

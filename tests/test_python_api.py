@@ -318,7 +318,9 @@ def _scored_shapes_run(root, images: int = 12):
         for c in range(6):
             said = colours[rng.integers(4)], shapes[rng.integers(3)]
             value = 0.5 * (said[0] == colour) + 0.5 * (said[1] == shape)
-            rows.append({"id": f"{k}-{c}", "image": str(path), "caption": f"a {said[0]} {said[1]}", "recon": value})
+            # numbered, so no caption of one picture is another's (distill leaves those out of training)
+            rows.append({"id": f"{k}-{c}", "image": str(path), "caption": f"a {said[0]} {said[1]}, number {6 * k + c}",
+                         "recon": value})
     run = root / "run"
     run.mkdir()
     (run / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
