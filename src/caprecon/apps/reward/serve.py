@@ -45,7 +45,6 @@ from caprecon.apps.reward.wire import (CONFIG_KIND, CONTRACT_KIND, PATH, CellErr
                                         pixels_within_limit, token_problem)
 from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
-from caprecon.core.records import unicode_problem
 from caprecon.core.redaction import install_log_filter, redact, redact_text
 from caprecon.data.images import MAX_IMAGE_BYTES
 from caprecon.run.folder import holds_run_folder, write_manifest
@@ -247,8 +246,6 @@ class RewardService:
                     # it went in as "": no part of a caption that is not there is a value (nor `empty`'s)
                     for values in rows.values():
                         values[row] = None
-                elif problem := unicode_problem(caption):
-                    errors.setdefault(row, f"caption {problem}")
             answers.append({"parts": rows, "errors": {str(k): v for k, v in sorted(errors.items())}})
         return answers
 
