@@ -17,7 +17,9 @@ from PIL import Image
 
 from oracle import CountingOracle, OracleGenerator, PixelEmbedder, expected_recon, render
 
-from caprecon.apps.reward import AsyncReward, Guards, Reward, completion_text, repetition
+from caprecon.apps.reward import AsyncReward, Guards, Reward
+from caprecon.apps.reward.guards import repetition
+from caprecon.apps.reward.inputs import completion_text
 from caprecon.core.errors import ConfigError
 from caprecon.metrics.recon import ReconScore
 from caprecon.models.generator import Generated

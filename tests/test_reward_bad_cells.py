@@ -19,7 +19,7 @@ import pytest
 import caprecon
 from caprecon.apps.reward import Guards
 from caprecon.apps.reward.remote import RemoteReward, verl_reward
-from caprecon.apps.reward.serve import RewardService, ServiceSettings
+from caprecon.apps.reward.service import RewardService, ServiceSettings
 from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import image_file_key, path_refusal, read_image_file

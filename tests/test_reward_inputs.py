@@ -17,7 +17,7 @@ import pytest
 
 import caprecon
 from caprecon.apps.reward import Guards
-from caprecon.apps.reward.serve import RewardService, ServiceSettings
+from caprecon.apps.reward.service import RewardService, ServiceSettings
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import unicode_problem
 from oracle import CountingOracle, PixelEmbedder, expected_recon, render

@@ -25,7 +25,7 @@ from oracle import CountingOracle, OracleGenerator, PixelEmbedder, expected_reco
 
 from caprecon.apps.reward.remote import AsyncRemoteReward, RemoteReward, RemoteRewardError, verl_reward
 from caprecon.apps.reward import Guards
-from caprecon.apps.reward.serve import HttpError, RewardService, ServiceSettings, token_digest
+from caprecon.apps.reward.service import HttpError, RewardService, ServiceSettings, token_digest
 from caprecon.apps.reward.wire import encode_cell
 from caprecon.core.errors import ConfigError
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from caprecon.apps.reward import Guards, completion_text, words
+from caprecon.apps.reward.guards import Guards, words
+from caprecon.apps.reward.inputs import completion_text
 from caprecon.core.errors import ConfigError
 
 

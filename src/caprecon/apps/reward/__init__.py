@@ -28,8 +28,10 @@ weight: `Reward(["claims[claims_precision]", "claims[claims_conveyed]"], {"claim
 "claims[claims_conveyed]": 0.5})` logs precision (what the caption gets wrong about the photo) and
 conveyed (what of it a generator rebuilt) apart, from one scoring of `claims`.
 
-The reward served over HTTP lives beside it, one app with it: `wire` (the request's cells),
-`serve` (the service, `caprecon serve`) and `remote` (the clients: `RemoteReward`, verl's function).
+The guards and the text measures they read are `guards`; what a call is given (completions,
+pictures, columns) is read by `inputs`. The reward served over HTTP lives beside it, one app with
+it: `wire` (the request's cells), `service` (a replica's requests, apart from Ray), `serve` (the Ray
+Serve application, `caprecon serve`) and `remote` (the clients: `RemoteReward`, verl's function).
 The audit of a reward before training with it (`caprecon reward-audit`) is `audit`.
 """
 
@@ -41,14 +43,15 @@ import logging
 import math
 import re
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from PIL import Image
 from tqdm.auto import tqdm
 
-from caprecon.core.checks import count_problem, number_problem
+from caprecon.apps.reward.guards import Guards
+from caprecon.apps.reward.inputs import column_list, completion_text, image_source, kind_of, picture_problem, row_image
+from caprecon.core.checks import number_problem
 from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.core.records import is_number, unicode_problem
@@ -65,7 +68,6 @@ from caprecon.run.score import build_metrics
 
 log = logging.getLogger(__name__)
 
-_WORD = re.compile(r"\w+(?:'\w+)?")
 _COLUMN = re.compile(r"^(?P<metric>[^\[\]]+)\[(?P<column>[^\[\]]+)\]$")
 
 
@@ -73,140 +75,6 @@ def metric_column(label: str) -> tuple[str, str | None]:
     """`"claims[claims_precision]"` as ("claims", "claims_precision"); a plain name as (name, None)."""
     found = _COLUMN.match(label)
     return (found["metric"], found["column"]) if found else (label, None)
-
-
-def words(caption: str) -> list[str]:
-    return _WORD.findall(caption.lower())
-
-
-def repetition(caption: str, n: int = 3) -> float:
-    """The share of the caption's word n-grams that repeat an earlier n-gram of it (0: none repeats)."""
-    return repeated_share(words(caption), n)
-
-
-def repeated_share(tokens: Sequence[Any], n: int = 3) -> float:
-    """The share of the n-grams of `tokens` (words, or token ids) that repeat an earlier one."""
-    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
-
-
-@dataclass(frozen=True)
-class Guards:
-    """The terms that keep a policy from gaming the reward (see the module's docstring); a weight
-    of 0 turns its term off. `Guards.off()` turns all of them off. Every setting is checked here,
-    when the guards are built: `length_target` and `repetition_n` whole numbers >= 1, the weights
-    finite numbers >= 0."""
-
-    length_target: int = 60
-    length_weight: float = 0.5
-    repetition_n: int = 3
-    repetition_weight: float = 1.0
-    hallucination_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("length_target", "repetition_n"):
-            problem = count_problem(getattr(self, name), 1)
-            if problem:
-                raise ConfigError(f"guards: {name} {problem}")
-        for name in ("length_weight", "repetition_weight", "hallucination_weight"):
-            problem = number_problem(getattr(self, name), 0.0)
-            if problem:
-                raise ConfigError(f"guards: {name} {problem}")
-            # Python's own float: a numpy float64 passes the check (it is a float) but would show as
-            # np.float64(0.5) in the guards' repr and a manifest's text, and pickle with numpy's types
-            object.__setattr__(self, name, float(getattr(self, name)))
-
-    @classmethod
-    def off(cls) -> "Guards":
-        return cls(length_weight=0.0, repetition_weight=0.0, hallucination_weight=0.0)
-
-    def length(self, caption: str) -> float:
-        return self.length_of(len(words(caption)))
-
-    def length_of(self, count: int) -> float:
-        """The length term of a caption of `count` words (or tokens)."""
-        return -self.length_weight * max(0.0, count / self.length_target - 1.0)
-
-    def repetition(self, caption: str) -> float:
-        return self.repetition_of(words(caption))
-
-    def repetition_of(self, tokens: Sequence[Any]) -> float:
-        """The repetition term of a caption split into `tokens` (words, or token ids)."""
-        return -self.repetition_weight * repeated_share(tokens, self.repetition_n)
-
-
-def completion_text(completion: Any) -> str:
-    """A completion's text: a string as it is; in TRL's conversational form (a list of messages),
-    the last assistant message's content, whose text parts are joined when it is a list of parts.
-    A content of None (a reply of tool calls alone) and a text part of None hold no text; anything
-    else that is not text (a number, a mapping) is refused with `ConfigError`."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, Mapping):
-        completion = [completion]
-    if isinstance(completion, Sequence):
-        replies = [m for m in completion if isinstance(m, Mapping) and m.get("role", "assistant") == "assistant"]
-        if not replies:
-            raise ConfigError("a completion in TRL's conversational form needs an assistant message; this one has "
-                              f"{len(completion)} message(s) and none from the assistant")
-        content = replies[-1].get("content")
-        if content is None or isinstance(content, str):
-            return content or ""
-        if not isinstance(content, Sequence) or isinstance(content, (bytes, bytearray)):
-            raise ConfigError(f"the assistant message's content is {_kind(content)}, not text or a list of parts")
-        texts = [part.get("text") for part in content
-                 if isinstance(part, Mapping) and part.get("type", "text") == "text"]
-        for text in texts:
-            if text is not None and not isinstance(text, str):
-                raise ConfigError(f"a text part of the assistant message holds {_kind(text)}, not text")
-        return " ".join(text for text in texts if text)
-    raise ConfigError(f"a completion must be a string or a list of messages, not {_kind(completion)}")
-
-
-def _kind(value: Any) -> str:
-    """`an int`, `a str`: what a value is, for messages."""
-    name = type(value).__name__
-    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
-
-
-def row_image(image: Any = None, images: Any = None) -> Any:
-    """The picture a completion describes: the row's `image`, else the single one of its `images`
-    (None when it has none or several: which one the caption describes is not known)."""
-    if image is not None:
-        return image
-    if isinstance(images, (list, tuple)):
-        return images[0] if len(images) == 1 else None
-    return images
-
-
-def _image_source(image: Any) -> Any:
-    """What a `Sample` takes from a dataset cell: a datasets `Image` left undecoded is {bytes, path},
-    its path read only where it has no bytes (None). Bytes that are empty are a `SampleError`: no
-    picture, and not a cue to open the file the cell names instead."""
-    if isinstance(image, Mapping):
-        image = image.get("path") if image.get("bytes") is None else image["bytes"]
-    if isinstance(image, (bytes, bytearray)) and not image:
-        raise SampleError("the image's bytes are empty (no picture)", "empty image")
-    return image
-
-
-#: what a picture may be (`Reward.__call__`): a file, its bytes, a PIL image, or a datasets `Image` cell
-PICTURE_FORMS = "a path, the file's bytes, a PIL image or a datasets Image cell ({bytes, path})"
-
-
-def picture_problem(picture: Any) -> str | None:
-    """Why `picture` (one row's) is none of the forms a reward reads (`PICTURE_FORMS`), or None: a
-    numpy array or a number would fail deep in the reading, naming no row."""
-    if isinstance(picture, Mapping):
-        cell = {key: picture.get(key) for key in ("bytes", "path")}
-        if not isinstance(cell["bytes"], (bytes, bytearray, type(None))) or \
-                not isinstance(cell["path"], (str, Path, type(None))):
-            return f"is a mapping whose bytes or path is neither bytes nor a path; give {PICTURE_FORMS}, or None"
-        return None
-    if picture is None or isinstance(picture, (str, Path, bytes, bytearray, Image.Image)):
-        return None
-    advice = " (a numpy array: give PIL.Image.fromarray(...) of it)" if hasattr(picture, "__array__") else ""
-    return f"is {_kind(picture)}{advice}; give {PICTURE_FORMS}, or None"
 
 
 def _own_memo(method: Callable) -> Callable:
@@ -219,14 +87,6 @@ def _own_memo(method: Callable) -> Callable:
         return method(self, *args, **kwargs)
 
     return scoped
-
-
-def _as_list(what: str, values: Any) -> list[Any]:
-    """A column of the call as a list (an iterator is read once); a lone string is refused, since
-    it would be read as one caption per character."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ConfigError(f"{what} must be a list with one entry per completion, not {_kind(values)}")
-    return list(values)
 
 
 class Reward:
@@ -347,7 +207,7 @@ class Reward:
         `PICTURE_FORMS`, columns of different lengths) raise `ConfigError` naming the row, before any scoring."""
         if completions is not None:
             captions = []
-            for row, completion in enumerate(_as_list("completions", completions)):
+            for row, completion in enumerate(column_list("completions", completions)):
                 try:
                     captions.append(completion_text(completion))
                 except ConfigError as exc:
@@ -357,15 +217,15 @@ class Reward:
                 raise ConfigError("the reward needs the picture each completion describes: give the dataset an "
                                   "`image` (or `images`) column")
             pictures = [row_image(p) if image is not None else row_image(images=p)
-                        for p in _as_list("image" if image is not None else "images", pictures)]
+                        for p in column_list("image" if image is not None else "images", pictures)]
         else:
             if images is None or captions is None:
                 raise ConfigError("call the reward as reward(images, captions) or with TRL's keywords "
                                   "(completions=..., image=...)")
-            pictures, captions = _as_list("images", images), _as_list("captions", captions)
+            pictures, captions = column_list("images", images), column_list("captions", captions)
             for row, caption in enumerate(captions):
                 if not isinstance(caption, str):
-                    raise ConfigError(f"caption {row} is {_kind(caption)}, not text: {caption!r:.60}")
+                    raise ConfigError(f"caption {row} is {kind_of(caption)}, not text: {caption!r:.60}")
         if len(pictures) != len(captions):
             raise ConfigError(f"{len(pictures)} images but {len(captions)} completions: give one picture per "
                               "completion")
@@ -453,7 +313,7 @@ class Reward:
         base = bases.get(id(picture))  # a dataset repeats one image object across its G completions
         if base is None:
             try:
-                source = _image_source(picture)
+                source = image_source(picture)
                 # a file's name: the path, or a dataset cell's `path` beside its bytes
                 name = picture.get("path") if isinstance(picture, Mapping) else \
                     source if isinstance(source, (str, Path)) else None

@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
-from caprecon.apps.reward import Guards, Reward, repetition, words
+from caprecon.apps.reward import Reward
+from caprecon.apps.reward.guards import Guards, repetition, words
 from caprecon.core.digests import keep_memo_in, memo_scoped
 from caprecon.core.errors import ConfigError
 from caprecon.data.images import read_image

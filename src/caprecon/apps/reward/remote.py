@@ -32,7 +32,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Mapping, Sequence
 
-from caprecon.apps.reward import Reward, completion_text, picture_problem, row_image
+from caprecon.apps.reward import Reward
+from caprecon.apps.reward.inputs import completion_text, picture_problem, row_image
 from caprecon.apps.reward.wire import CONFIG_KIND, CONTRACT_KIND, encode_cell, token_problem
 from caprecon.core.checks import check_count, check_number
 from caprecon.core.errors import ConfigError, MetricContractError
@@ -184,7 +185,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _error_text(exc: urllib.error.HTTPError) -> tuple[str, str | None]:
-    """The error an answer names, and its `kind` (`caprecon.apps.reward.serve`), from its JSON body."""
+    """The error an answer names, and its `kind` (`caprecon.apps.reward.service`), from its JSON body."""
     try:
         body = json.loads(exc.read())
         return str(body.get("error", "")), body.get("kind")

@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 from PIL import Image, UnidentifiedImageError
 
-from caprecon.apps.reward import row_image
+from caprecon.apps.reward.inputs import row_image
 from caprecon.core.records import unicode_problem
 from caprecon.data.images import decode_image, read_image_file
 
